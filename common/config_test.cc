@@ -1,0 +1,170 @@
+#include "common/config.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+#include "absl/time/clock.h"
+#include "common/text_proto.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace ps {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+class ConfigTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const char* tmp = std::getenv("TEST_TMPDIR");
+    dir_ = std::filesystem::path(tmp ? tmp : "/tmp") /
+           ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::filesystem::create_directories(dir_);
+  }
+  std::string Write(const std::string& name, const std::string& text) {
+    std::string path = (dir_ / name).string();
+    EXPECT_TRUE(WriteFileAtomically(path, text).ok());
+    return path;
+  }
+  std::filesystem::path dir_;
+};
+
+TEST_F(ConfigTest, MisspelledFieldReportsPathLineColumn) {
+  std::string cluster = Write("cluster.pbtxt", "shards { address: \"127.0.0.1:1\" }\n");
+  std::string path = Write("psd.pbtxt",
+                           "cluster_file: \"cluster.pbtxt\"\n"
+                           "listen_adress: \"127.0.0.1:0\"\n");
+  absl::StatusOr<LoadedPsdConfig> c = LoadPsdConfig(path);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(c.status().message()),
+              AllOf(HasSubstr(path + ":2:14: "), HasSubstr("listen_adress")));
+}
+
+TEST_F(ConfigTest, WrongTypeReportsPathLineColumn) {
+  std::string path = Write("psd.pbtxt",
+                           "cluster_file: \"cluster.pbtxt\"\n"
+                           "shard_id: \"zero\"\n");
+  absl::StatusOr<LoadedPsdConfig> c = LoadPsdConfig(path);
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(std::string(c.status().message()),
+              AllOf(HasSubstr(path + ":2:11: "), HasSubstr("Expected integer"),
+                    HasSubstr("(field \"shard_id\")")));
+}
+
+TEST_F(ConfigTest, SyntaxErrorReportsPathLineColumn) {
+  std::string path = Write("cluster.pbtxt", "shards {\n  address: \"a:1\"\n");
+  absl::StatusOr<LoadedCluster> c = LoadClusterConfig(path);
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(std::string(c.status().message()), HasSubstr(path + ":3:1: "));
+}
+
+TEST_F(ConfigTest, MissingRequiredValueNamesField) {
+  std::string path = Write("psd.pbtxt", "shard_id: 0\n");
+  absl::StatusOr<LoadedPsdConfig> c = LoadPsdConfig(path);
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(std::string(c.status().message()),
+              HasSubstr(path + ": cluster_file: required"));
+}
+
+TEST_F(ConfigTest, MissingFileIsNotFound) {
+  absl::StatusOr<LoadedCluster> c = LoadClusterConfig((dir_ / "nope.pbtxt").string());
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(c.status().message()), HasSubstr("nope.pbtxt"));
+}
+
+TEST_F(ConfigTest, ClusterProblemsAreAllListed) {
+  std::string path = Write("cluster.pbtxt",
+                           "shards { address: \"localhost\" }\n"
+                           "shards { address: \"a:1\" address_file: \"x\" }\n"
+                           "shards { address: \"b:70000\" }\n"
+                           "coordinator_shard: 5\n"
+                           "tls { cert_file: \"c.pem\" }\n");
+  absl::StatusOr<LoadedCluster> c = LoadClusterConfig(path);
+  ASSERT_FALSE(c.ok());
+  std::string m(c.status().message());
+  EXPECT_THAT(m, HasSubstr("shards[0].address: \"localhost\" is not host:port"));
+  EXPECT_THAT(m, HasSubstr("shards[1]: set exactly one"));
+  EXPECT_THAT(m, HasSubstr("shards[2].address: \"b:70000\" has no valid port"));
+  EXPECT_THAT(m, HasSubstr("coordinator_shard: 5 is not a shard index"));
+  EXPECT_THAT(m, HasSubstr("tls.ca_file: required"));
+  EXPECT_THAT(m, HasSubstr("tls.cert_file: cert_file and key_file go together"));
+}
+
+TEST_F(ConfigTest, PsdDefaultsAndRelativePaths) {
+  Write("cluster.pbtxt",
+        "shards { address: \"127.0.0.1:7001\" }\n"
+        "shards { address_file: \"run/shard1.addr\" }\n"
+        "coordinator_shard: 0\n");
+  std::string path = Write("psd.pbtxt",
+                           "cluster_file: \"cluster.pbtxt\"\n"
+                           "shard_id: 1\n"
+                           "address_file: \"run/shard1.addr\"\n");
+  absl::StatusOr<LoadedPsdConfig> c = LoadPsdConfig(path);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->psd.listen_address(), "127.0.0.1:0");
+  EXPECT_EQ(c->psd.max_message_bytes(), 4u << 20);
+  EXPECT_EQ(c->psd.address_file(), (dir_ / "run/shard1.addr").string());
+  EXPECT_EQ(c->cluster.config.shards_size(), 2);
+}
+
+TEST_F(ConfigTest, ShardIdOutsideCluster) {
+  Write("cluster.pbtxt", "shards { address: \"127.0.0.1:7001\" }\n");
+  std::string path = Write("psd.pbtxt", "cluster_file: \"cluster.pbtxt\"\nshard_id: 3\n");
+  absl::StatusOr<LoadedPsdConfig> c = LoadPsdConfig(path);
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(std::string(c.status().message()), HasSubstr("shard_id: 3 is not in the cluster"));
+}
+
+TEST_F(ConfigTest, WorkerdValidation) {
+  Write("cluster.pbtxt", "shards { address: \"127.0.0.1:7001\" }\n");
+  std::string path = Write("w.pbtxt",
+                           "cluster_file: \"cluster.pbtxt\"\n"
+                           "devices: \"cpu:0\" devices: \"tpu:1\" devices: \"cpu:0\"\n"
+                           "device_weights: 1\n");
+  absl::StatusOr<LoadedWorkerdConfig> c = LoadWorkerdConfig(path);
+  ASSERT_FALSE(c.ok());
+  std::string m(c.status().message());
+  EXPECT_THAT(m, HasSubstr("devices[1]: \"tpu:1\" is not cpu:N or gpu:N"));
+  EXPECT_THAT(m, HasSubstr("devices[2]: \"cpu:0\" listed twice"));
+  EXPECT_THAT(m, HasSubstr("device_weights: 1 weights for 3 devices"));
+}
+
+TEST_F(ConfigTest, ResolvesAddressFilesAndTimesOut) {
+  Write("cluster.pbtxt",
+        "shards { address: \"127.0.0.1:7001\" }\n"
+        "shards { address_file: \"s1.addr\" }\n");
+  absl::StatusOr<LoadedCluster> c = LoadClusterConfig((dir_ / "cluster.pbtxt").string());
+  ASSERT_TRUE(c.ok()) << c.status();
+  absl::StatusOr<std::vector<std::string>> missing = ResolveShardAddresses(*c, absl::Now());
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(std::string(missing.status().message()), HasSubstr("s1.addr"));
+  Write("s1.addr", "127.0.0.1:7002\n");
+  absl::StatusOr<std::vector<std::string>> a = ResolveShardAddresses(*c, absl::Now());
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(*a, (std::vector<std::string>{"127.0.0.1:7001", "127.0.0.1:7002"}));
+}
+
+TEST(HostPortTest, Table) {
+  struct Case {
+    std::string address;
+    bool allow_zero;
+    bool ok;
+  } cases[] = {
+      {"127.0.0.1:80", false, true}, {"[::1]:80", false, true},
+      {"host:0", true, true},        {"host:0", false, false},
+      {"host", false, false},        {":80", false, false},
+      {"host:-1", false, false},     {"host:65536", false, false},
+      {"[::1:80", false, false},     {"", true, false},
+  };
+  for (const Case& c : cases) {
+    EXPECT_EQ(ValidateHostPort(c.address, "f", c.allow_zero).ok(), c.ok) << c.address;
+  }
+}
+
+}  // namespace
+}  // namespace ps

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Installs every Debian package that the build, the tests, the demo and the
+# benchmarks need. Idempotent: runs apt-get (and apt-get update) only when
+# something is missing. Needs root (or sudo) only in that case.
+set -euo pipefail
+
+PACKAGES=(
+  bazel-bootstrap bazel-rules-java          # Bazel 4.2 and its Java rules
+  g++ pkg-config zlib1g-dev
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  libabsl-dev libspdlog-dev libfmt-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  libopenblas-dev
+  openssl iperf3 procps psmisc
+  dataset-fashion-mnist                     # /usr/share/datasets/fashion-mnist
+  python3-torch                             # the PyTorch peer for benchmarks
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if ((${#missing[@]} == 0)); then
+  echo "setup: all ${#PACKAGES[@]} packages present"
+  exit 0
+fi
+
+echo "setup: installing ${missing[*]}"
+SUDO=""
+if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -q
+$SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+echo "setup: done"

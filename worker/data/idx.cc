@@ -32,8 +32,10 @@ absl::StatusOr<std::vector<uint8_t>> ReadRaw(const std::string& path) {
   std::unique_ptr<FILE, FileCloser> file(std::fopen(path.c_str(), "rb"));
   if (file == nullptr) {
     const int err = errno;
-    const std::string msg = absl::StrCat(path, ": cannot open: ", std::strerror(err));
-    return err == ENOENT ? absl::NotFoundError(msg) : absl::PermissionDeniedError(msg);
+    const std::string msg =
+        absl::StrCat(path, ": cannot open: ", std::strerror(err));
+    return err == ENOENT ? absl::NotFoundError(msg)
+                         : absl::PermissionDeniedError(msg);
   }
   std::vector<uint8_t> bytes;
   uint8_t buf[1 << 16];
@@ -57,8 +59,8 @@ absl::StatusOr<std::vector<uint8_t>> Gunzip(const std::string& path,
     hint = size_t{t[0]} | size_t{t[1]} << 8 | size_t{t[2]} << 16 |
            size_t{t[3]} << 24;
   }
-  std::vector<uint8_t> out(std::max<size_t>(std::min(hint, kMaxInflatedBytes),
-                                            size_t{1} << 16));
+  std::vector<uint8_t> out(
+      std::max<size_t>(std::min(hint, kMaxInflatedBytes), size_t{1} << 16));
   z_stream zs;
   std::memset(&zs, 0, sizeof(zs));
   // 16 + MAX_WBITS: gzip wrapper only, so a zlib or raw stream is an error.
@@ -105,7 +107,8 @@ absl::StatusOr<std::vector<uint8_t>> Gunzip(const std::string& path,
           path, ": truncated gzip stream (ends after ", in.size(), " bytes)"));
     }
     const char* why = zs.msg != nullptr ? zs.msg : "inflate failed";
-    return absl::DataLossError(absl::StrCat(path, ": corrupt gzip data: ", why));
+    return absl::DataLossError(
+        absl::StrCat(path, ": corrupt gzip data: ", why));
   }
   inflateEnd(&zs);
   if (in_pos != in.size()) {
@@ -129,26 +132,26 @@ absl::StatusOr<std::vector<size_t>> ParseHeader(const std::string& path,
                                                 int ndims) {
   const size_t header = 4 + 4 * static_cast<size_t>(ndims);
   if (b.size() < header) {
-    return absl::DataLossError(absl::StrFormat(
-        "%s: %d bytes, shorter than the %d-byte idx%d header", path, b.size(),
-        header, ndims));
+    return absl::DataLossError(
+        absl::StrFormat("%s: %d bytes, shorter than the %d-byte idx%d header",
+                        path, b.size(), header, ndims));
   }
   const uint32_t want =
       uint32_t{kIdxTypeUint8} << 8 | static_cast<uint32_t>(ndims);
   const uint32_t magic = BigEndian32(b.data());
   if (magic != want) {
-    return absl::DataLossError(absl::StrFormat(
-        "%s: bad magic 0x%08x, want 0x%08x (idx%d, uint8)", path, magic, want,
-        ndims));
+    return absl::DataLossError(
+        absl::StrFormat("%s: bad magic 0x%08x, want 0x%08x (idx%d, uint8)",
+                        path, magic, want, ndims));
   }
   std::vector<size_t> dims(ndims);
   size_t elements = 1;
   for (int i = 0; i < ndims; ++i) {
     dims[i] = BigEndian32(b.data() + 4 + 4 * i);
     // A corrupt header can claim 2^96 bytes; refuse before multiplying.
-    if (dims[i] != 0 && elements > std::numeric_limits<size_t>::max() / dims[i]) {
-      return absl::DataLossError(
-          absl::StrCat(path, ": dimensions overflow"));
+    if (dims[i] != 0 &&
+        elements > std::numeric_limits<size_t>::max() / dims[i]) {
+      return absl::DataLossError(absl::StrCat(path, ": dimensions overflow"));
     }
     elements *= dims[i];
   }
@@ -174,7 +177,8 @@ absl::StatusOr<std::vector<size_t>> ParseHeader(const std::string& path,
 absl::StatusOr<std::vector<uint8_t>> ReadMaybeGzipped(const std::string& path) {
   absl::StatusOr<std::vector<uint8_t>> raw = ReadRaw(path);
   if (!raw.ok()) return raw.status();
-  if (raw->size() >= 2 && (*raw)[0] == kGzipMagic0 && (*raw)[1] == kGzipMagic1) {
+  if (raw->size() >= 2 && (*raw)[0] == kGzipMagic0 &&
+      (*raw)[1] == kGzipMagic1) {
     return Gunzip(path, *raw);
   }
   return raw;

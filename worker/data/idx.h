@@ -3,9 +3,10 @@
 // Reads images (idx3: count x rows x cols) and labels (idx1: count), plain
 // or gzipped; gzip is detected from the file's magic bytes, not its name.
 //
-//   absl::StatusOr<IdxImages> images = ReadIdxImages("train-images-idx3-ubyte.gz");
-//   if (!images.ok()) return images.status();
-//   const uint8_t* first = images->pixels.data();  // rows * cols bytes
+//   absl::StatusOr<IdxImages> images =
+//   ReadIdxImages("train-images-idx3-ubyte.gz"); if (!images.ok()) return
+//   images.status(); const uint8_t* first = images->pixels.data();  // rows *
+//   cols bytes
 //
 // Every failure (missing file, bad gzip, bad magic, wrong dimensions, short
 // or overlong data) is an absl error whose message names the file.

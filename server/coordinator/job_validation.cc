@@ -1,0 +1,397 @@
+#include "server/coordinator/job_validation.h"
+
+#include <cmath>
+#include <filesystem>
+#include <system_error>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+
+namespace ps {
+namespace {
+
+constexpr size_t kMaxNameLength = 128;
+
+bool ValidNameChar(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+         (c >= '0' && c <= '9') || c == '-' || c == '_' || c == '.';
+}
+
+bool DefaultPathExists(const std::string& path) {
+  std::error_code ec;  // an unreadable path counts as missing, never throws
+  return std::filesystem::is_directory(path, ec);
+}
+
+std::string KnownDatasetList(const ValidationContext& ctx) {
+  std::vector<std::string> names;
+  for (const auto& [name, shape] : ctx.datasets) names.push_back(name);
+  return absl::StrJoin(names, ", ");
+}
+
+// Collects problems with a common shape so every message reads the same way.
+class Problems {
+ public:
+  void Add(absl::string_view field, absl::string_view reason) {
+    list_.push_back(absl::StrCat(field, ": ", reason));
+  }
+  std::vector<std::string> Take() { return std::move(list_); }
+
+ private:
+  std::vector<std::string> list_;
+};
+
+// The layer widths [input, hidden..., classes] of a model, empty if unset.
+std::vector<uint32_t> LayerDims(const ModelSpec& model) {
+  std::vector<uint32_t> dims;
+  switch (model.model_case()) {
+    case ModelSpec::kSoftmax:
+      dims = {model.softmax().input_dim(), model.softmax().num_classes()};
+      break;
+    case ModelSpec::kMlp:
+      dims.push_back(model.mlp().input_dim());
+      for (uint32_t h : model.mlp().hidden()) dims.push_back(h);
+      dims.push_back(model.mlp().num_classes());
+      break;
+    case ModelSpec::MODEL_NOT_SET:
+      break;
+  }
+  return dims;
+}
+
+void CheckName(const JobSpec& spec, Problems& p) {
+  const std::string& name = spec.name();
+  if (name.empty()) {
+    p.Add("name", "must be set");
+    return;
+  }
+  if (name.size() > kMaxNameLength) {
+    p.Add("name", absl::StrFormat("%d characters, at most %d allowed",
+                                  name.size(), kMaxNameLength));
+  }
+  for (char c : name) {
+    if (!ValidNameChar(c)) {
+      p.Add("name", absl::StrFormat("invalid character '%c' in \"%s\" (use "
+                                    "letters, digits, '-', '_', '.')",
+                                    c, name));
+      break;
+    }
+  }
+}
+
+// Dimension checks shared by both model kinds. `prefix` is "model.softmax" or
+// "model.mlp".
+void CheckInputAndClasses(absl::string_view prefix, uint32_t input_dim,
+                          uint32_t num_classes, const JobSpec& spec,
+                          const ValidationContext& ctx, Problems& p) {
+  auto dataset = ctx.datasets.find(spec.data().dataset());
+  const DatasetShape* shape =
+      dataset == ctx.datasets.end() ? nullptr : &dataset->second;
+  if (input_dim == 0) {
+    p.Add(absl::StrCat(prefix, ".input_dim"), "must be > 0");
+  } else if (shape != nullptr && shape->input_dim != 0 &&
+             shape->input_dim != input_dim) {
+    p.Add(absl::StrCat(prefix, ".input_dim"),
+          absl::StrFormat("%d does not match dataset %s (%d)", input_dim,
+                          dataset->first, shape->input_dim));
+  }
+  if (num_classes < 2) {
+    p.Add(absl::StrCat(prefix, ".num_classes"),
+          absl::StrFormat("must be >= 2, got %d", num_classes));
+  } else if (shape != nullptr && shape->num_classes != 0 &&
+             shape->num_classes != num_classes) {
+    p.Add(absl::StrCat(prefix, ".num_classes"),
+          absl::StrFormat("%d does not match dataset %s (%d)", num_classes,
+                          dataset->first, shape->num_classes));
+  }
+}
+
+void CheckModel(const JobSpec& spec, const ValidationContext& ctx,
+                Problems& p) {
+  const ModelSpec& model = spec.model();
+  switch (model.model_case()) {
+    case ModelSpec::MODEL_NOT_SET:
+      p.Add("model", "must be set (softmax or mlp)");
+      return;
+    case ModelSpec::kSoftmax:
+      CheckInputAndClasses("model.softmax", model.softmax().input_dim(),
+                           model.softmax().num_classes(), spec, ctx, p);
+      return;
+    case ModelSpec::kMlp:
+      CheckInputAndClasses("model.mlp", model.mlp().input_dim(),
+                           model.mlp().num_classes(), spec, ctx, p);
+      for (int i = 0; i < model.mlp().hidden_size(); ++i) {
+        uint32_t h = model.mlp().hidden(i);
+        if (h == 0 || h > kMaxLayerWidth) {
+          p.Add(absl::StrFormat("model.mlp.hidden[%d]", i),
+                absl::StrFormat("must be in [1, %d], got %d", kMaxLayerWidth,
+                                h));
+        }
+      }
+      return;
+  }
+}
+
+bool Finite(float v) { return std::isfinite(v); }
+
+void CheckOptimizer(const OptimizerSpec& o, Problems& p) {
+  const OptimizerKind kind = o.kind();
+  const bool known_kind = OptimizerKind_IsValid(kind);
+  if (kind == OPTIMIZER_UNSPECIFIED) {
+    p.Add("optimizer.kind", "must be set (SGD, ADAGRAD, ADAM, ADAMW)");
+  } else if (!known_kind) {
+    p.Add("optimizer.kind", absl::StrFormat("unknown value %d", kind));
+  }
+  if (!(o.learning_rate() > 0) || !Finite(o.learning_rate())) {
+    p.Add("optimizer.learning_rate",
+          absl::StrFormat("must be finite and > 0, got %g", o.learning_rate()));
+  }
+  if (!(o.momentum() >= 0 && o.momentum() < 1)) {
+    p.Add("optimizer.momentum",
+          absl::StrFormat("must be in [0, 1), got %g", o.momentum()));
+  } else if (o.momentum() > 0 && known_kind && kind != SGD &&
+             kind != OPTIMIZER_UNSPECIFIED) {
+    p.Add("optimizer.momentum",
+          absl::StrCat("only SGD uses momentum (kind is ",
+                       OptimizerKind_Name(kind), ")"));
+  }
+  if (o.nesterov()) {
+    if (known_kind && kind != SGD && kind != OPTIMIZER_UNSPECIFIED) {
+      p.Add("optimizer.nesterov", absl::StrCat("only SGD uses nesterov (kind is ",
+                                               OptimizerKind_Name(kind), ")"));
+    } else if (!(o.momentum() > 0)) {
+      p.Add("optimizer.nesterov", "requires momentum > 0");
+    }
+  }
+  if (!(o.weight_decay() >= 0) || !Finite(o.weight_decay())) {
+    p.Add("optimizer.weight_decay",
+          absl::StrFormat("must be finite and >= 0, got %g", o.weight_decay()));
+  }
+  const bool adam = kind == ADAM || kind == ADAMW;
+  auto check_beta = [&](absl::string_view field, bool has, float v) {
+    if (!has) return;
+    if (!(v >= 0 && v < 1)) {
+      p.Add(field, absl::StrFormat("must be in [0, 1), got %g", v));
+    } else if (!adam && known_kind && kind != OPTIMIZER_UNSPECIFIED) {
+      p.Add(field, absl::StrCat("only ADAM and ADAMW use it (kind is ",
+                                OptimizerKind_Name(kind), ")"));
+    }
+  };
+  check_beta("optimizer.beta1", o.has_beta1(), o.beta1());
+  check_beta("optimizer.beta2", o.has_beta2(), o.beta2());
+  if (o.has_epsilon()) {
+    if (!(o.epsilon() > 0) || !Finite(o.epsilon())) {
+      p.Add("optimizer.epsilon",
+            absl::StrFormat("must be finite and > 0, got %g", o.epsilon()));
+    } else if (kind == SGD) {
+      p.Add("optimizer.epsilon", "SGD does not use epsilon");
+    }
+  }
+  if (!(o.initial_accumulator() >= 0) || !Finite(o.initial_accumulator())) {
+    p.Add("optimizer.initial_accumulator",
+          absl::StrFormat("must be finite and >= 0, got %g",
+                          o.initial_accumulator()));
+  } else if (o.initial_accumulator() > 0 && known_kind && kind != ADAGRAD &&
+             kind != OPTIMIZER_UNSPECIFIED) {
+    p.Add("optimizer.initial_accumulator",
+          absl::StrCat("only ADAGRAD uses it (kind is ",
+                       OptimizerKind_Name(kind), ")"));
+  }
+}
+
+void CheckConsistency(const JobSpec& spec, Problems& p) {
+  const ConsistencySpec& c = spec.consistency();
+  const ConsistencyMode mode = c.mode();
+  if (mode == CONSISTENCY_UNSPECIFIED) {
+    p.Add("consistency.mode", "must be set (BSP, ASP, SSP)");
+  } else if (!ConsistencyMode_IsValid(mode)) {
+    p.Add("consistency.mode", absl::StrFormat("unknown value %d", mode));
+  }
+  const bool known_mode =
+      mode != CONSISTENCY_UNSPECIFIED && ConsistencyMode_IsValid(mode);
+  if (c.staleness() > 0 && known_mode && mode != SSP) {
+    p.Add("consistency.staleness",
+          absl::StrCat("only SSP uses a staleness bound (mode is ",
+                       ConsistencyMode_Name(mode), ")"));
+  }
+  if (c.backup_workers() > 0) {
+    if (known_mode && mode != BSP) {
+      p.Add("consistency.backup_workers",
+            absl::StrCat("only BSP uses backup workers (mode is ",
+                         ConsistencyMode_Name(mode), ")"));
+    } else if (spec.num_workers() > 0 &&
+               c.backup_workers() >= spec.num_workers()) {
+      p.Add("consistency.backup_workers",
+            absl::StrFormat("must be < num_workers (%d), got %d",
+                            spec.num_workers(), c.backup_workers()));
+    }
+  }
+}
+
+void CheckData(const JobSpec& spec, const ValidationContext& ctx,
+               Problems& p) {
+  const DataSpec& d = spec.data();
+  if (d.dataset().empty()) {
+    p.Add("data.dataset", absl::StrCat("must be set (one of ",
+                                       KnownDatasetList(ctx), ")"));
+  } else if (ctx.datasets.find(d.dataset()) == ctx.datasets.end()) {
+    p.Add("data.dataset", absl::StrCat("unknown dataset \"", d.dataset(),
+                                       "\" (known: ", KnownDatasetList(ctx),
+                                       ")"));
+  }
+  if (!d.data_dir().empty()) {
+    const bool exists = ctx.path_exists ? ctx.path_exists(d.data_dir())
+                                        : DefaultPathExists(d.data_dir());
+    if (!exists) {
+      p.Add("data.data_dir",
+            absl::StrCat("directory \"", d.data_dir(), "\" does not exist"));
+    }
+  }
+  if (d.batch_size() == 0 || d.batch_size() > kMaxBatchSize) {
+    p.Add("data.batch_size", absl::StrFormat("must be in [1, %d], got %d",
+                                             kMaxBatchSize, d.batch_size()));
+  }
+  if (d.epochs() == 0) p.Add("data.epochs", "must be >= 1");
+  if (d.dataset() != "synthetic") {
+    if (d.synthetic_train() > 0) {
+      p.Add("data.synthetic_train", "only the synthetic dataset uses it");
+    }
+    if (d.synthetic_test() > 0) {
+      p.Add("data.synthetic_test", "only the synthetic dataset uses it");
+    }
+  }
+}
+
+void CheckPartitioning(const JobSpec& spec, Problems& p) {
+  const uint64_t bytes = spec.partition_bytes();
+  if (bytes == 0) {
+    // Defaulted; the chunk-count check below still applies.
+  } else if (bytes % 4 != 0) {
+    p.Add("partition_bytes",
+          absl::StrFormat("must be a multiple of 4 (float32), got %d", bytes));
+    return;
+  } else if (bytes < kMinPartitionBytes || bytes > kMaxPartitionBytes) {
+    p.Add("partition_bytes",
+          absl::StrFormat("must be in [%d, %d] (a chunk must fit one "
+                          "message), got %d",
+                          kMinPartitionBytes, kMaxPartitionBytes, bytes));
+    return;
+  }
+  const uint64_t elements_per_chunk =
+      (bytes == 0 ? kDefaultPartitionBytes : bytes) / 4;
+  uint64_t chunks = 0;
+  for (const TensorSpec& t : DeriveModelTensors(spec.model())) {
+    uint64_t n = 1;
+    for (uint64_t d : t.shape()) n *= d;
+    chunks += (n + elements_per_chunk - 1) / elements_per_chunk;
+  }
+  if (chunks > kMaxChunks) {
+    p.Add("partition_bytes",
+          absl::StrFormat("the model needs %d chunks of %d bytes, more than "
+                          "the %d a placement may hold; raise it",
+                          chunks, elements_per_chunk * 4, kMaxChunks));
+  }
+}
+
+}  // namespace
+
+std::map<std::string, DatasetShape> KnownDatasets() {
+  return {
+      {"fashion-mnist", DatasetShape{784, 10}},
+      {"mnist", DatasetShape{784, 10}},
+      {"synthetic", DatasetShape{0, 0}},
+  };
+}
+
+std::vector<std::string> ValidateJobSpec(const JobSpec& spec,
+                                         const ValidationContext& ctx) {
+  Problems p;
+  if (ctx.num_shards == 0) p.Add("cluster", "has no shards");
+  CheckName(spec, p);
+  CheckModel(spec, ctx, p);
+  CheckOptimizer(spec.optimizer(), p);
+  CheckConsistency(spec, p);
+  if (spec.num_workers() == 0 || spec.num_workers() > kMaxNumWorkers) {
+    p.Add("num_workers", absl::StrFormat("must be in [1, %d], got %d",
+                                         kMaxNumWorkers, spec.num_workers()));
+  }
+  CheckData(spec, ctx, p);
+  CheckPartitioning(spec, p);
+  if (spec.checkpoint().every_seconds() > kMaxCheckpointSeconds) {
+    p.Add("checkpoint.every_seconds",
+          absl::StrFormat("%d s is more than 7 days (the unit is seconds)",
+                          spec.checkpoint().every_seconds()));
+  }
+  if (!WorkerFailurePolicy_IsValid(spec.on_worker_failure())) {
+    p.Add("on_worker_failure",
+          absl::StrFormat("unknown value %d", spec.on_worker_failure()));
+  }
+  if (spec.tensors_size() > 0) {
+    p.Add("tensors",
+          absl::StrFormat("derived from model; must be empty, got %d",
+                          spec.tensors_size()));
+  }
+  return p.Take();
+}
+
+std::vector<TensorSpec> DeriveModelTensors(const ModelSpec& model) {
+  const std::vector<uint32_t> dims = LayerDims(model);
+  std::vector<TensorSpec> tensors;
+  for (size_t i = 0; i + 1 < dims.size(); ++i) {
+    TensorSpec w;
+    w.set_name(absl::StrCat("fc", i, "/w"));
+    w.add_shape(dims[i]);
+    w.add_shape(dims[i + 1]);
+    w.mutable_init()->set_kind(GLOROT_UNIFORM);
+    tensors.push_back(std::move(w));
+    TensorSpec b;
+    b.set_name(absl::StrCat("fc", i, "/b"));
+    b.add_shape(dims[i + 1]);
+    b.mutable_init()->set_kind(ZEROS);
+    tensors.push_back(std::move(b));
+  }
+  return tensors;
+}
+
+JobSpec ApplyJobDefaults(const JobSpec& spec) {
+  JobSpec out = spec;
+  if (out.partition_bytes() == 0) {
+    out.set_partition_bytes(kDefaultPartitionBytes);
+  }
+  ConsistencySpec* c = out.mutable_consistency();
+  if (c->step_deadline_ms() == 0) c->set_step_deadline_ms(kDefaultStepDeadlineMs);
+  if (out.on_worker_failure() == WORKER_FAILURE_UNSPECIFIED) {
+    out.set_on_worker_failure(FAIL);
+  }
+  OptimizerSpec* o = out.mutable_optimizer();
+  if (o->kind() == ADAM || o->kind() == ADAMW) {
+    if (!o->has_beta1()) o->set_beta1(kDefaultAdamBeta1);
+    if (!o->has_beta2()) o->set_beta2(kDefaultAdamBeta2);
+    if (!o->has_epsilon()) o->set_epsilon(kDefaultAdamEpsilon);
+  } else if (o->kind() == ADAGRAD) {
+    if (!o->has_epsilon()) o->set_epsilon(kDefaultAdagradEpsilon);
+  }
+  out.clear_tensors();
+  for (TensorSpec& t : DeriveModelTensors(out.model())) {
+    *out.add_tensors() = std::move(t);
+  }
+  return out;
+}
+
+absl::StatusOr<JobSpec> NormalizeJobSpec(const JobSpec& spec,
+                                         const ValidationContext& ctx,
+                                         std::vector<std::string>* problems) {
+  std::vector<std::string> found = ValidateJobSpec(spec, ctx);
+  if (problems != nullptr) *problems = found;
+  if (!found.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("job spec has ", found.size(),
+                     found.size() == 1 ? " problem: " : " problems: ",
+                     absl::StrJoin(found, "; ")));
+  }
+  return ApplyJobDefaults(spec);
+}
+
+}  // namespace ps

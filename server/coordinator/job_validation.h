@@ -1,0 +1,101 @@
+// Job spec validation and normalization for the coordinator.
+//
+// ValidateJobSpec lists every problem in a user's JobSpec at once (so `psctl
+// submit --dry-run` can show them all), each as "field.path: reason".
+// NormalizeJobSpec validates, then fills the documented defaults and derives
+// the parameter tensors from the model.
+//
+//   ValidationContext ctx;
+//   ctx.num_shards = 2;
+//   std::vector<std::string> problems;
+//   absl::StatusOr<JobSpec> spec = NormalizeJobSpec(user_spec, ctx, &problems);
+//   if (!spec.ok()) { for (auto& p : problems) std::cerr << p << "\n"; }
+//
+// DeriveModelTensors is the single source of truth for the tensor list of a
+// model (names "fc{i}/w" shape [fan_in, fan_out], "fc{i}/b" shape [fan_out]).
+
+#ifndef SERVER_COORDINATOR_JOB_VALIDATION_H_
+#define SERVER_COORDINATOR_JOB_VALIDATION_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "proto/job.pb.h"
+#include "server/coordinator/placement.h"  // kMaxChunks
+
+namespace ps {
+
+// Limits a spec must respect. They guard against unit mistakes and against
+// specs whose placement would not fit one gRPC message.
+inline constexpr uint32_t kMaxLayerWidth = 65536;
+inline constexpr uint32_t kMaxNumWorkers = 1024;
+inline constexpr uint32_t kMaxBatchSize = 65536;
+inline constexpr uint64_t kMinPartitionBytes = 4 * 1024;
+inline constexpr uint64_t kMaxPartitionBytes = 3 * 1024 * 1024;
+// Longer checkpoint periods are almost surely milliseconds typed as seconds.
+inline constexpr uint32_t kMaxCheckpointSeconds = 7 * 24 * 3600;
+
+// Defaults that NormalizeJobSpec fills in for fields left at zero/unset.
+inline constexpr uint64_t kDefaultPartitionBytes = 1024 * 1024;
+inline constexpr uint32_t kDefaultStepDeadlineMs = 60000;
+inline constexpr float kDefaultAdamBeta1 = 0.9f;
+inline constexpr float kDefaultAdamBeta2 = 0.999f;
+inline constexpr float kDefaultAdamEpsilon = 1e-8f;
+inline constexpr float kDefaultAdagradEpsilon = 1e-10f;
+
+// What a dataset fixes about the model. 0 = any (the synthetic set adapts).
+struct DatasetShape {
+  uint32_t input_dim = 0;
+  uint32_t num_classes = 0;
+};
+
+// "fashion-mnist" and "mnist" (784 inputs, 10 classes) and "synthetic" (any).
+std::map<std::string, DatasetShape> KnownDatasets();
+
+// What the validator needs to know beyond the spec itself.
+struct ValidationContext {
+  // Shards in the cluster (must be >= 1).
+  uint32_t num_shards = 1;
+  // Workers registered right now. Informational: a job may ask for more and
+  // wait for them, so this never produces a problem.
+  uint32_t num_registered_workers = 0;
+  // Datasets a job may name.
+  std::map<std::string, DatasetShape> datasets = KnownDatasets();
+  // Whether `data.data_dir` exists. Unset: std::filesystem::is_directory on
+  // this machine. Set it to accept any path when workers run elsewhere.
+  std::function<bool(const std::string& path)> path_exists;
+};
+
+// Every problem in `spec`, each "field.path: reason"; empty means valid.
+// Checks the user's spec as submitted (zeros that have defaults are fine;
+// `tensors` must be empty). Never fails otherwise; thread-safe if
+// ctx.path_exists is.
+std::vector<std::string> ValidateJobSpec(const JobSpec& spec,
+                                         const ValidationContext& ctx);
+
+// The parameter tensors of `model`, in layer order: for layer i,
+// "fc{i}/w" [fan_in, fan_out] (GLOROT_UNIFORM) then "fc{i}/b" [fan_out]
+// (ZEROS). Softmax regression is the single layer fc0; an MLP has one layer
+// per hidden width plus the output layer. Empty if no model is set. Does not
+// validate the dimensions.
+std::vector<TensorSpec> DeriveModelTensors(const ModelSpec& model);
+
+// `spec` with defaults filled in: partition_bytes, step_deadline_ms,
+// on_worker_failure (FAIL), Adam/AdamW beta1/beta2/epsilon, Adagrad epsilon,
+// and `tensors` from the model (replacing any given). Does not validate.
+JobSpec ApplyJobDefaults(const JobSpec& spec);
+
+// Validates `spec` and returns ApplyJobDefaults(spec). On any problem returns
+// INVALID_ARGUMENT whose message lists them all; if `problems` is non-null it
+// receives the list (cleared first, empty on success).
+absl::StatusOr<JobSpec> NormalizeJobSpec(
+    const JobSpec& spec, const ValidationContext& ctx,
+    std::vector<std::string>* problems = nullptr);
+
+}  // namespace ps
+
+#endif  // SERVER_COORDINATOR_JOB_VALIDATION_H_

@@ -1,0 +1,423 @@
+#include "server/coordinator/job_validation.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <functional>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "gmock/gmock.h"
+#include "google/protobuf/text_format.h"
+#include "gtest/gtest.h"
+
+namespace ps {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::ElementsAreArray;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+
+JobSpec ParseSpec(const std::string& text) {
+  JobSpec spec;
+  EXPECT_TRUE(google::protobuf::TextFormat::ParseFromString(text, &spec))
+      << text;
+  return spec;
+}
+
+// A valid spec; each table case breaks it in one way.
+JobSpec ValidSpec() {
+  return ParseSpec(R"pb(
+    name: "fmnist-mlp"
+    model { mlp { input_dim: 784 hidden: 256 hidden: 128 num_classes: 10 } }
+    data { dataset: "fashion-mnist" batch_size: 64 epochs: 2 }
+    optimizer { kind: SGD learning_rate: 0.1 momentum: 0.9 nesterov: true }
+    consistency { mode: BSP backup_workers: 1 }
+    num_workers: 2
+  )pb");
+}
+
+ValidationContext Context() {
+  ValidationContext ctx;
+  ctx.num_shards = 2;
+  // Deterministic regardless of the machine's file system.
+  ctx.path_exists = [](const std::string& path) {
+    return path == "/data/fashion-mnist";
+  };
+  return ctx;
+}
+
+TEST(ValidateJobSpecTest, ValidSpecsHaveNoProblems) {
+  EXPECT_THAT(ValidateJobSpec(ValidSpec(), Context()), IsEmpty());
+
+  JobSpec adam = ParseSpec(R"pb(
+    name: "synthetic_softmax.v2"
+    model { softmax { input_dim: 32 num_classes: 3 } }
+    data {
+      dataset: "synthetic"
+      data_dir: "/data/fashion-mnist"
+      batch_size: 65536
+      epochs: 1
+      synthetic_train: 1000
+      synthetic_test: 100
+    }
+    optimizer {
+      kind: ADAMW
+      learning_rate: 0.001
+      beta1: 0
+      beta2: 0.99
+      epsilon: 1e-6
+      weight_decay: 0.01
+    }
+    consistency { mode: SSP staleness: 3 }
+    num_workers: 1024
+    partition_bytes: 3145728
+    eval_every: 4000000000
+    checkpoint { every_steps: 100 every_seconds: 3600 }
+    on_worker_failure: SHRINK
+  )pb");
+  EXPECT_THAT(ValidateJobSpec(adam, Context()), IsEmpty());
+}
+
+struct BadSpecCase {
+  std::string label;
+  std::function<void(JobSpec&)> mutate;
+  std::vector<std::string> problems;
+};
+
+class BadSpecTest : public ::testing::TestWithParam<BadSpecCase> {};
+
+TEST_P(BadSpecTest, ListsExactlyTheExpectedProblems) {
+  JobSpec spec = ValidSpec();
+  GetParam().mutate(spec);
+  EXPECT_THAT(ValidateJobSpec(spec, Context()),
+              ElementsAreArray(GetParam().problems));
+}
+
+const float kNaN = std::numeric_limits<float>::quiet_NaN();
+const float kInf = std::numeric_limits<float>::infinity();
+
+INSTANTIATE_TEST_SUITE_P(
+    Table, BadSpecTest,
+    ::testing::ValuesIn(std::vector<BadSpecCase>{
+        {"EmptyName", [](JobSpec& s) { s.clear_name(); }, {"name: must be set"}},
+        {"NameWithSlash",
+         [](JobSpec& s) { s.set_name("team/job"); },
+         {"name: invalid character '/' in \"team/job\" (use letters, digits, "
+          "'-', '_', '.')"}},
+        {"NameTooLong",
+         [](JobSpec& s) { s.set_name(std::string(129, 'a')); },
+         {"name: 129 characters, at most 128 allowed"}},
+        {"ModelMissing",
+         [](JobSpec& s) { s.clear_model(); },
+         {"model: must be set (softmax or mlp)"}},
+        {"SoftmaxInputDimMismatch",
+         [](JobSpec& s) {
+           s.mutable_model()->mutable_softmax()->set_input_dim(100);
+           s.mutable_model()->mutable_softmax()->set_num_classes(10);
+         },
+         {"model.softmax.input_dim: 100 does not match dataset fashion-mnist "
+          "(784)"}},
+        {"SoftmaxZeroDims",
+         [](JobSpec& s) { s.mutable_model()->mutable_softmax(); },
+         {"model.softmax.input_dim: must be > 0",
+          "model.softmax.num_classes: must be >= 2, got 0"}},
+        {"MlpClassesMismatch",
+         [](JobSpec& s) { s.mutable_model()->mutable_mlp()->set_num_classes(7); },
+         {"model.mlp.num_classes: 7 does not match dataset fashion-mnist "
+          "(10)"}},
+        {"HiddenZeroAndHuge",
+         [](JobSpec& s) {
+           s.mutable_model()->mutable_mlp()->set_hidden(0, 0);
+           s.mutable_model()->mutable_mlp()->add_hidden(65537);
+         },
+         {"model.mlp.hidden[0]: must be in [1, 65536], got 0",
+          "model.mlp.hidden[2]: must be in [1, 65536], got 65537"}},
+        {"OptimizerKindUnspecified",
+         [](JobSpec& s) { s.mutable_optimizer()->clear_kind(); },
+         {"optimizer.kind: must be set (SGD, ADAGRAD, ADAM, ADAMW)"}},
+        {"OptimizerKindUnknownValue",
+         [](JobSpec& s) {
+           s.mutable_optimizer()->set_kind(static_cast<OptimizerKind>(42));
+         },
+         {"optimizer.kind: unknown value 42"}},
+        {"LearningRateNegative",
+         [](JobSpec& s) { s.mutable_optimizer()->set_learning_rate(-1); },
+         {"optimizer.learning_rate: must be finite and > 0, got -1"}},
+        {"LearningRateNaN",
+         [](JobSpec& s) { s.mutable_optimizer()->set_learning_rate(kNaN); },
+         {"optimizer.learning_rate: must be finite and > 0, got nan"}},
+        {"LearningRateInfinite",
+         [](JobSpec& s) { s.mutable_optimizer()->set_learning_rate(kInf); },
+         {"optimizer.learning_rate: must be finite and > 0, got inf"}},
+        {"MomentumOne",
+         [](JobSpec& s) {
+           s.mutable_optimizer()->set_momentum(1);
+           s.mutable_optimizer()->set_nesterov(false);
+         },
+         {"optimizer.momentum: must be in [0, 1), got 1"}},
+        {"NesterovWithoutMomentum",
+         [](JobSpec& s) { s.mutable_optimizer()->set_momentum(0); },
+         {"optimizer.nesterov: requires momentum > 0"}},
+        {"MomentumWithAdam",
+         [](JobSpec& s) {
+           s.mutable_optimizer()->set_kind(ADAM);
+           s.mutable_optimizer()->set_nesterov(false);
+         },
+         {"optimizer.momentum: only SGD uses momentum (kind is ADAM)"}},
+        {"BetasOutOfRange",
+         [](JobSpec& s) {
+           OptimizerSpec* o = s.mutable_optimizer();
+           o->Clear();
+           o->set_kind(ADAM);
+           o->set_learning_rate(0.001f);
+           o->set_beta1(1);
+           o->set_beta2(-0.5f);
+         },
+         {"optimizer.beta1: must be in [0, 1), got 1",
+          "optimizer.beta2: must be in [0, 1), got -0.5"}},
+        {"EpsilonZero",
+         [](JobSpec& s) {
+           OptimizerSpec* o = s.mutable_optimizer();
+           o->Clear();
+           o->set_kind(ADAGRAD);
+           o->set_learning_rate(0.01f);
+           o->set_epsilon(0);
+         },
+         {"optimizer.epsilon: must be finite and > 0, got 0"}},
+        {"WeightDecayNegative",
+         [](JobSpec& s) { s.mutable_optimizer()->set_weight_decay(-0.01f); },
+         {"optimizer.weight_decay: must be finite and >= 0, got -0.01"}},
+        {"ModeUnspecified",
+         [](JobSpec& s) {
+           s.mutable_consistency()->clear_mode();
+           s.mutable_consistency()->clear_backup_workers();
+         },
+         {"consistency.mode: must be set (BSP, ASP, SSP)"}},
+        {"StalenessWithBsp",
+         [](JobSpec& s) { s.mutable_consistency()->set_staleness(2); },
+         {"consistency.staleness: only SSP uses a staleness bound (mode is "
+          "BSP)"}},
+        {"BackupWorkersNotBelowNumWorkers",
+         [](JobSpec& s) { s.mutable_consistency()->set_backup_workers(2); },
+         {"consistency.backup_workers: must be < num_workers (2), got 2"}},
+        {"BackupWorkersWithAsp",
+         [](JobSpec& s) { s.mutable_consistency()->set_mode(ASP); },
+         {"consistency.backup_workers: only BSP uses backup workers (mode is "
+          "ASP)"}},
+        {"NumWorkersZero",
+         [](JobSpec& s) {
+           s.set_num_workers(0);
+           s.mutable_consistency()->clear_backup_workers();
+         },
+         {"num_workers: must be in [1, 1024], got 0"}},
+        {"NumWorkersTooMany",
+         [](JobSpec& s) { s.set_num_workers(1025); },
+         {"num_workers: must be in [1, 1024], got 1025"}},
+        {"BatchSizeZero",
+         [](JobSpec& s) { s.mutable_data()->set_batch_size(0); },
+         {"data.batch_size: must be in [1, 65536], got 0"}},
+        {"BatchSizeHuge",
+         [](JobSpec& s) { s.mutable_data()->set_batch_size(65537); },
+         {"data.batch_size: must be in [1, 65536], got 65537"}},
+        {"EpochsZero",
+         [](JobSpec& s) { s.mutable_data()->set_epochs(0); },
+         {"data.epochs: must be >= 1"}},
+        {"PartitionNotMultipleOf4",
+         [](JobSpec& s) { s.set_partition_bytes(65538); },
+         {"partition_bytes: must be a multiple of 4 (float32), got 65538"}},
+        {"PartitionTooSmall",
+         [](JobSpec& s) { s.set_partition_bytes(4092); },
+         {"partition_bytes: must be in [4096, 3145728] (a chunk must fit one "
+          "message), got 4092"}},
+        {"PartitionTooLarge",
+         [](JobSpec& s) { s.set_partition_bytes(3145732); },
+         {"partition_bytes: must be in [4096, 3145728] (a chunk must fit one "
+          "message), got 3145732"}},
+        {"TooManyChunks",
+         [](JobSpec& s) {
+           s.mutable_data()->set_dataset("synthetic");
+           Mlp* mlp = s.mutable_model()->mutable_mlp();
+           mlp->set_input_dim(65536);
+           mlp->clear_hidden();
+           mlp->add_hidden(65536);
+           s.set_partition_bytes(65536);
+         },
+         // fc0/w 2^32 / 2^14 + fc0/b 4 + fc1/w 40 + fc1/b 1 chunks.
+         {"partition_bytes: the model needs 262189 chunks of 65536 bytes, "
+          "more than the 65536 a placement may hold; raise it"}},
+        {"DatasetUnknown",
+         [](JobSpec& s) { s.mutable_data()->set_dataset("cifar10"); },
+         {"data.dataset: unknown dataset \"cifar10\" (known: fashion-mnist, "
+          "mnist, synthetic)"}},
+        {"DatasetEmpty",
+         [](JobSpec& s) { s.mutable_data()->clear_dataset(); },
+         {"data.dataset: must be set (one of fashion-mnist, mnist, "
+          "synthetic)"}},
+        {"DataDirMissing",
+         [](JobSpec& s) { s.mutable_data()->set_data_dir("/nonexistent"); },
+         {"data.data_dir: directory \"/nonexistent\" does not exist"}},
+        {"SyntheticSizesOnRealDataset",
+         [](JobSpec& s) { s.mutable_data()->set_synthetic_train(100); },
+         {"data.synthetic_train: only the synthetic dataset uses it"}},
+        {"CheckpointSecondsLookLikeMillis",
+         [](JobSpec& s) {
+           s.mutable_checkpoint()->set_every_seconds(30 * 24 * 3600);
+         },
+         {"checkpoint.every_seconds: 2592000 s is more than 7 days (the unit "
+          "is seconds)"}},
+        {"FailurePolicyUnknownValue",
+         [](JobSpec& s) {
+           s.set_on_worker_failure(static_cast<WorkerFailurePolicy>(9));
+         },
+         {"on_worker_failure: unknown value 9"}},
+        {"UserSuppliedTensors",
+         [](JobSpec& s) { s.add_tensors()->set_name("fc0/w"); },
+         {"tensors: derived from model; must be empty, got 1"}},
+    }),
+    [](const ::testing::TestParamInfo<BadSpecCase>& info) {
+      return info.param.label;
+    });
+
+TEST(ValidateJobSpecTest, ReportsEveryProblemAtOnce) {
+  JobSpec spec = ParseSpec(R"pb(
+    model { mlp { input_dim: 784 hidden: 0 num_classes: 10 } }
+    optimizer { learning_rate: 0 momentum: 1.5 }
+    consistency { mode: ASP staleness: 1 }
+    data { dataset: "mnist" }
+    partition_bytes: 10
+    tensors { name: "x" }
+  )pb");
+  EXPECT_THAT(
+      ValidateJobSpec(spec, Context()),
+      ElementsAre(
+          "name: must be set", "model.mlp.hidden[0]: must be in [1, 65536], got 0",
+          "optimizer.kind: must be set (SGD, ADAGRAD, ADAM, ADAMW)",
+          "optimizer.learning_rate: must be finite and > 0, got 0",
+          "optimizer.momentum: must be in [0, 1), got 1.5",
+          "consistency.staleness: only SSP uses a staleness bound (mode is "
+          "ASP)",
+          "num_workers: must be in [1, 1024], got 0",
+          "data.batch_size: must be in [1, 65536], got 0",
+          "data.epochs: must be >= 1",
+          "partition_bytes: must be a multiple of 4 (float32), got 10",
+          "tensors: derived from model; must be empty, got 1"));
+}
+
+TEST(ValidateJobSpecTest, ContextWithoutShardsIsAProblem) {
+  ValidationContext ctx = Context();
+  ctx.num_shards = 0;
+  EXPECT_THAT(ValidateJobSpec(ValidSpec(), ctx),
+              ElementsAre("cluster: has no shards"));
+}
+
+TEST(ValidateJobSpecTest, DefaultPathCheckUsesTheFileSystem) {
+  ValidationContext ctx;  // path_exists unset: std::filesystem
+  JobSpec spec = ValidSpec();
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  ASSERT_NE(tmp, nullptr);
+  spec.mutable_data()->set_data_dir(tmp);
+  EXPECT_THAT(ValidateJobSpec(spec, ctx), IsEmpty());
+  spec.mutable_data()->set_data_dir(std::string(tmp) + "/no/such/dir");
+  EXPECT_THAT(ValidateJobSpec(spec, ctx),
+              ElementsAre(HasSubstr("data.data_dir: directory")));
+}
+
+TEST(DeriveModelTensorsTest, SoftmaxIsOneLayer) {
+  ModelSpec model;
+  model.mutable_softmax()->set_input_dim(784);
+  model.mutable_softmax()->set_num_classes(10);
+  std::vector<TensorSpec> t = DeriveModelTensors(model);
+  ASSERT_EQ(t.size(), 2u);
+  EXPECT_EQ(t[0].name(), "fc0/w");
+  EXPECT_THAT(t[0].shape(), ElementsAre(784, 10));
+  EXPECT_EQ(t[0].init().kind(), GLOROT_UNIFORM);
+  EXPECT_EQ(t[1].name(), "fc0/b");
+  EXPECT_THAT(t[1].shape(), ElementsAre(10));
+  EXPECT_EQ(t[1].init().kind(), ZEROS);
+}
+
+TEST(DeriveModelTensorsTest, MlpHasOneLayerPerWidthChange) {
+  std::vector<TensorSpec> t = DeriveModelTensors(ValidSpec().model());
+  ASSERT_EQ(t.size(), 6u);
+  const std::vector<std::string> names = {"fc0/w", "fc0/b", "fc1/w",
+                                          "fc1/b", "fc2/w", "fc2/b"};
+  const std::vector<std::vector<uint64_t>> shapes = {
+      {784, 256}, {256}, {256, 128}, {128}, {128, 10}, {10}};
+  for (size_t i = 0; i < t.size(); ++i) {
+    EXPECT_EQ(t[i].name(), names[i]);
+    EXPECT_THAT(t[i].shape(), ElementsAreArray(shapes[i])) << names[i];
+    EXPECT_EQ(t[i].init().kind(), i % 2 == 0 ? GLOROT_UNIFORM : ZEROS);
+  }
+  EXPECT_TRUE(DeriveModelTensors(ModelSpec()).empty());
+}
+
+TEST(NormalizeJobSpecTest, FillsDefaultsAndTensors) {
+  std::vector<std::string> problems = {"stale"};
+  absl::StatusOr<JobSpec> spec =
+      NormalizeJobSpec(ValidSpec(), Context(), &problems);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_THAT(problems, IsEmpty());
+  EXPECT_EQ(spec->partition_bytes(), 1u << 20);
+  EXPECT_EQ(spec->consistency().step_deadline_ms(), 60000u);
+  EXPECT_EQ(spec->on_worker_failure(), FAIL);
+  EXPECT_EQ(spec->tensors_size(), 6);
+  // SGD gets no Adam defaults.
+  EXPECT_FALSE(spec->optimizer().has_beta1());
+  EXPECT_FALSE(spec->optimizer().has_epsilon());
+  // User values survive.
+  EXPECT_EQ(spec->name(), "fmnist-mlp");
+  EXPECT_FLOAT_EQ(spec->optimizer().momentum(), 0.9f);
+}
+
+TEST(NormalizeJobSpecTest, KeepsExplicitValues) {
+  JobSpec in = ValidSpec();
+  in.set_partition_bytes(65536);
+  in.mutable_consistency()->set_step_deadline_ms(5000);
+  in.set_on_worker_failure(SHRINK);
+  absl::StatusOr<JobSpec> spec = NormalizeJobSpec(in, Context());
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->partition_bytes(), 65536u);
+  EXPECT_EQ(spec->consistency().step_deadline_ms(), 5000u);
+  EXPECT_EQ(spec->on_worker_failure(), SHRINK);
+}
+
+TEST(NormalizeJobSpecTest, OptimizerDefaultsPerKind) {
+  JobSpec in = ValidSpec();
+  in.mutable_optimizer()->Clear();
+  in.mutable_optimizer()->set_kind(ADAM);
+  in.mutable_optimizer()->set_learning_rate(0.001f);
+  in.mutable_optimizer()->set_beta2(0.98f);
+  absl::StatusOr<JobSpec> adam = NormalizeJobSpec(in, Context());
+  ASSERT_TRUE(adam.ok()) << adam.status();
+  EXPECT_FLOAT_EQ(adam->optimizer().beta1(), 0.9f);
+  EXPECT_FLOAT_EQ(adam->optimizer().beta2(), 0.98f);
+  EXPECT_FLOAT_EQ(adam->optimizer().epsilon(), 1e-8f);
+
+  in.mutable_optimizer()->Clear();
+  in.mutable_optimizer()->set_kind(ADAGRAD);
+  in.mutable_optimizer()->set_learning_rate(0.01f);
+  absl::StatusOr<JobSpec> adagrad = NormalizeJobSpec(in, Context());
+  ASSERT_TRUE(adagrad.ok()) << adagrad.status();
+  EXPECT_FLOAT_EQ(adagrad->optimizer().epsilon(), 1e-10f);
+  EXPECT_FALSE(adagrad->optimizer().has_beta1());
+}
+
+TEST(NormalizeJobSpecTest, RejectsWithEveryProblemInTheMessage) {
+  JobSpec in = ValidSpec();
+  in.clear_name();
+  in.mutable_data()->set_epochs(0);
+  std::vector<std::string> problems;
+  absl::StatusOr<JobSpec> spec = NormalizeJobSpec(in, Context(), &problems);
+  ASSERT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(spec.status().message(),
+            "job spec has 2 problems: name: must be set; data.epochs: must "
+            "be >= 1");
+  EXPECT_THAT(problems,
+              ElementsAre("name: must be set", "data.epochs: must be >= 1"));
+}
+
+}  // namespace
+}  // namespace ps

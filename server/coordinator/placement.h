@@ -1,0 +1,48 @@
+// Chunk placement: which shard holds which chunk of a job's tensors.
+//
+// Computed once, at submit, by the coordinator and shipped with the job to
+// workers and shards. Deterministic (the same spec and shard count always
+// give the same placement) and size-aware (bytes per shard balanced).
+//
+//   absl::StatusOr<JobSpec> spec = NormalizeJobSpec(user_spec, ctx);
+//   absl::StatusOr<Placement> placement = PlaceChunks(*spec, /*num_shards=*/4);
+//   for (const ChunkPlacement& c : placement->chunks()) { ... c.shard() ... }
+
+#ifndef SERVER_COORDINATOR_PLACEMENT_H_
+#define SERVER_COORDINATOR_PLACEMENT_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "proto/job.pb.h"
+
+namespace ps {
+
+// Most chunks a placement may hold: ~2 MiB on the wire, half the 4 MiB
+// message limit that Assignment and RegisterJobRequest must stay under.
+inline constexpr uint64_t kMaxChunks = 65536;
+
+// Cuts every tensor of `spec.tensors`, in spec order, into chunks of
+// floor(partition_bytes / 4) elements (the last chunk of a tensor shorter).
+// chunk_id is the position in the result, `index` the chunk's position
+// within its tensor; `shard` is left 0. Fails with INVALID_ARGUMENT naming
+// the field when partition_bytes < 4, there are no tensors, a tensor has no
+// name, a duplicate name, or no elements, or there would be more than kMaxChunks
+// chunks (checked before any chunk is built).
+absl::StatusOr<std::vector<ChunkPlacement>> CutTensorsIntoChunks(
+    const JobSpec& spec);
+
+// Places the chunks of `normalized_spec` (tensors and partition_bytes filled,
+// see NormalizeJobSpec) on `num_shards` shards: largest chunk first onto the
+// shard holding the fewest bytes so far, ties to the lowest shard id (and,
+// among equal-sized chunks, the lowest chunk id goes first). Chunks keep
+// their ids from CutTensorsIntoChunks. Any two shards' bytes differ by at most the
+// largest chunk's bytes. Fails with INVALID_ARGUMENT when num_shards
+// is 0 or CutTensorsIntoChunks fails. Pure function; thread-safe.
+absl::StatusOr<Placement> PlaceChunks(const JobSpec& normalized_spec,
+                                      uint32_t num_shards);
+
+}  // namespace ps
+
+#endif  // SERVER_COORDINATOR_PLACEMENT_H_

@@ -1,0 +1,38 @@
+// Conversions between tensor payloads (`bytes` holding little-endian float32,
+// see proto/ps.proto) and native float arrays.
+//
+//   std::vector<float> grad(chunk.length);
+//   if (!DecodeFloats(data, absl::MakeSpan(grad))) { ... non-finite ... }
+//   std::string reply;
+//   EncodeFloats(params, &reply);
+//
+// On little-endian hosts every function is a memcpy (plus a branch-free scan
+// for the finiteness check); big-endian hosts swap bytes.
+#ifndef SERVER_FLOAT_BYTES_H_
+#define SERVER_FLOAT_BYTES_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+
+namespace ps {
+
+// Index of the first NaN or Inf among the floats in `bytes`, or -1 when every
+// one is finite. `bytes.size()` must be a multiple of 4 (a trailing partial
+// float is ignored). Reads `bytes` once; the common (all finite) case runs a
+// vectorizable scan without per-element branches.
+int64_t FirstNonFinite(absl::string_view bytes);
+
+// Copies the little-endian float32 payload into `out`. Requires
+// bytes.size() == 4 * out.size() (callers validate sizes first).
+void DecodeFloats(absl::string_view bytes, absl::Span<float> out);
+
+// Replaces `*out` with the little-endian float32 encoding of `values`.
+void EncodeFloats(absl::Span<const float> values, std::string* out);
+
+}  // namespace ps
+
+#endif  // SERVER_FLOAT_BYTES_H_

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# The main job: a local cluster (2 psd shards, 2 workerd) trains an MLP on
+# Fashion-MNIST. Builds what is needed, starts the daemons with their logs in
+# a temporary folder (printed), submits configs/jobs/fashion_mlp.pbtxt with
+# --wait, prints the summary and the shard statistics, and stops every daemon
+# it started, also on Ctrl-C or failure.
+#
+#   tools/demo.sh [JOB.pbtxt]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+JOB=${1:-configs/jobs/fashion_mlp.pbtxt}
+
+bash tools/setup.sh
+echo "demo: building (first time: several minutes)"
+bazel build -c opt //server:psd //worker:workerd //tools:psctl 2>&1 | tail -n 3
+BIN=$(bazel info -c opt bazel-bin 2>/dev/null)
+
+LOGS=$(mktemp -d /tmp/ps-demo.XXXXXX)
+echo "demo: logs in $LOGS"
+PIDS=()
+cleanup() {
+  local rc=$?
+  trap - EXIT INT TERM
+  if ((${#PIDS[@]})); then
+    kill -TERM "${PIDS[@]}" 2>/dev/null || true
+    # Daemons exit cleanly on SIGTERM; give them 10 s, then insist.
+    for _ in $(seq 100); do
+      alive=0
+      for p in "${PIDS[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
+      ((alive)) || break
+      sleep 0.1
+    done
+    kill -KILL "${PIDS[@]}" 2>/dev/null || true
+    wait 2>/dev/null || true
+  fi
+  echo "demo: stopped all daemons (logs in $LOGS)"
+  exit $rc
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+PSCTL=("$BIN/tools/psctl" --cluster=configs/local/cluster.pbtxt)
+for i in 0 1; do
+  "$BIN/server/psd" --config=configs/local/psd$i.pbtxt >"$LOGS/psd$i.log" 2>&1 &
+  PIDS+=($!)
+done
+for i in 0 1; do
+  "$BIN/worker/workerd" --config=configs/local/worker$i.pbtxt >"$LOGS/worker$i.log" 2>&1 &
+  PIDS+=($!)
+done
+echo "demo: started psd x2, workerd x2 (pids ${PIDS[*]})"
+
+set +e
+"${PSCTL[@]}" submit "$JOB" --wait --timeout=1800
+rc=$?
+set -e
+echo
+echo "demo: shard statistics"
+"${PSCTL[@]}" stats || true
+exit $rc

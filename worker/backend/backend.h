@@ -1,0 +1,305 @@
+// The compute interface that models are written against, once, for every
+// device: CPU (OpenBLAS) and CUDA (cuBLAS + kernels).
+//
+// A Backend is one device ("cpu:0", "gpu:1"). Memory it allocates is
+// "backend memory" (device memory on a GPU, ordinary host memory on the CPU)
+// and is owned by a move-only DeviceBuffer<T>. Compute and copy calls are
+// *enqueued*: they run in call order on the device's stream and complete at
+// Synchronize(), which also reports the first error since the last
+// Synchronize() (bad arguments, a failed launch). On the CPU they simply run
+// at once.
+//
+//   std::unique_ptr<Backend> b = ...;               // see backend_factory.h
+//   absl::StatusOr<DeviceBuffer<float>> a = b->Allocate<float>(m * k);
+//   b->CopyToDevice(host_a, m * k, a->data());
+//   b->Gemm(Transpose::kNo, Transpose::kNo, m, n, k, 1.0f, a->data(), k,
+//           w.data(), n, 0.0f, c.data(), n);
+//   b->CopyToHost(c.data(), m * n, host_c);
+//   absl::Status s = b->Synchronize();              // host_c now valid
+//
+// Thread-safety: a Backend is thread-compatible, not thread-safe: one thread
+// drives it (the trainer runs one thread per device). Distinct Backend
+// objects may be used concurrently from different threads.
+
+#ifndef WORKER_BACKEND_BACKEND_H_
+#define WORKER_BACKEND_BACKEND_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "worker/backend/elementwise.h"
+
+namespace ps {
+
+class Backend;
+
+// Whether a Gemm operand is used as stored or transposed.
+enum class Transpose { kNo, kYes };
+
+// `size` elements of T in one backend's memory; frees them on destruction.
+// Move-only. Must not outlive the Backend that allocated it. data() is a
+// backend-memory pointer: dereference it on the host only when
+// Backend::host_memory() is true.
+template <typename T>
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  ~DeviceBuffer() { reset(); }
+  DeviceBuffer(DeviceBuffer&& other) noexcept { *this = std::move(other); }
+  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  T* data() const { return data_; }
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  // Frees the memory now; the buffer becomes empty.
+  void reset();
+
+ private:
+  friend class Backend;
+  DeviceBuffer(Backend* owner, T* data, size_t size)
+      : owner_(owner), data_(data), size_(size) {}
+
+  Backend* owner_ = nullptr;
+  T* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+// `size` elements of T in host memory suited to fast asynchronous copies to
+// and from its backend (page-locked for CUDA, plain aligned memory on the
+// CPU). Move-only; must not outlive its Backend.
+template <typename T>
+class HostBuffer {
+ public:
+  HostBuffer() = default;
+  ~HostBuffer() { reset(); }
+  HostBuffer(HostBuffer&& other) noexcept { *this = std::move(other); }
+  HostBuffer& operator=(HostBuffer&& other) noexcept;
+  HostBuffer(const HostBuffer&) = delete;
+  HostBuffer& operator=(const HostBuffer&) = delete;
+
+  T* data() const { return data_; }
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  void reset();
+
+ private:
+  friend class Backend;
+  HostBuffer(Backend* owner, T* data, size_t size)
+      : owner_(owner), data_(data), size_(size) {}
+
+  Backend* owner_ = nullptr;
+  T* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+// One device. All matrices are ROW-MAJOR with a leading dimension (the
+// distance between rows, >= the stored column count). Pointers passed to the
+// compute calls are backend memory. Preconditions that the backend cannot
+// check (buffer extents) are the caller's; those it can (negative sizes, a
+// leading dimension too small) make the call a no-op and the next
+// Synchronize() return kInvalidArgument naming the argument.
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  // The device string this backend was created for, e.g. "cpu:0".
+  virtual const std::string& device() const = 0;
+
+  // True when backend memory is ordinary host memory (the CPU backend):
+  // callers may then hand host pointers straight to the compute calls and
+  // skip copies. Models use this to run the CPU path copy-free.
+  virtual bool host_memory() const = 0;
+
+  // Allocates n elements (uninitialised). n == 0 gives an empty buffer.
+  // kResourceExhausted when the device is out of memory.
+  template <typename T>
+  absl::StatusOr<DeviceBuffer<T>> Allocate(size_t n);
+
+  // Allocates n elements of host memory for fast async copies.
+  template <typename T>
+  absl::StatusOr<HostBuffer<T>> AllocateHost(size_t n);
+
+  // Enqueues host -> backend. Later calls see the data. `host` must stay
+  // valid and unchanged until Synchronize(); the copy is truly asynchronous
+  // (overlapping compute) when `host` is a HostBuffer.
+  template <typename T>
+  void CopyToDevice(const T* host, size_t n, T* device) {
+    CopyToDeviceBytes(host, n * sizeof(T), device);
+  }
+
+  // Enqueues backend -> host after all previously enqueued work. `host` is
+  // valid after Synchronize(). The copy may overlap LATER compute, so later
+  // calls before Synchronize() must not write `device`.
+  template <typename T>
+  void CopyToHost(const T* device, size_t n, T* host) {
+    CopyToHostBytes(device, n * sizeof(T), host);
+  }
+
+  // Enqueues backend -> backend (same device), ordered like compute.
+  template <typename T>
+  void CopyOnDevice(const T* src, size_t n, T* dst) {
+    CopyOnDeviceBytes(src, n * sizeof(T), dst);
+  }
+
+  // C[m x n] = alpha * op(A) * op(B) + beta * C, op(A) m x k, op(B) k x n.
+  // lda/ldb/ldc are the row strides of A, B, C as stored. beta == 0 ignores
+  // C's old contents (NaNs included).
+  virtual void Gemm(Transpose trans_a, Transpose trans_b, int m, int n, int k,
+                    float alpha, const float* a, int lda, const float* b,
+                    int ldb, float beta, float* c, int ldc) = 0;
+
+  // x[r][c] += bias[c] for a dense rows x cols matrix.
+  virtual void BiasAdd(int rows, int cols, const float* bias, float* x) = 0;
+
+  // x[r][c] = max(x[r][c] + bias[c], 0): the fused dense-layer epilogue.
+  virtual void BiasRelu(int rows, int cols, const float* bias, float* x) = 0;
+
+  // y = max(x, 0); y may alias x.
+  virtual void Relu(size_t n, const float* x, float* y) = 0;
+
+  // dx = (y > 0) ? dy : 0 where y is the ReLU's OUTPUT; dx may alias dy.
+  virtual void ReluBackward(size_t n, const float* y, const float* dy,
+                            float* dx) = 0;
+
+  // Softmax cross-entropy of dense rows x classes logits against labels
+  // (backend memory, each in [0, classes): callers validate). Writes
+  // *stats = {sum of row losses (summed in double), rows whose first
+  // arg-max is the label}; `stats` is one element of backend memory. When
+  // grad_logits is not null it receives grad_scale * (softmax - onehot),
+  // rows x classes dense (it may not alias logits).
+  virtual void SoftmaxCrossEntropy(int rows, int classes, const float* logits,
+                                   const int32_t* labels, float grad_scale,
+                                   float* grad_logits, XentStats* stats) = 0;
+
+  // y[c] = alpha * sum_r x[r][c] + beta * y[c] (dense rows x cols): the bias
+  // gradient. beta == 0 ignores y's old contents.
+  virtual void ColumnSums(int rows, int cols, float alpha, const float* x,
+                          float beta, float* y) = 0;
+
+  // y += alpha * x.
+  virtual void Axpy(size_t n, float alpha, const float* x, float* y) = 0;
+
+  // x *= alpha.
+  virtual void Scale(size_t n, float alpha, float* x) = 0;
+
+  // x[i] = value.
+  virtual void Fill(size_t n, float value, float* x) = 0;
+
+  // Blocks until all enqueued work and copies are done. Returns the first
+  // error since the previous Synchronize() (and clears it), else OK.
+  virtual absl::Status Synchronize() = 0;
+
+ protected:
+  // Raw memory hooks behind Allocate/AllocateHost/Copy*. AllocateBytes and
+  // AllocateHostBytes are never called with 0 bytes.
+  virtual absl::StatusOr<void*> AllocateBytes(size_t bytes) = 0;
+  virtual void FreeBytes(void* ptr) = 0;
+  virtual absl::StatusOr<void*> AllocateHostBytes(size_t bytes) = 0;
+  virtual void FreeHostBytes(void* ptr) = 0;
+  virtual void CopyToDeviceBytes(const void* host, size_t bytes,
+                                 void* device) = 0;
+  virtual void CopyToHostBytes(const void* device, size_t bytes,
+                               void* host) = 0;
+  virtual void CopyOnDeviceBytes(const void* src, size_t bytes, void* dst) = 0;
+
+ private:
+  template <typename T>
+  friend class DeviceBuffer;
+  template <typename T>
+  friend class HostBuffer;
+};
+
+// Sums a gradient across the devices of one machine, in place, on the
+// devices (e.g. NCCL across GPUs; see cuda/gpu_reducer.h and
+// CreateGpuReducer in backend_factory.h). Rank r is the r-th backend given at
+// creation.
+class LocalReducer {
+ public:
+  virtual ~LocalReducer() = default;
+
+  virtual int num_ranks() const = 0;
+
+  // Enqueues, on rank's backend, an in-place sum of the n floats at `data`
+  // (that backend's memory) across all ranks; complete at that backend's
+  // Synchronize(). Every rank must make the same sequence of calls with the
+  // same n, each rank from its own thread concurrently (a rank's call may
+  // wait for the others to join). kInvalidArgument for a bad rank.
+  virtual absl::Status AllReduceSum(int rank, float* data, size_t n) = 0;
+};
+
+// ---- implementation details ------------------------------------------------
+
+template <typename T>
+DeviceBuffer<T>& DeviceBuffer<T>::operator=(DeviceBuffer&& other) noexcept {
+  if (this != &other) {
+    reset();
+    owner_ = std::exchange(other.owner_, nullptr);
+    data_ = std::exchange(other.data_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+  }
+  return *this;
+}
+
+template <typename T>
+void DeviceBuffer<T>::reset() {
+  if (data_ != nullptr) owner_->FreeBytes(data_);
+  owner_ = nullptr;
+  data_ = nullptr;
+  size_ = 0;
+}
+
+template <typename T>
+HostBuffer<T>& HostBuffer<T>::operator=(HostBuffer&& other) noexcept {
+  if (this != &other) {
+    reset();
+    owner_ = std::exchange(other.owner_, nullptr);
+    data_ = std::exchange(other.data_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+  }
+  return *this;
+}
+
+template <typename T>
+void HostBuffer<T>::reset() {
+  if (data_ != nullptr) owner_->FreeHostBytes(data_);
+  owner_ = nullptr;
+  data_ = nullptr;
+  size_ = 0;
+}
+
+template <typename T>
+absl::StatusOr<DeviceBuffer<T>> Backend::Allocate(size_t n) {
+  static_assert(std::is_trivially_copyable<T>::value,
+                "backend memory holds trivially copyable types only");
+  if (n == 0) return DeviceBuffer<T>();
+  if (n > SIZE_MAX / sizeof(T)) {
+    return absl::InvalidArgumentError("Allocate: element count overflows");
+  }
+  absl::StatusOr<void*> p = AllocateBytes(n * sizeof(T));
+  if (!p.ok()) return p.status();
+  return DeviceBuffer<T>(this, static_cast<T*>(*p), n);
+}
+
+template <typename T>
+absl::StatusOr<HostBuffer<T>> Backend::AllocateHost(size_t n) {
+  static_assert(std::is_trivially_copyable<T>::value,
+                "host buffers hold trivially copyable types only");
+  if (n == 0) return HostBuffer<T>();
+  if (n > SIZE_MAX / sizeof(T)) {
+    return absl::InvalidArgumentError("AllocateHost: element count overflows");
+  }
+  absl::StatusOr<void*> p = AllocateHostBytes(n * sizeof(T));
+  if (!p.ok()) return p.status();
+  return HostBuffer<T>(this, static_cast<T*>(*p), n);
+}
+
+}  // namespace ps
+
+#endif  // WORKER_BACKEND_BACKEND_H_

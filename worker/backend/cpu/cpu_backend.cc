@@ -1,0 +1,217 @@
+#include "worker/backend/cpu/cpu_backend.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "worker/backend/arg_checks.h"
+#include "worker/backend/elementwise.h"
+
+// OpenBLAS's thread-count controls. <cblas.h> from OpenBLAS declares them too;
+// declaring them here keeps this file building against a CBLAS header that
+// does not (the symbols come from libopenblas either way).
+extern "C" void openblas_set_num_threads(int);
+extern "C" int openblas_get_num_threads(void);
+
+namespace ps {
+namespace {
+
+// Cache-line alignment lets the compiler's vector loops and OpenBLAS's
+// kernels use aligned loads.
+constexpr size_t kAlignment = 64;
+
+void* AlignedAlloc(size_t bytes) {
+  const size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+  return std::aligned_alloc(kAlignment, rounded);
+}
+
+CBLAS_TRANSPOSE ToCblas(Transpose t) {
+  return t == Transpose::kNo ? CblasNoTrans : CblasTrans;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(
+    int index, int blas_threads) {
+  if (index < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cpu device index must be >= 0, got ", index));
+  }
+  if (blas_threads < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cpu_threads must be >= 0, got ", blas_threads));
+  }
+  if (blas_threads > 0) openblas_set_num_threads(blas_threads);
+  return std::unique_ptr<CpuBackend>(
+      new CpuBackend(absl::StrCat("cpu:", index)));
+}
+
+int CpuBackend::BlasThreads() { return openblas_get_num_threads(); }
+
+void CpuBackend::Record(absl::Status status) {
+  if (error_.ok()) error_ = std::move(status);
+}
+
+void CpuBackend::Gemm(Transpose trans_a, Transpose trans_b, int m, int n,
+                      int k, float alpha, const float* a, int lda,
+                      const float* b, int ldb, float beta, float* c, int ldc) {
+  absl::Status s =
+      CheckGemmArgs(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc);
+  if (!s.ok()) return Record(std::move(s));
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    // C = beta * C; BLAS implementations differ on k == 0, so do it here.
+    for (int i = 0; i < m; ++i) {
+      float* row = c + static_cast<size_t>(i) * ldc;
+      for (int j = 0; j < n; ++j) row[j] = beta == 0.0f ? 0.0f : beta * row[j];
+    }
+    return;
+  }
+  cblas_sgemm(CblasRowMajor, ToCblas(trans_a), ToCblas(trans_b), m, n, k,
+              alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+void CpuBackend::BiasAdd(int rows, int cols, const float* bias, float* x) {
+  absl::Status s = CheckMatrixArgs("BiasAdd", rows, cols, bias, x);
+  if (!s.ok()) return Record(std::move(s));
+  for (int r = 0; r < rows; ++r) {
+    float* __restrict row = x + static_cast<size_t>(r) * cols;
+    const float* __restrict b = bias;
+    for (int c = 0; c < cols; ++c) row[c] += b[c];
+  }
+}
+
+void CpuBackend::BiasRelu(int rows, int cols, const float* bias, float* x) {
+  absl::Status s = CheckMatrixArgs("BiasRelu", rows, cols, bias, x);
+  if (!s.ok()) return Record(std::move(s));
+  for (int r = 0; r < rows; ++r) {
+    float* __restrict row = x + static_cast<size_t>(r) * cols;
+    const float* __restrict b = bias;
+    for (int c = 0; c < cols; ++c) {
+      row[c] = elementwise::BiasRelu(row[c], b[c]);
+    }
+  }
+}
+
+void CpuBackend::Relu(size_t n, const float* x, float* y) {
+  if (n > 0 && (x == nullptr || y == nullptr)) {
+    return Record(absl::InvalidArgumentError("Relu: null pointer"));
+  }
+  for (size_t i = 0; i < n; ++i) y[i] = elementwise::Relu(x[i]);
+}
+
+void CpuBackend::ReluBackward(size_t n, const float* y, const float* dy,
+                              float* dx) {
+  if (n > 0 && (y == nullptr || dy == nullptr || dx == nullptr)) {
+    return Record(absl::InvalidArgumentError("ReluBackward: null pointer"));
+  }
+  for (size_t i = 0; i < n; ++i) dx[i] = elementwise::ReluGrad(y[i], dy[i]);
+}
+
+void CpuBackend::SoftmaxCrossEntropy(int rows, int classes,
+                                     const float* logits,
+                                     const int32_t* labels, float grad_scale,
+                                     float* grad_logits, XentStats* stats) {
+  absl::Status s = CheckXentArgs(rows, classes, logits, labels, stats);
+  if (!s.ok()) return Record(std::move(s));
+  double loss_sum = 0.0;
+  int64_t correct = 0;
+  for (int r = 0; r < rows; ++r) {
+    const size_t offset = static_cast<size_t>(r) * classes;
+    const elementwise::RowXent row = elementwise::SoftmaxXentRow(
+        logits + offset, classes, labels[r], grad_scale,
+        grad_logits == nullptr ? nullptr : grad_logits + offset);
+    loss_sum += row.loss;
+    correct += row.correct;
+  }
+  stats->loss_sum = loss_sum;
+  stats->correct = correct;
+}
+
+void CpuBackend::ColumnSums(int rows, int cols, float alpha, const float* x,
+                            float beta, float* y) {
+  absl::Status s = CheckMatrixArgs("ColumnSums", rows, cols, x, y);
+  if (!s.ok()) return Record(std::move(s));
+  if (cols > 0 && y == nullptr) {
+    return Record(absl::InvalidArgumentError("ColumnSums: y is null"));
+  }
+  // Columns in blocks: each block's partial sums live in a stack array (L1)
+  // while the rows stream through with unit stride, and the epilogue applies
+  // AlphaBeta to the finished sum exactly as the GPU kernel does.
+  constexpr int kBlock = 512;
+  float acc[kBlock];
+  for (int c0 = 0; c0 < cols; c0 += kBlock) {
+    const int width = std::min(kBlock, cols - c0);
+    std::fill(acc, acc + width, 0.0f);
+    for (int r = 0; r < rows; ++r) {
+      const float* __restrict row = x + static_cast<size_t>(r) * cols + c0;
+      for (int c = 0; c < width; ++c) acc[c] += row[c];
+    }
+    float* __restrict out = y + c0;
+    for (int c = 0; c < width; ++c) {
+      out[c] = elementwise::AlphaBeta(alpha, acc[c], beta, out[c]);
+    }
+  }
+}
+
+void CpuBackend::Axpy(size_t n, float alpha, const float* x, float* y) {
+  if (n > 0 && (x == nullptr || y == nullptr)) {
+    return Record(absl::InvalidArgumentError("Axpy: null pointer"));
+  }
+  for (size_t i = 0; i < n; ++i) y[i] = elementwise::Axpy(alpha, x[i], y[i]);
+}
+
+void CpuBackend::Scale(size_t n, float alpha, float* x) {
+  if (n > 0 && x == nullptr) {
+    return Record(absl::InvalidArgumentError("Scale: null pointer"));
+  }
+  for (size_t i = 0; i < n; ++i) x[i] *= alpha;
+}
+
+void CpuBackend::Fill(size_t n, float value, float* x) {
+  if (n > 0 && x == nullptr) {
+    return Record(absl::InvalidArgumentError("Fill: null pointer"));
+  }
+  std::fill(x, x + n, value);
+}
+
+absl::Status CpuBackend::Synchronize() {
+  return std::exchange(error_, absl::OkStatus());
+}
+
+absl::StatusOr<void*> CpuBackend::AllocateBytes(size_t bytes) {
+  void* p = AlignedAlloc(bytes);
+  if (p == nullptr) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(device_, ": cannot allocate ", bytes, " bytes"));
+  }
+  return p;
+}
+
+void CpuBackend::FreeBytes(void* ptr) { std::free(ptr); }
+
+absl::StatusOr<void*> CpuBackend::AllocateHostBytes(size_t bytes) {
+  return AllocateBytes(bytes);
+}
+
+void CpuBackend::FreeHostBytes(void* ptr) { std::free(ptr); }
+
+void CpuBackend::CopyToDeviceBytes(const void* host, size_t bytes,
+                                   void* device) {
+  if (bytes > 0 && host != device) std::memcpy(device, host, bytes);
+}
+
+void CpuBackend::CopyToHostBytes(const void* device, size_t bytes,
+                                 void* host) {
+  if (bytes > 0 && host != device) std::memcpy(host, device, bytes);
+}
+
+void CpuBackend::CopyOnDeviceBytes(const void* src, size_t bytes, void* dst) {
+  if (bytes > 0 && src != dst) std::memmove(dst, src, bytes);
+}
+
+}  // namespace ps

@@ -1,0 +1,87 @@
+// The CPU backend: OpenBLAS sgemm through CBLAS plus vectorisable loops over
+// the shared element-wise math (worker/backend/elementwise.h).
+//
+// Backend memory is host memory (host_memory() is true): Allocate is an
+// aligned malloc, copies are memcpy, every call runs to completion before it
+// returns, and Synchronize() only reports errors.
+//
+//   absl::StatusOr<std::unique_ptr<CpuBackend>> b =
+//       CpuBackend::Create(/*index=*/0, /*blas_threads=*/1);
+//
+// Threads. OpenBLAS (pthread build) keeps ONE process-wide thread count:
+// openblas_set_num_threads() affects every CpuBackend in the process, the last
+// call wins. Create() sets it when blas_threads > 0, so create all backends
+// (with the same value) before device threads start. With K replicas on C
+// cores, blas_threads = max(1, C / K) keeps the machine busy without
+// oversubscription. Concurrent calls from K threads into distinct CpuBackends
+// are safe: OpenBLAS's pthread build serialises its thread pool internally,
+// and with blas_threads == 1 each call runs on its caller's thread.
+
+#ifndef WORKER_BACKEND_CPU_CPU_BACKEND_H_
+#define WORKER_BACKEND_CPU_CPU_BACKEND_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "worker/backend/backend.h"
+
+namespace ps {
+
+// Thread-compatible (one thread drives it); see the file comment for OpenBLAS
+// threading.
+class CpuBackend final : public Backend {
+ public:
+  // A backend named "cpu:<index>". blas_threads > 0 sets OpenBLAS's
+  // process-wide thread count; 0 leaves it as it is (OPENBLAS_NUM_THREADS or
+  // all cores). kInvalidArgument for index < 0 or blas_threads < 0.
+  static absl::StatusOr<std::unique_ptr<CpuBackend>> Create(int index,
+                                                            int blas_threads);
+
+  // OpenBLAS's current process-wide thread count.
+  static int BlasThreads();
+
+  const std::string& device() const override { return device_; }
+  bool host_memory() const override { return true; }
+
+  void Gemm(Transpose trans_a, Transpose trans_b, int m, int n, int k,
+            float alpha, const float* a, int lda, const float* b, int ldb,
+            float beta, float* c, int ldc) override;
+  void BiasAdd(int rows, int cols, const float* bias, float* x) override;
+  void BiasRelu(int rows, int cols, const float* bias, float* x) override;
+  void Relu(size_t n, const float* x, float* y) override;
+  void ReluBackward(size_t n, const float* y, const float* dy,
+                    float* dx) override;
+  void SoftmaxCrossEntropy(int rows, int classes, const float* logits,
+                           const int32_t* labels, float grad_scale,
+                           float* grad_logits, XentStats* stats) override;
+  void ColumnSums(int rows, int cols, float alpha, const float* x, float beta,
+                  float* y) override;
+  void Axpy(size_t n, float alpha, const float* x, float* y) override;
+  void Scale(size_t n, float alpha, float* x) override;
+  void Fill(size_t n, float value, float* x) override;
+  absl::Status Synchronize() override;
+
+ protected:
+  absl::StatusOr<void*> AllocateBytes(size_t bytes) override;
+  void FreeBytes(void* ptr) override;
+  absl::StatusOr<void*> AllocateHostBytes(size_t bytes) override;
+  void FreeHostBytes(void* ptr) override;
+  void CopyToDeviceBytes(const void* host, size_t bytes,
+                         void* device) override;
+  void CopyToHostBytes(const void* device, size_t bytes, void* host) override;
+  void CopyOnDeviceBytes(const void* src, size_t bytes, void* dst) override;
+
+ private:
+  explicit CpuBackend(std::string device) : device_(std::move(device)) {}
+  // Keeps the first error for Synchronize().
+  void Record(absl::Status status);
+
+  const std::string device_;
+  absl::Status error_;
+};
+
+}  // namespace ps
+
+#endif  // WORKER_BACKEND_CPU_CPU_BACKEND_H_

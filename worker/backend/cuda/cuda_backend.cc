@@ -1,0 +1,302 @@
+#include "worker/backend/cuda/cuda_backend.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "worker/backend/arg_checks.h"
+#include "worker/backend/cuda/cuda_kernels.h"
+
+namespace ps {
+namespace {
+
+cublasOperation_t ToCublas(Transpose t) {
+  return t == Transpose::kNo ? CUBLAS_OP_N : CUBLAS_OP_T;
+}
+
+}  // namespace
+
+int CudaBackend::DeviceCount() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();  // not sticky; clear it so later calls start clean
+    return 0;
+  }
+  return count;
+}
+
+absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
+    int ordinal) {
+  const int count = DeviceCount();
+  if (ordinal < 0 || ordinal >= count) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "gpu:", ordinal, ": no such GPU (", count, " visible)"));
+  }
+  std::unique_ptr<CudaBackend> b(new CudaBackend(ordinal));
+  absl::Status s = b->Activate();
+  if (!s.ok()) return s;
+  if (!b->Ok(cudaStreamCreateWithFlags(&b->compute_, cudaStreamNonBlocking),
+             "cudaStreamCreate") ||
+      !b->Ok(cudaStreamCreateWithFlags(&b->copy_, cudaStreamNonBlocking),
+             "cudaStreamCreate") ||
+      !b->Ok(cublasCreate(&b->cublas_), "cublasCreate") ||
+      !b->Ok(cublasSetStream(b->cublas_, b->compute_), "cublasSetStream")) {
+    return b->Synchronize();
+  }
+  return b;
+}
+
+CudaBackend::CudaBackend(int ordinal)
+    : ordinal_(ordinal), device_(absl::StrCat("gpu:", ordinal)) {}
+
+CudaBackend::~CudaBackend() {
+  cudaSetDevice(ordinal_);
+  if (compute_ != nullptr) cudaStreamSynchronize(compute_);
+  if (copy_ != nullptr) cudaStreamSynchronize(copy_);
+  row_loss_.reset();
+  row_correct_.reset();
+  if (cublas_ != nullptr) cublasDestroy(cublas_);
+  if (copy_ != nullptr) cudaStreamDestroy(copy_);
+  if (compute_ != nullptr) cudaStreamDestroy(compute_);
+}
+
+absl::Status CudaBackend::Activate() const {
+  const cudaError_t e = cudaSetDevice(ordinal_);
+  if (e != cudaSuccess) {
+    return absl::InternalError(absl::StrCat(device_, ": cudaSetDevice: ",
+                                            cudaGetErrorString(e)));
+  }
+  return absl::OkStatus();
+}
+
+void CudaBackend::Record(absl::Status status) {
+  if (error_.ok()) error_ = std::move(status);
+}
+
+bool CudaBackend::Ok(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return true;
+  Record(absl::InternalError(
+      absl::StrCat(device_, ": ", what, ": ", cudaGetErrorString(e))));
+  return false;
+}
+
+bool CudaBackend::Ok(cublasStatus_t s, const char* what) {
+  if (s == CUBLAS_STATUS_SUCCESS) return true;
+  Record(absl::InternalError(absl::StrCat(device_, ": ", what, ": ",
+                                          cublasGetStatusString(s))));
+  return false;
+}
+
+bool CudaBackend::StreamWait(cudaStream_t waiter, cudaStream_t signaller) {
+  cudaEvent_t event;
+  if (!Ok(cudaEventCreateWithFlags(&event, cudaEventDisableTiming),
+          "cudaEventCreate")) {
+    return false;
+  }
+  const bool ok = Ok(cudaEventRecord(event, signaller), "cudaEventRecord") &&
+                  Ok(cudaStreamWaitEvent(waiter, event, 0),
+                     "cudaStreamWaitEvent");
+  // Destroying a recorded event is deferred by CUDA until it completes.
+  cudaEventDestroy(event);
+  return ok;
+}
+
+bool CudaBackend::EnsureXentScratch(int rows) {
+  if (row_loss_.size() >= static_cast<size_t>(rows) && !row_loss_.empty()) {
+    return true;
+  }
+  const size_t n = std::max<size_t>(static_cast<size_t>(rows), 1);
+  // The old scratch may still be read by enqueued kernels; cudaFree waits
+  // for the device before releasing it.
+  row_loss_.reset();
+  row_correct_.reset();
+  absl::StatusOr<DeviceBuffer<float>> loss = Allocate<float>(n);
+  if (!loss.ok()) {
+    Record(loss.status());
+    return false;
+  }
+  absl::StatusOr<DeviceBuffer<int32_t>> correct = Allocate<int32_t>(n);
+  if (!correct.ok()) {
+    Record(correct.status());
+    return false;
+  }
+  row_loss_ = *std::move(loss);
+  row_correct_ = *std::move(correct);
+  return true;
+}
+
+void CudaBackend::Gemm(Transpose trans_a, Transpose trans_b, int m, int n,
+                       int k, float alpha, const float* a, int lda,
+                       const float* b, int ldb, float beta, float* c,
+                       int ldc) {
+  absl::Status s =
+      CheckGemmArgs(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc);
+  if (!s.ok()) return Record(std::move(s));
+  if (m == 0 || n == 0) return;
+  if (!Ok(cudaSetDevice(ordinal_), "cudaSetDevice")) return;
+  // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap
+  // the operands and the roles of m and n; leading dimensions carry over.
+  Ok(cublasSgemm(cublas_, ToCublas(trans_b), ToCublas(trans_a), n, m, k,
+                 &alpha, b, ldb, a, lda, &beta, c, ldc),
+     "cublasSgemm");
+}
+
+void CudaBackend::BiasAdd(int rows, int cols, const float* bias, float* x) {
+  absl::Status s = CheckMatrixArgs("BiasAdd", rows, cols, bias, x);
+  if (!s.ok()) return Record(std::move(s));
+  if (!Ok(cudaSetDevice(ordinal_), "cudaSetDevice")) return;
+  Ok(cuda::LaunchBiasAdd(compute_, rows, cols, bias, x, /*relu=*/false),
+     "BiasAdd");
+}
+
+void CudaBackend::BiasRelu(int rows, int cols, const float* bias, float* x) {
+  absl::Status s = CheckMatrixArgs("BiasRelu", rows, cols, bias, x);
+  if (!s.ok()) return Record(std::move(s));
+  if (!Ok(cudaSetDevice(ordinal_), "cudaSetDevice")) return;
+  Ok(cuda::LaunchBiasAdd(compute_, rows, cols, bias, x, /*relu=*/true),
+     "BiasRelu");
+}
+
+void CudaBackend::Relu(size_t n, const float* x, float* y) {
+  if (n > 0 && (x == nullptr || y == nullptr)) {
+    return Record(absl::InvalidArgumentError("Relu: null pointer"));
+  }
+  if (!Ok(cudaSetDevice(ordinal_), "cudaSetDevice")) return;
+  Ok(cuda::LaunchRelu(compute_, n, x, y), "Relu");
+}
+
+void CudaBackend::ReluBackward(size_t n, const float* y, const float* dy,
+                               float* dx) {
+  if (n > 0 && (y == nullptr || dy == nullptr || dx == nullptr)) {
+    return Record(absl::InvalidArgumentError("ReluBackward: null pointer"));
+  }
+  if (!Ok(cudaSetDevice(ordinal_), "cudaSetDevice")) return;
+  Ok(cuda::LaunchReluBackward(compute_, n, y, dy, dx), "ReluBackward");
+}
+
+void CudaBackend::SoftmaxCrossEntropy(int rows, int classes,
+                                      const float* logits,
+                                      const int32_t* labels, float grad_scale,
+                                      float* grad_logits, XentStats* stats) {
+  absl::Status s = CheckXentArgs(rows, classes, logits, labels, stats);
+  if (!s.ok()) return Record(std::move(s));
+  if (!Ok(cudaSetDevice(ordinal_), "cudaSetDevice")) return;
+  if (!EnsureXentScratch(rows)) return;
+  Ok(cuda::LaunchSoftmaxXent(compute_, rows, classes, logits, labels,
+                             grad_scale, grad_logits, row_loss_.data(),
+                             row_correct_.data(), stats),
+     "SoftmaxCrossEntropy");
+}
+
+void CudaBackend::ColumnSums(int rows, int cols, float alpha, const float* x,
+                             float beta, float* y) {
+  absl::Status s = CheckMatrixArgs("ColumnSums", rows, cols, x, y);
+  if (!s.ok()) return Record(std::move(s));
+  if (cols > 0 && y == nullptr) {
+    return Record(absl::InvalidArgumentError("ColumnSums: y is null"));
+  }
+  if (!Ok(cudaSetDevice(ordinal_), "cudaSetDevice")) return;
+  Ok(cuda::LaunchColumnSums(compute_, rows, cols, alpha, x, beta, y),
+     "ColumnSums");
+}
+
+void CudaBackend::Axpy(size_t n, float alpha, const float* x, float* y) {
+  if (n > 0 && (x == nullptr || y == nullptr)) {
+    return Record(absl::InvalidArgumentError("Axpy: null pointer"));
+  }
+  if (!Ok(cudaSetDevice(ordinal_), "cudaSetDevice")) return;
+  Ok(cuda::LaunchAxpy(compute_, n, alpha, x, y), "Axpy");
+}
+
+void CudaBackend::Scale(size_t n, float alpha, float* x) {
+  if (n > 0 && x == nullptr) {
+    return Record(absl::InvalidArgumentError("Scale: null pointer"));
+  }
+  if (!Ok(cudaSetDevice(ordinal_), "cudaSetDevice")) return;
+  Ok(cuda::LaunchScale(compute_, n, alpha, x), "Scale");
+}
+
+void CudaBackend::Fill(size_t n, float value, float* x) {
+  if (n > 0 && x == nullptr) {
+    return Record(absl::InvalidArgumentError("Fill: null pointer"));
+  }
+  if (!Ok(cudaSetDevice(ordinal_), "cudaSetDevice")) return;
+  Ok(cuda::LaunchFill(compute_, n, value, x), "Fill");
+}
+
+absl::Status CudaBackend::Synchronize() {
+  if (Ok(cudaSetDevice(ordinal_), "cudaSetDevice")) {
+    Ok(cudaStreamSynchronize(copy_), "copy stream");
+    Ok(cudaStreamSynchronize(compute_), "compute stream");
+  }
+  return std::exchange(error_, absl::OkStatus());
+}
+
+absl::StatusOr<void*> CudaBackend::AllocateBytes(size_t bytes) {
+  absl::Status s = Activate();
+  if (!s.ok()) return s;
+  void* p = nullptr;
+  const cudaError_t e = cudaMalloc(&p, bytes);
+  if (e != cudaSuccess) {
+    cudaGetLastError();  // an allocation failure is not sticky
+    return absl::ResourceExhaustedError(
+        absl::StrCat(device_, ": cudaMalloc(", bytes,
+                     " bytes): ", cudaGetErrorString(e)));
+  }
+  return p;
+}
+
+void CudaBackend::FreeBytes(void* ptr) {
+  cudaSetDevice(ordinal_);
+  cudaFree(ptr);
+}
+
+absl::StatusOr<void*> CudaBackend::AllocateHostBytes(size_t bytes) {
+  absl::Status s = Activate();
+  if (!s.ok()) return s;
+  void* p = nullptr;
+  const cudaError_t e = cudaMallocHost(&p, bytes);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return absl::ResourceExhaustedError(
+        absl::StrCat(device_, ": cudaMallocHost(", bytes,
+                     " bytes): ", cudaGetErrorString(e)));
+  }
+  return p;
+}
+
+void CudaBackend::FreeHostBytes(void* ptr) { cudaFreeHost(ptr); }
+
+void CudaBackend::CopyToDeviceBytes(const void* host, size_t bytes,
+                                    void* device) {
+  if (bytes == 0) return;
+  if (!Ok(cudaSetDevice(ordinal_), "cudaSetDevice")) return;
+  // copy_ waits for earlier compute (it may still read `device`), compute
+  // waits for the copy (later calls read the data).
+  if (!StreamWait(copy_, compute_)) return;
+  if (!Ok(cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, copy_),
+          "cudaMemcpyAsync(H2D)")) {
+    return;
+  }
+  StreamWait(compute_, copy_);
+}
+
+void CudaBackend::CopyToHostBytes(const void* device, size_t bytes,
+                                  void* host) {
+  if (bytes == 0) return;
+  if (!Ok(cudaSetDevice(ordinal_), "cudaSetDevice")) return;
+  // Only copy_ waits: later compute overlaps the download.
+  if (!StreamWait(copy_, compute_)) return;
+  Ok(cudaMemcpyAsync(host, device, bytes, cudaMemcpyDeviceToHost, copy_),
+     "cudaMemcpyAsync(D2H)");
+}
+
+void CudaBackend::CopyOnDeviceBytes(const void* src, size_t bytes,
+                                    void* dst) {
+  if (bytes == 0 || src == dst) return;
+  if (!Ok(cudaSetDevice(ordinal_), "cudaSetDevice")) return;
+  Ok(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, compute_),
+     "cudaMemcpyAsync(D2D)");
+}
+
+}  // namespace ps

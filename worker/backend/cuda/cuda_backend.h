@@ -1,0 +1,110 @@
+// The CUDA backend: cuBLAS sgemm, the small kernels of cuda_kernels.h, and
+// two streams per device: one for compute, one for host<->device copies, so
+// that uploads and downloads overlap compute.
+//
+// Ordering: all calls behave as if they ran in call order on one stream.
+// CopyToDevice runs on the copy stream after everything enqueued before it,
+// and later compute waits for it (so a model can upload layer 1's weights
+// while layer 0 computes). CopyToHost runs on the copy stream after all
+// earlier compute and overlaps later compute (see Backend::CopyToHost for the
+// rule that buys). Host memory from AllocateHost is page-locked
+// (cudaMallocHost), which makes the copies truly asynchronous.
+//
+//   absl::StatusOr<std::unique_ptr<CudaBackend>> b = CudaBackend::Create(0);
+//   if (!b.ok()) return b.status();   // no such GPU, or no driver
+//
+// Thread-compatible: one thread drives a CudaBackend. Every call makes the
+// backend's GPU current on the calling thread first, so a thread may drive
+// backends of different GPUs in turn.
+
+#ifndef WORKER_BACKEND_CUDA_CUDA_BACKEND_H_
+#define WORKER_BACKEND_CUDA_CUDA_BACKEND_H_
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "worker/backend/backend.h"
+
+namespace ps {
+
+class CudaBackend final : public Backend {
+ public:
+  // Number of visible GPUs; 0 when there is none or no usable driver.
+  static int DeviceCount();
+
+  // A backend on GPU `ordinal`, named "gpu:<ordinal>". kFailedPrecondition
+  // when no such GPU is visible, kInternal when CUDA/cuBLAS setup fails.
+  static absl::StatusOr<std::unique_ptr<CudaBackend>> Create(int ordinal);
+
+  // Waits for outstanding work, then frees the streams and handles. All
+  // DeviceBuffers/HostBuffers of this backend must be gone by then.
+  ~CudaBackend() override;
+
+  int ordinal() const { return ordinal_; }
+  // The compute stream, for libraries that enqueue on it (NCCL).
+  cudaStream_t stream() const { return compute_; }
+  // Makes this backend's GPU current on the calling thread.
+  absl::Status Activate() const;
+  // Keeps the first error for Synchronize(); for helpers enqueueing on
+  // stream() (GpuReducer).
+  void Record(absl::Status status);
+
+  const std::string& device() const override { return device_; }
+  bool host_memory() const override { return false; }
+
+  void Gemm(Transpose trans_a, Transpose trans_b, int m, int n, int k,
+            float alpha, const float* a, int lda, const float* b, int ldb,
+            float beta, float* c, int ldc) override;
+  void BiasAdd(int rows, int cols, const float* bias, float* x) override;
+  void BiasRelu(int rows, int cols, const float* bias, float* x) override;
+  void Relu(size_t n, const float* x, float* y) override;
+  void ReluBackward(size_t n, const float* y, const float* dy,
+                    float* dx) override;
+  void SoftmaxCrossEntropy(int rows, int classes, const float* logits,
+                           const int32_t* labels, float grad_scale,
+                           float* grad_logits, XentStats* stats) override;
+  void ColumnSums(int rows, int cols, float alpha, const float* x, float beta,
+                  float* y) override;
+  void Axpy(size_t n, float alpha, const float* x, float* y) override;
+  void Scale(size_t n, float alpha, float* x) override;
+  void Fill(size_t n, float value, float* x) override;
+  absl::Status Synchronize() override;
+
+ protected:
+  absl::StatusOr<void*> AllocateBytes(size_t bytes) override;
+  void FreeBytes(void* ptr) override;
+  absl::StatusOr<void*> AllocateHostBytes(size_t bytes) override;
+  void FreeHostBytes(void* ptr) override;
+  void CopyToDeviceBytes(const void* host, size_t bytes,
+                         void* device) override;
+  void CopyToHostBytes(const void* device, size_t bytes, void* host) override;
+  void CopyOnDeviceBytes(const void* src, size_t bytes, void* dst) override;
+
+ private:
+  explicit CudaBackend(int ordinal);
+  // Records `what` failed unless e is cudaSuccess; returns e == cudaSuccess.
+  bool Ok(cudaError_t e, const char* what);
+  bool Ok(cublasStatus_t s, const char* what);
+  // Makes `waiter` wait for all work enqueued so far on `signaller`.
+  bool StreamWait(cudaStream_t waiter, cudaStream_t signaller);
+  // Grows the per-row scratch of SoftmaxCrossEntropy to >= rows.
+  bool EnsureXentScratch(int rows);
+
+  const int ordinal_;
+  const std::string device_;
+  cudaStream_t compute_ = nullptr;
+  cudaStream_t copy_ = nullptr;
+  cublasHandle_t cublas_ = nullptr;
+  absl::Status error_;
+  DeviceBuffer<float> row_loss_;
+  DeviceBuffer<int32_t> row_correct_;
+};
+
+}  // namespace ps
+
+#endif  // WORKER_BACKEND_CUDA_CUDA_BACKEND_H_

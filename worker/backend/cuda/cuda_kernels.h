@@ -1,0 +1,64 @@
+// Launchers for the CUDA backend's small kernels (cuda_kernels.cu). Each
+// enqueues on `stream` and returns the launch error (cudaSuccess when the
+// launch was accepted). The per-element math comes from
+// worker/backend/elementwise.h, shared with the CPU backend.
+//
+// Plain C++ + CUDA runtime only, so nvcc compiles the .cu file without the
+// project's other dependencies.
+//
+//   cudaError_t e = ps::cuda::LaunchBiasAdd(stream, rows, cols, bias, x,
+//                                           /*relu=*/true);
+
+#ifndef WORKER_BACKEND_CUDA_CUDA_KERNELS_H_
+#define WORKER_BACKEND_CUDA_CUDA_KERNELS_H_
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "worker/backend/elementwise.h"
+
+namespace ps {
+namespace cuda {
+
+// x[r][c] += bias[c], then max(., 0) when relu.
+cudaError_t LaunchBiasAdd(cudaStream_t stream, int rows, int cols,
+                          const float* bias, float* x, bool relu);
+
+// y = max(x, 0).
+cudaError_t LaunchRelu(cudaStream_t stream, size_t n, const float* x,
+                       float* y);
+
+// dx = y > 0 ? dy : 0.
+cudaError_t LaunchReluBackward(cudaStream_t stream, size_t n, const float* y,
+                               const float* dy, float* dx);
+
+// Softmax cross-entropy: one thread per row writes the gradient row and the
+// row's loss/correct into row_loss/row_correct (scratch of >= rows
+// elements), then one block sums them in a fixed order into *stats, so the
+// result is deterministic. grad may be null.
+cudaError_t LaunchSoftmaxXent(cudaStream_t stream, int rows, int classes,
+                              const float* logits, const int32_t* labels,
+                              float grad_scale, float* grad, float* row_loss,
+                              int32_t* row_correct, XentStats* stats);
+
+// y[c] = alpha * sum_r x[r][c] + beta * y[c], rows summed in order.
+cudaError_t LaunchColumnSums(cudaStream_t stream, int rows, int cols,
+                             float alpha, const float* x, float beta,
+                             float* y);
+
+// y += alpha * x.
+cudaError_t LaunchAxpy(cudaStream_t stream, size_t n, float alpha,
+                       const float* x, float* y);
+
+// x *= alpha.
+cudaError_t LaunchScale(cudaStream_t stream, size_t n, float alpha, float* x);
+
+// x[i] = value.
+cudaError_t LaunchFill(cudaStream_t stream, size_t n, float value, float* x);
+
+}  // namespace cuda
+}  // namespace ps
+
+#endif  // WORKER_BACKEND_CUDA_CUDA_KERNELS_H_

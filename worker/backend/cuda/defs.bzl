@@ -1,0 +1,67 @@
+"""The CUDA backend's targets, declared only when the toolkit was found.
+
+BUILD files cannot branch at top level, so the package calls this macro.
+"""
+
+load("//third_party/cuda:defs.bzl", "CUDA_ENABLED", "cuda_library")
+
+# PTX for compute_75 (any GPU from Turing on, via JIT) plus ready SASS for
+# A100 and H100/H200.
+NVCC_ARCH = [
+    "-gencode=arch=compute_75,code=compute_75",
+    "-gencode=arch=compute_80,code=sm_80",
+    "-gencode=arch=compute_90,code=sm_90",
+]
+
+def cuda_backend_targets():
+    """Declares :cuda_kernels, :cuda_backend, :gpu_reducer and the gpu test."""
+    if not CUDA_ENABLED:
+        return
+    cuda_library(
+        name = "cuda_kernels",
+        srcs = ["cuda_kernels.cu"],
+        hdrs = ["cuda_kernels.h"],
+        copts = NVCC_ARCH,
+        nvcc_hdrs = ["//worker/backend:elementwise.h"],
+        deps = ["//worker/backend:elementwise"],
+    )
+
+    native.cc_library(
+        name = "cuda_backend",
+        srcs = ["cuda_backend.cc"],
+        hdrs = ["cuda_backend.h"],
+        deps = [
+            ":cuda_kernels",
+            "//third_party:absl",
+            "//third_party:cuda",
+            "//worker/backend",
+            "//worker/backend:arg_checks",
+        ],
+    )
+
+    native.cc_library(
+        name = "gpu_reducer",
+        srcs = ["gpu_reducer.cc"],
+        hdrs = ["gpu_reducer.h"],
+        deps = [
+            ":cuda_backend",
+            "//third_party:absl",
+            "//third_party:cuda",
+            "//worker/backend",
+        ],
+    )
+
+    native.cc_test(
+        name = "cuda_backend_test",
+        size = "small",
+        srcs = ["cuda_backend_test.cc"],
+        tags = ["gpu"],
+        deps = [
+            ":cuda_backend",
+            ":gpu_reducer",
+            "//third_party:absl",
+            "//third_party:gtest_main",
+            "//worker/backend",
+            "//worker/backend/cpu:cpu_backend",
+        ],
+    )

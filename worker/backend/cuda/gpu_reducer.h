@@ -1,0 +1,61 @@
+// GpuReducer: sums a gradient across one machine's GPUs in place, with NCCL
+// all-reduce on each backend's compute stream (so it orders with that
+// backend's compute and completes at its Synchronize()).
+//
+//   std::vector<Backend*> gpus = {gpu0.get(), gpu1.get()};
+//   absl::StatusOr<std::unique_ptr<GpuReducer>> r = GpuReducer::Create(gpus);
+//   // on device thread i:
+//   absl::Status s = (*r)->AllReduceSum(i, grad_i, n);
+//   s = gpus[i]->Synchronize();          // grad_i now holds the sum
+//
+// Without NCCL in the build (PS_HAVE_NCCL undefined) Create returns
+// kFailedPrecondition.
+
+#ifndef WORKER_BACKEND_CUDA_GPU_REDUCER_H_
+#define WORKER_BACKEND_CUDA_GPU_REDUCER_H_
+
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "worker/backend/backend.h"
+#include "worker/backend/cuda/cuda_backend.h"
+
+namespace ps {
+
+// Thread-safe in the sense LocalReducer requires: rank r is driven by rank
+// r's device thread; distinct ranks call concurrently.
+class GpuReducer final : public LocalReducer {
+ public:
+  // One NCCL communicator per backend (rank = index). Every backend must be a
+  // CudaBackend on a distinct GPU and must outlive the reducer.
+  // kInvalidArgument otherwise (the offending index named),
+  // kFailedPrecondition without NCCL, kInternal when NCCL setup fails.
+  static absl::StatusOr<std::unique_ptr<GpuReducer>> Create(
+      const std::vector<Backend*>& backends);
+  ~GpuReducer() override;
+
+  int num_ranks() const override {
+    return static_cast<int>(backends_.size());
+  }
+
+  // See LocalReducer::AllReduceSum. With more than one rank, every rank must
+  // call concurrently from its own thread.
+  absl::Status AllReduceSum(int rank, float* data, size_t n) override;
+
+  // All ranks at once from ONE thread (data[r] on rank r's GPU), as one NCCL
+  // group; complete at each backend's Synchronize().
+  absl::Status AllReduceSumAll(const std::vector<float*>& data, size_t n);
+
+ private:
+  struct Comms;  // NCCL communicators; opaque so this header needs no nccl.h
+  GpuReducer(std::vector<CudaBackend*> backends, std::unique_ptr<Comms> comms);
+
+  std::vector<CudaBackend*> backends_;  // borrowed
+  std::unique_ptr<Comms> comms_;
+};
+
+}  // namespace ps
+
+#endif  // WORKER_BACKEND_CUDA_GPU_REDUCER_H_

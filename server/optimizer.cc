@@ -42,12 +42,12 @@ void AdagradKernel(size_t n, float* __restrict p, const float* __restrict grad,
   }
 }
 
-// kDecoupled: AdamW (decay multiplies p) instead of Adam (L2 in the gradient).
+// kDecoupled: AdamW (decoupled decay) instead of Adam (L2 in the gradient).
 template <bool kDecoupled>
 void AdamKernel(size_t n, float* __restrict p, const float* __restrict grad,
-                float* __restrict m, float* __restrict v, float scale,
-                float b1, float b2, float eps, float step_size,
-                float inv_sqrt_bc2, float l2, float decay) {
+                float* __restrict m, float* __restrict v, float scale, float b1,
+                float b2, float eps, float step_size, float inv_sqrt_bc2,
+                float l2, float decay) {
   // AdamW decays by x - (lr * wd) * x rather than x * (1 - lr * wd): the
   // float nearest 1 - 1e-4 is off by 3e-4 of the decay itself, an error that
   // adds up every step, while lr * wd is exact to float precision.
@@ -83,9 +83,8 @@ class Sgd final : public Optimizer {
                               grad_scale, s.learning_rate(), s.weight_decay(),
                               0.0f);
     } else if (s.nesterov()) {
-      SgdKernel<true, true>(params.size(), params.data(), grad, buf,
-                            grad_scale, s.learning_rate(), s.weight_decay(),
-                            s.momentum());
+      SgdKernel<true, true>(params.size(), params.data(), grad, buf, grad_scale,
+                            s.learning_rate(), s.weight_decay(), s.momentum());
     } else {
       SgdKernel<true, false>(params.size(), params.data(), grad, buf,
                              grad_scale, s.learning_rate(), s.weight_decay(),
@@ -103,8 +102,7 @@ class Adagrad final : public Optimizer {
              OptimizerState* state) const override {
     const OptimizerSpec& s = spec();
     AdagradKernel(params.size(), params.data(), grad, state->slots[0].data(),
-                  grad_scale, s.learning_rate(), s.weight_decay(),
-                  s.epsilon());
+                  grad_scale, s.learning_rate(), s.weight_decay(), s.epsilon());
     ++state->steps;
   }
 };
@@ -120,10 +118,10 @@ class Adam final : public Optimizer {
     const uint64_t t = ++state->steps;
     // Bias corrections in double: b^t underflows gracefully and 1 - b^t keeps
     // its digits for small t.
-    const double bc1 = 1.0 - std::pow(static_cast<double>(s.beta1()),
-                                      static_cast<double>(t));
-    const double bc2 = 1.0 - std::pow(static_cast<double>(s.beta2()),
-                                      static_cast<double>(t));
+    const double bc1 =
+        1.0 - std::pow(static_cast<double>(s.beta1()), static_cast<double>(t));
+    const double bc2 =
+        1.0 - std::pow(static_cast<double>(s.beta2()), static_cast<double>(t));
     const float step_size = static_cast<float>(s.learning_rate() / bc1);
     const float inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
     float* m = state->slots[0].data();
@@ -146,7 +144,8 @@ class Adam final : public Optimizer {
 };
 
 absl::Status Bad(absl::string_view field, absl::string_view why) {
-  return absl::InvalidArgumentError(absl::StrCat("optimizer.", field, ": ", why));
+  return absl::InvalidArgumentError(
+      absl::StrCat("optimizer.", field, ": ", why));
 }
 
 std::string Num(float x) { return absl::StrFormat("%g", x); }
@@ -158,7 +157,8 @@ constexpr uint32_t kStateFormat = 1;
 constexpr size_t kStateHeader = 4 + 4 + 4 + 4 + 8 + 8;
 
 void PutLe(uint64_t v, int bytes, std::string* out) {
-  for (int i = 0; i < bytes; ++i) out->push_back(static_cast<char>(v >> (8 * i)));
+  for (int i = 0; i < bytes; ++i)
+    out->push_back(static_cast<char>(v >> (8 * i)));
 }
 
 uint64_t GetLe(const char* p, int bytes) {
@@ -170,6 +170,13 @@ uint64_t GetLe(const char* p, int bytes) {
 }
 
 }  // namespace
+
+void AddInto(absl::Span<float> acc, const float* x) {
+  float* __restrict a = acc.data();
+  const float* __restrict b = x;
+  const size_t n = acc.size();
+  for (size_t i = 0; i < n; ++i) a[i] += b[i];
+}
 
 absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(
     const OptimizerSpec& spec) {
@@ -193,8 +200,7 @@ absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(
   // Fields the kind would silently ignore are rejected: a config that sets
   // them expects an effect it would not get.
   if (sgd) {
-    if (!std::isfinite(s.momentum()) || s.momentum() < 0 ||
-        s.momentum() >= 1) {
+    if (!std::isfinite(s.momentum()) || s.momentum() < 0 || s.momentum() >= 1) {
       return Bad("momentum", "must be in [0, 1), got " + Num(s.momentum()));
     }
     if (s.nesterov() && !(s.momentum() > 0)) {
@@ -211,10 +217,12 @@ absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(
   }
   if (!adam) {
     if (s.has_beta1()) {
-      return Bad("beta1", "only ADAM and ADAMW use beta1, kind is " + kind_name);
+      return Bad("beta1",
+                 "only ADAM and ADAMW use beta1, kind is " + kind_name);
     }
     if (s.has_beta2()) {
-      return Bad("beta2", "only ADAM and ADAMW use beta2, kind is " + kind_name);
+      return Bad("beta2",
+                 "only ADAM and ADAMW use beta2, kind is " + kind_name);
     }
   }
   if (kind != ADAGRAD && s.initial_accumulator() != 0) {
@@ -231,9 +239,8 @@ absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(
         return Bad(name, "must be in [0, 1), got " + Num(b));
       }
     }
-    if (kind == ADAMW && static_cast<double>(s.learning_rate()) *
-                                 s.weight_decay() >=
-                             1.0) {
+    if (kind == ADAMW &&
+        static_cast<double>(s.learning_rate()) * s.weight_decay() >= 1.0) {
       return Bad("weight_decay",
                  absl::StrCat("learning_rate * weight_decay must be < 1 for "
                               "ADAMW (it scales the parameters by 1 - lr * "
@@ -268,7 +275,8 @@ OptimizerState Optimizer::NewState(size_t length) const {
   OptimizerState state;
   state.slots.resize(num_slots_);
   for (int i = 0; i < num_slots_; ++i) {
-    const float init = spec_.kind() == ADAGRAD ? spec_.initial_accumulator() : 0;
+    const float init =
+        spec_.kind() == ADAGRAD ? spec_.initial_accumulator() : 0;
     state.slots[i].assign(length, init);
   }
   return state;
@@ -300,8 +308,7 @@ std::string Optimizer::ExportState(const OptimizerState& state) const {
 absl::Status Optimizer::ImportState(absl::string_view bytes, size_t length,
                                     OptimizerState* state) const {
   auto bad = [](absl::string_view why) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("optimizer state: ", why));
+    return absl::InvalidArgumentError(absl::StrCat("optimizer state: ", why));
   };
   if (bytes.size() < kStateHeader) {
     return bad(absl::StrCat(bytes.size(), " bytes, shorter than the ",
@@ -317,8 +324,8 @@ absl::Status Optimizer::ImportState(absl::string_view bytes, size_t length,
   const uint64_t len = GetLe(p + 12, 8);
   const uint64_t steps = GetLe(p + 20, 8);
   if (format != kStateFormat) {
-    return bad(absl::StrCat("format version ", format, ", expected ",
-                            kStateFormat));
+    return bad(
+        absl::StrCat("format version ", format, ", expected ", kStateFormat));
   }
   if (kind != static_cast<uint64_t>(spec_.kind())) {
     return bad(absl::StrCat("saved by optimizer kind ", kind, ", this is ",
@@ -328,7 +335,8 @@ absl::Status Optimizer::ImportState(absl::string_view bytes, size_t length,
     return bad(absl::StrCat(slots, " slots, this optimizer uses ", num_slots_));
   }
   if (slots > 0 && len != length) {
-    return bad(absl::StrCat("saved for ", len, " floats, chunk holds ", length));
+    return bad(
+        absl::StrCat("saved for ", len, " floats, chunk holds ", length));
   }
   const uint64_t want = kStateHeader + slots * length * 4;
   if (bytes.size() != want) {

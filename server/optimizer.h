@@ -38,12 +38,6 @@
 
 namespace ps {
 
-// Defaults for the optional OptimizerSpec fields.
-inline constexpr float kDefaultAdamBeta1 = 0.9f;
-inline constexpr float kDefaultAdamBeta2 = 0.999f;
-inline constexpr float kDefaultAdamEpsilon = 1e-8f;
-inline constexpr float kDefaultAdagradEpsilon = 1e-10f;
-
 // One chunk's optimizer state. Which slots are used depends on the kind:
 //   SGD with momentum: slots[0] = momentum buffer
 //   Adagrad:           slots[0] = squared-gradient accumulator
@@ -65,6 +59,12 @@ class Optimizer {
   // naming the field, e.g. "optimizer.learning_rate: must be > 0, got -1".
   static absl::StatusOr<std::unique_ptr<Optimizer>> Create(
       const OptimizerSpec& spec);
+
+  // Defaults of the optional OptimizerSpec fields (proto/job.proto).
+  static constexpr float kDefaultAdamBeta1 = 0.9f;
+  static constexpr float kDefaultAdamBeta2 = 0.999f;
+  static constexpr float kDefaultAdamEpsilon = 1e-8f;
+  static constexpr float kDefaultAdagradEpsilon = 1e-10f;
 
   virtual ~Optimizer() = default;
   Optimizer(const Optimizer&) = delete;
@@ -109,6 +109,11 @@ class Optimizer {
   const OptimizerSpec spec_;
   const int num_slots_;
 };
+
+// acc[i] += x[i] for every i: the BSP aggregation step (gradients are added
+// in worker-rank order into the first one). Requires x to hold acc.size()
+// floats not aliasing acc. Vectorized; never allocates.
+void AddInto(absl::Span<float> acc, const float* x);
 
 }  // namespace ps
 

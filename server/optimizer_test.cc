@@ -260,7 +260,8 @@ std::vector<BadSpecCase> BadSpecCases() {
   cases.push_back({"momentum_on_adam",
                    with(ADAM, [](auto* s) { s->set_momentum(0.9f); }),
                    "optimizer.momentum: only SGD"});
-  cases.push_back({"beta1_on_sgd", with(SGD, [](auto* s) { s->set_beta1(0.9f); }),
+  cases.push_back({"beta1_on_sgd",
+                   with(SGD, [](auto* s) { s->set_beta1(0.9f); }),
                    "optimizer.beta1: only ADAM and ADAMW"});
   cases.push_back({"epsilon_on_sgd",
                    with(SGD, [](auto* s) { s->set_epsilon(1e-8f); }),

@@ -125,9 +125,9 @@ void CheckModel(const JobSpec& spec, const ValidationContext& ctx,
       for (int i = 0; i < model.mlp().hidden_size(); ++i) {
         uint32_t h = model.mlp().hidden(i);
         if (h == 0 || h > kMaxLayerWidth) {
-          p.Add(absl::StrFormat("model.mlp.hidden[%d]", i),
-                absl::StrFormat("must be in [1, %d], got %d", kMaxLayerWidth,
-                                h));
+          p.Add(
+              absl::StrFormat("model.mlp.hidden[%d]", i),
+              absl::StrFormat("must be in [1, %d], got %d", kMaxLayerWidth, h));
         }
       }
       return;
@@ -153,14 +153,14 @@ void CheckOptimizer(const OptimizerSpec& o, Problems& p) {
           absl::StrFormat("must be in [0, 1), got %g", o.momentum()));
   } else if (o.momentum() > 0 && known_kind && kind != SGD &&
              kind != OPTIMIZER_UNSPECIFIED) {
-    p.Add("optimizer.momentum",
-          absl::StrCat("only SGD uses momentum (kind is ",
-                       OptimizerKind_Name(kind), ")"));
+    p.Add("optimizer.momentum", absl::StrCat("only SGD uses momentum (kind is ",
+                                             OptimizerKind_Name(kind), ")"));
   }
   if (o.nesterov()) {
     if (known_kind && kind != SGD && kind != OPTIMIZER_UNSPECIFIED) {
-      p.Add("optimizer.nesterov", absl::StrCat("only SGD uses nesterov (kind is ",
-                                               OptimizerKind_Name(kind), ")"));
+      p.Add("optimizer.nesterov",
+            absl::StrCat("only SGD uses nesterov (kind is ",
+                         OptimizerKind_Name(kind), ")"));
     } else if (!(o.momentum() > 0)) {
       p.Add("optimizer.nesterov", "requires momentum > 0");
     }
@@ -230,16 +230,15 @@ void CheckConsistency(const JobSpec& spec, Problems& p) {
   }
 }
 
-void CheckData(const JobSpec& spec, const ValidationContext& ctx,
-               Problems& p) {
+void CheckData(const JobSpec& spec, const ValidationContext& ctx, Problems& p) {
   const DataSpec& d = spec.data();
   if (d.dataset().empty()) {
-    p.Add("data.dataset", absl::StrCat("must be set (one of ",
-                                       KnownDatasetList(ctx), ")"));
+    p.Add("data.dataset",
+          absl::StrCat("must be set (one of ", KnownDatasetList(ctx), ")"));
   } else if (ctx.datasets.find(d.dataset()) == ctx.datasets.end()) {
-    p.Add("data.dataset", absl::StrCat("unknown dataset \"", d.dataset(),
-                                       "\" (known: ", KnownDatasetList(ctx),
-                                       ")"));
+    p.Add("data.dataset",
+          absl::StrCat("unknown dataset \"", d.dataset(),
+                       "\" (known: ", KnownDatasetList(ctx), ")"));
   }
   if (!d.data_dir().empty()) {
     const bool exists = ctx.path_exists ? ctx.path_exists(d.data_dir())
@@ -361,7 +360,8 @@ JobSpec ApplyJobDefaults(const JobSpec& spec) {
     out.set_partition_bytes(kDefaultPartitionBytes);
   }
   ConsistencySpec* c = out.mutable_consistency();
-  if (c->step_deadline_ms() == 0) c->set_step_deadline_ms(kDefaultStepDeadlineMs);
+  if (c->step_deadline_ms() == 0)
+    c->set_step_deadline_ms(kDefaultStepDeadlineMs);
   if (out.on_worker_failure() == WORKER_FAILURE_UNSPECIFIED) {
     out.set_on_worker_failure(FAIL);
   }

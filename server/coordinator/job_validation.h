@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/job_defaults.h"  // kDefaultPartitionBytes, kDefaultStepDeadlineMs
 #include "proto/job.pb.h"
 #include "server/coordinator/placement.h"  // kMaxChunks
 
@@ -40,8 +41,6 @@ inline constexpr uint64_t kMaxPartitionBytes = 3 * 1024 * 1024;
 inline constexpr uint32_t kMaxCheckpointSeconds = 7 * 24 * 3600;
 
 // Defaults that NormalizeJobSpec fills in for fields left at zero/unset.
-inline constexpr uint64_t kDefaultPartitionBytes = 1024 * 1024;
-inline constexpr uint32_t kDefaultStepDeadlineMs = 60000;
 inline constexpr float kDefaultAdamBeta1 = 0.9f;
 inline constexpr float kDefaultAdamBeta2 = 0.999f;
 inline constexpr float kDefaultAdamEpsilon = 1e-8f;

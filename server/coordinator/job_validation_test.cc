@@ -102,7 +102,9 @@ const float kInf = std::numeric_limits<float>::infinity();
 INSTANTIATE_TEST_SUITE_P(
     Table, BadSpecTest,
     ::testing::ValuesIn(std::vector<BadSpecCase>{
-        {"EmptyName", [](JobSpec& s) { s.clear_name(); }, {"name: must be set"}},
+        {"EmptyName",
+         [](JobSpec& s) { s.clear_name(); },
+         {"name: must be set"}},
         {"NameWithSlash",
          [](JobSpec& s) { s.set_name("team/job"); },
          {"name: invalid character '/' in \"team/job\" (use letters, digits, "
@@ -125,7 +127,9 @@ INSTANTIATE_TEST_SUITE_P(
          {"model.softmax.input_dim: must be > 0",
           "model.softmax.num_classes: must be >= 2, got 0"}},
         {"MlpClassesMismatch",
-         [](JobSpec& s) { s.mutable_model()->mutable_mlp()->set_num_classes(7); },
+         [](JobSpec& s) {
+           s.mutable_model()->mutable_mlp()->set_num_classes(7);
+         },
          {"model.mlp.num_classes: 7 does not match dataset fashion-mnist "
           "(10)"}},
         {"HiddenZeroAndHuge",
@@ -293,7 +297,8 @@ TEST(ValidateJobSpecTest, ReportsEveryProblemAtOnce) {
   EXPECT_THAT(
       ValidateJobSpec(spec, Context()),
       ElementsAre(
-          "name: must be set", "model.mlp.hidden[0]: must be in [1, 65536], got 0",
+          "name: must be set",
+          "model.mlp.hidden[0]: must be in [1, 65536], got 0",
           "optimizer.kind: must be set (SGD, ADAGRAD, ADAM, ADAMW)",
           "optimizer.learning_rate: must be finite and > 0, got 0",
           "optimizer.momentum: must be in [0, 1), got 1.5",

@@ -18,9 +18,8 @@ absl::StatusOr<std::vector<ChunkPlacement>> CutTensorsIntoChunks(
     const JobSpec& spec) {
   const uint64_t per_chunk = spec.partition_bytes() / 4;
   if (per_chunk == 0) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("partition_bytes: must be >= 4, got %d",
-                        spec.partition_bytes()));
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "partition_bytes: must be >= 4, got %d", spec.partition_bytes()));
   }
   if (spec.tensors_size() == 0) {
     return absl::InvalidArgumentError(

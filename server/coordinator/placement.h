@@ -28,8 +28,8 @@ inline constexpr uint64_t kMaxChunks = 65536;
 // chunk_id is the position in the result, `index` the chunk's position
 // within its tensor; `shard` is left 0. Fails with INVALID_ARGUMENT naming
 // the field when partition_bytes < 4, there are no tensors, a tensor has no
-// name, a duplicate name, or no elements, or there would be more than kMaxChunks
-// chunks (checked before any chunk is built).
+// name, a duplicate name, or no elements, or there would be more than
+// kMaxChunks chunks (checked before any chunk is built).
 absl::StatusOr<std::vector<ChunkPlacement>> CutTensorsIntoChunks(
     const JobSpec& spec);
 
@@ -37,9 +37,9 @@ absl::StatusOr<std::vector<ChunkPlacement>> CutTensorsIntoChunks(
 // see NormalizeJobSpec) on `num_shards` shards: largest chunk first onto the
 // shard holding the fewest bytes so far, ties to the lowest shard id (and,
 // among equal-sized chunks, the lowest chunk id goes first). Chunks keep
-// their ids from CutTensorsIntoChunks. Any two shards' bytes differ by at most the
-// largest chunk's bytes. Fails with INVALID_ARGUMENT when num_shards
-// is 0 or CutTensorsIntoChunks fails. Pure function; thread-safe.
+// their ids from CutTensorsIntoChunks. Any two shards' bytes differ by at most
+// the largest chunk's bytes. Fails with INVALID_ARGUMENT when num_shards is 0
+// or CutTensorsIntoChunks fails. Pure function; thread-safe.
 absl::StatusOr<Placement> PlaceChunks(const JobSpec& normalized_spec,
                                       uint32_t num_shards);
 

@@ -39,8 +39,8 @@ absl::Status CheckGemmArgs(Transpose trans_a, Transpose trans_b, int m, int n,
   return absl::OkStatus();
 }
 
-absl::Status CheckMatrixArgs(const char* op, int rows, int cols,
-                             const void* p0, const void* p1) {
+absl::Status CheckMatrixArgs(const char* op, int rows, int cols, const void* p0,
+                             const void* p1) {
   if (rows < 0) {
     return absl::InvalidArgumentError(absl::StrCat(op, ": rows = ", rows));
   }

@@ -23,8 +23,8 @@ absl::Status CheckGemmArgs(Transpose trans_a, Transpose trans_b, int m, int n,
 
 // OK when rows, cols >= 0 and the pointers are non-null where rows * cols > 0.
 // `op` prefixes the message ("BiasAdd: cols must be >= 0").
-absl::Status CheckMatrixArgs(const char* op, int rows, int cols,
-                             const void* p0, const void* p1);
+absl::Status CheckMatrixArgs(const char* op, int rows, int cols, const void* p0,
+                             const void* p1);
 
 // As CheckMatrixArgs for SoftmaxCrossEntropy, which also needs classes >= 1
 // and a non-null stats pointer.

@@ -134,6 +134,15 @@ class Backend {
     CopyToDeviceBytes(host, n * sizeof(T), device);
   }
 
+  // As CopyToDevice, but the copy does not wait for previously enqueued work
+  // (only later calls wait for it), so it overlaps that work: upload layer
+  // l+1's weights while layer l computes. The caller guarantees that no
+  // unfinished enqueued call reads or writes `device`.
+  template <typename T>
+  void CopyToDeviceEarly(const T* host, size_t n, T* device) {
+    CopyToDeviceEarlyBytes(host, n * sizeof(T), device);
+  }
+
   // Enqueues backend -> host after all previously enqueued work. `host` is
   // valid after Synchronize(). The copy may overlap LATER compute, so later
   // calls before Synchronize() must not write `device`.
@@ -205,6 +214,8 @@ class Backend {
   virtual void FreeHostBytes(void* ptr) = 0;
   virtual void CopyToDeviceBytes(const void* host, size_t bytes,
                                  void* device) = 0;
+  virtual void CopyToDeviceEarlyBytes(const void* host, size_t bytes,
+                                      void* device) = 0;
   virtual void CopyToHostBytes(const void* device, size_t bytes,
                                void* host) = 0;
   virtual void CopyOnDeviceBytes(const void* src, size_t bytes, void* dst) = 0;

@@ -27,9 +27,9 @@ struct ParsedDevice {
 
 absl::StatusOr<ParsedDevice> ParseDevice(const std::string& device) {
   auto bad = [&device](absl::string_view why) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "device \"", device, "\": ", why,
-        " (want \"cpu:<index>\" or \"gpu:<index>\")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("device \"", device, "\": ", why,
+                     " (want \"cpu:<index>\" or \"gpu:<index>\")"));
   };
   const size_t colon = device.find(':');
   if (colon == std::string::npos) return bad("missing ':'");

@@ -21,7 +21,7 @@ constexpr size_t kSyntheticDim = 784;
 constexpr size_t kSyntheticClasses = 10;
 // Centroid entries ~ N(0, kCentroidScale^2) against unit noise: two centroids
 // lie ~sqrt(2 * 784) * 0.2 = 7.9 noise sigmas apart, so the best linear rule
-// errs on ~0.1% of examples while a few hundred SGD steps are enough to fit.
+// errs on well under 0.1% of examples, and a hundred SGD steps fit it.
 constexpr double kCentroidScale = 0.2;
 
 struct ImageSet {

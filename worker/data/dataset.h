@@ -94,7 +94,8 @@ absl::StatusOr<Dataset> LoadIdxDataset(const std::string& images_path,
 
 // The synthetic set: 784 features, 10 classes, each class a Gaussian blob
 // N(centroid_c, I) around a random centroid with entries N(0, 0.2^2); the
-// classes are linearly separable up to a small overlap (~0.1% Bayes error).
+// classes are linearly separable up to a small overlap (Bayes error well
+// under 0.1%).
 // Train and test share the centroids and draw distinct examples. Identical for
 // identical (num_train, num_test, seed).
 TrainTestData MakeSyntheticData(size_t num_train, size_t num_test,

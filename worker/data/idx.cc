@@ -23,6 +23,9 @@ constexpr uint8_t kIdxTypeUint8 = 0x08;
 // Far above any IDX file this project reads (Fashion-MNIST train is 47 MB
 // inflated); a bound stops a hostile gzip bomb from exhausting memory.
 constexpr size_t kMaxInflatedBytes = size_t{4} << 30;
+constexpr size_t kMaxDeflateRatio = 1032;  // zlib's documented worst case
+constexpr size_t kMinInflateBuffer = size_t{64} << 10;
+constexpr size_t kMaxFirstInflateBuffer = size_t{256} << 20;
 
 struct FileCloser {
   void operator()(FILE* f) const { std::fclose(f); }
@@ -52,15 +55,18 @@ absl::StatusOr<std::vector<uint8_t>> ReadRaw(const std::string& path) {
 // Inflates one or more concatenated gzip members.
 absl::StatusOr<std::vector<uint8_t>> Gunzip(const std::string& path,
                                             const std::vector<uint8_t>& in) {
-  // The trailer's ISIZE (size mod 2^32) is only a hint: a corrupt file may lie.
+  // The trailer's ISIZE (size mod 2^32) is only a hint: a truncated or
+  // corrupt file carries garbage there, so trust it only within deflate's
+  // maximum ratio and a modest first allocation, and grow from there.
   size_t hint = 0;
   if (in.size() >= 4) {
     const uint8_t* t = in.data() + in.size() - 4;
     hint = size_t{t[0]} | size_t{t[1]} << 8 | size_t{t[2]} << 16 |
            size_t{t[3]} << 24;
   }
+  if (hint > in.size() * kMaxDeflateRatio) hint = 0;
   std::vector<uint8_t> out(
-      std::max<size_t>(std::min(hint, kMaxInflatedBytes), size_t{1} << 16));
+      std::clamp(hint, kMinInflateBuffer, kMaxFirstInflateBuffer));
   z_stream zs;
   std::memset(&zs, 0, sizeof(zs));
   // 16 + MAX_WBITS: gzip wrapper only, so a zlib or raw stream is an error.

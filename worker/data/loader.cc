@@ -147,6 +147,7 @@ absl::StatusOr<std::unique_ptr<Batch>> BatchLoader::Pop(absl::Time deadline) {
     const std::unique_ptr<Batch>* slot;
     bool operator()() const { return *closed || *slot != nullptr; }
   } ready{&closed_, slot};
+  if (!ready()) ++stats_.starved;
   if (!mu_.AwaitWithDeadline(absl::Condition(&ready), deadline)) {
     return absl::DeadlineExceededError(
         absl::StrCat("batch of step ", next_pop_, " not loaded in time"));

@@ -75,9 +75,10 @@ class BatchLoader {
   };
 
   struct Stats {
-    uint64_t filled = 0;  // batches completely filled
-    uint64_t popped = 0;  // batches handed to the consumer
-    size_t buffers = 0;   // batch buffers ever allocated
+    uint64_t filled = 0;   // batches completely filled
+    uint64_t popped = 0;   // batches handed to the consumer
+    uint64_t starved = 0;  // pops that found their batch not yet filled
+    size_t buffers = 0;    // batch buffers ever allocated
   };
 
   // Starts loader threads producing the batches of steps

@@ -56,9 +56,9 @@ void CpuBackend::Record(absl::Status status) {
   if (error_.ok()) error_ = std::move(status);
 }
 
-void CpuBackend::Gemm(Transpose trans_a, Transpose trans_b, int m, int n,
-                      int k, float alpha, const float* a, int lda,
-                      const float* b, int ldb, float beta, float* c, int ldc) {
+void CpuBackend::Gemm(Transpose trans_a, Transpose trans_b, int m, int n, int k,
+                      float alpha, const float* a, int lda, const float* b,
+                      int ldb, float beta, float* c, int ldc) {
   absl::Status s =
       CheckGemmArgs(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc);
   if (!s.ok()) return Record(std::move(s));
@@ -71,8 +71,8 @@ void CpuBackend::Gemm(Transpose trans_a, Transpose trans_b, int m, int n,
     }
     return;
   }
-  cblas_sgemm(CblasRowMajor, ToCblas(trans_a), ToCblas(trans_b), m, n, k,
-              alpha, a, lda, b, ldb, beta, c, ldc);
+  cblas_sgemm(CblasRowMajor, ToCblas(trans_a), ToCblas(trans_b), m, n, k, alpha,
+              a, lda, b, ldb, beta, c, ldc);
 }
 
 void CpuBackend::BiasAdd(int rows, int cols, const float* bias, float* x) {
@@ -112,8 +112,7 @@ void CpuBackend::ReluBackward(size_t n, const float* y, const float* dy,
   for (size_t i = 0; i < n; ++i) dx[i] = elementwise::ReluGrad(y[i], dy[i]);
 }
 
-void CpuBackend::SoftmaxCrossEntropy(int rows, int classes,
-                                     const float* logits,
+void CpuBackend::SoftmaxCrossEntropy(int rows, int classes, const float* logits,
                                      const int32_t* labels, float grad_scale,
                                      float* grad_logits, XentStats* stats) {
   absl::Status s = CheckXentArgs(rows, classes, logits, labels, stats);
@@ -205,8 +204,12 @@ void CpuBackend::CopyToDeviceBytes(const void* host, size_t bytes,
   if (bytes > 0 && host != device) std::memcpy(device, host, bytes);
 }
 
-void CpuBackend::CopyToHostBytes(const void* device, size_t bytes,
-                                 void* host) {
+void CpuBackend::CopyToDeviceEarlyBytes(const void* host, size_t bytes,
+                                        void* device) {
+  CopyToDeviceBytes(host, bytes, device);
+}
+
+void CpuBackend::CopyToHostBytes(const void* device, size_t bytes, void* host) {
   if (bytes > 0 && host != device) std::memcpy(host, device, bytes);
 }
 

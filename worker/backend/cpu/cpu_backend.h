@@ -68,8 +68,9 @@ class CpuBackend final : public Backend {
   void FreeBytes(void* ptr) override;
   absl::StatusOr<void*> AllocateHostBytes(size_t bytes) override;
   void FreeHostBytes(void* ptr) override;
-  void CopyToDeviceBytes(const void* host, size_t bytes,
-                         void* device) override;
+  void CopyToDeviceBytes(const void* host, size_t bytes, void* device) override;
+  void CopyToDeviceEarlyBytes(const void* host, size_t bytes,
+                              void* device) override;
   void CopyToHostBytes(const void* device, size_t bytes, void* host) override;
   void CopyOnDeviceBytes(const void* src, size_t bytes, void* dst) override;
 

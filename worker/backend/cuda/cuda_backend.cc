@@ -8,14 +8,6 @@
 #include "worker/backend/cuda/cuda_kernels.h"
 
 namespace ps {
-namespace {
-
-cublasOperation_t ToCublas(Transpose t) {
-  return t == Transpose::kNo ? CUBLAS_OP_N : CUBLAS_OP_T;
-}
-
-}  // namespace
-
 int CudaBackend::DeviceCount() {
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess) {
@@ -25,12 +17,11 @@ int CudaBackend::DeviceCount() {
   return count;
 }
 
-absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
-    int ordinal) {
+absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(int ordinal) {
   const int count = DeviceCount();
   if (ordinal < 0 || ordinal >= count) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "gpu:", ordinal, ": no such GPU (", count, " visible)"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("gpu:", ordinal, ": no such GPU (", count, " visible)"));
   }
   std::unique_ptr<CudaBackend> b(new CudaBackend(ordinal));
   absl::Status s = b->Activate();
@@ -39,8 +30,7 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
              "cudaStreamCreate") ||
       !b->Ok(cudaStreamCreateWithFlags(&b->copy_, cudaStreamNonBlocking),
              "cudaStreamCreate") ||
-      !b->Ok(cublasCreate(&b->cublas_), "cublasCreate") ||
-      !b->Ok(cublasSetStream(b->cublas_, b->compute_), "cublasSetStream")) {
+      !b->Ok(cuda::BlasCreate(b->compute_, &b->cublas_), "cublasCreate")) {
     return b->Synchronize();
   }
   return b;
@@ -55,7 +45,7 @@ CudaBackend::~CudaBackend() {
   if (copy_ != nullptr) cudaStreamSynchronize(copy_);
   row_loss_.reset();
   row_correct_.reset();
-  if (cublas_ != nullptr) cublasDestroy(cublas_);
+  cuda::BlasDestroy(cublas_);
   if (copy_ != nullptr) cudaStreamDestroy(copy_);
   if (compute_ != nullptr) cudaStreamDestroy(compute_);
 }
@@ -63,8 +53,8 @@ CudaBackend::~CudaBackend() {
 absl::Status CudaBackend::Activate() const {
   const cudaError_t e = cudaSetDevice(ordinal_);
   if (e != cudaSuccess) {
-    return absl::InternalError(absl::StrCat(device_, ": cudaSetDevice: ",
-                                            cudaGetErrorString(e)));
+    return absl::InternalError(
+        absl::StrCat(device_, ": cudaSetDevice: ", cudaGetErrorString(e)));
   }
   return absl::OkStatus();
 }
@@ -80,10 +70,9 @@ bool CudaBackend::Ok(cudaError_t e, const char* what) {
   return false;
 }
 
-bool CudaBackend::Ok(cublasStatus_t s, const char* what) {
-  if (s == CUBLAS_STATUS_SUCCESS) return true;
-  Record(absl::InternalError(absl::StrCat(device_, ": ", what, ": ",
-                                          cublasGetStatusString(s))));
+bool CudaBackend::Ok(const char* error, const char* what) {
+  if (error == nullptr) return true;
+  Record(absl::InternalError(absl::StrCat(device_, ": ", what, ": ", error)));
   return false;
 }
 
@@ -93,9 +82,9 @@ bool CudaBackend::StreamWait(cudaStream_t waiter, cudaStream_t signaller) {
           "cudaEventCreate")) {
     return false;
   }
-  const bool ok = Ok(cudaEventRecord(event, signaller), "cudaEventRecord") &&
-                  Ok(cudaStreamWaitEvent(waiter, event, 0),
-                     "cudaStreamWaitEvent");
+  const bool ok =
+      Ok(cudaEventRecord(event, signaller), "cudaEventRecord") &&
+      Ok(cudaStreamWaitEvent(waiter, event, 0), "cudaStreamWaitEvent");
   // Destroying a recorded event is deferred by CUDA until it completes.
   cudaEventDestroy(event);
   return ok;
@@ -127,17 +116,15 @@ bool CudaBackend::EnsureXentScratch(int rows) {
 
 void CudaBackend::Gemm(Transpose trans_a, Transpose trans_b, int m, int n,
                        int k, float alpha, const float* a, int lda,
-                       const float* b, int ldb, float beta, float* c,
-                       int ldc) {
+                       const float* b, int ldb, float beta, float* c, int ldc) {
   absl::Status s =
       CheckGemmArgs(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc);
   if (!s.ok()) return Record(std::move(s));
   if (m == 0 || n == 0) return;
   if (!Ok(cudaSetDevice(ordinal_), "cudaSetDevice")) return;
-  // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap
-  // the operands and the roles of m and n; leading dimensions carry over.
-  Ok(cublasSgemm(cublas_, ToCublas(trans_b), ToCublas(trans_a), n, m, k,
-                 &alpha, b, ldb, a, lda, &beta, c, ldc),
+  Ok(cuda::BlasSgemmRowMajor(cublas_, trans_a == Transpose::kYes,
+                             trans_b == Transpose::kYes, m, n, k, alpha, a, lda,
+                             b, ldb, beta, c, ldc),
      "cublasSgemm");
 }
 
@@ -239,9 +226,8 @@ absl::StatusOr<void*> CudaBackend::AllocateBytes(size_t bytes) {
   const cudaError_t e = cudaMalloc(&p, bytes);
   if (e != cudaSuccess) {
     cudaGetLastError();  // an allocation failure is not sticky
-    return absl::ResourceExhaustedError(
-        absl::StrCat(device_, ": cudaMalloc(", bytes,
-                     " bytes): ", cudaGetErrorString(e)));
+    return absl::ResourceExhaustedError(absl::StrCat(
+        device_, ": cudaMalloc(", bytes, " bytes): ", cudaGetErrorString(e)));
   }
   return p;
 }
@@ -281,6 +267,17 @@ void CudaBackend::CopyToDeviceBytes(const void* host, size_t bytes,
   StreamWait(compute_, copy_);
 }
 
+void CudaBackend::CopyToDeviceEarlyBytes(const void* host, size_t bytes,
+                                         void* device) {
+  if (bytes == 0) return;
+  if (!Ok(cudaSetDevice(ordinal_), "cudaSetDevice")) return;
+  if (!Ok(cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, copy_),
+          "cudaMemcpyAsync(H2D)")) {
+    return;
+  }
+  StreamWait(compute_, copy_);
+}
+
 void CudaBackend::CopyToHostBytes(const void* device, size_t bytes,
                                   void* host) {
   if (bytes == 0) return;
@@ -291,8 +288,7 @@ void CudaBackend::CopyToHostBytes(const void* device, size_t bytes,
      "cudaMemcpyAsync(D2H)");
 }
 
-void CudaBackend::CopyOnDeviceBytes(const void* src, size_t bytes,
-                                    void* dst) {
+void CudaBackend::CopyOnDeviceBytes(const void* src, size_t bytes, void* dst) {
   if (bytes == 0 || src == dst) return;
   if (!Ok(cudaSetDevice(ordinal_), "cudaSetDevice")) return;
   Ok(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, compute_),

@@ -4,11 +4,11 @@
 //
 // Ordering: all calls behave as if they ran in call order on one stream.
 // CopyToDevice runs on the copy stream after everything enqueued before it,
-// and later compute waits for it (so a model can upload layer 1's weights
-// while layer 0 computes). CopyToHost runs on the copy stream after all
-// earlier compute and overlaps later compute (see Backend::CopyToHost for the
-// rule that buys). Host memory from AllocateHost is page-locked
-// (cudaMallocHost), which makes the copies truly asynchronous.
+// and later compute waits for it; CopyToDeviceEarly skips the first wait, so
+// a model uploads layer 1's weights while layer 0 computes. CopyToHost runs on
+// the copy stream after all earlier compute and overlaps later compute (see
+// Backend::CopyToHost for the rule that buys). Host memory from AllocateHost is
+// page-locked (cudaMallocHost), which makes the copies truly asynchronous.
 //
 //   absl::StatusOr<std::unique_ptr<CudaBackend>> b = CudaBackend::Create(0);
 //   if (!b.ok()) return b.status();   // no such GPU, or no driver
@@ -20,7 +20,6 @@
 #ifndef WORKER_BACKEND_CUDA_CUDA_BACKEND_H_
 #define WORKER_BACKEND_CUDA_CUDA_BACKEND_H_
 
-#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <memory>
@@ -29,6 +28,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "worker/backend/backend.h"
+#include "worker/backend/cuda/cuda_libs.h"
 
 namespace ps {
 
@@ -80,8 +80,9 @@ class CudaBackend final : public Backend {
   void FreeBytes(void* ptr) override;
   absl::StatusOr<void*> AllocateHostBytes(size_t bytes) override;
   void FreeHostBytes(void* ptr) override;
-  void CopyToDeviceBytes(const void* host, size_t bytes,
-                         void* device) override;
+  void CopyToDeviceBytes(const void* host, size_t bytes, void* device) override;
+  void CopyToDeviceEarlyBytes(const void* host, size_t bytes,
+                              void* device) override;
   void CopyToHostBytes(const void* device, size_t bytes, void* host) override;
   void CopyOnDeviceBytes(const void* src, size_t bytes, void* dst) override;
 
@@ -89,7 +90,8 @@ class CudaBackend final : public Backend {
   explicit CudaBackend(int ordinal);
   // Records `what` failed unless e is cudaSuccess; returns e == cudaSuccess.
   bool Ok(cudaError_t e, const char* what);
-  bool Ok(cublasStatus_t s, const char* what);
+  // Records `what` failed with `error` unless it is null (cuda_libs.h).
+  bool Ok(const char* error, const char* what);
   // Makes `waiter` wait for all work enqueued so far on `signaller`.
   bool StreamWait(cudaStream_t waiter, cudaStream_t signaller);
   // Grows the per-row scratch of SoftmaxCrossEntropy to >= rows.
@@ -99,7 +101,7 @@ class CudaBackend final : public Backend {
   const std::string device_;
   cudaStream_t compute_ = nullptr;
   cudaStream_t copy_ = nullptr;
-  cublasHandle_t cublas_ = nullptr;
+  cuda::BlasHandle cublas_ = nullptr;
   absl::Status error_;
   DeviceBuffer<float> row_loss_;
   DeviceBuffer<int32_t> row_correct_;

@@ -1,9 +1,9 @@
 // The CUDA backend's small kernels. Grid-stride loops over the shared
 // element-wise functions; see cuda_kernels.h for the contracts.
 
-#include "worker/backend/cuda/cuda_kernels.h"
-
 #include <algorithm>
+
+#include "worker/backend/cuda/cuda_kernels.h"
 
 namespace ps {
 namespace cuda {
@@ -60,8 +60,7 @@ __global__ void XentRowsKernel(int rows, int classes, const float* logits,
 // One block of kThreads: thread t sums rows t, t + kThreads, ... in double,
 // then a fixed-shape tree combines the partials: the same order every run.
 __global__ void XentReduceKernel(int rows, const float* row_loss,
-                                 const int32_t* row_correct,
-                                 XentStats* stats) {
+                                 const int32_t* row_correct, XentStats* stats) {
   __shared__ double loss[kThreads];
   __shared__ long long correct[kThreads];
   double l = 0.0;
@@ -148,8 +147,7 @@ cudaError_t LaunchSoftmaxXent(cudaStream_t stream, int rows, int classes,
                               int32_t* row_correct, XentStats* stats) {
   if (rows > 0) {
     XentRowsKernel<<<Blocks(rows), kThreads, 0, stream>>>(
-        rows, classes, logits, labels, grad_scale, grad, row_loss,
-        row_correct);
+        rows, classes, logits, labels, grad_scale, grad, row_loss, row_correct);
     const cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return e;
   }
@@ -163,8 +161,8 @@ cudaError_t LaunchColumnSums(cudaStream_t stream, int rows, int cols,
                              float alpha, const float* x, float beta,
                              float* y) {
   if (cols == 0) return cudaSuccess;
-  ColumnSumsKernel<<<Blocks(cols), kThreads, 0, stream>>>(rows, cols, alpha,
-                                                          x, beta, y);
+  ColumnSumsKernel<<<Blocks(cols), kThreads, 0, stream>>>(rows, cols, alpha, x,
+                                                          beta, y);
   return cudaGetLastError();
 }
 
@@ -175,8 +173,7 @@ cudaError_t LaunchAxpy(cudaStream_t stream, size_t n, float alpha,
   return cudaGetLastError();
 }
 
-cudaError_t LaunchScale(cudaStream_t stream, size_t n, float alpha,
-                        float* x) {
+cudaError_t LaunchScale(cudaStream_t stream, size_t n, float alpha, float* x) {
   if (n == 0) return cudaSuccess;
   ScaleKernel<<<Blocks(n), kThreads, 0, stream>>>(n, alpha, x);
   return cudaGetLastError();

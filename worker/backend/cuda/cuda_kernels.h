@@ -27,8 +27,7 @@ cudaError_t LaunchBiasAdd(cudaStream_t stream, int rows, int cols,
                           const float* bias, float* x, bool relu);
 
 // y = max(x, 0).
-cudaError_t LaunchRelu(cudaStream_t stream, size_t n, const float* x,
-                       float* y);
+cudaError_t LaunchRelu(cudaStream_t stream, size_t n, const float* x, float* y);
 
 // dx = y > 0 ? dy : 0.
 cudaError_t LaunchReluBackward(cudaStream_t stream, size_t n, const float* y,
@@ -45,8 +44,7 @@ cudaError_t LaunchSoftmaxXent(cudaStream_t stream, int rows, int classes,
 
 // y[c] = alpha * sum_r x[r][c] + beta * y[c], rows summed in order.
 cudaError_t LaunchColumnSums(cudaStream_t stream, int rows, int cols,
-                             float alpha, const float* x, float beta,
-                             float* y);
+                             float alpha, const float* x, float beta, float* y);
 
 // y += alpha * x.
 cudaError_t LaunchAxpy(cudaStream_t stream, size_t n, float alpha,

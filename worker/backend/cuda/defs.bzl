@@ -14,13 +14,19 @@ NVCC_ARCH = [
 ]
 
 def cuda_backend_targets():
-    """Declares :cuda_kernels, :cuda_backend, :gpu_reducer and the gpu test."""
+    """Declares :cuda_kernels (kernels + cuBLAS/NCCL wrappers), :cuda_backend, :gpu_reducer and the gpu test."""
     if not CUDA_ENABLED:
         return
     cuda_library(
         name = "cuda_kernels",
-        srcs = ["cuda_kernels.cu"],
-        hdrs = ["cuda_kernels.h"],
+        srcs = [
+            "cuda_kernels.cu",
+            "cuda_libs.cu",
+        ],
+        hdrs = [
+            "cuda_kernels.h",
+            "cuda_libs.h",
+        ],
         copts = NVCC_ARCH,
         nvcc_hdrs = ["//worker/backend:elementwise.h"],
         deps = ["//worker/backend:elementwise"],

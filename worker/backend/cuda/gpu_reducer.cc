@@ -4,38 +4,24 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
-
-#ifdef PS_HAVE_NCCL
-#include <nccl.h>
-#endif
+#include "worker/backend/cuda/cuda_libs.h"
 
 namespace ps {
 
-#ifdef PS_HAVE_NCCL
-
 struct GpuReducer::Comms {
-  std::vector<ncclComm_t> comms;
+  std::vector<cuda::NcclComm> comms;
   ~Comms() {
-    for (ncclComm_t c : comms) {
-      if (c != nullptr) ncclCommDestroy(c);
-    }
+    for (cuda::NcclComm c : comms) cuda::NcclDestroy(c);
   }
 };
 
 namespace {
 
-absl::Status NcclError(ncclResult_t r, const char* what) {
-  return absl::InternalError(
-      absl::StrCat("NCCL ", what, ": ", ncclGetErrorString(r)));
+absl::Status NcclError(const char* error, const char* what) {
+  return absl::InternalError(absl::StrCat("GpuReducer: ", what, ": ", error));
 }
 
 }  // namespace
-
-#else
-
-struct GpuReducer::Comms {};
-
-#endif  // PS_HAVE_NCCL
 
 absl::StatusOr<std::unique_ptr<GpuReducer>> GpuReducer::Create(
     const std::vector<Backend*>& backends) {
@@ -48,31 +34,32 @@ absl::StatusOr<std::unique_ptr<GpuReducer>> GpuReducer::Create(
   for (size_t i = 0; i < backends.size(); ++i) {
     auto* b = dynamic_cast<CudaBackend*>(backends[i]);
     if (b == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "GpuReducer: backends[", i, "] (",
-          backends[i] == nullptr ? "null" : backends[i]->device(),
-          ") is not a CUDA backend"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("GpuReducer: backends[", i, "] (",
+                       backends[i] == nullptr ? "null" : backends[i]->device(),
+                       ") is not a CUDA backend"));
     }
     if (!seen.insert(b->ordinal()).second) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("GpuReducer: backends[", i, "] repeats ",
-                       b->device(), "; one rank per GPU"));
+      return absl::InvalidArgumentError(absl::StrCat("GpuReducer: backends[", i,
+                                                     "] repeats ", b->device(),
+                                                     "; one rank per GPU"));
     }
     cuda.push_back(b);
     ordinals.push_back(b->ordinal());
   }
-#ifdef PS_HAVE_NCCL
+  if (!cuda::NcclAvailable()) {
+    return absl::FailedPreconditionError(
+        "GpuReducer: this build has no NCCL (nccl.h was not found)");
+  }
   auto comms = std::make_unique<Comms>();
   comms->comms.assign(cuda.size(), nullptr);
-  const ncclResult_t r = ncclCommInitAll(
-      comms->comms.data(), static_cast<int>(cuda.size()), ordinals.data());
-  if (r != ncclSuccess) return NcclError(r, "ncclCommInitAll");
+  if (const char* err =
+          cuda::NcclInitAll(static_cast<int>(cuda.size()), ordinals.data(),
+                            comms->comms.data())) {
+    return NcclError(err, "ncclCommInitAll");
+  }
   return std::unique_ptr<GpuReducer>(
       new GpuReducer(std::move(cuda), std::move(comms)));
-#else
-  return absl::FailedPreconditionError(
-      "GpuReducer: this build has no NCCL (PS_HAVE_NCCL undefined)");
-#endif
 }
 
 GpuReducer::GpuReducer(std::vector<CudaBackend*> backends,
@@ -90,17 +77,14 @@ absl::Status GpuReducer::AllReduceSum(int rank, float* data, size_t n) {
     return absl::InvalidArgumentError("GpuReducer: data is null");
   }
   if (n == 0) return absl::OkStatus();
-#ifdef PS_HAVE_NCCL
   CudaBackend* b = backends_[rank];
   absl::Status s = b->Activate();
   if (!s.ok()) return s;
-  const ncclResult_t r = ncclAllReduce(data, data, n, ncclFloat32, ncclSum,
-                                       comms_->comms[rank], b->stream());
-  if (r != ncclSuccess) return NcclError(r, "ncclAllReduce");
+  if (const char* err =
+          cuda::NcclAllReduceSum(comms_->comms[rank], data, n, b->stream())) {
+    return NcclError(err, "ncclAllReduce");
+  }
   return absl::OkStatus();
-#else
-  return absl::FailedPreconditionError("GpuReducer: no NCCL");
-#endif
 }
 
 absl::Status GpuReducer::AllReduceSumAll(const std::vector<float*>& data,
@@ -117,28 +101,23 @@ absl::Status GpuReducer::AllReduceSumAll(const std::vector<float*>& data,
     }
   }
   if (n == 0) return absl::OkStatus();
-#ifdef PS_HAVE_NCCL
-  ncclResult_t r = ncclGroupStart();
-  if (r != ncclSuccess) return NcclError(r, "ncclGroupStart");
+  if (const char* err = cuda::NcclGroupStart()) {
+    return NcclError(err, "ncclGroupStart");
+  }
   absl::Status status;
-  for (size_t i = 0; i < data.size(); ++i) {
+  for (size_t i = 0; i < data.size() && status.ok(); ++i) {
     CudaBackend* b = backends_[i];
     status = b->Activate();
     if (!status.ok()) break;
-    r = ncclAllReduce(data[i], data[i], n, ncclFloat32, ncclSum,
-                      comms_->comms[i], b->stream());
-    if (r != ncclSuccess) {
-      status = NcclError(r, "ncclAllReduce");
-      break;
+    if (const char* err =
+            cuda::NcclAllReduceSum(comms_->comms[i], data[i], n, b->stream())) {
+      status = NcclError(err, "ncclAllReduce");
     }
   }
   // The group must be closed even after a failure.
-  r = ncclGroupEnd();
-  if (status.ok() && r != ncclSuccess) status = NcclError(r, "ncclGroupEnd");
+  const char* err = cuda::NcclGroupEnd();
+  if (status.ok() && err != nullptr) status = NcclError(err, "ncclGroupEnd");
   return status;
-#else
-  return absl::FailedPreconditionError("GpuReducer: no NCCL");
-#endif
 }
 
 }  // namespace ps

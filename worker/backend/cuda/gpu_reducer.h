@@ -8,7 +8,7 @@
 //   absl::Status s = (*r)->AllReduceSum(i, grad_i, n);
 //   s = gpus[i]->Synchronize();          // grad_i now holds the sum
 //
-// Without NCCL in the build (PS_HAVE_NCCL undefined) Create returns
+// Without NCCL in the build Create returns
 // kFailedPrecondition.
 
 #ifndef WORKER_BACKEND_CUDA_GPU_REDUCER_H_
@@ -36,9 +36,7 @@ class GpuReducer final : public LocalReducer {
       const std::vector<Backend*>& backends);
   ~GpuReducer() override;
 
-  int num_ranks() const override {
-    return static_cast<int>(backends_.size());
-  }
+  int num_ranks() const override { return static_cast<int>(backends_.size()); }
 
   // See LocalReducer::AllReduceSum. With more than one rank, every rank must
   // call concurrently from its own thread.
@@ -49,7 +47,7 @@ class GpuReducer final : public LocalReducer {
   absl::Status AllReduceSumAll(const std::vector<float*>& data, size_t n);
 
  private:
-  struct Comms;  // NCCL communicators; opaque so this header needs no nccl.h
+  struct Comms;  // the NCCL communicators, one per rank
   GpuReducer(std::vector<CudaBackend*> backends, std::unique_ptr<Comms> comms);
 
   std::vector<CudaBackend*> backends_;  // borrowed

@@ -1,0 +1,131 @@
+#include "server/rpc/psd_server.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/text_proto.h"
+#include "common/logging.h"
+#include "spdlog/spdlog.h"
+
+namespace ps {
+namespace {
+
+// How often deadlines, long-polls and heartbeats are checked.
+constexpr absl::Duration kHousekeepingPeriod = absl::Milliseconds(100);
+// How long the coordinator waits for the other shards' address files.
+constexpr absl::Duration kResolveShardsTimeout = absl::Seconds(60);
+
+}  // namespace
+
+PsdServer::PsdServer(LoadedPsdConfig config) : config_(std::move(config)) {}
+
+PsdServer::~PsdServer() { Stop(); }
+
+bool PsdServer::is_coordinator() const {
+  return config_.psd.shard_id() == config_.cluster.config.coordinator_shard();
+}
+
+absl::Status PsdServer::Start() {
+  absl::StatusOr<Security> security = Security::FromCluster(config_.cluster.config);
+  if (!security.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(config_.cluster.path, ": ", security.status().message()));
+  }
+  security_ = *std::move(security);
+  ShardOptions shard_options;
+  shard_options.shard_id = config_.psd.shard_id();
+  shard_options.memory_budget_bytes = config_.psd.memory_budget_bytes();
+  shard_ = std::make_unique<Shard>(shard_options);
+  ps_service_ = std::make_unique<PsService>(shard_.get(), &security_);
+
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(config_.psd.listen_address(), security_.ServerCredentials(), &port);
+  builder.SetMaxReceiveMessageSize(static_cast<int>(config_.psd.max_message_bytes()));
+  builder.SetMaxSendMessageSize(static_cast<int>(config_.psd.max_message_bytes()));
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10000);
+  builder.RegisterService(ps_service_.get());
+  if (is_coordinator()) {
+    coordinator_service_ = std::make_unique<CoordinatorService>(&security_);
+    builder.RegisterService(coordinator_service_.get());
+  }
+  server_ = builder.BuildAndStart();
+  if (server_ == nullptr || port == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("listen_address: cannot listen on ", config_.psd.listen_address(),
+                     " (in use, or not an address of this machine)"));
+  }
+  std::string host = config_.psd.listen_address().substr(
+      0, config_.psd.listen_address().rfind(':'));
+  address_ = absl::StrCat(host, ":", port);
+  if (!config_.psd.address_file().empty()) {
+    absl::Status w = WriteFileAtomically(config_.psd.address_file(), address_ + "\n");
+    if (!w.ok()) {
+      server_->Shutdown();
+      return absl::Status(w.code(), absl::StrCat("address_file: ", w.message()));
+    }
+  }
+  started_ = true;
+  spdlog::info("shard {} listening on {}{}{}", config_.psd.shard_id(), address_,
+               security_.tls() ? " (TLS)" : "", security_.has_token() ? " (token)" : "");
+  housekeeping_ = std::thread([this] { Housekeeping(); });
+  if (is_coordinator()) {
+    coordinator_starter_ = std::thread([this] { StartCoordinator(); });
+  } else {
+    coordinator_ready_.Notify();
+  }
+  return absl::OkStatus();
+}
+
+void PsdServer::StartCoordinator() {
+  absl::StatusOr<std::vector<std::string>> addresses =
+      ResolveShardAddresses(config_.cluster, absl::Now() + kResolveShardsTimeout);
+  if (!addresses.ok()) {
+    spdlog::error("coordinator not started: {}", addresses.status().message());
+    coordinator_ready_.Notify();
+    return;
+  }
+  (*addresses)[config_.psd.shard_id()] = address_;
+  shard_control_ = std::make_unique<GrpcShardControl>(*addresses, &security_,
+                                                      config_.psd.shard_id(), shard_.get());
+  JobCoordinator::Options options;
+  options.worker_timeout_ms = config_.psd.worker_timeout_ms();
+  options.heartbeat_interval_ms = std::max<uint32_t>(100, config_.psd.worker_timeout_ms() / 10);
+  options.shard_addresses = *addresses;
+  absl::StatusOr<std::unique_ptr<JobCoordinator>> coordinator =
+      JobCoordinator::Create(options, shard_control_.get());
+  if (!coordinator.ok()) {
+    spdlog::error("coordinator not started: {}", coordinator.status().message());
+    coordinator_ready_.Notify();
+    return;
+  }
+  coordinator_ = *std::move(coordinator);
+  coordinator_service_->SetCoordinator(coordinator_.get());
+  spdlog::info("coordinator ready: {} shards", addresses->size());
+  coordinator_ready_.Notify();
+}
+
+void PsdServer::Housekeeping() {
+  while (!stopping_.WaitForNotificationWithTimeout(kHousekeepingPeriod)) {
+    absl::Time now = absl::Now();
+    shard_->CheckDeadlines(now);
+    if (coordinator_ready_.HasBeenNotified() && coordinator_ != nullptr) {
+      coordinator_->Tick(now);
+    }
+  }
+}
+
+void PsdServer::Stop() {
+  if (!started_) return;
+  started_ = false;
+  stopping_.Notify();
+  // Fail parked waits first so Shutdown does not wait for their deadlines.
+  if (coordinator_starter_.joinable()) coordinator_starter_.join();
+  if (coordinator_ != nullptr) coordinator_->Shutdown();
+  shard_->Shutdown();
+  server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  housekeeping_.join();
+  spdlog::info("shard {} stopped", config_.psd.shard_id());
+}
+
+}  // namespace ps

@@ -1,0 +1,78 @@
+// PsdServer: one psd process's parts wired together: the Shard and its
+// ParameterServer service, the Coordinator when this shard is the cluster's
+// coordinator, the gRPC server, and the housekeeping thread.
+//
+//   PS_ASSIGN_OR_RETURN(LoadedPsdConfig config, LoadPsdConfig(path));
+//   PsdServer server(config);
+//   PS_RETURN_IF_ERROR(server.Start());   // binds, writes address_file
+//   ... SIGTERM ...
+//   server.Stop();
+//
+// Life cycle:
+//
+//   constructed --Start()--> serving --Stop()--> stopped
+//                   |  error                      (pending waits get
+//                   v                              UNAVAILABLE; threads joined)
+//                 failed (nothing left running)
+#ifndef SERVER_RPC_PSD_SERVER_H_
+#define SERVER_RPC_PSD_SERVER_H_
+
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/notification.h"
+#include "common/config.h"
+#include "common/security.h"
+#include "server/coordinator/coordinator.h"
+#include "server/rpc/coordinator_service.h"
+#include "server/rpc/ps_service.h"
+#include "server/shard.h"
+
+namespace ps {
+
+// Start and Stop are called from one thread; the server itself is
+// thread-safe once started.
+class PsdServer {
+ public:
+  explicit PsdServer(LoadedPsdConfig config);
+  ~PsdServer();  // Stop()
+
+  // Binds the listen address (port 0: any free port), writes the bound
+  // address to address_file, starts serving. The coordinator shard then
+  // resolves every shard's address (waiting up to 60 s for address files)
+  // in the background and opens the Coordinator service.
+  absl::Status Start();
+
+  // Graceful: stops accepting, fails pending waits with UNAVAILABLE, joins.
+  void Stop();
+
+  // "host:port" actually bound (valid after Start).
+  const std::string& address() const { return address_; }
+  bool is_coordinator() const;
+  Shard* shard() { return shard_.get(); }
+
+ private:
+  void Housekeeping();
+  void StartCoordinator();
+
+  const LoadedPsdConfig config_;
+  Security security_;
+  std::unique_ptr<Shard> shard_;
+  std::unique_ptr<PsService> ps_service_;
+  std::unique_ptr<CoordinatorService> coordinator_service_;
+  std::unique_ptr<GrpcShardControl> shard_control_;
+  std::unique_ptr<JobCoordinator> coordinator_;
+  std::unique_ptr<grpc::Server> server_;
+  std::string address_;
+  absl::Notification stopping_;
+  absl::Notification coordinator_ready_;  // coordinator_ set (or given up)
+  std::thread housekeeping_;
+  std::thread coordinator_starter_;
+  bool started_ = false;
+};
+
+}  // namespace ps
+
+#endif  // SERVER_RPC_PSD_SERVER_H_

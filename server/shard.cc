@@ -1,0 +1,1123 @@
+#include "server/shard.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "google/protobuf/util/message_differencer.h"
+#include "server/chunk_state.h"
+#include "server/chunking.h"
+#include "server/float_bytes.h"
+#include "server/init.h"
+#include "server/optimizer.h"
+#include "server/stats.h"
+
+namespace ps {
+namespace {
+
+// Keys of JobStats.rejected / ShardStats.rejected.
+constexpr char kUnknownJob[] = "unknown_job";
+constexpr char kWorkerOutOfRange[] = "worker_out_of_range";
+constexpr char kInactiveWorker[] = "inactive_worker";
+constexpr char kUnknownChunk[] = "unknown_chunk";
+constexpr char kChunkNotOnShard[] = "chunk_not_on_shard";
+constexpr char kDuplicateChunk[] = "duplicate_chunk";
+constexpr char kWrongSize[] = "wrong_size";
+constexpr char kVersionAhead[] = "version_ahead";
+constexpr char kFutureStep[] = "future_step";
+constexpr char kNonFinite[] = "non_finite";
+constexpr char kBadMembership[] = "bad_membership";
+constexpr char kBadSpec[] = "bad_spec";
+constexpr char kSpecMismatch[] = "spec_mismatch";
+constexpr char kOverBudget[] = "over_budget";
+constexpr char kShutdown[] = "shutdown";
+
+// A worker's counters, for stats only: lock-free so pushes to different
+// chunks share no lock.
+struct WorkerCounters {
+  std::atomic<bool> pushed_any{false};
+  std::atomic<uint64_t> last_step{0};
+  std::atomic<uint64_t> pushes{0};
+  std::atomic<uint64_t> staleness{0};
+};
+
+void StoreMax(std::atomic<uint64_t>& a, uint64_t v) {
+  uint64_t cur = a.load(std::memory_order_relaxed);
+  while (cur < v &&
+         !a.compare_exchange_weak(cur, v, std::memory_order_relaxed)) {
+  }
+}
+
+uint64_t NowNanos() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string ChunkName(const ChunkPlacement& p) {
+  return absl::StrCat("chunk ", p.chunk_id(), " of tensor ", p.tensor());
+}
+
+absl::Status Prefixed(absl::string_view prefix, const absl::Status& st) {
+  return absl::Status(st.code(), absl::StrCat(prefix, st.message()));
+}
+
+}  // namespace
+
+// A wait: a PushPull or Pull whose answer is due once every chunk in
+// `chunks` is at version >= need_version and the slowest active worker's
+// clock is >= need_clock. `pending` counts the unmet conditions plus one
+// guard held during registration; whoever takes it to 0 completes the wait.
+// Whoever sets `claimed` first (completion, deadline, drop, shutdown) runs
+// `done`; the other paths then leave the waiter alone.
+struct Shard::Waiter {
+  // Immutable once StartWait() runs.
+  uint64_t id = 0;
+  std::vector<Chunk*> chunks;
+  uint64_t step = 0;
+  uint64_t need_version = 0;  // 0 = no version condition
+  uint64_t need_clock = 0;    // 0 = no SSP condition
+  absl::Time deadline;
+  ChunkDataList* out = nullptr;  // borrowed from the caller's response
+
+  std::atomic<int> pending{1};
+  std::atomic<bool> claimed{false};
+  // Owned by the claimer once `claimed` is set. Released after `done` runs
+  // so that waiters left in chunk lists do not keep the job alive.
+  std::shared_ptr<Job> job;
+  std::function<void(absl::Status)> done;
+};
+
+struct Shard::Chunk {
+  explicit Chunk(ChunkState s, std::vector<uint8_t> members)
+      : placement(s.placement),
+        length(s.placement.length()),
+        state(std::move(s)),
+        active(std::move(members)) {}
+
+  const ChunkPlacement placement;
+  const uint64_t length;
+
+  absl::Mutex mu;
+  ChunkState state ABSL_GUARDED_BY(mu);
+  // The job's membership, copied here so the BSP quorum is decided under
+  // this lock alone (SetMembership updates every chunk's copy).
+  std::vector<uint8_t> active ABSL_GUARDED_BY(mu);
+  // Waits for a later version of this chunk; claimed ones are pruned
+  // lazily.
+  std::vector<WaiterPtr> waiters ABSL_GUARDED_BY(mu);
+  // == state.version, readable without the lock (it only grows).
+  std::atomic<uint64_t> version{0};
+};
+
+class Shard::Job {
+ public:
+  // Immutable after registration.
+  std::string id;
+  JobSpec spec;
+  Placement placement;
+  uint32_t num_workers = 0;
+  ConsistencyMode mode = BSP;
+  uint32_t staleness_bound = 0;
+  uint32_t backup_workers = 0;
+  uint32_t deadline_ms = kDefaultStepDeadlineMs;
+  std::unique_ptr<const Optimizer> optimizer;
+  std::vector<std::unique_ptr<Chunk>> chunks;  // this shard's chunks
+  std::vector<int32_t> local;  // chunk_id -> index in `chunks`, -1 = elsewhere
+  uint64_t bytes = 0;          // accounted against the memory budget
+
+  // Statistics, lock-free.
+  std::atomic<uint64_t> pushes{0};
+  std::atomic<uint64_t> pulls{0};
+  std::atomic<uint64_t> bytes_in{0};
+  std::atomic<uint64_t> bytes_out{0};
+  std::atomic<uint64_t> duplicates{0};
+  std::atomic<uint64_t> stale{0};
+  std::atomic<uint64_t> applies{0};
+  LatencyHistogram apply_ns;
+  PowerOfTwoHistogram staleness;
+  std::unique_ptr<WorkerCounters[]> workers;
+
+  // Serializes SetMembership calls; held while it updates every chunk.
+  // Acquired before `mu` and before any chunk's mutex.
+  absl::Mutex membership_update_mu;
+
+  // Never held together with a chunk's mutex.
+  mutable absl::Mutex mu;
+  std::vector<uint8_t> active ABSL_GUARDED_BY(mu);
+  // SSP: per rank, highest step pushed + 1 (0 = none).
+  std::vector<uint64_t> clock ABSL_GUARDED_BY(mu);
+  std::vector<WaiterPtr> clock_waiters ABSL_GUARDED_BY(mu);
+  absl::flat_hash_map<uint64_t, WaiterPtr> live ABSL_GUARDED_BY(mu);
+  absl::btree_map<std::string, uint64_t> rejected ABSL_GUARDED_BY(mu);
+  // Not OK once dropped or shut down: new waits fail with it.
+  absl::Status closed ABSL_GUARDED_BY(mu);
+
+  void CountRejected(const std::string& reason) ABSL_LOCKS_EXCLUDED(mu) {
+    absl::MutexLock l(&mu);
+    ++rejected[reason];
+  }
+
+  // The slowest active worker's clock (SSP).
+  uint64_t MinActiveClock() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    uint64_t m = UINT64_MAX;
+    for (uint32_t r = 0; r < num_workers; ++r) {
+      if (active[r]) m = std::min(m, clock[r]);
+    }
+    return m == UINT64_MAX ? 0 : m;
+  }
+
+  // Moves the SSP waits that the current clocks satisfy to `ready`.
+  void ReleaseClockWaiters(std::vector<WaiterPtr>* ready)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    const uint64_t slowest = MinActiveClock();
+    auto keep = clock_waiters.begin();
+    for (WaiterPtr& w : clock_waiters) {
+      if (w->claimed.load(std::memory_order_acquire)) continue;
+      if (w->need_clock <= slowest) {
+        if (w->pending.fetch_sub(1) == 1) ready->push_back(std::move(w));
+        continue;
+      }
+      *keep++ = std::move(w);
+    }
+    clock_waiters.erase(keep, clock_waiters.end());
+  }
+
+  // Advances `c` one version and moves the waits it satisfies to `ready`.
+  static void AdvanceVersion(Chunk& c, std::vector<WaiterPtr>* ready)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu) {
+    const uint64_t v = ++c.state.version;
+    c.version.store(v, std::memory_order_release);
+    auto keep = c.waiters.begin();
+    for (WaiterPtr& w : c.waiters) {
+      if (w->claimed.load(std::memory_order_acquire)) continue;
+      if (w->need_version <= v) {
+        if (w->pending.fetch_sub(1) == 1) ready->push_back(std::move(w));
+        continue;
+      }
+      *keep++ = std::move(w);
+    }
+    c.waiters.erase(keep, c.waiters.end());
+  }
+
+  // BSP: applies the step being aggregated on `c` once the quorum arrived.
+  void ApplyStepIfReady(Chunk& c, std::vector<WaiterPtr>* ready)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu) {
+    ChunkState& s = c.state;
+    uint32_t members = 0, arrived = 0;
+    for (uint32_t r = 0; r < num_workers; ++r) {
+      if (!c.active[r]) continue;
+      ++members;
+      arrived += s.pushed[r];
+    }
+    const uint32_t quorum =
+        members > backup_workers ? members - backup_workers : 1;
+    if (arrived == 0 || arrived < quorum) return;
+    const uint64_t t0 = NowNanos();
+    // Rank order, into the lowest rank's buffer: the same bits whatever the
+    // order the pushes came in.
+    float* sum = nullptr;
+    for (uint32_t r = 0; r < num_workers; ++r) {
+      if (!c.active[r] || !s.pushed[r]) continue;
+      if (sum == nullptr) {
+        sum = s.gradients[r].data();
+      } else {
+        AddInto(absl::MakeSpan(sum, c.length), s.gradients[r].data());
+      }
+    }
+    optimizer->Apply(absl::MakeSpan(s.values), sum,
+                     1.0f / static_cast<float>(arrived), &s.optimizer);
+    std::fill(s.pushed.begin(), s.pushed.end(), 0);
+    apply_ns.Record(NowNanos() - t0);
+    applies.fetch_add(1, std::memory_order_relaxed);
+    AdvanceVersion(c, ready);
+  }
+
+  Chunk* LocalChunk(uint32_t chunk_id) const {
+    if (chunk_id >= local.size() || local[chunk_id] < 0) return nullptr;
+    return chunks[local[chunk_id]].get();
+  }
+};
+
+Shard::Shard(ShardOptions options)
+    : options_(std::move(options)), start_time_(absl::Now()) {}
+
+Shard::~Shard() { Shutdown(); }
+
+void Shard::CountRejected(const std::string& reason) const {
+  absl::MutexLock l(&rejected_mu_);
+  ++rejected_[reason];
+}
+
+absl::StatusOr<std::shared_ptr<Shard::Job>> Shard::FindJob(
+    const std::string& job_id) const {
+  absl::ReaderMutexLock l(&mu_);
+  if (shutdown_) {
+    CountRejected(kShutdown);
+    return absl::UnavailableError(
+        absl::StrCat("shard ", options_.shard_id, " is shutting down"));
+  }
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) {
+    CountRejected(kUnknownJob);
+    return absl::FailedPreconditionError(
+        absl::StrCat("job_id: no job \"", job_id, "\" on shard ",
+                     options_.shard_id, " (never registered, or dropped)"));
+  }
+  return it->second;
+}
+
+// ---------------------------------------------------------------------------
+// Registration.
+
+absl::Status Shard::RegisterJob(const RegisterJobRequest& req,
+                                RegisterJobResponse* resp) {
+  auto bad = [&](absl::Status st) {
+    CountRejected(kBadSpec);
+    return st;
+  };
+  auto invalid = [&](absl::string_view field, absl::string_view why) {
+    return bad(absl::InvalidArgumentError(absl::StrCat(field, ": ", why)));
+  };
+  const JobSpec& spec = req.spec();
+  if (req.job_id().empty()) return invalid("job_id", "must not be empty");
+  uint32_t num_workers = req.num_workers();
+  if (num_workers == 0) num_workers = spec.num_workers();
+  if (req.num_workers() != 0 && spec.num_workers() != 0 &&
+      req.num_workers() != spec.num_workers()) {
+    return invalid(
+        "num_workers",
+        absl::StrCat(req.num_workers(), " differs from spec.num_workers ",
+                     spec.num_workers()));
+  }
+  if (num_workers == 0) return invalid("num_workers", "must be >= 1");
+
+  auto job = std::make_shared<Job>();
+  job->id = req.job_id();
+  job->spec = spec;
+  job->placement = req.placement();
+  job->num_workers = num_workers;
+
+  absl::StatusOr<std::unique_ptr<Optimizer>> opt =
+      Optimizer::Create(spec.optimizer());
+  if (!opt.ok()) return bad(Prefixed("spec.", opt.status()));
+  job->optimizer = std::move(*opt);
+
+  const ConsistencySpec& cs = spec.consistency();
+  job->mode = cs.mode() == CONSISTENCY_UNSPECIFIED ? BSP : cs.mode();
+  if (job->mode != BSP && job->mode != ASP && job->mode != SSP) {
+    return invalid("spec.consistency.mode",
+                   absl::StrCat("unknown mode ", static_cast<int>(cs.mode())));
+  }
+  if (cs.backup_workers() != 0 && job->mode != BSP) {
+    return invalid("spec.consistency.backup_workers",
+                   "only BSP uses backup workers");
+  }
+  if (cs.backup_workers() >= num_workers) {
+    return invalid("spec.consistency.backup_workers",
+                   absl::StrCat("must be < num_workers (", num_workers,
+                                "), got ", cs.backup_workers()));
+  }
+  if (cs.staleness() != 0 && job->mode != SSP) {
+    return invalid("spec.consistency.staleness",
+                   "only SSP uses a staleness bound");
+  }
+  job->backup_workers = cs.backup_workers();
+  job->staleness_bound = cs.staleness();
+  job->deadline_ms = cs.step_deadline_ms() == 0 ? kDefaultStepDeadlineMs
+                                                : cs.step_deadline_ms();
+
+  if (absl::Status st = ValidateTensors(spec); !st.ok()) {
+    return bad(Prefixed("spec.", st));
+  }
+  const Placement& placement = req.placement();
+  if (placement.num_shards() <= options_.shard_id) {
+    return invalid("placement.num_shards",
+                   absl::StrCat(placement.num_shards(), ", but this is shard ",
+                                options_.shard_id));
+  }
+  const std::vector<ChunkPlacement> want = CutIntoChunks(spec);
+  if (static_cast<size_t>(placement.chunks_size()) != want.size()) {
+    return invalid(
+        "placement.chunks",
+        absl::StrCat(placement.chunks_size(),
+                     " chunks, but the spec's tensors cut into ", want.size()));
+  }
+  uint64_t bytes = 0;
+  int local_count = 0;
+  for (int i = 0; i < placement.chunks_size(); ++i) {
+    const ChunkPlacement& c = placement.chunks(i);
+    const ChunkPlacement& w = want[i];
+    if (c.chunk_id() != w.chunk_id() || c.tensor() != w.tensor() ||
+        c.index() != w.index() || c.offset() != w.offset() ||
+        c.length() != w.length()) {
+      return invalid(
+          absl::StrCat("placement.chunks[", i, "]"),
+          absl::StrFormat("is (id %d, %s[%d], offset %d, length %d), the spec "
+                          "cuts (id %d, %s[%d], offset %d, length %d)",
+                          c.chunk_id(), c.tensor(), c.index(), c.offset(),
+                          c.length(), w.chunk_id(), w.tensor(), w.index(),
+                          w.offset(), w.length()));
+    }
+    if (c.shard() >= placement.num_shards()) {
+      return invalid(
+          absl::StrCat("placement.chunks[", i, "].shard"),
+          absl::StrCat(c.shard(), " >= num_shards ", placement.num_shards()));
+    }
+    if (c.shard() != options_.shard_id) continue;
+    ++local_count;
+    bytes += c.length() * sizeof(float) +
+             job->optimizer->StateBytes(c.length()) + sizeof(Chunk);
+    // BSP keeps one gradient per worker until the quorum arrives.
+    if (job->mode == BSP) bytes += uint64_t{num_workers} * c.length() * 4;
+  }
+  job->bytes = bytes;
+
+  // An existing job: the same registration is OK, another is refused.
+  auto same_as = [&](const Job& other) -> absl::Status {
+    std::string diff;
+    bool same;
+    {
+      google::protobuf::util::MessageDifferencer d;
+      d.ReportDifferencesToString(&diff);
+      same = d.Compare(other.spec, spec);
+      if (!same) diff = "spec: " + diff;
+    }
+    if (same) {
+      google::protobuf::util::MessageDifferencer d;
+      d.ReportDifferencesToString(&diff);
+      same = d.Compare(other.placement, req.placement());
+      if (!same) diff = "placement: " + diff;
+    }
+    if (same && other.num_workers != num_workers) {
+      same = false;
+      diff =
+          absl::StrCat("num_workers: ", other.num_workers, " -> ", num_workers);
+    }
+    if (same) {
+      resp->set_chunks_held(other.chunks.size());
+      resp->set_bytes_held(other.bytes);
+      return absl::OkStatus();
+    }
+    CountRejected(kSpecMismatch);
+    std::string first = diff.substr(0, diff.find('\n'));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job \"", req.job_id(), "\" is already registered on shard ",
+        options_.shard_id, " with another spec (", first, ")"));
+  };
+  auto over_budget = [&](uint64_t free) {
+    CountRejected(kOverBudget);
+    return absl::ResourceExhaustedError(
+        absl::StrCat("job \"", req.job_id(), "\" needs ", bytes,
+                     " bytes on shard ", options_.shard_id, " (", local_count,
+                     " chunks: parameters, optimizer state",
+                     job->mode == BSP ? ", one gradient per worker" : "",
+                     ") but only ", free, " of the ",
+                     options_.memory_budget_bytes, "-byte budget are free"));
+  };
+  {
+    absl::MutexLock l(&mu_);
+    if (shutdown_) {
+      CountRejected(kShutdown);
+      return absl::UnavailableError(
+          absl::StrCat("shard ", options_.shard_id, " is shutting down"));
+    }
+    if (auto it = jobs_.find(req.job_id()); it != jobs_.end()) {
+      return same_as(*it->second);
+    }
+    if (bytes > options_.memory_budget_bytes - bytes_held_ - bytes_reserved_) {
+      return over_budget(options_.memory_budget_bytes - bytes_held_ -
+                         bytes_reserved_);
+    }
+    bytes_reserved_ += bytes;
+  }
+
+  // Allocate and initialise without holding the map lock.
+  absl::flat_hash_map<std::string, const TensorSpec*> tensors;
+  for (const TensorSpec& t : spec.tensors()) tensors[t.name()] = &t;
+  std::vector<uint8_t> all_active(num_workers, 1);
+  job->local.assign(placement.chunks_size(), -1);
+  absl::Status init_status;
+  for (const ChunkPlacement& c : placement.chunks()) {
+    if (c.shard() != options_.shard_id) continue;
+    ChunkState s = NewChunkState(c, *job->optimizer, num_workers);
+    init_status = InitValues(spec.seed(), *tensors[c.tensor()], c.offset(),
+                             absl::MakeSpan(s.values));
+    if (!init_status.ok()) break;
+    job->local[c.chunk_id()] = static_cast<int32_t>(job->chunks.size());
+    job->chunks.push_back(std::make_unique<Chunk>(std::move(s), all_active));
+  }
+  job->workers = std::make_unique<WorkerCounters[]>(num_workers);
+  {
+    absl::MutexLock l(&job->mu);
+    job->active = all_active;
+    job->clock.assign(num_workers, 0);
+  }
+
+  absl::MutexLock l(&mu_);
+  bytes_reserved_ -= bytes;
+  if (!init_status.ok()) return bad(Prefixed("spec.", init_status));
+  if (shutdown_) {
+    CountRejected(kShutdown);
+    return absl::UnavailableError(
+        absl::StrCat("shard ", options_.shard_id, " is shutting down"));
+  }
+  if (auto it = jobs_.find(req.job_id()); it != jobs_.end()) {
+    return same_as(*it->second);  // a concurrent registration won
+  }
+  if (bytes > options_.memory_budget_bytes - bytes_held_ - bytes_reserved_) {
+    return over_budget(options_.memory_budget_bytes - bytes_held_ -
+                       bytes_reserved_);
+  }
+  bytes_held_ += bytes;
+  jobs_[req.job_id()] = job;
+  resp->set_chunks_held(job->chunks.size());
+  resp->set_bytes_held(bytes);
+  return absl::OkStatus();
+}
+
+absl::Status Shard::DropJob(const DropJobRequest& req) {
+  std::shared_ptr<Job> job;
+  {
+    absl::MutexLock l(&mu_);
+    auto it = jobs_.find(req.job_id());
+    if (it == jobs_.end()) return absl::OkStatus();
+    job = std::move(it->second);
+    jobs_.erase(it);
+    bytes_held_ -= job->bytes;
+  }
+  CloseJob(*job, absl::AbortedError(absl::StrCat(
+                     "job \"", job->id, "\" was dropped from shard ",
+                     options_.shard_id, " while this call waited")));
+  return absl::OkStatus();
+}
+
+absl::Status Shard::SetMembership(const SetMembershipRequest& req) {
+  absl::StatusOr<std::shared_ptr<Job>> found = FindJob(req.job_id());
+  if (!found.ok()) return found.status();
+  Job& job = **found;
+  auto bad = [&](absl::string_view field, absl::string_view why) {
+    job.CountRejected(kBadMembership);
+    return absl::InvalidArgumentError(absl::StrCat(field, ": ", why));
+  };
+  if (req.active_workers().empty()) {
+    return bad("active_workers", "must name at least one worker");
+  }
+  std::vector<uint8_t> active(job.num_workers, 0);
+  for (int i = 0; i < req.active_workers_size(); ++i) {
+    const uint32_t r = req.active_workers(i);
+    const std::string field = absl::StrCat("active_workers[", i, "]");
+    if (r >= job.num_workers) {
+      return bad(field, absl::StrCat("rank ", r, " out of range [0, ",
+                                     job.num_workers, ")"));
+    }
+    if (active[r]) return bad(field, absl::StrCat("rank ", r, " listed twice"));
+    active[r] = 1;
+  }
+  std::vector<WaiterPtr> ready;
+  {
+    absl::MutexLock serial(&job.membership_update_mu);
+    {
+      absl::MutexLock l(&job.mu);
+      job.active = active;
+      if (job.mode == SSP) job.ReleaseClockWaiters(&ready);
+    }
+    for (const std::unique_ptr<Chunk>& c : job.chunks) {
+      absl::MutexLock l(&c->mu);
+      c->active = active;
+      if (job.mode == BSP) job.ApplyStepIfReady(*c, &ready);
+    }
+  }
+  CompleteAll(&ready);
+  return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------------------
+// Pushes.
+
+absl::Status Shard::ValidatePush(Job& job, uint32_t worker, uint64_t step,
+                                 const ChunkDataList& gradients,
+                                 std::vector<Chunk*>* chunks) const {
+  auto reject = [&](const char* reason, absl::Status st) {
+    job.CountRejected(reason);
+    return st;
+  };
+  if (worker >= job.num_workers) {
+    return reject(kWorkerOutOfRange,
+                  absl::InvalidArgumentError(absl::StrCat(
+                      "worker: rank ", worker, " out of range [0, ",
+                      job.num_workers, ") of job \"", job.id, "\"")));
+  }
+  bool active;
+  {
+    absl::ReaderMutexLock l(&job.mu);
+    active = job.active[worker] != 0;
+  }
+  if (!active) {
+    return reject(kInactiveWorker,
+                  absl::FailedPreconditionError(absl::StrCat(
+                      "worker: rank ", worker,
+                      " is not an active member of job \"", job.id, "\"")));
+  }
+  chunks->clear();
+  chunks->reserve(gradients.size());
+  absl::flat_hash_map<uint32_t, int> seen;
+  for (int i = 0; i < gradients.size(); ++i) {
+    const ChunkData& g = gradients[i];
+    const std::string field = absl::StrCat("gradients[", i, "]");
+    const uint32_t id = g.chunk_id();
+    if (id >= static_cast<uint32_t>(job.placement.chunks_size())) {
+      return reject(
+          kUnknownChunk,
+          absl::InvalidArgumentError(absl::StrCat(
+              field, ".chunk_id: ", id, " out of range, job \"", job.id,
+              "\" has ", job.placement.chunks_size(), " chunks")));
+    }
+    Chunk* c = job.LocalChunk(id);
+    if (c == nullptr) {
+      const ChunkPlacement& p = job.placement.chunks(id);
+      return reject(kChunkNotOnShard,
+                    absl::InvalidArgumentError(absl::StrCat(
+                        field, ".chunk_id: ", ChunkName(p), " is on shard ",
+                        p.shard(), ", not shard ", options_.shard_id)));
+    }
+    if (auto [it, inserted] = seen.emplace(id, i); !inserted) {
+      return reject(kDuplicateChunk,
+                    absl::InvalidArgumentError(
+                        absl::StrCat(field, ".chunk_id: chunk ", id,
+                                     " also in gradients[", it->second, "]")));
+    }
+    if (g.data().size() != c->length * sizeof(float)) {
+      return reject(kWrongSize, absl::InvalidArgumentError(absl::StrCat(
+                                    field, ".data: ", g.data().size(),
+                                    " bytes, ", ChunkName(c->placement),
+                                    " holds ", c->length, " floats")));
+    }
+    const uint64_t version = c->version.load(std::memory_order_acquire);
+    if (g.version() > version) {
+      return reject(kVersionAhead,
+                    absl::InvalidArgumentError(absl::StrCat(
+                        field, ".version: ", g.version(), " is ahead of ",
+                        ChunkName(c->placement), " at version ", version)));
+    }
+    if (job.mode == BSP && step > version) {
+      return reject(kFutureStep,
+                    absl::InvalidArgumentError(absl::StrCat(
+                        "step: ", step, " is ahead of ",
+                        ChunkName(c->placement), " at version ", version,
+                        " (BSP accepts step t once version t was pulled)")));
+    }
+    chunks->push_back(c);
+  }
+  // The one full read of the payloads, last: every cheap check passed.
+  for (int i = 0; i < gradients.size(); ++i) {
+    const std::string& data = gradients[i].data();
+    const int64_t at = FirstNonFinite(data);
+    if (at < 0) continue;
+    float x;
+    DecodeFloats(absl::string_view(data.data() + 4 * at, 4),
+                 absl::MakeSpan(&x, 1));
+    return reject(kNonFinite, absl::InvalidArgumentError(absl::StrCat(
+                                  "gradients[", i, "].data: element ", at,
+                                  " is ", std::isnan(x) ? "NaN" : "Inf", " (",
+                                  ChunkName(chunks->at(i)->placement), ")")));
+  }
+  return absl::OkStatus();
+}
+
+Shard::PushCounts Shard::ApplyPush(Job& job, uint32_t worker, uint64_t step,
+                                   const ChunkDataList& gradients,
+                                   const std::vector<Chunk*>& chunks,
+                                   std::vector<WaiterPtr>* ready) {
+  // ASP/SSP decode here: one copy, reused by every push on this thread.
+  static thread_local std::vector<float> scratch;
+  PushCounts counts;
+  uint64_t accepted = 0, bytes = 0, max_staleness = 0;
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    Chunk& c = *chunks[i];
+    const ChunkData& g = gradients[static_cast<int>(i)];
+    bytes += g.data().size();
+    absl::MutexLock l(&c.mu);
+    ChunkState& s = c.state;
+    if (job.mode == BSP) {
+      // Validation saw step <= version, and versions only grow.
+      max_staleness = std::max(max_staleness, s.version - step);
+      if (step < s.version) {
+        ++counts.stale;
+      } else if (s.pushed[worker]) {
+        ++counts.duplicates;
+      } else {
+        std::vector<float>& buf = s.gradients[worker];
+        buf.resize(c.length);
+        DecodeFloats(g.data(), absl::MakeSpan(buf));
+        s.pushed[worker] = 1;
+        ++accepted;
+        job.ApplyStepIfReady(c, ready);
+      }
+      continue;
+    }
+    if (step < s.next_step[worker]) {
+      ++counts.duplicates;
+      continue;
+    }
+    s.next_step[worker] = step + 1;
+    const uint64_t staleness = s.version - g.version();
+    max_staleness = std::max(max_staleness, staleness);
+    job.staleness.Record(staleness);
+    scratch.resize(c.length);
+    DecodeFloats(g.data(), absl::MakeSpan(scratch));
+    const uint64_t t0 = NowNanos();
+    job.optimizer->Apply(absl::MakeSpan(s.values), scratch.data(), 1.0f,
+                         &s.optimizer);
+    job.apply_ns.Record(NowNanos() - t0);
+    job.applies.fetch_add(1, std::memory_order_relaxed);
+    ++accepted;
+    Job::AdvanceVersion(c, ready);
+  }
+  job.pushes.fetch_add(accepted, std::memory_order_relaxed);
+  job.duplicates.fetch_add(counts.duplicates, std::memory_order_relaxed);
+  job.stale.fetch_add(counts.stale, std::memory_order_relaxed);
+  job.bytes_in.fetch_add(bytes, std::memory_order_relaxed);
+  WorkerCounters& wc = job.workers[worker];
+  StoreMax(wc.last_step, step);
+  wc.pushed_any.store(true, std::memory_order_relaxed);
+  wc.pushes.fetch_add(accepted, std::memory_order_relaxed);
+  wc.staleness.store(max_staleness, std::memory_order_relaxed);
+  if (job.mode == SSP) {
+    absl::MutexLock l(&job.mu);
+    job.clock[worker] = std::max(job.clock[worker], step + 1);
+    job.ReleaseClockWaiters(ready);
+  }
+  return counts;
+}
+
+absl::Status Shard::Push(const PushRequest& req, PushResponse* resp) {
+  resp->Clear();
+  absl::StatusOr<std::shared_ptr<Job>> job = FindJob(req.job_id());
+  if (!job.ok()) return job.status();
+  std::vector<Chunk*> chunks;
+  if (absl::Status st = ValidatePush(**job, req.worker(), req.step(),
+                                     req.gradients(), &chunks);
+      !st.ok()) {
+    return st;
+  }
+  std::vector<WaiterPtr> ready;
+  const PushCounts counts = ApplyPush(**job, req.worker(), req.step(),
+                                      req.gradients(), chunks, &ready);
+  resp->set_duplicates(counts.duplicates);
+  resp->set_stale(counts.stale);
+  CompleteAll(&ready);
+  return absl::OkStatus();
+}
+
+void Shard::PushPull(const PushPullRequest& req, PushPullResponse* resp,
+                     std::function<void(absl::Status)> done) {
+  resp->Clear();
+  absl::StatusOr<std::shared_ptr<Job>> found = FindJob(req.job_id());
+  if (!found.ok()) {
+    done(found.status());
+    return;
+  }
+  const std::shared_ptr<Job>& job = *found;
+  std::vector<Chunk*> chunks;
+  if (absl::Status st = ValidatePush(*job, req.worker(), req.step(),
+                                     req.gradients(), &chunks);
+      !st.ok()) {
+    done(st);
+    return;
+  }
+  std::vector<WaiterPtr> ready;
+  const PushCounts counts = ApplyPush(*job, req.worker(), req.step(),
+                                      req.gradients(), chunks, &ready);
+  // Written before the wait exists: afterwards only its claimer touches resp.
+  resp->set_duplicates(counts.duplicates);
+  resp->set_stale(counts.stale);
+  CompleteAll(&ready);
+
+  WaiterPtr w = NewWaiter(job, std::move(chunks), req.step(),
+                          resp->mutable_parameters(), std::move(done));
+  if (job->mode == BSP) w->need_version = req.step() + 1;
+  if (job->mode == SSP && req.step() + 1 > job->staleness_bound) {
+    w->need_clock = req.step() + 1 - job->staleness_bound;
+  }
+  StartWait(job, std::move(w));
+}
+
+// ---------------------------------------------------------------------------
+// Pulls and waits.
+
+void Shard::Pull(const PullRequest& req, PullResponse* resp,
+                 std::function<void(absl::Status)> done) {
+  resp->Clear();
+  absl::StatusOr<std::shared_ptr<Job>> found = FindJob(req.job_id());
+  if (!found.ok()) {
+    done(found.status());
+    return;
+  }
+  const std::shared_ptr<Job>& job = *found;
+  auto reject = [&](const char* reason, absl::Status st) {
+    job->CountRejected(reason);
+    done(std::move(st));
+  };
+  if (req.worker() >= job->num_workers) {
+    reject(kWorkerOutOfRange,
+           absl::InvalidArgumentError(
+               absl::StrCat("worker: rank ", req.worker(), " out of range [0, ",
+                            job->num_workers, ") of job \"", job->id, "\"")));
+    return;
+  }
+  std::vector<Chunk*> chunks;
+  if (req.chunk_ids().empty()) {
+    for (const std::unique_ptr<Chunk>& c : job->chunks)
+      chunks.push_back(c.get());
+  }
+  absl::flat_hash_map<uint32_t, int> seen;
+  for (int i = 0; i < req.chunk_ids_size(); ++i) {
+    const uint32_t id = req.chunk_ids(i);
+    const std::string field = absl::StrCat("chunk_ids[", i, "]");
+    if (id >= static_cast<uint32_t>(job->placement.chunks_size())) {
+      reject(kUnknownChunk,
+             absl::InvalidArgumentError(absl::StrCat(
+                 field, ": ", id, " out of range, job \"", job->id, "\" has ",
+                 job->placement.chunks_size(), " chunks")));
+      return;
+    }
+    Chunk* c = job->LocalChunk(id);
+    if (c == nullptr) {
+      const ChunkPlacement& p = job->placement.chunks(id);
+      reject(kChunkNotOnShard,
+             absl::InvalidArgumentError(
+                 absl::StrCat(field, ": ", ChunkName(p), " is on shard ",
+                              p.shard(), ", not shard ", options_.shard_id)));
+      return;
+    }
+    if (auto [it, inserted] = seen.emplace(id, i); !inserted) {
+      reject(kDuplicateChunk, absl::InvalidArgumentError(absl::StrCat(
+                                  field, ": chunk ", id, " also in chunk_ids[",
+                                  it->second, "]")));
+      return;
+    }
+    chunks.push_back(c);
+  }
+  WaiterPtr w = NewWaiter(job, std::move(chunks), req.step(),
+                          resp->mutable_parameters(), std::move(done));
+  w->need_version = req.min_version();
+  if (job->mode == SSP && req.step() > job->staleness_bound) {
+    w->need_clock = req.step() - job->staleness_bound;
+  }
+  StartWait(job, std::move(w));
+}
+
+Shard::WaiterPtr Shard::NewWaiter(const std::shared_ptr<Job>& job,
+                                  std::vector<Chunk*> chunks, uint64_t step,
+                                  ChunkDataList* out,
+                                  std::function<void(absl::Status)> done) {
+  auto w = std::make_shared<Waiter>();
+  w->id = next_waiter_id_.fetch_add(1, std::memory_order_relaxed);
+  w->chunks = std::move(chunks);
+  w->step = step;
+  w->deadline = absl::Now() + absl::Milliseconds(job->deadline_ms);
+  w->out = out;
+  w->job = job;
+  w->done = std::move(done);
+  return w;
+}
+
+void Shard::StartWait(const std::shared_ptr<Job>& job, WaiterPtr w) {
+  absl::Status closed;
+  {
+    absl::MutexLock l(&job->mu);
+    closed = job->closed;
+    if (closed.ok()) job->live.emplace(w->id, w);
+  }
+  if (!closed.ok()) {
+    Fail(w, closed);
+    return;
+  }
+  if (w->need_version > 0) {
+    for (Chunk* c : w->chunks) {
+      absl::MutexLock l(&c->mu);
+      if (c->state.version < w->need_version) {
+        w->pending.fetch_add(1);
+        c->waiters.push_back(w);
+      }
+    }
+  }
+  if (w->need_clock > 0) {
+    absl::MutexLock l(&job->mu);
+    if (job->MinActiveClock() < w->need_clock) {
+      w->pending.fetch_add(1);
+      job->clock_waiters.push_back(w);
+    }
+  }
+  if (w->pending.fetch_sub(1) == 1) Complete(w);
+}
+
+void Shard::Complete(const WaiterPtr& w) {
+  if (w->claimed.exchange(true, std::memory_order_acq_rel)) return;
+  std::shared_ptr<Job> job = std::move(w->job);
+  {
+    absl::MutexLock l(&job->mu);
+    job->live.erase(w->id);
+  }
+  w->out->Clear();
+  w->out->Reserve(static_cast<int>(w->chunks.size()));
+  uint64_t bytes = 0;
+  for (Chunk* c : w->chunks) {
+    ChunkData* d = w->out->Add();
+    absl::MutexLock l(&c->mu);
+    d->set_chunk_id(c->placement.chunk_id());
+    d->set_version(c->state.version);
+    EncodeFloats(c->state.values, d->mutable_data());
+    bytes += d->data().size();
+  }
+  job->pulls.fetch_add(w->chunks.size(), std::memory_order_relaxed);
+  job->bytes_out.fetch_add(bytes, std::memory_order_relaxed);
+  std::function<void(absl::Status)> done = std::move(w->done);
+  w->done = nullptr;
+  done(absl::OkStatus());
+}
+
+void Shard::Fail(const WaiterPtr& w, const absl::Status& status) {
+  if (w->claimed.exchange(true, std::memory_order_acq_rel)) return;
+  std::shared_ptr<Job> job = std::move(w->job);
+  if (job != nullptr) {
+    absl::MutexLock l(&job->mu);
+    job->live.erase(w->id);
+  }
+  std::function<void(absl::Status)> done = std::move(w->done);
+  w->done = nullptr;
+  done(status);
+}
+
+void Shard::CompleteAll(std::vector<WaiterPtr>* ready) {
+  for (const WaiterPtr& w : *ready) Complete(w);
+  ready->clear();
+}
+
+void Shard::CloseJob(Job& job, const absl::Status& status) {
+  std::vector<WaiterPtr> waiters;
+  {
+    absl::MutexLock l(&job.mu);
+    if (job.closed.ok()) job.closed = status;
+    for (auto& [id, w] : job.live) waiters.push_back(w);
+    job.live.clear();
+    job.clock_waiters.clear();
+  }
+  for (const std::unique_ptr<Chunk>& c : job.chunks) {
+    absl::MutexLock l(&c->mu);
+    c->waiters.clear();
+  }
+  for (const WaiterPtr& w : waiters) Fail(w, status);
+}
+
+void Shard::CheckDeadlines(absl::Time now) {
+  std::vector<std::shared_ptr<Job>> jobs;
+  {
+    absl::ReaderMutexLock l(&mu_);
+    for (const auto& [id, job] : jobs_) jobs.push_back(job);
+  }
+  for (const std::shared_ptr<Job>& job : jobs) {
+    struct Expired {
+      WaiterPtr w;
+      std::vector<uint32_t> clock_missing;  // SSP: workers holding it back
+    };
+    std::vector<Expired> expired;
+    {
+      absl::MutexLock l(&job->mu);
+      for (auto it = job->live.begin(); it != job->live.end();) {
+        const WaiterPtr& w = it->second;
+        if (w->deadline > now) {
+          ++it;
+          continue;
+        }
+        Expired e{w, {}};
+        if (w->need_clock > 0 && job->MinActiveClock() < w->need_clock) {
+          for (uint32_t r = 0; r < job->num_workers; ++r) {
+            if (job->active[r] && job->clock[r] < w->need_clock) {
+              e.clock_missing.push_back(r);
+            }
+          }
+        }
+        expired.push_back(std::move(e));
+        job->live.erase(it++);
+      }
+    }
+    for (Expired& e : expired) {
+      const Waiter& w = *e.w;
+      if (w.claimed.load(std::memory_order_acquire)) continue;
+      // BSP: the lowest unfinished step among the wait's chunks, and every
+      // active worker whose gradient for it has not arrived.
+      uint64_t step = UINT64_MAX;
+      std::vector<uint8_t> missing(job->num_workers, 0);
+      for (Chunk* c : w.chunks) {
+        absl::MutexLock l(&c->mu);
+        if (c->state.version >= w.need_version) continue;
+        step = std::min(step, c->state.version);
+        for (uint32_t r = 0; r < job->num_workers; ++r) {
+          if (c->active[r] && !c->state.pushed[r]) missing[r] = 1;
+        }
+      }
+      std::vector<uint32_t> ranks;
+      if (step != UINT64_MAX) {
+        for (uint32_t r = 0; r < job->num_workers; ++r) {
+          if (missing[r]) ranks.push_back(r);
+        }
+      } else {
+        ranks = e.clock_missing;
+        step = w.need_clock > 0 ? w.need_clock - 1 : w.step;
+      }
+      std::string what = ranks.empty()
+                             ? "not complete"
+                             : absl::StrCat("no gradient from worker",
+                                            ranks.size() == 1 ? " " : "s ",
+                                            absl::StrJoin(ranks, ", "));
+      std::string ssp =
+          e.clock_missing.empty() || w.need_clock == 0
+              ? ""
+              : absl::StrCat(" (SSP staleness ", job->staleness_bound,
+                             ": step ", w.step, " waits for the slowest)");
+      Fail(e.w, absl::DeadlineExceededError(
+                    absl::StrCat("job ", job->id, " step ", step, ": ", what,
+                                 " after ", job->deadline_ms, " ms", ssp)));
+    }
+  }
+}
+
+size_t Shard::PendingWaits() const {
+  std::vector<std::shared_ptr<Job>> jobs;
+  {
+    absl::ReaderMutexLock l(&mu_);
+    for (const auto& [id, job] : jobs_) jobs.push_back(job);
+  }
+  size_t n = 0;
+  for (const std::shared_ptr<Job>& job : jobs) {
+    absl::MutexLock l(&job->mu);
+    n += job->live.size();
+  }
+  return n;
+}
+
+void Shard::Shutdown() {
+  std::vector<std::shared_ptr<Job>> jobs;
+  {
+    absl::MutexLock l(&mu_);
+    shutdown_ = true;
+    for (const auto& [id, job] : jobs_) jobs.push_back(job);
+  }
+  for (const std::shared_ptr<Job>& job : jobs) {
+    CloseJob(*job, absl::UnavailableError(absl::StrCat(
+                       "shard ", options_.shard_id, " is shutting down")));
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Stats.
+
+void Shard::Stats(const StatsRequest& req, ShardStats* out) const {
+  out->Clear();
+  std::vector<std::shared_ptr<Job>> jobs;
+  uint64_t chunks = 0;
+  {
+    absl::ReaderMutexLock l(&mu_);
+    out->set_jobs(jobs_.size());
+    out->set_bytes_held(bytes_held_);
+    for (const auto& [id, job] : jobs_) {
+      chunks += job->chunks.size();
+      if (req.job_id().empty() || req.job_id() == id) jobs.push_back(job);
+    }
+  }
+  out->set_shard_id(options_.shard_id);
+  out->set_address(options_.address);
+  out->set_uptime_s(absl::ToDoubleSeconds(absl::Now() - start_time_));
+  out->set_chunks(chunks);
+  out->set_memory_budget_bytes(options_.memory_budget_bytes);
+  {
+    absl::MutexLock l(&rejected_mu_);
+    for (const auto& [reason, n] : rejected_)
+      (*out->mutable_rejected())[reason] = n;
+  }
+  std::sort(jobs.begin(), jobs.end(),
+            [](const auto& a, const auto& b) { return a->id < b->id; });
+
+  for (const std::shared_ptr<Job>& job : jobs) {
+    JobStats* js = out->add_job_stats();
+    js->set_job_id(job->id);
+    js->set_mode(job->mode);
+    js->set_chunks(job->chunks.size());
+    js->set_bytes_held(job->bytes);
+    uint64_t version = UINT64_MAX;
+    for (const std::unique_ptr<Chunk>& c : job->chunks) {
+      version = std::min(version, c->version.load(std::memory_order_acquire));
+    }
+    if (version == UINT64_MAX) version = 0;
+    js->set_version(version);
+
+    std::vector<uint8_t> active;
+    {
+      absl::MutexLock l(&job->mu);
+      active = job->active;
+      for (const auto& [reason, n] : job->rejected) {
+        (*js->mutable_rejected())[reason] = n;
+      }
+    }
+    if (job->mode == BSP) {
+      js->set_step(version);
+      // Workers whose gradient for the step is missing on some chunk still
+      // at that step.
+      std::vector<uint8_t> missing(job->num_workers, 0);
+      for (const std::unique_ptr<Chunk>& c : job->chunks) {
+        absl::MutexLock l(&c->mu);
+        if (c->state.version != version) continue;
+        for (uint32_t r = 0; r < job->num_workers; ++r) {
+          if (c->active[r] && !c->state.pushed[r]) missing[r] = 1;
+        }
+      }
+      for (uint32_t r = 0; r < job->num_workers; ++r) {
+        if (missing[r]) js->add_missing_workers(r);
+      }
+    } else {
+      // ASP/SSP: the slowest active worker's pushed steps.
+      uint64_t slowest = UINT64_MAX;
+      for (uint32_t r = 0; r < job->num_workers; ++r) {
+        if (!active[r]) continue;
+        const WorkerCounters& wc = job->workers[r];
+        const uint64_t steps =
+            wc.pushed_any.load(std::memory_order_relaxed)
+                ? wc.last_step.load(std::memory_order_relaxed) + 1
+                : 0;
+        slowest = std::min(slowest, steps);
+      }
+      js->set_step(slowest == UINT64_MAX ? 0 : slowest);
+    }
+    for (uint32_t r = 0; r < job->num_workers; ++r) {
+      const WorkerCounters& wc = job->workers[r];
+      WorkerStats* ws = js->add_workers();
+      ws->set_worker(r);
+      ws->set_last_step(wc.last_step.load(std::memory_order_relaxed));
+      ws->set_pushes(wc.pushes.load(std::memory_order_relaxed));
+      ws->set_staleness(wc.staleness.load(std::memory_order_relaxed));
+      ws->set_active(active[r] != 0);
+    }
+    js->set_pushes(job->pushes.load(std::memory_order_relaxed));
+    js->set_pulls(job->pulls.load(std::memory_order_relaxed));
+    js->set_bytes_in(job->bytes_in.load(std::memory_order_relaxed));
+    js->set_bytes_out(job->bytes_out.load(std::memory_order_relaxed));
+    js->set_apply_latency_p50_us(job->apply_ns.Percentile(0.5) / 1e3);
+    js->set_apply_latency_p99_us(job->apply_ns.Percentile(0.99) / 1e3);
+    js->set_duplicates(job->duplicates.load(std::memory_order_relaxed));
+    js->set_stale_pushes(job->stale.load(std::memory_order_relaxed));
+    job->staleness.ToProto(js->mutable_staleness());
+    js->set_applies(job->applies.load(std::memory_order_relaxed));
+    // Checkpoints come with the checkpoint issue.
+    js->set_checkpoints(0);
+    js->set_restored_from_step(0);
+  }
+}
+
+}  // namespace ps

@@ -1,0 +1,235 @@
+// Shard: one psd's parameter store and consistency logic, transport-free.
+// It owns the chunks that a job's Placement puts on this shard, applies
+// gradients with the job's optimizer under the job's consistency mode (BSP,
+// ASP, SSP) and answers with parameters. server/rpc/ adapts it to gRPC.
+//
+//   Shard shard(ShardOptions{.shard_id = 0});
+//   RegisterJobResponse reg;
+//   PS_RETURN_IF_ERROR(shard.RegisterJob(register_request, &reg));
+//   PushPullResponse resp;
+//   absl::Notification n;
+//   shard.PushPull(request, &resp, [&](absl::Status s) { ...; n.Notify(); });
+//   n.WaitForNotification();  // the adapter replies from `done` instead
+//
+// Semantics, per job:
+//   * A chunk's version counts the updates applied to it (0 at start). Its
+//     initial values come from server/init.h with (spec.seed, tensor, element
+//     position), so they do not depend on the shard count.
+//   * BSP: the step-t push of worker w for chunk c is accepted when c is at
+//     version t. When the quorum arrived (every active worker, or all but
+//     consistency.backup_workers of them), the gradients are summed in
+//     worker-rank order (bitwise reproducible whatever the arrival order),
+//     divided by their count and applied; c goes to version t + 1. A second
+//     push of (w, t) is a duplicate; a push for t < version is stale; both
+//     are dropped and counted, and the call is still answered as usual. A
+//     step > version is INVALID_ARGUMENT. PushPull answers once every pushed
+//     chunk is at version >= t + 1.
+//   * ASP: each push is applied on arrival, undivided; staleness (version now
+//     - ChunkData.version) goes to a histogram. PushPull answers at once.
+//     Pushes of a (worker, step) already applied to a chunk are duplicates.
+//   * SSP(s): as ASP, but PushPull of step t answers once
+//     (t + 1) - (slowest active worker's pushed steps) <= s, and Pull of step
+//     t once t - slowest <= s.
+//   * Bad input (unknown job or chunk, chunk of another shard, wrong size,
+//     NaN/Inf, worker out of range or not active, step from the future, ...)
+//     fails the whole request, naming the field, before any of it is
+//     applied, and is counted under a reason in the stats.
+//
+// Thread safety: every method may be called concurrently from any thread.
+// Locks: a reader/writer mutex over the job map (held only to look a job up
+// or change the map), one mutex per chunk (held while a push, an apply or a
+// read of that chunk runs; never two at once), and a per-job mutex for
+// SSP clocks, waits and rare state. Pushes to different chunks take no common
+// lock except the job map's reader lock. Callbacks (`done`) are never run
+// under a shard lock, so they may call back into the Shard.
+//
+// Life cycle of a wait (PushPull, Pull):
+//
+//   call --validate--> fail now (done(error))
+//     |
+//     +--> pending --(conditions met: a push/apply/SetMembership)--> done(OK)
+//             |------(CheckDeadlines past step_deadline_ms)------->
+//             done(DEADLINE_EXCEEDED)
+//             |------(DropJob)------------------------------------>
+//             done(ABORTED)
+//             +------(Shutdown / destruction)---------------------->
+//             done(UNAVAILABLE)
+#ifndef SERVER_SHARD_H_
+#define SERVER_SHARD_H_
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/btree_map.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/job_defaults.h"  // kDefaultStepDeadlineMs
+#include "proto/ps.pb.h"
+
+namespace ps {
+
+struct ShardOptions {
+  // This shard's index in the cluster (Placement chunk.shard values).
+  uint32_t shard_id = 0;
+  // RegisterJob fails with RESOURCE_EXHAUSTED beyond this many bytes of
+  // parameters, optimizer state and BSP gradient buffers.
+  uint64_t memory_budget_bytes = 8ull << 30;
+  // Reported in ShardStats.address (informational).
+  std::string address;
+};
+
+// Default of ConsistencySpec.step_deadline_ms.
+
+class Shard {
+ public:
+  explicit Shard(ShardOptions options);
+  // Shutdown(), then frees everything. No call may be in progress or start.
+  ~Shard();
+
+  Shard(const Shard&) = delete;
+  Shard& operator=(const Shard&) = delete;
+
+  // Creates the job's local chunks (those whose placement names this shard)
+  // with their initial values and optimizer state. Idempotent: the same
+  // (spec, placement, num_workers) again is OK and changes nothing. Errors:
+  // INVALID_ARGUMENT naming the field for a bad spec/placement,
+  // FAILED_PRECONDITION when the job exists with another spec,
+  // RESOURCE_EXHAUSTED over the memory budget, UNAVAILABLE after Shutdown().
+  // num_workers = req.num_workers, or spec.num_workers when 0 (they must
+  // agree when both are set). ConsistencySpec mode UNSPECIFIED means BSP.
+  // Blocks while initialising the chunks (CPU-bound, no lock held).
+  absl::Status RegisterJob(const RegisterJobRequest& req,
+                           RegisterJobResponse* resp);
+
+  // Frees the job. Its pending waits complete with ABORTED. Dropping an
+  // unknown job is OK (so a retried drop succeeds).
+  absl::Status DropJob(const DropJobRequest& req);
+
+  // Sets the ranks that count toward the BSP quorum and SSP's slowest
+  // worker (all of [0, num_workers) at registration). Pushes from inactive
+  // ranks are rejected (FAILED_PRECONDITION). May complete pending BSP steps
+  // and SSP waits; their callbacks run on this thread before it returns.
+  absl::Status SetMembership(const SetMembershipRequest& req);
+
+  // Pushes gradients and answers with the parameters of the pushed chunks
+  // (see the class comment for when). Never blocks: calls `done` exactly
+  // once, on this thread or later on another (the one whose push completes
+  // the wait, or CheckDeadlines, DropJob, Shutdown). `resp` must stay valid
+  // until `done` runs and is written only before it.
+  void PushPull(const PushPullRequest& req, PushPullResponse* resp,
+                std::function<void(absl::Status)> done);
+
+  // Reads parameters (chunk_ids, or every local chunk when empty) once every
+  // one is at version >= min_version, and under SSP once
+  // step - slowest <= staleness. Same callback contract as PushPull.
+  void Pull(const PullRequest& req, PullResponse* resp,
+            std::function<void(absl::Status)> done);
+
+  // Pushes gradients without waiting for anything. May complete other
+  // calls' waits (their callbacks run on this thread before it returns).
+  absl::Status Push(const PushRequest& req, PushResponse* resp);
+
+  // Fills `out` completely (every job, or only req.job_id; an unknown job
+  // gives no job_stats). Never blocks on a push longer than one chunk's
+  // apply. Field meanings beyond proto/ps.proto's comments:
+  //   JobStats.version  the lowest version among this shard's chunks;
+  //   JobStats.step     BSP: the step being aggregated (= version); ASP/SSP:
+  //                     the slowest active worker's pushed steps;
+  //   missing_workers   BSP: active ranks whose gradient for `step` is
+  //                     missing on some chunk still at that step;
+  //   bytes_held        parameters, optimizer state and (BSP) the
+  //                     per-worker gradient buffers: what the budget counts;
+  //   WorkerStats.staleness  of the worker's latest push (max over its
+  //                     chunks of chunk version - gradient version; BSP uses
+  //                     the step as the gradient's version);
+  //   rejected          keys: unknown_job, worker_out_of_range,
+  //                     inactive_worker, unknown_chunk, chunk_not_on_shard,
+  //                     duplicate_chunk, wrong_size, version_ahead,
+  //                     future_step, non_finite, bad_membership (per job);
+  //                     unknown_job, bad_spec, spec_mismatch, over_budget,
+  //                     shutdown (ShardStats.rejected).
+  void Stats(const StatsRequest& req, ShardStats* out) const;
+
+  // Fails every wait whose deadline (start + step_deadline_ms) is <= now
+  // with DEADLINE_EXCEEDED naming the missing workers, e.g. "job j step 12:
+  // no gradient from workers 1, 2 after 60000 ms". psd calls it every
+  // ~100 ms; tests pass a future time instead of sleeping.
+  void CheckDeadlines(absl::Time now);
+
+  // Waits (PushPull, Pull) not yet completed.
+  size_t PendingWaits() const;
+
+  // Completes every pending wait with UNAVAILABLE; later calls fail with
+  // UNAVAILABLE (Stats keeps working). Idempotent.
+  void Shutdown();
+
+ private:
+  class Job;
+  struct Chunk;
+  struct Waiter;
+  using WaiterPtr = std::shared_ptr<Waiter>;
+  using ChunkDataList = google::protobuf::RepeatedPtrField<ChunkData>;
+
+  struct PushCounts {
+    uint32_t duplicates = 0;
+    uint32_t stale = 0;
+  };
+
+  // The job, or FAILED_PRECONDITION naming job_id (counted).
+  absl::StatusOr<std::shared_ptr<Job>> FindJob(const std::string& job_id) const;
+  void CountRejected(const std::string& reason) const;
+
+  // Checks a whole push request; on success `chunks` lists the target chunk
+  // of each gradient.
+  absl::Status ValidatePush(Job& job, uint32_t worker, uint64_t step,
+                            const ChunkDataList& gradients,
+                            std::vector<Chunk*>* chunks) const;
+  // Applies a validated push; completed waits are appended to `ready`.
+  PushCounts ApplyPush(Job& job, uint32_t worker, uint64_t step,
+                       const ChunkDataList& gradients,
+                       const std::vector<Chunk*>& chunks,
+                       std::vector<WaiterPtr>* ready);
+  // Registers `w` and completes it when its conditions hold.
+  void StartWait(const std::shared_ptr<Job>& job, WaiterPtr w);
+  WaiterPtr NewWaiter(const std::shared_ptr<Job>& job,
+                      std::vector<Chunk*> chunks, uint64_t step,
+                      ChunkDataList* out,
+                      std::function<void(absl::Status)> done);
+  // Claims `w` and answers it with parameters / with `status`. No lock held.
+  void Complete(const WaiterPtr& w);
+  void Fail(const WaiterPtr& w, const absl::Status& status);
+  void CompleteAll(std::vector<WaiterPtr>* ready);
+  // Fails every wait of `job` with `status` and refuses new ones.
+  void CloseJob(Job& job, const absl::Status& status);
+
+  const ShardOptions options_;
+  const absl::Time start_time_;
+
+  mutable absl::Mutex mu_;  // the job map and memory accounting
+  absl::flat_hash_map<std::string, std::shared_ptr<Job>> jobs_
+      ABSL_GUARDED_BY(mu_);
+  uint64_t bytes_held_ ABSL_GUARDED_BY(mu_) = 0;
+  // Bytes promised to registrations still initialising their chunks.
+  uint64_t bytes_reserved_ ABSL_GUARDED_BY(mu_) = 0;
+  bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
+
+  std::atomic<uint64_t> next_waiter_id_{0};
+
+  // Rejections not attributable to a registered job, by reason.
+  mutable absl::Mutex rejected_mu_;
+  mutable absl::btree_map<std::string, uint64_t> rejected_
+      ABSL_GUARDED_BY(rejected_mu_);
+};
+
+}  // namespace ps
+
+#endif  // SERVER_SHARD_H_

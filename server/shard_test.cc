@@ -1,0 +1,1122 @@
+#include "server/shard.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <numeric>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/chunking.h"
+#include "server/float_bytes.h"
+#include "server/init.h"
+#include "server/optimizer.h"
+
+namespace ps {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+// ---------------------------------------------------------------------------
+// Helpers.
+
+// Chunks of 100 floats: "w" [30, 10] cuts into chunks 0..2, "b" [10] is
+// chunk 3.
+constexpr uint64_t kChunkFloats = 100;
+constexpr int kNumChunks = 4;
+
+JobSpec Spec(ConsistencyMode mode, uint32_t workers) {
+  JobSpec s;
+  s.set_name("test");
+  s.set_num_workers(workers);
+  s.set_seed(1234);
+  s.set_partition_bytes(4 * kChunkFloats);
+  s.mutable_optimizer()->set_kind(SGD);
+  s.mutable_optimizer()->set_learning_rate(0.1f);
+  s.mutable_optimizer()->set_momentum(0.9f);
+  s.mutable_consistency()->set_mode(mode);
+  TensorSpec* w = s.add_tensors();
+  w->set_name("w");
+  w->add_shape(30);
+  w->add_shape(10);
+  w->mutable_init()->set_kind(GLOROT_UNIFORM);
+  TensorSpec* b = s.add_tensors();
+  b->set_name("b");
+  b->add_shape(10);
+  b->mutable_init()->set_kind(NORMAL);
+  b->mutable_init()->set_scale(0.1f);
+  return s;
+}
+
+// Chunk i goes to shard i % num_shards.
+RegisterJobRequest Registration(const std::string& id, const JobSpec& spec,
+                                uint32_t num_shards = 1) {
+  RegisterJobRequest req;
+  req.set_job_id(id);
+  *req.mutable_spec() = spec;
+  req.set_num_workers(spec.num_workers());
+  Placement* p = req.mutable_placement();
+  p->set_num_shards(num_shards);
+  for (ChunkPlacement& c : CutIntoChunks(spec)) {
+    c.set_shard(c.chunk_id() % num_shards);
+    *p->add_chunks() = c;
+  }
+  return req;
+}
+
+ShardOptions Options(uint32_t shard_id, uint64_t budget = 8ull << 30) {
+  ShardOptions o;
+  o.shard_id = shard_id;
+  o.memory_budget_bytes = budget;
+  return o;
+}
+
+uint64_t ChunkLength(const RegisterJobRequest& reg, uint32_t chunk) {
+  return reg.placement().chunks(chunk).length();
+}
+
+// A deterministic gradient with magnitudes over five decades, so that
+// summing in another order would change the bits.
+std::vector<float> Gradient(uint32_t worker, uint64_t step, uint32_t chunk,
+                            uint64_t n) {
+  std::vector<float> g(n);
+  uint64_t z = (worker + 1) * 0x9E3779B97F4A7C15ull ^
+               (step + 1) * 0xBF58476D1CE4E5B9ull ^
+               (chunk + 1) * 0x94D049BB133111EBull;
+  for (uint64_t i = 0; i < n; ++i) {
+    z = z * 6364136223846793005ull + 1442695040888963407ull;
+    const double u = static_cast<double>(z >> 11) * 0x1.0p-53 - 0.5;
+    const int decade = static_cast<int>((z >> 3) % 5) - 3;
+    g[i] = static_cast<float>(u * std::pow(10.0, decade));
+  }
+  return g;
+}
+
+std::string Bytes(const std::vector<float>& v) {
+  std::string out;
+  EncodeFloats(v, &out);
+  return out;
+}
+
+std::vector<float> Floats(const std::string& bytes) {
+  std::vector<float> v(bytes.size() / 4);
+  DecodeFloats(bytes, absl::MakeSpan(v));
+  return v;
+}
+
+// Gradients of `worker` for `step` on `chunks`, each tagged with `version`.
+template <typename Req>
+Req PushRequestFor(const RegisterJobRequest& reg, uint32_t worker,
+                   uint64_t step, const std::vector<uint32_t>& chunks,
+                   uint64_t version) {
+  Req req;
+  req.set_job_id(reg.job_id());
+  req.set_worker(worker);
+  req.set_step(step);
+  for (uint32_t c : chunks) {
+    ChunkData* g = req.add_gradients();
+    g->set_chunk_id(c);
+    g->set_version(version);
+    g->set_data(Bytes(Gradient(worker, step, c, ChunkLength(reg, c))));
+  }
+  return req;
+}
+
+std::vector<uint32_t> AllChunks() {
+  std::vector<uint32_t> ids(kNumChunks);
+  std::iota(ids.begin(), ids.end(), 0);
+  return ids;
+}
+
+// One asynchronous call: the callback records the status and notifies.
+template <typename Resp>
+struct Call {
+  absl::Notification done;
+  absl::Status status;
+  Resp resp;
+  std::function<void(absl::Status)> Callback() {
+    return [this](absl::Status s) {
+      status = std::move(s);
+      done.Notify();
+    };
+  }
+};
+using PushPullCall = Call<PushPullResponse>;
+using PullCall = Call<PullResponse>;
+
+std::unique_ptr<PushPullCall> StartPushPull(Shard& shard,
+                                            const PushPullRequest& req) {
+  auto call = std::make_unique<PushPullCall>();
+  shard.PushPull(req, &call->resp, call->Callback());
+  return call;
+}
+
+std::unique_ptr<PushPullCall> StartPushPull(Shard& shard,
+                                            const RegisterJobRequest& reg,
+                                            uint32_t worker, uint64_t step,
+                                            uint64_t version) {
+  return StartPushPull(shard, PushRequestFor<PushPullRequest>(
+                                  reg, worker, step, AllChunks(), version));
+}
+
+std::unique_ptr<PullCall> StartPull(Shard& shard, const std::string& job,
+                                    uint64_t step, uint64_t min_version,
+                                    std::vector<uint32_t> chunk_ids = {}) {
+  PullRequest req;
+  req.set_job_id(job);
+  req.set_step(step);
+  req.set_min_version(min_version);
+  for (uint32_t c : chunk_ids) req.add_chunk_ids(c);
+  auto call = std::make_unique<PullCall>();
+  shard.Pull(req, &call->resp, call->Callback());
+  return call;
+}
+
+// Every parameter of the job on this shard, by chunk (an immediate pull).
+std::vector<std::vector<float>> Params(Shard& shard, const std::string& job) {
+  auto call = StartPull(shard, job, 0, 0);
+  EXPECT_TRUE(call->done.HasBeenNotified());
+  EXPECT_TRUE(call->status.ok()) << call->status;
+  std::vector<std::vector<float>> out;
+  for (const ChunkData& d : call->resp.parameters()) {
+    out.push_back(Floats(d.data()));
+  }
+  return out;
+}
+
+// A checksum over every parameter bit and version of the job on this shard.
+uint64_t Checksum(Shard& shard, const std::string& job) {
+  auto call = StartPull(shard, job, 0, 0);
+  EXPECT_TRUE(call->status.ok()) << call->status;
+  uint64_t h = 0xcbf29ce484222325ull;
+  auto mix = [&h](const void* p, size_t n) {
+    for (size_t i = 0; i < n; ++i) {
+      h = (h ^ static_cast<const unsigned char*>(p)[i]) * 0x100000001b3ull;
+    }
+  };
+  for (const ChunkData& d : call->resp.parameters()) {
+    const uint64_t v = d.version();
+    mix(&v, sizeof(v));
+    mix(d.data().data(), d.data().size());
+  }
+  return h;
+}
+
+JobStats StatsOf(const Shard& shard, const std::string& job) {
+  StatsRequest req;
+  req.set_job_id(job);
+  ShardStats stats;
+  shard.Stats(req, &stats);
+  EXPECT_EQ(stats.job_stats_size(), 1);
+  return stats.job_stats_size() == 1 ? stats.job_stats(0) : JobStats();
+}
+
+uint64_t Rejected(const JobStats& s, const std::string& reason) {
+  auto it = s.rejected().find(reason);
+  return it == s.rejected().end() ? 0 : it->second;
+}
+
+// ---------------------------------------------------------------------------
+// Registration.
+
+TEST(ShardRegisterTest, InitialisesChunksFromTheSeed) {
+  Shard shard(ShardOptions{});
+  const RegisterJobRequest reg = Registration("j", Spec(BSP, 2));
+  RegisterJobResponse resp;
+  ASSERT_TRUE(shard.RegisterJob(reg, &resp).ok());
+  EXPECT_EQ(resp.chunks_held(), 4u);
+  EXPECT_GT(resp.bytes_held(), 310u * 4);
+  const std::vector<std::vector<float>> params = Params(shard, "j");
+  ASSERT_EQ(params.size(), 4u);
+  for (uint32_t c = 0; c < 4; ++c) {
+    const ChunkPlacement& p = reg.placement().chunks(c);
+    const TensorSpec& t = reg.spec().tensors(p.tensor() == "w" ? 0 : 1);
+    std::vector<float> want(p.length());
+    ASSERT_TRUE(InitValues(1234, t, p.offset(), absl::MakeSpan(want)).ok());
+    EXPECT_EQ(params[c], want) << "chunk " << c;
+  }
+}
+
+// A job starts from the same parameters whatever the shard count.
+TEST(ShardRegisterTest, InitialValuesIndependentOfShardCount) {
+  Shard one(ShardOptions{});
+  RegisterJobResponse resp;
+  ASSERT_TRUE(one.RegisterJob(Registration("j", Spec(BSP, 1), 1), &resp).ok());
+  const std::vector<std::vector<float>> whole = Params(one, "j");
+  for (uint32_t id = 0; id < 3; ++id) {
+    Shard part(Options(id));
+    ASSERT_TRUE(
+        part.RegisterJob(Registration("j", Spec(BSP, 1), 3), &resp).ok());
+    auto call = StartPull(part, "j", 0, 0);
+    ASSERT_TRUE(call->status.ok());
+    for (const ChunkData& d : call->resp.parameters()) {
+      EXPECT_EQ(d.chunk_id() % 3, id);
+      EXPECT_EQ(Floats(d.data()), whole[d.chunk_id()]) << d.chunk_id();
+    }
+  }
+}
+
+TEST(ShardRegisterTest, SameSpecIsIdempotentOtherShapeIsRefused) {
+  Shard shard(ShardOptions{});
+  const RegisterJobRequest reg = Registration("j", Spec(ASP, 2));
+  RegisterJobResponse first, again;
+  ASSERT_TRUE(shard.RegisterJob(reg, &first).ok());
+  PushResponse push_resp;
+  ASSERT_TRUE(
+      shard.Push(PushRequestFor<PushRequest>(reg, 0, 0, {0}, 0), &push_resp)
+          .ok());
+  const uint64_t before = Checksum(shard, "j");
+  ASSERT_TRUE(shard.RegisterJob(reg, &again).ok());
+  EXPECT_EQ(again.chunks_held(), first.chunks_held());
+  EXPECT_EQ(again.bytes_held(), first.bytes_held());
+  EXPECT_EQ(Checksum(shard, "j"), before) << "re-registration reset the job";
+
+  JobSpec other = Spec(ASP, 2);
+  other.mutable_tensors(0)->set_shape(1, 20);
+  RegisterJobResponse resp;
+  absl::Status st = shard.RegisterJob(Registration("j", other), &resp);
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(st.message()),
+              HasSubstr("job \"j\" is already registered on shard 0 with "
+                        "another spec"));
+  EXPECT_THAT(std::string(st.message()), HasSubstr("shape"));
+  EXPECT_EQ(Checksum(shard, "j"), before);
+}
+
+TEST(ShardRegisterTest, OverBudgetIsResourceExhausted) {
+  // What the job needs (parameters, momentum, one gradient per BSP worker).
+  RegisterJobResponse resp;
+  uint64_t need;
+  {
+    Shard probe(ShardOptions{});
+    ASSERT_TRUE(probe.RegisterJob(Registration("j", Spec(BSP, 2)), &resp).ok());
+    need = resp.bytes_held();
+    EXPECT_GE(need, 310u * 4 * 4);
+  }
+  Shard tight(Options(0, need - 1));
+  absl::Status st = tight.RegisterJob(Registration("j", Spec(BSP, 2)), &resp);
+  EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(st.message()),
+              HasSubstr(absl::StrCat("job \"j\" needs ", need, " bytes")));
+  EXPECT_THAT(
+      std::string(st.message()),
+      HasSubstr(absl::StrCat("of the ", need - 1, "-byte budget are free")));
+  ShardStats stats;
+  tight.Stats(StatsRequest(), &stats);
+  EXPECT_EQ(stats.jobs(), 0u);
+  EXPECT_EQ(stats.bytes_held(), 0u);
+  EXPECT_EQ(stats.rejected().at("over_budget"), 1u);
+
+  // Room for one job, not two, until the first is dropped.
+  Shard roomy(Options(0, 2 * need - 1));
+  ASSERT_TRUE(roomy.RegisterJob(Registration("a", Spec(BSP, 2)), &resp).ok());
+  EXPECT_EQ(roomy.RegisterJob(Registration("b", Spec(BSP, 2)), &resp).code(),
+            absl::StatusCode::kResourceExhausted);
+  DropJobRequest drop;
+  drop.set_job_id("a");
+  ASSERT_TRUE(roomy.DropJob(drop).ok());
+  EXPECT_TRUE(roomy.RegisterJob(Registration("b", Spec(BSP, 2)), &resp).ok());
+}
+
+TEST(ShardRegisterTest, BadRegistrationsNameTheField) {
+  struct Case {
+    std::string name;
+    std::function<void(RegisterJobRequest*)> mutate;
+    std::string want;
+  };
+  const std::vector<Case> cases = {
+      {"no_id", [](auto* r) { r->clear_job_id(); },
+       "job_id: must not be empty"},
+      {"no_workers",
+       [](auto* r) {
+         r->set_num_workers(0);
+         r->mutable_spec()->set_num_workers(0);
+       },
+       "num_workers: must be >= 1"},
+      {"workers_disagree", [](auto* r) { r->set_num_workers(3); },
+       "num_workers: 3 differs from spec.num_workers 2"},
+      {"bad_lr",
+       [](auto* r) {
+         r->mutable_spec()->mutable_optimizer()->set_learning_rate(-1);
+       },
+       "spec.optimizer.learning_rate: must be > 0"},
+      {"backup_too_many",
+       [](auto* r) {
+         r->mutable_spec()->mutable_consistency()->set_backup_workers(2);
+       },
+       "spec.consistency.backup_workers: must be < num_workers (2), got 2"},
+      {"staleness_on_bsp",
+       [](auto* r) {
+         r->mutable_spec()->mutable_consistency()->set_staleness(1);
+       },
+       "spec.consistency.staleness: only SSP"},
+      {"bad_tensor",
+       [](auto* r) { r->mutable_spec()->mutable_tensors(1)->set_shape(0, 0); },
+       "spec.tensors[1].shape[0]: must be > 0"},
+      {"placement_other_cut",
+       [](auto* r) {
+         r->mutable_placement()->mutable_chunks(1)->set_length(7);
+       },
+       "placement.chunks[1]: is (id 1, w[1], offset 100, length 7)"},
+      {"placement_missing_chunk",
+       [](auto* r) { r->mutable_placement()->mutable_chunks()->RemoveLast(); },
+       "placement.chunks: 3 chunks, but the spec's tensors cut into 4"},
+      {"placement_bad_shard",
+       [](auto* r) { r->mutable_placement()->mutable_chunks(2)->set_shard(5); },
+       "placement.chunks[2].shard: 5 >= num_shards 1"},
+      {"placement_no_shards",
+       [](auto* r) { r->mutable_placement()->set_num_shards(0); },
+       "placement.num_shards: 0, but this is shard 0"},
+  };
+  for (const Case& c : cases) {
+    Shard shard(ShardOptions{});
+    RegisterJobRequest reg = Registration("j", Spec(BSP, 2));
+    c.mutate(&reg);
+    RegisterJobResponse resp;
+    absl::Status st = shard.RegisterJob(reg, &resp);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << c.name;
+    EXPECT_THAT(std::string(st.message()), HasSubstr(c.want)) << c.name;
+  }
+}
+
+// ---------------------------------------------------------------------------
+// BSP.
+
+// Runs `steps` BSP steps of `workers` workers, pushing each step in the
+// order `order` (a permutation of the ranks); returns the final parameters.
+std::vector<std::vector<float>> RunBsp(const std::vector<uint32_t>& order,
+                                       int steps, OptimizerKind kind) {
+  Shard shard(ShardOptions{});
+  JobSpec spec = Spec(BSP, order.size());
+  spec.mutable_optimizer()->set_kind(kind);
+  if (kind != SGD) spec.mutable_optimizer()->clear_momentum();
+  const RegisterJobRequest reg = Registration("j", spec);
+  RegisterJobResponse resp;
+  EXPECT_TRUE(shard.RegisterJob(reg, &resp).ok());
+  for (int t = 0; t < steps; ++t) {
+    std::vector<std::unique_ptr<PushPullCall>> calls;
+    for (size_t i = 0; i < order.size(); ++i) {
+      calls.push_back(StartPushPull(shard, reg, order[i], t, t));
+      // Nobody is answered before the last push of the step.
+      EXPECT_EQ(calls.back()->done.HasBeenNotified(), i + 1 == order.size());
+    }
+    for (auto& call : calls) {
+      EXPECT_TRUE(call->done.HasBeenNotified());
+      EXPECT_TRUE(call->status.ok()) << call->status;
+      EXPECT_EQ(call->resp.parameters_size(), kNumChunks);
+      for (const ChunkData& d : call->resp.parameters()) {
+        EXPECT_EQ(d.version(), static_cast<uint64_t>(t + 1));
+      }
+    }
+  }
+  EXPECT_EQ(shard.PendingWaits(), 0u);
+  return Params(shard, "j");
+}
+
+TEST(ShardBspTest, BitwiseIdenticalWhateverTheArrivalOrder) {
+  for (OptimizerKind kind : {SGD, ADAM}) {
+    std::vector<uint32_t> order = {0, 1, 2, 3};
+    const std::vector<std::vector<float>> want = RunBsp(order, 3, kind);
+    int permutations = 0;
+    while (std::next_permutation(order.begin(), order.end())) {
+      const std::vector<std::vector<float>> got = RunBsp(order, 3, kind);
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t c = 0; c < got.size(); ++c) {
+        ASSERT_EQ(std::memcmp(got[c].data(), want[c].data(),
+                              got[c].size() * sizeof(float)),
+                  0)
+            << OptimizerKind_Name(kind) << " chunk " << c << " order "
+            << order[0] << order[1] << order[2] << order[3];
+      }
+      ++permutations;
+    }
+    EXPECT_EQ(permutations, 23);
+  }
+}
+
+// One step equals the optimizer applied to the rank-order sum divided by
+// the worker count.
+TEST(ShardBspTest, AppliesTheMeanGradient) {
+  Shard shard(ShardOptions{});
+  const RegisterJobRequest reg = Registration("j", Spec(BSP, 3));
+  RegisterJobResponse resp;
+  ASSERT_TRUE(shard.RegisterJob(reg, &resp).ok());
+  const std::vector<std::vector<float>> before = Params(shard, "j");
+  auto a = StartPushPull(shard, reg, 2, 0, 0);
+  auto b = StartPushPull(shard, reg, 0, 0, 0);
+  auto c = StartPushPull(shard, reg, 1, 0, 0);
+  ASSERT_TRUE(c->done.HasBeenNotified() && c->status.ok());
+
+  auto opt = Optimizer::Create(reg.spec().optimizer());
+  ASSERT_TRUE(opt.ok());
+  for (uint32_t chunk = 0; chunk < kNumChunks; ++chunk) {
+    const uint64_t n = ChunkLength(reg, chunk);
+    std::vector<float> sum = Gradient(0, 0, chunk, n);
+    for (uint32_t w : {1, 2}) {
+      const std::vector<float> g = Gradient(w, 0, chunk, n);
+      for (uint64_t i = 0; i < n; ++i) sum[i] += g[i];
+    }
+    std::vector<float> want = before[chunk];
+    OptimizerState state = (*opt)->NewState(n);
+    (*opt)->Apply(absl::MakeSpan(want), sum.data(), 1.0f / 3, &state);
+    EXPECT_EQ(Floats(a->resp.parameters(chunk).data()), want) << chunk;
+    EXPECT_EQ(a->resp.parameters(chunk).chunk_id(), chunk);
+  }
+}
+
+TEST(ShardBspTest, DuplicatesWaitAndAreCountedStaleAnsweredAtOnce) {
+  Shard shard(ShardOptions{});
+  const RegisterJobRequest reg = Registration("j", Spec(BSP, 2));
+  RegisterJobResponse resp;
+  ASSERT_TRUE(shard.RegisterJob(reg, &resp).ok());
+  auto first = StartPushPull(shard, reg, 0, 0, 0);
+  auto retry = StartPushPull(shard, reg, 0, 0, 0);  // same (worker, step)
+  EXPECT_FALSE(first->done.HasBeenNotified());
+  EXPECT_FALSE(retry->done.HasBeenNotified());
+  EXPECT_EQ(shard.PendingWaits(), 2u);
+  EXPECT_EQ(StatsOf(shard, "j").duplicates(), 4u);
+  EXPECT_THAT(StatsOf(shard, "j").missing_workers(), ElementsAre(1));
+
+  auto other = StartPushPull(shard, reg, 1, 0, 0);
+  for (auto* call : {first.get(), retry.get(), other.get()}) {
+    ASSERT_TRUE(call->done.HasBeenNotified());
+    ASSERT_TRUE(call->status.ok());
+    EXPECT_EQ(call->resp.parameters(0).version(), 1u);
+  }
+  EXPECT_EQ(first->resp.duplicates(), 0u);
+  EXPECT_EQ(retry->resp.duplicates(), 4u);
+  // Identical answers: the duplicate was not added a second time.
+  EXPECT_EQ(first->resp.parameters(0).data(), retry->resp.parameters(0).data());
+
+  // A retry after the step was applied is stale: answered at once.
+  const uint64_t before = Checksum(shard, "j");
+  auto late = StartPushPull(shard, reg, 0, 0, 0);
+  ASSERT_TRUE(late->done.HasBeenNotified());
+  ASSERT_TRUE(late->status.ok());
+  EXPECT_EQ(late->resp.stale(), 4u);
+  EXPECT_EQ(late->resp.parameters(0).version(), 1u);
+  EXPECT_EQ(Checksum(shard, "j"), before);
+
+  const JobStats s = StatsOf(shard, "j");
+  EXPECT_EQ(s.duplicates(), 4u);
+  EXPECT_EQ(s.stale_pushes(), 4u);
+  EXPECT_EQ(s.pushes(), 8u);  // 2 workers x 4 chunks accepted
+  EXPECT_EQ(s.applies(), 4u);
+  EXPECT_EQ(shard.PendingWaits(), 0u);
+}
+
+TEST(ShardBspTest, BackupWorkerLatePushIsStaleAndAnswered) {
+  Shard shard(ShardOptions{});
+  JobSpec spec = Spec(BSP, 3);
+  spec.mutable_consistency()->set_backup_workers(1);
+  const RegisterJobRequest reg = Registration("j", spec);
+  RegisterJobResponse resp;
+  ASSERT_TRUE(shard.RegisterJob(reg, &resp).ok());
+  const std::vector<std::vector<float>> before = Params(shard, "j");
+
+  auto w2 = StartPushPull(shard, reg, 2, 0, 0);
+  EXPECT_FALSE(w2->done.HasBeenNotified());
+  auto w0 = StartPushPull(shard, reg, 0, 0, 0);  // quorum: 3 - 1 = 2
+  ASSERT_TRUE(w2->done.HasBeenNotified() && w0->done.HasBeenNotified());
+  EXPECT_EQ(w0->resp.parameters(0).version(), 1u);
+
+  // The step averaged ranks 0 and 2 only.
+  auto opt = Optimizer::Create(reg.spec().optimizer());
+  std::vector<float> want = before[0];
+  std::vector<float> sum = Gradient(0, 0, 0, kChunkFloats);
+  const std::vector<float> g2 = Gradient(2, 0, 0, kChunkFloats);
+  for (size_t i = 0; i < sum.size(); ++i) sum[i] += g2[i];
+  OptimizerState state = (*opt)->NewState(kChunkFloats);
+  (*opt)->Apply(absl::MakeSpan(want), sum.data(), 0.5f, &state);
+  EXPECT_EQ(Floats(w0->resp.parameters(0).data()), want);
+
+  const uint64_t after_step = Checksum(shard, "j");
+  auto late = StartPushPull(shard, reg, 1, 0, 0);
+  ASSERT_TRUE(late->done.HasBeenNotified());
+  ASSERT_TRUE(late->status.ok()) << late->status;
+  EXPECT_EQ(late->resp.stale(), 4u);
+  EXPECT_EQ(late->resp.parameters(0).version(), 1u);
+  EXPECT_EQ(Floats(late->resp.parameters(0).data()), want);
+  EXPECT_EQ(Checksum(shard, "j"), after_step);
+  EXPECT_EQ(StatsOf(shard, "j").stale_pushes(), 4u);
+  EXPECT_EQ(StatsOf(shard, "j").workers(1).staleness(), 1u);
+}
+
+TEST(ShardBspTest, PullWaitsForMinVersion) {
+  Shard shard(ShardOptions{});
+  const RegisterJobRequest reg = Registration("j", Spec(BSP, 1));
+  RegisterJobResponse resp;
+  ASSERT_TRUE(shard.RegisterJob(reg, &resp).ok());
+  auto pull = StartPull(shard, "j", 1, 1, {3, 1});
+  EXPECT_FALSE(pull->done.HasBeenNotified());
+  auto push = StartPushPull(shard, reg, 0, 0, 0);
+  ASSERT_TRUE(pull->done.HasBeenNotified());
+  ASSERT_TRUE(pull->status.ok());
+  ASSERT_EQ(pull->resp.parameters_size(), 2);
+  EXPECT_EQ(pull->resp.parameters(0).chunk_id(), 3u);
+  EXPECT_EQ(pull->resp.parameters(1).chunk_id(), 1u);
+  EXPECT_EQ(pull->resp.parameters(0).version(), 1u);
+  EXPECT_EQ(pull->resp.parameters(1).data(), push->resp.parameters(1).data());
+}
+
+TEST(ShardBspTest, MembershipShrinkCompletesThePendingStep) {
+  Shard shard(ShardOptions{});
+  const RegisterJobRequest reg = Registration("j", Spec(BSP, 3));
+  RegisterJobResponse resp;
+  ASSERT_TRUE(shard.RegisterJob(reg, &resp).ok());
+  auto w0 = StartPushPull(shard, reg, 0, 0, 0);
+  auto w1 = StartPushPull(shard, reg, 1, 0, 0);
+  EXPECT_FALSE(w0->done.HasBeenNotified());
+  EXPECT_THAT(StatsOf(shard, "j").missing_workers(), ElementsAre(2));
+
+  SetMembershipRequest m;
+  m.set_job_id("j");
+  m.add_active_workers(1);
+  m.add_active_workers(0);
+  ASSERT_TRUE(shard.SetMembership(m).ok());
+  ASSERT_TRUE(w0->done.HasBeenNotified() && w1->done.HasBeenNotified());
+  EXPECT_EQ(w1->resp.parameters(0).version(), 1u);
+
+  // Rank 2 is out: its pushes are refused, and step 1 needs only 0 and 1.
+  const uint64_t before = Checksum(shard, "j");
+  auto w2 = StartPushPull(shard, reg, 2, 1, 1);
+  EXPECT_EQ(w2->status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(w2->status.message()),
+              HasSubstr("worker: rank 2 is not an active member of job \"j\""));
+  EXPECT_EQ(Checksum(shard, "j"), before);
+  auto a = StartPushPull(shard, reg, 0, 1, 1);
+  auto b = StartPushPull(shard, reg, 1, 1, 1);
+  ASSERT_TRUE(a->done.HasBeenNotified() && b->status.ok());
+  EXPECT_EQ(b->resp.parameters(0).version(), 2u);
+  const JobStats s = StatsOf(shard, "j");
+  EXPECT_FALSE(s.workers(2).active());
+  EXPECT_TRUE(s.workers(0).active());
+  EXPECT_EQ(Rejected(s, "inactive_worker"), 1u);
+
+  for (const auto& bad :
+       std::vector<std::vector<uint32_t>>{{}, {0, 3}, {1, 1}}) {
+    SetMembershipRequest r;
+    r.set_job_id("j");
+    for (uint32_t w : bad) r.add_active_workers(w);
+    EXPECT_EQ(shard.SetMembership(r).code(),
+              absl::StatusCode::kInvalidArgument);
+  }
+}
+
+TEST(ShardBspTest, DeadlineNamesTheMissingWorkers) {
+  Shard shard(ShardOptions{});
+  const RegisterJobRequest reg = Registration("j", Spec(BSP, 3));
+  RegisterJobResponse resp;
+  ASSERT_TRUE(shard.RegisterJob(reg, &resp).ok());
+  std::vector<std::unique_ptr<PushPullCall>> step0;
+  for (uint32_t w : {0, 1, 2})
+    step0.push_back(StartPushPull(shard, reg, w, 0, 0));
+  ASSERT_TRUE(step0[0]->status.ok());
+  // Step 1: only worker 0 pushes.
+  auto call = StartPushPull(shard, reg, 0, 1, 1);
+  shard.CheckDeadlines(absl::Now());
+  EXPECT_FALSE(call->done.HasBeenNotified());
+  shard.CheckDeadlines(absl::Now() + absl::Seconds(61));
+  ASSERT_TRUE(call->done.HasBeenNotified());
+  EXPECT_EQ(call->status.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(call->status.message(),
+            "job j step 1: no gradient from workers 1, 2 after 60000 ms");
+  EXPECT_EQ(shard.PendingWaits(), 0u);
+
+  // The configured deadline is honoured.
+  JobSpec quick = Spec(BSP, 2);
+  quick.mutable_consistency()->set_step_deadline_ms(500);
+  const RegisterJobRequest reg2 = Registration("quick", quick);
+  ASSERT_TRUE(shard.RegisterJob(reg2, &resp).ok());
+  auto q = StartPushPull(shard, reg2, 1, 0, 0);
+  shard.CheckDeadlines(absl::Now() + absl::Seconds(1));
+  ASSERT_TRUE(q->done.HasBeenNotified());
+  EXPECT_EQ(q->status.message(),
+            "job quick step 0: no gradient from worker 0 after 500 ms");
+}
+
+TEST(ShardBspTest, DropAndShutdownFailPendingWaits) {
+  Shard shard(ShardOptions{});
+  RegisterJobResponse resp;
+  const RegisterJobRequest a = Registration("a", Spec(BSP, 2));
+  const RegisterJobRequest b = Registration("b", Spec(BSP, 2));
+  ASSERT_TRUE(shard.RegisterJob(a, &resp).ok());
+  ASSERT_TRUE(shard.RegisterJob(b, &resp).ok());
+  auto wa = StartPushPull(shard, a, 0, 0, 0);
+  auto wb = StartPushPull(shard, b, 0, 0, 0);
+  EXPECT_EQ(shard.PendingWaits(), 2u);
+  DropJobRequest drop;
+  drop.set_job_id("a");
+  ASSERT_TRUE(shard.DropJob(drop).ok());
+  ASSERT_TRUE(wa->done.HasBeenNotified());
+  EXPECT_EQ(wa->status.code(), absl::StatusCode::kAborted);
+  EXPECT_TRUE(shard.DropJob(drop).ok()) << "a retried drop succeeds";
+  auto gone = StartPushPull(shard, a, 1, 0, 0);
+  EXPECT_EQ(gone->status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(gone->status.message()),
+              HasSubstr("job_id: no job \"a\" on shard 0"));
+
+  EXPECT_FALSE(wb->done.HasBeenNotified());
+  shard.Shutdown();
+  ASSERT_TRUE(wb->done.HasBeenNotified());
+  EXPECT_EQ(wb->status.code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(shard.PendingWaits(), 0u);
+  auto after = StartPushPull(shard, b, 1, 0, 0);
+  EXPECT_EQ(after->status.code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(shard.RegisterJob(a, &resp).code(), absl::StatusCode::kUnavailable);
+}
+
+TEST(ShardBspTest, DestructionFailsPendingWaits) {
+  std::unique_ptr<PushPullCall> call;
+  {
+    Shard shard(ShardOptions{});
+    const RegisterJobRequest reg = Registration("j", Spec(BSP, 2));
+    RegisterJobResponse resp;
+    ASSERT_TRUE(shard.RegisterJob(reg, &resp).ok());
+    call = StartPushPull(shard, reg, 0, 0, 0);
+    EXPECT_FALSE(call->done.HasBeenNotified());
+  }
+  ASSERT_TRUE(call->done.HasBeenNotified());
+  EXPECT_EQ(call->status.code(), absl::StatusCode::kUnavailable);
+}
+
+// ---------------------------------------------------------------------------
+// ASP and SSP.
+
+TEST(ShardAspTest, AppliesOnArrivalAndRecordsStaleness) {
+  Shard shard(ShardOptions{});
+  JobSpec spec = Spec(ASP, 2);
+  spec.mutable_optimizer()->clear_momentum();
+  const RegisterJobRequest reg = Registration("j", spec);
+  RegisterJobResponse resp;
+  ASSERT_TRUE(shard.RegisterJob(reg, &resp).ok());
+  const std::vector<float> p0 = Params(shard, "j")[0];
+
+  // Both workers computed step 0 against version 0.
+  auto a = StartPushPull(shard, reg, 0, 0, 0);
+  ASSERT_TRUE(a->done.HasBeenNotified() && a->status.ok());
+  EXPECT_EQ(a->resp.parameters(0).version(), 1u);
+  // Applied undivided: p - lr * g.
+  const std::vector<float> g = Gradient(0, 0, 0, kChunkFloats);
+  std::vector<float> want = p0;
+  for (size_t i = 0; i < want.size(); ++i) want[i] = want[i] - 0.1f * g[i];
+  EXPECT_EQ(Floats(a->resp.parameters(0).data()), want);
+
+  auto b = StartPushPull(shard, reg, 1, 0, 0);  // staleness 1
+  ASSERT_TRUE(b->done.HasBeenNotified());
+  EXPECT_EQ(b->resp.parameters(0).version(), 2u);
+  auto c = StartPushPull(shard, reg, 0, 1, 1);  // staleness 1
+  auto d = StartPushPull(shard, reg, 1, 1, 0);  // staleness 3
+  auto e = StartPushPull(shard, reg, 0, 2, 4);  // staleness 0
+  ASSERT_TRUE(e->done.HasBeenNotified() && e->status.ok());
+  EXPECT_EQ(e->resp.parameters(0).version(), 5u);
+
+  const JobStats s = StatsOf(shard, "j");
+  EXPECT_EQ(s.mode(), ASP);
+  // Per chunk: staleness 0, 1, 1, 3, 0 -> buckets [0]: 2, [1,2): 2, [2,4): 1.
+  ASSERT_GE(s.staleness().counts_size(), 3);
+  EXPECT_EQ(s.staleness().counts(0), 2u * kNumChunks);
+  EXPECT_EQ(s.staleness().counts(1), 2u * kNumChunks);
+  EXPECT_EQ(s.staleness().counts(2), 1u * kNumChunks);
+  EXPECT_EQ(s.workers(1).staleness(), 3u);
+  EXPECT_EQ(s.workers(0).staleness(), 0u);
+  EXPECT_EQ(s.version(), 5u);
+  EXPECT_EQ(s.applies(), 5u * kNumChunks);
+
+  // A retry of an applied (worker, step) is a duplicate.
+  const uint64_t before = Checksum(shard, "j");
+  auto retry = StartPushPull(shard, reg, 0, 2, 4);
+  EXPECT_EQ(retry->resp.duplicates(), 4u);
+  EXPECT_EQ(Checksum(shard, "j"), before);
+}
+
+TEST(ShardSspTest, BlocksAtStalenessPlusOneAndReleasesWhenSlowestAdvances) {
+  constexpr uint32_t kS = 2;
+  Shard shard(ShardOptions{});
+  JobSpec spec = Spec(SSP, 2);
+  spec.mutable_consistency()->set_staleness(kS);
+  const RegisterJobRequest reg = Registration("j", spec);
+  RegisterJobResponse resp;
+  ASSERT_TRUE(shard.RegisterJob(reg, &resp).ok());
+
+  // Worker 0 runs ahead while worker 1 has pushed nothing.
+  for (uint64_t t = 0; t < kS; ++t) {
+    auto call = StartPushPull(shard, reg, 0, t, t);
+    ASSERT_TRUE(call->done.HasBeenNotified()) << "step " << t;
+    ASSERT_TRUE(call->status.ok());
+  }
+  // Its step s + 1 - 1 = 2 reply (for step 3) would be 3 ahead of the
+  // slowest: it waits, with its gradient already applied.
+  auto blocked = StartPushPull(shard, reg, 0, kS, kS);
+  EXPECT_FALSE(blocked->done.HasBeenNotified());
+  EXPECT_EQ(shard.PendingWaits(), 1u);
+  EXPECT_EQ(StatsOf(shard, "j").version(), kS + 1);
+  auto pull = StartPull(shard, "j", kS + 1, 0);  // the same bound for Pull
+  EXPECT_FALSE(pull->done.HasBeenNotified());
+
+  // The slowest advances one step: both are released.
+  auto slow = StartPushPull(shard, reg, 1, 0, 0);
+  ASSERT_TRUE(slow->done.HasBeenNotified());
+  ASSERT_TRUE(blocked->done.HasBeenNotified());
+  ASSERT_TRUE(blocked->status.ok()) << blocked->status;
+  ASSERT_TRUE(pull->done.HasBeenNotified());
+  EXPECT_EQ(blocked->resp.parameters(0).version(), kS + 2);
+  EXPECT_EQ(shard.PendingWaits(), 0u);
+
+  // Worker 0's next step blocks again until worker 1 pushes its step 1.
+  auto next = StartPushPull(shard, reg, 0, kS + 1, kS + 2);
+  EXPECT_FALSE(next->done.HasBeenNotified());
+  const JobStats s = StatsOf(shard, "j");
+  EXPECT_EQ(s.step(), 1u);  // the slowest worker pushed 1 step
+  EXPECT_EQ(s.workers(0).last_step(), kS + 1);
+  auto slow2 = StartPushPull(shard, reg, 1, 1, 1);
+  EXPECT_TRUE(next->done.HasBeenNotified());
+
+  // A deadline names the worker holding the wait back.
+  auto stuck = StartPushPull(shard, reg, 0, kS + 2, kS + 4);
+  EXPECT_FALSE(stuck->done.HasBeenNotified());
+  shard.CheckDeadlines(absl::Now() + absl::Minutes(2));
+  ASSERT_TRUE(stuck->done.HasBeenNotified());
+  EXPECT_EQ(stuck->status.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(
+      std::string(stuck->status.message()),
+      HasSubstr("job j step 2: no gradient from worker 1 after 60000 ms"));
+}
+
+// ---------------------------------------------------------------------------
+// Bad input.
+
+TEST(ShardBadInputTest, RejectedWholeNamedCountedAndNothingChanges) {
+  // Shard 0 of 2 holds chunks 0 and 2 of each job.
+  Shard shard(ShardOptions{});
+  RegisterJobResponse resp;
+  JobSpec asp_spec = Spec(ASP, 2);
+  const RegisterJobRequest asp = Registration("asp", asp_spec, 2);
+  const RegisterJobRequest bsp = Registration("bsp", Spec(BSP, 2), 2);
+  ASSERT_TRUE(shard.RegisterJob(asp, &resp).ok());
+  ASSERT_TRUE(shard.RegisterJob(bsp, &resp).ok());
+  ASSERT_EQ(resp.chunks_held(), 2u);
+  // Move both jobs off version 0 so "ahead" checks have room.
+  PushResponse first_push;
+  ASSERT_TRUE(
+      shard.Push(PushRequestFor<PushRequest>(asp, 0, 0, {0, 2}, 0), &first_push)
+          .ok());
+
+  auto valid = [&](const RegisterJobRequest& reg) {
+    return PushRequestFor<PushPullRequest>(reg, 1, 0, {0, 2}, 0);
+  };
+  struct Case {
+    std::string name;
+    PushPullRequest req;
+    absl::StatusCode code;
+    std::string want;    // substring of the message
+    std::string reason;  // JobStats.rejected key ("" = shard-level)
+  };
+  std::vector<Case> cases;
+  auto add = [&](std::string name, const RegisterJobRequest& reg,
+                 std::function<void(PushPullRequest*)> mutate,
+                 absl::StatusCode code, std::string want, std::string reason) {
+    PushPullRequest req = valid(reg);
+    mutate(&req);
+    cases.push_back({std::move(name), std::move(req), code, std::move(want),
+                     std::move(reason)});
+  };
+  using C = absl::StatusCode;
+  add(
+      "wrong_size", asp,
+      [](auto* r) { r->mutable_gradients(1)->mutable_data()->resize(1000); },
+      C::kInvalidArgument,
+      "gradients[1].data: 1000 bytes, chunk 2 of tensor w holds 100 floats",
+      "wrong_size");
+  add(
+      "unknown_job", asp, [](auto* r) { r->set_job_id("nope"); },
+      C::kFailedPrecondition, "job_id: no job \"nope\" on shard 0", "");
+  add(
+      "unknown_chunk", asp,
+      [](auto* r) { r->mutable_gradients(1)->set_chunk_id(9); },
+      C::kInvalidArgument,
+      "gradients[1].chunk_id: 9 out of range, job \"asp\" has 4 chunks",
+      "unknown_chunk");
+  add(
+      "chunk_on_other_shard", asp,
+      [](auto* r) { r->mutable_gradients(1)->set_chunk_id(3); },
+      C::kInvalidArgument,
+      "gradients[1].chunk_id: chunk 3 of tensor b is on shard 1, not shard 0",
+      "chunk_not_on_shard");
+  add(
+      "duplicate_chunk", asp,
+      [](auto* r) { r->mutable_gradients(1)->set_chunk_id(0); },
+      C::kInvalidArgument,
+      "gradients[1].chunk_id: chunk 0 also in gradients[0]", "duplicate_chunk");
+  add(
+      "worker_out_of_range", asp, [](auto* r) { r->set_worker(2); },
+      C::kInvalidArgument, "worker: rank 2 out of range [0, 2)",
+      "worker_out_of_range");
+  add(
+      "nan", asp,
+      [](auto* r) {
+        std::vector<float> g = Floats(r->gradients(1).data());
+        g[17] = NAN;
+        r->mutable_gradients(1)->set_data(Bytes(g));
+      },
+      C::kInvalidArgument, "gradients[1].data: element 17 is NaN",
+      "non_finite");
+  add(
+      "inf", asp,
+      [](auto* r) {
+        std::vector<float> g = Floats(r->gradients(0).data());
+        g[99] = -INFINITY;
+        r->mutable_gradients(0)->set_data(Bytes(g));
+      },
+      C::kInvalidArgument, "gradients[0].data: element 99 is Inf",
+      "non_finite");
+  add(
+      "version_ahead", asp,
+      [](auto* r) { r->mutable_gradients(1)->set_version(7); },
+      C::kInvalidArgument,
+      "gradients[1].version: 7 is ahead of chunk 2 of tensor w at version 1",
+      "version_ahead");
+  add(
+      "future_step", bsp, [](auto* r) { r->set_step(1); }, C::kInvalidArgument,
+      "step: 1 is ahead of chunk 0 of tensor w at version 0", "future_step");
+
+  const uint64_t asp_before = Checksum(shard, "asp");
+  const uint64_t bsp_before = Checksum(shard, "bsp");
+  for (const Case& c : cases) {
+    const std::string job = c.req.job_id() == "bsp" ? "bsp" : "asp";
+    const uint64_t count_before =
+        c.reason.empty() ? 0 : Rejected(StatsOf(shard, job), c.reason);
+    // Both entry points: the waiting PushPull and the unary Push.
+    auto call = StartPushPull(shard, c.req);
+    ASSERT_TRUE(call->done.HasBeenNotified()) << c.name;
+    EXPECT_EQ(call->status.code(), c.code) << c.name << ": " << call->status;
+    EXPECT_THAT(std::string(call->status.message()), HasSubstr(c.want))
+        << c.name;
+    PushRequest push;
+    push.set_job_id(c.req.job_id());
+    push.set_worker(c.req.worker());
+    push.set_step(c.req.step());
+    *push.mutable_gradients() = c.req.gradients();
+    PushResponse push_resp;
+    EXPECT_EQ(shard.Push(push, &push_resp).code(), c.code) << c.name;
+    if (!c.reason.empty()) {
+      EXPECT_EQ(Rejected(StatsOf(shard, job), c.reason), count_before + 2)
+          << c.name;
+    }
+    EXPECT_EQ(Checksum(shard, "asp"), asp_before) << c.name;
+    EXPECT_EQ(Checksum(shard, "bsp"), bsp_before) << c.name;
+  }
+  ShardStats stats;
+  shard.Stats(StatsRequest(), &stats);
+  EXPECT_EQ(stats.rejected().at("unknown_job"), 2u);
+  EXPECT_EQ(shard.PendingWaits(), 0u);
+
+  // The same valid request is accepted afterwards: the cases above failed
+  // for their own reason only.
+  auto ok = StartPushPull(shard, valid(asp));
+  EXPECT_TRUE(ok->status.ok()) << ok->status;
+  EXPECT_NE(Checksum(shard, "asp"), asp_before);
+
+  // Pull's own inputs.
+  EXPECT_EQ(StartPull(shard, "asp", 0, 0, {1})->status.code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(StartPull(shard, "asp", 0, 0, {0, 0})->status.code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(StartPull(shard, "asp", 0, 0, {8})->status.code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// ---------------------------------------------------------------------------
+// Concurrency.
+
+// 8 threads push to 62 chunks in different orders. Every update subtracts
+// the same lr * 1.0, so the result is exact whatever the interleaving.
+TEST(ShardConcurrencyTest, EightThreadsAspManyChunks) {
+  constexpr uint32_t kThreads = 8;
+  constexpr int kSteps = 40;
+  Shard shard(ShardOptions{});
+  JobSpec spec = Spec(ASP, kThreads);
+  spec.mutable_optimizer()->clear_momentum();
+  spec.mutable_optimizer()->set_learning_rate(0.125f);
+  spec.set_partition_bytes(4 * 5);  // 310 floats -> 62 chunks
+  const RegisterJobRequest reg = Registration("j", spec);
+  RegisterJobResponse resp;
+  ASSERT_TRUE(shard.RegisterJob(reg, &resp).ok());
+  const int chunks = reg.placement().chunks_size();
+  ASSERT_EQ(chunks, 62);
+  std::vector<std::vector<float>> start = Params(shard, "j");
+
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (uint32_t w = 0; w < kThreads; ++w) {
+    threads.emplace_back([&, w] {
+      for (int t = 0; t < kSteps; ++t) {
+        PushPullRequest req;
+        req.set_job_id("j");
+        req.set_worker(w);
+        req.set_step(t);
+        for (int i = 0; i < chunks; ++i) {
+          const uint32_t c = (i * 7 + w * 13 + t) % chunks;  // varied order
+          ChunkData* g = req.add_gradients();
+          g->set_chunk_id(c);
+          g->set_data(Bytes(std::vector<float>(ChunkLength(reg, c), 1.0f)));
+        }
+        PushPullResponse r;
+        absl::Notification n;
+        absl::Status st;
+        shard.PushPull(req, &r, [&](absl::Status s) {
+          st = s;
+          n.Notify();
+        });
+        n.WaitForNotification();
+        if (!st.ok() || r.parameters_size() != chunks) ++failures;
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(failures.load(), 0);
+
+  const std::vector<std::vector<float>> end = Params(shard, "j");
+  for (int c = 0; c < chunks; ++c) {
+    for (size_t i = 0; i < end[c].size(); ++i) {
+      float want = start[c][i];
+      for (uint32_t k = 0; k < kThreads * kSteps; ++k)
+        want = want - 0.125f * 1.0f;
+      ASSERT_EQ(end[c][i], want) << "chunk " << c << " element " << i;
+    }
+  }
+  const JobStats s = StatsOf(shard, "j");
+  EXPECT_EQ(s.version(), uint64_t{kThreads} * kSteps);
+  EXPECT_EQ(s.pushes(), uint64_t{kThreads} * kSteps * chunks);
+  EXPECT_EQ(s.duplicates(), 0u);
+}
+
+// 8 BSP workers on their own threads, each waiting for its reply before the
+// next step: the result equals the single-threaded, in-order run bit for bit.
+TEST(ShardConcurrencyTest, EightThreadsBspMatchesSequential) {
+  constexpr uint32_t kWorkers = 8;
+  constexpr int kSteps = 10;
+  JobSpec spec = Spec(BSP, kWorkers);
+  spec.set_partition_bytes(4 * 16);  // 20 chunks
+  const RegisterJobRequest reg = Registration("j", spec);
+  std::vector<uint32_t> all(reg.placement().chunks_size());
+  std::iota(all.begin(), all.end(), 0);
+
+  Shard sequential(ShardOptions{});
+  RegisterJobResponse resp;
+  ASSERT_TRUE(sequential.RegisterJob(reg, &resp).ok());
+  for (int t = 0; t < kSteps; ++t) {
+    std::vector<std::unique_ptr<PushPullCall>> calls;
+    for (uint32_t w = 0; w < kWorkers; ++w) {
+      calls.push_back(StartPushPull(
+          sequential, PushRequestFor<PushPullRequest>(reg, w, t, all, t)));
+    }
+    ASSERT_TRUE(calls.back()->status.ok());
+  }
+
+  Shard threaded(ShardOptions{});
+  ASSERT_TRUE(threaded.RegisterJob(reg, &resp).ok());
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (uint32_t w = 0; w < kWorkers; ++w) {
+    threads.emplace_back([&, w] {
+      for (int t = 0; t < kSteps; ++t) {
+        std::vector<uint32_t> order = all;
+        std::rotate(order.begin(), order.begin() + (w * 3 + t) % order.size(),
+                    order.end());
+        const PushPullRequest req =
+            PushRequestFor<PushPullRequest>(reg, w, t, order, t);
+        PushPullResponse r;
+        absl::Notification n;
+        absl::Status st;
+        threaded.PushPull(req, &r, [&](absl::Status s) {
+          st = s;
+          n.Notify();
+        });
+        n.WaitForNotification();
+        if (!st.ok()) ++failures;
+        for (const ChunkData& d : r.parameters()) {
+          if (d.version() != static_cast<uint64_t>(t + 1)) ++failures;
+        }
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_EQ(Params(threaded, "j"), Params(sequential, "j"));
+  EXPECT_EQ(threaded.PendingWaits(), 0u);
+}
+
+// ---------------------------------------------------------------------------
+// Stats.
+
+TEST(ShardStatsTest, FilledCompletely) {
+  ShardOptions options;
+  options.address = "localhost:7000";
+  Shard shard(options);
+  const RegisterJobRequest reg = Registration("j", Spec(BSP, 2));
+  RegisterJobResponse resp;
+  ASSERT_TRUE(shard.RegisterJob(reg, &resp).ok());
+  auto a = StartPushPull(shard, reg, 0, 0, 0);
+  auto b = StartPushPull(shard, reg, 1, 0, 0);
+  auto c = StartPushPull(shard, reg, 1, 1, 1);
+  ASSERT_TRUE(b->status.ok());
+
+  ShardStats stats;
+  shard.Stats(StatsRequest(), &stats);
+  EXPECT_EQ(stats.shard_id(), 0u);
+  EXPECT_EQ(stats.address(), "localhost:7000");
+  EXPECT_GE(stats.uptime_s(), 0);
+  EXPECT_EQ(stats.jobs(), 1u);
+  EXPECT_EQ(stats.chunks(), 4u);
+  EXPECT_EQ(stats.bytes_held(), resp.bytes_held());
+  EXPECT_EQ(stats.memory_budget_bytes(), 8ull << 30);
+  ASSERT_EQ(stats.job_stats_size(), 1);
+  const JobStats& s = stats.job_stats(0);
+  EXPECT_EQ(s.job_id(), "j");
+  EXPECT_EQ(s.mode(), BSP);
+  EXPECT_EQ(s.version(), 1u);
+  EXPECT_EQ(s.step(), 1u);
+  EXPECT_EQ(s.chunks(), 4u);
+  EXPECT_EQ(s.bytes_held(), resp.bytes_held());
+  EXPECT_EQ(s.pushes(), 12u);
+  EXPECT_EQ(s.pulls(), 8u);  // two answered PushPulls x 4 chunks
+  EXPECT_EQ(s.bytes_in(), 3u * 310 * 4);
+  EXPECT_EQ(s.bytes_out(), 2u * 310 * 4);
+  EXPECT_EQ(s.applies(), 4u);
+  EXPECT_GT(s.apply_latency_p50_us(), 0);
+  EXPECT_GE(s.apply_latency_p99_us(), s.apply_latency_p50_us());
+  EXPECT_THAT(s.missing_workers(), ElementsAre(0));
+  ASSERT_EQ(s.workers_size(), 2);
+  EXPECT_EQ(s.workers(1).worker(), 1u);
+  EXPECT_EQ(s.workers(1).last_step(), 1u);
+  EXPECT_EQ(s.workers(1).pushes(), 8u);
+  EXPECT_EQ(s.workers(0).last_step(), 0u);
+  EXPECT_TRUE(s.workers(0).active());
+  EXPECT_EQ(s.staleness().bounds_size() + 1, s.staleness().counts_size());
+
+  // Filtering by job, and an unknown job gives no job stats.
+  StatsRequest other;
+  other.set_job_id("other");
+  shard.Stats(other, &stats);
+  EXPECT_EQ(stats.job_stats_size(), 0);
+  EXPECT_EQ(stats.jobs(), 1u);
+
+  // `c` still waits; fail it before it goes out of scope.
+  shard.Shutdown();
+  EXPECT_EQ(c->status.code(), absl::StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace ps

@@ -1,0 +1,248 @@
+#include "worker/backend/deferred_backend.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace ps {
+namespace {
+
+// Bytes a row-major rows x cols operand with leading dimension ld spans.
+size_t Extent(int rows, int cols, int ld) {
+  if (rows <= 0 || cols <= 0) return 0;
+  return ((static_cast<size_t>(rows) - 1) * ld + cols) * sizeof(float);
+}
+
+}  // namespace
+
+DeferredBackend::DeferredBackend(std::string device)
+    : device_(std::move(device)) {
+  // blas_threads 0: leave the process-wide OpenBLAS setting alone.
+  cpu_ = *CpuBackend::Create(0, 0);
+}
+
+DeferredBackend::~DeferredBackend() = default;
+
+bool DeferredBackend::OnDevice(const void* p, size_t bytes) const {
+  if (bytes == 0) return true;
+  const uintptr_t addr = reinterpret_cast<uintptr_t>(p);
+  auto it = allocations_.upper_bound(addr);
+  if (it == allocations_.begin()) return false;
+  --it;
+  return addr >= it->first && addr + bytes <= it->first + it->second;
+}
+
+bool DeferredBackend::Check(bool ok, const char* op, const char* what) {
+  if (!ok && error_.ok()) {
+    error_ =
+        absl::InvalidArgumentError(absl::StrCat(device_, ": ", op, ": ", what));
+  }
+  return ok;
+}
+
+void DeferredBackend::Enqueue(std::function<void()> call) {
+  queue_.push_back(std::move(call));
+}
+
+void DeferredBackend::Gemm(Transpose trans_a, Transpose trans_b, int m, int n,
+                           int k, float alpha, const float* a, int lda,
+                           const float* b, int ldb, float beta, float* c,
+                           int ldc) {
+  const bool na = trans_a == Transpose::kNo, nb = trans_b == Transpose::kNo;
+  const bool touches = m > 0 && n > 0;
+  const bool reads = touches && k > 0;
+  if (!Check(!reads || OnDevice(a, Extent(na ? m : k, na ? k : m, lda)), "Gemm",
+             "a outside device allocations") ||
+      !Check(!reads || OnDevice(b, Extent(nb ? k : n, nb ? n : k, ldb)), "Gemm",
+             "b outside device allocations") ||
+      !Check(!touches || OnDevice(c, Extent(m, n, ldc)), "Gemm",
+             "c outside device allocations")) {
+    return;
+  }
+  Enqueue([=] {
+    cpu_->Gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  });
+}
+
+void DeferredBackend::BiasAdd(int rows, int cols, const float* bias, float* x) {
+  if (!Check(OnDevice(bias, Extent(1, cols, cols)), "BiasAdd",
+             "bias outside device allocations") ||
+      !Check(OnDevice(x, Extent(rows, cols, cols)), "BiasAdd",
+             "x outside device allocations")) {
+    return;
+  }
+  Enqueue([=] { cpu_->BiasAdd(rows, cols, bias, x); });
+}
+
+void DeferredBackend::BiasRelu(int rows, int cols, const float* bias,
+                               float* x) {
+  if (!Check(OnDevice(bias, Extent(1, cols, cols)), "BiasRelu",
+             "bias outside device allocations") ||
+      !Check(OnDevice(x, Extent(rows, cols, cols)), "BiasRelu",
+             "x outside device allocations")) {
+    return;
+  }
+  Enqueue([=] { cpu_->BiasRelu(rows, cols, bias, x); });
+}
+
+void DeferredBackend::Relu(size_t n, const float* x, float* y) {
+  if (!Check(OnDevice(x, n * sizeof(float)), "Relu",
+             "x outside device allocations") ||
+      !Check(OnDevice(y, n * sizeof(float)), "Relu",
+             "y outside device allocations")) {
+    return;
+  }
+  Enqueue([=] { cpu_->Relu(n, x, y); });
+}
+
+void DeferredBackend::ReluBackward(size_t n, const float* y, const float* dy,
+                                   float* dx) {
+  const size_t bytes = n * sizeof(float);
+  if (!Check(OnDevice(y, bytes), "ReluBackward",
+             "y outside device allocations") ||
+      !Check(OnDevice(dy, bytes), "ReluBackward",
+             "dy outside device allocations") ||
+      !Check(OnDevice(dx, bytes), "ReluBackward",
+             "dx outside device allocations")) {
+    return;
+  }
+  Enqueue([=] { cpu_->ReluBackward(n, y, dy, dx); });
+}
+
+void DeferredBackend::SoftmaxCrossEntropy(int rows, int classes,
+                                          const float* logits,
+                                          const int32_t* labels,
+                                          float grad_scale, float* grad_logits,
+                                          XentStats* stats) {
+  const size_t matrix = Extent(rows, classes, classes);
+  if (!Check(OnDevice(logits, matrix), "SoftmaxCrossEntropy",
+             "logits outside device allocations") ||
+      !Check(OnDevice(labels, rows > 0 ? rows * sizeof(int32_t) : 0),
+             "SoftmaxCrossEntropy", "labels outside device allocations") ||
+      !Check(grad_logits == nullptr || OnDevice(grad_logits, matrix),
+             "SoftmaxCrossEntropy", "grad_logits outside device allocations") ||
+      !Check(OnDevice(stats, sizeof(XentStats)), "SoftmaxCrossEntropy",
+             "stats outside device allocations")) {
+    return;
+  }
+  Enqueue([=] {
+    cpu_->SoftmaxCrossEntropy(rows, classes, logits, labels, grad_scale,
+                              grad_logits, stats);
+  });
+}
+
+void DeferredBackend::ColumnSums(int rows, int cols, float alpha,
+                                 const float* x, float beta, float* y) {
+  if (!Check(OnDevice(x, Extent(rows, cols, cols)), "ColumnSums",
+             "x outside device allocations") ||
+      !Check(OnDevice(y, Extent(1, cols, cols)), "ColumnSums",
+             "y outside device allocations")) {
+    return;
+  }
+  Enqueue([=] { cpu_->ColumnSums(rows, cols, alpha, x, beta, y); });
+}
+
+void DeferredBackend::Axpy(size_t n, float alpha, const float* x, float* y) {
+  if (!Check(OnDevice(x, n * sizeof(float)), "Axpy",
+             "x outside device allocations") ||
+      !Check(OnDevice(y, n * sizeof(float)), "Axpy",
+             "y outside device allocations")) {
+    return;
+  }
+  Enqueue([=] { cpu_->Axpy(n, alpha, x, y); });
+}
+
+void DeferredBackend::Scale(size_t n, float alpha, float* x) {
+  if (!Check(OnDevice(x, n * sizeof(float)), "Scale",
+             "x outside device allocations"))
+    return;
+  Enqueue([=] { cpu_->Scale(n, alpha, x); });
+}
+
+void DeferredBackend::Fill(size_t n, float value, float* x) {
+  if (!Check(OnDevice(x, n * sizeof(float)), "Fill",
+             "x outside device allocations"))
+    return;
+  Enqueue([=] { cpu_->Fill(n, value, x); });
+}
+
+absl::Status DeferredBackend::Synchronize() {
+  std::vector<std::function<void()>> queue = std::move(queue_);
+  queue_.clear();
+  for (std::function<void()>& call : queue) {
+    call();
+    ++calls_run_;
+  }
+  absl::Status cpu = cpu_->Synchronize();
+  if (error_.ok()) error_ = std::move(cpu);
+  return std::exchange(error_, absl::OkStatus());
+}
+
+absl::StatusOr<void*> DeferredBackend::AllocateBytes(size_t bytes) {
+  void* p = std::malloc(bytes);
+  if (p == nullptr) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(device_, ": cannot allocate ", bytes, " bytes"));
+  }
+  allocations_[reinterpret_cast<uintptr_t>(p)] = bytes;
+  return p;
+}
+
+void DeferredBackend::FreeBytes(void* ptr) {
+  allocations_.erase(reinterpret_cast<uintptr_t>(ptr));
+  std::free(ptr);
+}
+
+absl::StatusOr<void*> DeferredBackend::AllocateHostBytes(size_t bytes) {
+  void* p = std::malloc(bytes);
+  if (p == nullptr) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(device_, ": cannot allocate ", bytes, " host bytes"));
+  }
+  return p;
+}
+
+void DeferredBackend::FreeHostBytes(void* ptr) { std::free(ptr); }
+
+void DeferredBackend::CopyToDeviceBytes(const void* host, size_t bytes,
+                                        void* device) {
+  if (!Check(OnDevice(device, bytes), "CopyToDevice",
+             "device outside device allocations") ||
+      !Check(bytes == 0 || !OnDevice(host, 1), "CopyToDevice",
+             "host is device memory")) {
+    return;
+  }
+  // Reads `host` when it runs, at Synchronize(), like an async copy.
+  Enqueue([=] { std::memcpy(device, host, bytes); });
+}
+
+void DeferredBackend::CopyToDeviceEarlyBytes(const void* host, size_t bytes,
+                                             void* device) {
+  CopyToDeviceBytes(host, bytes, device);
+}
+
+void DeferredBackend::CopyToHostBytes(const void* device, size_t bytes,
+                                      void* host) {
+  if (!Check(OnDevice(device, bytes), "CopyToHost",
+             "device outside device allocations") ||
+      !Check(bytes == 0 || !OnDevice(host, 1), "CopyToHost",
+             "host is device memory")) {
+    return;
+  }
+  Enqueue([=] { std::memcpy(host, device, bytes); });
+}
+
+void DeferredBackend::CopyOnDeviceBytes(const void* src, size_t bytes,
+                                        void* dst) {
+  if (!Check(OnDevice(src, bytes), "CopyOnDevice",
+             "src outside device allocations") ||
+      !Check(OnDevice(dst, bytes), "CopyOnDevice",
+             "dst outside device allocations")) {
+    return;
+  }
+  Enqueue([=] { std::memmove(dst, src, bytes); });
+}
+
+}  // namespace ps

@@ -1,0 +1,317 @@
+#include "worker/model/model.h"
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "worker/model/model_spec.h"
+
+namespace ps {
+namespace {
+
+// Allocates n elements into *out, keeping the first failure in *status.
+template <typename T>
+void AllocInto(Backend* backend, size_t n, DeviceBuffer<T>* out,
+               absl::Status* status) {
+  if (!status->ok()) return;
+  absl::StatusOr<DeviceBuffer<T>> b = backend->Allocate<T>(n);
+  if (!b.ok()) {
+    *status = b.status();
+    return;
+  }
+  *out = *std::move(b);
+}
+
+template <typename T>
+void AllocHostInto(Backend* backend, size_t n, HostBuffer<T>* out,
+                   absl::Status* status) {
+  if (!status->ok()) return;
+  absl::StatusOr<HostBuffer<T>> b = backend->AllocateHost<T>(n);
+  if (!b.ok()) {
+    *status = b.status();
+    return;
+  }
+  *out = *std::move(b);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Model>> Model::Create(const ModelSpec& spec,
+                                                     Backend* backend,
+                                                     size_t max_batch) {
+  absl::Status s = ValidateModelSpec(spec);
+  if (!s.ok()) return s;
+  if (backend == nullptr) {
+    return absl::InvalidArgumentError("Model::Create: backend is null");
+  }
+  if (max_batch < 1 || max_batch > kMaxBatch) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Model::Create: max_batch must be in [1, ", kMaxBatch,
+                     "], got ", max_batch));
+  }
+  std::unique_ptr<Model> model(new Model(
+      backend, max_batch, ModelLayerWidths(spec), ModelTensors(spec)));
+  s = model->Allocate();
+  if (!s.ok()) return s;
+  return model;
+}
+
+Model::Model(Backend* backend, size_t max_batch, std::vector<uint32_t> widths,
+             std::vector<TensorSpec> tensors)
+    : backend_(backend),
+      max_batch_(max_batch),
+      widths_(std::move(widths)),
+      tensors_(std::move(tensors)) {
+  size_t offset = 0;
+  for (size_t i = 0; i + 1 < widths_.size(); ++i) {
+    Layer layer;
+    layer.in = static_cast<int>(widths_[i]);
+    layer.out = static_cast<int>(widths_[i + 1]);
+    layer.w_offset = offset;
+    offset += static_cast<size_t>(layer.in) * layer.out;
+    layer.b_offset = offset;
+    offset += layer.out;
+    layers_.push_back(layer);
+    max_width_ = std::max<size_t>(max_width_, layer.out);
+  }
+  num_parameters_ = offset;
+}
+
+absl::Status Model::Allocate() {
+  absl::Status s;
+  AllocInto(backend_, num_parameters_, &grad_, &s);
+  acts_.resize(layers_.size());
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    AllocInto(backend_, max_batch_ * layers_[l].out, &acts_[l], &s);
+  }
+  AllocInto(backend_, max_batch_ * max_width_, &delta_[0], &s);
+  AllocInto(backend_, max_batch_ * max_width_, &delta_[1], &s);
+  AllocInto(backend_, 1, &stats_, &s);
+  if (!backend_->host_memory()) {
+    AllocInto(backend_, num_parameters_, &call_params_, &s);
+    AllocInto(backend_, max_batch_ * input_dim(), &x_, &s);
+    AllocInto(backend_, max_batch_, &labels_, &s);
+    AllocHostInto(backend_, num_parameters_, &host_params_, &s);
+    AllocHostInto(backend_, max_batch_ * input_dim(), &host_x_, &s);
+    AllocHostInto(backend_, max_batch_, &host_labels_, &s);
+    AllocHostInto(backend_, num_parameters_, &host_grad_, &s);
+    AllocHostInto(backend_, 1, &host_stats_, &s);
+  }
+  return s;
+}
+
+absl::Status Model::SetParameters(const float* params) {
+  if (params == nullptr) {
+    return absl::InvalidArgumentError("SetParameters: params is null");
+  }
+  if (resident_params_.empty()) {
+    absl::Status s;
+    AllocInto(backend_, num_parameters_, &resident_params_, &s);
+    if (!s.ok()) return s;
+  }
+  if (backend_->host_memory()) {
+    std::memcpy(resident_params_.data(), params,
+                num_parameters_ * sizeof(float));
+  } else {
+    std::memcpy(host_params_.data(), params, num_parameters_ * sizeof(float));
+    backend_->CopyToDevice(host_params_.data(), num_parameters_,
+                           resident_params_.data());
+  }
+  absl::Status s = backend_->Synchronize();
+  has_resident_params_ = s.ok();
+  return s;
+}
+
+absl::StatusOr<Model::Params> Model::Prepare(const float* params,
+                                             const float* x,
+                                             const int32_t* labels, size_t n) {
+  if (n > 0 && x == nullptr) {
+    return absl::InvalidArgumentError("x is null");
+  }
+  if (n > 0 && labels == nullptr) {
+    return absl::InvalidArgumentError("labels is null");
+  }
+  const int32_t classes = static_cast<int32_t>(num_classes());
+  for (size_t i = 0; i < n; ++i) {
+    if (labels[i] < 0 || labels[i] >= classes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "labels[", i, "] = ", labels[i], ": must be in [0, ", classes, ")"));
+    }
+  }
+  if (params == nullptr) {
+    if (!has_resident_params_) {
+      return absl::FailedPreconditionError(
+          "params is null and SetParameters was not called");
+    }
+    return Params{resident_params_.data(), nullptr};
+  }
+  if (backend_->host_memory()) return Params{params, nullptr};
+  return Params{call_params_.data(), params};
+}
+
+void Model::Forward(const float* params, const float* upload, const float* x,
+                    int rows) {
+  const float* h = x;
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    const Layer& layer = layers_[l];
+    if (upload != nullptr) {
+      // Stage while the device runs layer l - 1; the copy skips the wait for
+      // that work (nothing pending touches call_params_: every call ends in
+      // Synchronize), and layer l's GEMM waits for it.
+      const size_t count = layer.b_offset + layer.out - layer.w_offset;
+      std::memcpy(host_params_.data() + layer.w_offset, upload + layer.w_offset,
+                  count * sizeof(float));
+      backend_->CopyToDeviceEarly(host_params_.data() + layer.w_offset, count,
+                                  call_params_.data() + layer.w_offset);
+    }
+    float* out = acts_[l].data();
+    backend_->Gemm(Transpose::kNo, Transpose::kNo, rows, layer.out, layer.in,
+                   1.0f, h, layer.in, params + layer.w_offset, layer.out, 0.0f,
+                   out, layer.out);
+    if (l + 1 < layers_.size()) {
+      backend_->BiasRelu(rows, layer.out, params + layer.b_offset, out);
+    } else {
+      backend_->BiasAdd(rows, layer.out, params + layer.b_offset, out);
+    }
+    h = out;
+  }
+}
+
+void Model::Backward(const float* params, const float* x, int rows, float* grad,
+                     bool accumulate, float* download) {
+  // delta_[0] holds d(loss)/d(logits) from the softmax cross-entropy.
+  int cur = 0;
+  const float beta = accumulate ? 1.0f : 0.0f;
+  for (size_t l = layers_.size(); l-- > 0;) {
+    const Layer& layer = layers_[l];
+    const float* h = l == 0 ? x : acts_[l - 1].data();
+    const float* delta = delta_[cur].data();
+    // dW = h^T delta, db = column sums of delta.
+    backend_->Gemm(Transpose::kYes, Transpose::kNo, layer.in, layer.out, rows,
+                   1.0f, h, layer.in, delta, layer.out, beta,
+                   grad + layer.w_offset, layer.out);
+    backend_->ColumnSums(rows, layer.out, 1.0f, delta, beta,
+                         grad + layer.b_offset);
+    if (download != nullptr) {
+      // W and b are adjacent in the flat layout: one copy, overlapping the
+      // layers still to come.
+      backend_->CopyToHost(grad + layer.w_offset,
+                           layer.b_offset + layer.out - layer.w_offset,
+                           download + layer.w_offset);
+    }
+    if (l == 0) break;  // no gradient w.r.t. the input
+    // d(h) = delta W^T, then through the ReLU that produced h.
+    float* next = delta_[1 - cur].data();
+    backend_->Gemm(Transpose::kNo, Transpose::kYes, rows, layer.in, layer.out,
+                   1.0f, delta, layer.out, params + layer.w_offset, layer.out,
+                   0.0f, next, layer.in);
+    backend_->ReluBackward(static_cast<size_t>(rows) * layer.in, h, next, next);
+    cur = 1 - cur;
+  }
+}
+
+absl::Status Model::Run(Params params, const float* x, const int32_t* labels,
+                        size_t n, float* grad, float* download,
+                        double* loss_sum, size_t* correct) {
+  double total_loss = 0.0;
+  size_t total_correct = 0;
+  const bool host = backend_->host_memory();
+  if (n == 0 && grad != nullptr) {
+    backend_->Fill(num_parameters_, 0.0f, grad);
+    if (download != nullptr) {
+      backend_->CopyToHost(static_cast<const float*>(grad), num_parameters_,
+                           download);
+    }
+  }
+  const size_t dim = input_dim();
+  for (size_t start = 0; start < n; start += max_batch_) {
+    const size_t rows = std::min(max_batch_, n - start);
+    const bool last = start + rows == n;
+    const float* cx = x + start * dim;
+    const int32_t* cl = labels + start;
+    if (!host) {
+      std::memcpy(host_x_.data(), cx, rows * dim * sizeof(float));
+      std::memcpy(host_labels_.data(), cl, rows * sizeof(int32_t));
+      // Early copies: each chunk starts with nothing pending (see below).
+      backend_->CopyToDeviceEarly(host_x_.data(), rows * dim, x_.data());
+      backend_->CopyToDeviceEarly(host_labels_.data(), rows, labels_.data());
+      cx = x_.data();
+      cl = labels_.data();
+    }
+    const int r = static_cast<int>(rows);
+    // Parameters go up once, during the first chunk's forward pass.
+    Forward(params.device, start == 0 ? params.upload : nullptr, cx, r);
+    backend_->SoftmaxCrossEntropy(
+        r, static_cast<int>(num_classes()), acts_.back().data(), cl,
+        /*grad_scale=*/1.0f, grad == nullptr ? nullptr : delta_[0].data(),
+        stats_.data());
+    const XentStats* stats = stats_.data();
+    if (!host) {
+      backend_->CopyToHost(static_cast<const XentStats*>(stats_.data()), 1,
+                           host_stats_.data());
+      stats = host_stats_.data();
+    }
+    if (grad != nullptr) {
+      Backward(params.device, cx, r, grad, /*accumulate=*/start > 0,
+               last ? download : nullptr);
+    }
+    // One wait per chunk: the next chunk reuses the staging buffers, and
+    // every chunk (and call) starts with nothing pending on the backend.
+    absl::Status s = backend_->Synchronize();
+    if (!s.ok()) return s;
+    total_loss += stats->loss_sum;
+    total_correct += static_cast<size_t>(stats->correct);
+  }
+  if (n == 0) {
+    absl::Status s = backend_->Synchronize();
+    if (!s.ok()) return s;
+  }
+  if (loss_sum != nullptr) *loss_sum = total_loss;
+  if (correct != nullptr) *correct = total_correct;
+  return absl::OkStatus();
+}
+
+absl::Status Model::ComputeGradient(const float* params, const float* x,
+                                    const int32_t* labels, size_t n,
+                                    float* grad, double* loss_sum,
+                                    size_t* correct) {
+  if (grad == nullptr) return absl::InvalidArgumentError("grad is null");
+  absl::StatusOr<Params> p = Prepare(params, x, labels, n);
+  if (!p.ok()) return p.status();
+  if (backend_->host_memory()) {
+    return Run(*p, x, labels, n, grad, /*download=*/nullptr, loss_sum, correct);
+  }
+  absl::Status s =
+      Run(*p, x, labels, n, grad_.data(), host_grad_.data(), loss_sum, correct);
+  if (!s.ok()) return s;
+  std::memcpy(grad, host_grad_.data(), num_parameters_ * sizeof(float));
+  return absl::OkStatus();
+}
+
+absl::Status Model::Evaluate(const float* params, const float* x,
+                             const int32_t* labels, size_t n, double* loss_sum,
+                             size_t* correct) {
+  absl::StatusOr<Params> p = Prepare(params, x, labels, n);
+  if (!p.ok()) return p.status();
+  return Run(*p, x, labels, n, /*grad=*/nullptr, /*download=*/nullptr, loss_sum,
+             correct);
+}
+
+absl::Status Model::ComputeDeviceGradient(const float* params, const float* x,
+                                          const int32_t* labels, size_t n,
+                                          double* loss_sum, size_t* correct) {
+  absl::StatusOr<Params> p = Prepare(params, x, labels, n);
+  if (!p.ok()) return p.status();
+  return Run(*p, x, labels, n, grad_.data(), /*download=*/nullptr, loss_sum,
+             correct);
+}
+
+absl::Status Model::CopyGradientToHost(float* grad) {
+  if (grad == nullptr) return absl::InvalidArgumentError("grad is null");
+  backend_->CopyToHost(static_cast<const float*>(grad_.data()), num_parameters_,
+                       grad);
+  return backend_->Synchronize();
+}
+
+}  // namespace ps

@@ -1,0 +1,165 @@
+// One model replica on one device: forward, backward and evaluation of
+// softmax regression or an MLP (see model_spec.h for the layers and the flat
+// parameter layout), written once against ps::Backend.
+//
+//   absl::StatusOr<std::unique_ptr<Model>> m =
+//       Model::Create(job.model(), backend.get(), /*max_batch=*/256);
+//   std::vector<float> grad((*m)->num_parameters());
+//   double loss_sum; size_t correct;
+//   absl::Status s = (*m)->ComputeGradient(params.data(), x, labels, n,
+//                                          grad.data(), &loss_sum, &correct);
+//   // grad is d(sum of the n losses)/d(params): divide by the global batch.
+//
+// Costs. Buffers for max_batch examples are allocated once in Create (the
+// SetParameters buffer on its first call); a call allocates nothing. On a
+// host-memory backend (CPU) params, x, labels and grad are used in place, with
+// no copies. On a GPU params/x/labels go up through page-locked staging, layer
+// by layer so that layer 0 computes while later layers upload, and each layer's
+// gradient goes down as soon as it is ready, overlapping the rest of the
+// backward pass. SetParameters() uploads parameters once for several calls
+// (pass params == nullptr to use them).
+//
+// Larger batches than max_batch are fine: they run in chunks of max_batch and
+// the results (gradient, loss, correct) are the sums over all chunks.
+//
+// Thread-safety: not thread-safe; one thread drives a Model (and its
+// Backend). Models on distinct backends may run concurrently.
+
+#ifndef WORKER_MODEL_MODEL_H_
+#define WORKER_MODEL_MODEL_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "proto/job.pb.h"
+#include "worker/backend/backend.h"
+
+namespace ps {
+
+class Model {
+ public:
+  // Largest accepted max_batch (keeps row counts within int for BLAS).
+  static constexpr size_t kMaxBatch = size_t{1} << 20;
+
+  // A replica of `spec` on `backend` (borrowed; must outlive the Model).
+  // kInvalidArgument for an invalid spec (field named), a null backend or
+  // max_batch outside [1, kMaxBatch]; kResourceExhausted when the buffers do
+  // not fit the device.
+  static absl::StatusOr<std::unique_ptr<Model>> Create(const ModelSpec& spec,
+                                                       Backend* backend,
+                                                       size_t max_batch);
+
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  const std::vector<TensorSpec>& tensors() const { return tensors_; }
+  size_t num_parameters() const { return num_parameters_; }
+  size_t input_dim() const { return widths_.front(); }
+  size_t num_classes() const { return widths_.back(); }
+  size_t max_batch() const { return max_batch_; }
+  Backend* backend() const { return backend_; }
+
+  // Gradient of the SUM of per-example cross-entropy losses over the n
+  // examples (the caller divides by the global batch size, so K devices' sums
+  // add up to the single-device result). params/grad: host flat buffers of
+  // num_parameters() floats (params == nullptr: those of SetParameters); x:
+  // n * input_dim() row-major host floats; labels: n ints in
+  // [0, num_classes()). loss_sum/correct receive the summed loss and the
+  // count of examples whose arg-max logit is the label (either may be
+  // null). n == 0 gives a zero gradient. Blocks until done. kInvalidArgument
+  // for a null buffer or a label out of range (index named);
+  // kFailedPrecondition for params == nullptr before SetParameters.
+  absl::Status ComputeGradient(const float* params, const float* x,
+                               const int32_t* labels, size_t n, float* grad,
+                               double* loss_sum, size_t* correct);
+
+  // Forward pass only: the summed loss and the correct count, as above.
+  absl::Status Evaluate(const float* params, const float* x,
+                        const int32_t* labels, size_t n, double* loss_sum,
+                        size_t* correct);
+
+  // Copies num_parameters() host floats into backend memory, to be used by
+  // calls that pass params == nullptr (one upload per step, however many
+  // calls). Calls that pass non-null params use those and leave these alone.
+  absl::Status SetParameters(const float* params);
+
+  // As ComputeGradient, but the gradient stays in backend memory at
+  // device_gradient() (for a LocalReducer all-reduce across devices);
+  // CopyGradientToHost fetches it. Blocks until done.
+  absl::Status ComputeDeviceGradient(const float* params, const float* x,
+                                     const int32_t* labels, size_t n,
+                                     double* loss_sum, size_t* correct);
+  // num_parameters() floats of backend memory, in flat layout order.
+  float* device_gradient() const { return grad_.data(); }
+  // Copies device_gradient() (after any work enqueued on it, e.g. an
+  // all-reduce) to `grad` (num_parameters() host floats). Blocks.
+  absl::Status CopyGradientToHost(float* grad);
+
+ private:
+  // One dense layer; offsets index the flat parameter layout.
+  struct Layer {
+    int in;
+    int out;
+    size_t w_offset;  // in * out floats, then the bias
+    size_t b_offset;  // out floats
+  };
+
+  Model(Backend* backend, size_t max_batch, std::vector<uint32_t> widths,
+        std::vector<TensorSpec> tensors);
+  absl::Status Allocate();
+  // Where a call's parameters come from.
+  struct Params {
+    const float* device;  // backend memory the layers read
+    const float* upload;  // host params to upload into `device` first, or null
+  };
+  // Checks pointers and labels and resolves `params` (nullable) for Run.
+  absl::StatusOr<Params> Prepare(const float* params, const float* x,
+                                 const int32_t* labels, size_t n);
+  // Forward (and, when grad is not null, backward into grad: backend memory)
+  // over n examples in chunks of max_batch. When download is not null each
+  // layer's gradient is copied there (host) as soon as the last chunk has
+  // produced it. Blocks until done.
+  absl::Status Run(Params params, const float* x, const int32_t* labels,
+                   size_t n, float* grad, float* download, double* loss_sum,
+                   size_t* correct);
+  // Enqueues the forward pass; when `upload` is not null each layer's
+  // parameters are uploaded right before that layer, overlapping the
+  // previous layer's compute.
+  void Forward(const float* params, const float* upload, const float* x,
+               int rows);
+  void Backward(const float* params, const float* x, int rows, float* grad,
+                bool accumulate, float* download);
+
+  Backend* const backend_;  // borrowed
+  const size_t max_batch_;
+  const std::vector<uint32_t> widths_;  // input, hidden..., classes
+  const std::vector<TensorSpec> tensors_;
+  std::vector<Layer> layers_;
+  size_t num_parameters_ = 0;
+  size_t max_width_ = 0;  // widest layer output
+
+  // Backend memory.
+  DeviceBuffer<float> grad_;             // device_gradient()
+  DeviceBuffer<float> resident_params_;  // SetParameters
+  bool has_resident_params_ = false;
+  std::vector<DeviceBuffer<float>> acts_;  // per layer, max_batch x out
+  DeviceBuffer<float> delta_[2];           // backward ping-pong
+  DeviceBuffer<XentStats> stats_;
+  // Only on backends without host memory: uploads and their staging.
+  DeviceBuffer<float> call_params_;
+  DeviceBuffer<float> x_;
+  DeviceBuffer<int32_t> labels_;
+  HostBuffer<float> host_params_;
+  HostBuffer<float> host_x_;
+  HostBuffer<int32_t> host_labels_;
+  HostBuffer<float> host_grad_;
+  HostBuffer<XentStats> host_stats_;
+};
+
+}  // namespace ps
+
+#endif  // WORKER_MODEL_MODEL_H_

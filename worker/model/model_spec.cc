@@ -1,0 +1,116 @@
+#include "worker/model/model_spec.h"
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+
+namespace ps {
+namespace {
+
+absl::Status CheckDim(const std::string& field, uint32_t value, uint32_t min) {
+  if (value < min) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ": must be ", min == 1 ? "> 0" : ">= 2",
+                     value == 0 ? "" : absl::StrCat(", got ", value)));
+  }
+  if (value > kMaxModelDim) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, ": ", value, " exceeds the limit of ", kMaxModelDim));
+  }
+  return absl::OkStatus();
+}
+
+// Widths without the validity check.
+std::vector<uint32_t> Widths(const ModelSpec& spec) {
+  std::vector<uint32_t> widths;
+  if (spec.has_softmax()) {
+    widths = {spec.softmax().input_dim(), spec.softmax().num_classes()};
+  } else if (spec.has_mlp()) {
+    widths.push_back(spec.mlp().input_dim());
+    for (uint32_t h : spec.mlp().hidden()) widths.push_back(h);
+    widths.push_back(spec.mlp().num_classes());
+  }
+  return widths;
+}
+
+}  // namespace
+
+absl::Status ValidateModelSpec(const ModelSpec& spec) {
+  absl::Status s;
+  if (spec.has_softmax()) {
+    const SoftmaxRegression& m = spec.softmax();
+    if (!(s = CheckDim("model.softmax.input_dim", m.input_dim(), 1)).ok()) {
+      return s;
+    }
+    if (!(s = CheckDim("model.softmax.num_classes", m.num_classes(), 2)).ok()) {
+      return s;
+    }
+  } else if (spec.has_mlp()) {
+    const Mlp& m = spec.mlp();
+    if (!(s = CheckDim("model.mlp.input_dim", m.input_dim(), 1)).ok()) {
+      return s;
+    }
+    for (int i = 0; i < m.hidden_size(); ++i) {
+      if (!(s = CheckDim(absl::StrCat("model.mlp.hidden[", i, "]"), m.hidden(i),
+                         1))
+               .ok()) {
+        return s;
+      }
+    }
+    if (!(s = CheckDim("model.mlp.num_classes", m.num_classes(), 2)).ok()) {
+      return s;
+    }
+  } else {
+    return absl::InvalidArgumentError(
+        "model: no model set (want softmax or mlp)");
+  }
+  const std::vector<uint32_t> widths = Widths(spec);
+  uint64_t params = 0;
+  for (size_t i = 0; i + 1 < widths.size(); ++i) {
+    // Each term is < 2^48 + 2^24 (dims <= 2^24), the running sum stays far
+    // from overflow because it is checked after every layer.
+    params += uint64_t{widths[i]} * widths[i + 1] + widths[i + 1];
+    if (params > kMaxModelParameters) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("model: more than ", kMaxModelParameters,
+                       " parameters (the limit) by layer fc", i));
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::vector<uint32_t> ModelLayerWidths(const ModelSpec& spec) {
+  if (!ValidateModelSpec(spec).ok()) return {};
+  return Widths(spec);
+}
+
+std::vector<TensorSpec> ModelTensors(const ModelSpec& spec) {
+  const std::vector<uint32_t> widths = ModelLayerWidths(spec);
+  std::vector<TensorSpec> tensors;
+  for (size_t i = 0; i + 1 < widths.size(); ++i) {
+    TensorSpec w;
+    w.set_name(absl::StrCat("fc", i, "/w"));
+    w.add_shape(widths[i]);
+    w.add_shape(widths[i + 1]);
+    w.mutable_init()->set_kind(GLOROT_UNIFORM);
+    tensors.push_back(std::move(w));
+    TensorSpec b;
+    b.set_name(absl::StrCat("fc", i, "/b"));
+    b.add_shape(widths[i + 1]);
+    b.mutable_init()->set_kind(ZEROS);
+    tensors.push_back(std::move(b));
+  }
+  return tensors;
+}
+
+uint64_t NumParameters(const std::vector<TensorSpec>& tensors) {
+  uint64_t total = 0;
+  for (const TensorSpec& t : tensors) {
+    uint64_t size = 1;
+    for (uint64_t d : t.shape()) size *= d;
+    total += size;
+  }
+  return total;
+}
+
+}  // namespace ps

@@ -1,0 +1,52 @@
+// The tensors a model is made of, and the checks on a ModelSpec. The
+// coordinator calls both at submit time (to validate and to fill
+// JobSpec.tensors for placement); the worker's Model uses the same layout.
+//
+//   absl::Status s = ValidateModelSpec(job.model());
+//   if (!s.ok()) return s;  // "model.mlp.hidden[1]: must be > 0"
+//   for (const TensorSpec& t : ModelTensors(job.model())) ...
+//
+// Layout. Both models are stacks of dense layers fc0, fc1, ...: softmax
+// regression is fc0 alone (input_dim -> num_classes); an MLP is input_dim ->
+// hidden[0] -> ... -> num_classes with ReLU after every layer but the last.
+// Layer i contributes "fc<i>/w" [in, out] (row-major, GLOROT_UNIFORM) then
+// "fc<i>/b" [out] (ZEROS). The FLAT LAYOUT concatenates the tensors in that
+// order; a parameter or gradient vector is num_parameters floats in it.
+
+#ifndef WORKER_MODEL_MODEL_SPEC_H_
+#define WORKER_MODEL_MODEL_SPEC_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "proto/job.pb.h"
+
+namespace ps {
+
+// Largest accepted layer width / input dimension: far beyond any model this
+// system trains, small enough that sizes never overflow int arithmetic in
+// BLAS calls.
+inline constexpr uint32_t kMaxModelDim = 1u << 24;
+// Largest accepted parameter count (4 GiB of float32).
+inline constexpr uint64_t kMaxModelParameters = uint64_t{1} << 30;
+
+// OK when `spec` names a model with sane sizes; else kInvalidArgument naming
+// the field, e.g. "model.softmax.num_classes: must be >= 2, got 1".
+absl::Status ValidateModelSpec(const ModelSpec& spec);
+
+// The layer widths [input_dim, hidden..., num_classes] of a valid spec;
+// empty when ValidateModelSpec(spec) fails.
+std::vector<uint32_t> ModelLayerWidths(const ModelSpec& spec);
+
+// The model's tensors in flat layout order (see the file comment); empty
+// when ValidateModelSpec(spec) fails.
+std::vector<TensorSpec> ModelTensors(const ModelSpec& spec);
+
+// Total elements of `tensors` (product of each shape, summed).
+uint64_t NumParameters(const std::vector<TensorSpec>& tensors);
+
+}  // namespace ps
+
+#endif  // WORKER_MODEL_MODEL_SPEC_H_

@@ -1,0 +1,79 @@
+#include "worker/model/model_test_util.h"
+
+#include <cmath>
+#include <random>
+
+namespace ps {
+
+std::vector<float> InitParameters(const std::vector<TensorSpec>& tensors,
+                                  uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<float> params;
+  for (const TensorSpec& t : tensors) {
+    size_t size = 1;
+    for (uint64_t d : t.shape()) size *= d;
+    const double fan_in = t.shape_size() > 0 ? t.shape(0) : 1;
+    const double fan_out = t.shape_size() > 1 ? t.shape(1) : 1;
+    const InitSpec& init = t.init();
+    for (size_t i = 0; i < size; ++i) {
+      double v = 0.0;
+      switch (init.kind()) {
+        case CONSTANT:
+          v = init.value();
+          break;
+        case UNIFORM:
+          v = std::uniform_real_distribution<double>(-init.scale(),
+                                                     init.scale())(rng);
+          break;
+        case NORMAL:
+          v = std::normal_distribution<double>(0.0, init.scale())(rng);
+          break;
+        case GLOROT_UNIFORM: {
+          const double a = std::sqrt(6.0 / (fan_in + fan_out));
+          v = std::uniform_real_distribution<double>(-a, a)(rng);
+          break;
+        }
+        case HE_NORMAL:
+          v = std::normal_distribution<double>(0.0,
+                                               std::sqrt(2.0 / fan_in))(rng);
+          break;
+        default:  // ZEROS, unspecified
+          break;
+      }
+      params.push_back(static_cast<float>(v));
+    }
+  }
+  return params;
+}
+
+LabeledData LinearlySeparable(size_t n, size_t dim, size_t classes,
+                              uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> teacher(dim * classes);
+  for (float& t : teacher) t = normal(rng);
+  LabeledData d;
+  d.n = n;
+  d.dim = dim;
+  d.x.resize(n * dim);
+  d.labels.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    float* row = &d.x[i * dim];
+    for (size_t j = 0; j < dim; ++j) row[j] = normal(rng);
+    int32_t best = 0;
+    double best_score = -INFINITY;
+    for (size_t c = 0; c < classes; ++c) {
+      double score = 0;
+      for (size_t j = 0; j < dim; ++j)
+        score += row[j] * teacher[j * classes + c];
+      if (score > best_score) {
+        best_score = score;
+        best = static_cast<int32_t>(c);
+      }
+    }
+    d.labels[i] = best;
+  }
+  return d;
+}
+
+}  // namespace ps

@@ -1,0 +1,37 @@
+// Test and benchmark helpers for models: parameter initialisation from
+// TensorSpecs (the shards' job in production) and a seeded, linearly
+// separable data set.
+//
+//   std::vector<float> params = InitParameters(ModelTensors(spec), 42);
+//   LabeledData d = LinearlySeparable(/*n=*/512, /*dim=*/20, /*classes=*/4, 7);
+
+#ifndef WORKER_MODEL_MODEL_TEST_UTIL_H_
+#define WORKER_MODEL_MODEL_TEST_UTIL_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "proto/job.pb.h"
+
+namespace ps {
+
+// Flat-layout parameters drawn per each tensor's InitSpec with a fixed seed.
+std::vector<float> InitParameters(const std::vector<TensorSpec>& tensors,
+                                  uint64_t seed);
+
+struct LabeledData {
+  size_t n = 0;
+  size_t dim = 0;
+  std::vector<float> x;         // n x dim, row-major
+  std::vector<int32_t> labels;  // n
+};
+
+// x ~ N(0, 1); label = arg-max of x * T for a random teacher T [dim x
+// classes], so a linear classifier can fit it exactly.
+LabeledData LinearlySeparable(size_t n, size_t dim, size_t classes,
+                              uint64_t seed);
+
+}  // namespace ps
+
+#endif  // WORKER_MODEL_MODEL_TEST_UTIL_H_

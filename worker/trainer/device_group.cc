@@ -1,0 +1,313 @@
+#include "worker/trainer/device_group.h"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "worker/backend/backend_factory.h"
+
+namespace ps {
+namespace {
+
+// Far more replicas than one machine holds; bounds the reduce's stack array.
+constexpr size_t kMaxDevices = 64;
+
+}  // namespace
+
+void SplitBatch(size_t n, absl::Span<const double> weights,
+                absl::Span<size_t> counts) {
+  const size_t k = weights.size();
+  double total = 0.0;
+  for (double w : weights) total += w;
+  auto exact = [&](size_t i) { return n * (weights[i] / total); };
+  size_t assigned = 0;
+  for (size_t i = 0; i < k; ++i) {
+    counts[i] = static_cast<size_t>(std::floor(exact(i)));
+    // Floating point must not push the floors past n.
+    counts[i] = std::min(counts[i], n - assigned);
+    assigned += counts[i];
+  }
+  // Largest remainder: the leftover examples (fewer than k) go one each to
+  // the devices in order of decreasing fractional share, lower index first
+  // on ties. Walking that order pick by pick keeps this allocation-free.
+  double prev_frac = 2.0;  // above any fraction: nothing picked yet
+  size_t prev = 0;
+  for (size_t left = n - assigned; left > 0;) {
+    size_t best = k;
+    double best_frac = -1.0;
+    for (size_t i = 0; i < k; ++i) {
+      const double frac = exact(i) - std::floor(exact(i));
+      const bool after_prev =
+          frac < prev_frac || (frac == prev_frac && i > prev);
+      if (after_prev && frac > best_frac) best_frac = frac, best = i;
+    }
+    if (best == k) {  // every device had one (rounding slack): start over
+      prev_frac = 2.0;
+      continue;
+    }
+    ++counts[best];
+    --left;
+    prev_frac = best_frac;
+    prev = best;
+  }
+}
+
+absl::StatusOr<std::unique_ptr<DeviceGroup>> DeviceGroup::Create(
+    const ModelSpec& spec, const Options& options) {
+  if (options.devices.empty()) {
+    return absl::InvalidArgumentError("devices: at least one device needed");
+  }
+  absl::flat_hash_set<std::string> seen;
+  for (const std::string& d : options.devices) {
+    if (!seen.insert(d).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("devices: \"", d, "\" listed twice"));
+    }
+  }
+  std::vector<double> weights = options.weights;
+  if (weights.empty()) weights.assign(options.devices.size(), 1.0);
+  if (weights.size() != options.devices.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("weights: %d weights for %d devices", weights.size(),
+                        options.devices.size()));
+  }
+  for (size_t i = 0; i < weights.size(); ++i) {
+    if (!(weights[i] > 0.0) || !std::isfinite(weights[i])) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "weights[%d]: must be a finite number > 0, got %g", i, weights[i]));
+    }
+  }
+  if (options.devices.size() > kMaxDevices) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "devices: %d listed, at most %d", options.devices.size(), kMaxDevices));
+  }
+  if (options.max_batch == 0) {
+    return absl::InvalidArgumentError("max_batch: must be >= 1");
+  }
+  if (options.threads_per_device < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "threads_per_device: must be >= 0, got ", options.threads_per_device));
+  }
+
+  std::unique_ptr<DeviceGroup> group(new DeviceGroup());
+  group->weights_ = std::move(weights);
+  group->max_batch_ = options.max_batch;
+  group->names_ = options.devices;
+  group->counts_.resize(options.devices.size());
+  group->offsets_.resize(options.devices.size());
+  for (const std::string& name : options.devices) {
+    auto d = std::make_unique<Device>();
+    d->name = name;
+    absl::StatusOr<std::unique_ptr<Backend>> backend =
+        CreateBackend(name, options.threads_per_device);
+    if (!backend.ok()) {
+      return absl::Status(
+          backend.status().code(),
+          absl::StrCat("device ", name, ": ", backend.status().message()));
+    }
+    d->backend = *std::move(backend);
+    absl::StatusOr<std::unique_ptr<Model>> model =
+        Model::Create(spec, d->backend.get(), options.max_batch);
+    if (!model.ok()) {
+      return absl::Status(
+          model.status().code(),
+          absl::StrCat("device ", name, ": ", model.status().message()));
+    }
+    d->model = *std::move(model);
+    // Device 0 writes its gradient straight into the caller's buffer.
+    const bool is_device_0 = group->devices_.empty();
+    if (!is_device_0) d->grad.resize(d->model->num_parameters());
+    group->devices_.push_back(std::move(d));
+  }
+  // Device 0 runs on the calling thread: one hand-off fewer per step, none
+  // at all with a single device.
+  for (size_t i = 1; i < group->devices_.size(); ++i) {
+    DeviceGroup* g = group.get();
+    group->devices_[i]->thread = std::thread([g, i] { g->DeviceMain(i); });
+  }
+  return group;
+}
+
+DeviceGroup::~DeviceGroup() {
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+  }
+  for (auto& d : devices_) {
+    if (d->thread.joinable()) d->thread.join();
+  }
+}
+
+size_t DeviceGroup::num_parameters() const {
+  return devices_[0]->model->num_parameters();
+}
+size_t DeviceGroup::input_dim() const {
+  return devices_[0]->model->input_dim();
+}
+size_t DeviceGroup::num_classes() const {
+  return devices_[0]->model->num_classes();
+}
+const std::vector<TensorSpec>& DeviceGroup::tensors() const {
+  return devices_[0]->model->tensors();
+}
+
+void DeviceGroup::DeviceMain(size_t index) {
+  uint64_t seen = 0;
+  for (;;) {
+    Task task;
+    size_t begin, n;
+    {
+      absl::MutexLock lock(&mu_);
+      struct Wake {
+        const DeviceGroup* g;
+        const uint64_t* seen;
+        bool operator()() const ABSL_NO_THREAD_SAFETY_ANALYSIS {
+          return g->stop_ || g->generation_ != *seen;
+        }
+      } wake{this, &seen};
+      mu_.Await(absl::Condition(&wake));
+      if (stop_) return;
+      // A device that slept through a task it had no share of sees only the
+      // latest one; the slice is read under the lock that published it.
+      seen = generation_;
+      task = task_;
+      begin = offsets_[index];
+      n = counts_[index];
+    }
+    if (n == 0) continue;
+    RunOnDevice(index, task, begin, n);
+    absl::MutexLock lock(&mu_);
+    --pending_;
+  }
+}
+
+void DeviceGroup::RunOnDevice(size_t index, const Task& task, size_t begin,
+                              size_t n) {
+  Device& d = *devices_[index];
+  const size_t dim = d.model->input_dim();
+  d.loss_sum = 0.0;
+  d.correct = 0;
+  if (task.kind == TaskKind::kGradient) {
+    float* grad = index == 0 ? task.grad0 : d.grad.data();
+    d.status = d.model->ComputeGradient(task.params, task.x + begin * dim,
+                                        task.labels + begin, n, grad,
+                                        &d.loss_sum, &d.correct);
+    return;
+  }
+  // The model runs an n larger than max_batch in chunks of max_batch.
+  d.status = d.model->Evaluate(task.params, task.x + begin * dim,
+                               task.labels + begin, n, &d.loss_sum, &d.correct);
+}
+
+void DeviceGroup::RunTask(const Task& task) {
+  size_t begin0, n0;
+  {
+    absl::MutexLock lock(&mu_);
+    if (task.kind == TaskKind::kGradient) {
+      SplitBatch(task.n, weights_, absl::MakeSpan(counts_));
+    } else {
+      std::fill(counts_.begin(), counts_.end(), 0);
+      counts_[0] = task.n;
+    }
+    size_t helpers = 0;  // devices other than 0 with work
+    for (size_t i = 0; i < devices_.size(); ++i) {
+      offsets_[i] = i == 0 ? 0 : offsets_[i - 1] + counts_[i - 1];
+      if (i > 0 && counts_[i] > 0) ++helpers;
+    }
+    begin0 = offsets_[0];
+    n0 = counts_[0];
+    if (helpers > 0) {
+      task_ = task;
+      pending_ = helpers;
+      ++generation_;
+    }
+  }
+  if (n0 > 0) RunOnDevice(0, task, begin0, n0);
+  absl::MutexLock lock(&mu_);
+  struct Done {
+    const size_t* pending;
+    bool operator()() const { return *pending == 0; }
+  } done{&pending_};
+  mu_.Await(absl::Condition(&done));
+}
+
+absl::Status DeviceGroup::ComputeGradient(const float* params, const float* x,
+                                          const int32_t* labels, size_t n,
+                                          float* grad, double* loss_sum,
+                                          size_t* correct) {
+  if (n == 0) {
+    return absl::InvalidArgumentError("n: a batch needs at least one example");
+  }
+  Task task;
+  task.kind = TaskKind::kGradient;
+  task.params = params;
+  task.x = x;
+  task.labels = labels;
+  task.n = n;
+  task.grad0 = grad;
+  RunTask(task);
+
+  *loss_sum = 0.0;
+  *correct = 0;
+  // grad holds device 0's sum; the other replicas' sums are added to it in
+  // device order.
+  const float* parts[kMaxDevices];
+  size_t num_parts = 0;
+  for (size_t i = 0; i < devices_.size(); ++i) {
+    if (counts_[i] == 0) continue;
+    const Device& d = *devices_[i];
+    if (!d.status.ok()) {
+      return absl::Status(d.status.code(), absl::StrCat("device ", d.name, ": ",
+                                                        d.status.message()));
+    }
+    *loss_sum += d.loss_sum;
+    *correct += d.correct;
+    if (i > 0) parts[num_parts++] = d.grad.data();
+  }
+  const size_t p = num_parameters();
+  // A batch smaller than the device count can leave device 0 without work.
+  if (counts_[0] == 0) std::fill(grad, grad + p, 0.0f);
+  // One pass over the gradient, in place; the common cases unrolled.
+  const float scale = 1.0f / static_cast<float>(n);
+  if (num_parts == 0) {
+    for (size_t j = 0; j < p; ++j) grad[j] *= scale;
+  } else if (num_parts == 1) {
+    const float* g1 = parts[0];
+    for (size_t j = 0; j < p; ++j) grad[j] = (grad[j] + g1[j]) * scale;
+  } else {
+    for (size_t j = 0; j < p; ++j) {
+      float s = grad[j];
+      for (size_t k = 0; k < num_parts; ++k) s += parts[k][j];
+      grad[j] = s * scale;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DeviceGroup::Evaluate(const float* params, const float* x,
+                                   const int32_t* labels, size_t n,
+                                   double* loss_sum, size_t* correct) {
+  *loss_sum = 0.0;
+  *correct = 0;
+  if (n == 0) return absl::OkStatus();
+  Task task;
+  task.kind = TaskKind::kEvaluate;
+  task.params = params;
+  task.x = x;
+  task.labels = labels;
+  task.n = n;
+  RunTask(task);
+  const Device& d = *devices_[0];
+  if (!d.status.ok()) {
+    return absl::Status(d.status.code(), absl::StrCat("device ", d.name, ": ",
+                                                      d.status.message()));
+  }
+  *loss_sum = d.loss_sum;
+  *correct = d.correct;
+  return absl::OkStatus();
+}
+
+}  // namespace ps

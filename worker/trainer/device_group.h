@@ -1,0 +1,163 @@
+// DeviceGroup: one machine's K model replicas ("cpu:0", "cpu:1", "gpu:0"),
+// each driven by its own thread, computing one batch's mean gradient
+// together. Device 0 is driven by the thread that calls the group (so a
+// single device costs no thread hand-off); devices 1..K-1 by their own.
+//
+//   DeviceGroup::Options options;
+//   options.devices = {"cpu:0", "cpu:1"};
+//   options.max_batch = 64;
+//   absl::StatusOr<std::unique_ptr<DeviceGroup>> group =
+//       DeviceGroup::Create(spec.model(), options);
+//   double loss_sum; size_t correct;
+//   absl::Status s = (*group)->ComputeGradient(params.data(), x, labels, 64,
+//                                              grad.data(), &loss_sum,
+//                                              &correct);
+//
+// A batch of n examples is cut into K contiguous slices, slice k holding
+// n * w_k / sum(w) examples rounded by the largest-remainder method (ties to
+// the lower device index): deterministic, every example in exactly one slice.
+// Each device computes the SUM of its slice's per-example gradients in
+// parallel, device 0 straight into the caller's output buffer; the caller's
+// thread then adds the other K - 1 sums element by element in device order
+// and multiplies by 1 / n, in one in-place pass. The result does not depend
+// on thread timing and matches a single device to float rounding.
+//
+// The reduce runs on the host: the Model API takes host buffers, and the
+// parameters arrive from, and the gradient goes to, the network on the host
+// anyway; it is correct for any mix of CPU and GPU replicas. A machine with
+// several GPUs could instead all-reduce on the devices
+// (Model::ComputeDeviceGradient plus the backend's LocalReducer, i.e. NCCL)
+// and copy one sum down; that path is not built yet.
+#ifndef WORKER_TRAINER_DEVICE_GROUP_H_
+#define WORKER_TRAINER_DEVICE_GROUP_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
+#include "proto/job.pb.h"
+#include "worker/backend/backend.h"
+#include "worker/model/model.h"
+
+namespace ps {
+
+// Cuts n examples into weights.size() contiguous slice sizes proportional to
+// `weights` (largest remainder, ties to the lower index). Writes the sizes to
+// `counts` (weights.size() elements, summing to n). Every weight must be > 0.
+void SplitBatch(size_t n, absl::Span<const double> weights,
+                absl::Span<size_t> counts);
+
+// Thread-compatible: one thread calls ComputeGradient / Evaluate at a time
+// (device 0 runs on it); each call blocks until every device involved has
+// finished.
+class DeviceGroup {
+ public:
+  struct Options {
+    std::vector<std::string> devices = {"cpu:0"};
+    // Relative share of each batch per device (> 0 each); empty = equal.
+    std::vector<double> weights;
+    // BLAS threads of each "cpu:*" replica, passed to CreateBackend. OpenBLAS
+    // has one process-wide count, so K CPU replicas on C cores want
+    // max(1, C / K); 0 leaves OpenBLAS's own setting.
+    int threads_per_device = 1;
+    // Examples a replica processes at once (its buffers are sized for it);
+    // larger calls run in chunks of max_batch.
+    size_t max_batch = 0;
+  };
+
+  // Creates the backends and models on the caller's thread (OpenBLAS's
+  // thread count is set before any replica runs), then starts a thread for
+  // each device but the first. kInvalidArgument naming the field for no
+  // devices, a repeated device, weights of the wrong count or <= 0, or
+  // max_batch 0; backend and model errors prefixed with the device.
+  static absl::StatusOr<std::unique_ptr<DeviceGroup>> Create(
+      const ModelSpec& spec, const Options& options);
+
+  // Stops and joins the device threads.
+  ~DeviceGroup();
+
+  DeviceGroup(const DeviceGroup&) = delete;
+  DeviceGroup& operator=(const DeviceGroup&) = delete;
+
+  size_t num_devices() const { return devices_.size(); }
+  const std::vector<std::string>& device_names() const { return names_; }
+  size_t num_parameters() const;
+  size_t input_dim() const;
+  size_t num_classes() const;
+  size_t max_batch() const { return max_batch_; }
+  const std::vector<TensorSpec>& tensors() const;
+
+  // grad (num_parameters floats) = the MEAN over the n examples of the
+  // loss gradient at params; *loss_sum and *correct get the batch's summed
+  // loss and correct predictions. x holds n * input_dim features, labels n
+  // labels; n > 0. Errors name the device that failed.
+  absl::Status ComputeGradient(const float* params, const float* x,
+                               const int32_t* labels, size_t n, float* grad,
+                               double* loss_sum, size_t* correct);
+
+  // Summed loss and correct predictions over n examples (any n), on device
+  // 0 alone.
+  absl::Status Evaluate(const float* params, const float* x,
+                        const int32_t* labels, size_t n, double* loss_sum,
+                        size_t* correct);
+
+ private:
+  enum class TaskKind { kGradient, kEvaluate };
+
+  struct Device {
+    std::string name;
+    std::unique_ptr<Backend> backend;
+    std::unique_ptr<Model> model;  // uses backend; destroyed first
+    std::vector<float> grad;       // this replica's SUM gradient (not device 0)
+    std::thread thread;            // none for device 0
+    // Written by the device thread, read by the caller after the task.
+    absl::Status status;
+    double loss_sum = 0.0;
+    size_t correct = 0;
+  };
+
+  // One task for the devices, published under mu_ with generation_.
+  struct Task {
+    TaskKind kind = TaskKind::kGradient;
+    const float* params = nullptr;
+    const float* x = nullptr;
+    const int32_t* labels = nullptr;
+    size_t n = 0;
+    float* grad0 = nullptr;  // device 0's gradient: the caller's output
+  };
+
+  DeviceGroup() = default;
+  void DeviceMain(size_t index);
+  // Splits the task across the devices (task.n examples: by weight for a
+  // gradient, all on device 0 for an evaluation), runs it on every device
+  // with a non-empty slice and waits for them.
+  void RunTask(const Task& task);
+  void RunOnDevice(size_t index, const Task& task, size_t begin, size_t n);
+
+  std::vector<std::unique_ptr<Device>> devices_;
+  std::vector<std::string> names_;
+  std::vector<double> weights_;
+  size_t max_batch_ = 0;
+  absl::Mutex mu_;
+  // Slice sizes and offsets of the current task, per device; sized once.
+  // Written by the calling thread under mu_ and read by device threads under
+  // mu_; the calling thread (their only writer) also reads them unlocked.
+  std::vector<size_t> counts_;
+  std::vector<size_t> offsets_;
+  Task task_ ABSL_GUARDED_BY(mu_);
+  uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
+  size_t pending_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace ps
+
+#endif  // WORKER_TRAINER_DEVICE_GROUP_H_

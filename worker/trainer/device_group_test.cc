@@ -1,0 +1,282 @@
+#include "worker/trainer/device_group.h"
+
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "worker/backend/backend_factory.h"
+#include "worker/data/dataset.h"
+#include "worker/data/internal/rng.h"
+#include "worker/model/model_spec.h"
+#include "worker/trainer/fake_parameter_client.h"
+
+namespace ps {
+namespace {
+
+using ::testing::ElementsAreArray;
+using ::testing::HasSubstr;
+
+struct SplitCase {
+  size_t n;
+  std::vector<double> weights;
+  std::vector<size_t> want;
+};
+
+class SplitBatchTest : public ::testing::TestWithParam<SplitCase> {};
+
+TEST_P(SplitBatchTest, LargestRemainder) {
+  const SplitCase& c = GetParam();
+  std::vector<size_t> counts(c.weights.size(), 99);
+  SplitBatch(c.n, c.weights, absl::MakeSpan(counts));
+  EXPECT_THAT(counts, ElementsAreArray(c.want));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, SplitBatchTest,
+    ::testing::Values(SplitCase{64, {1}, {64}}, SplitCase{64, {1, 1}, {32, 32}},
+                      SplitCase{64, {3, 1}, {48, 16}},
+                      SplitCase{65, {1, 1}, {33, 32}},  // tie: lower index
+                      SplitCase{10, {1, 1, 1}, {4, 3, 3}},
+                      SplitCase{7, {0.5, 0.25, 0.25}, {3, 2, 2}},
+                      SplitCase{3, {1, 1, 1, 1, 1}, {1, 1, 1, 0, 0}},
+                      SplitCase{100, {1, 2, 3, 4}, {10, 20, 30, 40}},
+                      SplitCase{0, {1, 2}, {0, 0}},
+                      SplitCase{5, {1e-9, 1}, {0, 5}}));
+
+TEST(SplitBatchTest, EveryExampleOnceAndWithinOneOfTheExactShare) {
+  Rng rng(11);
+  for (int trial = 0; trial < 500; ++trial) {
+    const size_t k = 1 + rng.UniformInt(8);
+    const size_t n = rng.UniformInt(300);
+    std::vector<double> w(k);
+    double total = 0;
+    for (double& x : w) total += (x = 0.01 + rng.Uniform());
+    std::vector<size_t> counts(k);
+    SplitBatch(n, w, absl::MakeSpan(counts));
+    EXPECT_EQ(std::accumulate(counts.begin(), counts.end(), size_t{0}), n);
+    for (size_t i = 0; i < k; ++i) {
+      EXPECT_LT(std::abs(double(counts[i]) - n * w[i] / total), 1.0);
+    }
+  }
+}
+
+ModelSpec Mlp(uint32_t in, std::vector<uint32_t> hidden, uint32_t classes) {
+  ModelSpec spec;
+  spec.mutable_mlp()->set_input_dim(in);
+  for (uint32_t h : hidden) spec.mutable_mlp()->add_hidden(h);
+  spec.mutable_mlp()->set_num_classes(classes);
+  return spec;
+}
+
+struct Result {
+  std::vector<float> grad;
+  double loss = 0;
+  size_t correct = 0;
+};
+
+// The mean gradient of the first n synthetic examples on `devices`.
+Result Gradient(const std::vector<std::string>& devices,
+                const std::vector<double>& weights, size_t n) {
+  const ModelSpec spec = Mlp(784, {32, 16}, 10);
+  DeviceGroup::Options options;
+  options.devices = devices;
+  options.weights = weights;
+  options.max_batch = 64;
+  absl::StatusOr<std::unique_ptr<DeviceGroup>> group =
+      DeviceGroup::Create(spec, options);
+  EXPECT_TRUE(group.ok()) << group.status();
+  if (!group.ok()) return {};
+  const std::vector<float> params = *InitialParameters(5, ModelTensors(spec));
+  TrainTestData data = MakeSyntheticData(n, 1, 3);
+  std::vector<float> x(n * 784);
+  std::vector<int32_t> y(n);
+  data.train->CopyRange(0, n, x.data(), y.data());
+  Result r;
+  // Whatever the output buffer held must not leak into the result.
+  r.grad.assign((*group)->num_parameters(),
+                std::numeric_limits<float>::quiet_NaN());
+  const absl::Status s = (*group)->ComputeGradient(
+      params.data(), x.data(), y.data(), n, r.grad.data(), &r.loss, &r.correct);
+  EXPECT_TRUE(s.ok()) << s;
+  return r;
+}
+
+void ExpectClose(const Result& a, const Result& b) {
+  ASSERT_EQ(a.grad.size(), b.grad.size());
+  double diff2 = 0, norm2 = 0, max_abs = 0, max_diff = 0;
+  for (size_t i = 0; i < a.grad.size(); ++i) {
+    const double d = double(a.grad[i]) - b.grad[i];
+    diff2 += d * d;
+    norm2 += double(a.grad[i]) * a.grad[i];
+    max_abs = std::max(max_abs, std::abs(double(a.grad[i])));
+    max_diff = std::max(max_diff, std::abs(d));
+  }
+  ASSERT_GT(norm2, 0.0);
+  EXPECT_LE(std::sqrt(diff2 / norm2), 1e-6);
+  EXPECT_LE(max_diff, 1e-6 * max_abs);
+  EXPECT_NEAR(a.loss, b.loss, 1e-6 * std::abs(a.loss));
+  EXPECT_EQ(a.correct, b.correct);
+}
+
+TEST(DeviceGroupTest, TwoReplicasGiveTheSingleDeviceGradient) {
+  const Result one = Gradient({"cpu:0"}, {}, 64);
+  const Result two = Gradient({"cpu:0", "cpu:1"}, {}, 64);
+  ExpectClose(one, two);
+}
+
+TEST(DeviceGroupTest, WeightedSplitGivesTheEvenSplitGradient) {
+  const Result even = Gradient({"cpu:0", "cpu:1"}, {}, 64);
+  const Result weighted = Gradient({"cpu:0", "cpu:1"}, {3, 1}, 64);
+  ExpectClose(even, weighted);
+  // Three replicas, one of which gets no example of a 2-example batch.
+  const Result one = Gradient({"cpu:0"}, {}, 2);
+  const Result three = Gradient({"cpu:0", "cpu:1", "cpu:2"}, {1, 1, 1}, 2);
+  ExpectClose(one, three);
+  // Device 0 itself idle: {0, 2}.
+  const Result skewed = Gradient({"cpu:0", "cpu:1"}, {0.01, 1}, 2);
+  ExpectClose(one, skewed);
+}
+
+TEST(DeviceGroupTest, MeanOfTheModelsSumGradient) {
+  // Against the model driven directly: the group divides by the batch.
+  const ModelSpec spec = Mlp(784, {32, 16}, 10);
+  absl::StatusOr<std::unique_ptr<Backend>> backend = CreateBackend("cpu:0", 1);
+  ASSERT_TRUE(backend.ok());
+  absl::StatusOr<std::unique_ptr<Model>> model =
+      Model::Create(spec, backend->get(), 64);
+  ASSERT_TRUE(model.ok());
+  const std::vector<float> params = *InitialParameters(5, ModelTensors(spec));
+  TrainTestData data = MakeSyntheticData(64, 1, 3);
+  std::vector<float> x(64 * 784);
+  std::vector<int32_t> y(64);
+  data.train->CopyRange(0, 64, x.data(), y.data());
+  Result direct;
+  direct.grad.resize((*model)->num_parameters());
+  ASSERT_TRUE((*model)
+                  ->ComputeGradient(params.data(), x.data(), y.data(), 64,
+                                    direct.grad.data(), &direct.loss,
+                                    &direct.correct)
+                  .ok());
+  for (float& g : direct.grad) g /= 64;
+  ExpectClose(direct, Gradient({"cpu:0"}, {}, 64));
+}
+
+TEST(DeviceGroupTest, EvaluateMatchesTheGradientPassLoss) {
+  const ModelSpec spec = Mlp(784, {32}, 10);
+  DeviceGroup::Options options;
+  options.devices = {"cpu:0", "cpu:1"};
+  options.max_batch = 16;
+  auto group = DeviceGroup::Create(spec, options);
+  ASSERT_TRUE(group.ok()) << group.status();
+  const std::vector<float> params = *InitialParameters(5, ModelTensors(spec));
+  TrainTestData data = MakeSyntheticData(100, 1, 3);
+  std::vector<float> x(100 * 784), grad((*group)->num_parameters());
+  std::vector<int32_t> y(100);
+  data.train->CopyRange(0, 100, x.data(), y.data());
+  double eval_loss, grad_loss;
+  size_t eval_correct, grad_correct;
+  // 100 examples: more than max_batch, run in chunks.
+  ASSERT_TRUE((*group)
+                  ->Evaluate(params.data(), x.data(), y.data(), 100, &eval_loss,
+                             &eval_correct)
+                  .ok());
+  ASSERT_TRUE((*group)
+                  ->ComputeGradient(params.data(), x.data(), y.data(), 100,
+                                    grad.data(), &grad_loss, &grad_correct)
+                  .ok());
+  EXPECT_NEAR(eval_loss, grad_loss, 1e-6 * grad_loss);
+  EXPECT_EQ(eval_correct, grad_correct);
+  EXPECT_GT(eval_loss, 0.0);
+}
+
+TEST(DeviceGroupTest, AlternatingTasksKeepTheirSlices) {
+  // Gradients that leave a device idle, interleaved with evaluations on
+  // device 0 only: a device that wakes late must not run a stale slice.
+  const ModelSpec spec = Mlp(784, {8}, 10);
+  DeviceGroup::Options options;
+  options.devices = {"cpu:0", "cpu:1", "cpu:2"};
+  options.max_batch = 4;
+  auto group = DeviceGroup::Create(spec, options);
+  ASSERT_TRUE(group.ok()) << group.status();
+  const std::vector<float> params = *InitialParameters(5, ModelTensors(spec));
+  TrainTestData data = MakeSyntheticData(4, 1, 3);
+  std::vector<float> x(4 * 784), grad((*group)->num_parameters()), first;
+  std::vector<int32_t> y(4);
+  data.train->CopyRange(0, 4, x.data(), y.data());
+  double first_loss = 0, first_eval = 0;
+  for (int i = 0; i < 300; ++i) {
+    double loss, eval_loss;
+    size_t correct, eval_correct;
+    ASSERT_TRUE((*group)
+                    ->ComputeGradient(params.data(), x.data(), y.data(), 2,
+                                      grad.data(), &loss, &correct)
+                    .ok());
+    ASSERT_TRUE((*group)
+                    ->Evaluate(params.data(), x.data(), y.data(), 4, &eval_loss,
+                               &eval_correct)
+                    .ok());
+    if (i == 0) {
+      first = grad, first_loss = loss, first_eval = eval_loss;
+    } else {
+      ASSERT_EQ(grad, first) << "iteration " << i;
+      ASSERT_EQ(loss, first_loss);
+      ASSERT_EQ(eval_loss, first_eval);
+    }
+  }
+}
+
+TEST(DeviceGroupTest, ReportsBadLabelsWithTheDevice) {
+  const ModelSpec spec = Mlp(4, {}, 3);
+  DeviceGroup::Options options;
+  options.devices = {"cpu:0", "cpu:1"};
+  options.max_batch = 4;
+  auto group = DeviceGroup::Create(spec, options);
+  ASSERT_TRUE(group.ok()) << group.status();
+  std::vector<float> params((*group)->num_parameters()), grad(params.size());
+  std::vector<float> x(16);
+  const std::vector<int32_t> y = {0, 1, 2, 7};  // 7 lands on cpu:1
+  double loss;
+  size_t correct;
+  const absl::Status s = (*group)->ComputeGradient(
+      params.data(), x.data(), y.data(), 4, grad.data(), &loss, &correct);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_THAT(s.message(), HasSubstr("device cpu:1"));
+}
+
+TEST(DeviceGroupTest, RejectsBadOptionsNamingTheField) {
+  struct Case {
+    std::vector<std::string> devices;
+    std::vector<double> weights;
+    size_t max_batch;
+    std::string field;
+  };
+  for (const Case& c : std::vector<Case>{
+           {{}, {}, 8, "devices"},
+           {{"cpu:0", "cpu:0"}, {}, 8, "devices: \"cpu:0\" listed twice"},
+           {{"cpu:0", "cpu:1"}, {1}, 8, "weights"},
+           {{"cpu:0", "cpu:1"}, {1, 0}, 8, "weights[1]"},
+           {{"cpu:0"}, {-1}, 8, "weights[0]"},
+           {{"cpu:0"}, {}, 0, "max_batch"},
+           {{"tpu:0"}, {}, 8, "tpu:0"},
+       }) {
+    DeviceGroup::Options options;
+    options.devices = c.devices;
+    options.weights = c.weights;
+    options.max_batch = c.max_batch;
+    const absl::Status s = DeviceGroup::Create(Mlp(4, {}, 3), options).status();
+    EXPECT_FALSE(s.ok());
+    EXPECT_THAT(s.message(), HasSubstr(c.field));
+  }
+  ModelSpec bad;
+  DeviceGroup::Options options;
+  options.max_batch = 8;
+  EXPECT_FALSE(DeviceGroup::Create(bad, options).ok());
+}
+
+}  // namespace
+}  // namespace ps

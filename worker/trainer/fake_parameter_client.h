@@ -1,0 +1,94 @@
+// FakeParameterServer: an in-process stand-in for the psd shards, for tests.
+// It holds the flat parameter vector, applies SGD (with optional momentum)
+// and runs BSP across `num_workers` clients, each driven by its own thread.
+//
+//   FakeParameterServer server(initial, {/*learning_rate=*/0.1f});
+//   std::unique_ptr<ParameterClient> client = server.NewClient(/*rank=*/0);
+//   Trainer trainer(options, client.get());   // the client is borrowed
+//   ...
+//   std::vector<float> final_params = server.parameters();
+//
+// BSP as the real shards do it: step t's push from every worker is kept;
+// when the last arrives, the gradients are summed in rank order, divided by
+// num_workers, and the optimizer applied (version t -> t + 1). PushPull
+// returns the parameters at version t + 1; Pull(t) waits for version >= t.
+#ifndef WORKER_TRAINER_FAKE_PARAMETER_CLIENT_H_
+#define WORKER_TRAINER_FAKE_PARAMETER_CLIENT_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "proto/job.pb.h"
+#include "worker/parameter_client.h"
+
+namespace ps {
+
+// The job's initial parameters, laid out flat in `tensors` order, exactly as
+// the shards initialise them (server/init.h). kInvalidArgument for a bad
+// init spec.
+absl::StatusOr<std::vector<float>> InitialParameters(
+    uint64_t seed, const std::vector<TensorSpec>& tensors);
+
+// Thread-safe.
+class FakeParameterServer {
+ public:
+  struct Options {
+    float learning_rate = 0.1f;
+    // v = momentum * v + g; p -= learning_rate * v (PyTorch's SGD).
+    float momentum = 0.0f;
+    uint32_t num_workers = 1;
+    // The version (applied updates) the parameters start at; a worker that
+    // resumes at step s needs version >= s.
+    uint64_t initial_version = 0;
+    // How long a Pull or PushPull waits for the other workers.
+    absl::Duration step_deadline = absl::Seconds(60);
+  };
+
+  FakeParameterServer(std::vector<float> initial, Options options);
+
+  // A client for worker `rank` (< num_workers). The server must outlive it.
+  std::unique_ptr<ParameterClient> NewClient(uint32_t rank);
+
+  // Makes worker `rank`'s push for `step` fail with `status` (once).
+  void FailPush(uint32_t rank, uint64_t step, absl::Status status);
+
+  std::vector<float> parameters() const;
+  uint64_t version() const;
+  // Pushes received, every worker together.
+  uint64_t pushes() const;
+
+ private:
+  class Client;
+
+  absl::Status Pull(uint64_t step, absl::Span<float> params);
+  absl::Status PushPull(uint32_t rank, uint64_t step,
+                        absl::Span<const float> gradient,
+                        absl::Span<float> params);
+  // Waits until version_ > step - 1 (>= step) or the deadline.
+  absl::Status AwaitVersionLocked(uint64_t version, const char* what)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const Options options_;
+  mutable absl::Mutex mu_;
+  std::vector<float> params_ ABSL_GUARDED_BY(mu_);
+  std::vector<float> velocity_ ABSL_GUARDED_BY(mu_);
+  uint64_t version_ ABSL_GUARDED_BY(mu_);
+  uint64_t pushes_ ABSL_GUARDED_BY(mu_) = 0;
+  // Step version_'s gradient per rank, and which ranks have pushed it.
+  std::vector<std::vector<float>> pending_ ABSL_GUARDED_BY(mu_);
+  std::vector<bool> arrived_ ABSL_GUARDED_BY(mu_);
+  std::vector<float> sum_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, absl::Status> failures_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace ps
+
+#endif  // WORKER_TRAINER_FAKE_PARAMETER_CLIENT_H_

@@ -1,0 +1,160 @@
+// Trainer: one worker's training loop for one job.
+//
+//   TrainerOptions options;
+//   options.job = assignment.spec();
+//   options.rank = assignment.rank();
+//   options.num_workers = assignment.num_workers();
+//   options.start_step = assignment.start_step();
+//   options.data_dir = "/usr/share/datasets/fashion-mnist";
+//   absl::StatusOr<std::unique_ptr<Trainer>> trainer =
+//       Trainer::Create(options, client.get());   // client is borrowed
+//   absl::Status s = (*trainer)->Run(
+//       [&](const Progress& p) { reporter.Enqueue(p); },
+//       [&] { return abort_requested.load(); });
+//
+// The step loop is the same for BSP, ASP and SSP (they differ only on the
+// shards):
+//
+//   Pull(start_step) -> for t in [start_step, total_steps):
+//       batch = loader.Pop()                 data wait
+//       grad  = devices.ComputeGradient()    compute (mean over the batch)
+//       params = PushPull(t, grad)           communication
+//
+// total_steps = data.epochs * steps_per_epoch, steps_per_epoch =
+// floor(floor(train_size / num_workers) / batch_size) on every rank (see
+// worker/data/shard.h). Step t reads batch t % steps_per_epoch of epoch
+// t / steps_per_epoch, so a worker that starts at start_step > 0 continues
+// exactly where a run from 0 would be. Rank 0 evaluates the test set on
+// device 0 every job.eval_every steps and at the end.
+//
+// Progress, as reported:
+//   step           steps done (the next step's index); total_steps as above
+//   epoch          step / steps_per_epoch: epochs completed
+//   loss, train_accuracy  per-example means over the steps since the last
+//                  report (the previous values when no step ran since)
+//   test_accuracy  rank 0's latest evaluation, -1 before the first (and
+//                  always on other ranks)
+//   data_s, compute_s, comm_s  cumulative seconds this run spent waiting for
+//                  batches, computing gradients (split, replicas, reduce) and
+//                  in Pull/PushPull; evaluation is in none of them
+//   samples_per_s  num_workers * batch_size * steps run / (data_s +
+//                  compute_s + comm_s): the job's rate if every worker ran
+//                  at this one's pace
+//   elapsed_s      wall time since Run started (evaluation included)
+//
+// Buffers (parameters, gradient, batches, evaluation chunk) are allocated
+// before the loop; a step allocates nothing.
+//
+// Abort: should_abort is polled before each step, so a cancelled job stops
+// within one step, unless the step is blocked in the client (waiting for
+// other workers); the client's own deadline bounds that wait.
+#ifndef WORKER_TRAINER_TRAINER_H_
+#define WORKER_TRAINER_TRAINER_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "proto/coordinator.pb.h"
+#include "proto/job.pb.h"
+#include "worker/data/dataset.h"
+#include "worker/data/shard.h"
+#include "worker/parameter_client.h"
+#include "worker/trainer/device_group.h"
+
+namespace ps {
+
+struct TrainerOptions {
+  // From the assignment.
+  JobSpec job;
+  uint32_t rank = 0;
+  uint32_t num_workers = 1;
+  uint64_t start_step = 0;
+
+  // This worker's replicas, their share of each batch (empty = equal) and
+  // BLAS threads per CPU replica (see DeviceGroup::Options).
+  std::vector<std::string> devices = {"cpu:0"};
+  std::vector<double> weights;
+  int threads_per_device = 1;
+
+  // Batch loader threads and batches loaded ahead of the step.
+  size_t loader_threads = 2;
+  size_t prefetch = 4;
+
+  // Where IDX data sets live unless job.data.data_dir says otherwise.
+  std::string data_dir;
+  // Already loaded sets (a worker can keep them across jobs); when `train` is
+  // null, Create loads them from job.data.
+  TrainTestData data;
+
+  // Progress is reported every report_interval, and also every
+  // report_every_steps steps when > 0, after each evaluation and at the end.
+  absl::Duration report_interval = absl::Seconds(1);
+  uint64_t report_every_steps = 0;
+  // Test examples evaluated per call on device 0.
+  size_t eval_batch = 1000;
+  // A step's batch not loaded within this is an error.
+  absl::Duration data_timeout = absl::Seconds(60);
+};
+
+// Thread-compatible: one thread calls Run. The callbacks run on that thread.
+class Trainer {
+ public:
+  // Called on the trainer's thread; must not block for long (hand the report
+  // to another thread).
+  using ProgressCallback = std::function<void(const Progress&)>;
+  // Polled before every step; true stops the run with kCancelled.
+  using AbortCheck = std::function<bool()>;
+
+  // Loads the data (unless given), plans this rank's shard and builds the
+  // device replicas. `client` is borrowed and must outlive the Trainer.
+  // kInvalidArgument naming the field for a bad job or option (no model,
+  // batch_size 0, epochs 0, rank >= num_workers, start_step past the end, a
+  // model whose input or class count does not match the data); data,
+  // backend and model errors as their libraries report them.
+  static absl::StatusOr<std::unique_ptr<Trainer>> Create(
+      TrainerOptions options, ParameterClient* client);
+
+  // Trains from options.start_step to total_steps(). Returns OK when done,
+  // kCancelled when should_abort said so (checked before each step), or the
+  // first error, prefixed with the step ("step 12: ..."). Blocks. Either
+  // callback may be empty. Call once.
+  absl::Status Run(const ProgressCallback& on_progress,
+                   const AbortCheck& should_abort);
+
+  uint64_t steps_per_epoch() const { return plan_.steps_per_epoch(); }
+  uint64_t total_steps() const { return total_steps_; }
+  // The parameters after the last PushPull.
+  const std::vector<float>& parameters() const { return params_; }
+  // The last progress reported (also filled when no callback is given).
+  const Progress& last_progress() const { return progress_; }
+
+ private:
+  Trainer(TrainerOptions options, ParameterClient* client, ShardPlan plan,
+          std::unique_ptr<DeviceGroup> devices);
+
+  // Test accuracy of params_ over the whole test set (rank 0).
+  absl::Status EvaluateTestSet(float* accuracy);
+
+  const TrainerOptions options_;
+  ParameterClient* const client_;  // borrowed
+  const ShardPlan plan_;
+  const std::unique_ptr<DeviceGroup> devices_;
+  const uint64_t total_steps_;
+
+  std::vector<float> params_;
+  std::vector<float> grad_;
+  std::vector<float> eval_x_;
+  std::vector<int32_t> eval_labels_;
+  Progress progress_;
+};
+
+}  // namespace ps
+
+#endif  // WORKER_TRAINER_TRAINER_H_

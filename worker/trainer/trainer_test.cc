@@ -1,0 +1,318 @@
+#include "worker/trainer/trainer.h"
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "worker/data/dataset.h"
+#include "worker/model/model_spec.h"
+#include "worker/trainer/fake_parameter_client.h"
+
+namespace ps {
+namespace {
+
+using ::testing::HasSubstr;
+
+// An MLP on the synthetic set: 1200 examples, batch 30 -> 40 steps per epoch.
+JobSpec SyntheticJob(uint32_t epochs) {
+  JobSpec job;
+  job.set_name("synthetic-mlp");
+  job.set_seed(17);
+  Mlp* mlp = job.mutable_model()->mutable_mlp();
+  mlp->set_input_dim(784);
+  mlp->add_hidden(32);
+  mlp->set_num_classes(10);
+  DataSpec* data = job.mutable_data();
+  data->set_dataset("synthetic");
+  data->set_synthetic_train(1200);
+  data->set_synthetic_test(300);
+  data->set_batch_size(30);
+  data->set_epochs(epochs);
+  job.mutable_optimizer()->set_kind(SGD);
+  job.mutable_optimizer()->set_learning_rate(0.05f);
+  return job;
+}
+
+std::vector<float> Init(const JobSpec& job) {
+  return *InitialParameters(job.seed(), ModelTensors(job.model()));
+}
+
+FakeParameterServer::Options ServerOptions(const JobSpec& job) {
+  FakeParameterServer::Options o;
+  o.learning_rate = job.optimizer().learning_rate();
+  o.momentum = job.optimizer().momentum();
+  return o;
+}
+
+TrainerOptions Options(const JobSpec& job) {
+  TrainerOptions o;
+  o.job = job;
+  o.report_interval = absl::InfiniteDuration();  // reports by step count
+  return o;
+}
+
+struct RunResult {
+  absl::Status status;
+  std::vector<Progress> reports;
+  std::vector<float> params;
+  uint64_t version = 0;
+};
+
+RunResult Train(const TrainerOptions& options,
+                const std::vector<float>& initial,
+                FakeParameterServer::Options server_options,
+                const Trainer::AbortCheck& abort = nullptr) {
+  FakeParameterServer server(initial, server_options);
+  auto client = server.NewClient(options.rank);
+  RunResult r;
+  absl::StatusOr<std::unique_ptr<Trainer>> trainer =
+      Trainer::Create(options, client.get());
+  if (!trainer.ok()) {
+    r.status = trainer.status();
+    return r;
+  }
+  r.status = (*trainer)->Run([&](const Progress& p) { r.reports.push_back(p); },
+                             abort);
+  r.params = server.parameters();
+  r.version = server.version();
+  if (r.status.ok()) {
+    EXPECT_EQ((*trainer)->parameters(), r.params);
+  }
+  return r;
+}
+
+TEST(TrainerTest, LearnsTheSyntheticSet) {
+  JobSpec job = SyntheticJob(2);
+  job.mutable_data()->set_synthetic_train(3000);
+  job.mutable_data()->set_batch_size(50);  // 60 steps per epoch
+  job.mutable_optimizer()->set_learning_rate(0.1f);
+  TrainerOptions options = Options(job);
+  options.report_every_steps = 20;
+  const RunResult r = Train(options, Init(job), ServerOptions(job));
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  EXPECT_EQ(r.version, 120u);
+  ASSERT_EQ(r.reports.size(), 6u);  // steps 20, 40, ..., 100, and the end
+  const Progress& first = r.reports.front();
+  const Progress& last = r.reports.back();
+  EXPECT_EQ(first.step(), 20u);
+  EXPECT_EQ(last.step(), 120u);
+  EXPECT_EQ(last.total_steps(), 120u);
+  EXPECT_EQ(last.epoch(), 2u);
+  EXPECT_LT(last.loss(), 0.25f * first.loss());
+  EXPECT_GE(last.train_accuracy(), 0.95f);
+  // 0.97 with this seed; the margin absorbs other BLAS kernels' rounding.
+  EXPECT_GE(last.test_accuracy(), 0.93f);
+  for (size_t i = 0; i + 1 < r.reports.size(); ++i) {
+    EXPECT_EQ(r.reports[i].test_accuracy(), -1.0f);  // eval_every = 0
+  }
+}
+
+TEST(TrainerTest, SameSeedGivesBitwiseIdenticalParameters) {
+  JobSpec job = SyntheticJob(2);
+  job.mutable_optimizer()->set_momentum(0.9f);
+  TrainerOptions options = Options(job);
+  options.devices = {"cpu:0", "cpu:1"};
+  options.weights = {2, 1};
+  options.loader_threads = 3;
+  const RunResult a = Train(options, Init(job), ServerOptions(job));
+  options.loader_threads = 1;
+  options.prefetch = 1;
+  const RunResult b = Train(options, Init(job), ServerOptions(job));
+  ASSERT_TRUE(a.status.ok()) << a.status;
+  ASSERT_TRUE(b.status.ok()) << b.status;
+  EXPECT_EQ(a.params, b.params);  // bitwise: float ==, element by element
+  EXPECT_NE(a.params, Init(job));
+  // A different seed shuffles differently.
+  job.set_seed(18);
+  options = Options(job);
+  const RunResult c = Train(options, Init(SyntheticJob(2)), ServerOptions(job));
+  ASSERT_TRUE(c.status.ok()) << c.status;
+  EXPECT_NE(a.params, c.params);
+}
+
+TEST(TrainerTest, AbortStopsBeforeTheNextStep) {
+  const JobSpec job = SyntheticJob(3);
+  int checks = 0;
+  const RunResult r = Train(Options(job), Init(job), ServerOptions(job),
+                            [&] { return ++checks > 7; });
+  EXPECT_EQ(r.status.code(), absl::StatusCode::kCancelled) << r.status;
+  EXPECT_THAT(r.status.message(), HasSubstr("step 7"));
+  EXPECT_EQ(r.version, 7u);
+}
+
+TEST(TrainerTest, ProgressCarriesTheTimeSplit) {
+  JobSpec job = SyntheticJob(1);
+  job.set_eval_every(15);
+  TrainerOptions options = Options(job);
+  options.report_every_steps = 10;
+  const RunResult r = Train(options, Init(job), ServerOptions(job));
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  // Steps 10, 15 (evaluation), 25, 30 (evaluation), the end.
+  std::vector<uint64_t> steps;
+  for (const Progress& p : r.reports) steps.push_back(p.step());
+  EXPECT_EQ(steps, (std::vector<uint64_t>{10, 15, 25, 30, 40}));
+  const Progress* prev = nullptr;
+  for (const Progress& p : r.reports) {
+    EXPECT_GT(p.data_s(), 0.0);
+    EXPECT_GT(p.compute_s(), 0.0);
+    EXPECT_GT(p.comm_s(), 0.0);
+    EXPECT_GE(p.elapsed_s(), p.data_s() + p.compute_s() + p.comm_s());
+    EXPECT_GT(p.samples_per_s(), 0.0f);
+    EXPECT_GT(p.loss(), 0.0f);
+    if (prev != nullptr) {
+      EXPECT_GE(p.data_s(), prev->data_s());
+      EXPECT_GE(p.compute_s(), prev->compute_s());
+      EXPECT_GE(p.comm_s(), prev->comm_s());
+    }
+    prev = &p;
+  }
+  EXPECT_EQ(r.reports[0].test_accuracy(), -1.0f);
+  EXPECT_GE(r.reports[1].test_accuracy(), 0.0f);  // evaluated at step 15
+  EXPECT_GE(r.reports.back().test_accuracy(), 0.0f);
+}
+
+TEST(TrainerTest, OnlyRankZeroEvaluates) {
+  const JobSpec job = SyntheticJob(1);
+  TrainerOptions options = Options(job);
+  options.rank = 1;
+  options.num_workers = 2;
+  FakeParameterServer::Options server_options = ServerOptions(job);
+  server_options.num_workers = 2;
+  FakeParameterServer server(Init(job), server_options);
+  auto c0 = server.NewClient(0);
+  auto c1 = server.NewClient(1);
+  TrainerOptions options0 = Options(job);
+  options0.num_workers = 2;
+  auto t0 = Trainer::Create(options0, c0.get());
+  auto t1 = Trainer::Create(options, c1.get());
+  ASSERT_TRUE(t0.ok() && t1.ok());
+  EXPECT_EQ((*t0)->total_steps(), 20u);  // 600 examples each / 30
+  EXPECT_EQ((*t1)->total_steps(), 20u);
+  Progress p0, p1;
+  absl::Status s1;
+  std::thread other(
+      [&] { s1 = (*t1)->Run([&](const Progress& p) { p1 = p; }, nullptr); });
+  const absl::Status s0 =
+      (*t0)->Run([&](const Progress& p) { p0 = p; }, nullptr);
+  other.join();
+  ASSERT_TRUE(s0.ok()) << s0;
+  ASSERT_TRUE(s1.ok()) << s1;
+  EXPECT_EQ(server.pushes(), 40u);
+  EXPECT_EQ(server.version(), 20u);
+  // BSP: both workers end with the server's parameters.
+  EXPECT_EQ((*t0)->parameters(), server.parameters());
+  EXPECT_EQ((*t1)->parameters(), server.parameters());
+  EXPECT_GE(p0.test_accuracy(), 0.0f);
+  EXPECT_EQ(p1.test_accuracy(), -1.0f);
+  EXPECT_EQ(p1.step(), 20u);
+}
+
+TEST(TrainerTest, StartStepResumesAtTheRightBatch) {
+  // A full run, and a run cut at step 47 then resumed from the parameters
+  // the shards held then (plain SGD: the parameters are the whole state).
+  const JobSpec job = SyntheticJob(2);
+  const RunResult full = Train(Options(job), Init(job), ServerOptions(job));
+  ASSERT_TRUE(full.status.ok()) << full.status;
+
+  int checks = 0;
+  const RunResult cut = Train(Options(job), Init(job), ServerOptions(job),
+                              [&] { return ++checks > 47; });
+  ASSERT_EQ(cut.status.code(), absl::StatusCode::kCancelled);
+  ASSERT_EQ(cut.version, 47u);
+
+  TrainerOptions resumed = Options(job);
+  resumed.start_step = 47;  // epoch 1, batch 7
+  FakeParameterServer::Options server_options = ServerOptions(job);
+  server_options.initial_version = 47;
+  const RunResult rest = Train(resumed, cut.params, server_options);
+  ASSERT_TRUE(rest.status.ok()) << rest.status;
+  EXPECT_EQ(rest.version, 80u);
+  EXPECT_EQ(rest.params, full.params);
+}
+
+TEST(TrainerTest, StartingAtTheEndOnlyEvaluates) {
+  const JobSpec job = SyntheticJob(1);
+  TrainerOptions options = Options(job);
+  options.start_step = 40;
+  FakeParameterServer::Options server_options = ServerOptions(job);
+  server_options.initial_version = 40;
+  const RunResult r = Train(options, Init(job), server_options);
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  ASSERT_EQ(r.reports.size(), 1u);
+  EXPECT_EQ(r.reports[0].step(), 40u);
+  EXPECT_GE(r.reports[0].test_accuracy(), 0.0f);
+  EXPECT_EQ(r.params, Init(job));
+}
+
+TEST(TrainerTest, ClientErrorsCarryTheStep) {
+  const JobSpec job = SyntheticJob(1);
+  FakeParameterServer server(Init(job), ServerOptions(job));
+  server.FailPush(0, 12, absl::UnavailableError("shard 1 unreachable"));
+  auto client = server.NewClient(0);
+  auto trainer = Trainer::Create(Options(job), client.get());
+  ASSERT_TRUE(trainer.ok());
+  const absl::Status s = (*trainer)->Run(nullptr, nullptr);
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(s.message(), "step 12: shard 1 unreachable");
+}
+
+TEST(TrainerTest, PullErrorsAreNamed) {
+  const JobSpec job = SyntheticJob(1);
+  FakeParameterServer server({1.0f, 2.0f}, ServerOptions(job));  // wrong size
+  auto client = server.NewClient(0);
+  auto trainer = Trainer::Create(Options(job), client.get());
+  ASSERT_TRUE(trainer.ok());
+  const absl::Status s = (*trainer)->Run(nullptr, nullptr);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("pull at step 0"));
+}
+
+TEST(TrainerTest, RejectsBadOptionsNamingTheField) {
+  FakeParameterServer server({0.0f}, {});
+  auto client = server.NewClient(0);
+  struct Case {
+    std::function<void(TrainerOptions*)> mutate;
+    std::string field;
+  };
+  const std::vector<Case> cases = {
+      {[](TrainerOptions* o) { o->job.clear_model(); }, "model"},
+      {[](TrainerOptions* o) { o->job.mutable_data()->set_batch_size(0); },
+       "data.batch_size"},
+      {[](TrainerOptions* o) { o->job.mutable_data()->set_batch_size(1201); },
+       "data.batch_size"},
+      {[](TrainerOptions* o) { o->job.mutable_data()->set_epochs(0); },
+       "data.epochs"},
+      {[](TrainerOptions* o) { o->rank = 2, o->num_workers = 2; }, "rank"},
+      {[](TrainerOptions* o) { o->start_step = 41; }, "start_step"},
+      {[](TrainerOptions* o) {
+         o->job.mutable_model()->mutable_mlp()->set_input_dim(100);
+       },
+       "model.input_dim"},
+      {[](TrainerOptions* o) {
+         o->job.mutable_model()->mutable_mlp()->set_num_classes(5);
+       },
+       "model.num_classes"},
+      {[](TrainerOptions* o) { o->job.mutable_data()->set_dataset("cifar"); },
+       "data.dataset"},
+      {[](TrainerOptions* o) {
+         o->devices = {"cpu:0", "cpu:0"};
+       },
+       "devices"},
+  };
+  for (const Case& c : cases) {
+    TrainerOptions options = Options(SyntheticJob(1));
+    c.mutate(&options);
+    const absl::Status s = Trainer::Create(options, client.get()).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_THAT(s.message(), HasSubstr(c.field));
+  }
+  EXPECT_FALSE(Trainer::Create(Options(SyntheticJob(1)), nullptr).ok());
+}
+
+}  // namespace
+}  // namespace ps

@@ -1,0 +1,78 @@
+// Workerd: the worker daemon's logic. Registers with the coordinator,
+// heartbeats, long-polls for an assignment, runs the job with the worker
+// engine (Trainer over PsClient), reports progress, and goes back to wait.
+//
+//   PS_ASSIGN_OR_RETURN(LoadedWorkerdConfig config, LoadWorkerdConfig(path));
+//   Workerd workerd(config);
+//   std::thread t([&] { status = workerd.Run(); });
+//   ... SIGTERM ...  workerd.Stop();  t.join();
+//
+// Life cycle:
+//
+//   Run() --> connecting --register ok--> idle --assignment--> training
+//                ^  retry with backoff      ^                     |
+//                |                          +--- done / failed ---+
+//                +-- coordinator forgot us (heartbeat says reregister)
+//   Stop() from any state: the current step finishes, Run() returns OK.
+#ifndef WORKER_WORKERD_H_
+#define WORKER_WORKERD_H_
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "common/config.h"
+#include "common/security.h"
+#include "proto/coordinator.grpc.pb.h"
+#include "worker/data/dataset.h"
+
+namespace ps {
+
+// Run() on one thread; Stop() from any thread.
+class Workerd {
+ public:
+  explicit Workerd(LoadedWorkerdConfig config);
+  ~Workerd();
+
+  // Serves jobs until Stop() (OK) or, with max_jobs, until that many jobs
+  // ended. Errors only for what cannot be retried (bad security files).
+  absl::Status Run();
+  void Stop();
+
+ private:
+  absl::Status Connect();
+  absl::Status Register();
+  void HeartbeatLoop();
+  // Runs one assignment to its end and reports the outcome.
+  void RunJob(const Assignment& assignment);
+  absl::StatusOr<TrainTestData> DataFor(const JobSpec& spec);
+  std::unique_ptr<grpc::ClientContext> NewContext(absl::Duration deadline) const;
+
+  const LoadedWorkerdConfig config_;
+  std::string name_;
+  Security security_;
+  std::string coordinator_address_;
+  std::unique_ptr<Coordinator::Stub> stub_;
+  absl::Notification stopping_;
+  std::thread heartbeat_;
+
+  absl::Mutex mu_;
+  std::string worker_id_ ABSL_GUARDED_BY(mu_);
+  bool need_register_ ABSL_GUARDED_BY(mu_) = true;
+  std::string current_job_ ABSL_GUARDED_BY(mu_);
+  std::atomic<bool> abort_job_{false};
+  std::string abort_reason_ ABSL_GUARDED_BY(mu_);
+
+  // Data sets kept across jobs: (dataset, data_dir, seed) -> data.
+  std::string data_key_;
+  TrainTestData data_;
+};
+
+}  // namespace ps
+
+#endif  // WORKER_WORKERD_H_

@@ -10,6 +10,10 @@
 namespace ps {
 namespace {
 
+// The largest partition_bytes: a chunk must fit in one 4 MiB gRPC message
+// with room for the rest of the request.
+constexpr uint64_t kLargestPartitionBytes = 3ull << 20;
+
 absl::Status Bad(absl::string_view field, absl::string_view why) {
   return absl::InvalidArgumentError(absl::StrCat(field, ": ", why));
 }
@@ -30,10 +34,10 @@ uint64_t NumElements(const TensorSpec& tensor) {
 
 absl::Status ValidateTensors(const JobSpec& spec) {
   const uint64_t pb = spec.partition_bytes();
-  if (pb != 0 && (pb % 4 != 0 || pb > kMaxPartitionBytes)) {
+  if (pb != 0 && (pb % 4 != 0 || pb > kLargestPartitionBytes)) {
     return Bad("partition_bytes",
                absl::StrCat("must be a multiple of 4 in [4, ",
-                            kMaxPartitionBytes, "], got ", pb));
+                            kLargestPartitionBytes, "], got ", pb));
   }
   if (spec.tensors_size() == 0) return Bad("tensors", "the job has none");
   const uint64_t per_chunk = ChunkElements(spec);

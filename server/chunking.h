@@ -20,12 +20,9 @@
 
 namespace ps {
 
-// JobSpec.partition_bytes when unset, and its largest allowed value (a chunk
-// must fit in one gRPC message with room to spare).
-inline constexpr uint64_t kMaxPartitionBytes = 3ull << 20;
-
-// Checks what chunking and initialisation rely on: partition_bytes (0 = 1
-// MiB, else a multiple of 4 in [4, 3 MiB]), at least one tensor, each with a
+// Checks what chunking and initialisation rely on: partition_bytes (0 =
+// kDefaultPartitionBytes, else a multiple of 4 in [4, 3 MiB], so that a chunk
+// fits one gRPC message with room to spare), at least one tensor, each with a
 // unique non-empty name, a non-empty shape of dimensions > 0 whose element
 // count fits in 64 bits, a valid init (server/init.h), and a total chunk
 // count that fits a uint32 chunk_id. Errors are kInvalidArgument naming the

@@ -84,6 +84,8 @@ struct Shard::Waiter {
   uint64_t need_clock = 0;    // 0 = no SSP condition
   absl::Time deadline;
   ChunkDataList* out = nullptr;  // borrowed from the caller's response
+  // False when it completed at once without entering Job::live.
+  bool registered = true;
 
   std::atomic<int> pending{1};
   std::atomic<bool> claimed{false};
@@ -142,6 +144,9 @@ class Shard::Job {
   LatencyHistogram apply_ns;
   PowerOfTwoHistogram staleness;
   std::unique_ptr<WorkerCounters[]> workers;
+  // Lock-free mirror of `active` for request validation, so pushes need no
+  // job-wide lock to check their sender.
+  std::unique_ptr<std::atomic<bool>[]> is_active;
 
   // Serializes SetMembership calls; held while it updates every chunk.
   // Acquired before `mu` and before any chunk's mutex.
@@ -157,6 +162,8 @@ class Shard::Job {
   absl::btree_map<std::string, uint64_t> rejected ABSL_GUARDED_BY(mu);
   // Not OK once dropped or shut down: new waits fail with it.
   absl::Status closed ABSL_GUARDED_BY(mu);
+  // Set with `closed`, readable without the lock.
+  std::atomic<bool> is_closed{false};
 
   void CountRejected(const std::string& reason) ABSL_LOCKS_EXCLUDED(mu) {
     absl::MutexLock l(&mu);
@@ -453,6 +460,8 @@ absl::Status Shard::RegisterJob(const RegisterJobRequest& req,
     job->chunks.push_back(std::make_unique<Chunk>(std::move(s), all_active));
   }
   job->workers = std::make_unique<WorkerCounters[]>(num_workers);
+  job->is_active = std::make_unique<std::atomic<bool>[]>(num_workers);
+  for (uint32_t r = 0; r < num_workers; ++r) job->is_active[r].store(true);
   {
     absl::MutexLock l(&job->mu);
     job->active = all_active;
@@ -525,6 +534,9 @@ absl::Status Shard::SetMembership(const SetMembershipRequest& req) {
     {
       absl::MutexLock l(&job.mu);
       job.active = active;
+      for (uint32_t r = 0; r < job.num_workers; ++r) {
+        job.is_active[r].store(active[r] != 0, std::memory_order_release);
+      }
       if (job.mode == SSP) job.ReleaseClockWaiters(&ready);
     }
     for (const std::unique_ptr<Chunk>& c : job.chunks) {
@@ -553,12 +565,7 @@ absl::Status Shard::ValidatePush(Job& job, uint32_t worker, uint64_t step,
                       "worker: rank ", worker, " out of range [0, ",
                       job.num_workers, ") of job \"", job.id, "\"")));
   }
-  bool active;
-  {
-    absl::ReaderMutexLock l(&job.mu);
-    active = job.active[worker] != 0;
-  }
-  if (!active) {
+  if (!job.is_active[worker].load(std::memory_order_acquire)) {
     return reject(kInactiveWorker,
                   absl::FailedPreconditionError(absl::StrCat(
                       "worker: rank ", worker,
@@ -829,6 +836,14 @@ Shard::WaiterPtr Shard::NewWaiter(const std::shared_ptr<Job>& job,
 }
 
 void Shard::StartWait(const std::shared_ptr<Job>& job, WaiterPtr w) {
+  // Nothing to wait for (ASP PushPull, most Pulls): answer without touching
+  // the job mutex, unless the job is closing.
+  if (w->need_version == 0 && w->need_clock == 0 &&
+      !job->is_closed.load(std::memory_order_acquire)) {
+    w->registered = false;
+    Complete(w);
+    return;
+  }
   absl::Status closed;
   {
     absl::MutexLock l(&job->mu);
@@ -861,7 +876,7 @@ void Shard::StartWait(const std::shared_ptr<Job>& job, WaiterPtr w) {
 void Shard::Complete(const WaiterPtr& w) {
   if (w->claimed.exchange(true, std::memory_order_acq_rel)) return;
   std::shared_ptr<Job> job = std::move(w->job);
-  {
+  if (w->registered) {
     absl::MutexLock l(&job->mu);
     job->live.erase(w->id);
   }
@@ -905,6 +920,7 @@ void Shard::CloseJob(Job& job, const absl::Status& status) {
   {
     absl::MutexLock l(&job.mu);
     if (job.closed.ok()) job.closed = status;
+    job.is_closed.store(true, std::memory_order_release);
     for (auto& [id, w] : job.live) waiters.push_back(w);
     job.live.clear();
     job.clock_waiters.clear();

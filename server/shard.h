@@ -38,10 +38,13 @@
 // Thread safety: every method may be called concurrently from any thread.
 // Locks: a reader/writer mutex over the job map (held only to look a job up
 // or change the map), one mutex per chunk (held while a push, an apply or a
-// read of that chunk runs; never two at once), and a per-job mutex for
-// SSP clocks, waits and rare state. Pushes to different chunks take no common
-// lock except the job map's reader lock. Callbacks (`done`) are never run
-// under a shard lock, so they may call back into the Shard.
+// read of that chunk runs; never two at once), and a per-job mutex for SSP
+// clocks, the registry of waits and rare state (never held with a chunk's).
+// A BSP or ASP push that completes at once takes only the job map's reader
+// lock and its chunks' mutexes (counters are atomics), so pushes to
+// different chunks do not contend; a wait also registers under the job
+// mutex, and an SSP push updates its clock there. Callbacks (`done`) never
+// run under a shard lock, so they may call back into the Shard.
 //
 // Life cycle of a wait (PushPull, Pull):
 //

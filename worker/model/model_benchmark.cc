@@ -81,9 +81,13 @@ void TrainStep(benchmark::State& state, const ModelSpec& spec) {
     benchmark::DoNotOptimize(grad.data());
   }
   const double flops = TrainFlops(ModelLayerWidths(spec), batch);
-  state.SetItemsProcessed(state.iterations() * batch);  // samples/s
-  state.counters["GFLOPs"] = benchmark::Counter(
-      flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  // items_per_second is samples/s. Per-thread totals with kIsRate: summed
+  // over benchmark threads (replicas) and divided by the wall time, like
+  // items_per_second (kIsIterationInvariantRate would count threads twice).
+  state.SetItemsProcessed(state.iterations() * batch);
+  state.counters["GFLOPs"] =
+      benchmark::Counter(flops * 1e-9 * static_cast<double>(state.iterations()),
+                         benchmark::Counter::kIsRate);
 }
 
 void BM_MlpTrainStep(benchmark::State& state) { TrainStep(state, MlpSpec()); }

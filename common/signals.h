@@ -1,7 +1,7 @@
 // Clean shutdown on SIGTERM / SIGINT for the daemons.
 //
 //   int main() {
-//     ps::BlockTerminationSignals();          // before any thread starts
+//     ps::BlockTerminationSignals();          // first thing in main()
 //     std::thread stopper([&] {
 //       if (ps::WaitForTerminationSignal() != 0) server.Stop();
 //     });
@@ -9,9 +9,8 @@
 //     ps::ReleaseSignalWaiter(stopper);       // joins it
 //   }
 //
-// The signals are blocked in every thread and taken synchronously by one
-// waiter thread (sigwait), so shutdown code runs in a normal thread, not in
-// a signal handler.
+// A minimal handler forwards the signal through a pipe to one waiter thread,
+// so shutdown code runs in a normal thread, not in the handler.
 #ifndef COMMON_SIGNALS_H_
 #define COMMON_SIGNALS_H_
 
@@ -19,8 +18,7 @@
 
 namespace ps {
 
-// Blocks SIGTERM, SIGINT and SIGUSR1 in the calling thread and the threads
-// it creates afterwards.
+// Routes SIGTERM and SIGINT to WaitForTerminationSignal. Call once.
 void BlockTerminationSignals();
 
 // Blocks until SIGTERM or SIGINT arrives (returns it), or until

@@ -98,7 +98,18 @@ grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* ctx, const absl::S
 grpc::ServerUnaryReactor* CoordinatorService::SubmitJob(grpc::CallbackServerContext* ctx,
                                                         const SubmitJobRequest* req,
                                                         SubmitJobResponse* resp) {
-  PS_COORDINATOR_SERIAL(SubmitJob, ctx, req, resp);
+  absl::Status rejected;
+  JobCoordinator* c = Ready(ctx, &rejected);
+  if (c == nullptr) return Finish(ctx, rejected);
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  executor_.Schedule([c, req, resp, reactor] {
+    absl::Status s = c->SubmitJob(*req, resp);
+    // A rejected spec is an answer, not a failed call: gRPC drops the
+    // response body on errors, and the client needs every problem listed.
+    if (!s.ok() && resp->problems_size() > 0) s = absl::OkStatus();
+    reactor->Finish(ToGrpcStatus(s));
+  });
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::GetJob(grpc::CallbackServerContext* ctx,

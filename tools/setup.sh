@@ -12,6 +12,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenblas-dev
   openssl iperf3 procps psmisc
+  clang libclang-rt-14-dev                  # libFuzzer targets (fuzz/)
   dataset-fashion-mnist                     # /usr/share/datasets/fashion-mnist
   python3-torch                             # the PyTorch peer for benchmarks
 )

@@ -81,4 +81,12 @@ grpc::ServerUnaryReactor* PsService::Stats(grpc::CallbackServerContext* ctx,
   return Done(ctx, absl::OkStatus());
 }
 
+void ApplyTransportSettings(int max_message_bytes, grpc::ServerBuilder* builder) {
+  builder->SetMaxReceiveMessageSize(max_message_bytes);
+  builder->SetMaxSendMessageSize(max_message_bytes);
+  // Workers keep channels open across long BSP waits; allow their pings.
+  builder->AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder->AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10000);
+}
+
 }  // namespace ps

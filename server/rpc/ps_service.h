@@ -11,6 +11,7 @@
 #define SERVER_RPC_PS_SERVICE_H_
 
 #include "common/security.h"
+#include "grpcpp/server_builder.h"
 #include "proto/ps.grpc.pb.h"
 #include "server/shard.h"
 
@@ -49,6 +50,10 @@ class PsService final : public ParameterServer::CallbackService {
   Shard* const shard_;
   const Security* const security_;
 };
+
+// Server-side transport settings for a psd (message limits, keepalive,
+// HTTP/2 tuning): kept beside the service whose traffic they shape.
+void ApplyTransportSettings(int max_message_bytes, grpc::ServerBuilder* builder);
 
 }  // namespace ps
 

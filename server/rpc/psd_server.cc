@@ -40,10 +40,7 @@ absl::Status PsdServer::Start() {
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(config_.psd.listen_address(), security_.ServerCredentials(), &port);
-  builder.SetMaxReceiveMessageSize(static_cast<int>(config_.psd.max_message_bytes()));
-  builder.SetMaxSendMessageSize(static_cast<int>(config_.psd.max_message_bytes()));
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10000);
+  ApplyTransportSettings(static_cast<int>(config_.psd.max_message_bytes()), &builder);
   builder.RegisterService(ps_service_.get());
   if (is_coordinator()) {
     coordinator_service_ = std::make_unique<CoordinatorService>(&security_);

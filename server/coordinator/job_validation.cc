@@ -37,29 +37,14 @@ class Problems {
   void Add(absl::string_view field, absl::string_view reason) {
     list_.push_back(absl::StrCat(field, ": ", reason));
   }
+  // A message that already reads "field: reason".
+  void Add(absl::string_view problem) { list_.emplace_back(problem); }
+  size_t size() const { return list_.size(); }
   std::vector<std::string> Take() { return std::move(list_); }
 
  private:
   std::vector<std::string> list_;
 };
-
-// The layer widths [input, hidden..., classes] of a model, empty if unset.
-std::vector<uint32_t> LayerDims(const ModelSpec& model) {
-  std::vector<uint32_t> dims;
-  switch (model.model_case()) {
-    case ModelSpec::kSoftmax:
-      dims = {model.softmax().input_dim(), model.softmax().num_classes()};
-      break;
-    case ModelSpec::kMlp:
-      dims.push_back(model.mlp().input_dim());
-      for (uint32_t h : model.mlp().hidden()) dims.push_back(h);
-      dims.push_back(model.mlp().num_classes());
-      break;
-    case ModelSpec::MODEL_NOT_SET:
-      break;
-  }
-  return dims;
-}
 
 void CheckName(const JobSpec& spec, Problems& p) {
   const std::string& name = spec.name();
@@ -108,8 +93,8 @@ void CheckInputAndClasses(absl::string_view prefix, uint32_t input_dim,
   }
 }
 
-void CheckModel(const JobSpec& spec, const ValidationContext& ctx,
-                Problems& p) {
+void CheckModelFields(const JobSpec& spec, const ValidationContext& ctx,
+                      Problems& p) {
   const ModelSpec& model = spec.model();
   switch (model.model_case()) {
     case ModelSpec::MODEL_NOT_SET:
@@ -132,6 +117,17 @@ void CheckModel(const JobSpec& spec, const ValidationContext& ctx,
       }
       return;
   }
+}
+
+// The coordinator's checks against the dataset and the cluster, then the
+// model library's own limits (the workers build exactly that model).
+void CheckModel(const JobSpec& spec, const ValidationContext& ctx,
+                Problems& p) {
+  const size_t before = p.size();
+  CheckModelFields(spec, ctx, p);
+  if (p.size() != before) return;
+  absl::Status s = ValidateModelSpec(spec.model());
+  if (!s.ok()) p.Add(s.message());
 }
 
 bool Finite(float v) { return std::isfinite(v); }
@@ -281,7 +277,7 @@ void CheckPartitioning(const JobSpec& spec, Problems& p) {
   const uint64_t elements_per_chunk =
       (bytes == 0 ? kDefaultPartitionBytes : bytes) / 4;
   uint64_t chunks = 0;
-  for (const TensorSpec& t : DeriveModelTensors(spec.model())) {
+  for (const TensorSpec& t : ModelTensors(spec.model())) {
     uint64_t n = 1;
     for (uint64_t d : t.shape()) n *= d;
     chunks += (n + elements_per_chunk - 1) / elements_per_chunk;
@@ -335,25 +331,6 @@ std::vector<std::string> ValidateJobSpec(const JobSpec& spec,
   return p.Take();
 }
 
-std::vector<TensorSpec> DeriveModelTensors(const ModelSpec& model) {
-  const std::vector<uint32_t> dims = LayerDims(model);
-  std::vector<TensorSpec> tensors;
-  for (size_t i = 0; i + 1 < dims.size(); ++i) {
-    TensorSpec w;
-    w.set_name(absl::StrCat("fc", i, "/w"));
-    w.add_shape(dims[i]);
-    w.add_shape(dims[i + 1]);
-    w.mutable_init()->set_kind(GLOROT_UNIFORM);
-    tensors.push_back(std::move(w));
-    TensorSpec b;
-    b.set_name(absl::StrCat("fc", i, "/b"));
-    b.add_shape(dims[i + 1]);
-    b.mutable_init()->set_kind(ZEROS);
-    tensors.push_back(std::move(b));
-  }
-  return tensors;
-}
-
 JobSpec ApplyJobDefaults(const JobSpec& spec) {
   JobSpec out = spec;
   if (out.partition_bytes() == 0) {
@@ -374,7 +351,7 @@ JobSpec ApplyJobDefaults(const JobSpec& spec) {
     if (!o->has_epsilon()) o->set_epsilon(kDefaultAdagradEpsilon);
   }
   out.clear_tensors();
-  for (TensorSpec& t : DeriveModelTensors(out.model())) {
+  for (TensorSpec& t : ModelTensors(out.model())) {
     *out.add_tensors() = std::move(t);
   }
   return out;

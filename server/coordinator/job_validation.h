@@ -11,8 +11,8 @@
 //   absl::StatusOr<JobSpec> spec = NormalizeJobSpec(user_spec, ctx, &problems);
 //   if (!spec.ok()) { for (auto& p : problems) std::cerr << p << "\n"; }
 //
-// DeriveModelTensors is the single source of truth for the tensor list of a
-// model (names "fc{i}/w" shape [fan_in, fan_out], "fc{i}/b" shape [fan_out]).
+// The tensor list comes from worker/model/model_spec.h (ModelTensors), the
+// same function the workers' models use, so both sides agree on the layout.
 
 #ifndef SERVER_COORDINATOR_JOB_VALIDATION_H_
 #define SERVER_COORDINATOR_JOB_VALIDATION_H_
@@ -26,6 +26,7 @@
 #include "absl/status/statusor.h"
 #include "common/job_defaults.h"  // kDefaultPartitionBytes, kDefaultStepDeadlineMs
 #include "proto/job.pb.h"
+#include "worker/model/model_spec.h"  // ModelTensors
 #include "server/coordinator/placement.h"  // kMaxChunks
 
 namespace ps {
@@ -75,13 +76,6 @@ struct ValidationContext {
 // ctx.path_exists is.
 std::vector<std::string> ValidateJobSpec(const JobSpec& spec,
                                          const ValidationContext& ctx);
-
-// The parameter tensors of `model`, in layer order: for layer i,
-// "fc{i}/w" [fan_in, fan_out] (GLOROT_UNIFORM) then "fc{i}/b" [fan_out]
-// (ZEROS). Softmax regression is the single layer fc0; an MLP has one layer
-// per hidden width plus the output layer. Empty if no model is set. Does not
-// validate the dimensions.
-std::vector<TensorSpec> DeriveModelTensors(const ModelSpec& model);
 
 // `spec` with defaults filled in: partition_bytes, step_deadline_ms,
 // on_worker_failure (FAIL), Adam/AdamW beta1/beta2/epsilon, Adagrad epsilon,

@@ -244,14 +244,25 @@ INSTANTIATE_TEST_SUITE_P(
          [](JobSpec& s) {
            s.mutable_data()->set_dataset("synthetic");
            Mlp* mlp = s.mutable_model()->mutable_mlp();
+           mlp->set_input_dim(784);
+           mlp->clear_hidden();
+           mlp->add_hidden(65536);
+           mlp->add_hidden(1024);
+           s.set_partition_bytes(4096);
+         },
+         // fc0/w 50176 + fc0/b 64 + fc1/w 65536 + fc1/b 1 + fc2/w 10 +
+         // fc2/b 1 chunks of 1024 floats.
+         {"partition_bytes: the model needs 115788 chunks of 4096 bytes, "
+          "more than the 65536 a placement may hold; raise it"}},
+        {"TooManyParameters",
+         [](JobSpec& s) {
+           s.mutable_data()->set_dataset("synthetic");
+           Mlp* mlp = s.mutable_model()->mutable_mlp();
            mlp->set_input_dim(65536);
            mlp->clear_hidden();
            mlp->add_hidden(65536);
-           s.set_partition_bytes(65536);
          },
-         // fc0/w 2^32 / 2^14 + fc0/b 4 + fc1/w 40 + fc1/b 1 chunks.
-         {"partition_bytes: the model needs 262189 chunks of 65536 bytes, "
-          "more than the 65536 a placement may hold; raise it"}},
+         {"model: more than 1073741824 parameters (the limit) by layer fc0"}},
         {"DatasetUnknown",
          [](JobSpec& s) { s.mutable_data()->set_dataset("cifar10"); },
          {"data.dataset: unknown dataset \"cifar10\" (known: fashion-mnist, "
@@ -328,35 +339,6 @@ TEST(ValidateJobSpecTest, DefaultPathCheckUsesTheFileSystem) {
   spec.mutable_data()->set_data_dir(std::string(tmp) + "/no/such/dir");
   EXPECT_THAT(ValidateJobSpec(spec, ctx),
               ElementsAre(HasSubstr("data.data_dir: directory")));
-}
-
-TEST(DeriveModelTensorsTest, SoftmaxIsOneLayer) {
-  ModelSpec model;
-  model.mutable_softmax()->set_input_dim(784);
-  model.mutable_softmax()->set_num_classes(10);
-  std::vector<TensorSpec> t = DeriveModelTensors(model);
-  ASSERT_EQ(t.size(), 2u);
-  EXPECT_EQ(t[0].name(), "fc0/w");
-  EXPECT_THAT(t[0].shape(), ElementsAre(784, 10));
-  EXPECT_EQ(t[0].init().kind(), GLOROT_UNIFORM);
-  EXPECT_EQ(t[1].name(), "fc0/b");
-  EXPECT_THAT(t[1].shape(), ElementsAre(10));
-  EXPECT_EQ(t[1].init().kind(), ZEROS);
-}
-
-TEST(DeriveModelTensorsTest, MlpHasOneLayerPerWidthChange) {
-  std::vector<TensorSpec> t = DeriveModelTensors(ValidSpec().model());
-  ASSERT_EQ(t.size(), 6u);
-  const std::vector<std::string> names = {"fc0/w", "fc0/b", "fc1/w",
-                                          "fc1/b", "fc2/w", "fc2/b"};
-  const std::vector<std::vector<uint64_t>> shapes = {
-      {784, 256}, {256}, {256, 128}, {128}, {128, 10}, {10}};
-  for (size_t i = 0; i < t.size(); ++i) {
-    EXPECT_EQ(t[i].name(), names[i]);
-    EXPECT_THAT(t[i].shape(), ElementsAreArray(shapes[i])) << names[i];
-    EXPECT_EQ(t[i].init().kind(), i % 2 == 0 ? GLOROT_UNIFORM : ZEROS);
-  }
-  EXPECT_TRUE(DeriveModelTensors(ModelSpec()).empty());
 }
 
 TEST(NormalizeJobSpecTest, FillsDefaultsAndTensors) {

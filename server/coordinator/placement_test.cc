@@ -24,7 +24,7 @@ JobSpec MlpSpec(uint64_t partition_bytes) {
   mlp->add_hidden(128);
   mlp->set_num_classes(10);
   spec.set_partition_bytes(partition_bytes);
-  for (TensorSpec& t : DeriveModelTensors(spec.model())) {
+  for (TensorSpec& t : ModelTensors(spec.model())) {
     *spec.add_tensors() = std::move(t);
   }
   return spec;
@@ -76,7 +76,7 @@ TEST(CutTensorsIntoChunksTest, RejectsBadSpecsNamingTheField) {
   std::vector<Case> cases;
   {
     JobSpec s = MlpSpec(2);
-    cases.push_back({"tiny partition", s, "partition_bytes: must be >= 4"});
+    cases.push_back({"tiny partition", s, "partition_bytes: must be a multiple of 4"});
   }
   {
     JobSpec s = MlpSpec(4096);
@@ -86,22 +86,22 @@ TEST(CutTensorsIntoChunksTest, RejectsBadSpecsNamingTheField) {
   {
     JobSpec s = MlpSpec(4096);
     s.mutable_tensors(1)->clear_name();
-    cases.push_back({"unnamed", s, "tensors[1].name: must be set"});
+    cases.push_back({"unnamed", s, "tensors[1].name: must not be empty"});
   }
   {
     JobSpec s = MlpSpec(4096);
     s.mutable_tensors(2)->set_name("fc0/w");
-    cases.push_back({"duplicate", s, "tensors[2].name: duplicate"});
+    cases.push_back({"duplicate", s, "tensors[2].name: \"fc0/w\" also"});
   }
   {
     JobSpec s = MlpSpec(4096);
     s.mutable_tensors(3)->set_shape(0, 0);
-    cases.push_back({"empty shape", s, "tensors[3].shape: \"fc1/b\" has no"});
+    cases.push_back({"empty shape", s, "tensors[3].shape[0]: must be > 0"});
   }
   {
     JobSpec s = MlpSpec(4096);
     s.mutable_tensors(0)->add_shape(uint64_t{1} << 60);
-    cases.push_back({"overflow", s, "tensors[0].shape: element count"});
+    cases.push_back({"overflow", s, "tensors[0].shape: too many elements"});
   }
   {
     JobSpec s = MlpSpec(4);  // 235146 one-element chunks

@@ -20,7 +20,7 @@ package(default_visibility = ["//visibility:public"])
 
 cc_library(
     name = "cuda",
-    hdrs = glob(["include/**/*.h", "include/**/*.hpp", "include/**/*.inl", "include/**/*.cuh"]),
+    hdrs = glob(["include/**"]),  # every header: <nv/target> and friends have no suffix
     includes = ["include"],
     defines = ["PS_HAVE_CUDA=1"{nccl_define}],
     linkopts = [

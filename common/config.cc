@@ -1,13 +1,20 @@
 #include "common/config.h"
 
+#include <arpa/inet.h>
+
 #include <cmath>
 #include <filesystem>
+#include <system_error>
 #include <thread>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "common/text_proto.h"
 
@@ -22,7 +29,8 @@ class Problems {
     list_.push_back(absl::StrCat(name_, ": ", field, ": ", reason));
   }
   void Add(const absl::Status& status) {
-    if (!status.ok()) list_.push_back(absl::StrCat(name_, ": ", status.message()));
+    if (!status.ok())
+      list_.push_back(absl::StrCat(name_, ": ", status.message()));
   }
   absl::Status ToStatus() const {
     if (list_.empty()) return absl::OkStatus();
@@ -34,6 +42,22 @@ class Problems {
   std::vector<std::string> list_;
 };
 
+bool ValidHostName(absl::string_view host) {
+  if (host.empty() || host.size() > 253) return false;
+  for (absl::string_view label : absl::StrSplit(host, '.')) {
+    if (label.empty() || label.size() > 63) return false;
+    if (label.front() == '-' || label.back() == '-') return false;
+    for (char c : label) {
+      // '_' is not DNS, but /etc/hosts and container names use it.
+      if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '-' &&
+          c != '_') {
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
 bool ValidLogLevel(const std::string& level) {
   static const char* const kLevels[] = {"",     "trace", "debug", "info",
                                         "warn", "error", "off"};
@@ -43,9 +67,29 @@ bool ValidLogLevel(const std::string& level) {
   return false;
 }
 
+// `what` is the PEM label the file must hold: "CERTIFICATE" or "PRIVATE KEY".
+void ValidatePemFile(const std::string& field, const std::string& path,
+                     absl::string_view what, Problems* p) {
+  std::string pem;
+  absl::Status read = ReadFile(path, &pem);
+  if (!read.ok()) {
+    p->Add(field, std::string(read.message()));
+    return;
+  }
+  if (!absl::StrContains(pem, "-----BEGIN ")) {
+    p->Add(field, absl::StrCat(path, " is not a PEM file"));
+  } else if (!absl::StrContains(pem, absl::StrCat(what, "-----"))) {
+    p->Add(field, absl::StrCat(path, " holds no PEM ", what));
+  } else if (absl::StrContains(pem, "ENCRYPTED")) {
+    p->Add(field,
+           absl::StrCat(path, " is encrypted; gRPC needs the key unencrypted"));
+  }
+}
+
 void ValidateTls(const TlsConfig& tls, const std::string& base, Problems* p) {
   bool any = !tls.cert_file().empty() || !tls.key_file().empty() ||
-             !tls.ca_file().empty() || tls.mutual();
+             !tls.ca_file().empty() || tls.mutual() ||
+             !tls.server_name_override().empty();
   if (!any) return;
   if (tls.ca_file().empty()) p->Add("tls.ca_file", "required when TLS is on");
   if (tls.cert_file().empty() != tls.key_file().empty()) {
@@ -54,12 +98,46 @@ void ValidateTls(const TlsConfig& tls, const std::string& base, Problems* p) {
   if (tls.mutual() && tls.cert_file().empty()) {
     p->Add("tls.cert_file", "required for mutual TLS");
   }
-  for (const auto& [field, path] :
-       {std::pair<std::string, std::string>{"tls.cert_file", tls.cert_file()},
-        {"tls.key_file", tls.key_file()},
-        {"tls.ca_file", tls.ca_file()}}) {
-    if (!path.empty() && !std::filesystem::exists(ResolvePath(path, base))) {
-      p->Add(field, absl::StrCat("no such file: ", ResolvePath(path, base)));
+  if (!tls.cert_file().empty()) {
+    ValidatePemFile("tls.cert_file", ResolvePath(tls.cert_file(), base),
+                    "CERTIFICATE", p);
+  }
+  if (!tls.key_file().empty()) {
+    ValidatePemFile("tls.key_file", ResolvePath(tls.key_file(), base),
+                    "PRIVATE KEY", p);
+  }
+  if (!tls.ca_file().empty()) {
+    ValidatePemFile("tls.ca_file", ResolvePath(tls.ca_file(), base),
+                    "CERTIFICATE", p);
+  }
+  if (!tls.server_name_override().empty() &&
+      !ValidateHostPort(tls.server_name_override() + ":1", "", false).ok()) {
+    p->Add("tls.server_name_override",
+           absl::StrCat("\"", absl::CHexEscape(tls.server_name_override()),
+                        "\" is not a host name"));
+  }
+}
+
+void ValidateTokenFile(const std::string& path, Problems* p) {
+  std::string token;
+  absl::Status read = ReadFile(path, &token, kMaxTokenBytes);
+  if (!read.ok()) {
+    p->Add("auth_token_file", std::string(read.message()));
+    return;
+  }
+  absl::string_view t = absl::StripAsciiWhitespace(token);
+  if (t.empty()) {
+    p->Add("auth_token_file", absl::StrCat(path, " is empty"));
+    return;
+  }
+  for (size_t i = 0; i < t.size(); ++i) {
+    // Visible ASCII only: the token travels as "authorization: Bearer <t>".
+    if (t[i] < 0x21 || t[i] > 0x7e) {
+      p->Add("auth_token_file",
+             absl::StrCat(path, ": byte ", i, " of the token (0x",
+                          absl::Hex(static_cast<unsigned char>(t[i])),
+                          ") is not visible ASCII; a header cannot carry it"));
+      return;
     }
   }
 }
@@ -68,6 +146,35 @@ void ResolveTlsPaths(TlsConfig* tls, const std::string& base) {
   tls->set_cert_file(ResolvePath(tls->cert_file(), base));
   tls->set_key_file(ResolvePath(tls->key_file(), base));
   tls->set_ca_file(ResolvePath(tls->ca_file(), base));
+}
+
+// A file the daemon will write: its folder must exist and it must not be a
+// folder itself.
+void ValidateOutputFile(const std::string& field, const std::string& path,
+                        Problems* p) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    p->Add(field, absl::StrCat(path, " is a directory"));
+    return;
+  }
+  std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  if (parent.empty()) parent = ".";
+  if (!std::filesystem::is_directory(parent, ec)) {
+    p->Add(field, absl::StrCat("folder ", parent.string(), " does not exist"));
+  }
+}
+
+// Reads and parses the cluster file that a daemon config names; problems
+// reading it are reported against the daemon config's cluster_file field.
+absl::StatusOr<LoadedCluster> LoadNamedCluster(const std::string& cluster_file,
+                                               Problems* p) {
+  std::string text;
+  absl::Status read = ReadFile(cluster_file, &text);
+  if (!read.ok()) {
+    p->Add("cluster_file", std::string(read.message()));
+    return p->ToStatus();
+  }
+  return ParseClusterConfig(text, cluster_file);
 }
 
 absl::StatusOr<std::string> ResolveShard(const LoadedCluster& cluster,
@@ -91,9 +198,9 @@ absl::StatusOr<std::string> ResolveShard(const LoadedCluster& cluster,
       }
     }
     if (absl::Now() >= deadline) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          "shards[", shard, "].address_file: ", file,
-          " not written (is psd shard ", shard, " running?)"));
+      return absl::DeadlineExceededError(
+          absl::StrCat("shards[", shard, "].address_file: ", file,
+                       " not written (is psd shard ", shard, " running?)"));
     }
     std::this_thread::sleep_for(absl::ToChronoMilliseconds(backoff));
     backoff = std::min(backoff * 2, absl::Milliseconds(200));
@@ -104,22 +211,44 @@ absl::StatusOr<std::string> ResolveShard(const LoadedCluster& cluster,
 
 absl::Status ValidateHostPort(const std::string& address,
                               const std::string& field, bool allow_port_zero) {
+  const std::string shown = absl::StrCat("\"", absl::CHexEscape(address), "\"");
+  auto bad = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ": ", shown, " ", why));
+  };
   size_t colon = address.rfind(':');
   if (address.empty() || colon == std::string::npos || colon == 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        field, ": \"", address, "\" is not host:port"));
+    return bad("is not host:port");
   }
-  std::string host = address.substr(0, colon);
-  if (host.front() == '[' && host.back() != ']') {
-    return absl::InvalidArgumentError(
-        absl::StrCat(field, ": \"", address, "\" has an unclosed [IPv6]"));
+  const std::string host = address.substr(0, colon);
+  if (host.front() == '[' || host.back() == ']') {
+    if (host.size() < 2 || host.front() != '[' || host.back() != ']') {
+      return bad("has an unclosed [IPv6]");
+    }
+    in6_addr v6;
+    if (inet_pton(AF_INET6, host.substr(1, host.size() - 2).c_str(), &v6) !=
+        1) {
+      return bad("has an invalid IPv6 address");
+    }
+  } else if (host.find(':') != std::string::npos) {
+    return bad("has an IPv6 address without brackets (write [addr]:port)");
+  } else if (host.find_first_not_of("0123456789.") == std::string::npos) {
+    in_addr v4;
+    if (inet_pton(AF_INET, host.c_str(), &v4) != 1) {
+      return bad("has an invalid IPv4 address");
+    }
+  } else if (!ValidHostName(host)) {
+    return bad("has an invalid host name (letters, digits, '-', '_' and '.')");
   }
   uint32_t port = 0;
-  if (!absl::SimpleAtoi(address.substr(colon + 1), &port) || port > 65535 ||
+  const std::string port_text = address.substr(colon + 1);
+  if (port_text.empty() ||
+      port_text.find_first_not_of("0123456789") != std::string::npos ||
+      !absl::SimpleAtoi(port_text, &port) || port > 65535 ||
       (port == 0 && !allow_port_zero)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        field, ": \"", address, "\" has no valid port (1-65535",
-        allow_port_zero ? ", or 0 for any free port" : "", ")"));
+    return bad(absl::StrCat("has no valid port (1-65535",
+                            allow_port_zero ? ", or 0 for any free port" : "",
+                            ")"));
   }
   return absl::OkStatus();
 }
@@ -128,59 +257,95 @@ absl::Status ValidateClusterConfig(const ClusterConfig& config,
                                    const std::string& name) {
   Problems p(name);
   if (config.shards_size() == 0) p.Add("shards", "at least one shard required");
+  absl::flat_hash_map<std::string, int> seen;
   for (int i = 0; i < config.shards_size(); ++i) {
     const ShardAddress& s = config.shards(i);
     std::string field = absl::StrCat("shards[", i, "]");
     if (s.address().empty() == s.address_file().empty()) {
       p.Add(field, "set exactly one of address and address_file");
-    } else if (!s.address().empty()) {
+      continue;
+    }
+    std::string where =
+        s.address().empty()
+            ? absl::StrCat("file:", ResolvePath(s.address_file(), name))
+            : s.address();
+    if (!s.address().empty()) {
       p.Add(ValidateHostPort(s.address(), field + ".address", false));
+    }
+    if (auto [it, inserted] = seen.emplace(where, i); !inserted) {
+      p.Add(field,
+            absl::StrCat("same ",
+                         s.address().empty() ? "address_file" : "address",
+                         " as shards[", it->second, "]"));
     }
   }
   if (config.shards_size() > 0 &&
-      config.coordinator_shard() >= static_cast<uint32_t>(config.shards_size())) {
+      config.coordinator_shard() >=
+          static_cast<uint32_t>(config.shards_size())) {
     p.Add("coordinator_shard",
           absl::StrCat(config.coordinator_shard(), " is not a shard index (",
                        config.shards_size(), " shards)"));
   }
   ValidateTls(config.tls(), name, &p);
-  if (!config.auth_token_file().empty() &&
-      !std::filesystem::exists(ResolvePath(config.auth_token_file(), name))) {
-    p.Add("auth_token_file", absl::StrCat("no such file: ", ResolvePath(config.auth_token_file(), name)));
+  if (!config.auth_token_file().empty()) {
+    ValidateTokenFile(ResolvePath(config.auth_token_file(), name), &p);
   }
   return p.ToStatus();
 }
 
-absl::StatusOr<LoadedCluster> LoadClusterConfig(const std::string& path) {
+absl::StatusOr<LoadedCluster> ParseClusterConfig(const std::string& text,
+                                                 const std::string& path) {
   LoadedCluster out;
   out.path = path;
-  absl::Status s = ParseTextProtoFile(path, &out.config);
+  absl::Status s = ParseTextProto(text, path, &out.config);
   if (!s.ok()) return s;
   s = ValidateClusterConfig(out.config, path);
   if (!s.ok()) return s;
   ResolveTlsPaths(out.config.mutable_tls(), path);
-  out.config.set_auth_token_file(ResolvePath(out.config.auth_token_file(), path));
+  out.config.set_auth_token_file(
+      ResolvePath(out.config.auth_token_file(), path));
   return out;
 }
 
-absl::StatusOr<LoadedPsdConfig> LoadPsdConfig(const std::string& path) {
+absl::StatusOr<LoadedCluster> LoadClusterConfig(const std::string& path) {
+  std::string text;
+  absl::Status s = ReadFile(path, &text);
+  if (!s.ok()) return s;
+  return ParseClusterConfig(text, path);
+}
+
+absl::StatusOr<LoadedPsdConfig> ParsePsdConfig(const std::string& text,
+                                               const std::string& path) {
   LoadedPsdConfig out;
   out.path = path;
   PsdConfig& c = out.psd;
-  absl::Status s = ParseTextProtoFile(path, &c);
+  absl::Status s = ParseTextProto(text, path, &c);
   if (!s.ok()) return s;
   Problems p(path);
   if (c.listen_address().empty()) c.set_listen_address(kDefaultListenAddress);
   p.Add(ValidateHostPort(c.listen_address(), "listen_address", true));
-  if (c.max_message_bytes() == 0) c.set_max_message_bytes(kDefaultMaxMessageBytes);
-  if (c.max_message_bytes() < (64u << 10)) {
-    p.Add("max_message_bytes", "must be at least 65536");
+  if (c.max_message_bytes() == 0)
+    c.set_max_message_bytes(kDefaultMaxMessageBytes);
+  if (c.max_message_bytes() < kMinMaxMessageBytes ||
+      c.max_message_bytes() > kMaxMaxMessageBytes) {
+    p.Add("max_message_bytes",
+          absl::StrCat("must be in [", kMinMaxMessageBytes, ", ",
+                       kMaxMaxMessageBytes, "], got ", c.max_message_bytes()));
   }
-  if (c.memory_budget_bytes() == 0) c.set_memory_budget_bytes(kDefaultMemoryBudgetBytes);
-  if (c.worker_timeout_ms() == 0) c.set_worker_timeout_ms(kDefaultWorkerTimeoutMs);
+  if (c.memory_budget_bytes() == 0)
+    c.set_memory_budget_bytes(kDefaultMemoryBudgetBytes);
+  if (c.worker_timeout_ms() == 0)
+    c.set_worker_timeout_ms(kDefaultWorkerTimeoutMs);
+  if (c.worker_timeout_ms() < kMinWorkerTimeoutMs) {
+    p.Add("worker_timeout_ms",
+          absl::StrCat("must be at least ", kMinWorkerTimeoutMs,
+                       " (heartbeats come every 100 ms or more), got ",
+                       c.worker_timeout_ms()));
+  }
   if (!ValidLogLevel(c.log_level())) {
-    p.Add("log_level", absl::StrCat("unknown level \"", c.log_level(),
-                                    "\" (trace, debug, info, warn, error, off)"));
+    p.Add("log_level",
+          absl::StrCat("unknown level \"", absl::CHexEscape(c.log_level()),
+                       "\" (trace, debug, info, warn, error, off)"));
   }
   if (c.cluster_file().empty()) {
     p.Add("cluster_file", "required");
@@ -189,51 +354,80 @@ absl::StatusOr<LoadedPsdConfig> LoadPsdConfig(const std::string& path) {
   c.set_cluster_file(ResolvePath(c.cluster_file(), path));
   c.set_address_file(ResolvePath(c.address_file(), path));
   c.set_checkpoint_dir(ResolvePath(c.checkpoint_dir(), path));
+  if (!c.address_file().empty())
+    ValidateOutputFile("address_file", c.address_file(), &p);
   if (absl::Status ps = p.ToStatus(); !ps.ok()) return ps;
-  absl::StatusOr<LoadedCluster> cluster = LoadClusterConfig(c.cluster_file());
+  absl::StatusOr<LoadedCluster> cluster =
+      LoadNamedCluster(c.cluster_file(), &p);
   if (!cluster.ok()) return cluster.status();
   out.cluster = *std::move(cluster);
   if (c.shard_id() >= static_cast<uint32_t>(out.cluster.config.shards_size())) {
-    p.Add("shard_id", absl::StrCat(c.shard_id(), " is not in the cluster file (",
-                                   out.cluster.config.shards_size(), " shards)"));
+    p.Add("shard_id",
+          absl::StrCat(c.shard_id(), " is not in the cluster file (",
+                       out.cluster.config.shards_size(), " shards)"));
   }
   if (absl::Status ps = p.ToStatus(); !ps.ok()) return ps;
   return out;
 }
 
-absl::StatusOr<LoadedWorkerdConfig> LoadWorkerdConfig(const std::string& path) {
+absl::StatusOr<LoadedPsdConfig> LoadPsdConfig(const std::string& path) {
+  std::string text;
+  absl::Status s = ReadFile(path, &text);
+  if (!s.ok()) return s;
+  return ParsePsdConfig(text, path);
+}
+
+absl::StatusOr<LoadedWorkerdConfig> ParseWorkerdConfig(
+    const std::string& text, const std::string& path) {
   LoadedWorkerdConfig out;
   out.path = path;
   WorkerdConfig& c = out.workerd;
-  absl::Status s = ParseTextProtoFile(path, &c);
+  absl::Status s = ParseTextProto(text, path, &c);
   if (!s.ok()) return s;
   Problems p(path);
   if (c.cluster_file().empty()) p.Add("cluster_file", "required");
+  for (size_t i = 0; i < c.name().size(); ++i) {
+    const unsigned char ch = static_cast<unsigned char>(c.name()[i]);
+    if (ch < 0x20 || ch == 0x7f) {
+      p.Add("name", absl::StrCat("\"", absl::CHexEscape(c.name()),
+                                 "\" has a control character"));
+      break;
+    }
+  }
   if (c.devices_size() == 0) c.add_devices("cpu:0");
   for (int i = 0; i < c.devices_size(); ++i) {
     const std::string& d = c.devices(i);
     size_t colon = d.find(':');
     uint32_t index = 0;
     std::string kind = d.substr(0, colon);
+    std::string number = colon == std::string::npos ? "" : d.substr(colon + 1);
     if (colon == std::string::npos || (kind != "cpu" && kind != "gpu") ||
-        !absl::SimpleAtoi(d.substr(colon + 1), &index)) {
-      p.Add(absl::StrCat("devices[", i, "]"),
-            absl::StrCat("\"", d, "\" is not cpu:N or gpu:N"));
+        number.empty() ||
+        number.find_first_not_of("0123456789") != std::string::npos ||
+        !absl::SimpleAtoi(number, &index)) {
+      p.Add(
+          absl::StrCat("devices[", i, "]"),
+          absl::StrCat("\"", absl::CHexEscape(d), "\" is not cpu:N or gpu:N"));
     }
     for (int j = 0; j < i; ++j) {
       if (c.devices(j) == d) {
-        p.Add(absl::StrCat("devices[", i, "]"), absl::StrCat("\"", d, "\" listed twice"));
+        p.Add(absl::StrCat("devices[", i, "]"),
+              absl::StrCat("\"", absl::CHexEscape(d), "\" listed twice"));
+        break;
       }
     }
   }
-  if (c.device_weights_size() != 0 && c.device_weights_size() != c.devices_size()) {
-    p.Add("device_weights", absl::StrCat(c.device_weights_size(), " weights for ",
-                                         c.devices_size(), " devices"));
+  if (c.device_weights_size() != 0 &&
+      c.device_weights_size() != c.devices_size()) {
+    p.Add("device_weights",
+          absl::StrCat(c.device_weights_size(), " weights for ",
+                       c.devices_size(), " devices"));
   }
   for (int i = 0; i < c.device_weights_size(); ++i) {
     float w = c.device_weights(i);
     if (!(w > 0) || !std::isfinite(w)) {
-      p.Add(absl::StrCat("device_weights[", i, "]"), "must be a positive number");
+      p.Add(absl::StrCat("device_weights[", i, "]"),
+            "must be a positive number");
     }
   }
   if (c.device_weights_size() == 0) {
@@ -248,15 +442,25 @@ absl::StatusOr<LoadedWorkerdConfig> LoadWorkerdConfig(const std::string& path) {
   if (c.max_inflight_per_shard() == 0) c.set_max_inflight_per_shard(4);
   if (c.data_dir().empty()) c.set_data_dir("/usr/share/datasets/fashion-mnist");
   if (!ValidLogLevel(c.log_level())) {
-    p.Add("log_level", absl::StrCat("unknown level \"", c.log_level(), "\""));
+    p.Add("log_level",
+          absl::StrCat("unknown level \"", absl::CHexEscape(c.log_level()),
+                       "\" (trace, debug, info, warn, error, off)"));
   }
   if (absl::Status ps = p.ToStatus(); !ps.ok()) return ps;
   c.set_cluster_file(ResolvePath(c.cluster_file(), path));
   c.set_data_dir(ResolvePath(c.data_dir(), path));
-  absl::StatusOr<LoadedCluster> cluster = LoadClusterConfig(c.cluster_file());
+  absl::StatusOr<LoadedCluster> cluster =
+      LoadNamedCluster(c.cluster_file(), &p);
   if (!cluster.ok()) return cluster.status();
   out.cluster = *std::move(cluster);
   return out;
+}
+
+absl::StatusOr<LoadedWorkerdConfig> LoadWorkerdConfig(const std::string& path) {
+  std::string text;
+  absl::Status s = ReadFile(path, &text);
+  if (!s.ok()) return s;
+  return ParseWorkerdConfig(text, path);
 }
 
 absl::StatusOr<std::vector<std::string>> ResolveShardAddresses(

@@ -1,14 +1,23 @@
 // Loading and validating the daemons' configuration files.
 //
-//   absl::StatusOr<ps::LoadedPsdConfig> c = ps::LoadPsdConfig("configs/local/psd0.pbtxt");
-//   if (!c.ok()) { std::cerr << c.status().message(); return 2; }
+//   absl::StatusOr<ps::LoadedPsdConfig> c =
+//   ps::LoadPsdConfig("configs/local/psd0.pbtxt"); if (!c.ok()) { std::cerr <<
+//   c.status().message(); return 2; }
 //   // c->psd has defaults filled in; c->cluster is the cluster file it names.
 //
 // Every problem is reported as "<file>: <field>: <reason>" (or, for syntax,
-// "<file>:<line>:<col>: <reason>"), so the user knows what to fix.
+// "<file>:<line>:<col>: <reason>"), so the user knows what to fix. Loading
+// checks everything a daemon would otherwise trip over later (an unreadable
+// TLS file, an empty token, an address_file in a missing folder), so a bad
+// configuration stops every daemon and psctl at start, with exit code 2.
+//
+// Thread safety: every function is thread-safe (they share no state).
+// Blocking: the Load* and Parse* functions read files; ResolveShardAddresses
+// waits for address files up to its deadline.
 #ifndef COMMON_CONFIG_H_
 #define COMMON_CONFIG_H_
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -24,6 +33,16 @@ inline constexpr char kDefaultListenAddress[] = "127.0.0.1:0";
 inline constexpr uint32_t kDefaultMaxMessageBytes = 4u << 20;
 inline constexpr uint64_t kDefaultMemoryBudgetBytes = 8ull << 30;
 inline constexpr uint32_t kDefaultWorkerTimeoutMs = 10000;
+
+// Limits on values that would otherwise break a daemon at run time.
+// gRPC takes message sizes as int: larger values would wrap to "unlimited".
+inline constexpr uint32_t kMinMaxMessageBytes = 64u << 10;
+inline constexpr uint32_t kMaxMaxMessageBytes = 1u << 30;
+// The coordinator expects heartbeats every max(100 ms, timeout / 10): a
+// shorter timeout would declare every worker lost between two heartbeats.
+inline constexpr uint32_t kMinWorkerTimeoutMs = 200;
+// A bearer token travels as an HTTP/2 header value.
+inline constexpr size_t kMaxTokenBytes = 4096;
 
 struct LoadedCluster {
   std::string path;  // the cluster file
@@ -42,17 +61,31 @@ struct LoadedWorkerdConfig {
   LoadedCluster cluster;
 };
 
-// Checks "host:port" (host may be a name, IPv4 or [IPv6]); port in
-// [0, 65535], and > 0 unless allow_port_zero. `field` names it in errors.
+// Checks "host:port": host is a name (letters, digits, '-', '.'), a dotted
+// IPv4 address or a bracketed IPv6 address; port in [0, 65535], and > 0
+// unless allow_port_zero. `field` names it in errors.
 absl::Status ValidateHostPort(const std::string& address,
                               const std::string& field, bool allow_port_zero);
 
+// Read the file at `path`, then as the Parse* functions below.
 absl::StatusOr<LoadedCluster> LoadClusterConfig(const std::string& path);
 absl::StatusOr<LoadedPsdConfig> LoadPsdConfig(const std::string& path);
 absl::StatusOr<LoadedWorkerdConfig> LoadWorkerdConfig(const std::string& path);
 
+// Parse `text` as the file `path` (named in every message; relative paths
+// inside resolve against its folder), validate, fill defaults and resolve
+// paths. The psd and workerd variants then load the cluster file they name
+// from disk; a failure there names both files' fields.
+absl::StatusOr<LoadedCluster> ParseClusterConfig(const std::string& text,
+                                                 const std::string& path);
+absl::StatusOr<LoadedPsdConfig> ParsePsdConfig(const std::string& text,
+                                               const std::string& path);
+absl::StatusOr<LoadedWorkerdConfig> ParseWorkerdConfig(const std::string& text,
+                                                       const std::string& path);
+
 // Validation alone (also used on configs built in code). `name` prefixes
-// every problem; all problems are returned, one per line.
+// every problem and anchors relative paths; all problems are returned, one
+// per line. Reads the TLS files and the token file to check them.
 absl::Status ValidateClusterConfig(const ClusterConfig& config,
                                    const std::string& name);
 

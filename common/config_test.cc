@@ -103,6 +103,7 @@ TEST_F(ConfigTest, PsdDefaultsAndRelativePaths) {
                            "cluster_file: \"cluster.pbtxt\"\n"
                            "shard_id: 1\n"
                            "address_file: \"run/shard1.addr\"\n");
+  std::filesystem::create_directories(dir_ / "run");
   absl::StatusOr<LoadedPsdConfig> c = LoadPsdConfig(path);
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->psd.listen_address(), "127.0.0.1:0");

@@ -41,6 +41,15 @@ absl::StatusOr<Security> Security::FromCluster(const ClusterConfig& cluster) {
       return absl::InvalidArgumentError(absl::StrCat(
           "auth_token_file: ", cluster.auth_token_file(), " is empty"));
     }
+    // It travels as an HTTP/2 header value: visible ASCII only, or every
+    // call would fail inside gRPC with a confusing error.
+    for (char c : token) {
+      if (c < 0x21 || c > 0x7e) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("auth_token_file: ", cluster.auth_token_file(),
+                         " holds a character that is not visible ASCII"));
+      }
+    }
   }
   return FromParts(cluster.tls(), token);
 }

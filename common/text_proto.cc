@@ -1,21 +1,20 @@
 #include "common/text_proto.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
 
@@ -56,8 +55,8 @@ class Collector : public google::protobuf::io::ErrorCollector {
     size_t stop = colon;
     while (stop > 0 && text[stop - 1] == ' ') --stop;
     size_t start = stop;
-    while (start > 0 && (absl::ascii_isalnum(text[start - 1]) ||
-                         text[start - 1] == '_')) {
+    while (start > 0 &&
+           (absl::ascii_isalnum(text[start - 1]) || text[start - 1] == '_')) {
       --start;
     }
     return text.substr(start, stop - start);
@@ -96,13 +95,52 @@ absl::Status ParseTextProto(const std::string& text, const std::string& name,
   return absl::OkStatus();
 }
 
-absl::Status ReadFile(const std::string& path, std::string* contents) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return ErrnoStatus("cannot open", path);
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  if (in.bad()) return ErrnoStatus("cannot read", path);
-  *contents = buffer.str();
+absl::Status ReadFile(const std::string& path, std::string* contents,
+                      size_t max_bytes) {
+  if (path.empty()) return absl::InvalidArgumentError("empty file name");
+  // O_NONBLOCK: opening a FIFO must not wait for a writer; the fstat below
+  // then refuses it.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return ErrnoStatus("cannot open", path);
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    absl::Status s = ErrnoStatus("cannot stat", path);
+    ::close(fd);
+    return s;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": ",
+        S_ISDIR(st.st_mode) ? "is a directory" : "is not a regular file"));
+  }
+  if (static_cast<uint64_t>(st.st_size) > max_bytes) {
+    ::close(fd);
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", st.st_size,
+                                                   " bytes, more than the ",
+                                                   max_bytes, " allowed"));
+  }
+  std::string out;
+  char buffer[64 << 10];
+  while (true) {
+    ssize_t n = ::read(fd, buffer, sizeof(buffer));
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    if (n < 0) {
+      absl::Status s = ErrnoStatus("cannot read", path);
+      ::close(fd);
+      return s;
+    }
+    if (n == 0) break;
+    // The size can change under us (a file still being written, /proc).
+    if (out.size() + static_cast<size_t>(n) > max_bytes) {
+      ::close(fd);
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": more than the ", max_bytes, " bytes allowed"));
+    }
+    out.append(buffer, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  *contents = std::move(out);
   return absl::OkStatus();
 }
 
@@ -121,7 +159,8 @@ absl::Status WriteFileAtomically(const std::string& path,
   if (fd < 0) return ErrnoStatus("cannot create", tmp);
   size_t written = 0;
   while (written < contents.size()) {
-    ssize_t n = ::write(fd, contents.data() + written, contents.size() - written);
+    ssize_t n =
+        ::write(fd, contents.data() + written, contents.size() - written);
     if (n < 0) {
       if (errno == EINTR) continue;
       absl::Status s = ErrnoStatus("cannot write", tmp);

@@ -10,12 +10,14 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "google/protobuf/util/message_differencer.h"
+#include "server/checkpoint.h"
 #include "server/chunk_state.h"
 #include "server/chunking.h"
 #include "server/float_bytes.h"
 #include "server/init.h"
 #include "server/optimizer.h"
 #include "server/stats.h"
+#include "spdlog/spdlog.h"
 
 namespace ps {
 namespace {
@@ -36,6 +38,9 @@ constexpr char kBadSpec[] = "bad_spec";
 constexpr char kSpecMismatch[] = "spec_mismatch";
 constexpr char kOverBudget[] = "over_budget";
 constexpr char kShutdown[] = "shutdown";
+constexpr char kAheadOfRestore[] = "ahead_of_restore";
+constexpr char kNoCheckpointDir[] = "no_checkpoint_dir";
+constexpr char kCheckpointFailed[] = "checkpoint_failed";
 
 // A worker's counters, for stats only: lock-free so pushes to different
 // chunks share no lock.
@@ -115,6 +120,9 @@ struct Shard::Chunk {
   std::vector<WaiterPtr> waiters ABSL_GUARDED_BY(mu);
   // == state.version, readable without the lock (it only grows).
   std::atomic<uint64_t> version{0};
+  // Guarded by the job's due_mu: the checkpoint step this chunk was last
+  // counted as having reached (see Job::NoteVersion).
+  uint64_t counted_for = UINT64_MAX;
 };
 
 class Shard::Job {
@@ -132,6 +140,20 @@ class Shard::Job {
   std::vector<std::unique_ptr<Chunk>> chunks;  // this shard's chunks
   std::vector<int32_t> local;  // chunk_id -> index in `chunks`, -1 = elsewhere
   uint64_t bytes = 0;          // accounted against the memory budget
+  // What a checkpoint stores to re-create the job (num_workers resolved).
+  RegisterJobRequest registration;
+
+  // Checkpoints; immutable after registration. `checkpointing`: the spec
+  // asks for them and the shard has a store. `gate_replies`: BSP with
+  // every_steps 1, where answers wait until their version is durable.
+  bool checkpointing = false;
+  bool gate_replies = false;
+  uint32_t every_steps = 0;
+  uint32_t every_seconds = 0;
+  // Re-created from a checkpoint by this process, and the step it held.
+  bool restored = false;
+  uint64_t restored_from_step = 0;
+  std::atomic<uint64_t> checkpoints{0};  // written by this process
 
   // Statistics, lock-free.
   std::atomic<uint64_t> pushes{0};
@@ -147,6 +169,26 @@ class Shard::Job {
   // Lock-free mirror of `active` for request validation, so pushes need no
   // job-wide lock to check their sender.
   std::unique_ptr<std::atomic<bool>[]> is_active;
+
+  // Serializes this job's checkpoint snapshots, writes and the removal of
+  // its files. Acquired before membership_update_mu.
+  absl::Mutex write_mu;
+  uint64_t sequence ABSL_GUARDED_BY(write_mu) = 0;  // of the last file
+  bool removed ABSL_GUARDED_BY(write_mu) = false;   // dropped: write no more
+
+  // When the next checkpoint is due. Taken alone (a leaf), after a chunk's
+  // new version was stored, so that of two concurrent appliers the later
+  // one sees both versions.
+  absl::Mutex due_mu;
+  bool queued ABSL_GUARDED_BY(due_mu) = false;  // waiting for the writer
+  uint64_t next_due_step ABSL_GUARDED_BY(due_mu) = 0;
+  absl::Time next_due_time ABSL_GUARDED_BY(due_mu) = absl::InfiniteFuture();
+  uint64_t pushes_at_snapshot ABSL_GUARDED_BY(due_mu) = 0;
+  // BSP: chunks known to be at version >= next_due_step.
+  size_t reached ABSL_GUARDED_BY(due_mu) = 0;
+  // Lock-free mirrors for the ASP/SSP pre-check on every push.
+  std::atomic<uint64_t> next_due_step_hint{0};
+  std::atomic<int64_t> next_due_time_ns{INT64_MAX};
 
   // Serializes SetMembership calls; held while it updates every chunk.
   // Acquired before `mu` and before any chunk's mutex.
@@ -164,6 +206,79 @@ class Shard::Job {
   absl::Status closed ABSL_GUARDED_BY(mu);
   // Set with `closed`, readable without the lock.
   std::atomic<bool> is_closed{false};
+  // gate_replies: the lowest chunk version of the newest durable checkpoint,
+  // and the waits held back until it reaches their need_version.
+  uint64_t durable_version ABSL_GUARDED_BY(mu) = 0;
+  std::vector<WaiterPtr> durable_waiters ABSL_GUARDED_BY(mu);
+
+  // ASP/SSP: the slowest active worker's pushed steps (JobStats.step).
+  uint64_t SlowestWorkerSteps() const {
+    uint64_t slowest = UINT64_MAX;
+    for (uint32_t r = 0; r < num_workers; ++r) {
+      if (!is_active[r].load(std::memory_order_relaxed)) continue;
+      const WorkerCounters& wc = workers[r];
+      const uint64_t steps = wc.pushed_any.load(std::memory_order_relaxed)
+                                 ? wc.last_step.load(std::memory_order_relaxed) + 1
+                                 : 0;
+      slowest = std::min(slowest, steps);
+    }
+    return slowest == UINT64_MAX ? 0 : slowest;
+  }
+
+  // BSP: counts `c` toward `reached` once it is at next_due_step.
+  void NoteVersion(Chunk& c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(due_mu) {
+    if (c.version.load(std::memory_order_acquire) >= next_due_step &&
+        c.counted_for != next_due_step) {
+      c.counted_for = next_due_step;
+      ++reached;
+    }
+  }
+
+  // Sets when the next checkpoint is due after one of step `step`, taken
+  // when pushes counted `pushes`.
+  void ScheduleNext(uint64_t step, uint64_t pushes_then, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(due_mu) {
+    pushes_at_snapshot = pushes_then;
+    next_due_step = every_steps > 0 ? step + every_steps : UINT64_MAX;
+    next_due_step_hint.store(next_due_step, std::memory_order_relaxed);
+    next_due_time = every_seconds > 0 ? now + absl::Seconds(every_seconds)
+                                      : absl::InfiniteFuture();
+    next_due_time_ns.store(every_seconds > 0 ? absl::ToUnixNanos(next_due_time)
+                                             : INT64_MAX,
+                           std::memory_order_relaxed);
+    reached = 0;
+    if (mode == BSP) {
+      for (const std::unique_ptr<Chunk>& c : chunks) NoteVersion(*c);
+    }
+  }
+
+  // Whether a checkpoint is due (not counting `queued`).
+  bool Due(absl::Time now) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(due_mu) {
+    if (chunks.empty()) return false;  // nothing here ever changes
+    if (every_steps > 0) {
+      if (mode == BSP ? reached == chunks.size()
+                      : SlowestWorkerSteps() >= next_due_step) {
+        return true;
+      }
+    }
+    return every_seconds > 0 && now >= next_due_time &&
+           pushes.load(std::memory_order_relaxed) != pushes_at_snapshot;
+  }
+
+  // Moves the waits that `durable_version` now covers to `ready`.
+  void ReleaseDurableWaiters(std::vector<WaiterPtr>* ready)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    auto keep = durable_waiters.begin();
+    for (WaiterPtr& w : durable_waiters) {
+      if (w->claimed.load(std::memory_order_acquire)) continue;
+      if (w->need_version <= durable_version) {
+        if (w->pending.fetch_sub(1) == 1) ready->push_back(std::move(w));
+        continue;
+      }
+      *keep++ = std::move(w);
+    }
+    durable_waiters.erase(keep, durable_waiters.end());
+  }
 
   void CountRejected(const std::string& reason) ABSL_LOCKS_EXCLUDED(mu) {
     absl::MutexLock l(&mu);
@@ -213,7 +328,8 @@ class Shard::Job {
   }
 
   // BSP: applies the step being aggregated on `c` once the quorum arrived.
-  void ApplyStepIfReady(Chunk& c, std::vector<WaiterPtr>* ready)
+  // True when it did.
+  bool ApplyStepIfReady(Chunk& c, std::vector<WaiterPtr>* ready)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu) {
     ChunkState& s = c.state;
     uint32_t members = 0, arrived = 0;
@@ -224,7 +340,7 @@ class Shard::Job {
     }
     const uint32_t quorum =
         members > backup_workers ? members - backup_workers : 1;
-    if (arrived == 0 || arrived < quorum) return;
+    if (arrived == 0 || arrived < quorum) return false;
     const uint64_t t0 = NowNanos();
     // Rank order, into the lowest rank's buffer: the same bits whatever the
     // order the pushes came in.
@@ -243,6 +359,7 @@ class Shard::Job {
     apply_ns.Record(NowNanos() - t0);
     applies.fetch_add(1, std::memory_order_relaxed);
     AdvanceVersion(c, ready);
+    return true;
   }
 
   Chunk* LocalChunk(uint32_t chunk_id) const {
@@ -282,8 +399,8 @@ absl::StatusOr<std::shared_ptr<Shard::Job>> Shard::FindJob(
 // ---------------------------------------------------------------------------
 // Registration.
 
-absl::Status Shard::RegisterJob(const RegisterJobRequest& req,
-                                RegisterJobResponse* resp) {
+absl::StatusOr<std::shared_ptr<Shard::Job>> Shard::NewJob(
+    const RegisterJobRequest& req, int* local_count) const {
   auto bad = [&](absl::Status st) {
     CountRejected(kBadSpec);
     return st;
@@ -309,6 +426,8 @@ absl::Status Shard::RegisterJob(const RegisterJobRequest& req,
   job->spec = spec;
   job->placement = req.placement();
   job->num_workers = num_workers;
+  job->registration = req;
+  job->registration.set_num_workers(num_workers);
 
   absl::StatusOr<std::unique_ptr<Optimizer>> opt =
       Optimizer::Create(spec.optimizer());
@@ -356,7 +475,7 @@ absl::Status Shard::RegisterJob(const RegisterJobRequest& req,
                      " chunks, but the spec's tensors cut into ", want.size()));
   }
   uint64_t bytes = 0;
-  int local_count = 0;
+  *local_count = 0;
   for (int i = 0; i < placement.chunks_size(); ++i) {
     const ChunkPlacement& c = placement.chunks(i);
     const ChunkPlacement& w = want[i];
@@ -377,7 +496,7 @@ absl::Status Shard::RegisterJob(const RegisterJobRequest& req,
           absl::StrCat(c.shard(), " >= num_shards ", placement.num_shards()));
     }
     if (c.shard() != options_.shard_id) continue;
-    ++local_count;
+    ++*local_count;
     bytes += c.length() * sizeof(float) +
              job->optimizer->StateBytes(c.length()) + sizeof(Chunk);
     // BSP keeps one gradient per worker until the quorum arrives.
@@ -385,48 +504,80 @@ absl::Status Shard::RegisterJob(const RegisterJobRequest& req,
   }
   job->bytes = bytes;
 
-  // An existing job: the same registration is OK, another is refused.
-  auto same_as = [&](const Job& other) -> absl::Status {
-    std::string diff;
-    bool same;
-    {
-      google::protobuf::util::MessageDifferencer d;
-      d.ReportDifferencesToString(&diff);
-      same = d.Compare(other.spec, spec);
-      if (!same) diff = "spec: " + diff;
-    }
-    if (same) {
-      google::protobuf::util::MessageDifferencer d;
-      d.ReportDifferencesToString(&diff);
-      same = d.Compare(other.placement, req.placement());
-      if (!same) diff = "placement: " + diff;
-    }
-    if (same && other.num_workers != num_workers) {
-      same = false;
-      diff =
-          absl::StrCat("num_workers: ", other.num_workers, " -> ", num_workers);
-    }
-    if (same) {
-      resp->set_chunks_held(other.chunks.size());
-      resp->set_bytes_held(other.bytes);
-      return absl::OkStatus();
-    }
-    CountRejected(kSpecMismatch);
-    std::string first = diff.substr(0, diff.find('\n'));
-    return absl::FailedPreconditionError(absl::StrCat(
-        "job \"", req.job_id(), "\" is already registered on shard ",
-        options_.shard_id, " with another spec (", first, ")"));
-  };
-  auto over_budget = [&](uint64_t free) {
-    CountRejected(kOverBudget);
-    return absl::ResourceExhaustedError(
-        absl::StrCat("job \"", req.job_id(), "\" needs ", bytes,
-                     " bytes on shard ", options_.shard_id, " (", local_count,
-                     " chunks: parameters, optimizer state",
-                     job->mode == BSP ? ", one gradient per worker" : "",
-                     ") but only ", free, " of the ",
-                     options_.memory_budget_bytes, "-byte budget are free"));
-  };
+  const CheckpointSpec& ck = spec.checkpoint();
+  job->every_steps = ck.every_steps();
+  job->every_seconds = ck.every_seconds();
+  job->checkpointing =
+      store_ != nullptr && (ck.every_steps() > 0 || ck.every_seconds() > 0);
+  job->gate_replies =
+      job->checkpointing && job->mode == BSP && ck.every_steps() == 1;
+  return job;
+}
+
+void Shard::InitJobState(Job& job, const std::vector<uint8_t>& active) {
+  job.workers = std::make_unique<WorkerCounters[]>(job.num_workers);
+  job.is_active = std::make_unique<std::atomic<bool>[]>(job.num_workers);
+  for (uint32_t r = 0; r < job.num_workers; ++r) {
+    job.is_active[r].store(active[r] != 0);
+  }
+  absl::MutexLock l(&job.mu);
+  job.active = active;
+  job.clock.assign(job.num_workers, 0);
+}
+
+absl::Status Shard::SameRegistration(const Job& existing, const Job& job,
+                                     RegisterJobResponse* resp) const {
+  std::string diff;
+  bool same;
+  {
+    google::protobuf::util::MessageDifferencer d;
+    d.ReportDifferencesToString(&diff);
+    same = d.Compare(existing.spec, job.spec);
+    if (!same) diff = "spec: " + diff;
+  }
+  if (same) {
+    google::protobuf::util::MessageDifferencer d;
+    d.ReportDifferencesToString(&diff);
+    same = d.Compare(existing.placement, job.placement);
+    if (!same) diff = "placement: " + diff;
+  }
+  if (same && existing.num_workers != job.num_workers) {
+    same = false;
+    diff = absl::StrCat("num_workers: ", existing.num_workers, " -> ",
+                        job.num_workers);
+  }
+  if (same) {
+    resp->set_chunks_held(existing.chunks.size());
+    resp->set_bytes_held(existing.bytes);
+    return absl::OkStatus();
+  }
+  CountRejected(kSpecMismatch);
+  std::string first = diff.substr(0, diff.find('\n'));
+  return absl::FailedPreconditionError(absl::StrCat(
+      "job \"", job.id, "\" is already registered on shard ", options_.shard_id,
+      " with another spec (", first, ")"));
+}
+
+absl::Status Shard::OverBudget(const Job& job, int local_count) const {
+  const uint64_t free =
+      options_.memory_budget_bytes - bytes_held_ - bytes_reserved_;
+  CountRejected(kOverBudget);
+  return absl::ResourceExhaustedError(
+      absl::StrCat("job \"", job.id, "\" needs ", job.bytes, " bytes on shard ",
+                   options_.shard_id, " (", local_count,
+                   " chunks: parameters, optimizer state",
+                   job.mode == BSP ? ", one gradient per worker" : "",
+                   ") but only ", free, " of the ",
+                   options_.memory_budget_bytes, "-byte budget are free"));
+}
+
+absl::Status Shard::RegisterJob(const RegisterJobRequest& req,
+                                RegisterJobResponse* resp) {
+  int local_count = 0;
+  absl::StatusOr<std::shared_ptr<Job>> built = NewJob(req, &local_count);
+  if (!built.ok()) return built.status();
+  std::shared_ptr<Job> job = *std::move(built);
+  const uint64_t bytes = job->bytes;
   {
     absl::MutexLock l(&mu_);
     if (shutdown_) {
@@ -435,59 +586,354 @@ absl::Status Shard::RegisterJob(const RegisterJobRequest& req,
           absl::StrCat("shard ", options_.shard_id, " is shutting down"));
     }
     if (auto it = jobs_.find(req.job_id()); it != jobs_.end()) {
-      return same_as(*it->second);
+      return SameRegistration(*it->second, *job, resp);
     }
     if (bytes > options_.memory_budget_bytes - bytes_held_ - bytes_reserved_) {
-      return over_budget(options_.memory_budget_bytes - bytes_held_ -
-                         bytes_reserved_);
+      return OverBudget(*job, local_count);
     }
     bytes_reserved_ += bytes;
   }
 
   // Allocate and initialise without holding the map lock.
+  const JobSpec& spec = req.spec();
+  const Placement& placement = req.placement();
   absl::flat_hash_map<std::string, const TensorSpec*> tensors;
   for (const TensorSpec& t : spec.tensors()) tensors[t.name()] = &t;
-  std::vector<uint8_t> all_active(num_workers, 1);
+  std::vector<uint8_t> all_active(job->num_workers, 1);
   job->local.assign(placement.chunks_size(), -1);
   absl::Status init_status;
   for (const ChunkPlacement& c : placement.chunks()) {
     if (c.shard() != options_.shard_id) continue;
-    ChunkState s = NewChunkState(c, *job->optimizer, num_workers);
+    ChunkState s = NewChunkState(c, *job->optimizer, job->num_workers);
     init_status = InitValues(spec.seed(), *tensors[c.tensor()], c.offset(),
                              absl::MakeSpan(s.values));
     if (!init_status.ok()) break;
     job->local[c.chunk_id()] = static_cast<int32_t>(job->chunks.size());
     job->chunks.push_back(std::make_unique<Chunk>(std::move(s), all_active));
   }
-  job->workers = std::make_unique<WorkerCounters[]>(num_workers);
-  job->is_active = std::make_unique<std::atomic<bool>[]>(num_workers);
-  for (uint32_t r = 0; r < num_workers; ++r) job->is_active[r].store(true);
-  {
+  InitJobState(*job, all_active);
+  const bool asks = spec.checkpoint().every_steps() > 0 ||
+                    spec.checkpoint().every_seconds() > 0;
+  if (asks && !job->checkpointing) {
+    // The job runs without them; the log and the stats say so.
+    spdlog::warn(
+        "job {}: spec.checkpoint asks for checkpoints but shard {} has no "
+        "checkpoint_dir; running without them",
+        job->id, options_.shard_id);
     absl::MutexLock l(&job->mu);
-    job->active = all_active;
-    job->clock.assign(num_workers, 0);
+    job->rejected[kNoCheckpointDir] = 1;
+  }
+  if (job->checkpointing) {
+    absl::MutexLock l(&job->due_mu);
+    job->ScheduleNext(0, 0, absl::Now());
   }
 
-  absl::MutexLock l(&mu_);
-  bytes_reserved_ -= bytes;
-  if (!init_status.ok()) return bad(Prefixed("spec.", init_status));
-  if (shutdown_) {
-    CountRejected(kShutdown);
-    return absl::UnavailableError(
-        absl::StrCat("shard ", options_.shard_id, " is shutting down"));
+  {
+    absl::MutexLock l(&mu_);
+    bytes_reserved_ -= bytes;
+    if (!init_status.ok()) {
+      CountRejected(kBadSpec);
+      return Prefixed("spec.", init_status);
+    }
+    if (shutdown_) {
+      CountRejected(kShutdown);
+      return absl::UnavailableError(
+          absl::StrCat("shard ", options_.shard_id, " is shutting down"));
+    }
+    if (auto it = jobs_.find(req.job_id()); it != jobs_.end()) {
+      // A concurrent registration won.
+      return SameRegistration(*it->second, *job, resp);
+    }
+    if (bytes > options_.memory_budget_bytes - bytes_held_ - bytes_reserved_) {
+      return OverBudget(*job, local_count);
+    }
+    bytes_held_ += bytes;
+    jobs_[req.job_id()] = job;
   }
-  if (auto it = jobs_.find(req.job_id()); it != jobs_.end()) {
-    return same_as(*it->second);  // a concurrent registration won
-  }
-  if (bytes > options_.memory_budget_bytes - bytes_held_ - bytes_reserved_) {
-    return over_budget(options_.memory_budget_bytes - bytes_held_ -
-                       bytes_reserved_);
-  }
-  bytes_held_ += bytes;
-  jobs_[req.job_id()] = job;
+  // Durable before the coordinator hands the job to workers, so a shard
+  // that dies before the first checkpoint still comes back with the job.
+  if (job->checkpointing) (void)WriteCheckpoint(job);
   resp->set_chunks_held(job->chunks.size());
   resp->set_bytes_held(bytes);
   return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------------------
+// Checkpoints.
+
+absl::Status Shard::OpenCheckpoints(RestoreReport* report) {
+  *report = RestoreReport();
+  if (options_.checkpoint_dir.empty()) return absl::OkStatus();
+  {
+    absl::MutexLock l(&mu_);
+    if (shutdown_) {
+      return absl::UnavailableError(
+          absl::StrCat("shard ", options_.shard_id, " is shutting down"));
+    }
+    if (!jobs_.empty()) {
+      return absl::FailedPreconditionError(
+          "OpenCheckpoints must run before any job is registered");
+    }
+  }
+  if (store_ != nullptr) {
+    return absl::FailedPreconditionError("checkpoints are already open");
+  }
+  absl::StatusOr<std::unique_ptr<CheckpointStore>> store =
+      CheckpointStore::Open(options_.checkpoint_dir, options_.shard_id);
+  if (!store.ok()) return store.status();
+  absl::StatusOr<std::vector<std::string>> ids = (*store)->ListJobs();
+  if (!ids.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint_dir: ", ids.status().message()));
+  }
+  store_ = *std::move(store);
+  for (const std::string& id : *ids) {
+    absl::StatusOr<CheckpointStore::Loaded> loaded = store_->LoadLatest(id);
+    if (!loaded.ok()) {
+      report->problems.push_back(std::string(loaded.status().message()));
+      continue;
+    }
+    for (const absl::Status& s : loaded->rejected) {
+      report->problems.push_back(absl::StrCat(
+          s.message(), "; using the previous checkpoint ", loaded->path));
+    }
+    absl::Status st = RestoreJob(loaded->checkpoint);
+    if (!st.ok()) {
+      report->problems.push_back(absl::StrCat(
+          "checkpoint ", loaded->path, ": job \"", id, "\" not restored: ",
+          st.message()));
+      continue;
+    }
+    report->restored.push_back(absl::StrCat("job \"", id, "\" at step ",
+                                            loaded->checkpoint.step, " from ",
+                                            loaded->path));
+  }
+  writer_ = std::thread([this] { WriterLoop(); });
+  return absl::OkStatus();
+}
+
+absl::Status Shard::RestoreJob(const JobCheckpoint& ck) {
+  int local_count = 0;
+  absl::StatusOr<std::shared_ptr<Job>> built =
+      NewJob(ck.registration, &local_count);
+  if (!built.ok()) return built.status();
+  std::shared_ptr<Job> job = *std::move(built);
+  if (ck.chunks.size() != static_cast<size_t>(local_count) ||
+      ck.active.size() != job->num_workers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(ck.chunks.size(), " chunks and ", ck.active.size(),
+                     " workers, the registration gives ", local_count,
+                     " and ", job->num_workers));
+  }
+  job->local.assign(job->placement.chunks_size(), -1);
+  uint64_t min_version = UINT64_MAX;
+  std::vector<uint64_t> steps(job->num_workers, 0);
+  for (const ChunkState& s : ck.chunks) {
+    const uint32_t id = s.placement.chunk_id();
+    if (id >= job->local.size() || job->local[id] >= 0 ||
+        job->placement.chunks(id).shard() != options_.shard_id) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("chunk ", id, " is not a chunk of this shard"));
+    }
+    min_version = std::min(min_version, s.version);
+    for (uint32_t r = 0; r < job->num_workers; ++r) {
+      steps[r] = std::max(steps[r], s.next_step[r]);
+    }
+    job->local[id] = static_cast<int32_t>(job->chunks.size());
+    auto c = std::make_unique<Chunk>(s, ck.active);
+    c->version.store(s.version);
+    job->chunks.push_back(std::move(c));
+  }
+  if (min_version == UINT64_MAX) min_version = 0;
+  InitJobState(*job, ck.active);
+  if (job->mode != BSP) {
+    // Each worker's applied steps: SSP's clock and the stats' step.
+    absl::MutexLock l(&job->mu);
+    for (uint32_t r = 0; r < job->num_workers; ++r) {
+      job->clock[r] = steps[r];
+      if (steps[r] > 0) {
+        job->workers[r].pushed_any.store(true);
+        job->workers[r].last_step.store(steps[r] - 1);
+      }
+    }
+  }
+  job->restored = true;
+  job->restored_from_step = ck.step;
+  {
+    absl::MutexLock l(&job->mu);
+    job->durable_version = min_version;
+  }
+  {
+    absl::MutexLock l(&job->write_mu);
+    job->sequence = ck.sequence;
+  }
+  if (job->checkpointing) {
+    absl::MutexLock l(&job->due_mu);
+    job->ScheduleNext(ck.step, 0, absl::Now());
+  }
+  absl::MutexLock l(&mu_);
+  if (jobs_.contains(job->id)) {
+    return absl::AlreadyExistsError("the job is already registered");
+  }
+  if (job->bytes > options_.memory_budget_bytes - bytes_held_ - bytes_reserved_) {
+    return OverBudget(*job, local_count);
+  }
+  bytes_held_ += job->bytes;
+  jobs_[job->id] = job;
+  return absl::OkStatus();
+}
+
+absl::Status Shard::CheckpointNow(const std::string& job_id) {
+  absl::StatusOr<std::shared_ptr<Job>> found = FindJob(job_id);
+  if (!found.ok()) return found.status();
+  if (!(*found)->checkpointing) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job \"", job_id, "\" has no checkpoints on shard ", options_.shard_id,
+        store_ == nullptr ? " (no checkpoint_dir)"
+                          : " (spec.checkpoint asks for none)"));
+  }
+  return WriteCheckpoint(*found);
+}
+
+void Shard::CheckCheckpoints(absl::Time now) {
+  if (store_ == nullptr) return;
+  std::vector<std::shared_ptr<Job>> jobs;
+  {
+    absl::ReaderMutexLock l(&mu_);
+    for (const auto& [id, job] : jobs_) {
+      if (job->checkpointing && job->every_seconds > 0) jobs.push_back(job);
+    }
+  }
+  for (const std::shared_ptr<Job>& job : jobs) MaybeQueueCheckpoint(job, {}, now);
+}
+
+void Shard::MaybeQueueCheckpoint(const std::shared_ptr<Job>& job,
+                                 absl::Span<Chunk* const> advanced,
+                                 absl::Time now) {
+  if (!job->checkpointing) return;
+  if (job->mode != BSP) {
+    // Most ASP/SSP pushes: nothing due, decided without a lock.
+    const bool steps_due =
+        job->every_steps > 0 &&
+        job->SlowestWorkerSteps() >=
+            job->next_due_step_hint.load(std::memory_order_relaxed);
+    const bool time_due =
+        job->every_seconds > 0 &&
+        absl::ToUnixNanos(now) >=
+            job->next_due_time_ns.load(std::memory_order_relaxed);
+    if (!steps_due && !time_due) return;
+  }
+  {
+    absl::MutexLock l(&job->due_mu);
+    if (job->mode == BSP) {
+      for (Chunk* c : advanced) job->NoteVersion(*c);
+    }
+    if (job->queued || !job->Due(now)) return;
+    job->queued = true;
+  }
+  absl::MutexLock l(&writer_mu_);
+  // After Shutdown stopped the writer, its final pass covers the job.
+  if (!writer_stop_) writer_queue_.push_back(job);
+}
+
+void Shard::WriterLoop() {
+  while (true) {
+    std::shared_ptr<Job> job;
+    {
+      absl::MutexLock l(&writer_mu_);
+      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(writer_mu_) {
+        return writer_stop_ || !writer_queue_.empty();
+      };
+      writer_mu_.Await(absl::Condition(&ready));
+      if (writer_queue_.empty()) return;  // stopping, nothing left
+      job = std::move(writer_queue_.front());
+      writer_queue_.pop_front();
+    }
+    (void)WriteCheckpoint(job);
+  }
+}
+
+absl::Status Shard::WriteCheckpoint(const std::shared_ptr<Job>& job) {
+  Job& j = *job;
+  absl::Status status;
+  uint64_t min_version = UINT64_MAX;
+  {
+    absl::MutexLock w(&j.write_mu);
+    if (j.removed) {
+      absl::MutexLock l(&j.due_mu);
+      j.queued = false;
+      return absl::FailedPreconditionError(
+          absl::StrCat("job \"", j.id, "\" was dropped"));
+    }
+    const uint64_t pushes_before = j.pushes.load(std::memory_order_relaxed);
+    uint64_t step = 0;
+    uint64_t sequence = 0;
+    std::string bytes;
+    {
+      // The membership and every chunk as one state: each chunk is copied
+      // under its own lock alone, so pushes to other chunks go on.
+      absl::MutexLock m(&j.membership_update_mu);
+      std::vector<uint8_t> active;
+      {
+        absl::MutexLock l(&j.mu);
+        active = j.active;
+      }
+      CheckpointEncoder enc(options_.shard_id, j.registration, active,
+                            *j.optimizer);
+      std::vector<uint64_t> steps(j.num_workers, 0);
+      for (const std::unique_ptr<Chunk>& c : j.chunks) {
+        absl::MutexLock l(&c->mu);
+        enc.AddChunk(c->state);
+        min_version = std::min(min_version, c->state.version);
+        for (uint32_t r = 0; r < j.num_workers; ++r) {
+          steps[r] = std::max(steps[r], c->state.next_step[r]);
+        }
+      }
+      if (min_version == UINT64_MAX) min_version = 0;
+      if (j.mode == BSP) {
+        step = min_version;
+      } else {
+        uint64_t slowest = UINT64_MAX;
+        for (uint32_t r = 0; r < j.num_workers; ++r) {
+          if (active[r]) slowest = std::min(slowest, steps[r]);
+        }
+        step = slowest == UINT64_MAX ? 0 : slowest;
+      }
+      sequence = ++j.sequence;
+      bytes = std::move(enc).Finish(sequence, step);
+    }
+    {
+      absl::MutexLock l(&j.due_mu);
+      j.queued = false;
+      j.ScheduleNext(step, pushes_before, absl::Now());
+    }
+    absl::StatusOr<std::string> path = store_->Write(j.id, sequence, bytes);
+    if (path.ok()) {
+      j.checkpoints.fetch_add(1, std::memory_order_relaxed);
+      spdlog::debug("job {}: checkpoint of step {} written to {}", j.id, step,
+                    *path);
+    } else {
+      status = path.status();
+      j.CountRejected(kCheckpointFailed);
+      spdlog::error("job {}: checkpoint of step {} on shard {} failed: {}",
+                    j.id, step, options_.shard_id, status.message());
+    }
+  }
+  if (j.gate_replies) {
+    // A failed write releases the answers too: training goes on without
+    // this checkpoint (logged and counted), and a later restore falls back
+    // to an older one, which then refuses the lost steps loudly.
+    std::vector<WaiterPtr> ready;
+    {
+      absl::MutexLock l(&j.mu);
+      j.durable_version = std::max(j.durable_version, min_version);
+      j.ReleaseDurableWaiters(&ready);
+    }
+    CompleteAll(&ready);
+  }
+  // Due again already (the chunks moved on while this one was written)?
+  MaybeQueueCheckpoint(job, {}, absl::Now());
+  return status;
 }
 
 absl::Status Shard::DropJob(const DropJobRequest& req) {

@@ -37,7 +37,9 @@ Commands:
 
 Flags (every command):
   --cluster=FILE          cluster file (default configs/local/cluster.pbtxt)
-  --coordinator=HOST:PORT coordinator address, instead of the cluster file
+  --coordinator=HOST:PORT coordinator address, instead of the cluster file's
+                          (with --cluster too, TLS and the token still come
+                          from the cluster file)
   --connect-timeout=S     how long to wait for the cluster (default 4)
   --help                  this text
 
@@ -102,7 +104,9 @@ std::unique_ptr<Failure> Connect(const Args& a, bool need_cluster, Connection* c
   }
   c->connect_timeout = absl::Seconds(timeout_s);
   std::string coordinator = FlagOr(a, "--coordinator", "");
-  if (!coordinator.empty() && !need_cluster) {
+  // --coordinator alone reaches a plaintext, token-less coordinator; with
+  // --cluster too, the cluster file still supplies TLS and the token.
+  if (!coordinator.empty() && !need_cluster && !Has(a, "--cluster")) {
     absl::Status s = ValidateHostPort(coordinator, "--coordinator", false);
     if (!s.ok()) return std::make_unique<Failure>(Failure{kExitUsage, std::string(s.message())});
     c->coordinator = coordinator;
@@ -119,6 +123,8 @@ std::unique_ptr<Failure> Connect(const Args& a, bool need_cluster, Connection* c
   if (!sec.ok()) return std::make_unique<Failure>(Failure{kExitUsage, std::string(sec.status().message())});
   c->security = *std::move(sec);
   if (!coordinator.empty()) {
+    absl::Status s = ValidateHostPort(coordinator, "--coordinator", false);
+    if (!s.ok()) return std::make_unique<Failure>(Failure{kExitUsage, std::string(s.message())});
     c->coordinator = coordinator;
     return nullptr;
   }

@@ -41,6 +41,7 @@ struct PsClientOptions {
   int max_inflight_per_shard = 4;
   size_t max_request_bytes = 3u << 20;
   int max_message_bytes = 4 << 20;
+  int channels_per_shard = 1;
 };
 
 // Traffic counters (cumulative).

@@ -311,8 +311,12 @@ void JobCoordinator::EndJob(Job& job, JobState state, const std::string& reason,
                                           JobState_Name(state), ": ", reason);
     }
   }
-  // A job still waiting for workers never reached the shards.
-  if (state == CANCELLED && !was_pending) EnqueueDrop(job.id(), num_shards_);
+  // A job still waiting for workers never reached the shards. Dropping a
+  // failed job ends the waits of its surviving workers (ABORTED) at once,
+  // instead of at their step deadline.
+  if ((state == CANCELLED || state == FAILED) && !was_pending) {
+    EnqueueDrop(job.id(), num_shards_);
+  }
   if (state == FAILED) {
     spdlog::warn("job {} FAILED: {}", job.id(), reason);
   } else {

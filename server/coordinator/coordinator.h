@@ -28,8 +28,9 @@
 //                      CANCELLED    SUCCEEDED
 //
 // Every end state carries a reason and an end time. Shards drop a job's
-// parameters on cancel (and after a failed registration); after success or
-// failure they keep them so that Stats still describes the job.
+// parameters on cancel and on failure (which also releases the surviving
+// workers' waits); after success they keep them so that Stats still
+// describes the job and its parameters can be read back.
 //
 // Workers: RegisterWorker makes a worker idle; a pending job takes the
 // first num_workers idle workers in registration order as ranks 0..N-1 (jobs

@@ -509,8 +509,12 @@ TEST_F(CoordinatorTest, LostWorkerFailsJobNamingIt) {
   EXPECT_TRUE(beat.abort_job());
   EXPECT_THAT(beat.reason(), HasSubstr("FAILED: worker w-2"));
   EXPECT_TRUE(Beat(b).reregister());
-  // Failure keeps the parameters on the shards for Stats.
-  EXPECT_THAT(shards_.TakeCalls(), SizeIs(2));  // the two registrations
+  // Failure drops the job on every shard, which releases the surviving
+  // workers' waits at once.
+  EXPECT_THAT(shards_.TakeCalls(),
+              ElementsAre("register 0 job-000001 workers=2 chunks=9",
+                          "register 1 job-000001 workers=2 chunks=9",
+                          "drop 0 job-000001", "drop 1 job-000001"));
 }
 
 TEST_F(CoordinatorTest, RestartedWorkerFailsItsJobUnderFail) {

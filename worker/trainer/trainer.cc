@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "spdlog/spdlog.h"
 #include "worker/data/loader.h"
 
 namespace ps {
@@ -181,6 +182,17 @@ absl::Status Trainer::Run(const ProgressCallback& on_progress,
     last_report = Clock::now();
   };
 
+  // One line per evaluation, for time-to-accuracy measurements
+  // (tools/bench_e2e.sh): elapsed_s counts from Run's start, evaluations
+  // included; train_s is the step loop alone.
+  auto log_eval = [&](uint64_t step_done, float accuracy) {
+    spdlog::info(
+        "eval job={} step={} epoch={} test_accuracy={:.4f} elapsed_s={:.3f} "
+        "train_s={:.3f}",
+        options_.job.name(), step_done, step_done / spe, accuracy,
+        Seconds(Clock::now() - run_start), data_s + compute_s + comm_s);
+  };
+
   const uint64_t start = options_.start_step;
   // The loader starts filling batches while the parameters are pulled.
   BatchLoader::Options loader_options;
@@ -241,6 +253,7 @@ absl::Status Trainer::Run(const ProgressCallback& on_progress,
       s = EvaluateTestSet(&accuracy);
       if (!s.ok()) return AtStep(t, s);
       progress_.set_test_accuracy(accuracy);
+      log_eval(done, accuracy);
       report(done);
     } else if (done < total_steps_ &&  // the final report follows
                ((options_.report_every_steps > 0 &&
@@ -257,6 +270,7 @@ absl::Status Trainer::Run(const ProgressCallback& on_progress,
                           absl::StrCat("final evaluation: ", s.message()));
     }
     progress_.set_test_accuracy(accuracy);
+    log_eval(total_steps_, accuracy);
   }
   report(total_steps_);
   return absl::OkStatus();

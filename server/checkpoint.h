@@ -1,0 +1,180 @@
+// Shard checkpoints: the file format and the directory that holds them.
+// Transport-free and lock-free; server/shard.h decides when to checkpoint
+// and what a restored job may accept.
+//
+//   PS_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointStore> store,
+//                       CheckpointStore::Open("/var/lib/psd/ckpt", shard_id));
+//   CheckpointEncoder enc(shard_id, registration, active, *optimizer);
+//   for (chunk : chunks) { lock chunk; enc.AddChunk(chunk.state); }
+//   PS_RETURN_IF_ERROR(
+//       store->Write(job_id, seq, std::move(enc).Finish(seq, step)).status());
+//   ...after a restart...
+//   PS_ASSIGN_OR_RETURN(CheckpointStore::Loaded l, store->LoadLatest(job_id));
+//
+// A checkpoint holds everything one shard needs to resume one job exactly:
+// the job's RegisterJobRequest (spec, placement, num_workers), its
+// membership, and per local chunk its values, optimizer state, version and
+// duplicate-detection state (BSP: which workers pushed the pending step and
+// their buffered gradients; ASP/SSP: each worker's next unapplied step).
+//
+// File: <dir>/<job>.shard<N>.<sequence, 12 digits>.ckpt, where <job> is the
+// job id with every byte outside [A-Za-z0-9_-] written as %XX, so several
+// shards may share one directory. Layout (integers little-endian):
+//
+//   offset  size  field
+//        0     8  magic "PSCKPT\r\n"
+//        8     4  format version (1)
+//       12     4  shard id
+//       16     8  sequence (1, 2, ... per job and shard)
+//       24     8  step (BSP: lowest chunk version; ASP/SSP: the slowest
+//                 active worker's applied steps)
+//       32     8  payload bytes
+//       40     4  CRC32C of bytes [0, 40) followed by the payload
+//       44     -  payload: registration, membership, chunks
+//
+// Writes are atomic: "<file>.tmp", fsync, rename, fsync of the directory; a
+// crash leaves either the old or the new file, never a partial one. Reads
+// check the length and the CRC before parsing, and every parsed field is
+// bounds-checked, so a truncated or corrupt file is rejected with an error
+// naming it, never a crash.
+#ifndef SERVER_CHECKPOINT_H_
+#define SERVER_CHECKPOINT_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "proto/ps.pb.h"
+#include "server/chunk_state.h"
+#include "server/optimizer.h"
+
+namespace ps {
+
+// Checkpoints kept per job and shard: the newest, and the one before it in
+// case the newest turns out unreadable.
+inline constexpr int kCheckpointsKept = 2;
+
+// Size of the fixed header in front of the payload.
+inline constexpr size_t kCheckpointHeaderBytes = 44;
+
+// CRC32C (Castagnoli) of `data`, continuing from `crc` (0 to start).
+uint32_t Crc32c(absl::string_view data, uint32_t crc = 0);
+
+// One job's state on one shard, decoded.
+struct JobCheckpoint {
+  uint32_t shard_id = 0;
+  uint64_t sequence = 0;
+  uint64_t step = 0;
+  // num_workers is always set (resolved from the spec when it was 0).
+  RegisterJobRequest registration;
+  // Membership: active[r] != 0 when rank r counts toward the quorum.
+  std::vector<uint8_t> active;
+  // This shard's chunks, in placement order. `placement` is the
+  // registration's entry; BSP gradients are sized only for pushed workers.
+  std::vector<ChunkState> chunks;
+};
+
+// Builds a checkpoint file chunk by chunk, so that the shard copies each
+// chunk under that chunk's lock alone. Not thread-safe.
+class CheckpointEncoder {
+ public:
+  // `registration` must have num_workers set; `active` has num_workers
+  // entries; `optimizer` is the job's (it serializes the slot state).
+  // Borrowed only for the constructor, except `optimizer`, which must
+  // outlive the encoder.
+  CheckpointEncoder(uint32_t shard_id, const RegisterJobRequest& registration,
+                    absl::Span<const uint8_t> active,
+                    const Optimizer& optimizer);
+
+  // Appends one chunk (a copy: the caller may release its lock after).
+  // Call once per local chunk, in placement order.
+  void AddChunk(const ChunkState& chunk);
+
+  // Fills in the header and returns the whole file.
+  std::string Finish(uint64_t sequence, uint64_t step) &&;
+
+ private:
+  const uint32_t shard_id_;
+  const uint32_t num_workers_;
+  const Optimizer& optimizer_;
+  std::string out_;  // header space, then the payload
+  size_t num_chunks_at_ = 0;  // where the chunk count goes
+  uint32_t num_chunks_ = 0;
+};
+
+// The whole file for `checkpoint` (a convenience over CheckpointEncoder).
+// INVALID_ARGUMENT when the registration's optimizer spec is bad.
+absl::StatusOr<std::string> EncodeCheckpoint(const JobCheckpoint& checkpoint);
+
+// Parses and validates a whole file. INVALID_ARGUMENT (DATA_LOSS for a
+// truncated file or a checksum mismatch) saying what is wrong; the caller
+// names the file.
+absl::StatusOr<JobCheckpoint> DecodeCheckpoint(absl::string_view bytes);
+
+// The checkpoint files of one shard in one directory. Thread-safe: methods
+// are const and touch only the files of the job they are given; callers
+// serialize Write/Remove of the same job. Every method blocks on file I/O.
+class CheckpointStore {
+ public:
+  // Creates `dir` when missing and removes temporaries of `shard_id` left
+  // by a crash in the middle of a write. INVALID_ARGUMENT naming the
+  // directory when it cannot be created or is not a directory.
+  static absl::StatusOr<std::unique_ptr<CheckpointStore>> Open(
+      std::string dir, uint32_t shard_id);
+
+  const std::string& dir() const { return dir_; }
+  uint32_t shard_id() const { return shard_id_; }
+
+  // Where checkpoint `sequence` of `job_id` lives.
+  std::string PathFor(absl::string_view job_id, uint64_t sequence) const;
+
+  // Writes `bytes` as checkpoint `sequence` of `job_id` atomically (see the
+  // file comment), then deletes the job's files older than the newest
+  // kCheckpointsKept. Returns the path. On error nothing new is left behind
+  // and the older checkpoints are untouched.
+  absl::StatusOr<std::string> Write(absl::string_view job_id,
+                                    uint64_t sequence,
+                                    absl::string_view bytes) const;
+
+  // Ids of the jobs with at least one checkpoint of this shard, sorted.
+  absl::StatusOr<std::vector<std::string>> ListJobs() const;
+
+  struct Loaded {
+    JobCheckpoint checkpoint;
+    std::string path;
+    // Newer files that were rejected, each error naming its file.
+    std::vector<absl::Status> rejected;
+  };
+  // The newest checkpoint of `job_id` that reads back intact, also checking
+  // that it belongs to this shard and to this job. NOT_FOUND when there is
+  // none; otherwise, when every file is bad, DATA_LOSS listing each file
+  // and what is wrong with it.
+  absl::StatusOr<Loaded> LoadLatest(absl::string_view job_id) const;
+
+  // Reads and decodes one file; errors name it.
+  absl::StatusOr<JobCheckpoint> ReadFile(const std::string& path) const;
+
+  // Deletes every checkpoint of `job_id` (of this shard).
+  absl::Status Remove(absl::string_view job_id) const;
+
+ private:
+  CheckpointStore(std::string dir, uint32_t shard_id)
+      : dir_(std::move(dir)), shard_id_(shard_id) {}
+
+  // The job's files of this shard, by sequence, oldest first.
+  absl::StatusOr<std::vector<std::pair<uint64_t, std::string>>> Files(
+      absl::string_view job_id) const;
+
+  const std::string dir_;
+  const uint32_t shard_id_;
+};
+
+}  // namespace ps
+
+#endif  // SERVER_CHECKPOINT_H_

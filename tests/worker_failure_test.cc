@@ -1,0 +1,138 @@
+// A worker dies (kill -9) in the middle of a BSP job:
+//   FAIL   -> the job fails within the heartbeat timeout, the reason names
+//             the worker, and the surviving worker is free for the next job;
+//   SHRINK -> training goes on with the survivor; the restarted worker
+//             rejoins at the current step; the job succeeds.
+// Nothing hangs: every wait below has a deadline.
+#include <string>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/text_proto.h"
+#include "gmock/gmock.h"
+#include "google/protobuf/util/json_util.h"
+#include "gtest/gtest.h"
+#include "proto/coordinator.pb.h"
+#include "tests/local_cluster.h"
+
+namespace ps {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string Job(const std::string& policy, int epochs, int workers) {
+  return absl::StrCat(R"pb(
+    name: "failure"
+    model { mlp { input_dim: 784 hidden: 32 num_classes: 10 } }
+    data { dataset: "synthetic" batch_size: 16 synthetic_train: 4096 synthetic_test: 256 epochs: )pb",
+                      epochs, R"pb( }
+    optimizer { kind: SGD learning_rate: 0.05 }
+    consistency { mode: BSP step_deadline_ms: 60000 }
+    partition_bytes: 16384
+    seed: 3
+    num_workers: )pb",
+                      workers, "\non_worker_failure: ", policy, "\n");
+}
+
+class WorkerFailureTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = TestDir(::testing::UnitTest::GetInstance()->current_test_info()->name());
+    cluster_ = std::make_unique<LocalCluster>(dir_, LocalClusterOptions{});
+    ASSERT_TRUE(cluster_->Start().ok());
+  }
+  void TearDown() override {
+    absl::Status s = cluster_->Stop();
+    EXPECT_TRUE(s.ok()) << s;
+  }
+
+  std::string Submit(const std::string& spec) {
+    std::string path = absl::StrCat(dir_, "/job", ++jobs_, ".pbtxt");
+    EXPECT_TRUE(WriteFileAtomically(path, spec).ok());
+    absl::StatusOr<CommandResult> r = cluster_->Psctl({"submit", path});
+    EXPECT_TRUE(r.ok() && r->exit_code == 0) << (r.ok() ? r->err : r.status().ToString());
+    if (!r.ok()) return "";
+    std::string id = r->out.substr(r->out.find("job-"));
+    return id.substr(0, id.find_first_of(" \n"));
+  }
+
+  JobStatus Status(const std::string& job) {
+    JobStatus js;
+    absl::StatusOr<CommandResult> r = cluster_->Psctl({"status", job, "--json"});
+    if (r.ok() && r->exit_code == 0) {
+      (void)google::protobuf::util::JsonStringToMessage(r->out, &js);
+    }
+    return js;
+  }
+
+  // Polls the job's status until `done` holds (true) or the deadline.
+  bool WaitFor(const std::string& job, const std::function<bool(const JobStatus&)>& done,
+               absl::Duration timeout, JobStatus* last) {
+    absl::Time deadline = absl::Now() + timeout;
+    while (absl::Now() < deadline) {
+      *last = Status(job);
+      if (done(*last)) return true;
+    }
+    return false;
+  }
+
+  std::string dir_;
+  int jobs_ = 0;
+  std::unique_ptr<LocalCluster> cluster_;
+};
+
+TEST_F(WorkerFailureTest, FailPolicyFailsJobNamingTheWorkerAndFreesTheOther) {
+  std::string job = Submit(Job("FAIL", 1000, 2));
+  JobStatus js;
+  ASSERT_TRUE(WaitFor(job, [](const JobStatus& s) { return s.progress().step() >= 20; },
+                      absl::Seconds(60), &js))
+      << js.ShortDebugString();
+  cluster_->worker(1).Kill();
+  absl::Time killed = absl::Now();
+  ASSERT_TRUE(WaitFor(job, [](const JobStatus& s) { return s.state() == FAILED; },
+                      absl::Seconds(30), &js))
+      << js.ShortDebugString();
+  // worker_timeout_ms is 3000 in LocalCluster; the housekeeping tick adds
+  // at most 100 ms.
+  EXPECT_LT(absl::Now() - killed, absl::Seconds(10));
+  EXPECT_THAT(js.reason(), HasSubstr("worker1"));
+  EXPECT_THAT(js.reason(), HasSubstr("lost"));
+
+  // The survivor is not stuck in its BSP wait: a one-worker job runs.
+  std::string path = dir_ + "/small.pbtxt";
+  ASSERT_TRUE(WriteFileAtomically(path, Job("FAIL", 1, 1)).ok());
+  absl::StatusOr<CommandResult> r =
+      cluster_->Psctl({"submit", path, "--wait", "--timeout=60"}, absl::Seconds(90));
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->exit_code, 0) << r->out << r->err << cluster_->Log("worker0");
+}
+
+TEST_F(WorkerFailureTest, ShrinkPolicyContinuesAndTheRestartedWorkerRejoins) {
+  std::string job = Submit(Job("SHRINK", 12, 2));
+  JobStatus js;
+  ASSERT_TRUE(WaitFor(job, [](const JobStatus& s) { return s.progress().step() >= 20; },
+                      absl::Seconds(60), &js))
+      << js.ShortDebugString();
+  cluster_->worker(1).Kill();
+  const uint64_t step_at_kill = js.progress().step();
+  // The survivor goes on alone once the coordinator declares worker1 lost.
+  ASSERT_TRUE(WaitFor(job,
+                      [&](const JobStatus& s) {
+                        return s.state() != RUNNING || s.progress().step() > step_at_kill + 50;
+                      },
+                      absl::Seconds(30), &js))
+      << js.ShortDebugString();
+  ASSERT_EQ(js.state(), RUNNING) << js.reason();
+  // worker1 comes back under the same name and takes its rank again.
+  ASSERT_TRUE(cluster_->StartWorker(1).ok());
+  ASSERT_TRUE(WaitFor(job, [](const JobStatus& s) { return s.state() != RUNNING; },
+                      absl::Seconds(120), &js))
+      << js.ShortDebugString();
+  EXPECT_EQ(js.state(), SUCCEEDED) << js.reason() << cluster_->Log("worker1");
+  EXPECT_THAT(cluster_->Log("psd0"), HasSubstr("rejoined"));
+  EXPECT_THAT(cluster_->Log("worker1"), HasSubstr("starting at step"));
+}
+
+}  // namespace
+}  // namespace ps

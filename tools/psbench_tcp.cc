@@ -1,0 +1,249 @@
+#include "tools/psbench_tcp.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+
+namespace ps {
+namespace bench {
+namespace {
+
+// Socket calls blocked longer than this fail the measurement instead of
+// hanging it (a peer that died).
+constexpr int kSocketTimeoutS = 5;
+
+absl::Status Errno(const std::string& what) {
+  return absl::InternalError(absl::StrCat(what, ": ", std::strerror(errno)));
+}
+
+class Fd {
+ public:
+  explicit Fd(int fd = -1) : fd_(fd) {}
+  ~Fd() { Reset(); }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  int get() const { return fd_; }
+  void Reset(int fd = -1) {
+    if (fd_ >= 0) close(fd_);
+    fd_ = fd;
+  }
+
+ private:
+  int fd_;
+};
+
+void SetTimeouts(int fd) {
+  timeval tv{kSocketTimeoutS, 0};
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+}
+
+sockaddr_in Loopback(int port) {
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  return a;
+}
+
+// A listening socket on 127.0.0.1 with a kernel-chosen port.
+absl::Status Listen(Fd* fd, int* port) {
+  fd->Reset(socket(AF_INET, SOCK_STREAM, 0));
+  if (fd->get() < 0) return Errno("socket");
+  sockaddr_in a = Loopback(0);
+  if (bind(fd->get(), reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+    return Errno("bind 127.0.0.1:0");
+  }
+  if (listen(fd->get(), 1) != 0) return Errno("listen");
+  socklen_t len = sizeof(a);
+  if (getsockname(fd->get(), reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+    return Errno("getsockname");
+  }
+  *port = ntohs(a.sin_port);
+  return absl::OkStatus();
+}
+
+// The number after `"key":` following `from` in iperf3's JSON, or false.
+bool JsonNumberAfter(const std::string& json, size_t from, const std::string& key,
+                     double* out) {
+  size_t k = json.find(absl::StrCat("\"", key, "\""), from);
+  if (k == std::string::npos) return false;
+  size_t colon = json.find(':', k);
+  if (colon == std::string::npos) return false;
+  size_t start = json.find_first_not_of(" \t\n", colon + 1);
+  size_t end = json.find_first_of(",\n}", start);
+  if (start == std::string::npos || end == std::string::npos) return false;
+  return absl::SimpleAtod(json.substr(start, end - start), out);
+}
+
+// Runs `command` through the shell; its stdout and stderr in `*output`.
+// Returns the exit status as popen/pclose report it.
+int RunCapture(const std::string& command, std::string* output) {
+  FILE* p = popen((command + " 2>&1").c_str(), "r");
+  if (p == nullptr) return -1;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) output->append(buf, n);
+  return pclose(p);
+}
+
+}  // namespace
+
+absl::StatusOr<TcpResult> SocketStream(uint64_t bytes, size_t write_size,
+                                       absl::Duration max_time) {
+  if (write_size == 0) return absl::InvalidArgumentError("write_size: must be > 0");
+  Fd listener;
+  int port = 0;
+  if (absl::Status s = Listen(&listener, &port); !s.ok()) return s;
+
+  uint64_t received = 0;
+  absl::Time last_byte = absl::InfinitePast();
+  absl::Status receive_status;
+  std::thread receiver([&] {
+    Fd conn(accept(listener.get(), nullptr, nullptr));
+    if (conn.get() < 0) {
+      receive_status = Errno("accept");
+      return;
+    }
+    SetTimeouts(conn.get());
+    std::vector<char> buf(write_size);
+    while (true) {
+      ssize_t n = read(conn.get(), buf.data(), buf.size());
+      if (n > 0) {
+        received += static_cast<uint64_t>(n);
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) receive_status = Errno("read");
+      break;
+    }
+    last_byte = absl::Now();
+  });
+
+  Fd conn(socket(AF_INET, SOCK_STREAM, 0));
+  absl::Status send_status;
+  absl::Time start = absl::Now();
+  if (conn.get() < 0) {
+    send_status = Errno("socket");
+  } else {
+    SetTimeouts(conn.get());
+    sockaddr_in a = Loopback(port);
+    if (connect(conn.get(), reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+      send_status = Errno("connect");
+    }
+  }
+  if (send_status.ok()) {
+    // Payload bytes are irrelevant to the kernel's copy cost; fill anyway so
+    // the pages are resident before the clock starts.
+    std::vector<char> buf(write_size, 0x5a);
+    start = absl::Now();
+    const absl::Time stop = start + max_time;
+    uint64_t sent = 0;
+    while (sent < bytes && absl::Now() < stop) {
+      size_t want = static_cast<size_t>(std::min<uint64_t>(write_size, bytes - sent));
+      ssize_t n = write(conn.get(), buf.data(), want);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        send_status = Errno("write");
+        break;
+      }
+      sent += static_cast<uint64_t>(n);
+    }
+  }
+  conn.Reset();  // EOF for the receiver (or wakes a blocked accept: see below)
+  if (!send_status.ok()) {
+    // A receiver still in accept() would wait for its socket timeout; a
+    // shutdown of the listener wakes it at once.
+    shutdown(listener.get(), SHUT_RDWR);
+  }
+  receiver.join();
+  if (!send_status.ok()) return send_status;
+  if (!receive_status.ok()) return receive_status;
+  TcpResult r;
+  r.method = "socket";
+  r.bytes = received;
+  r.seconds = absl::ToDoubleSeconds(last_byte - start);
+  return r;
+}
+
+bool Iperf3Available() {
+  const char* path = std::getenv("PATH");
+  if (path == nullptr) return false;
+  for (absl::string_view dir : absl::StrSplit(path, ':', absl::SkipEmpty())) {
+    std::string exe = absl::StrCat(dir, "/iperf3");
+    if (access(exe.c_str(), X_OK) == 0) return true;
+  }
+  return false;
+}
+
+absl::StatusOr<TcpResult> Iperf3Stream(uint64_t bytes, size_t write_size,
+                                       absl::Duration max_time) {
+  if (!Iperf3Available()) return absl::NotFoundError("iperf3 is not on PATH");
+  // A free port: bound and released at once (iperf3 binds it right after).
+  int port = 0;
+  {
+    Fd probe;
+    if (absl::Status s = Listen(&probe, &port); !s.ok()) return s;
+  }
+  const int64_t limit_s = absl::ToInt64Seconds(max_time) + 5;
+  std::string server_cmd = absl::StrCat("timeout ", limit_s,
+                                        " iperf3 -s -1 --forceflush -B 127.0.0.1 -p ",
+                                        port,
+                                        " 2>&1");
+  FILE* server = popen(server_cmd.c_str(), "r");
+  if (server == nullptr) return Errno("popen iperf3 -s");
+  // The client may connect once the server says it listens.
+  std::string server_out;
+  char line[512];
+  bool listening = false;
+  while (fgets(line, sizeof(line), server) != nullptr) {
+    server_out += line;
+    if (std::strstr(line, "Server listening") != nullptr) {
+      listening = true;
+      break;
+    }
+  }
+  std::string client_out;
+  int client_rc = -1;
+  if (listening) {
+    client_rc = RunCapture(
+        absl::StrCat("timeout ", limit_s, " iperf3 -c 127.0.0.1 -p ", port,
+                     " -n ", bytes, " -l ", write_size, " -J"),
+        &client_out);
+  }
+  // Drains the server's remaining output so it can exit (-1: after one test).
+  while (fgets(line, sizeof(line), server) != nullptr) server_out += line;
+  pclose(server);
+  if (!listening) {
+    return absl::InternalError(absl::StrCat("iperf3 -s did not start: ", server_out));
+  }
+  size_t at = client_out.find("\"sum_received\"");
+  double received = 0, seconds = 0;
+  if (client_rc != 0 || at == std::string::npos ||
+      !JsonNumberAfter(client_out, at, "bytes", &received) ||
+      !JsonNumberAfter(client_out, at, "seconds", &seconds)) {
+    return absl::InternalError(absl::StrCat("iperf3 -c failed (exit ", client_rc,
+                                            "): ", client_out.substr(0, 500)));
+  }
+  TcpResult r;
+  r.method = "iperf3";
+  r.bytes = static_cast<uint64_t>(received);
+  r.seconds = seconds;
+  return r;
+}
+
+}  // namespace bench
+}  // namespace ps

@@ -697,22 +697,22 @@ absl::Status Shard::OpenCheckpoints(RestoreReport* report) {
       report->problems.push_back(absl::StrCat(
           s.message(), "; using the previous checkpoint ", loaded->path));
     }
-    absl::Status st = RestoreJob(loaded->checkpoint);
+    const uint64_t step = loaded->checkpoint.step;
+    absl::Status st = RestoreJob(std::move(loaded->checkpoint));
     if (!st.ok()) {
       report->problems.push_back(absl::StrCat(
           "checkpoint ", loaded->path, ": job \"", id, "\" not restored: ",
           st.message()));
       continue;
     }
-    report->restored.push_back(absl::StrCat("job \"", id, "\" at step ",
-                                            loaded->checkpoint.step, " from ",
-                                            loaded->path));
+    report->restored.push_back(absl::StrCat("job \"", id, "\" at step ", step,
+                                            " from ", loaded->path));
   }
   writer_ = std::thread([this] { WriterLoop(); });
   return absl::OkStatus();
 }
 
-absl::Status Shard::RestoreJob(const JobCheckpoint& ck) {
+absl::Status Shard::RestoreJob(JobCheckpoint ck) {
   int local_count = 0;
   absl::StatusOr<std::shared_ptr<Job>> built =
       NewJob(ck.registration, &local_count);
@@ -728,7 +728,7 @@ absl::Status Shard::RestoreJob(const JobCheckpoint& ck) {
   job->local.assign(job->placement.chunks_size(), -1);
   uint64_t min_version = UINT64_MAX;
   std::vector<uint64_t> steps(job->num_workers, 0);
-  for (const ChunkState& s : ck.chunks) {
+  for (ChunkState& s : ck.chunks) {
     const uint32_t id = s.placement.chunk_id();
     if (id >= job->local.size() || job->local[id] >= 0 ||
         job->placement.chunks(id).shard() != options_.shard_id) {
@@ -740,8 +740,9 @@ absl::Status Shard::RestoreJob(const JobCheckpoint& ck) {
       steps[r] = std::max(steps[r], s.next_step[r]);
     }
     job->local[id] = static_cast<int32_t>(job->chunks.size());
-    auto c = std::make_unique<Chunk>(s, ck.active);
-    c->version.store(s.version);
+    const uint64_t version = s.version;
+    auto c = std::make_unique<Chunk>(std::move(s), ck.active);
+    c->version.store(version);
     job->chunks.push_back(std::move(c));
   }
   if (min_version == UINT64_MAX) min_version = 0;
@@ -811,6 +812,7 @@ void Shard::MaybeQueueCheckpoint(const std::shared_ptr<Job>& job,
                                  absl::Span<Chunk* const> advanced,
                                  absl::Time now) {
   if (!job->checkpointing) return;
+  if (now == absl::InfinitePast() && job->every_seconds > 0) now = absl::Now();
   if (job->mode != BSP) {
     // Most ASP/SSP pushes: nothing due, decided without a lock.
     const bool steps_due =
@@ -932,7 +934,7 @@ absl::Status Shard::WriteCheckpoint(const std::shared_ptr<Job>& job) {
     CompleteAll(&ready);
   }
   // Due again already (the chunks moved on while this one was written)?
-  MaybeQueueCheckpoint(job, {}, absl::Now());
+  MaybeQueueCheckpoint(job, {}, absl::InfinitePast());
   return status;
 }
 
@@ -949,6 +951,15 @@ absl::Status Shard::DropJob(const DropJobRequest& req) {
   CloseJob(*job, absl::AbortedError(absl::StrCat(
                      "job \"", job->id, "\" was dropped from shard ",
                      options_.shard_id, " while this call waited")));
+  if (job->checkpointing) {
+    // A dropped job must not come back with the next restart.
+    absl::MutexLock w(&job->write_mu);
+    job->removed = true;
+    if (absl::Status st = store_->Remove(job->id); !st.ok()) {
+      spdlog::error("job {}: dropped, but its checkpoints remain: {}", job->id,
+                    st.message());
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -975,6 +986,7 @@ absl::Status Shard::SetMembership(const SetMembershipRequest& req) {
     active[r] = 1;
   }
   std::vector<WaiterPtr> ready;
+  std::vector<Chunk*> advanced;
   {
     absl::MutexLock serial(&job.membership_update_mu);
     {
@@ -988,10 +1000,13 @@ absl::Status Shard::SetMembership(const SetMembershipRequest& req) {
     for (const std::unique_ptr<Chunk>& c : job.chunks) {
       absl::MutexLock l(&c->mu);
       c->active = active;
-      if (job.mode == BSP) job.ApplyStepIfReady(*c, &ready);
+      if (job.mode == BSP && job.ApplyStepIfReady(*c, &ready)) {
+        advanced.push_back(c.get());
+      }
     }
   }
   CompleteAll(&ready);
+  MaybeQueueCheckpoint(*found, advanced, absl::InfinitePast());
   return absl::OkStatus();
 }
 
@@ -1052,7 +1067,23 @@ absl::Status Shard::ValidatePush(Job& job, uint32_t worker, uint64_t step,
                                     " holds ", c->length, " floats")));
     }
     const uint64_t version = c->version.load(std::memory_order_acquire);
-    if (g.version() > version) {
+    if (job.restored && job.mode == BSP &&
+        (step > version || g.version() > version)) {
+      // The worker saw parameters this shard lost when it restarted.
+      return reject(
+          kAheadOfRestore,
+          absl::FailedPreconditionError(absl::StrCat(
+              "step: ", step, " (gradient of version ", g.version(),
+              ") is ahead of ", ChunkName(c->placement), " at version ",
+              version, ": shard ", options_.shard_id,
+              " restarted and restored job \"", job.id,
+              "\" from its checkpoint of step ", job.restored_from_step,
+              "; the updates after it are lost (checkpoint { every_steps: 1 } "
+              "makes a restore exact)")));
+    }
+    // ASP/SSP after a restore: updates after the checkpoint are lost, so a
+    // gradient may be of a version the chunk no longer reached.
+    if (g.version() > version && !job.restored) {
       return reject(kVersionAhead,
                     absl::InvalidArgumentError(absl::StrCat(
                         field, ".version: ", g.version(), " is ahead of ",
@@ -1086,7 +1117,8 @@ absl::Status Shard::ValidatePush(Job& job, uint32_t worker, uint64_t step,
 Shard::PushCounts Shard::ApplyPush(Job& job, uint32_t worker, uint64_t step,
                                    const ChunkDataList& gradients,
                                    const std::vector<Chunk*>& chunks,
-                                   std::vector<WaiterPtr>* ready) {
+                                   std::vector<WaiterPtr>* ready,
+                                   std::vector<Chunk*>* advanced) {
   // ASP/SSP decode here: one copy, reused by every push on this thread.
   static thread_local std::vector<float> scratch;
   PushCounts counts;
@@ -1110,7 +1142,7 @@ Shard::PushCounts Shard::ApplyPush(Job& job, uint32_t worker, uint64_t step,
         DecodeFloats(g.data(), absl::MakeSpan(buf));
         s.pushed[worker] = 1;
         ++accepted;
-        job.ApplyStepIfReady(c, ready);
+        if (job.ApplyStepIfReady(c, ready)) advanced->push_back(&c);
       }
       continue;
     }
@@ -1119,7 +1151,9 @@ Shard::PushCounts Shard::ApplyPush(Job& job, uint32_t worker, uint64_t step,
       continue;
     }
     s.next_step[worker] = step + 1;
-    const uint64_t staleness = s.version - g.version();
+    // Only a restored job sees a gradient ahead of the chunk.
+    const uint64_t staleness =
+        s.version >= g.version() ? s.version - g.version() : 0;
     max_staleness = std::max(max_staleness, staleness);
     job.staleness.Record(staleness);
     scratch.resize(c.length);
@@ -1131,6 +1165,7 @@ Shard::PushCounts Shard::ApplyPush(Job& job, uint32_t worker, uint64_t step,
     job.applies.fetch_add(1, std::memory_order_relaxed);
     ++accepted;
     Job::AdvanceVersion(c, ready);
+    advanced->push_back(&c);
   }
   job.pushes.fetch_add(accepted, std::memory_order_relaxed);
   job.duplicates.fetch_add(counts.duplicates, std::memory_order_relaxed);
@@ -1160,11 +1195,14 @@ absl::Status Shard::Push(const PushRequest& req, PushResponse* resp) {
     return st;
   }
   std::vector<WaiterPtr> ready;
+  std::vector<Chunk*> advanced;
   const PushCounts counts = ApplyPush(**job, req.worker(), req.step(),
-                                      req.gradients(), chunks, &ready);
+                                      req.gradients(), chunks, &ready,
+                                      &advanced);
   resp->set_duplicates(counts.duplicates);
   resp->set_stale(counts.stale);
   CompleteAll(&ready);
+  MaybeQueueCheckpoint(*job, advanced, absl::InfinitePast());
   return absl::OkStatus();
 }
 
@@ -1185,12 +1223,15 @@ void Shard::PushPull(const PushPullRequest& req, PushPullResponse* resp,
     return;
   }
   std::vector<WaiterPtr> ready;
+  std::vector<Chunk*> advanced;
   const PushCounts counts = ApplyPush(*job, req.worker(), req.step(),
-                                      req.gradients(), chunks, &ready);
+                                      req.gradients(), chunks, &ready,
+                                      &advanced);
   // Written before the wait exists: afterwards only its claimer touches resp.
   resp->set_duplicates(counts.duplicates);
   resp->set_stale(counts.stale);
   CompleteAll(&ready);
+  MaybeQueueCheckpoint(job, advanced, absl::InfinitePast());
 
   WaiterPtr w = NewWaiter(job, std::move(chunks), req.step(),
                           resp->mutable_parameters(), std::move(done));
@@ -1257,6 +1298,24 @@ void Shard::Pull(const PullRequest& req, PullResponse* resp,
     }
     chunks.push_back(c);
   }
+  if (job->restored && job->mode == BSP) {
+    // min_version is a version the worker saw; past the next one, this
+    // shard lost it when it restarted and will never reach it.
+    for (Chunk* c : chunks) {
+      const uint64_t version = c->version.load(std::memory_order_acquire);
+      if (req.min_version() > version + 1) {
+        reject(kAheadOfRestore,
+               absl::FailedPreconditionError(absl::StrCat(
+                   "min_version: ", req.min_version(), " is ahead of ",
+                   ChunkName(c->placement), " at version ", version,
+                   ": shard ", options_.shard_id,
+                   " restarted and restored job \"", job->id,
+                   "\" from its checkpoint of step ", job->restored_from_step,
+                   "; the updates after it are lost")));
+        return;
+      }
+    }
+  }
   WaiterPtr w = NewWaiter(job, std::move(chunks), req.step(),
                           resp->mutable_parameters(), std::move(done));
   w->need_version = req.min_version();
@@ -1316,6 +1375,13 @@ void Shard::StartWait(const std::shared_ptr<Job>& job, WaiterPtr w) {
       job->clock_waiters.push_back(w);
     }
   }
+  if (w->need_version > 0 && job->gate_replies) {
+    absl::MutexLock l(&job->mu);
+    if (job->durable_version < w->need_version) {
+      w->pending.fetch_add(1);
+      job->durable_waiters.push_back(w);
+    }
+  }
   if (w->pending.fetch_sub(1) == 1) Complete(w);
 }
 
@@ -1370,6 +1436,7 @@ void Shard::CloseJob(Job& job, const absl::Status& status) {
     for (auto& [id, w] : job.live) waiters.push_back(w);
     job.live.clear();
     job.clock_waiters.clear();
+    job.durable_waiters.clear();
   }
   for (const std::unique_ptr<Chunk>& c : job.chunks) {
     absl::MutexLock l(&c->mu);
@@ -1426,6 +1493,14 @@ void Shard::CheckDeadlines(absl::Time now) {
         }
       }
       std::vector<uint32_t> ranks;
+      if (step == UINT64_MAX && e.clock_missing.empty() && job->gate_replies &&
+          w.need_version > 0) {
+        Fail(e.w, absl::DeadlineExceededError(absl::StrCat(
+                      "job ", job->id, " step ", w.need_version - 1,
+                      ": the checkpoint of version ", w.need_version,
+                      " was not written within ", job->deadline_ms, " ms")));
+        continue;
+      }
       if (step != UINT64_MAX) {
         for (uint32_t r = 0; r < job->num_workers; ++r) {
           if (missing[r]) ranks.push_back(r);
@@ -1475,6 +1550,26 @@ void Shard::Shutdown() {
   for (const std::shared_ptr<Job>& job : jobs) {
     CloseJob(*job, absl::UnavailableError(absl::StrCat(
                        "shard ", options_.shard_id, " is shutting down")));
+  }
+  absl::MutexLock once(&shutdown_mu_);
+  if (writer_.joinable()) {
+    {
+      absl::MutexLock l(&writer_mu_);
+      writer_stop_ = true;
+    }
+    writer_.join();  // after it wrote what was queued
+  }
+  // A last checkpoint of whatever changed since the previous one, so a
+  // graceful restart loses nothing (pending BSP pushes included).
+  for (const std::shared_ptr<Job>& job : jobs) {
+    if (!job->checkpointing) continue;
+    bool changed;
+    {
+      absl::MutexLock l(&job->due_mu);
+      changed = job->queued || job->pushes.load(std::memory_order_relaxed) !=
+                                   job->pushes_at_snapshot;
+    }
+    if (changed) (void)WriteCheckpoint(job);
   }
 }
 
@@ -1576,9 +1671,8 @@ void Shard::Stats(const StatsRequest& req, ShardStats* out) const {
     js->set_stale_pushes(job->stale.load(std::memory_order_relaxed));
     job->staleness.ToProto(js->mutable_staleness());
     js->set_applies(job->applies.load(std::memory_order_relaxed));
-    // Checkpoints come with the checkpoint issue.
-    js->set_checkpoints(0);
-    js->set_restored_from_step(0);
+    js->set_checkpoints(job->checkpoints.load(std::memory_order_relaxed));
+    js->set_restored_from_step(job->restored_from_step);
   }
 }
 

@@ -63,9 +63,11 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -75,8 +77,10 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "common/job_defaults.h"  // kDefaultStepDeadlineMs
 #include "proto/ps.pb.h"
+#include "server/checkpoint.h"
 
 namespace ps {
 
@@ -88,9 +92,10 @@ struct ShardOptions {
   uint64_t memory_budget_bytes = 8ull << 30;
   // Reported in ShardStats.address (informational).
   std::string address;
+  // Where OpenCheckpoints() keeps this shard's checkpoints ("" = none).
+  // Several shards may share one directory (file names carry the shard id).
+  std::string checkpoint_dir;
 };
-
-// Default of ConsistencySpec.step_deadline_ms.
 
 class Shard {
  public:

@@ -1,0 +1,342 @@
+#!/usr/bin/env bash
+# End-to-end training benchmark: this parameter server against PyTorch, the
+# same MLP (784-256-128-10), data, init, optimizer and epochs (GitHub issue 6).
+#
+#   tools/bench_e2e.sh [--epochs=E] [--batches="64 256"] [--rows="a b c d e"]
+#                      [--lr64=0.05] [--lr256=0.1] [--target=0.85]
+#                      [--partition-bytes=N] [--row-timeout=S] [--json=FILE]
+#                      [--logs=DIR] [--no-build] [--output-base=DIR]
+#
+# Rows, for each B in --batches (B = examples per compute replica per step,
+# so every row trains on a GLOBAL batch of 2B per step and takes the same
+# number of steps per epoch, floor(30000 / B)):
+#   a  this system: 1 workerd with devices "cpu:0","cpu:1" (1 BLAS thread
+#      each), job batch_size 2B split across them; 2 psd shards; BSP.
+#   b  this system: 2 workerd x 1 device, job batch_size B each; 2 shards; BSP.
+#   c  as b, ASP (each push applied on arrival: 2x the updates per epoch, each
+#      from B examples).
+#   d  PyTorch, one process, torch.set_num_threads(2), batch 2B.
+#   e  PyTorch DistributedDataParallel, gloo on 127.0.0.1, 2 processes x 1
+#      thread, batch B each (gradients averaged: global batch 2B).
+# Every row: SGD momentum 0.9 with the SAME lr for a given B (--lr64,
+# --lr256; other B use --lr256), seed 42, test accuracy after every epoch.
+#
+# Columns: samples/s = examples trained / step-loop time (evaluation
+# excluded; for our rows the trainer's own figure from rank 0, as `psctl`
+# prints it); to_target_s = wall time from the first step to the end of the
+# first evaluation reaching --target (evaluations included; "-" = never);
+# test_acc = after the last epoch; vs_e = samples/s / row e's at the same B.
+# Also: job wall time (submit to end) and the CPU seconds the psd and workerd
+# processes used (from /proc), to see what bounds each figure.
+#
+# Our rows run the real daemons from `bazel build --config=opt` with configs
+# written into a temporary folder (port 0 + address files, as
+# tests/local_cluster.cc does), submit with `psctl submit --wait` and parse
+# its summary line; the per-epoch accuracy and time come from rank 0's
+# "eval ..." log lines (worker/trainer/trainer.cc). Each row starts a fresh
+# cluster and stops it before the next row. Every process this script starts
+# is stopped on exit, failure or Ctrl-C; each row is bounded by --row-timeout
+# (default 900 s). Output: a plain table, the same as Markdown (for
+# docs/BENCHMARKS.md), and with --json=FILE one JSON object per row.
+# The machine is shared: run `uptime` first and compare rows of one run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+
+EPOCHS=5
+BATCHES="64 256"
+ROWS="a b c d e"
+LR64=0.05
+LR256=0.1
+TARGET=0.85
+PARTITION_BYTES=262144
+ROW_TIMEOUT=900
+JSON=""
+LOGS=""
+BUILD=1
+OUTPUT_BASE=${BAZEL_OUTPUT_BASE:-}
+PY=/usr/bin/python3
+DATA_DIR=/usr/share/datasets/fashion-mnist
+
+usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
+for arg in "$@"; do
+  case "$arg" in
+    --epochs=*) EPOCHS=${arg#*=} ;;
+    --batches=*) BATCHES=${arg#*=} ;;
+    --rows=*) ROWS=${arg#*=} ;;
+    --lr64=*) LR64=${arg#*=} ;;
+    --lr256=*) LR256=${arg#*=} ;;
+    --target=*) TARGET=${arg#*=} ;;
+    --partition-bytes=*) PARTITION_BYTES=${arg#*=} ;;
+    --row-timeout=*) ROW_TIMEOUT=${arg#*=} ;;
+    --json=*) JSON=${arg#*=} ;;
+    --logs=*) LOGS=${arg#*=} ;;
+    --no-build) BUILD=0 ;;
+    --output-base=*) OUTPUT_BASE=${arg#*=} ;;
+    -h | --help) usage; exit 0 ;;
+    *) echo "bench_e2e: unknown argument $arg (see --help)" >&2; exit 2 ;;
+  esac
+done
+[[ "$EPOCHS" =~ ^[1-9][0-9]*$ ]] || { echo "bench_e2e: --epochs: need a positive integer" >&2; exit 2; }
+[[ "$ROW_TIMEOUT" =~ ^[1-9][0-9]*$ ]] || { echo "bench_e2e: --row-timeout: need a positive integer" >&2; exit 2; }
+for b in $BATCHES; do
+  [[ "$b" =~ ^[1-9][0-9]*$ ]] || { echo "bench_e2e: --batches: $b is not a positive integer" >&2; exit 2; }
+done
+for r in $ROWS; do
+  [[ "$r" =~ ^[abcde]$ ]] || { echo "bench_e2e: --rows: unknown row $r (a..e)" >&2; exit 2; }
+done
+
+BAZEL=(bazel)
+[[ -n "$OUTPUT_BASE" ]] && BAZEL=(bazel "--output_base=$OUTPUT_BASE")
+if ((BUILD)); then
+  echo "bench_e2e: building (bazel build --config=opt)" >&2
+  "${BAZEL[@]}" build --config=opt //server:psd //worker:workerd //tools:psctl 2>&1 | tail -n 2 >&2
+fi
+BIN=$("${BAZEL[@]}" info --config=opt bazel-bin 2>/dev/null)
+for b in server/psd worker/workerd tools/psctl; do
+  [[ -x "$BIN/$b" ]] || { echo "bench_e2e: $BIN/$b missing (drop --no-build)" >&2; exit 2; }
+done
+
+if [[ -z "$LOGS" ]]; then LOGS=$(mktemp -d /tmp/ps-bench-e2e.XXXXXX); fi
+mkdir -p "$LOGS"
+RESULTS="$LOGS/results.jsonl"
+: >"$RESULTS"
+echo "bench_e2e: logs in $LOGS" >&2
+
+# Every process started, for cleanup; ROW_PIDS: those of the current row.
+PIDS=()
+ROW_PIDS=()
+stop_pids() {
+  (($# == 0)) && return 0
+  kill -TERM "$@" 2>/dev/null || true
+  # Daemons exit cleanly on SIGTERM; give them 10 s, then insist.
+  local alive
+  for _ in $(seq 100); do
+    alive=0
+    for p in "$@"; do kill -0 "$p" 2>/dev/null && alive=1; done
+    ((alive)) || break
+    sleep 0.1
+  done
+  kill -KILL "$@" 2>/dev/null || true
+  for p in "$@"; do wait "$p" 2>/dev/null || true; done
+}
+cleanup() {
+  local rc=$?
+  trap - EXIT INT TERM
+  if ((${#PIDS[@]})); then stop_pids "${PIDS[@]}"; fi
+  exit $rc
+}
+trap cleanup EXIT
+trap 'echo "bench_e2e: interrupted" >&2; exit 130' INT TERM
+
+start() {  # start LOG CMD...: background process, pid in $STARTED
+  local log=$1
+  shift
+  "$@" >"$log" 2>&1 &
+  STARTED=$!
+  PIDS+=("$STARTED")
+  ROW_PIDS+=("$STARTED")
+}
+
+wait_file() {  # wait_file PATH SECONDS
+  local deadline=$((SECONDS + $2))
+  until [[ -s "$1" ]]; do
+    ((SECONDS < deadline)) || { echo "bench_e2e: $1 not written within $2 s" >&2; return 1; }
+    sleep 0.1
+  done
+}
+
+cpu_s() {  # user+system CPU seconds of a live process (and its waited children)
+  awk -v hz="$(getconf CLK_TCK)" '{ sub(/^.*\) /, ""); print ($12 + $13 + $14 + $15) / hz }' \
+    "/proc/$1/stat" 2>/dev/null || echo 0
+}
+
+lr_for() { if (($1 == 64)); then echo "$LR64"; else echo "$LR256"; fi; }
+
+free_port() {
+  "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# ours ROW B: rows a, b, c on real daemons.
+ours() {
+  local row=$1 B=$2 lr dir workers devices batch mode spe
+  lr=$(lr_for "$B")
+  dir="$LOGS/$row-b$B"
+  rm -rf "$dir"
+  mkdir -p "$dir"
+  spe=$((30000 / B))
+  case $row in
+    a) workers=1; devices='devices: "cpu:0" devices: "cpu:1"'; batch=$((2 * B)); mode=BSP ;;
+    b) workers=2; devices='devices: "cpu:0"'; batch=$B; mode=BSP ;;
+    c) workers=2; devices='devices: "cpu:0"'; batch=$B; mode=ASP ;;
+  esac
+  printf 'shards { address_file: "s0.addr" }\nshards { address_file: "s1.addr" }\ncoordinator_shard: 0\n' \
+    >"$dir/cluster.pbtxt"
+  ROW_PIDS=()
+  local psd_pids=() worker_pids=()
+  for i in 0 1; do
+    printf 'listen_address: "127.0.0.1:0"\nshard_id: %d\ncluster_file: "cluster.pbtxt"\naddress_file: "s%d.addr"\nworker_timeout_ms: 10000\n' \
+      "$i" "$i" >"$dir/psd$i.pbtxt"
+    start "$dir/psd$i.log" "$BIN/server/psd" "--config=$dir/psd$i.pbtxt"
+    psd_pids+=("$STARTED")
+  done
+  for i in 0 1; do wait_file "$dir/s$i.addr" 30; done
+  for ((i = 0; i < workers; i++)); do
+    printf 'cluster_file: "cluster.pbtxt"\nname: "worker%d"\n%s\nthreads_per_device: 1\ndata_dir: "%s"\nloader_threads: 1\nprefetch_batches: 4\nheartbeat_interval_ms: 500\n' \
+      "$i" "$devices" "$DATA_DIR" >"$dir/worker$i.pbtxt"
+    start "$dir/worker$i.log" "$BIN/worker/workerd" "--config=$dir/worker$i.pbtxt"
+    worker_pids+=("$STARTED")
+  done
+  cat >"$dir/job.pbtxt" <<EOF
+name: "bench-$row-b$B"
+model { mlp { input_dim: 784 hidden: 256 hidden: 128 num_classes: 10 } }
+data { dataset: "fashion-mnist" batch_size: $batch epochs: $EPOCHS }
+optimizer { kind: SGD learning_rate: $lr momentum: 0.9 }
+consistency { mode: $mode step_deadline_ms: 60000 }
+num_workers: $workers
+partition_bytes: $PARTITION_BYTES
+seed: 42
+eval_every: $spe
+EOF
+  local rc=0
+  timeout --signal=TERM "$((ROW_TIMEOUT + 30))" "$BIN/tools/psctl" "--cluster=$dir/cluster.pbtxt" \
+    --connect-timeout=30 submit "$dir/job.pbtxt" --wait "--timeout=$ROW_TIMEOUT" \
+    >"$dir/submit.out" 2>&1 || rc=$?
+  local psd_cpu=0 worker_cpu=0 p
+  for p in "${psd_pids[@]}"; do psd_cpu=$(awk -v a="$psd_cpu" -v b="$(cpu_s "$p")" 'BEGIN{print a+b}'); done
+  for p in "${worker_pids[@]}"; do worker_cpu=$(awk -v a="$worker_cpu" -v b="$(cpu_s "$p")" 'BEGIN{print a+b}'); done
+  "$BIN/tools/psctl" "--cluster=$dir/cluster.pbtxt" stats >"$dir/stats.out" 2>&1 || true
+  stop_pids "${ROW_PIDS[@]}"
+  ROW_PIDS=()
+  local rank0
+  rank0=$(grep -l "rank 0 of" "$dir"/worker*.log 2>/dev/null | head -n 1 || true)
+  "$PY" - "$row" "$B" "$lr" "$rc" "$dir/submit.out" "${rank0:-/dev/null}" "$TARGET" \
+    "$psd_cpu" "$worker_cpu" "$EPOCHS" >>"$RESULTS" <<'EOF'
+import json, re, sys
+row, B, lr, rc, submit, rank0, target, psd_cpu, worker_cpu, epochs = sys.argv[1:]
+out = open(submit).read()
+summary = [l for l in out.splitlines() if l.startswith("job=")]
+fields = dict(re.findall(r'(\w+)=("[^"]*"|\S+)', summary[-1])) if summary else {}
+evals = [dict(re.findall(r"(\w+)=(\S+)", l.split("eval ", 1)[1]))
+         for l in open(rank0) if "] eval job=" in l]
+to_target = next((float(e["elapsed_s"]) for e in evals
+                  if float(e["test_accuracy"]) >= float(target)), None)
+r = {"row": row, "batch": int(B), "lr": float(lr), "epochs": int(epochs),
+     "ok": rc == "0" and fields.get("state") == "SUCCEEDED",
+     "samples_per_s": float(fields.get("samples_per_s", "nan")),
+     "time_to_target_s": to_target,
+     "test_accuracy": float(fields.get("test_accuracy", "nan")),
+     "wall_s": float(fields.get("wall_s", "nan")),
+     "train_s": float(fields.get("train_s", "nan")),
+     "data_s": float(fields.get("data_s", "nan")),
+     "compute_s": float(fields.get("compute_s", "nan")),
+     "comm_s": float(fields.get("comm_s", "nan")),
+     "psd_cpu_s": float(psd_cpu), "workerd_cpu_s": float(worker_cpu),
+     "evals": [[int(e["epoch"]), float(e["test_accuracy"]), float(e["elapsed_s"])]
+               for e in evals]}
+if not r["ok"]:
+    r["error"] = (summary[-1] if summary else out[-400:]).strip()
+print(json.dumps(r))
+EOF
+}
+
+# torch ROW B: rows d and e.
+torch_row() {
+  local row=$1 B=$2 lr dir rc=0
+  lr=$(lr_for "$B")
+  dir="$LOGS/$row-b$B"
+  rm -rf "$dir"
+  mkdir -p "$dir"
+  ROW_PIDS=()
+  local common=(--epochs "$EPOCHS" --lr "$lr" --target "$TARGET" --data-dir "$DATA_DIR")
+  local t0=$SECONDS cpu=0
+  if [[ $row == d ]]; then
+    start "$dir/rank0.log" timeout "$ROW_TIMEOUT" "$PY" tools/torch_peer.py --mode single \
+      --batch $((2 * B)) --threads 2 "${common[@]}"
+    local p0=$STARTED
+    wait "$p0" || rc=$?
+  else
+    local port
+    port=$(free_port)
+    start "$dir/rank0.log" timeout "$ROW_TIMEOUT" "$PY" tools/torch_peer.py --mode ddp --rank 0 \
+      --world 2 --port "$port" --batch "$B" --threads 1 "${common[@]}"
+    local p0=$STARTED
+    start "$dir/rank1.log" timeout "$ROW_TIMEOUT" "$PY" tools/torch_peer.py --mode ddp --rank 1 \
+      --world 2 --port "$port" --batch "$B" --threads 1 "${common[@]}"
+    local p1=$STARTED
+    wait "$p0" || rc=$?
+    wait "$p1" || rc=$?
+  fi
+  ROW_PIDS=()
+  "$PY" - "$row" "$B" "$lr" "$rc" "$dir/rank0.log" "$((SECONDS - t0))" "$EPOCHS" >>"$RESULTS" <<'EOF'
+import json, re, sys
+row, B, lr, rc, log, wall, epochs = sys.argv[1:]
+text = open(log).read()
+res = [l for l in text.splitlines() if l.startswith("RESULT ")]
+r = {"row": row, "batch": int(B), "lr": float(lr), "epochs": int(epochs),
+     "ok": rc == "0" and bool(res)}
+if res:
+    j = json.loads(res[-1][7:])
+    r.update({k: j[k] for k in ("samples_per_s", "time_to_target_s", "test_accuracy",
+                                "train_s")})
+    r["wall_s"] = float(wall)  # process start to exit, data loading included
+    r["evals"] = [[int(e), float(a), float(t)] for e, a, t in
+                  re.findall(r"eval epoch=(\d+) test_accuracy=(\S+) elapsed_s=(\S+)", text)]
+else:
+    r["error"] = text[-400:].strip()
+print(json.dumps(r))
+EOF
+}
+
+echo "bench_e2e: $(nproc) cores, $(uptime | sed 's/.*load/load/')" >&2
+for B in $BATCHES; do
+  for row in $ROWS; do
+    echo "bench_e2e: row $row, B=$B, lr=$(lr_for "$B"), $EPOCHS epochs" >&2
+    case $row in
+      a | b | c) ours "$row" "$B" ;;
+      d | e) torch_row "$row" "$B" ;;
+    esac
+    tail -n 1 "$RESULTS" | cut -c1-300 >&2
+  done
+done
+echo "bench_e2e: done, $(uptime | sed 's/.*load/load/')" >&2
+
+"$PY" - "$RESULTS" "$TARGET" "$EPOCHS" <<'EOF'
+import json, sys
+path, target, epochs = sys.argv[1], sys.argv[2], sys.argv[3]
+rows = [json.loads(l) for l in open(path) if l.strip()]
+names = {"a": "ours: 1 worker x 2 cpu devices, BSP",
+         "b": "ours: 2 workers x 1 device, BSP",
+         "c": "ours: 2 workers x 1 device, ASP",
+         "d": "PyTorch 1 process, 2 threads, batch 2B",
+         "e": "PyTorch DDP gloo, 2 x 1 thread"}
+ref = {r["batch"]: r["samples_per_s"] for r in rows if r["row"] == "e" and r["ok"]}
+def f(v, fmt):
+    return "-" if v is None or v != v else fmt.format(v)
+head = ["row", "setup", "B", "lr", "samples/s", f"s to {target}", f"test acc @{epochs} ep",
+        "vs (e)", "job wall s", "psd cpu s", "workerd cpu s"]
+lines = []
+for r in rows:
+    e = ref.get(r["batch"])
+    lines.append([r["row"], names[r["row"]] + ("" if r["ok"] else " (FAILED)"),
+                  str(r["batch"]), f(r.get("lr"), "{:g}"),
+                  f(r.get("samples_per_s"), "{:.0f}"),
+                  f(r.get("time_to_target_s"), "{:.1f}"),
+                  f(r.get("test_accuracy"), "{:.4f}"),
+                  f(r["samples_per_s"] / e if e and r.get("samples_per_s") else None, "{:.2f}x"),
+                  f(r.get("wall_s"), "{:.1f}"), f(r.get("psd_cpu_s"), "{:.1f}"),
+                  f(r.get("workerd_cpu_s"), "{:.1f}")])
+w = [max(len(x) for x in col) for col in zip(head, *lines)]
+print()
+for l in [head] + lines:
+    print("  ".join(x.ljust(n) for x, n in zip(l, w)))
+print()
+print("| " + " | ".join(head) + " |")
+print("|" + "|".join("---" for _ in head) + "|")
+for l in lines:
+    print("| " + " | ".join(l) + " |")
+for r in rows:
+    if not r["ok"]:
+        print(f"\nrow {r['row']} B={r['batch']} failed: {r.get('error', '')}")
+EOF
+if [[ -n "$JSON" ]]; then cp "$RESULTS" "$JSON"; fi

@@ -99,6 +99,11 @@ std::shared_ptr<grpc::Channel> Security::NewChannel(const std::string& address,
   // Reconnect quickly after a shard restarts.
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
+  // Every channel gets its own connection: with gRPC's global subchannel
+  // pool, channels with equal arguments to one address share a single TCP
+  // connection, which one thread at a time reads and writes. PsClient opens
+  // channels_per_shard channels per shard to use several.
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   if (!server_name_override_.empty()) {
     args.SetSslTargetNameOverride(server_name_override_);
   }

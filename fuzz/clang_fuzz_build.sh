@@ -45,7 +45,7 @@ case "${mode}" in
     missing=0
     have_clang || missing=1
     for o in "${objects[@]}"; do
-      if [[ "$(head -c ${#PLACEHOLDER} "${o}")" == "${PLACEHOLDER}" ]]; then missing=1; fi
+      if [[ "$(head -c ${#PLACEHOLDER} "${o}" | tr -d '\000')" == "${PLACEHOLDER}" ]]; then missing=1; fi
     done
     if ((missing)); then
       name="$(basename "${out}")"

@@ -7,9 +7,9 @@
 // (kind % 6: PushPull, Push, Pull, RegisterJob, SetMembership, DropJob),
 // played against a fresh Shard that holds three registered jobs (BSP with
 // two workers, ASP with two, SSP(1) with three; chunks spread over two
-// shards so "chunk of another shard" is reachable). The requests pass
-// through the same admission check the psd's ParameterServer service applies
-// (CheckRequestLimits) before they reach the Shard, as in the daemon.
+// shards so "chunk of another shard" is reachable). RegisterJob passes
+// through the admission check that the psd's ParameterServer service applies
+// first (server/rpc/request_limits.h), as in the daemon.
 //
 // Properties checked (a violation aborts, which libFuzzer reports):
 //   * nothing crashes, leaks, hangs or trips ASan/UBSan;
@@ -37,6 +37,7 @@
 #include "proto/job.pb.h"
 #include "proto/ps.pb.h"
 #include "server/chunking.h"
+#include "server/rpc/request_limits.h"
 #include "server/shard.h"
 
 namespace ps {
@@ -153,9 +154,6 @@ std::string Checksum(Shard& shard) {
 }
 
 template <typename Request>
-absl::Status CheckRequestLimits(const Request&) { return absl::OkStatus(); }
-
-template <typename Request>
 bool Decode(const uint8_t* data, size_t size, Request* req) {
   return req->ParseFromArray(data, static_cast<int>(size));
 }
@@ -184,10 +182,6 @@ void RunOne(Shard& shard, uint8_t kind, const uint8_t* data, size_t size,
     case kPushPull: {
       PushPullRequest req;
       if (!Decode(data, size, &req)) return;
-      if (absl::Status s = CheckRequestLimits(req); !s.ok()) {
-        expect_unchanged(s, "PushPull (admission)");
-        return;
-      }
       auto resp = std::make_unique<PushPullResponse>();
       Call& call = calls.emplace_back();
       shard.PushPull(req, resp.get(), done_into(&call));
@@ -199,18 +193,13 @@ void RunOne(Shard& shard, uint8_t kind, const uint8_t* data, size_t size,
       PushRequest req;
       if (!Decode(data, size, &req)) return;
       PushResponse resp;
-      absl::Status s = CheckRequestLimits(req);
-      if (s.ok()) s = shard.Push(req, &resp);
+      absl::Status s = shard.Push(req, &resp);
       expect_unchanged(s, "Push");
       return;
     }
     case kPull: {
       PullRequest req;
       if (!Decode(data, size, &req)) return;
-      if (absl::Status s = CheckRequestLimits(req); !s.ok()) {
-        expect_unchanged(s, "Pull (admission)");
-        return;
-      }
       auto resp = std::make_unique<PullResponse>();
       Call& call = calls.emplace_back();
       shard.Pull(req, resp.get(), done_into(&call));
@@ -223,7 +212,7 @@ void RunOne(Shard& shard, uint8_t kind, const uint8_t* data, size_t size,
       RegisterJobRequest req;
       if (!Decode(data, size, &req)) return;
       RegisterJobResponse resp;
-      absl::Status s = CheckRequestLimits(req);
+      absl::Status s = CheckRegisterJobLimits(req);
       if (s.ok()) s = shard.RegisterJob(req, &resp);
       expect_unchanged(s, "RegisterJob");
       // Whatever the outcome, the jobs that exist keep their parameters.
@@ -236,8 +225,7 @@ void RunOne(Shard& shard, uint8_t kind, const uint8_t* data, size_t size,
     case kSetMembership: {
       SetMembershipRequest req;
       if (!Decode(data, size, &req)) return;
-      absl::Status s = CheckRequestLimits(req);
-      if (s.ok()) s = shard.SetMembership(req);
+      absl::Status s = shard.SetMembership(req);
       expect_unchanged(s, "SetMembership");
       return;
     }

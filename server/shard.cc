@@ -850,9 +850,20 @@ void Shard::WriterLoop() {
       if (writer_queue_.empty()) return;  // stopping, nothing left
       job = std::move(writer_queue_.front());
       writer_queue_.pop_front();
+      writer_busy_ = true;
     }
     (void)WriteCheckpoint(job);
+    absl::MutexLock l(&writer_mu_);
+    writer_busy_ = false;
   }
+}
+
+void Shard::FlushCheckpoints() {
+  absl::MutexLock l(&writer_mu_);
+  auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(writer_mu_) {
+    return writer_queue_.empty() && !writer_busy_;
+  };
+  writer_mu_.Await(absl::Condition(&idle));
 }
 
 absl::Status Shard::WriteCheckpoint(const std::shared_ptr<Job>& job) {
@@ -918,7 +929,7 @@ absl::Status Shard::WriteCheckpoint(const std::shared_ptr<Job>& job) {
       status = path.status();
       j.CountRejected(kCheckpointFailed);
       spdlog::error("job {}: checkpoint of step {} on shard {} failed: {}",
-                    j.id, step, options_.shard_id, status.message());
+                    j.id, step, options_.shard_id, std::string(status.message()));
     }
   }
   if (j.gate_replies) {
@@ -957,7 +968,7 @@ absl::Status Shard::DropJob(const DropJobRequest& req) {
     job->removed = true;
     if (absl::Status st = store_->Remove(job->id); !st.ok()) {
       spdlog::error("job {}: dropped, but its checkpoints remain: {}", job->id,
-                    st.message());
+                    std::string(st.message()));
     }
   }
   return absl::OkStatus();

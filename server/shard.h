@@ -35,11 +35,61 @@
 //     fails the whole request, naming the field, before any of it is
 //     applied, and is counted under a reason in the stats.
 //
+// Checkpoints and restarts (options.checkpoint_dir set and OpenCheckpoints()
+// called before serving; per job JobSpec.checkpoint {every_steps,
+// every_seconds}):
+//   * Content (server/checkpoint.h): the registration, the membership, and
+//     per local chunk its values, optimizer state, version and
+//     duplicate-detection state (BSP: which workers pushed the pending step
+//     and their buffered gradients; ASP/SSP: each worker's next unapplied
+//     step). The newest two files per job are kept.
+//   * When: at registration (version 0, durable before RegisterJob
+//     returns); then, BSP, once every local chunk is at version
+//     previous + every_steps; ASP/SSP, once the slowest active worker has
+//     pushed previous + every_steps steps; and every_seconds after the
+//     previous one if anything was pushed since; on Shutdown, a last one if
+//     anything changed. Each chunk is copied under its own lock (pushes to
+//     the others go on); the file is written by a background thread.
+//   * Restart: OpenCheckpoints re-creates every job from its newest intact
+//     checkpoint (a corrupt or truncated newer file is reported by name and
+//     the previous one used). The restored chunks behave as before the
+//     crash: a retried push of a step already applied is stale (answered
+//     with the current parameters), a push of the pending step is accepted,
+//     or is a duplicate when the checkpoint holds it.
+//   * Guarantee, BSP with every_steps: 1: a restore is exact. Answers that
+//     carry version v (PushPull of step v - 1, Pull with min_version v) are
+//     held back until a checkpoint with every chunk at version >= v is
+//     durable (fsynced and renamed), so no worker holds parameters that the
+//     shard can lose: after a crash the restored shard is at the workers'
+//     step (their retries are accepted) or one ahead (their retries are
+//     stale and answered with the new parameters), and the job ends
+//     bitwise identical to an undisturbed run (without backup_workers,
+//     whose quorum depends on arrival order anyway). The price is one
+//     checkpoint write per step on each step's latency, under no lock.
+//   * Otherwise, BSP: the workers may be past the restored version; their
+//     pushes (and pulls beyond version + 1) then fail with
+//     FAILED_PRECONDITION "... restarted and restored job j from its
+//     checkpoint of step r; the updates after it are lost ...", so the job
+//     fails loudly instead of mixing parameter versions across shards.
+//     ASP/SSP: updates applied after the checkpoint are lost (as if never
+//     pushed); retries of pushes the checkpoint holds stay duplicates;
+//     training goes on.
+//   * A job that asks for checkpoints on a shard without checkpoint_dir runs
+//     without them: a warning is logged and JobStats.rejected has
+//     "no_checkpoint_dir" = 1. A failed write is logged and counted under
+//     "checkpoint_failed"; training goes on. DropJob deletes the job's
+//     checkpoints.
+//
 // Thread safety: every method may be called concurrently from any thread.
 // Locks: a reader/writer mutex over the job map (held only to look a job up
 // or change the map), one mutex per chunk (held while a push, an apply or a
 // read of that chunk runs; never two at once), and a per-job mutex for SSP
 // clocks, the registry of waits and rare state (never held with a chunk's).
+// Checkpointing adds a per-job write mutex (held while one checkpoint is
+// copied and written; before the membership and chunk mutexes), a per-job
+// leaf mutex deciding when the next one is due (taken only after a BSP
+// apply or when a time or ASP step threshold passed), and the writer
+// thread's queue.
 // A BSP or ASP push that completes at once takes only the job map's reader
 // lock and its chunks' mutexes (counters are atomics), so pushes to
 // different chunks do not contend; a wait also registers under the job
@@ -177,8 +227,41 @@ class Shard {
   size_t PendingWaits() const;
 
   // Completes every pending wait with UNAVAILABLE; later calls fail with
-  // UNAVAILABLE (Stats keeps working). Idempotent.
+  // UNAVAILABLE (Stats keeps working). Then stops the checkpoint writer and
+  // writes a last checkpoint of every job that changed since its previous
+  // one (blocks on that I/O). Idempotent.
   void Shutdown();
+
+  // What OpenCheckpoints found.
+  struct RestoreReport {
+    // One line per restored job: "job \"j\" at step 12 from <file>".
+    std::vector<std::string> restored;
+    // One line per file or job that could not be used, naming the file.
+    std::vector<std::string> problems;
+  };
+
+  // Opens options.checkpoint_dir (creating it), re-creates every job that
+  // has a checkpoint of this shard there (see the class comment), and starts
+  // the background writer. Call once, before any other call (psd: before it
+  // listens). A no-op when checkpoint_dir is empty. Unusable checkpoints do
+  // not fail it: they are listed in `report`. INVALID_ARGUMENT naming
+  // checkpoint_dir when the directory cannot be created or read;
+  // FAILED_PRECONDITION when jobs already exist or it ran before. Blocks on
+  // reading every checkpoint.
+  absl::Status OpenCheckpoints(RestoreReport* report);
+
+  // Writes a checkpoint of the job now, on this thread; returns once it is
+  // durable (or failed: the write's error). FAILED_PRECONDITION for an
+  // unknown job or one without checkpoints.
+  absl::Status CheckpointNow(const std::string& job_id);
+
+  // Queues the checkpoints that every_seconds makes due by `now` (psd calls
+  // it with CheckDeadlines). Never blocks on I/O.
+  void CheckCheckpoints(absl::Time now);
+
+  // Blocks until the background writer has written every checkpoint queued
+  // so far (tests; a graceful stop gets the same from Shutdown).
+  void FlushCheckpoints();
 
  private:
   class Job;
@@ -201,11 +284,13 @@ class Shard {
   absl::Status ValidatePush(Job& job, uint32_t worker, uint64_t step,
                             const ChunkDataList& gradients,
                             std::vector<Chunk*>* chunks) const;
-  // Applies a validated push; completed waits are appended to `ready`.
+  // Applies a validated push; completed waits are appended to `ready`, the
+  // chunks whose version moved to `advanced`.
   PushCounts ApplyPush(Job& job, uint32_t worker, uint64_t step,
                        const ChunkDataList& gradients,
                        const std::vector<Chunk*>& chunks,
-                       std::vector<WaiterPtr>* ready);
+                       std::vector<WaiterPtr>* ready,
+                       std::vector<Chunk*>* advanced);
   // Registers `w` and completes it when its conditions hold.
   void StartWait(const std::shared_ptr<Job>& job, WaiterPtr w);
   WaiterPtr NewWaiter(const std::shared_ptr<Job>& job,
@@ -218,6 +303,30 @@ class Shard {
   void CompleteAll(std::vector<WaiterPtr>* ready);
   // Fails every wait of `job` with `status` and refuses new ones.
   void CloseJob(Job& job, const absl::Status& status);
+
+  // Registration: validates `req` and builds the job without its chunks
+  // (counted as bad_spec on error); `local_count` = chunks on this shard.
+  absl::StatusOr<std::shared_ptr<Job>> NewJob(const RegisterJobRequest& req,
+                                              int* local_count) const;
+  // Worker counters and membership of a new job.
+  static void InitJobState(Job& job, const std::vector<uint8_t>& active);
+  // OK (filling resp) when `job` registers the same as `existing`.
+  absl::Status SameRegistration(const Job& existing, const Job& job,
+                                RegisterJobResponse* resp) const;
+  absl::Status OverBudget(const Job& job, int local_count) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // Checkpoints.
+  absl::Status RestoreJob(JobCheckpoint checkpoint);
+  // Queues a checkpoint of `job` if one is due; `advanced` are BSP chunks
+  // whose version just moved. `now` = InfinitePast(): read the clock if
+  // needed.
+  void MaybeQueueCheckpoint(const std::shared_ptr<Job>& job,
+                            absl::Span<Chunk* const> advanced, absl::Time now);
+  // Snapshots and writes one checkpoint (blocks on I/O), then releases the
+  // answers it makes durable.
+  absl::Status WriteCheckpoint(const std::shared_ptr<Job>& job);
+  void WriterLoop();
 
   const ShardOptions options_;
   const absl::Time start_time_;
@@ -236,6 +345,17 @@ class Shard {
   mutable absl::Mutex rejected_mu_;
   mutable absl::btree_map<std::string, uint64_t> rejected_
       ABSL_GUARDED_BY(rejected_mu_);
+
+  // Set by OpenCheckpoints before serving, then immutable; null = no
+  // checkpoints.
+  std::unique_ptr<CheckpointStore> store_;
+  // The background writer and its queue of jobs due for a checkpoint.
+  absl::Mutex writer_mu_;
+  std::deque<std::shared_ptr<Job>> writer_queue_ ABSL_GUARDED_BY(writer_mu_);
+  bool writer_stop_ ABSL_GUARDED_BY(writer_mu_) = false;
+  bool writer_busy_ ABSL_GUARDED_BY(writer_mu_) = false;
+  std::thread writer_;
+  absl::Mutex shutdown_mu_;  // one Shutdown joins the writer
 };
 
 }  // namespace ps

@@ -17,12 +17,13 @@ LocalCluster::LocalCluster(std::string dir, LocalClusterOptions options)
 
 LocalCluster::~LocalCluster() { (void)Stop(); }
 
-absl::Status LocalCluster::StartShard(int i) {
+absl::Status LocalCluster::StartShard(int i, const std::string& extra) {
   std::filesystem::remove(absl::StrCat(dir_, "/s", i, ".addr"));
   std::string cfg = absl::StrCat(dir_, "/psd", i, ".pbtxt");
   absl::Status s = WriteFileAtomically(
       cfg, absl::StrCat("cluster_file: \"cluster.pbtxt\"\nshard_id: ", i, "\naddress_file: \"s", i,
-                        ".addr\"\nworker_timeout_ms: 3000\n", options_.psd_extra, "\n"));
+                        ".addr\"\nworker_timeout_ms: 3000\n", options_.psd_extra, "\n", extra,
+                        "\n"));
   if (!s.ok()) return s;
   s = shards_[i]->Start({"server/psd", "--config=" + cfg}, absl::StrCat(dir_, "/psd", i, ".log"));
   if (!s.ok()) return s;

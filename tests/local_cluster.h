@@ -41,7 +41,9 @@ class LocalCluster {
   // is an error.
   absl::Status Stop();
 
-  absl::Status StartShard(int i);
+  // `extra` is appended to this start's psd config only (e.g. a restart on
+  // the port the shard had: listen_address: "127.0.0.1:PORT").
+  absl::Status StartShard(int i, const std::string& extra = "");
   absl::Status StartWorker(int i);
   Subprocess& shard(int i) { return *shards_[i]; }
   Subprocess& worker(int i) { return *workers_[i]; }

@@ -6,6 +6,8 @@
 #                      [--lr64=0.05] [--lr256=0.1] [--target=0.85]
 #                      [--partition-bytes=N] [--row-timeout=S] [--json=FILE]
 #                      [--logs=DIR] [--no-build] [--output-base=DIR]
+#                      [--psd-extra=TEXT] [--workerd-extra=TEXT]
+#                      [--daemon-env=NAME=VALUE]...
 #
 # Rows, for each B in --batches (B = examples per compute replica per step,
 # so every row trains on a GLOBAL batch of 2B per step and takes the same
@@ -38,7 +40,13 @@
 # is stopped on exit, failure or Ctrl-C; each row is bounded by --row-timeout
 # (default 900 s). Output: a plain table, the same as Markdown (for
 # docs/BENCHMARKS.md), and with --json=FILE one JSON object per row.
-# The machine is shared: run `uptime` first and compare rows of one run.
+# --psd-extra / --workerd-extra append text-format fields to every generated
+# PsdConfig / WorkerdConfig (e.g. --psd-extra='rpc_threads: 2'); --daemon-env
+# sets an environment variable for psd and workerd only (diagnostics, e.g.
+# glibc malloc tunables; not how the system is meant to be configured).
+# The machine is shared: each row records "other load", the CPU (in cores)
+# that processes not started by this script used during the row (from
+# /proc/stat); rerun when it is not ~0, and compare rows of one run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -55,6 +63,9 @@ JSON=""
 LOGS=""
 BUILD=1
 OUTPUT_BASE=${BAZEL_OUTPUT_BASE:-}
+PSD_EXTRA=""
+WORKERD_EXTRA=""
+DAEMON_ENV=()
 PY=/usr/bin/python3
 DATA_DIR=/usr/share/datasets/fashion-mnist
 
@@ -72,6 +83,9 @@ for arg in "$@"; do
     --json=*) JSON=${arg#*=} ;;
     --logs=*) LOGS=${arg#*=} ;;
     --no-build) BUILD=0 ;;
+    --psd-extra=*) PSD_EXTRA=${arg#*=} ;;
+    --workerd-extra=*) WORKERD_EXTRA=${arg#*=} ;;
+    --daemon-env=*) DAEMON_ENV+=("${arg#*=}") ;;
     --output-base=*) OUTPUT_BASE=${arg#*=} ;;
     -h | --help) usage; exit 0 ;;
     *) echo "bench_e2e: unknown argument $arg (see --help)" >&2; exit 2 ;;
@@ -151,6 +165,39 @@ cpu_s() {  # user+system CPU seconds of a live process (and its waited children)
     "/proc/$1/stat" 2>/dev/null || echo 0
 }
 
+# Machine-wide busy CPU seconds, and the CPU seconds of this script's
+# waited-for children (every process a row starts is waited for): their
+# difference over a row is the CPU other users took meanwhile.
+busy_s() {
+  awk -v hz="$(getconf CLK_TCK)" '/^cpu /{ print ($2 + $3 + $4 + $7 + $8 + $9) / hz; exit }' /proc/stat
+}
+children_s() {
+  awk -v hz="$(getconf CLK_TCK)" '{ sub(/^.*\) /, ""); print ($14 + $15) / hz }' "/proc/$$/stat"
+}
+row_begin() {
+  ROW_T0=$(date +%s.%N)
+  ROW_BUSY0=$(busy_s)
+  ROW_OURS0=$(children_s)
+}
+row_end() {  # adds other_cores (CPU others used, in cores) to the last result
+  local t1 busy1 ours1
+  t1=$(date +%s.%N)
+  busy1=$(busy_s)
+  ours1=$(children_s)
+  "$PY" - "$RESULTS" "$ROW_T0" "$t1" "$ROW_BUSY0" "$busy1" "$ROW_OURS0" "$ours1" <<'EOF'
+import json, sys
+path = sys.argv[1]
+t0, t1, b0, b1, o0, o1 = map(float, sys.argv[2:])
+lines = open(path).read().splitlines()
+r = json.loads(lines[-1])
+r["row_s"] = round(t1 - t0, 2)
+r["our_cpu_s"] = round(o1 - o0, 2)
+r["other_cores"] = round(max(0.0, (b1 - b0) - (o1 - o0)) / max(t1 - t0, 1e-9), 2)
+lines[-1] = json.dumps(r)
+open(path, "w").write("\n".join(lines) + "\n")
+EOF
+}
+
 lr_for() { if (($1 == 64)); then echo "$LR64"; else echo "$LR256"; fi; }
 
 free_port() {
@@ -175,16 +222,16 @@ ours() {
   ROW_PIDS=()
   local psd_pids=() worker_pids=()
   for i in 0 1; do
-    printf 'listen_address: "127.0.0.1:0"\nshard_id: %d\ncluster_file: "cluster.pbtxt"\naddress_file: "s%d.addr"\nworker_timeout_ms: 10000\n' \
-      "$i" "$i" >"$dir/psd$i.pbtxt"
-    start "$dir/psd$i.log" "$BIN/server/psd" "--config=$dir/psd$i.pbtxt"
+    printf 'listen_address: "127.0.0.1:0"\nshard_id: %d\ncluster_file: "cluster.pbtxt"\naddress_file: "s%d.addr"\nworker_timeout_ms: 10000\n%s\n' \
+      "$i" "$i" "$PSD_EXTRA" >"$dir/psd$i.pbtxt"
+    start "$dir/psd$i.log" env "${DAEMON_ENV[@]}" "$BIN/server/psd" "--config=$dir/psd$i.pbtxt"
     psd_pids+=("$STARTED")
   done
   for i in 0 1; do wait_file "$dir/s$i.addr" 30; done
   for ((i = 0; i < workers; i++)); do
-    printf 'cluster_file: "cluster.pbtxt"\nname: "worker%d"\n%s\nthreads_per_device: 1\ndata_dir: "%s"\nloader_threads: 1\nprefetch_batches: 4\nheartbeat_interval_ms: 500\n' \
-      "$i" "$devices" "$DATA_DIR" >"$dir/worker$i.pbtxt"
-    start "$dir/worker$i.log" "$BIN/worker/workerd" "--config=$dir/worker$i.pbtxt"
+    printf 'cluster_file: "cluster.pbtxt"\nname: "worker%d"\n%s\nthreads_per_device: 1\ndata_dir: "%s"\nloader_threads: 1\nprefetch_batches: 4\nheartbeat_interval_ms: 500\n%s\n' \
+      "$i" "$devices" "$DATA_DIR" "$WORKERD_EXTRA" >"$dir/worker$i.pbtxt"
+    start "$dir/worker$i.log" env "${DAEMON_ENV[@]}" "$BIN/worker/workerd" "--config=$dir/worker$i.pbtxt"
     worker_pids+=("$STARTED")
   done
   cat >"$dir/job.pbtxt" <<EOF
@@ -292,10 +339,12 @@ echo "bench_e2e: $(nproc) cores, $(uptime | sed 's/.*load/load/')" >&2
 for B in $BATCHES; do
   for row in $ROWS; do
     echo "bench_e2e: row $row, B=$B, lr=$(lr_for "$B"), $EPOCHS epochs" >&2
+    row_begin
     case $row in
       a | b | c) ours "$row" "$B" ;;
       d | e) torch_row "$row" "$B" ;;
     esac
+    row_end
     tail -n 1 "$RESULTS" | cut -c1-300 >&2
   done
 done
@@ -314,7 +363,7 @@ ref = {r["batch"]: r["samples_per_s"] for r in rows if r["row"] == "e" and r["ok
 def f(v, fmt):
     return "-" if v is None or v != v else fmt.format(v)
 head = ["row", "setup", "B", "lr", "samples/s", f"s to {target}", f"test acc @{epochs} ep",
-        "vs (e)", "job wall s", "psd cpu s", "workerd cpu s"]
+        "vs (e)", "job wall s", "psd cpu s", "workerd cpu s", "other load"]
 lines = []
 for r in rows:
     e = ref.get(r["batch"])
@@ -325,7 +374,8 @@ for r in rows:
                   f(r.get("test_accuracy"), "{:.4f}"),
                   f(r["samples_per_s"] / e if e and r.get("samples_per_s") else None, "{:.2f}x"),
                   f(r.get("wall_s"), "{:.1f}"), f(r.get("psd_cpu_s"), "{:.1f}"),
-                  f(r.get("workerd_cpu_s"), "{:.1f}")])
+                  f(r.get("workerd_cpu_s"), "{:.1f}"),
+                  f(r.get("other_cores"), "{:.2f}")])
 w = [max(len(x) for x in col) for col in zip(head, *lines)]
 print()
 for l in [head] + lines:

@@ -11,12 +11,15 @@ cd "$(dirname "$0")/.."
 JOB=${1:-configs/jobs/fashion_mlp.pbtxt}
 
 bash tools/setup.sh
-echo "demo: building (first time: several minutes)"
-bazel build -c opt //server:psd //worker:workerd //tools:psctl 2>&1 | tail -n 3
-BIN=$(bazel info -c opt bazel-bin 2>/dev/null)
-
 LOGS=$(mktemp -d /tmp/ps-demo.XXXXXX)
 echo "demo: logs in $LOGS"
+echo "demo: building (the first time takes several minutes)"
+if ! bazel build //server:psd //worker:workerd //tools:psctl >"$LOGS/build.log" 2>&1; then
+  cat "$LOGS/build.log"
+  echo "demo: build failed" >&2
+  exit 1
+fi
+BIN=$(bazel info bazel-bin 2>/dev/null)
 PIDS=()
 cleanup() {
   local rc=$?

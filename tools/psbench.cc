@@ -45,6 +45,7 @@ ABSL_FLAG(std::string, partition_bytes, "1M", "transport: the job's partition_by
 ABSL_FLAG(std::string, max_request_bytes, "", "PsClientOptions.max_request_bytes (default: the client's)");
 ABSL_FLAG(int, inflight_per_shard, 0, "PsClientOptions.max_inflight_per_shard (0: the client's default)");
 ABSL_FLAG(int, channels_per_shard, 0, "PsClientOptions.channels_per_shard (0: the client's default)");
+ABSL_FLAG(bool, tcp, true, "transport: measure raw loopback TCP next to every point");
 ABSL_FLAG(bool, iperf3, true, "transport: use iperf3 for the raw TCP reference when on PATH");
 ABSL_FLAG(bool, json, false, "print one JSON object instead of tables");
 ABSL_FLAG(double, time_limit_seconds, 0, "abort (exit 4) after this long (default: from the mode's options)");
@@ -140,6 +141,7 @@ int Run() {
     }
     if (clients > 0) transport.clients = clients;
     if (seconds > 0) transport.duration = absl::Seconds(seconds);
+    transport.measure_tcp = absl::GetFlag(FLAGS_tcp);
     transport.use_iperf3 = absl::GetFlag(FLAGS_iperf3);
     if (!ClientOptions(&transport.client)) return kExitUsage;
     // Per point: registration, the measured time, a BSP straggler's step

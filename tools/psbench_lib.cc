@@ -238,8 +238,10 @@ absl::StatusOr<TransportReport> RunTransport(const BenchCluster& cluster,
       phases.warmup = absl::ZeroDuration();
       phases.measure = options.duration;
       phases.max_steps = options.max_steps;
-      absl::StatusOr<ClientRun> run =
-          RunClients(cluster, a, options.clients, options.client, phases, nullptr);
+      double cpu0 = 0;
+      absl::StatusOr<ClientRun> run = RunClients(cluster, a, options.clients, options.client,
+                                                 phases, [&cpu0] { cpu0 = CpuSeconds(); });
+      const double cpu_seconds = CpuSeconds() - cpu0;
       absl::Status dropped = cluster.DropJob(job.job_id);
       if (!run.ok()) return run.status();
       if (!dropped.ok()) return dropped;
@@ -256,17 +258,25 @@ absl::StatusOr<TransportReport> RunTransport(const BenchCluster& cluster,
       p.goodput = p.seconds > 0 ? moved / p.seconds : 0;
       p.p50_us = Percentile(run->latencies_us, 0.50);
       p.p99_us = Percentile(run->latencies_us, 0.99);
-      // The same bytes over raw TCP (at least 64 MiB so the stream reaches
-      // steady state), bounded like the point itself.
-      const uint64_t tcp_bytes = std::max<uint64_t>(moved, 64 << 20);
-      const absl::Duration tcp_limit = options.duration + absl::Seconds(5);
-      PS_ASSIGN_OR_RETURN(p.socket, SocketStream(tcp_bytes, options.tcp_write_size, tcp_limit));
-      double reference = p.socket.bytes_per_second();
-      if (iperf3) {
-        PS_ASSIGN_OR_RETURN(p.iperf3, Iperf3Stream(tcp_bytes, options.tcp_write_size, tcp_limit));
-        reference = p.iperf3.bytes_per_second();
+      p.cpu_seconds = cpu_seconds;
+      if (options.measure_tcp) {
+        // The same bytes over raw TCP (at least 64 MiB so the stream reaches
+        // steady state), bounded like the point itself.
+        const uint64_t tcp_bytes = std::max<uint64_t>(moved, 64 << 20);
+        const absl::Duration tcp_limit = options.duration + absl::Seconds(5);
+        PS_ASSIGN_OR_RETURN(p.socket,
+                            SocketStream(tcp_bytes, options.tcp_write_size, tcp_limit));
+        double reference = p.socket.bytes_per_second();
+        if (iperf3) {
+          PS_ASSIGN_OR_RETURN(p.iperf3,
+                              Iperf3Stream(tcp_bytes, options.tcp_write_size, tcp_limit));
+          reference = p.iperf3.bytes_per_second();
+        }
+        p.ratio = reference > 0 ? p.goodput / reference : 0;
+        if (p.socket.bytes_per_cpu_second() > 0) {
+          p.cpu_ratio = p.bytes_per_cpu_second() / p.socket.bytes_per_cpu_second();
+        }
       }
-      p.ratio = reference > 0 ? p.goodput / reference : 0;
       report.points.push_back(p);
     }
   }
@@ -410,15 +420,16 @@ std::string FormatTransport(const TransportReport& r) {
       "ratio = goodput / raw loopback TCP (%s) moving the same bytes\n",
       r.shards, r.in_process ? "in-process" : "of a running cluster",
       !r.points.empty() && r.points[0].iperf3.bytes > 0 ? "iperf3" : "socket stream");
-  out += absl::StrFormat("%-4s %8s %7s %8s %11s %11s %11s %6s %10s %10s %6s\n", "mode", "size",
-                         "clients", "steps", "goodput", "tcp", "iperf3", "ratio", "p50", "p99",
-                         "errors");
+  out += absl::StrFormat("%-4s %8s %7s %8s %11s %11s %11s %6s %10s %10s %6s %6s %9s\n", "mode",
+                         "size", "clients", "steps", "goodput", "tcp", "iperf3", "ratio", "p50",
+                         "p99", "errors", "cores", "cpu ratio");
   for (const TransportPoint& p : r.points) {
     out += absl::StrFormat(
-        "%-4s %8s %7d %8d %8.1f MB/s %6.1f MB/s %6.1f MB/s %6.2f %7.0f us %7.0f us %6d\n",
+        "%-4s %8s %7d %8d %6.1f MB/s %6.1f MB/s %6.1f MB/s %6.2f %7.0f us %7.0f us %6d %6.2f "
+        "%9.2f\n",
         ModeName(p.mode), Bytes(p.bytes), p.clients, p.steps, p.goodput / 1e6,
         p.socket.bytes_per_second() / 1e6, p.iperf3.bytes_per_second() / 1e6, p.ratio, p.p50_us,
-        p.p99_us, p.errors);
+        p.p99_us, p.errors, p.seconds > 0 ? p.cpu_seconds / p.seconds : 0, p.cpu_ratio);
     if (!p.first_error.empty()) out += absl::StrCat("  first error: ", p.first_error, "\n");
   }
   return out;
@@ -431,10 +442,12 @@ std::string TransportJson(const TransportReport& r) {
         "{\"mode\":\"%s\",\"bytes\":%d,\"clients\":%d,\"steps\":%d,\"errors\":%d,"
         "\"first_error\":%s,\"seconds\":%.6f,\"goodput_bytes_per_s\":%.1f,"
         "\"p50_us\":%.1f,\"p99_us\":%.1f,\"tcp_socket_bytes_per_s\":%.1f,"
-        "\"tcp_iperf3_bytes_per_s\":%.1f,\"ratio\":%.4f}",
+        "\"tcp_iperf3_bytes_per_s\":%.1f,\"ratio\":%.4f,\"cpu_seconds\":%.3f,"
+        "\"bytes_per_cpu_s\":%.1f,\"tcp_socket_bytes_per_cpu_s\":%.1f,\"cpu_ratio\":%.4f}",
         ModeName(p.mode), p.bytes, p.clients, p.steps, p.errors, JsonString(p.first_error),
         p.seconds, p.goodput, p.p50_us, p.p99_us, p.socket.bytes_per_second(),
-        p.iperf3.bytes_per_second(), p.ratio));
+        p.iperf3.bytes_per_second(), p.ratio, p.cpu_seconds, p.bytes_per_cpu_second(),
+        p.socket.bytes_per_cpu_second(), p.cpu_ratio));
   }
   return absl::StrFormat("{\"mode\":\"transport\",\"shards\":%d,\"in_process\":%s,\"points\":[%s]}",
                          r.shards, r.in_process ? "true" : "false", absl::StrJoin(points, ","));

@@ -46,7 +46,9 @@ struct TransportOptions {
   uint64_t partition_bytes = 1 << 20;
   PsClientOptions client;
   // Raw TCP reference: iperf3 when on PATH (and allowed), the socket stream
-  // always; writes of tcp_write_size bytes.
+  // always (unless measure_tcp is off, e.g. while profiling the gRPC path
+  // alone); writes of tcp_write_size bytes.
+  bool measure_tcp = true;
   bool use_iperf3 = true;
   size_t tcp_write_size = 1 << 20;
 };
@@ -61,11 +63,18 @@ struct TransportPoint {
   double seconds = 0;
   double goodput = 0;  // bytes pushed + pulled per second
   double p50_us = 0, p99_us = 0;
+  // CPU time of this process during the point (clients and, in-process,
+  // the shards): bytes moved per CPU-second is the efficiency that machine
+  // load does not distort.
+  double cpu_seconds = 0;
+  double bytes_per_cpu_second() const { return cpu_seconds > 0 ? 2.0 * bytes * steps / cpu_seconds : 0; }
   // Raw TCP moving the same bytes, right after this point.
   TcpResult socket;
   TcpResult iperf3;  // bytes == 0 when not measured
   // goodput / the reference (iperf3 when measured, else socket).
   double ratio = 0;
+  // bytes per CPU-second / the socket stream's (both in this process).
+  double cpu_ratio = 0;
 };
 
 struct TransportReport {

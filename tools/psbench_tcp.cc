@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "tools/psbench_util.h"
 
 namespace ps {
 namespace bench {
@@ -109,6 +110,7 @@ absl::StatusOr<TcpResult> SocketStream(uint64_t bytes, size_t write_size,
   int port = 0;
   if (absl::Status s = Listen(&listener, &port); !s.ok()) return s;
 
+  const double cpu0 = CpuSeconds();
   uint64_t received = 0;
   absl::Time last_byte = absl::InfinitePast();
   absl::Status receive_status;
@@ -176,6 +178,7 @@ absl::StatusOr<TcpResult> SocketStream(uint64_t bytes, size_t write_size,
   r.method = "socket";
   r.bytes = received;
   r.seconds = absl::ToDoubleSeconds(last_byte - start);
+  r.cpu_seconds = CpuSeconds() - cpu0;
   return r;
 }
 
@@ -199,6 +202,7 @@ absl::StatusOr<TcpResult> Iperf3Stream(uint64_t bytes, size_t write_size,
     if (absl::Status s = Listen(&probe, &port); !s.ok()) return s;
   }
   const int64_t limit_s = absl::ToInt64Seconds(max_time) + 5;
+  const double cpu0 = CpuSeconds(/*children=*/true);
   std::string server_cmd = absl::StrCat("timeout ", limit_s,
                                         " iperf3 -s -1 --forceflush -B 127.0.0.1 -p ",
                                         port,
@@ -242,6 +246,7 @@ absl::StatusOr<TcpResult> Iperf3Stream(uint64_t bytes, size_t write_size,
   r.method = "iperf3";
   r.bytes = static_cast<uint64_t>(received);
   r.seconds = seconds;
+  r.cpu_seconds = CpuSeconds(/*children=*/true) - cpu0;
   return r;
 }
 

@@ -24,7 +24,11 @@ struct TcpResult {
   std::string method;  // "socket" or "iperf3"
   uint64_t bytes = 0;  // bytes received
   double seconds = 0;  // first write to last byte received
+  // CPU time (user + system) of sender and receiver together: this
+  // process's for the socket stream, the iperf3 processes' for iperf3.
+  double cpu_seconds = 0;
   double bytes_per_second() const { return seconds > 0 ? bytes / seconds : 0; }
+  double bytes_per_cpu_second() const { return cpu_seconds > 0 ? bytes / cpu_seconds : 0; }
 };
 
 // One sender thread and one receiver thread stream `bytes` through a

@@ -1,6 +1,7 @@
 #include "tools/psbench_util.h"
 
 #include <dirent.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -36,6 +37,13 @@ std::vector<float> NormalFloats(size_t n, uint64_t seed, float stddev) {
     if (std::fabs(x) < 1e-30f) x = stddev;
   }
   return v;
+}
+
+double CpuSeconds(bool children) {
+  rusage u{};
+  getrusage(children ? RUSAGE_CHILDREN : RUSAGE_SELF, &u);
+  return u.ru_utime.tv_sec + u.ru_stime.tv_sec +
+         (u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
 }
 
 absl::StatusOr<uint64_t> ResidentBytes(pid_t pid) {

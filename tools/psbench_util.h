@@ -43,6 +43,10 @@ absl::StatusOr<pid_t> ListeningPid(int port);
 // `address` otherwise.
 absl::StatusOr<int> PortOf(const std::string& address);
 
+// CPU time (user + system) used so far by this process (`children` false)
+// or by its waited-for children (true), in seconds.
+double CpuSeconds(bool children = false);
+
 // Seconds in `d` as a double.
 inline double Seconds(absl::Duration d) { return absl::ToDoubleSeconds(d); }
 

@@ -177,12 +177,20 @@ class CoordinatorClient {
   explicit CoordinatorClient(const Connection& c)
       : c_(c), stub_(Coordinator::NewStub(c.security.NewChannel(c.coordinator))) {}
 
+  // One call, waiting up to the connect timeout for the coordinator to come
+  // up (a daemon just started, or still resolving its shards).
   template <typename Req, typename Resp, typename Fn>
   absl::Status Call(Fn fn, const Req& req, Resp* resp) const {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(absl::ToChronoTime(absl::Now() + c_.connect_timeout));
-    c_.security.Authorize(&ctx);
-    return FromGrpcStatus((stub_.get()->*fn)(&ctx, req, resp));
+    absl::Time deadline = absl::Now() + c_.connect_timeout;
+    while (true) {
+      grpc::ClientContext ctx;
+      ctx.set_deadline(absl::ToChronoTime(deadline));
+      ctx.set_wait_for_ready(true);
+      c_.security.Authorize(&ctx);
+      absl::Status s = FromGrpcStatus((stub_.get()->*fn)(&ctx, req, resp));
+      if (s.code() != absl::StatusCode::kUnavailable || absl::Now() >= deadline) return s;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));  // coordinator starting
+    }
   }
   Coordinator::Stub* stub() { return stub_.get(); }
 
@@ -309,25 +317,35 @@ int Submit(const Args& a, std::ostream& out, std::ostream& err, bool interactive
   return WaitForJob(client, resp.job_id(), timeout_s, out, err, interactive);
 }
 
-int Status(const Args& a, std::ostream& out, std::ostream& err) {
-  if (a.positional.size() != 1) {
-    err << "psctl status: expected one JOB id\n";
-    return kExitUsage;
-  }
+// Connects to the coordinator and makes one call. On failure prints why
+// (prefixed with `command`) and returns the exit code; else kExitOk.
+template <typename Req, typename Resp, typename Fn>
+int CallCoordinator(const Args& a, const std::string& command, Fn fn, const Req& req,
+                    Resp* resp, std::ostream& err) {
   Connection c;
   if (auto f = Connect(a, false, &c)) {
     err << "psctl: " << f->message << "\n";
     return f->code;
   }
   CoordinatorClient client(c);
+  absl::Status s = client.Call(fn, req, resp);
+  if (!s.ok()) {
+    err << "psctl " << command << ": " << Explain(s, c.coordinator) << "\n";
+    return ExitCodeFor(s);
+  }
+  return kExitOk;
+}
+
+int Status(const Args& a, std::ostream& out, std::ostream& err) {
+  if (a.positional.size() != 1) {
+    err << "psctl status: expected one JOB id\n";
+    return kExitUsage;
+  }
   GetJobRequest req;
   req.set_job_id(a.positional[0]);
   JobStatus job;
-  absl::Status s = client.Call(&Coordinator::Stub::GetJob, req, &job);
-  if (!s.ok()) {
-    err << "psctl status: " << Explain(s, c.coordinator) << "\n";
-    return ExitCodeFor(s);
-  }
+  int rc = CallCoordinator(a, "status", &Coordinator::Stub::GetJob, req, &job, err);
+  if (rc != kExitOk) return rc;
   if (Has(a, "--json")) {
     out << ToJson(job);
   } else {
@@ -339,18 +357,9 @@ int Status(const Args& a, std::ostream& out, std::ostream& err) {
 }
 
 int List(const Args& a, std::ostream& out, std::ostream& err) {
-  Connection c;
-  if (auto f = Connect(a, false, &c)) {
-    err << "psctl: " << f->message << "\n";
-    return f->code;
-  }
-  CoordinatorClient client(c);
   ListJobsResponse resp;
-  absl::Status s = client.Call(&Coordinator::Stub::ListJobs, ListJobsRequest(), &resp);
-  if (!s.ok()) {
-    err << "psctl list: " << Explain(s, c.coordinator) << "\n";
-    return ExitCodeFor(s);
-  }
+  int rc = CallCoordinator(a, "list", &Coordinator::Stub::ListJobs, ListJobsRequest(), &resp, err);
+  if (rc != kExitOk) return rc;
   if (Has(a, "--json")) {
     out << ToJson(resp);
     return kExitOk;
@@ -372,20 +381,11 @@ int Cancel(const Args& a, std::ostream& out, std::ostream& err) {
     err << "psctl cancel: expected one JOB id\n";
     return kExitUsage;
   }
-  Connection c;
-  if (auto f = Connect(a, false, &c)) {
-    err << "psctl: " << f->message << "\n";
-    return f->code;
-  }
-  CoordinatorClient client(c);
   CancelJobRequest req;
   req.set_job_id(a.positional[0]);
   CancelJobResponse resp;
-  absl::Status s = client.Call(&Coordinator::Stub::CancelJob, req, &resp);
-  if (!s.ok()) {
-    err << "psctl cancel: " << Explain(s, c.coordinator) << "\n";
-    return ExitCodeFor(s);
-  }
+  int rc = CallCoordinator(a, "cancel", &Coordinator::Stub::CancelJob, req, &resp, err);
+  if (rc != kExitOk) return rc;
   out << a.positional[0] << " " << JobState_Name(resp.state()) << "\n";
   return kExitOk;
 }
@@ -416,6 +416,7 @@ int Stats(const Args& a, std::ostream& out, std::ostream& err) {
     stubs.push_back(ParameterServer::NewStub(c.security.NewChannel((*addresses)[i])));
     contexts.push_back(std::make_unique<grpc::ClientContext>());
     contexts.back()->set_deadline(absl::ToChronoTime(absl::Now() + c.connect_timeout));
+    contexts.back()->set_wait_for_ready(true);
     c.security.Authorize(contexts.back().get());
     stubs.back()->async()->Stats(contexts.back().get(), &req, &stats[i],
                                  [&, i](grpc::Status s) {

@@ -12,6 +12,130 @@ static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
               "tensor payloads are little-endian float32");
 
 namespace ps {
+namespace {
+
+// Full method names of proto/ps.proto's ParameterServer service.
+const char kPushPullMethod[] = "/ps.ParameterServer/PushPull";
+const char kPullMethod[] = "/ps.ParameterServer/Pull";
+
+// Protobuf wire types and the tags (field << 3 | wire type) written here.
+constexpr uint32_t kVarint = 0, kFixed64 = 1, kLengthDelimited = 2, kFixed32 = 5;
+constexpr uint8_t kRequestJobIdTag = 1 << 3 | kLengthDelimited;   // job_id = 1
+constexpr uint8_t kRequestWorkerTag = 2 << 3 | kVarint;           // worker = 2
+constexpr uint8_t kRequestStepTag = 3 << 3 | kVarint;             // step = 3
+constexpr uint8_t kRequestAttemptTag = 4 << 3 | kVarint;          // attempt = 4
+constexpr uint8_t kRequestGradientsTag = 5 << 3 | kLengthDelimited;  // gradients = 5
+constexpr uint8_t kChunkIdTag = 1 << 3 | kVarint;                 // ChunkData.chunk_id
+constexpr uint8_t kChunkVersionTag = 2 << 3 | kVarint;            // ChunkData.version
+constexpr uint8_t kChunkDataTag = 3 << 3 | kLengthDelimited;      // ChunkData.data
+// Both replies carry their ChunkData list as field 1.
+constexpr uint32_t kReplyChunksField = 1;
+
+size_t VarintSize(uint64_t v) {
+  size_t n = 1;
+  while (v >= 0x80) {
+    v >>= 7;
+    ++n;
+  }
+  return n;
+}
+
+void PutVarint(uint64_t v, std::string* out) {
+  while (v >= 0x80) {
+    out->push_back(static_cast<char>(v | 0x80));
+    v >>= 7;
+  }
+  out->push_back(static_cast<char>(v));
+}
+
+// proto3 leaves fields at their default value off the wire; so does this
+// encoder, which makes its output byte-identical to protobuf's.
+void PutVarintField(uint8_t tag, uint64_t v, std::string* out) {
+  if (v == 0) return;
+  out->push_back(static_cast<char>(tag));
+  PutVarint(v, out);
+}
+
+// Reads a message spread over gRPC slices, front to back, with marks to
+// come back to a position (a ChunkData's data is copied once its chunk_id,
+// which may follow it on the wire, is known).
+class SliceReader {
+ public:
+  struct Mark {
+    size_t slice = 0, offset = 0, position = 0;
+  };
+
+  explicit SliceReader(const std::vector<grpc::Slice>* slices) : slices_(*slices) { Normalize(); }
+
+  size_t position() const { return at_.position; }
+  bool done() const { return at_.slice == slices_.size(); }
+  Mark mark() const { return at_; }
+  void Seek(const Mark& m) { at_ = m; }
+
+  bool ReadVarint(uint64_t* v) {
+    *v = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+      if (done()) return false;
+      const uint8_t b = slices_[at_.slice].begin()[at_.offset];
+      Advance(1);
+      *v |= static_cast<uint64_t>(b & 0x7f) << shift;
+      if ((b & 0x80) == 0) return true;
+    }
+    return false;
+  }
+
+  // Copies (dst != nullptr) or skips the next n bytes.
+  bool Read(char* dst, size_t n) {
+    while (n > 0) {
+      if (done()) return false;
+      const grpc::Slice& s = slices_[at_.slice];
+      const size_t k = std::min(n, s.size() - at_.offset);
+      if (dst != nullptr) {
+        std::memcpy(dst, s.begin() + at_.offset, k);
+        dst += k;
+      }
+      Advance(k);
+      n -= k;
+    }
+    return true;
+  }
+
+  // Skips a field of `wire_type` whose tag was just read.
+  bool SkipField(uint32_t wire_type) {
+    uint64_t n = 0;
+    switch (wire_type) {
+      case kVarint:
+        return ReadVarint(&n);
+      case kFixed64:
+        return Read(nullptr, 8);
+      case kLengthDelimited:
+        return ReadVarint(&n) && Read(nullptr, n);
+      case kFixed32:
+        return Read(nullptr, 4);
+      default:  // groups (3, 4) are not in proto3 messages
+        return false;
+    }
+  }
+
+ private:
+  void Advance(size_t n) {
+    at_.offset += n;
+    at_.position += n;
+    Normalize();
+  }
+  // Keeps `at_` on a byte that exists (or at the end).
+  void Normalize() {
+    while (at_.slice < slices_.size() && at_.offset == slices_[at_.slice].size()) {
+      ++at_.slice;
+      at_.offset = 0;
+    }
+  }
+
+  const std::vector<grpc::Slice>& slices_;
+  Mark at_;
+};
+
+}  // namespace
 
 // One request to one shard, across its retries. Owned by Exchange();
 // gRPC callbacks borrow it until OnDone.
@@ -19,16 +143,16 @@ struct PsClient::Call {
   size_t group = 0;
   uint32_t shard = 0;
   bool push = false;
+  uint64_t step = 0;
+  const float* gradient = nullptr;  // push: the caller's, borrowed
   int attempt = 0;
   absl::Time retry_at = absl::InfinitePast();
   bool finished = false;  // no more attempts: `status` is final
   absl::Status status;
   std::unique_ptr<grpc::ClientContext> context;
-  PushPullRequest push_request;
-  PushPullResponse push_response;
-  PullRequest pull_request;
-  PullResponse pull_response;
-  absl::Span<float> params;  // where replies land
+  grpc::ByteBuffer request;   // PushPullRequest or PullRequest
+  grpc::ByteBuffer response;  // PushPullResponse or PullResponse
+  absl::Span<float> params;   // where replies land
 };
 
 absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Create(
@@ -89,10 +213,22 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Create(
       bytes += b;
     }
   }
+  // A shard's requests take its channels in turn.
+  const int channels = std::max(1, options.channels_per_shard);
+  std::vector<int> next_channel(placement.num_shards(), 0);
+  for (uint32_t s : client->group_shard_) {
+    client->group_channel_.push_back(next_channel[s]);
+    next_channel[s] = (next_channel[s] + 1) % channels;
+  }
   client->versions_.assign(client->chunks_.size(), 0);
   for (uint32_t s = 0; s < placement.num_shards(); ++s) {
-    client->stubs_.push_back(ParameterServer::NewStub(
-        security->NewChannel(assignment.shard_addresses(s), options.max_message_bytes)));
+    client->stubs_.emplace_back();
+    for (int c = 0; c < channels; ++c) {
+      // NewChannel gives every channel its own connection (see
+      // common/security.h), so these do not share one TCP stream.
+      client->stubs_.back().push_back(std::make_unique<grpc::GenericStub>(
+          security->NewChannel(assignment.shard_addresses(s), options.max_message_bytes)));
+    }
   }
   return client;
 }
@@ -129,30 +265,152 @@ absl::Status PsClient::PushPull(uint64_t step, absl::Span<const float> gradient,
   return Exchange(step, gradient.data(), params);
 }
 
+void PsClient::ReleaseBorrowed(void* client) {
+  PsClient* self = static_cast<PsClient*>(client);
+  absl::MutexLock lock(&self->borrow_mu_);
+  self->borrowed_--;
+}
+
+void PsClient::Encode(Call* call) {
+  const std::vector<size_t>& group = groups_[call->group];
+  if (!call->push) {
+    PullRequest r;
+    r.set_job_id(job_id_);
+    r.set_worker(rank_);
+    r.set_step(call->step);
+    r.set_min_version(mode_ == BSP ? call->step : 0);
+    for (size_t i : group) r.add_chunk_ids(chunks_[i].id);
+    grpc::Slice slice(r.SerializeAsString());
+    call->request = grpc::ByteBuffer(&slice, 1);
+    return;
+  }
+  // PushPullRequest: small copied slices for the fields and the ChunkData
+  // headers, each followed by a slice borrowing that chunk's gradient.
+  std::vector<grpc::Slice> slices;
+  slices.reserve(2 * group.size() + 1);
+  std::string head;
+  if (!job_id_.empty()) {
+    head.push_back(static_cast<char>(kRequestJobIdTag));
+    PutVarint(job_id_.size(), &head);
+    head += job_id_;
+  }
+  PutVarintField(kRequestWorkerTag, rank_, &head);
+  PutVarintField(kRequestStepTag, call->step, &head);
+  PutVarintField(kRequestAttemptTag, static_cast<uint64_t>(call->attempt), &head);
+  int borrowed = 0;
+  for (size_t i : group) {
+    const Chunk& c = chunks_[i];
+    const size_t bytes = c.length * sizeof(float);
+    std::string fields;
+    PutVarintField(kChunkIdTag, c.id, &fields);
+    PutVarintField(kChunkVersionTag, versions_[c.id], &fields);
+    const size_t length = fields.size() + 1 + VarintSize(bytes) + bytes;
+    head.push_back(static_cast<char>(kRequestGradientsTag));
+    PutVarint(length, &head);
+    head += fields;
+    head.push_back(static_cast<char>(kChunkDataTag));
+    PutVarint(bytes, &head);
+    slices.emplace_back(head);
+    head.clear();
+    // gRPC never writes through a send slice; the const_cast only fits
+    // the constructor's signature.
+    slices.emplace_back(const_cast<float*>(call->gradient + c.flat_offset), bytes,
+                        &PsClient::ReleaseBorrowed, this);
+    ++borrowed;
+  }
+  {
+    absl::MutexLock lock(&borrow_mu_);
+    borrowed_ += borrowed;
+  }
+  call->request = grpc::ByteBuffer(slices.data(), slices.size());
+}
+
 void PsClient::Issue(Call* call) {
   call->attempt++;
   call->context = std::make_unique<grpc::ClientContext>();
   call->context->set_deadline(absl::ToChronoTime(absl::Now() + wait_deadline_));
   security_->Authorize(call->context.get());
+  // Replaces (and releases) the previous attempt's request.
+  Encode(call);
   inflight_[call->shard]++;
   outstanding_++;
   stats_.requests++;
   if (call->attempt > 1) stats_.retries++;
-  ParameterServer::Stub* stub = stubs_[call->shard].get();
-  if (call->push) {
-    call->push_request.set_attempt(call->attempt);
-    stats_.bytes_sent += call->push_request.ByteSizeLong();
-    call->push_response.Clear();
-    stub->async()->PushPull(call->context.get(), &call->push_request,
-                            &call->push_response,
-                            [this, call](grpc::Status s) { OnDone(call, std::move(s)); });
-  } else {
-    stats_.bytes_sent += call->pull_request.ByteSizeLong();
-    call->pull_response.Clear();
-    stub->async()->Pull(call->context.get(), &call->pull_request,
-                        &call->pull_response,
-                        [this, call](grpc::Status s) { OnDone(call, std::move(s)); });
+  stats_.bytes_sent += call->request.Length();
+  call->response.Clear();
+  grpc::GenericStub* stub = stubs_[call->shard][group_channel_[call->group]].get();
+  stub->UnaryCall(call->context.get(), call->push ? kPushPullMethod : kPullMethod,
+                  grpc::StubOptions(), &call->request, &call->response,
+                  [this, call](grpc::Status s) { OnDone(call, std::move(s)); });
+}
+
+absl::Status PsClient::Decode(Call* call, uint64_t* received) {
+  const std::vector<size_t>& group = groups_[call->group];
+  auto lost = [call](const std::string& what) {
+    return absl::DataLossError(absl::StrCat("shard ", call->shard, " returned ", what));
+  };
+  std::vector<grpc::Slice> slices;
+  if (call->response.Valid() && !call->response.Dump(&slices).ok()) {
+    return lost("an unreadable reply");
   }
+  SliceReader in(&slices);
+  size_t next = 0;  // index into `group` of the next expected chunk
+  while (!in.done()) {
+    uint64_t tag = 0;
+    if (!in.ReadVarint(&tag)) return lost("a malformed reply (tag)");
+    const uint32_t field = static_cast<uint32_t>(tag >> 3), wire = tag & 7;
+    if (field != kReplyChunksField || wire != kLengthDelimited) {
+      // PushPullResponse.duplicates / stale and any unknown field.
+      if (!in.SkipField(wire)) return lost("a malformed reply (field)");
+      continue;
+    }
+    uint64_t length = 0;
+    if (!in.ReadVarint(&length)) return lost("a malformed reply (length)");
+    const size_t end = in.position() + length;
+    uint64_t id = 0, version = 0, data_bytes = 0;
+    SliceReader::Mark data;
+    bool has_data = false;
+    while (in.position() < end) {
+      uint64_t t = 0, v = 0;
+      if (!in.ReadVarint(&t)) return lost("a malformed ChunkData");
+      const uint32_t f = static_cast<uint32_t>(t >> 3), w = t & 7;
+      if (f == 1 && w == kVarint) {
+        if (!in.ReadVarint(&id)) return lost("a malformed ChunkData.chunk_id");
+      } else if (f == 2 && w == kVarint) {
+        if (!in.ReadVarint(&version)) return lost("a malformed ChunkData.version");
+      } else if (f == 3 && w == kLengthDelimited) {
+        if (!in.ReadVarint(&v)) return lost("a malformed ChunkData.data");
+        data_bytes = v;
+        data = in.mark();
+        has_data = true;
+        if (!in.Read(nullptr, v)) return lost("a truncated ChunkData.data");
+      } else if (!in.SkipField(w)) {
+        return lost("a malformed ChunkData");
+      }
+    }
+    if (in.position() != end) return lost("a ChunkData overrunning its length");
+    if (next >= group.size()) {
+      return lost(absl::StrCat("more than the ", group.size(), " chunks asked for"));
+    }
+    const Chunk& c = chunks_[group[next]];
+    if (id != c.id || data_bytes != c.length * sizeof(float)) {
+      return lost(absl::StrCat("chunk ", id, " with ", data_bytes, " bytes; expected chunk ",
+                               c.id, " with ", c.length * sizeof(float)));
+    }
+    if (has_data) {
+      const SliceReader::Mark after = in.mark();
+      in.Seek(data);
+      in.Read(reinterpret_cast<char*>(call->params.data() + c.flat_offset), data_bytes);
+      in.Seek(after);
+    }
+    versions_[c.id] = version;
+    *received += data_bytes;
+    ++next;
+  }
+  if (next != group.size()) {
+    return lost(absl::StrCat(next, " chunks, asked for ", group.size()));
+  }
+  return absl::OkStatus();
 }
 
 // Runs on a gRPC callback thread. Copies the reply into the caller's
@@ -160,30 +418,8 @@ void PsClient::Issue(Call* call) {
 void PsClient::OnDone(Call* call, grpc::Status grpc_status) {
   absl::Status status = FromGrpcStatus(grpc_status);
   uint64_t received = 0;
-  if (status.ok()) {
-    const auto& chunks = call->push ? call->push_response.parameters()
-                                    : call->pull_response.parameters();
-    const std::vector<size_t>& group = groups_[call->group];
-    if (chunks.size() != static_cast<int>(group.size())) {
-      status = absl::DataLossError(absl::StrCat(
-          "shard ", call->shard, " returned ", chunks.size(), " chunks, asked for ",
-          group.size()));
-    }
-    for (int i = 0; status.ok() && i < chunks.size(); ++i) {
-      const ChunkData& d = chunks[i];
-      const Chunk& c = chunks_[group[i]];
-      if (d.chunk_id() != c.id || d.data().size() != c.length * sizeof(float)) {
-        status = absl::DataLossError(absl::StrCat(
-            "shard ", call->shard, " returned chunk ", d.chunk_id(), " with ",
-            d.data().size(), " bytes; expected chunk ", c.id, " with ",
-            c.length * sizeof(float)));
-        break;
-      }
-      std::memcpy(call->params.data() + c.flat_offset, d.data().data(), d.data().size());
-      versions_[c.id] = d.version();
-      received += d.data().size();
-    }
-  }
+  if (status.ok()) status = Decode(call, &received);
+  call->response.Clear();
   absl::MutexLock lock(&mu_);
   inflight_[call->shard]--;
   outstanding_--;
@@ -219,32 +455,13 @@ absl::Status PsClient::Exchange(uint64_t step, const float* gradient,
     call->shard = group_shard_[g];
     call->push = gradient != nullptr;
     call->params = params;
-    if (call->push) {
-      PushPullRequest& r = call->push_request;
-      r.set_job_id(job_id_);
-      r.set_worker(rank_);
-      r.set_step(step);
-      for (size_t i : groups_[g]) {
-        const Chunk& c = chunks_[i];
-        ChunkData* d = r.add_gradients();
-        d->set_chunk_id(c.id);
-        d->set_version(versions_[c.id]);
-        d->set_data(reinterpret_cast<const char*>(gradient + c.flat_offset),
-                    c.length * sizeof(float));
-      }
-    } else {
-      PullRequest& r = call->pull_request;
-      r.set_job_id(job_id_);
-      r.set_worker(rank_);
-      r.set_step(step);
-      r.set_min_version(mode_ == BSP ? step : 0);
-      for (size_t i : groups_[g]) r.add_chunk_ids(chunks_[i].id);
-    }
+    call->step = step;
+    call->gradient = gradient;
     calls.push_back(std::move(call));
   }
 
   absl::Status first_error;
-  absl::MutexLock lock(&mu_);
+  mu_.Lock();
   while (true) {
     absl::Time now = absl::Now();
     absl::Time next_retry = absl::InfiniteFuture();
@@ -288,6 +505,18 @@ absl::Status PsClient::Exchange(uint64_t step, const float* gradient,
     } else {
       mu_.AwaitWithDeadline(absl::Condition(&changed), next_retry);
     }
+  }
+  mu_.Unlock();
+  // Every call is over; dropping the contexts (which hold the calls) and
+  // the requests lets gRPC release the slices borrowing the gradient.
+  for (auto& call : calls) {
+    call->context.reset();
+    call->request.Clear();
+  }
+  {
+    absl::MutexLock borrow_lock(&borrow_mu_);
+    auto released = [this]() ABSL_SHARED_LOCKS_REQUIRED(borrow_mu_) { return borrowed_ == 0; };
+    borrow_mu_.Await(absl::Condition(&released));
   }
   if (!first_error.ok()) {
     return absl::Status(first_error.code(),

@@ -9,9 +9,18 @@
 // chunks of one shard travel in requests of at most max_request_bytes, and
 // the requests to every shard are in flight at once (up to
 // max_inflight_per_shard per shard, the next one issued as soon as one
-// completes). A request that fails with UNAVAILABLE is retried with
-// exponential backoff and the same (worker, step) tag, with attempt + 1, so
-// the shard applies it once.
+// completes), spread over channels_per_shard connections per shard. A
+// request that fails with UNAVAILABLE is retried with exponential backoff
+// and the same (worker, step) tag, with attempt + 1, so the shard applies it
+// once.
+//
+// Zero-copy wire path: the messages are exactly proto/ps.proto's
+// PushPullRequest / PushPullResponse / PullResponse, but they are encoded
+// and decoded here rather than by protobuf. A push request's `data` fields
+// are slices that point into the caller's gradient (gRPC writes them to the
+// socket from there; the call returns only after gRPC released every one),
+// and a reply's `data` is copied once, straight from gRPC's receive slices
+// into the caller's params.
 #ifndef WORKER_PS_CLIENT_H_
 #define WORKER_PS_CLIENT_H_
 
@@ -24,6 +33,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/security.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "proto/coordinator.pb.h"
 #include "proto/ps.grpc.pb.h"
 #include "worker/parameter_client.h"
@@ -41,7 +51,11 @@ struct PsClientOptions {
   int max_inflight_per_shard = 4;
   size_t max_request_bytes = 3u << 20;
   int max_message_bytes = 4 << 20;
-  int channels_per_shard = 1;
+  // gRPC channels (each its own TCP connection) to every shard; a shard's
+  // requests are spread over them. One HTTP/2 connection is read and
+  // written by one thread at a time, so a second one lets a large exchange
+  // use both directions of two connections at once.
+  int channels_per_shard = 2;
 };
 
 // Traffic counters (cumulative).
@@ -53,6 +67,8 @@ struct PsClientStats {
 };
 
 // Thread-compatible: one thread calls Pull/PushPull at a time (the trainer).
+// Pull and PushPull block until every request finished and gRPC released
+// every slice that borrows the caller's gradient.
 class PsClient final : public ParameterClient {
  public:
   // `security` is borrowed and must outlive the client. Fails if the
@@ -86,6 +102,14 @@ class PsClient final : public ParameterClient {
                         absl::Span<float> params);
   void Issue(Call* call) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void OnDone(Call* call, grpc::Status status);
+  // Encodes the call's request (PushPullRequest with its attempt, or
+  // PullRequest) into call->request.
+  void Encode(Call* call);
+  // Checks the reply against the call's group and copies its parameters
+  // into call->params; `received` counts the data bytes.
+  absl::Status Decode(Call* call, uint64_t* received);
+  // gRPC's destroy callback of a slice that borrows the gradient.
+  static void ReleaseBorrowed(void* client);
 
   const PsClientOptions options_;
   const Security* const security_;
@@ -97,13 +121,21 @@ class PsClient final : public ParameterClient {
   std::vector<Chunk> chunks_;                       // placement order
   std::vector<std::vector<size_t>> groups_;         // chunk indexes per request
   std::vector<uint32_t> group_shard_;
+  std::vector<int> group_channel_;                  // index into stubs_[shard]
   std::vector<uint64_t> versions_;                  // by chunk id
-  std::vector<std::unique_ptr<ParameterServer::Stub>> stubs_;  // by shard
+  // [shard][channel]; generic stubs carry the hand-encoded messages.
+  std::vector<std::vector<std::unique_ptr<grpc::GenericStub>>> stubs_;
 
   mutable absl::Mutex mu_;
   int outstanding_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<int> inflight_ ABSL_GUARDED_BY(mu_);  // by shard
   PsClientStats stats_ ABSL_GUARDED_BY(mu_);
+
+  // Slices handed to gRPC that point into the caller's gradient and are not
+  // yet released. Never held while calling into gRPC or taking mu_, so
+  // gRPC may release slices from any thread, under any of its locks.
+  absl::Mutex borrow_mu_;
+  int borrowed_ ABSL_GUARDED_BY(borrow_mu_) = 0;
 };
 
 }  // namespace ps

@@ -1,9 +1,59 @@
 #include "server/rpc/ps_service.h"
 
+#include <atomic>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
 #include "common/grpc_status.h"
+#include "grpcpp/support/proto_buffer_reader.h"
+#include "grpcpp/support/slice.h"
+#include "server/rpc/request_limits.h"
 
 namespace ps {
 namespace {
+
+// Finished messages kept for reuse: bounded in count and in the bytes
+// their buffers hold, so an idle psd keeps little.
+constexpr size_t kMaxPooledMessages = 16;
+constexpr size_t kMaxPooledBytes = 64u << 20;
+
+// Reply payloads shorter than this are copied into the header slice: a
+// borrowed slice costs more than copying a few KiB.
+constexpr size_t kCopyBelowBytes = 4096;
+
+// Protobuf wire tags (field << 3 | wire type) of the replies and ChunkData.
+constexpr uint8_t kReplyChunksTag = 1 << 3 | 2;       // parameters = 1
+constexpr uint8_t kReplyDuplicatesTag = 2 << 3 | 0;   // PushPullResponse.duplicates
+constexpr uint8_t kReplyStaleTag = 3 << 3 | 0;        // PushPullResponse.stale
+constexpr uint8_t kChunkIdTag = 1 << 3 | 0;           // ChunkData.chunk_id
+constexpr uint8_t kChunkVersionTag = 2 << 3 | 0;      // ChunkData.version
+constexpr uint8_t kChunkDataTag = 3 << 3 | 2;         // ChunkData.data
+
+size_t VarintSize(uint64_t v) {
+  size_t n = 1;
+  while (v >= 0x80) {
+    v >>= 7;
+    ++n;
+  }
+  return n;
+}
+
+void PutVarint(uint64_t v, std::string* out) {
+  while (v >= 0x80) {
+    out->push_back(static_cast<char>(v | 0x80));
+    v >>= 7;
+  }
+  out->push_back(static_cast<char>(v));
+}
+
+// proto3 leaves default-valued fields off the wire, and so does this.
+void PutVarintField(uint8_t tag, uint64_t v, std::string* out) {
+  if (v == 0) return;
+  out->push_back(static_cast<char>(tag));
+  PutVarint(v, out);
+}
 
 // Finishes `reactor` at once with `status`.
 grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* ctx,
@@ -13,7 +63,126 @@ grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* ctx,
   return reactor;
 }
 
+// Parses `bytes` into `msg` (which keeps the buffers of its last use).
+bool Parse(const grpc::ByteBuffer& bytes, google::protobuf::MessageLite* msg) {
+  if (!bytes.Valid()) {  // no payload: the empty message
+    msg->Clear();
+    return true;
+  }
+  grpc::ByteBuffer copy(bytes);  // shares the slices; the reader consumes it
+  grpc::ProtoBufferReader reader(&copy);
+  return reader.status().ok() && msg->ParseFromZeroCopyStream(&reader);
+}
+
 }  // namespace
+
+// One PushPull or Pull call's messages. Reference-counted: the call holds
+// references until the Shard called back and returned, and every reply
+// slice that points into a response holds one more.
+struct PsMessages {
+  std::shared_ptr<PsMessagePool> pool;  // set while in use
+  std::atomic<int> refs{0};
+  PushPullRequest push_request;
+  PushPullResponse push_response;
+  PullRequest pull_request;
+  PullResponse pull_response;
+};
+
+class PsMessagePool : public std::enable_shared_from_this<PsMessagePool> {
+ public:
+  // Messages holding `refs` references, cleared but with the buffers of an
+  // earlier call when one is idle.
+  PsMessages* Take(int refs) {
+    std::unique_ptr<PsMessages> m;
+    {
+      absl::MutexLock lock(&mu_);
+      if (!idle_.empty()) {
+        m = std::move(idle_.back().first);
+        pooled_bytes_ -= idle_.back().second;
+        idle_.pop_back();
+      }
+    }
+    if (m == nullptr) m = std::make_unique<PsMessages>();
+    m->pool = shared_from_this();
+    m->refs.store(refs, std::memory_order_relaxed);
+    return m.release();
+  }
+
+  // Drops one reference to `messages` (a PsMessages*; also gRPC's destroy
+  // callback of reply slices). The last one returns them to the pool.
+  static void Unref(void* messages) {
+    auto* m = static_cast<PsMessages*>(messages);
+    if (m->refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+    std::shared_ptr<PsMessagePool> pool = std::move(m->pool);
+    pool->Put(std::unique_ptr<PsMessages>(m));
+  }
+
+ private:
+  void Put(std::unique_ptr<PsMessages> m) {
+    // Clear() keeps the strings' capacity and the repeated fields' elements.
+    m->push_request.Clear();
+    m->push_response.Clear();
+    m->pull_request.Clear();
+    m->pull_response.Clear();
+    const size_t bytes = m->push_request.SpaceUsedLong() + m->push_response.SpaceUsedLong() +
+                         m->pull_request.SpaceUsedLong() + m->pull_response.SpaceUsedLong();
+    absl::MutexLock lock(&mu_);
+    if (idle_.size() < kMaxPooledMessages && pooled_bytes_ + bytes <= kMaxPooledBytes) {
+      pooled_bytes_ += bytes;
+      idle_.emplace_back(std::move(m), bytes);
+    }
+  }
+
+  absl::Mutex mu_;
+  std::vector<std::pair<std::unique_ptr<PsMessages>, size_t>> idle_ ABSL_GUARDED_BY(mu_);
+  size_t pooled_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+namespace {
+
+// Writes a PushPullResponse (or, with duplicates = stale = 0, a
+// PullResponse: same field 1) into `out`, byte for byte as protobuf would,
+// with large ChunkData.data fields as slices borrowing `m`'s strings.
+void WriteReply(const google::protobuf::RepeatedPtrField<ChunkData>& chunks, uint32_t duplicates,
+                uint32_t stale, PsMessages* m, grpc::ByteBuffer* out) {
+  std::vector<grpc::Slice> slices;
+  slices.reserve(2 * chunks.size() + 1);
+  std::string head;
+  for (const ChunkData& c : chunks) {
+    const std::string& data = c.data();
+    std::string fields;
+    PutVarintField(kChunkIdTag, c.chunk_id(), &fields);
+    PutVarintField(kChunkVersionTag, c.version(), &fields);
+    const size_t data_field = data.empty() ? 0 : 1 + VarintSize(data.size()) + data.size();
+    head.push_back(static_cast<char>(kReplyChunksTag));
+    PutVarint(fields.size() + data_field, &head);
+    head += fields;
+    if (data.empty()) continue;
+    head.push_back(static_cast<char>(kChunkDataTag));
+    PutVarint(data.size(), &head);
+    if (data.size() < kCopyBelowBytes) {
+      head += data;
+      continue;
+    }
+    slices.emplace_back(head);
+    head.clear();
+    m->refs.fetch_add(1, std::memory_order_relaxed);
+    // gRPC never writes through a send slice; the const_cast only fits the
+    // constructor's signature.
+    slices.emplace_back(const_cast<char*>(data.data()), data.size(), &PsMessagePool::Unref, m);
+  }
+  PutVarintField(kReplyDuplicatesTag, duplicates, &head);
+  PutVarintField(kReplyStaleTag, stale, &head);
+  if (!head.empty()) slices.emplace_back(head);
+  *out = grpc::ByteBuffer(slices.data(), slices.size());
+}
+
+}  // namespace
+
+PsService::PsService(Shard* shard, const Security* security)
+    : shard_(shard), security_(security), pool_(std::make_shared<PsMessagePool>()) {}
+
+PsService::~PsService() = default;
 
 // Every handler starts with the token check; the Shard never sees an
 // unauthenticated request.
@@ -27,6 +196,9 @@ grpc::ServerUnaryReactor* PsService::RegisterJob(grpc::CallbackServerContext* ct
                                                  const RegisterJobRequest* req,
                                                  RegisterJobResponse* resp) {
   PS_AUTHENTICATE(ctx);
+  // Size bounds first: the Shard allocates per-chunk and per-worker state
+  // before its memory budget can refuse a registration.
+  if (absl::Status s = CheckRegisterJobLimits(*req); !s.ok()) return Done(ctx, s);
   return Done(ctx, shard_->RegisterJob(*req, resp));
 }
 
@@ -44,25 +216,49 @@ grpc::ServerUnaryReactor* PsService::SetMembership(grpc::CallbackServerContext* 
   return Done(ctx, shard_->SetMembership(*req));
 }
 
+// The messages hold two references: one dropped by the Shard's callback
+// after it finished the reactor, one when Shard::PushPull returns (the
+// callback may run inside it, and the Shard may still read the request).
 grpc::ServerUnaryReactor* PsService::PushPull(grpc::CallbackServerContext* ctx,
-                                              const PushPullRequest* req,
-                                              PushPullResponse* resp) {
+                                              const grpc::ByteBuffer* req,
+                                              grpc::ByteBuffer* resp) {
   PS_AUTHENTICATE(ctx);
+  PsMessages* m = pool_->Take(2);
+  if (!Parse(*req, &m->push_request)) {
+    PsMessagePool::Unref(m);
+    PsMessagePool::Unref(m);
+    return Done(ctx, absl::InvalidArgumentError("request: not a valid PushPullRequest"));
+  }
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  shard_->PushPull(*req, resp, [reactor](absl::Status s) {
+  shard_->PushPull(m->push_request, &m->push_response, [reactor, resp, m](absl::Status s) {
+    if (s.ok()) {
+      WriteReply(m->push_response.parameters(), m->push_response.duplicates(),
+                 m->push_response.stale(), m, resp);
+    }
     reactor->Finish(ToGrpcStatus(s));
+    PsMessagePool::Unref(m);
   });
+  PsMessagePool::Unref(m);
   return reactor;
 }
 
 grpc::ServerUnaryReactor* PsService::Pull(grpc::CallbackServerContext* ctx,
-                                          const PullRequest* req,
-                                          PullResponse* resp) {
+                                          const grpc::ByteBuffer* req,
+                                          grpc::ByteBuffer* resp) {
   PS_AUTHENTICATE(ctx);
+  PsMessages* m = pool_->Take(2);
+  if (!Parse(*req, &m->pull_request)) {
+    PsMessagePool::Unref(m);
+    PsMessagePool::Unref(m);
+    return Done(ctx, absl::InvalidArgumentError("request: not a valid PullRequest"));
+  }
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  shard_->Pull(*req, resp, [reactor](absl::Status s) {
+  shard_->Pull(m->pull_request, &m->pull_response, [reactor, resp, m](absl::Status s) {
+    if (s.ok()) WriteReply(m->pull_response.parameters(), 0, 0, m, resp);
     reactor->Finish(ToGrpcStatus(s));
+    PsMessagePool::Unref(m);
   });
+  PsMessagePool::Unref(m);
   return reactor;
 }
 

@@ -2,27 +2,46 @@
 //
 //   Shard shard(options);
 //   PsService service(&shard, &security);
+//   grpc::ServerBuilder builder;
+//   ApplyTransportSettings(max_message_bytes, &builder);
 //   builder.RegisterService(&service);
 //
 // Thin: authenticates, hands the request to the Shard and finishes the
 // reactor when the Shard calls back. A PushPull that waits for the BSP
 // quorum holds no thread while it waits (callback API + Shard callbacks).
+//
+// PushPull and Pull, the calls that carry tensors, are raw methods: the
+// request is parsed here (into a pooled message, so a steady stream of
+// same-sized requests reuses its buffers instead of faulting in fresh pages
+// every call), and the reply is written as proto/ps.proto's
+// PushPullResponse / PullResponse wire format with each ChunkData.data
+// slice pointing into the pooled reply message instead of being serialized
+// (copied) again. The bytes on the wire are exactly what protobuf would
+// write.
 #ifndef SERVER_RPC_PS_SERVICE_H_
 #define SERVER_RPC_PS_SERVICE_H_
 
+#include <memory>
+
 #include "common/security.h"
 #include "grpcpp/server_builder.h"
+#include "grpcpp/support/byte_buffer.h"
 #include "proto/ps.grpc.pb.h"
 #include "server/shard.h"
 
 namespace ps {
 
+// Recycles the messages of finished PushPull / Pull calls (ps_service.cc).
+class PsMessagePool;
+
 // Thread-safe (the Shard is). Borrows `shard` and `security`, which must
 // outlive the gRPC server the service is registered with.
-class PsService final : public ParameterServer::CallbackService {
+class PsService final
+    : public ParameterServer::WithRawCallbackMethod_PushPull<
+          ParameterServer::WithRawCallbackMethod_Pull<ParameterServer::CallbackService>> {
  public:
-  PsService(Shard* shard, const Security* security)
-      : shard_(shard), security_(security) {}
+  PsService(Shard* shard, const Security* security);
+  ~PsService() override;
 
   grpc::ServerUnaryReactor* RegisterJob(grpc::CallbackServerContext* ctx,
                                         const RegisterJobRequest* req,
@@ -33,12 +52,15 @@ class PsService final : public ParameterServer::CallbackService {
   grpc::ServerUnaryReactor* SetMembership(grpc::CallbackServerContext* ctx,
                                           const SetMembershipRequest* req,
                                           SetMembershipResponse* resp) override;
+  // Raw: `req` holds a PushPullRequest, `resp` receives a PushPullResponse.
+  // A request that does not parse fails with INVALID_ARGUMENT.
   grpc::ServerUnaryReactor* PushPull(grpc::CallbackServerContext* ctx,
-                                     const PushPullRequest* req,
-                                     PushPullResponse* resp) override;
+                                     const grpc::ByteBuffer* req,
+                                     grpc::ByteBuffer* resp) override;
+  // Raw: PullRequest in, PullResponse out.
   grpc::ServerUnaryReactor* Pull(grpc::CallbackServerContext* ctx,
-                                 const PullRequest* req,
-                                 PullResponse* resp) override;
+                                 const grpc::ByteBuffer* req,
+                                 grpc::ByteBuffer* resp) override;
   grpc::ServerUnaryReactor* Push(grpc::CallbackServerContext* ctx,
                                  const PushRequest* req,
                                  PushResponse* resp) override;
@@ -49,6 +71,9 @@ class PsService final : public ParameterServer::CallbackService {
  private:
   Shard* const shard_;
   const Security* const security_;
+  // Shared with the messages in flight, whose reply slices may outlive
+  // this service by a little (gRPC releases them when their writes end).
+  const std::shared_ptr<PsMessagePool> pool_;
 };
 
 // Server-side transport settings for a psd (message limits, keepalive,

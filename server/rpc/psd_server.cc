@@ -34,7 +34,20 @@ absl::Status PsdServer::Start() {
   ShardOptions shard_options;
   shard_options.shard_id = config_.psd.shard_id();
   shard_options.memory_budget_bytes = config_.psd.memory_budget_bytes();
+  shard_options.checkpoint_dir = config_.psd.checkpoint_dir();
   shard_ = std::make_unique<Shard>(shard_options);
+  // Restore before listening: a worker retrying through a restart must find
+  // its job exactly as the checkpoint left it, never a missing one.
+  Shard::RestoreReport restore;
+  if (absl::Status s = shard_->OpenCheckpoints(&restore); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat(config_.path, ": ", s.message()));
+  }
+  for (const std::string& problem : restore.problems) {
+    spdlog::error("shard {}: {}", config_.psd.shard_id(), problem);
+  }
+  for (const std::string& job : restore.restored) {
+    spdlog::info("shard {}: restored {}", config_.psd.shard_id(), job);
+  }
   ps_service_ = std::make_unique<PsService>(shard_.get(), &security_);
 
   grpc::ServerBuilder builder;
@@ -106,6 +119,7 @@ void PsdServer::Housekeeping() {
   while (!stopping_.WaitForNotificationWithTimeout(kHousekeepingPeriod)) {
     absl::Time now = absl::Now();
     shard_->CheckDeadlines(now);
+    shard_->CheckCheckpoints(now);
     if (coordinator_ready_.HasBeenNotified() && coordinator_ != nullptr) {
       coordinator_->Tick(now);
     }

@@ -1,6 +1,9 @@
 // PsdServer: one psd process's parts wired together: the Shard and its
 // ParameterServer service, the Coordinator when this shard is the cluster's
-// coordinator, the gRPC server, and the housekeeping thread.
+// coordinator, the gRPC server, and the housekeeping thread. With
+// checkpoint_dir set, Start() first re-creates the jobs checkpointed there
+// (Shard::OpenCheckpoints), so a restarted psd with the same config serves
+// them from its first request.
 //
 //   PS_ASSIGN_OR_RETURN(LoadedPsdConfig config, LoadPsdConfig(path));
 //   PsdServer server(config);
@@ -39,13 +42,16 @@ class PsdServer {
   explicit PsdServer(LoadedPsdConfig config);
   ~PsdServer();  // Stop()
 
-  // Binds the listen address (port 0: any free port), writes the bound
-  // address to address_file, starts serving. The coordinator shard then
+  // Restores checkpointed jobs (checkpoint_dir; unusable files are logged,
+  // an unusable directory fails Start with INVALID_ARGUMENT), then binds
+  // the listen address (port 0: any free port), writes the bound address to
+  // address_file, starts serving. The coordinator shard then
   // resolves every shard's address (waiting up to 60 s for address files)
   // in the background and opens the Coordinator service.
   absl::Status Start();
 
-  // Graceful: stops accepting, fails pending waits with UNAVAILABLE, joins.
+  // Graceful: stops accepting, fails pending waits with UNAVAILABLE, writes
+  // a last checkpoint of the jobs that changed (checkpoint_dir), joins.
   void Stop();
 
   // "host:port" actually bound (valid after Start).

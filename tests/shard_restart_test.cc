@@ -1,0 +1,223 @@
+// 2 psd + 2 workerd train a synthetic BSP job with a checkpoint every step.
+// In the middle of the run shard 1 is killed with SIGKILL and restarted on
+// the same port with the same config: the workers ride through on their
+// retries, the job succeeds, and its parameters are bitwise identical to an
+// undisturbed run's; shard 1's stats say it restored from a step > 0.
+#include <cstdint>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "common/security.h"
+#include "common/text_proto.h"
+#include "google/protobuf/util/json_util.h"
+#include "gtest/gtest.h"
+#include "proto/coordinator.pb.h"
+#include "proto/ps.grpc.pb.h"
+#include "tests/local_cluster.h"
+#include "worker/ps_client.h"
+
+namespace ps {
+namespace {
+
+// 8192 examples / (2 workers x 32) = 128 steps per epoch, 384 in all.
+constexpr uint64_t kTotalSteps = 384;
+// Shard 1 dies once the coordinator has seen this step.
+constexpr uint64_t kKillAfterStep = 100;
+
+constexpr char kJob[] = R"pb(
+  name: "restart-bsp"
+  model { mlp { input_dim: 784 hidden: 32 num_classes: 10 } }
+  data {
+    dataset: "synthetic"
+    batch_size: 32
+    epochs: 3
+    synthetic_train: 8192
+    synthetic_test: 512
+  }
+  optimizer { kind: SGD learning_rate: 0.05 momentum: 0.9 }
+  consistency { mode: BSP step_deadline_ms: 30000 }
+  num_workers: 2
+  partition_bytes: 16384
+  seed: 11
+  eval_every: 20
+  checkpoint { every_steps: 1 }
+)pb";
+
+LocalClusterOptions Options() {
+  LocalClusterOptions o;
+  // One directory for both shards: file names carry the shard id.
+  o.psd_extra = "checkpoint_dir: \"ckpt\"";
+  // Enough retries (backoff capped at 2 s) to outlast a restart.
+  o.workerd_extra = "rpc_max_attempts: 30";
+  return o;
+}
+
+struct RunResult {
+  uint64_t checksum = 0;
+  float test_accuracy = -1;
+  uint64_t steps = 0;
+  std::vector<JobStats> shard_stats;  // by shard
+};
+
+// FNV-1a over the parameter bits.
+uint64_t Checksum(const std::vector<float>& v) {
+  uint64_t h = 1469598103934665603ull;
+  const unsigned char* p = reinterpret_cast<const unsigned char*>(v.data());
+  for (size_t i = 0; i < v.size() * sizeof(float); ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+
+absl::StatusOr<JobStatus> Status(const LocalCluster& cluster, const std::string& job) {
+  absl::StatusOr<CommandResult> r = cluster.Psctl({"status", job, "--json"});
+  if (!r.ok()) return r.status();
+  if (r->exit_code != 0) {
+    return absl::UnavailableError(absl::StrCat("psctl status: exit ", r->exit_code, ": ", r->err));
+  }
+  JobStatus js;
+  if (!google::protobuf::util::JsonStringToMessage(r->out, &js).ok()) {
+    return absl::InternalError("psctl status printed no JobStatus: " + r->out);
+  }
+  return js;
+}
+
+bool Ended(const JobStatus& js) {
+  return js.state() == SUCCEEDED || js.state() == FAILED || js.state() == CANCELLED;
+}
+
+// Polls the coordinator (one psctl call per round, no sleeps) until `done`
+// holds or the job ended, for at most `timeout`.
+absl::StatusOr<JobStatus> PollUntil(const LocalCluster& cluster, const std::string& job,
+                                    const std::function<bool(const JobStatus&)>& done,
+                                    absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  JobStatus last;
+  while (absl::Now() < deadline) {
+    absl::StatusOr<JobStatus> js = Status(cluster, job);
+    if (!js.ok()) return js.status();
+    last = *js;
+    if (done(last) || Ended(last)) return last;
+  }
+  return absl::DeadlineExceededError(absl::StrCat("job ", job, " still at step ",
+                                                  last.progress().step(), " after ",
+                                                  absl::FormatDuration(timeout)));
+}
+
+absl::StatusOr<JobStats> ShardJobStats(const std::string& address, const std::string& job) {
+  Security security;
+  std::unique_ptr<ParameterServer::Stub> stub =
+      ParameterServer::NewStub(security.NewChannel(address));
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+  StatsRequest req;
+  req.set_job_id(job);
+  ShardStats stats;
+  grpc::Status s = stub->Stats(&context, req, &stats);
+  if (!s.ok()) return absl::UnavailableError(s.error_message());
+  if (stats.job_stats_size() != 1) {
+    return absl::NotFoundError(absl::StrCat("shard at ", address, " has no job ", job));
+  }
+  return stats.job_stats(0);
+}
+
+// Submits the job; when `kill_shard_1`, SIGKILLs shard 1 once the job is
+// past kKillAfterStep and restarts it on its port; waits for the end and
+// reads every parameter back.
+void Run(const std::string& name, bool kill_shard_1, RunResult* result) {
+  const std::string dir = TestDir(name);
+  LocalCluster cluster(dir, Options());
+  ASSERT_TRUE(cluster.Start().ok());
+  ASSERT_TRUE(WriteFileAtomically(dir + "/job.pbtxt", kJob).ok());
+  absl::StatusOr<CommandResult> submit = cluster.Psctl({"submit", dir + "/job.pbtxt"});
+  ASSERT_TRUE(submit.ok()) << submit.status();
+  ASSERT_EQ(submit->exit_code, 0) << submit->out << submit->err;
+  const std::string prefix = "submitted ";
+  ASSERT_EQ(submit->out.rfind(prefix, 0), 0u) << submit->out;
+  std::string job = submit->out.substr(prefix.size());
+  job = job.substr(0, job.find_first_of(" \n"));
+
+  std::vector<std::string> addresses;
+  for (int i = 0; i < 2; ++i) {
+    absl::StatusOr<std::string> a = WaitForFile(absl::StrCat(dir, "/s", i, ".addr"), absl::Seconds(5));
+    ASSERT_TRUE(a.ok()) << a.status();
+    addresses.push_back(*a);
+  }
+
+  if (kill_shard_1) {
+    absl::StatusOr<JobStatus> mid = PollUntil(
+        cluster, job,
+        [](const JobStatus& js) { return js.progress().step() >= kKillAfterStep; },
+        absl::Seconds(240));
+    ASSERT_TRUE(mid.ok()) << mid.status();
+    ASSERT_EQ(mid->state(), RUNNING) << "the job ended before the kill: " << mid->reason();
+    std::cout << "killing shard 1 at coordinator step " << mid->progress().step() << std::endl;
+    cluster.shard(1).Kill();
+    absl::Status restarted =
+        cluster.StartShard(1, absl::StrCat("listen_address: \"", addresses[1], "\""));
+    ASSERT_TRUE(restarted.ok()) << restarted << cluster.Log("psd1");
+  }
+
+  absl::StatusOr<JobStatus> end =
+      PollUntil(cluster, job, [](const JobStatus&) { return false; }, absl::Seconds(400));
+  ASSERT_TRUE(end.ok()) << end.status();
+  ASSERT_EQ(end->state(), SUCCEEDED) << end->reason() << "\n--- psd1 ---\n"
+                                     << cluster.Log("psd1") << "\n--- worker0 ---\n"
+                                     << cluster.Log("worker0");
+  result->steps = end->progress().step();
+  result->test_accuracy = end->progress().test_accuracy();
+  EXPECT_EQ(result->steps, kTotalSteps);
+
+  // The parameters stay on the shards after success: read them all back.
+  Assignment a;
+  a.set_job_id(job);
+  *a.mutable_spec() = end->spec();
+  *a.mutable_placement() = end->placement();
+  a.set_num_workers(2);
+  for (const std::string& address : addresses) a.add_shard_addresses(address);
+  Security security;
+  absl::StatusOr<std::unique_ptr<PsClient>> client =
+      PsClient::Create(PsClientOptions(), a, &security);
+  ASSERT_TRUE(client.ok()) << client.status();
+  std::vector<float> params((*client)->num_parameters());
+  absl::Status pulled = (*client)->Pull(result->steps, absl::MakeSpan(params));
+  ASSERT_TRUE(pulled.ok()) << pulled;
+  result->checksum = Checksum(params);
+  for (const std::string& address : addresses) {
+    absl::StatusOr<JobStats> stats = ShardJobStats(address, job);
+    ASSERT_TRUE(stats.ok()) << stats.status();
+    result->shard_stats.push_back(*stats);
+  }
+  absl::Status stopped = cluster.Stop();
+  EXPECT_TRUE(stopped.ok()) << stopped;
+}
+
+TEST(ShardRestartTest, KilledShardRestoresAndTheJobEndsBitwiseIdentical) {
+  RunResult calm, killed;
+  ASSERT_NO_FATAL_FAILURE(Run("undisturbed", false, &calm));
+  for (const JobStats& s : calm.shard_stats) {
+    EXPECT_EQ(s.restored_from_step(), 0u);
+    EXPECT_EQ(s.checkpoints(), kTotalSteps + 1);  // registration + every step
+    EXPECT_EQ(s.version(), kTotalSteps);
+  }
+
+  ASSERT_NO_FATAL_FAILURE(Run("killed", true, &killed));
+  const JobStats& restored = killed.shard_stats[1];
+  std::cout << "shard 1 restored from step " << restored.restored_from_step() << ", then wrote "
+            << restored.checkpoints() << " checkpoints; duplicates " << restored.duplicates()
+            << ", stale " << restored.stale_pushes() << std::endl;
+  EXPECT_GE(restored.restored_from_step(), kKillAfterStep);
+  EXPECT_LT(restored.restored_from_step(), kTotalSteps);
+  EXPECT_EQ(restored.version(), kTotalSteps);
+  EXPECT_GT(restored.checkpoints(), 0u);
+  EXPECT_EQ(killed.shard_stats[0].restored_from_step(), 0u);
+
+  EXPECT_EQ(killed.checksum, calm.checksum) << "the restart changed the parameters";
+  EXPECT_EQ(killed.test_accuracy, calm.test_accuracy);
+}
+
+}  // namespace
+}  // namespace ps

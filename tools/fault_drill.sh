@@ -1,0 +1,146 @@
+#!/usr/bin/env bash
+# Fault drill: the demo job on a local cluster (2 psd, 2 workerd), first
+# undisturbed, then with faults:
+#   at ~40% of the steps, kill -9 psd shard 1 and restart it (it resumes from
+#   its checkpoint; the workers ride through with retries);
+#   at ~60%, kill -9 worker 1 and restart it (SHRINK: the other worker goes
+#   on; the restarted one rejoins at the current step).
+# Passes when the disturbed job SUCCEEDS with test accuracy within 1 point of
+# the undisturbed run; prints both summaries and the shard statistics.
+#
+#   tools/fault_drill.sh [EPOCHS]      (default 5)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+EPOCHS=${1:-5}
+
+bash tools/setup.sh >/dev/null
+bazel build //server:psd //worker:workerd //tools:psctl 2>&1 | tail -n 1
+BIN=$(bazel info bazel-bin 2>/dev/null)
+DIR=$(mktemp -d /tmp/ps-drill.XXXXXX)
+echo "drill: logs and configs in $DIR"
+
+declare -A PID
+cleanup() {
+  local rc=$?
+  trap - EXIT INT TERM
+  for p in "${PID[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  for p in "${PID[@]}"; do
+    for _ in $(seq 100); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$p" 2>/dev/null || true
+  done
+  wait 2>/dev/null || true
+  exit $rc
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+cat >"$DIR/cluster.pbtxt" <<EOT
+shards { address_file: "s0.addr" }
+shards { address_file: "s1.addr" }
+coordinator_shard: 0
+EOT
+for i in 0 1; do
+  mkdir -p "$DIR/ckpt$i"
+  cat >"$DIR/psd$i.pbtxt" <<EOT
+cluster_file: "cluster.pbtxt"
+shard_id: $i
+address_file: "s$i.addr"
+checkpoint_dir: "ckpt$i"
+worker_timeout_ms: 3000
+EOT
+  cat >"$DIR/worker$i.pbtxt" <<EOT
+cluster_file: "cluster.pbtxt"
+name: "worker$i"
+devices: "cpu:0"
+heartbeat_interval_ms: 300
+EOT
+done
+sed -e "s/epochs: [0-9]*/epochs: $EPOCHS/" configs/jobs/fashion_mlp.pbtxt >"$DIR/job.pbtxt"
+cat >>"$DIR/job.pbtxt" <<EOT
+checkpoint { every_steps: 1 }
+on_worker_failure: SHRINK
+EOT
+
+PSCTL=("$BIN/tools/psctl" --cluster="$DIR/cluster.pbtxt")
+start_psd() {
+  "$BIN/server/psd" --config="$DIR/psd$1.pbtxt" >>"$DIR/psd$1.log" 2>&1 &
+  PID[psd$1]=$!
+}
+start_worker() {
+  "$BIN/worker/workerd" --config="$DIR/worker$1.pbtxt" >>"$DIR/worker$1.log" 2>&1 &
+  PID[worker$1]=$!
+}
+# Waits (bounded) for shard $1 to write its address file after a (re)start.
+wait_address() {
+  for _ in $(seq 300); do [[ -s "$DIR/s$1.addr" ]] && return 0; sleep 0.1; done
+  echo "drill: psd $1 did not start; see $DIR/psd$1.log" >&2
+  return 1
+}
+field() { python3 -c "import json,sys; d=json.load(sys.stdin); print(d.get('progress',{}).get('$1',0))"; }
+state() { python3 -c "import json,sys; print(json.load(sys.stdin)['state'])"; }
+# Polls the job until its step reaches $2 (bounded: 600 s).
+wait_step() {
+  local job=$1 target=$2
+  for _ in $(seq 6000); do
+    local js step
+    js=$("${PSCTL[@]}" status "$job" --json 2>/dev/null) || { sleep 0.1; continue; }
+    [[ $(state <<<"$js") == RUNNING ]] || { echo "drill: job left RUNNING early" >&2; return 1; }
+    step=$(field step <<<"$js")
+    ((step >= target)) && return 0
+    sleep 0.1
+  done
+  echo "drill: timed out waiting for step $target" >&2
+  return 1
+}
+
+for i in 0 1; do rm -f "$DIR/s$i.addr"; start_psd $i; done
+for i in 0 1; do wait_address $i; done
+for i in 0 1; do start_worker $i; done
+
+echo "drill: 1/2 undisturbed run"
+"${PSCTL[@]}" submit "$DIR/job.pbtxt" --wait --timeout=1800 | tee "$DIR/baseline.out"
+base_acc=$(grep -o 'test_accuracy=[0-9.]*' "$DIR/baseline.out" | tail -1 | cut -d= -f2)
+
+echo "drill: 2/2 run with faults"
+job=$("${PSCTL[@]}" submit "$DIR/job.pbtxt" | grep -o 'job-[0-9]*')
+total=0
+for _ in $(seq 300); do
+  total=$("${PSCTL[@]}" status "$job" --json | field total_steps)
+  ((total > 0)) && break
+  sleep 0.1
+done
+wait_step "$job" $((total * 40 / 100))
+echo "drill: kill -9 psd 1 at step $("${PSCTL[@]}" status "$job" --json | field step) of $total"
+kill -KILL "${PID[psd1]}"; wait "${PID[psd1]}" 2>/dev/null || true
+rm -f "$DIR/s1.addr"; start_psd 1; wait_address 1
+echo "drill: psd 1 restarted"
+wait_step "$job" $((total * 60 / 100))
+echo "drill: kill -9 worker 1 at step $("${PSCTL[@]}" status "$job" --json | field step)"
+kill -KILL "${PID[worker1]}"; wait "${PID[worker1]}" 2>/dev/null || true
+start_worker 1
+echo "drill: worker 1 restarted"
+set +e
+for _ in $(seq 18000); do
+  st=$("${PSCTL[@]}" status "$job" --json 2>/dev/null | state)
+  [[ $st == RUNNING || $st == PENDING || -z $st ]] || break
+  sleep 0.1
+done
+set -e
+"${PSCTL[@]}" status "$job" | tee "$DIR/faults.out"
+acc=$("${PSCTL[@]}" status "$job" --json | field test_accuracy)
+echo
+echo "drill: shard statistics after the faults"
+"${PSCTL[@]}" stats
+"${PSCTL[@]}" stats --json | python3 -c "
+import json,sys
+for s in json.load(sys.stdin):
+  for j in s.get('job_stats', []):
+    print('shard', s['shard_id'], j['job_id'], 'restored_from_step', j.get('restored_from_step', '0'),
+          'checkpoints', j.get('checkpoints', '0'), 'stale', j.get('stale_pushes', '0'),
+          'duplicates', j.get('duplicates', '0'))"
+echo
+echo "drill: state=$st test_accuracy=$acc baseline_test_accuracy=$base_acc"
+[[ $st == SUCCEEDED ]] || { echo "drill: FAILED: job ended $st"; exit 1; }
+python3 -c "import sys; a,b=float('$acc'),float('$base_acc'); sys.exit(0 if abs(a-b) <= 0.01 else 1)" \
+  || { echo "drill: FAILED: accuracy differs by more than 1 point"; exit 1; }
+echo "drill: PASSED"

@@ -438,7 +438,7 @@ absl::StatusOr<LoadedWorkerdConfig> ParseWorkerdConfig(
   if (c.prefetch_batches() == 0) c.set_prefetch_batches(4);
   if (c.heartbeat_interval_ms() == 0) c.set_heartbeat_interval_ms(1000);
   if (c.rpc_deadline_ms() == 0) c.set_rpc_deadline_ms(30000);
-  if (c.rpc_max_attempts() == 0) c.set_rpc_max_attempts(8);
+  if (c.rpc_max_attempts() == 0) c.set_rpc_max_attempts(12);
   if (c.max_inflight_per_shard() == 0) c.set_max_inflight_per_shard(4);
   if (c.data_dir().empty()) c.set_data_dir("/usr/share/datasets/fashion-mnist");
   if (!ValidLogLevel(c.log_level())) {

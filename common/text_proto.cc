@@ -10,12 +10,14 @@
 #include <filesystem>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "google/protobuf/io/tokenizer.h"
+#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "google/protobuf/text_format.h"
 
 namespace ps {
@@ -49,8 +51,8 @@ class Collector : public google::protobuf::io::ErrorCollector {
   std::string FieldOnLine(int line, int column) const {
     if (line < 0 || line >= static_cast<int>(lines_.size())) return "";
     const std::string& text = lines_[line];
-    size_t end = std::min<size_t>(column, text.size());
-    size_t colon = text.rfind(':', end == 0 ? 0 : end - 1);
+    // The column itself may be the colon ("field: specified twice").
+    size_t colon = text.rfind(':', std::min<size_t>(column, text.size()));
     if (colon == std::string::npos) return "";
     size_t stop = colon;
     while (stop > 0 && text[stop - 1] == ' ') --stop;
@@ -64,6 +66,116 @@ class Collector : public google::protobuf::io::ErrorCollector {
 
   std::string name_;
   std::vector<std::string> lines_;
+  std::vector<std::string> errors_;
+};
+
+// Protobuf's text parser rejects a singular field given twice only when the
+// first value is not the default (proto3 scalars have no presence), so
+// "shard_id: 0 shard_id: 1" would silently mean 1. This scan, run after a
+// successful parse, reports every repeat of a singular field. It follows the
+// structure the parser already accepted; on anything it does not model
+// (extensions, Any, lists of messages) it stops and reports nothing more.
+class DuplicateFieldScan {
+ public:
+  DuplicateFieldScan(const std::string& text, const std::string& name,
+                     const google::protobuf::Descriptor* root)
+      : input_(text.data(), static_cast<int>(text.size())),
+        tokenizer_(&input_, &ignore_),
+        name_(name) {
+    tokenizer_.set_allow_f_after_float(true);
+    tokenizer_.set_comment_style(
+        google::protobuf::io::Tokenizer::SH_COMMENT_STYLE);
+    scopes_.push_back({root, {}});
+  }
+
+  std::vector<std::string> Run() {
+    tokenizer_.Next();
+    while (Scan()) {
+    }
+    return errors_;
+  }
+
+ private:
+  using Tokenizer = google::protobuf::io::Tokenizer;
+  using Token = Tokenizer::Token;
+  struct Scope {
+    const google::protobuf::Descriptor* type;
+    absl::flat_hash_map<std::string, std::pair<int, int>> seen;  // line, col
+  };
+
+  const Token& At() { return tokenizer_.current(); }
+  bool Is(const char* symbol) { return At().text == symbol; }
+  bool Next() { return tokenizer_.Next(); }
+
+  // One field (or a closing brace); false when done or lost.
+  bool Scan() {
+    if (At().type == Tokenizer::TYPE_END) return false;
+    if (Is("}") || Is(">")) {
+      if (scopes_.size() <= 1) return false;
+      scopes_.pop_back();
+      Next();
+      SkipSeparator();
+      return true;
+    }
+    if (At().type != Tokenizer::TYPE_IDENTIFIER) return false;
+    const Token field_token = At();
+    Scope& scope = scopes_.back();
+    const google::protobuf::FieldDescriptor* field =
+        scope.type->FindFieldByName(field_token.text);
+    if (field == nullptr) return false;
+    if (!field->is_repeated()) {
+      auto [it, inserted] = scope.seen.emplace(
+          field_token.text,
+          std::make_pair(field_token.line, field_token.column));
+      if (!inserted) {
+        errors_.push_back(absl::StrCat(
+            name_, ":", field_token.line + 1, ":", field_token.column + 1,
+            ": Non-repeated field \"", field_token.text,
+            "\" is specified multiple times (first at ", it->second.first + 1,
+            ":", it->second.second + 1, ")."));
+      }
+    }
+    Next();
+    if (Is(":")) Next();
+    if (Is("{") || Is("<")) {
+      if (field->message_type() == nullptr) return false;
+      scopes_.push_back({field->message_type(), {}});
+      Next();
+      return true;
+    }
+    if (Is("[")) {
+      // A list of scalars: its elements are values, not fields.
+      while (Next() && !Is("]")) {
+        if (Is("{") || Is("<")) return false;
+      }
+      if (!Is("]")) return false;
+      Next();
+    } else {
+      if (Is("-")) Next();
+      if (At().type == Tokenizer::TYPE_END) return false;
+      const bool string = At().type == Tokenizer::TYPE_STRING;
+      Next();
+      while (string && At().type == Tokenizer::TYPE_STRING) Next();  // "a" "b"
+    }
+    SkipSeparator();
+    return true;
+  }
+
+  void SkipSeparator() {
+    if (Is(",") || Is(";")) Next();
+  }
+
+  class Ignore : public google::protobuf::io::ErrorCollector {
+   public:
+    void AddError(int, google::protobuf::io::ColumnNumber,
+                  const std::string&) override {}
+  };
+
+  Ignore ignore_;
+  google::protobuf::io::ArrayInputStream input_;
+  google::protobuf::io::Tokenizer tokenizer_;
+  const std::string name_;
+  std::vector<Scope> scopes_;
   std::vector<std::string> errors_;
 };
 
@@ -91,6 +203,12 @@ absl::Status ParseTextProto(const std::string& text, const std::string& name,
   if (!ok) {
     message->Clear();
     return absl::InvalidArgumentError(absl::StrCat(name, ": cannot parse"));
+  }
+  std::vector<std::string> duplicates =
+      DuplicateFieldScan(text, name, message->GetDescriptor()).Run();
+  if (!duplicates.empty()) {
+    message->Clear();
+    return absl::InvalidArgumentError(absl::StrJoin(duplicates, "\n"));
   }
   return absl::OkStatus();
 }

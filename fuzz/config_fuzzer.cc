@@ -1,6 +1,7 @@
 // libFuzzer target: configuration files and job specs.
 //
-//   bazel run //fuzz:config_fuzzer -- -max_total_time=60 $PWD/fuzz/corpus/config
+//   bazel run //fuzz:config_fuzzer -- -max_total_time=60
+//   $PWD/fuzz/corpus/config
 //
 // Byte 0 of an input picks what the rest is (byte 0 % 5):
 //   0  a cluster file        -> ParseClusterConfig, then Security::FromCluster
@@ -41,6 +42,7 @@
 #include "common/config.h"
 #include "common/security.h"
 #include "common/text_proto.h"
+#include "google/protobuf/stubs/logging.h"
 #include "proto/job.pb.h"
 #include "server/chunking.h"
 #include "server/coordinator/job_validation.h"
@@ -76,7 +78,8 @@ void Write(const std::string& name, const std::string& text) {
 // need to look like PEM: nothing here starts a TLS handshake.
 void MakeScratchDir() {
   const char* base = std::getenv("TEST_TMPDIR");
-  std::string templ = absl::StrCat(base != nullptr ? base : "/tmp", "/config_fuzzer.XXXXXX");
+  std::string templ =
+      absl::StrCat(base != nullptr ? base : "/tmp", "/config_fuzzer.XXXXXX");
   if (mkdtemp(templ.data()) == nullptr) Fail("mkdtemp failed");
   ScratchDir() = templ;
   Write("cluster.pbtxt",
@@ -84,10 +87,13 @@ void MakeScratchDir() {
         "shards { address_file: \"s1.addr\" }\n"
         "coordinator_shard: 0\n");
   const std::string cert =
-      "-----BEGIN CERTIFICATE-----\nMIIBszCCAVmgAwIBAgIUQ2Vy\n-----END CERTIFICATE-----\n";
+      "-----BEGIN CERTIFICATE-----\nMIIBszCCAVmgAwIBAgIUQ2Vy\n-----END "
+      "CERTIFICATE-----\n";
   Write("ca.pem", cert);
   Write("cert.pem", cert);
-  Write("key.pem", "-----BEGIN PRIVATE KEY-----\nMIGHAgEAMBMGByqG\n-----END PRIVATE KEY-----\n");
+  Write("key.pem",
+        "-----BEGIN PRIVATE KEY-----\nMIGHAgEAMBMGByqG\n-----END PRIVATE "
+        "KEY-----\n");
   Write("token", "s3cret-token\n");
   Write("empty_token", "\n");
   std::filesystem::create_directories(ScratchDir() + "/run");
@@ -104,7 +110,8 @@ bool Hermetic(const std::vector<std::string>& paths) {
   return true;
 }
 
-void CheckError(const absl::Status& s, const std::string& file, const char* what) {
+void CheckError(const absl::Status& s, const std::string& file,
+                const char* what) {
   if (s.ok()) return;
   if (s.code() != absl::StatusCode::kInvalidArgument &&
       s.code() != absl::StatusCode::kNotFound &&
@@ -112,33 +119,38 @@ void CheckError(const absl::Status& s, const std::string& file, const char* what
     Fail(absl::StrCat(what, ": unexpected code: ", s.ToString()));
   }
   if (!absl::StrContains(s.message(), file)) {
-    Fail(absl::StrCat(what, ": error does not name ", file, ": ", s.ToString()));
+    Fail(
+        absl::StrCat(what, ": error does not name ", file, ": ", s.ToString()));
   }
 }
 
 void CheckCluster(const LoadedCluster& c) {
   if (c.config.shards_size() == 0) Fail("cluster without shards loaded");
-  if (c.config.coordinator_shard() >= static_cast<uint32_t>(c.config.shards_size())) {
+  if (c.config.coordinator_shard() >=
+      static_cast<uint32_t>(c.config.shards_size())) {
     Fail("coordinator_shard out of range loaded");
   }
   for (const ShardAddress& a : c.config.shards()) {
-    if (a.address().empty() == a.address_file().empty()) Fail("shard address not exactly one");
-    if (!a.address().empty() && !ValidateHostPort(a.address(), "a", false).ok()) {
+    if (a.address().empty() == a.address_file().empty())
+      Fail("shard address not exactly one");
+    if (!a.address().empty() &&
+        !ValidateHostPort(a.address(), "a", false).ok()) {
       Fail("invalid shard address loaded: " + a.address());
     }
   }
   absl::StatusOr<Security> security = Security::FromCluster(c.config);
   if (!security.ok()) {
-    Fail(absl::StrCat("a cluster file that loads fails later in Security::FromCluster: ",
-                      security.status().ToString()));
+    Fail(absl::StrCat(
+        "a cluster file that loads fails later in Security::FromCluster: ",
+        security.status().ToString()));
   }
 }
 
 void FuzzCluster(const std::string& text) {
   ClusterConfig peek;
   if (ParseTextProto(text, "peek", &peek).ok() &&
-      !Hermetic({peek.tls().cert_file(), peek.tls().key_file(), peek.tls().ca_file(),
-                 peek.auth_token_file()})) {
+      !Hermetic({peek.tls().cert_file(), peek.tls().key_file(),
+                 peek.tls().ca_file(), peek.auth_token_file()})) {
     return;
   }
   const std::string path = ScratchDir() + "/fuzz_cluster.pbtxt";
@@ -150,7 +162,8 @@ void FuzzCluster(const std::string& text) {
 void FuzzPsd(const std::string& text) {
   PsdConfig peek;
   if (ParseTextProto(text, "peek", &peek).ok() &&
-      !Hermetic({peek.cluster_file(), peek.address_file(), peek.checkpoint_dir()})) {
+      !Hermetic(
+          {peek.cluster_file(), peek.address_file(), peek.checkpoint_dir()})) {
     return;
   }
   const std::string path = ScratchDir() + "/fuzz_psd.pbtxt";
@@ -159,11 +172,14 @@ void FuzzPsd(const std::string& text) {
   CheckError(c.status(), ScratchDir(), "psd");
   if (!c.ok()) return;
   const PsdConfig& p = c->psd;
-  if (!ValidateHostPort(p.listen_address(), "l", true).ok()) Fail("bad listen_address loaded");
-  if (p.max_message_bytes() < kMinMaxMessageBytes || p.max_message_bytes() > kMaxMaxMessageBytes) {
+  if (!ValidateHostPort(p.listen_address(), "l", true).ok())
+    Fail("bad listen_address loaded");
+  if (p.max_message_bytes() < kMinMaxMessageBytes ||
+      p.max_message_bytes() > kMaxMaxMessageBytes) {
     Fail("max_message_bytes out of range loaded");
   }
-  if (p.worker_timeout_ms() < kMinWorkerTimeoutMs) Fail("worker_timeout_ms too small loaded");
+  if (p.worker_timeout_ms() < kMinWorkerTimeoutMs)
+    Fail("worker_timeout_ms too small loaded");
   if (p.shard_id() >= static_cast<uint32_t>(c->cluster.config.shards_size())) {
     Fail("shard_id outside the cluster loaded");
   }
@@ -205,7 +221,8 @@ void FuzzJobSpec(const JobSpec& spec, uint32_t num_shards) {
   }
   if (!problems.empty()) Fail("an accepted spec lists problems");
   if (absl::Status s = ValidateTensors(*normalized); !s.ok()) {
-    Fail("the coordinator accepts a spec that a shard refuses: " + s.ToString());
+    Fail("the coordinator accepts a spec that a shard refuses: " +
+         s.ToString());
   }
   absl::StatusOr<Placement> placement = PlaceChunks(*normalized, num_shards);
   if (!placement.ok()) {
@@ -214,62 +231,78 @@ void FuzzJobSpec(const JobSpec& spec, uint32_t num_shards) {
   if (static_cast<uint64_t>(placement->chunks_size()) > kMaxChunks) {
     Fail("placement over kMaxChunks");
   }
-  if (static_cast<size_t>(placement->chunks_size()) != CutIntoChunks(*normalized).size()) {
+  if (static_cast<size_t>(placement->chunks_size()) !=
+      CutIntoChunks(*normalized).size()) {
     Fail("placement and CutIntoChunks disagree on the chunk count");
   }
   for (const ChunkPlacement& c : placement->chunks()) {
-    if (c.shard() >= num_shards) Fail("a chunk placed on a shard that does not exist");
+    if (c.shard() >= num_shards)
+      Fail("a chunk placed on a shard that does not exist");
   }
 }
 
 void WriteSeeds(const std::string& dir) {
   std::vector<std::pair<std::string, std::string>> seeds = {
-      {"cluster_plain", "shards { address: \"127.0.0.1:7001\" }\nshards { address_file: "
-                        "\"s1.addr\" }\ncoordinator_shard: 1\n"},
-      {"cluster_mtls", "shards { address: \"localhost:7001\" }\ntls { cert_file: \"cert.pem\" "
-                       "key_file: \"key.pem\" ca_file: \"ca.pem\" mutual: true "
-                       "server_name_override: \"localhost\" }\nauth_token_file: \"token\"\n"},
-      {"cluster_bad", "shards { address: \"[::1]:70000\" }\nshards { address: \"[::1]:70000\" }\n"
-                      "coordinator_shard: 4\ntls { key_file: \"nope.pem\" }\n"
-                      "auth_token_file: \"empty_token\"\n"},
-      {"psd_full", "listen_address: \"0.0.0.0:0\"\nshard_id: 1\ncluster_file: "
-                   "\"cluster.pbtxt\"\naddress_file: \"run/s1.addr\"\nmax_message_bytes: "
-                   "8388608\nmemory_budget_bytes: 1048576\nworker_timeout_ms: 3000\n"
-                   "log_level: \"warn\"\nrpc_threads: 4\n"},
+      {"cluster_plain",
+       "shards { address: \"127.0.0.1:7001\" }\nshards { address_file: "
+       "\"s1.addr\" }\ncoordinator_shard: 1\n"},
+      {"cluster_mtls",
+       "shards { address: \"localhost:7001\" }\ntls { cert_file: \"cert.pem\" "
+       "key_file: \"key.pem\" ca_file: \"ca.pem\" mutual: true "
+       "server_name_override: \"localhost\" }\nauth_token_file: \"token\"\n"},
+      {"cluster_bad",
+       "shards { address: \"[::1]:70000\" }\nshards { address: \"[::1]:70000\" "
+       "}\n"
+       "coordinator_shard: 4\ntls { key_file: \"nope.pem\" }\n"
+       "auth_token_file: \"empty_token\"\n"},
+      {"psd_full",
+       "listen_address: \"0.0.0.0:0\"\nshard_id: 1\ncluster_file: "
+       "\"cluster.pbtxt\"\naddress_file: \"run/s1.addr\"\nmax_message_bytes: "
+       "8388608\nmemory_budget_bytes: 1048576\nworker_timeout_ms: 3000\n"
+       "log_level: \"warn\"\nrpc_threads: 4\n"},
       {"psd_bad", "listen_adress: \"127.0.0.1:0\"\nshard_id: \"zero\"\n"},
-      {"psd_values", "listen_address: \"300.1.1.1:80\"\ncluster_file: \"missing.pbtxt\"\n"
-                     "max_message_bytes: 4294967295\nworker_timeout_ms: 5\n"},
-      {"workerd_full", "cluster_file: \"cluster.pbtxt\"\nname: \"w0\"\ndevices: \"cpu:0\"\n"
-                       "devices: \"cpu:1\"\ndevice_weights: 1\ndevice_weights: 2.5\n"
-                       "data_dir: \"data\"\nheartbeat_interval_ms: 200\n"},
-      {"workerd_bad", "cluster_file: \"cluster.pbtxt\"\nname: \"w\\001\"\ndevices: \"cpu:0\"\n"
-                      "devices: \"cpu:0\"\ndevices: \"tpu:x\"\ndevice_weights: nan\n"},
-      {"job_mlp", "name: \"mlp\"\nmodel { mlp { input_dim: 784 hidden: 256 hidden: 128 "
-                  "num_classes: 10 } }\ndata { dataset: \"fashion-mnist\" batch_size: 64 "
-                  "epochs: 2 }\noptimizer { kind: ADAM learning_rate: 0.001 }\nconsistency { "
-                  "mode: BSP backup_workers: 1 }\nnum_workers: 2\npartition_bytes: 65536\n"},
-      {"job_softmax_ssp", "name: \"s\"\nmodel { softmax { input_dim: 20 num_classes: 3 } }\n"
-                          "data { dataset: \"synthetic\" batch_size: 8 epochs: 1 "
-                          "synthetic_train: 100 data_dir: \"/data\" }\noptimizer { kind: SGD "
-                          "learning_rate: 0.1 momentum: 0.9 nesterov: true }\nconsistency { "
-                          "mode: SSP staleness: 2 }\nnum_workers: 3\n"},
-      {"job_hostile", "name: \"x\\033[31m\"\nmodel { mlp { input_dim: 4294967295 hidden: "
-                      "1000000000 num_classes: 1 } }\ndata { dataset: \"synthetic\" }\n"
-                      "optimizer { kind: ADAGRAD learning_rate: -1 epsilon: 0 }\nnum_workers: "
-                      "1000000000\npartition_bytes: 4\ntensors { name: \"t\" }\n"},
+      {"psd_values",
+       "listen_address: \"300.1.1.1:80\"\ncluster_file: \"missing.pbtxt\"\n"
+       "max_message_bytes: 4294967295\nworker_timeout_ms: 5\n"},
+      {"workerd_full",
+       "cluster_file: \"cluster.pbtxt\"\nname: \"w0\"\ndevices: \"cpu:0\"\n"
+       "devices: \"cpu:1\"\ndevice_weights: 1\ndevice_weights: 2.5\n"
+       "data_dir: \"data\"\nheartbeat_interval_ms: 200\n"},
+      {"workerd_bad",
+       "cluster_file: \"cluster.pbtxt\"\nname: \"w\\001\"\ndevices: \"cpu:0\"\n"
+       "devices: \"cpu:0\"\ndevices: \"tpu:x\"\ndevice_weights: nan\n"},
+      {"job_mlp",
+       "name: \"mlp\"\nmodel { mlp { input_dim: 784 hidden: 256 hidden: 128 "
+       "num_classes: 10 } }\ndata { dataset: \"fashion-mnist\" batch_size: 64 "
+       "epochs: 2 }\noptimizer { kind: ADAM learning_rate: 0.001 "
+       "}\nconsistency { "
+       "mode: BSP backup_workers: 1 }\nnum_workers: 2\npartition_bytes: "
+       "65536\n"},
+      {"job_softmax_ssp",
+       "name: \"s\"\nmodel { softmax { input_dim: 20 num_classes: 3 } }\n"
+       "data { dataset: \"synthetic\" batch_size: 8 epochs: 1 "
+       "synthetic_train: 100 data_dir: \"/data\" }\noptimizer { kind: SGD "
+       "learning_rate: 0.1 momentum: 0.9 nesterov: true }\nconsistency { "
+       "mode: SSP staleness: 2 }\nnum_workers: 3\n"},
+      {"job_hostile",
+       "name: \"x\\033[31m\"\nmodel { mlp { input_dim: 4294967295 hidden: "
+       "1000000000 num_classes: 1 } }\ndata { dataset: \"synthetic\" }\n"
+       "optimizer { kind: ADAGRAD learning_rate: -1 epsilon: 0 }\nnum_workers: "
+       "1000000000\npartition_bytes: 4\ntensors { name: \"t\" }\n"},
   };
   int i = 0;
   for (const auto& [name, text] : seeds) {
-    Kind kind = absl::StartsWith(name, "cluster") ? kCluster
-                : absl::StartsWith(name, "psd")   ? kPsd
+    Kind kind = absl::StartsWith(name, "cluster")   ? kCluster
+                : absl::StartsWith(name, "psd")     ? kPsd
                 : absl::StartsWith(name, "workerd") ? kWorkerd
-                                                     : kJobText;
+                                                    : kJobText;
     std::string bytes = std::string(1, static_cast<char>(kind)) + text;
     std::ofstream(dir + "/" + name, std::ios::binary) << bytes;
     if (kind == kJobText) {
       JobSpec spec;
       if (ParseTextProto(text, name, &spec).ok()) {
-        std::string wire(1, static_cast<char>(kJobWire + kNumKinds * (i++ % 3)));
+        std::string wire(1,
+                         static_cast<char>(kJobWire + kNumKinds * (i++ % 3)));
         std::ofstream(dir + "/" + name + "_wire", std::ios::binary)
             << wire + spec.SerializeAsString();
       }
@@ -287,6 +320,9 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
     std::exit(0);
   }
   ps::MakeScratchDir();
+  // Protobuf logs every string field with invalid UTF-8; fuzzed bytes are
+  // full of them, and the refusals are what is checked.
+  google::protobuf::SetLogHandler(nullptr);
   return 0;
 }
 
@@ -308,7 +344,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       break;
     case kJobText: {
       JobSpec spec;
-      if (ParseTextProto(text, "job.pbtxt", &spec).ok()) FuzzJobSpec(spec, num_shards);
+      if (ParseTextProto(text, "job.pbtxt", &spec).ok())
+        FuzzJobSpec(spec, num_shards);
       break;
     }
     case kJobWire: {

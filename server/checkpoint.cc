@@ -249,10 +249,10 @@ uint32_t Crc32c(absl::string_view data, uint32_t crc) {
   const unsigned char* p = reinterpret_cast<const unsigned char*>(data.data());
   size_t n = data.size();
   while (n >= 8) {
-    const uint32_t lo = c ^ (static_cast<uint32_t>(p[0]) |
-                             static_cast<uint32_t>(p[1]) << 8 |
-                             static_cast<uint32_t>(p[2]) << 16 |
-                             static_cast<uint32_t>(p[3]) << 24);
+    const uint32_t lo =
+        c ^
+        (static_cast<uint32_t>(p[0]) | static_cast<uint32_t>(p[1]) << 8 |
+         static_cast<uint32_t>(p[2]) << 16 | static_cast<uint32_t>(p[3]) << 24);
     c = t[7][lo & 0xff] ^ t[6][(lo >> 8) & 0xff] ^ t[5][(lo >> 16) & 0xff] ^
         t[4][lo >> 24] ^ t[3][p[4]] ^ t[2][p[5]] ^ t[1][p[6]] ^ t[0][p[7]];
     p += 8;
@@ -320,8 +320,8 @@ std::string CheckpointEncoder::Finish(uint64_t sequence, uint64_t step) && {
   SetLe(step, 8, &out_[kStepAt]);
   SetLe(out_.size() - kCheckpointHeaderBytes, 8, &out_[kPayloadBytesAt]);
   const absl::string_view all(out_);
-  const uint32_t crc = Crc32c(all.substr(kCheckpointHeaderBytes),
-                              Crc32c(all.substr(0, kCrcAt)));
+  const uint32_t crc =
+      Crc32c(all.substr(kCheckpointHeaderBytes), Crc32c(all.substr(0, kCrcAt)));
   SetLe(crc, 4, &out_[kCrcAt]);
   return std::move(out_);
 }
@@ -347,27 +347,28 @@ absl::StatusOr<JobCheckpoint> DecodeCheckpoint(absl::string_view bytes) {
     return absl::InvalidArgumentError(why);
   };
   if (bytes.size() < kCheckpointHeaderBytes) {
-    return absl::DataLossError(absl::StrCat(
-        "truncated: ", bytes.size(), " bytes, shorter than the ",
-        kCheckpointHeaderBytes, "-byte header"));
+    return absl::DataLossError(
+        absl::StrCat("truncated: ", bytes.size(), " bytes, shorter than the ",
+                     kCheckpointHeaderBytes, "-byte header"));
   }
   if (std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) != 0) {
     return invalid("bad magic (not a psd checkpoint)");
   }
   const uint64_t format = GetLe(bytes.data() + kFormatAt, 4);
   if (format != kFormat) {
-    return invalid(absl::StrCat("format version ", format, ", this psd reads ",
-                                kFormat));
+    return invalid(
+        absl::StrCat("format version ", format, ", this psd reads ", kFormat));
   }
   const uint64_t payload_bytes = GetLe(bytes.data() + kPayloadBytesAt, 8);
   const uint64_t have = bytes.size() - kCheckpointHeaderBytes;
   if (payload_bytes != have) {
-    return absl::DataLossError(absl::StrCat(
-        have < payload_bytes ? "truncated" : "trailing bytes",
-        ": the header promises ", payload_bytes, " payload bytes, the file has ",
-        have));
+    return absl::DataLossError(
+        absl::StrCat(have < payload_bytes ? "truncated" : "trailing bytes",
+                     ": the header promises ", payload_bytes,
+                     " payload bytes, the file has ", have));
   }
-  const uint32_t stored = static_cast<uint32_t>(GetLe(bytes.data() + kCrcAt, 4));
+  const uint32_t stored =
+      static_cast<uint32_t>(GetLe(bytes.data() + kCrcAt, 4));
   const uint32_t computed = Crc32c(bytes.substr(kCheckpointHeaderBytes),
                                    Crc32c(bytes.substr(0, kCrcAt)));
   if (stored != computed) {
@@ -422,8 +423,7 @@ absl::StatusOr<JobCheckpoint> DecodeCheckpoint(absl::string_view bytes) {
   absl::StatusOr<std::unique_ptr<Optimizer>> opt =
       Optimizer::Create(registration.spec().optimizer());
   if (!opt.ok()) {
-    return invalid(
-        absl::StrCat("registration.spec.", opt.status().message()));
+    return invalid(absl::StrCat("registration.spec.", opt.status().message()));
   }
   const Placement& placement = registration.placement();
   uint32_t local = 0;
@@ -450,9 +450,9 @@ absl::StatusOr<JobCheckpoint> DecodeCheckpoint(absl::string_view bytes) {
     if (id >= static_cast<uint32_t>(placement.chunks_size()) ||
         placement.chunks(id).shard() != ck.shard_id ||
         static_cast<int64_t>(id) <= last_id) {
-      return invalid(absl::StrCat(
-          where, ".chunk_id: ", id,
-          " is not the next chunk of shard ", ck.shard_id, " in the placement"));
+      return invalid(absl::StrCat(where, ".chunk_id: ", id,
+                                  " is not the next chunk of shard ",
+                                  ck.shard_id, " in the placement"));
     }
     last_id = id;
     const ChunkPlacement& p = placement.chunks(id);
@@ -502,8 +502,7 @@ absl::StatusOr<JobCheckpoint> DecodeCheckpoint(absl::string_view bytes) {
     ck.chunks.push_back(std::move(s));
   }
   if (r.remaining() != 0) {
-    return invalid(absl::StrCat(r.remaining(),
-                                " bytes after the last chunk"));
+    return invalid(absl::StrCat(r.remaining(), " bytes after the last chunk"));
   }
   return ck;
 }
@@ -569,9 +568,9 @@ CheckpointStore::Files(absl::string_view job_id) const {
   return files;
 }
 
-absl::StatusOr<std::string> CheckpointStore::Write(absl::string_view job_id,
-                                                   uint64_t sequence,
-                                                   absl::string_view bytes) const {
+absl::StatusOr<std::string> CheckpointStore::Write(
+    absl::string_view job_id, uint64_t sequence,
+    absl::string_view bytes) const {
   const std::string path = PathFor(job_id, sequence);
   const std::string tmp = path + kTempSuffix;
   const int fd =
@@ -642,9 +641,8 @@ absl::StatusOr<JobCheckpoint> CheckpointStore::ReadFile(
     const std::string& path) const {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
-    return absl::NotFoundError(
-        absl::StrCat("checkpoint ", path, ": cannot open: ",
-                     std::strerror(errno)));
+    return absl::NotFoundError(absl::StrCat(
+        "checkpoint ", path, ": cannot open: ", std::strerror(errno)));
   }
   std::stringstream s;
   s << in.rdbuf();
@@ -654,9 +652,9 @@ absl::StatusOr<JobCheckpoint> CheckpointStore::ReadFile(
   }
   absl::StatusOr<JobCheckpoint> ck = DecodeCheckpoint(s.str());
   if (!ck.ok()) {
-    return absl::Status(ck.status().code(), absl::StrCat("checkpoint ", path,
-                                                         ": ",
-                                                         ck.status().message()));
+    return absl::Status(
+        ck.status().code(),
+        absl::StrCat("checkpoint ", path, ": ", ck.status().message()));
   }
   return ck;
 }
@@ -679,9 +677,9 @@ absl::StatusOr<CheckpointStore::Loaded> CheckpointStore::LoadLatest(
           absl::StrCat("checkpoint ", it->second, ": written by shard ",
                        ck->shard_id, ", not shard ", shard_id_));
     } else if (ck.ok() && ck->registration.job_id() != job_id) {
-      ck = absl::InvalidArgumentError(absl::StrCat(
-          "checkpoint ", it->second, ": holds job \"",
-          ck->registration.job_id(), "\", not \"", job_id, "\""));
+      ck = absl::InvalidArgumentError(
+          absl::StrCat("checkpoint ", it->second, ": holds job \"",
+                       ck->registration.job_id(), "\", not \"", job_id, "\""));
     } else if (ck.ok() && ck->sequence != it->first) {
       ck = absl::InvalidArgumentError(
           absl::StrCat("checkpoint ", it->second, ": holds sequence ",
@@ -698,9 +696,9 @@ absl::StatusOr<CheckpointStore::Loaded> CheckpointStore::LoadLatest(
   for (const absl::Status& s : loaded.rejected) {
     why.push_back(std::string(s.message()));
   }
-  return absl::DataLossError(
-      absl::StrCat("no usable checkpoint of job \"", job_id, "\" for shard ",
-                   shard_id_, ": ", absl::StrJoin(why, "; ")));
+  return absl::DataLossError(absl::StrCat("no usable checkpoint of job \"",
+                                          job_id, "\" for shard ", shard_id_,
+                                          ": ", absl::StrJoin(why, "; ")));
 }
 
 absl::Status CheckpointStore::Remove(absl::string_view job_id) const {

@@ -103,7 +103,7 @@ class CheckpointEncoder {
   const uint32_t shard_id_;
   const uint32_t num_workers_;
   const Optimizer& optimizer_;
-  std::string out_;  // header space, then the payload
+  std::string out_;           // header space, then the payload
   size_t num_chunks_at_ = 0;  // where the chunk count goes
   uint32_t num_chunks_ = 0;
 };
@@ -138,8 +138,7 @@ class CheckpointStore {
   // file comment), then deletes the job's files older than the newest
   // kCheckpointsKept. Returns the path. On error nothing new is left behind
   // and the older checkpoints are untouched.
-  absl::StatusOr<std::string> Write(absl::string_view job_id,
-                                    uint64_t sequence,
+  absl::StatusOr<std::string> Write(absl::string_view job_id, uint64_t sequence,
                                     absl::string_view bytes) const;
 
   // Ids of the jobs with at least one checkpoint of this shard, sorted.

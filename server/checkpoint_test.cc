@@ -210,8 +210,7 @@ TEST(Crc32cTest, ContinuesAcrossPieces) {
   for (int i = 0; i < 1000; ++i) data.push_back(static_cast<char>(i * 31));
   for (size_t cut : {0u, 1u, 7u, 8u, 9u, 500u, 999u, 1000u}) {
     absl::string_view all(data);
-    EXPECT_EQ(Crc32c(all.substr(cut), Crc32c(all.substr(0, cut))),
-              Crc32c(all))
+    EXPECT_EQ(Crc32c(all.substr(cut), Crc32c(all.substr(0, cut))), Crc32c(all))
         << cut;
   }
 }
@@ -283,14 +282,15 @@ TEST(CheckpointFormatTest, HeaderErrorsSayWhatIsWrong) {
     size_t at;
     const char* want;
   };
-  for (const Case& c : std::vector<Case>{{0, "bad magic"},
-                                         {8, "format version"},
-                                         {12, "checksum mismatch"},
-                                         {16, "checksum mismatch"},
-                                         {24, "checksum mismatch"},
-                                         {32, "the header promises"},
-                                         {40, "checksum mismatch"},
-                                         {good.size() - 1, "checksum mismatch"}}) {
+  for (const Case& c :
+       std::vector<Case>{{0, "bad magic"},
+                         {8, "format version"},
+                         {12, "checksum mismatch"},
+                         {16, "checksum mismatch"},
+                         {24, "checksum mismatch"},
+                         {32, "the header promises"},
+                         {40, "checksum mismatch"},
+                         {good.size() - 1, "checksum mismatch"}}) {
     std::string bad = good;
     bad[c.at] = static_cast<char>(bad[c.at] ^ 0x04);
     absl::StatusOr<JobCheckpoint> got = DecodeCheckpoint(bad);
@@ -309,10 +309,7 @@ TEST(CheckpointFormatTest, InconsistentContentIsRejected) {
     const char* want;
   };
   const std::vector<Case> cases = {
-      {"ChunkLength",
-       [](JobCheckpoint& ck) {
-         ck.chunks[0].values.pop_back();
-       },
+      {"ChunkLength", [](JobCheckpoint& ck) { ck.chunks[0].values.pop_back(); },
        "chunks[0].length: 99, the placement says 100"},
       {"MissingChunk", [](JobCheckpoint& ck) { ck.chunks.pop_back(); },
        "1 chunks, the placement puts 2 on shard 0"},
@@ -326,7 +323,8 @@ TEST(CheckpointFormatTest, InconsistentContentIsRejected) {
          o->set_momentum(0);
        },
        "chunks[0].optimizer state: saved by optimizer kind 1, this is ADAM"},
-      {"NoWorkers", [](JobCheckpoint& ck) { ck.registration.set_num_workers(0); },
+      {"NoWorkers",
+       [](JobCheckpoint& ck) { ck.registration.set_num_workers(0); },
        "registration.num_workers is 0"},
       {"NoJobId", [](JobCheckpoint& ck) { ck.registration.set_job_id(""); },
        "registration.job_id: empty"},
@@ -358,7 +356,8 @@ TEST(CheckpointStoreTest, WriteLeavesOnlyTheFinalFile) {
   absl::StatusOr<std::string> path = store->Write("j", 1, Encoded(ck));
   ASSERT_TRUE(path.ok()) << path.status();
   EXPECT_EQ(*path, dir + "/j.shard0.000000000001.ckpt");
-  EXPECT_EQ(Listing(dir), std::vector<std::string>{"j.shard0.000000000001.ckpt"});
+  EXPECT_EQ(Listing(dir),
+            std::vector<std::string>{"j.shard0.000000000001.ckpt"});
   absl::StatusOr<JobCheckpoint> back = store->ReadFile(*path);
   ASSERT_TRUE(back.ok()) << back.status();
   ExpectSame(ck, *back);
@@ -380,7 +379,8 @@ TEST(CheckpointStoreTest, FailedWriteLeavesNothingBehind) {
   EXPECT_THAT(std::string(failed.status().message()),
               HasSubstr(store->PathFor("j", 2)));
   std::filesystem::remove_all(store->PathFor("j", 2));
-  EXPECT_EQ(Listing(dir), std::vector<std::string>{"j.shard0.000000000001.ckpt"});
+  EXPECT_EQ(Listing(dir),
+            std::vector<std::string>{"j.shard0.000000000001.ckpt"});
   absl::StatusOr<CheckpointStore::Loaded> latest = store->LoadLatest("j");
   ASSERT_TRUE(latest.ok()) << latest.status();
   EXPECT_EQ(latest->checkpoint.sequence, 1u);
@@ -392,11 +392,11 @@ TEST(CheckpointStoreTest, TemporaryFromACrashIsIgnoredAndCleanedUp) {
   const std::string dir = TempDir("crash_temp");
   {
     auto store = OpenStore(dir, 1);
-    ASSERT_TRUE(store
-                    ->Write("j", 1,
-                            Encoded(MakeCheckpoint(Registration("j", SGD, 2),
-                                                   1, 1)))
-                    .ok());
+    ASSERT_TRUE(
+        store
+            ->Write("j", 1,
+                    Encoded(MakeCheckpoint(Registration("j", SGD, 2), 1, 1)))
+            .ok());
     const std::string partial =
         Encoded(MakeCheckpoint(Registration("j", SGD, 2), 1, 2));
     WriteAll(store->PathFor("j", 2) + ".tmp",
@@ -418,7 +418,8 @@ TEST(CheckpointStoreTest, KeepsTheNewestTwo) {
   auto store = OpenStore(dir, 0);
   const RegisterJobRequest reg = Registration("j", SGD, 2);
   for (uint64_t seq = 1; seq <= 5; ++seq) {
-    ASSERT_TRUE(store->Write("j", seq, Encoded(MakeCheckpoint(reg, 0, seq))).ok());
+    ASSERT_TRUE(
+        store->Write("j", seq, Encoded(MakeCheckpoint(reg, 0, seq))).ok());
   }
   EXPECT_EQ(Listing(dir),
             (std::vector<std::string>{"j.shard0.000000000004.ckpt",
@@ -446,7 +447,8 @@ TEST(CheckpointStoreTest, BadNewestFallsBackToThePrevious) {
          return d;
        },
        "checksum mismatch"},
-      {"Truncated", [](const std::string& b) { return b.substr(0, b.size() - 9); },
+      {"Truncated",
+       [](const std::string& b) { return b.substr(0, b.size() - 9); },
        "truncated"},
       {"Empty", [](const std::string&) { return std::string(); },
        "truncated: 0 bytes"},
@@ -496,10 +498,10 @@ TEST(CheckpointStoreTest, ShardsAndJobsAreKeptApart) {
   const RegisterJobRequest reg = Registration(odd, SGD, 2);
   ASSERT_TRUE(s0->Write(odd, 1, Encoded(MakeCheckpoint(reg, 0, 1))).ok());
   ASSERT_TRUE(s1->Write(odd, 1, Encoded(MakeCheckpoint(reg, 1, 1))).ok());
-  ASSERT_TRUE(s1->Write("other", 1,
-                        Encoded(MakeCheckpoint(Registration("other", SGD, 2),
-                                               1, 1)))
-                  .ok());
+  ASSERT_TRUE(
+      s1->Write("other", 1,
+                Encoded(MakeCheckpoint(Registration("other", SGD, 2), 1, 1)))
+          .ok());
   EXPECT_EQ(*s0->ListJobs(), std::vector<std::string>{odd});
   EXPECT_EQ(*s1->ListJobs(), (std::vector<std::string>{odd, "other"}));
   absl::StatusOr<CheckpointStore::Loaded> l0 = s0->LoadLatest(odd);
@@ -536,8 +538,7 @@ TEST(CheckpointStoreTest, OpenRefusesAFile) {
       CheckpointStore::Open(dir + "/plain", 0);
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(s.status().message()),
-              HasSubstr("checkpoint_dir: "));
+  EXPECT_THAT(std::string(s.status().message()), HasSubstr("checkpoint_dir: "));
   EXPECT_THAT(std::string(s.status().message()), HasSubstr(dir + "/plain"));
 }
 

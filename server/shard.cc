@@ -217,9 +217,10 @@ class Shard::Job {
     for (uint32_t r = 0; r < num_workers; ++r) {
       if (!is_active[r].load(std::memory_order_relaxed)) continue;
       const WorkerCounters& wc = workers[r];
-      const uint64_t steps = wc.pushed_any.load(std::memory_order_relaxed)
-                                 ? wc.last_step.load(std::memory_order_relaxed) + 1
-                                 : 0;
+      const uint64_t steps =
+          wc.pushed_any.load(std::memory_order_relaxed)
+              ? wc.last_step.load(std::memory_order_relaxed) + 1
+              : 0;
       slowest = std::min(slowest, steps);
     }
     return slowest == UINT64_MAX ? 0 : slowest;
@@ -243,9 +244,9 @@ class Shard::Job {
     next_due_step_hint.store(next_due_step, std::memory_order_relaxed);
     next_due_time = every_seconds > 0 ? now + absl::Seconds(every_seconds)
                                       : absl::InfiniteFuture();
-    next_due_time_ns.store(every_seconds > 0 ? absl::ToUnixNanos(next_due_time)
-                                             : INT64_MAX,
-                           std::memory_order_relaxed);
+    next_due_time_ns.store(
+        every_seconds > 0 ? absl::ToUnixNanos(next_due_time) : INT64_MAX,
+        std::memory_order_relaxed);
     reached = 0;
     if (mode == BSP) {
       for (const std::unique_ptr<Chunk>& c : chunks) NoteVersion(*c);
@@ -553,22 +554,21 @@ absl::Status Shard::SameRegistration(const Job& existing, const Job& job,
   }
   CountRejected(kSpecMismatch);
   std::string first = diff.substr(0, diff.find('\n'));
-  return absl::FailedPreconditionError(absl::StrCat(
-      "job \"", job.id, "\" is already registered on shard ", options_.shard_id,
-      " with another spec (", first, ")"));
+  return absl::FailedPreconditionError(
+      absl::StrCat("job \"", job.id, "\" is already registered on shard ",
+                   options_.shard_id, " with another spec (", first, ")"));
 }
 
 absl::Status Shard::OverBudget(const Job& job, int local_count) const {
   const uint64_t free =
       options_.memory_budget_bytes - bytes_held_ - bytes_reserved_;
   CountRejected(kOverBudget);
-  return absl::ResourceExhaustedError(
-      absl::StrCat("job \"", job.id, "\" needs ", job.bytes, " bytes on shard ",
-                   options_.shard_id, " (", local_count,
-                   " chunks: parameters, optimizer state",
-                   job.mode == BSP ? ", one gradient per worker" : "",
-                   ") but only ", free, " of the ",
-                   options_.memory_budget_bytes, "-byte budget are free"));
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "job \"", job.id, "\" needs ", job.bytes, " bytes on shard ",
+      options_.shard_id, " (", local_count,
+      " chunks: parameters, optimizer state",
+      job.mode == BSP ? ", one gradient per worker" : "", ") but only ", free,
+      " of the ", options_.memory_budget_bytes, "-byte budget are free"));
 }
 
 absl::Status Shard::RegisterJob(const RegisterJobRequest& req,
@@ -700,9 +700,9 @@ absl::Status Shard::OpenCheckpoints(RestoreReport* report) {
     const uint64_t step = loaded->checkpoint.step;
     absl::Status st = RestoreJob(std::move(loaded->checkpoint));
     if (!st.ok()) {
-      report->problems.push_back(absl::StrCat(
-          "checkpoint ", loaded->path, ": job \"", id, "\" not restored: ",
-          st.message()));
+      report->problems.push_back(
+          absl::StrCat("checkpoint ", loaded->path, ": job \"", id,
+                       "\" not restored: ", st.message()));
       continue;
     }
     report->restored.push_back(absl::StrCat("job \"", id, "\" at step ", step,
@@ -722,8 +722,8 @@ absl::Status Shard::RestoreJob(JobCheckpoint ck) {
       ck.active.size() != job->num_workers) {
     return absl::InvalidArgumentError(
         absl::StrCat(ck.chunks.size(), " chunks and ", ck.active.size(),
-                     " workers, the registration gives ", local_count,
-                     " and ", job->num_workers));
+                     " workers, the registration gives ", local_count, " and ",
+                     job->num_workers));
   }
   job->local.assign(job->placement.chunks_size(), -1);
   uint64_t min_version = UINT64_MAX;
@@ -776,7 +776,8 @@ absl::Status Shard::RestoreJob(JobCheckpoint ck) {
   if (jobs_.contains(job->id)) {
     return absl::AlreadyExistsError("the job is already registered");
   }
-  if (job->bytes > options_.memory_budget_bytes - bytes_held_ - bytes_reserved_) {
+  if (job->bytes >
+      options_.memory_budget_bytes - bytes_held_ - bytes_reserved_) {
     return OverBudget(*job, local_count);
   }
   bytes_held_ += job->bytes;
@@ -805,18 +806,20 @@ void Shard::CheckCheckpoints(absl::Time now) {
       if (job->checkpointing && job->every_seconds > 0) jobs.push_back(job);
     }
   }
-  for (const std::shared_ptr<Job>& job : jobs) MaybeQueueCheckpoint(job, {}, now);
+  for (const std::shared_ptr<Job>& job : jobs)
+    MaybeQueueCheckpoint(job, {}, now);
 }
 
 void Shard::MaybeQueueCheckpoint(const std::shared_ptr<Job>& job,
                                  absl::Span<Chunk* const> advanced,
-                                 absl::Time now) {
+                                 absl::Time now, bool recheck) {
   if (!job->checkpointing) return;
   if (now == absl::InfinitePast() && job->every_seconds > 0) now = absl::Now();
-  if (job->mode != BSP) {
-    // Most ASP/SSP pushes: nothing due, decided without a lock.
+  if (!recheck && advanced.empty()) {
+    // Most pushes (BSP: those that complete no step here): nothing due,
+    // decided without a lock. A BSP step count only moves with `advanced`.
     const bool steps_due =
-        job->every_steps > 0 &&
+        job->mode != BSP && job->every_steps > 0 &&
         job->SlowestWorkerSteps() >=
             job->next_due_step_hint.load(std::memory_order_relaxed);
     const bool time_due =
@@ -929,7 +932,8 @@ absl::Status Shard::WriteCheckpoint(const std::shared_ptr<Job>& job) {
       status = path.status();
       j.CountRejected(kCheckpointFailed);
       spdlog::error("job {}: checkpoint of step {} on shard {} failed: {}",
-                    j.id, step, options_.shard_id, std::string(status.message()));
+                    j.id, step, options_.shard_id,
+                    std::string(status.message()));
     }
   }
   if (j.gate_replies) {
@@ -944,8 +948,9 @@ absl::Status Shard::WriteCheckpoint(const std::shared_ptr<Job>& job) {
     }
     CompleteAll(&ready);
   }
-  // Due again already (the chunks moved on while this one was written)?
-  MaybeQueueCheckpoint(job, {}, absl::InfinitePast());
+  // Due again already (the chunks moved on while this one was copied, and
+  // their triggers found it queued)?
+  MaybeQueueCheckpoint(job, {}, absl::InfinitePast(), /*recheck=*/true);
   return status;
 }
 
@@ -1207,9 +1212,9 @@ absl::Status Shard::Push(const PushRequest& req, PushResponse* resp) {
   }
   std::vector<WaiterPtr> ready;
   std::vector<Chunk*> advanced;
-  const PushCounts counts = ApplyPush(**job, req.worker(), req.step(),
-                                      req.gradients(), chunks, &ready,
-                                      &advanced);
+  const PushCounts counts =
+      ApplyPush(**job, req.worker(), req.step(), req.gradients(), chunks,
+                &ready, &advanced);
   resp->set_duplicates(counts.duplicates);
   resp->set_stale(counts.stale);
   CompleteAll(&ready);
@@ -1235,9 +1240,9 @@ void Shard::PushPull(const PushPullRequest& req, PushPullResponse* resp,
   }
   std::vector<WaiterPtr> ready;
   std::vector<Chunk*> advanced;
-  const PushCounts counts = ApplyPush(*job, req.worker(), req.step(),
-                                      req.gradients(), chunks, &ready,
-                                      &advanced);
+  const PushCounts counts =
+      ApplyPush(*job, req.worker(), req.step(), req.gradients(), chunks, &ready,
+                &advanced);
   // Written before the wait exists: afterwards only its claimer touches resp.
   resp->set_duplicates(counts.duplicates);
   resp->set_stale(counts.stale);
@@ -1318,9 +1323,8 @@ void Shard::Pull(const PullRequest& req, PullResponse* resp,
         reject(kAheadOfRestore,
                absl::FailedPreconditionError(absl::StrCat(
                    "min_version: ", req.min_version(), " is ahead of ",
-                   ChunkName(c->placement), " at version ", version,
-                   ": shard ", options_.shard_id,
-                   " restarted and restored job \"", job->id,
+                   ChunkName(c->placement), " at version ", version, ": shard ",
+                   options_.shard_id, " restarted and restored job \"", job->id,
                    "\" from its checkpoint of step ", job->restored_from_step,
                    "; the updates after it are lost")));
         return;

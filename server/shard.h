@@ -212,9 +212,18 @@ class Shard {
   //   rejected          keys: unknown_job, worker_out_of_range,
   //                     inactive_worker, unknown_chunk, chunk_not_on_shard,
   //                     duplicate_chunk, wrong_size, version_ahead,
-  //                     future_step, non_finite, bad_membership (per job);
-  //                     unknown_job, bad_spec, spec_mismatch, over_budget,
-  //                     shutdown (ShardStats.rejected).
+  //                     future_step, non_finite, bad_membership,
+  //                     ahead_of_restore (a push/pull past a restored
+  //                     version), no_checkpoint_dir (1: the spec asks for
+  //                     checkpoints, this shard has none), checkpoint_failed
+  //                     (writes that failed) (per job); unknown_job,
+  //                     bad_spec, spec_mismatch, over_budget, shutdown
+  //                     (ShardStats.rejected);
+  //   checkpoints       written by this process for the job (the one at
+  //                     registration included);
+  //   restored_from_step  the step of the checkpoint this process restored
+  //                     the job from (0: registered fresh, or restored at
+  //                     step 0).
   void Stats(const StatsRequest& req, ShardStats* out) const;
 
   // Fails every wait whose deadline (start + step_deadline_ms) is <= now
@@ -318,11 +327,13 @@ class Shard {
 
   // Checkpoints.
   absl::Status RestoreJob(JobCheckpoint checkpoint);
-  // Queues a checkpoint of `job` if one is due; `advanced` are BSP chunks
+  // Queues a checkpoint of `job` if one is due; `advanced` are the chunks
   // whose version just moved. `now` = InfinitePast(): read the clock if
-  // needed.
+  // needed. Without `recheck`, a call with nothing advanced decides "not
+  // due" from lock-free hints when it can.
   void MaybeQueueCheckpoint(const std::shared_ptr<Job>& job,
-                            absl::Span<Chunk* const> advanced, absl::Time now);
+                            absl::Span<Chunk* const> advanced, absl::Time now,
+                            bool recheck = false);
   // Snapshots and writes one checkpoint (blocks on I/O), then releases the
   // answers it makes durable.
   absl::Status WriteCheckpoint(const std::shared_ptr<Job>& job);

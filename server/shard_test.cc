@@ -1121,7 +1121,6 @@ TEST(ShardStatsTest, FilledCompletely) {
   EXPECT_EQ(c->status.code(), absl::StatusCode::kUnavailable);
 }
 
-
 // ---------------------------------------------------------------------------
 // Checkpoints and restarts.
 
@@ -1163,7 +1162,8 @@ JobSpec CheckpointSpec(ConsistencyMode mode, uint32_t every_steps,
 void BspStep(Shard& shard, const RegisterJobRequest& reg, uint64_t step,
              std::vector<uint32_t> order = {0, 1}) {
   std::vector<std::unique_ptr<PushPullCall>> calls;
-  for (uint32_t w : order) calls.push_back(StartPushPull(shard, reg, w, step, step));
+  for (uint32_t w : order)
+    calls.push_back(StartPushPull(shard, reg, w, step, step));
   for (auto& c : calls) {
     ASSERT_TRUE(c->done.WaitForNotificationWithTimeout(absl::Seconds(30)));
     ASSERT_TRUE(c->status.ok()) << c->status;
@@ -1360,9 +1360,11 @@ TEST(ShardCheckpointTest, AspRestoreKeepsDuplicateDetection) {
   const RegisterJobRequest reg = Registration("j", CheckpointSpec(ASP, 1000));
   auto push = [&](Shard& shard, uint32_t w, uint64_t step, uint64_t version) {
     PushResponse r;
-    EXPECT_TRUE(
-        shard.Push(PushRequestFor<PushRequest>(reg, w, step, AllChunks(), version), &r)
-            .ok());
+    EXPECT_TRUE(shard
+                    .Push(PushRequestFor<PushRequest>(reg, w, step, AllChunks(),
+                                                      version),
+                          &r)
+                    .ok());
     return r;
   };
   Shard ref(ShardOptions{});
@@ -1411,11 +1413,11 @@ TEST(ShardCheckpointTest, StepAndTimeTriggers) {
   ASSERT_TRUE(shard->RegisterJob(reg, &resp).ok());
   auto push = [&](uint32_t w, uint64_t step) {
     PushResponse r;
-    ASSERT_TRUE(shard
-                    ->Push(PushRequestFor<PushRequest>(reg, w, step,
-                                                       AllChunks(), 0),
-                           &r)
-                    .ok());
+    ASSERT_TRUE(
+        shard
+            ->Push(PushRequestFor<PushRequest>(reg, w, step, AllChunks(), 0),
+                   &r)
+            .ok());
   };
   auto written = [&]() {
     shard->FlushCheckpoints();

@@ -4,6 +4,7 @@
 // retries, the job succeeds, and its parameters are bitwise identical to an
 // undisturbed run's; shard 1's stats say it restored from a step > 0.
 #include <cstdint>
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -68,15 +69,18 @@ struct RunResult {
 uint64_t Checksum(const std::vector<float>& v) {
   uint64_t h = 1469598103934665603ull;
   const unsigned char* p = reinterpret_cast<const unsigned char*>(v.data());
-  for (size_t i = 0; i < v.size() * sizeof(float); ++i) h = (h ^ p[i]) * 1099511628211ull;
+  for (size_t i = 0; i < v.size() * sizeof(float); ++i)
+    h = (h ^ p[i]) * 1099511628211ull;
   return h;
 }
 
-absl::StatusOr<JobStatus> Status(const LocalCluster& cluster, const std::string& job) {
+absl::StatusOr<JobStatus> Status(const LocalCluster& cluster,
+                                 const std::string& job) {
   absl::StatusOr<CommandResult> r = cluster.Psctl({"status", job, "--json"});
   if (!r.ok()) return r.status();
   if (r->exit_code != 0) {
-    return absl::UnavailableError(absl::StrCat("psctl status: exit ", r->exit_code, ": ", r->err));
+    return absl::UnavailableError(
+        absl::StrCat("psctl status: exit ", r->exit_code, ": ", r->err));
   }
   JobStatus js;
   if (!google::protobuf::util::JsonStringToMessage(r->out, &js).ok()) {
@@ -86,14 +90,15 @@ absl::StatusOr<JobStatus> Status(const LocalCluster& cluster, const std::string&
 }
 
 bool Ended(const JobStatus& js) {
-  return js.state() == SUCCEEDED || js.state() == FAILED || js.state() == CANCELLED;
+  return js.state() == SUCCEEDED || js.state() == FAILED ||
+         js.state() == CANCELLED;
 }
 
 // Polls the coordinator (one psctl call per round, no sleeps) until `done`
 // holds or the job ended, for at most `timeout`.
-absl::StatusOr<JobStatus> PollUntil(const LocalCluster& cluster, const std::string& job,
-                                    const std::function<bool(const JobStatus&)>& done,
-                                    absl::Duration timeout) {
+absl::StatusOr<JobStatus> PollUntil(
+    const LocalCluster& cluster, const std::string& job,
+    const std::function<bool(const JobStatus&)>& done, absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
   JobStatus last;
   while (absl::Now() < deadline) {
@@ -102,12 +107,13 @@ absl::StatusOr<JobStatus> PollUntil(const LocalCluster& cluster, const std::stri
     last = *js;
     if (done(last) || Ended(last)) return last;
   }
-  return absl::DeadlineExceededError(absl::StrCat("job ", job, " still at step ",
-                                                  last.progress().step(), " after ",
-                                                  absl::FormatDuration(timeout)));
+  return absl::DeadlineExceededError(
+      absl::StrCat("job ", job, " still at step ", last.progress().step(),
+                   " after ", absl::FormatDuration(timeout)));
 }
 
-absl::StatusOr<JobStats> ShardJobStats(const std::string& address, const std::string& job) {
+absl::StatusOr<JobStats> ShardJobStats(const std::string& address,
+                                       const std::string& job) {
   Security security;
   std::unique_ptr<ParameterServer::Stub> stub =
       ParameterServer::NewStub(security.NewChannel(address));
@@ -119,7 +125,8 @@ absl::StatusOr<JobStats> ShardJobStats(const std::string& address, const std::st
   grpc::Status s = stub->Stats(&context, req, &stats);
   if (!s.ok()) return absl::UnavailableError(s.error_message());
   if (stats.job_stats_size() != 1) {
-    return absl::NotFoundError(absl::StrCat("shard at ", address, " has no job ", job));
+    return absl::NotFoundError(
+        absl::StrCat("shard at ", address, " has no job ", job));
   }
   return stats.job_stats(0);
 }
@@ -127,12 +134,13 @@ absl::StatusOr<JobStats> ShardJobStats(const std::string& address, const std::st
 // Submits the job; when `kill_shard_1`, SIGKILLs shard 1 once the job is
 // past kKillAfterStep and restarts it on its port; waits for the end and
 // reads every parameter back.
-void Run(const std::string& name, bool kill_shard_1, RunResult* result) {
+void TrainOnce(const std::string& name, bool kill_shard_1, RunResult* result) {
   const std::string dir = TestDir(name);
   LocalCluster cluster(dir, Options());
   ASSERT_TRUE(cluster.Start().ok());
   ASSERT_TRUE(WriteFileAtomically(dir + "/job.pbtxt", kJob).ok());
-  absl::StatusOr<CommandResult> submit = cluster.Psctl({"submit", dir + "/job.pbtxt"});
+  absl::StatusOr<CommandResult> submit =
+      cluster.Psctl({"submit", dir + "/job.pbtxt"});
   ASSERT_TRUE(submit.ok()) << submit.status();
   ASSERT_EQ(submit->exit_code, 0) << submit->out << submit->err;
   const std::string prefix = "submitted ";
@@ -142,7 +150,8 @@ void Run(const std::string& name, bool kill_shard_1, RunResult* result) {
 
   std::vector<std::string> addresses;
   for (int i = 0; i < 2; ++i) {
-    absl::StatusOr<std::string> a = WaitForFile(absl::StrCat(dir, "/s", i, ".addr"), absl::Seconds(5));
+    absl::StatusOr<std::string> a =
+        WaitForFile(absl::StrCat(dir, "/s", i, ".addr"), absl::Seconds(5));
     ASSERT_TRUE(a.ok()) << a.status();
     addresses.push_back(*a);
   }
@@ -150,23 +159,28 @@ void Run(const std::string& name, bool kill_shard_1, RunResult* result) {
   if (kill_shard_1) {
     absl::StatusOr<JobStatus> mid = PollUntil(
         cluster, job,
-        [](const JobStatus& js) { return js.progress().step() >= kKillAfterStep; },
+        [](const JobStatus& js) {
+          return js.progress().step() >= kKillAfterStep;
+        },
         absl::Seconds(240));
     ASSERT_TRUE(mid.ok()) << mid.status();
-    ASSERT_EQ(mid->state(), RUNNING) << "the job ended before the kill: " << mid->reason();
-    std::cout << "killing shard 1 at coordinator step " << mid->progress().step() << std::endl;
+    ASSERT_EQ(mid->state(), RUNNING)
+        << "the job ended before the kill: " << mid->reason();
+    std::cout << "killing shard 1 at coordinator step "
+              << mid->progress().step() << std::endl;
     cluster.shard(1).Kill();
-    absl::Status restarted =
-        cluster.StartShard(1, absl::StrCat("listen_address: \"", addresses[1], "\""));
+    absl::Status restarted = cluster.StartShard(
+        1, absl::StrCat("listen_address: \"", addresses[1], "\""));
     ASSERT_TRUE(restarted.ok()) << restarted << cluster.Log("psd1");
   }
 
-  absl::StatusOr<JobStatus> end =
-      PollUntil(cluster, job, [](const JobStatus&) { return false; }, absl::Seconds(400));
+  absl::StatusOr<JobStatus> end = PollUntil(
+      cluster, job, [](const JobStatus&) { return false; }, absl::Seconds(400));
   ASSERT_TRUE(end.ok()) << end.status();
-  ASSERT_EQ(end->state(), SUCCEEDED) << end->reason() << "\n--- psd1 ---\n"
-                                     << cluster.Log("psd1") << "\n--- worker0 ---\n"
-                                     << cluster.Log("worker0");
+  ASSERT_EQ(end->state(), SUCCEEDED)
+      << end->reason() << "\n--- psd1 ---\n"
+      << cluster.Log("psd1") << "\n--- worker0 ---\n"
+      << cluster.Log("worker0");
   result->steps = end->progress().step();
   result->test_accuracy = end->progress().test_accuracy();
   EXPECT_EQ(result->steps, kTotalSteps);
@@ -197,17 +211,18 @@ void Run(const std::string& name, bool kill_shard_1, RunResult* result) {
 
 TEST(ShardRestartTest, KilledShardRestoresAndTheJobEndsBitwiseIdentical) {
   RunResult calm, killed;
-  ASSERT_NO_FATAL_FAILURE(Run("undisturbed", false, &calm));
+  ASSERT_NO_FATAL_FAILURE(TrainOnce("undisturbed", false, &calm));
   for (const JobStats& s : calm.shard_stats) {
     EXPECT_EQ(s.restored_from_step(), 0u);
     EXPECT_EQ(s.checkpoints(), kTotalSteps + 1);  // registration + every step
     EXPECT_EQ(s.version(), kTotalSteps);
   }
 
-  ASSERT_NO_FATAL_FAILURE(Run("killed", true, &killed));
+  ASSERT_NO_FATAL_FAILURE(TrainOnce("killed", true, &killed));
   const JobStats& restored = killed.shard_stats[1];
-  std::cout << "shard 1 restored from step " << restored.restored_from_step() << ", then wrote "
-            << restored.checkpoints() << " checkpoints; duplicates " << restored.duplicates()
+  std::cout << "shard 1 restored from step " << restored.restored_from_step()
+            << ", then wrote " << restored.checkpoints()
+            << " checkpoints; duplicates " << restored.duplicates()
             << ", stale " << restored.stale_pushes() << std::endl;
   EXPECT_GE(restored.restored_from_step(), kKillAfterStep);
   EXPECT_LT(restored.restored_from_step(), kTotalSteps);
@@ -215,7 +230,8 @@ TEST(ShardRestartTest, KilledShardRestoresAndTheJobEndsBitwiseIdentical) {
   EXPECT_GT(restored.checkpoints(), 0u);
   EXPECT_EQ(killed.shard_stats[0].restored_from_step(), 0u);
 
-  EXPECT_EQ(killed.checksum, calm.checksum) << "the restart changed the parameters";
+  EXPECT_EQ(killed.checksum, calm.checksum)
+      << "the restart changed the parameters";
   EXPECT_EQ(killed.test_accuracy, calm.test_accuracy);
 }
 

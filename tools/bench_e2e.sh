@@ -3,7 +3,7 @@
 # same MLP (784-256-128-10), data, init, optimizer and epochs (GitHub issue 6).
 #
 #   tools/bench_e2e.sh [--epochs=E] [--batches="64 256"] [--rows="a b c d e"]
-#                      [--lr64=0.05] [--lr256=0.1] [--target=0.85]
+#                      [--lr64=0.025] [--lr256=0.025] [--target=0.85]
 #                      [--partition-bytes=N] [--row-timeout=S] [--json=FILE]
 #                      [--logs=DIR] [--no-build] [--output-base=DIR]
 #                      [--psd-extra=TEXT] [--workerd-extra=TEXT]
@@ -20,16 +20,23 @@
 #   d  PyTorch, one process, torch.set_num_threads(2), batch 2B.
 #   e  PyTorch DistributedDataParallel, gloo on 127.0.0.1, 2 processes x 1
 #      thread, batch B each (gradients averaged: global batch 2B).
+#   (d, e: OpenBLAS, which Debian's torch runs Linear on, gets the same
+#   thread count as torch; see tools/torch_peer.py.)
 # Every row: SGD momentum 0.9 with the SAME lr for a given B (--lr64,
 # --lr256; other B use --lr256), seed 42, test accuracy after every epoch.
+# The default lr 0.025 is the largest of {0.1, 0.05, 0.025} at which ASP (c)
+# still trains: at 0.05 its momentum plus staleness stall it near 0.65 test
+# accuracy after 3 epochs at B=64, while BSP and PyTorch reach ~0.875 at
+# 0.025 after 5 epochs at both batch sizes.
 #
 # Columns: samples/s = examples trained / step-loop time (evaluation
 # excluded; for our rows the trainer's own figure from rank 0, as `psctl`
 # prints it); to_target_s = wall time from the first step to the end of the
 # first evaluation reaching --target (evaluations included; "-" = never);
 # test_acc = after the last epoch; vs_e = samples/s / row e's at the same B.
-# Also: job wall time (submit to end) and the CPU seconds the psd and workerd
-# processes used (from /proc), to see what bounds each figure.
+# Also: job wall time (submit to end; PyTorch: process start to exit), the
+# CPU seconds the psd and workerd processes used (from /proc), to see what
+# bounds each figure, and "other load" (below).
 #
 # Our rows run the real daemons from `bazel build --config=opt` with configs
 # written into a temporary folder (port 0 + address files, as
@@ -54,8 +61,8 @@ ROOT=$(pwd)
 EPOCHS=5
 BATCHES="64 256"
 ROWS="a b c d e"
-LR64=0.05
-LR256=0.1
+LR64=0.025
+LR256=0.025
 TARGET=0.85
 PARTITION_BYTES=262144
 ROW_TIMEOUT=900

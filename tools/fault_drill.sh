@@ -112,6 +112,10 @@ done
 wait_step "$job" $((total * 40 / 100))
 echo "drill: kill -9 psd 1 at step $("${PSCTL[@]}" status "$job" --json | field step) of $total"
 kill -KILL "${PID[psd1]}"; wait "${PID[psd1]}" 2>/dev/null || true
+# Workers and the coordinator keep the address they knew: the restarted
+# shard listens on the same port (and resumes from its checkpoint).
+addr1=$(cat "$DIR/s1.addr")
+echo "listen_address: \"$addr1\"" >>"$DIR/psd1.pbtxt"
 rm -f "$DIR/s1.addr"; start_psd 1; wait_address 1
 echo "drill: psd 1 restarted"
 wait_step "$job" $((total * 60 / 100))

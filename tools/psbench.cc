@@ -40,6 +40,7 @@ ABSL_FLAG(std::string, modes, "asp,bsp", "transport: consistency modes, asp and/
 ABSL_FLAG(double, seconds, 0, "measured seconds per transport point (default 3) or of the load run (default 60)");
 ABSL_FLAG(double, warmup_seconds, 5, "load: unmeasured traffic before the start RSS");
 ABSL_FLAG(std::string, load_bytes, "256K", "load: tensor size in bytes");
+ABSL_FLAG(double, max_rss_growth, 0.10, "load: fail when resident memory grows by this fraction or more");
 ABSL_FLAG(std::string, floats, "1M,4M,16M,64M", "apply: chunk sizes in floats (K/M suffixes)");
 ABSL_FLAG(std::string, partition_bytes, "1M", "transport: the job's partition_bytes (chunk size)");
 ABSL_FLAG(std::string, max_request_bytes, "", "PsClientOptions.max_request_bytes (default: the client's)");
@@ -160,6 +161,7 @@ int Run() {
       return kExitUsage;
     }
     load.warmup = absl::Seconds(absl::GetFlag(FLAGS_warmup_seconds));
+    load.max_rss_growth = absl::GetFlag(FLAGS_max_rss_growth);
     std::vector<uint64_t> bytes;
     if (!ParseSizes("load_bytes", absl::GetFlag(FLAGS_load_bytes), &bytes)) return kExitUsage;
     load.bytes = bytes[0];

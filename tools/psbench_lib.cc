@@ -89,7 +89,9 @@ struct ClientRun {
 };
 
 // Phases the driver thread of RunClients walks through; `on_measure` runs
-// right after the measured phase starts (load: RSS at start).
+// right after the measured phase starts and `on_measure_end` right before
+// the clients are told to stop, with all of them still running (load: RSS
+// at start and end, under the same traffic).
 struct ClientPhases {
   absl::Duration warmup;   // traffic not measured, after the warm-up steps
   absl::Duration measure;  // traffic measured
@@ -105,7 +107,8 @@ absl::StatusOr<ClientRun> RunClients(const BenchCluster& cluster,
                                      const Assignment& assignment, int clients,
                                      const PsClientOptions& client_options,
                                      const ClientPhases& phases,
-                                     const std::function<void()>& on_measure) {
+                                     const std::function<void()>& on_measure,
+                                     const std::function<void()>& on_measure_end) {
   uint64_t n = 0;
   for (const TensorSpec& t : assignment.spec().tensors()) {
     uint64_t k = 1;
@@ -189,6 +192,7 @@ absl::StatusOr<ClientRun> RunClients(const BenchCluster& cluster,
   measure_start_ns.store(start_ns, std::memory_order_release);
   if (on_measure) on_measure();
   all_exited.WaitForNotificationWithTimeout(phases.measure);
+  if (on_measure_end) on_measure_end();
   {
     absl::MutexLock l(&mu);
     stop_requested = true;
@@ -240,7 +244,7 @@ absl::StatusOr<TransportReport> RunTransport(const BenchCluster& cluster,
       phases.max_steps = options.max_steps;
       double cpu0 = 0;
       absl::StatusOr<ClientRun> run = RunClients(cluster, a, options.clients, options.client,
-                                                 phases, [&cpu0] { cpu0 = CpuSeconds(); });
+                                                 phases, [&cpu0] { cpu0 = CpuSeconds(); }, nullptr);
       const double cpu_seconds = CpuSeconds() - cpu0;
       absl::Status dropped = cluster.DropJob(job.job_id);
       if (!run.ok()) return run.status();
@@ -383,22 +387,21 @@ absl::StatusOr<LoadReport> RunLoad(const BenchCluster& cluster, const LoadOption
   phases.warmup = options.warmup;
   phases.measure = options.duration;
   absl::Status rss_status;
+  auto rss = [&](uint64_t* out) {
+    absl::StatusOr<uint64_t> r = cluster.ResidentBytes();
+    if (r.ok()) {
+      *out = *r;
+    } else if (rss_status.ok()) {
+      rss_status = r.status();
+    }
+  };
   absl::StatusOr<ClientRun> run =
-      RunClients(cluster, a, options.clients, options.client, phases, [&] {
-        absl::StatusOr<uint64_t> rss = cluster.ResidentBytes();
-        if (rss.ok()) {
-          report.rss_start = *rss;
-        } else {
-          rss_status = rss.status();
-        }
-      });
-  absl::StatusOr<uint64_t> rss_end = cluster.ResidentBytes();
+      RunClients(cluster, a, options.clients, options.client, phases,
+                 [&] { rss(&report.rss_start); }, [&] { rss(&report.rss_end); });
   absl::Status dropped = cluster.DropJob(job.job_id);
   if (!run.ok()) return run.status();
   if (!rss_status.ok()) return rss_status;
-  if (!rss_end.ok()) return rss_end.status();
   if (!dropped.ok()) return dropped;
-  report.rss_end = *rss_end;
   report.steps = run->steps;
   report.errors = run->errors;
   report.first_error = run->first_error;

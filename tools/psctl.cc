@@ -435,7 +435,8 @@ int Stats(const Args& a, std::ostream& out, std::ostream& err) {
     if (!status[i].ok()) {
       err << "psctl stats: shard " << i << " at " << (*addresses)[i] << ": "
           << status[i].message() << "\n";
-      rc = kExitUnreachable;
+      // A refused token is a usage error (2), not an unreachable shard (3).
+      if (rc == kExitOk) rc = ExitCodeFor(status[i]);
     }
   }
   if (Has(a, "--json")) {

@@ -31,6 +31,7 @@ definitions as the trainer's.
 """
 
 import argparse
+import ctypes
 import gzip
 import json
 import os
@@ -81,6 +82,20 @@ def make_model(seed):
     return model
 
 
+def set_blas_threads(n):
+    """Debian's torch runs Linear layers on OpenBLAS (BLAS_INFO=generic), whose
+    thread count torch.set_num_threads does not touch: left alone, each
+    process runs one busy-waiting BLAS thread per core. Returns the count in
+    effect, or None when no OpenBLAS is loaded."""
+    try:
+        lib = ctypes.CDLL("libopenblas.so.0")
+    except OSError:
+        return None
+    if n > 0:
+        lib.openblas_set_num_threads(n)
+    return lib.openblas_get_num_threads()
+
+
 def accuracy(model, x, y):
     with torch.no_grad():
         return (model(x).argmax(dim=1) == y).float().mean().item()
@@ -95,6 +110,9 @@ def main():
     ap.add_argument("--lr", type=float, required=True)
     ap.add_argument("--momentum", type=float, default=0.9)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--blas-threads", type=int, default=None,
+                    help="OpenBLAS threads (default: --threads; 0 = leave "
+                    "OpenBLAS's own default, one per core)")
     ap.add_argument("--rank", type=int, default=0)
     ap.add_argument("--world", type=int, default=1)
     ap.add_argument("--port", type=int, default=29500)
@@ -105,6 +123,8 @@ def main():
 
     torch.set_num_threads(args.threads)
     torch.set_num_interop_threads(1)
+    blas = set_blas_threads(args.threads if args.blas_threads is None
+                            else args.blas_threads)
     x_train, y_train = load_split(args.data_dir, "train-images-idx3-ubyte",
                                   "train-labels-idx1-ubyte")
     x_test, y_test = load_split(args.data_dir, "t10k-images-idx3-ubyte",
@@ -163,7 +183,8 @@ def main():
     if evaluates:
         print("RESULT " + json.dumps({
             "mode": args.mode, "batch": args.batch, "world": world,
-            "threads": args.threads, "epochs": args.epochs, "lr": args.lr,
+            "threads": args.threads, "blas_threads": blas,
+            "epochs": args.epochs, "lr": args.lr,
             "steps_per_epoch": steps, "samples_per_s": samples / train_s,
             "time_to_target_s": time_to_target, "test_accuracy": acc,
             "train_s": train_s, "wall_s": wall, "torch": torch.__version__,

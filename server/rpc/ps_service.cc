@@ -1,6 +1,7 @@
 #include "server/rpc/ps_service.h"
 
 #include <atomic>
+#include <cstdlib>
 #include <string>
 #include <utility>
 #include <vector>
@@ -283,6 +284,19 @@ void ApplyTransportSettings(int max_message_bytes, grpc::ServerBuilder* builder)
   // Workers keep channels open across long BSP waits; allow their pings.
   builder->AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   builder->AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10000);
+
+  // EXPERIMENT (psbench tuning; removed before hand-off).
+  for (auto [env, arg] : std::initializer_list<std::pair<const char*, const char*>>{
+           {"PSB_FRAME", GRPC_ARG_HTTP2_MAX_FRAME_SIZE},
+           {"PSB_READ_MIN", GRPC_ARG_TCP_MIN_READ_CHUNK_SIZE},
+           {"PSB_READ_MAX", GRPC_ARG_TCP_MAX_READ_CHUNK_SIZE},
+           {"PSB_READ", GRPC_ARG_TCP_READ_CHUNK_SIZE},
+           {"PSB_LOOKAHEAD", GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES},
+           {"PSB_BDP", GRPC_ARG_HTTP2_BDP_PROBE},
+           {"PSB_WRITE_BUF", GRPC_ARG_HTTP2_WRITE_BUFFER_SIZE},
+           {"PSB_SOCKBUF", "grpc.experimental.tcp_sndbuf_size"}}) {
+    if (const char* v = std::getenv(env)) builder->AddChannelArgument(arg, std::atoi(v));
+  }
 }
 
 }  // namespace ps

@@ -2,8 +2,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "common/text_proto.h"
 #include "common/logging.h"
+#include "common/text_proto.h"
 #include "spdlog/spdlog.h"
 
 namespace ps {
@@ -25,7 +25,8 @@ bool PsdServer::is_coordinator() const {
 }
 
 absl::Status PsdServer::Start() {
-  absl::StatusOr<Security> security = Security::FromCluster(config_.cluster.config);
+  absl::StatusOr<Security> security =
+      Security::FromCluster(config_.cluster.config);
   if (!security.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat(config_.cluster.path, ": ", security.status().message()));
@@ -40,7 +41,8 @@ absl::Status PsdServer::Start() {
   // its job exactly as the checkpoint left it, never a missing one.
   Shard::RestoreReport restore;
   if (absl::Status s = shard_->OpenCheckpoints(&restore); !s.ok()) {
-    return absl::Status(s.code(), absl::StrCat(config_.path, ": ", s.message()));
+    return absl::Status(s.code(),
+                        absl::StrCat(config_.path, ": ", s.message()));
   }
   for (const std::string& problem : restore.problems) {
     spdlog::error("shard {}: {}", config_.psd.shard_id(), problem);
@@ -52,8 +54,10 @@ absl::Status PsdServer::Start() {
 
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(config_.psd.listen_address(), security_.ServerCredentials(), &port);
-  ApplyTransportSettings(static_cast<int>(config_.psd.max_message_bytes()), &builder);
+  builder.AddListeningPort(config_.psd.listen_address(),
+                           security_.ServerCredentials(), &port);
+  ApplyTransportSettings(static_cast<int>(config_.psd.max_message_bytes()),
+                         &builder);
   builder.RegisterService(ps_service_.get());
   if (is_coordinator()) {
     coordinator_service_ = std::make_unique<CoordinatorService>(&security_);
@@ -61,23 +65,26 @@ absl::Status PsdServer::Start() {
   }
   server_ = builder.BuildAndStart();
   if (server_ == nullptr || port == 0) {
-    return absl::UnavailableError(
-        absl::StrCat("listen_address: cannot listen on ", config_.psd.listen_address(),
-                     " (in use, or not an address of this machine)"));
+    return absl::UnavailableError(absl::StrCat(
+        "listen_address: cannot listen on ", config_.psd.listen_address(),
+        " (in use, or not an address of this machine)"));
   }
   std::string host = config_.psd.listen_address().substr(
       0, config_.psd.listen_address().rfind(':'));
   address_ = absl::StrCat(host, ":", port);
   if (!config_.psd.address_file().empty()) {
-    absl::Status w = WriteFileAtomically(config_.psd.address_file(), address_ + "\n");
+    absl::Status w =
+        WriteFileAtomically(config_.psd.address_file(), address_ + "\n");
     if (!w.ok()) {
       server_->Shutdown();
-      return absl::Status(w.code(), absl::StrCat("address_file: ", w.message()));
+      return absl::Status(w.code(),
+                          absl::StrCat("address_file: ", w.message()));
     }
   }
   started_ = true;
   spdlog::info("shard {} listening on {}{}{}", config_.psd.shard_id(), address_,
-               security_.tls() ? " (TLS)" : "", security_.has_token() ? " (token)" : "");
+               security_.tls() ? " (TLS)" : "",
+               security_.has_token() ? " (token)" : "");
   housekeeping_ = std::thread([this] { Housekeeping(); });
   if (is_coordinator()) {
     coordinator_starter_ = std::thread([this] { StartCoordinator(); });
@@ -88,24 +95,26 @@ absl::Status PsdServer::Start() {
 }
 
 void PsdServer::StartCoordinator() {
-  absl::StatusOr<std::vector<std::string>> addresses =
-      ResolveShardAddresses(config_.cluster, absl::Now() + kResolveShardsTimeout);
+  absl::StatusOr<std::vector<std::string>> addresses = ResolveShardAddresses(
+      config_.cluster, absl::Now() + kResolveShardsTimeout);
   if (!addresses.ok()) {
     spdlog::error("coordinator not started: {}", addresses.status().message());
     coordinator_ready_.Notify();
     return;
   }
   (*addresses)[config_.psd.shard_id()] = address_;
-  shard_control_ = std::make_unique<GrpcShardControl>(*addresses, &security_,
-                                                      config_.psd.shard_id(), shard_.get());
+  shard_control_ = std::make_unique<GrpcShardControl>(
+      *addresses, &security_, config_.psd.shard_id(), shard_.get());
   JobCoordinator::Options options;
   options.worker_timeout_ms = config_.psd.worker_timeout_ms();
-  options.heartbeat_interval_ms = std::max<uint32_t>(100, config_.psd.worker_timeout_ms() / 10);
+  options.heartbeat_interval_ms =
+      std::max<uint32_t>(100, config_.psd.worker_timeout_ms() / 10);
   options.shard_addresses = *addresses;
   absl::StatusOr<std::unique_ptr<JobCoordinator>> coordinator =
       JobCoordinator::Create(options, shard_control_.get());
   if (!coordinator.ok()) {
-    spdlog::error("coordinator not started: {}", coordinator.status().message());
+    spdlog::error("coordinator not started: {}",
+                  coordinator.status().message());
     coordinator_ready_.Notify();
     return;
   }

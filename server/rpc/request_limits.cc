@@ -15,8 +15,9 @@ absl::Status CheckRegisterJobLimits(const RegisterJobRequest& request) {
        {std::pair<const char*, uint32_t>{"num_workers", request.num_workers()},
         {"spec.num_workers", request.spec().num_workers()}}) {
     if (n > kMaxNumWorkers) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          field, ": ", n, " workers, more than the ", kMaxNumWorkers, " a job may have"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ": ", n, " workers, more than the ",
+                       kMaxNumWorkers, " a job may have"));
     }
   }
   if (static_cast<uint64_t>(request.placement().chunks_size()) > kMaxChunks) {
@@ -27,8 +28,9 @@ absl::Status CheckRegisterJobLimits(const RegisterJobRequest& request) {
   // The chunk count the spec implies: the Shard cuts the tensors into that
   // many chunks before it can compare them with the placement.
   const JobSpec& spec = request.spec();
-  const uint64_t partition = spec.partition_bytes() == 0 ? kDefaultPartitionBytes
-                                                         : spec.partition_bytes();
+  const uint64_t partition = spec.partition_bytes() == 0
+                                 ? kDefaultPartitionBytes
+                                 : spec.partition_bytes();
   const uint64_t per_chunk = partition / 4;
   if (per_chunk == 0) return absl::OkStatus();  // the Shard refuses it
   constexpr uint64_t kSaturated = std::numeric_limits<uint64_t>::max();
@@ -45,8 +47,9 @@ absl::Status CheckRegisterJobLimits(const RegisterJobRequest& request) {
     chunks += n / per_chunk + (n % per_chunk != 0 ? 1 : 0);
     if (chunks > kMaxChunks) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "spec.tensors[", t, "].shape: the tensors cut into more than ", kMaxChunks,
-          " chunks of ", partition, " bytes (spec.partition_bytes)"));
+          "spec.tensors[", t, "].shape: the tensors cut into more than ",
+          kMaxChunks, " chunks of ", partition,
+          " bytes (spec.partition_bytes)"));
     }
   }
   return absl::OkStatus();

@@ -213,7 +213,7 @@ void Model::Backward(const float* params, const float* x, int rows, float* grad,
 
 absl::Status Model::Run(Params params, const float* x, const int32_t* labels,
                         size_t n, float* grad, float* download,
-                        double* loss_sum, size_t* correct) {
+                        float grad_scale, double* loss_sum, size_t* correct) {
   double total_loss = 0.0;
   size_t total_correct = 0;
   const bool host = backend_->host_memory();
@@ -243,9 +243,8 @@ absl::Status Model::Run(Params params, const float* x, const int32_t* labels,
     // Parameters go up once, during the first chunk's forward pass.
     Forward(params.device, start == 0 ? params.upload : nullptr, cx, r);
     backend_->SoftmaxCrossEntropy(
-        r, static_cast<int>(num_classes()), acts_.back().data(), cl,
-        /*grad_scale=*/1.0f, grad == nullptr ? nullptr : delta_[0].data(),
-        stats_.data());
+        r, static_cast<int>(num_classes()), acts_.back().data(), cl, grad_scale,
+        grad == nullptr ? nullptr : delta_[0].data(), stats_.data());
     const XentStats* stats = stats_.data();
     if (!host) {
       backend_->CopyToHost(static_cast<const XentStats*>(stats_.data()), 1,
@@ -275,15 +274,16 @@ absl::Status Model::Run(Params params, const float* x, const int32_t* labels,
 absl::Status Model::ComputeGradient(const float* params, const float* x,
                                     const int32_t* labels, size_t n,
                                     float* grad, double* loss_sum,
-                                    size_t* correct) {
+                                    size_t* correct, float grad_scale) {
   if (grad == nullptr) return absl::InvalidArgumentError("grad is null");
   absl::StatusOr<Params> p = Prepare(params, x, labels, n);
   if (!p.ok()) return p.status();
   if (backend_->host_memory()) {
-    return Run(*p, x, labels, n, grad, /*download=*/nullptr, loss_sum, correct);
+    return Run(*p, x, labels, n, grad, /*download=*/nullptr, grad_scale,
+               loss_sum, correct);
   }
-  absl::Status s =
-      Run(*p, x, labels, n, grad_.data(), host_grad_.data(), loss_sum, correct);
+  absl::Status s = Run(*p, x, labels, n, grad_.data(), host_grad_.data(),
+                       grad_scale, loss_sum, correct);
   if (!s.ok()) return s;
   std::memcpy(grad, host_grad_.data(), num_parameters_ * sizeof(float));
   return absl::OkStatus();
@@ -294,17 +294,18 @@ absl::Status Model::Evaluate(const float* params, const float* x,
                              size_t* correct) {
   absl::StatusOr<Params> p = Prepare(params, x, labels, n);
   if (!p.ok()) return p.status();
-  return Run(*p, x, labels, n, /*grad=*/nullptr, /*download=*/nullptr, loss_sum,
-             correct);
+  return Run(*p, x, labels, n, /*grad=*/nullptr, /*download=*/nullptr,
+             /*grad_scale=*/1.0f, loss_sum, correct);
 }
 
 absl::Status Model::ComputeDeviceGradient(const float* params, const float* x,
                                           const int32_t* labels, size_t n,
-                                          double* loss_sum, size_t* correct) {
+                                          double* loss_sum, size_t* correct,
+                                          float grad_scale) {
   absl::StatusOr<Params> p = Prepare(params, x, labels, n);
   if (!p.ok()) return p.status();
-  return Run(*p, x, labels, n, grad_.data(), /*download=*/nullptr, loss_sum,
-             correct);
+  return Run(*p, x, labels, n, grad_.data(), /*download=*/nullptr, grad_scale,
+             loss_sum, correct);
 }
 
 absl::Status Model::CopyGradientToHost(float* grad) {

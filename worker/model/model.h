@@ -63,9 +63,12 @@ class Model {
   size_t max_batch() const { return max_batch_; }
   Backend* backend() const { return backend_; }
 
-  // Gradient of the SUM of per-example cross-entropy losses over the n
-  // examples (the caller divides by the global batch size, so K devices' sums
-  // add up to the single-device result). params/grad: host flat buffers of
+  // grad_scale times the gradient of the SUM of per-example cross-entropy
+  // losses over the n examples. A caller that wants the mean over a global
+  // batch of N passes 1 / N: the scale is applied once, to d(loss)/d(logits),
+  // so no extra pass over the gradient is needed, and K devices' scaled sums
+  // add up to the single-device mean (exactly so when N is a power of two).
+  // params/grad: host flat buffers of
   // num_parameters() floats (params == nullptr: those of SetParameters); x:
   // n * input_dim() row-major host floats; labels: n ints in
   // [0, num_classes()). loss_sum/correct receive the summed loss and the
@@ -75,7 +78,8 @@ class Model {
   // kFailedPrecondition for params == nullptr before SetParameters.
   absl::Status ComputeGradient(const float* params, const float* x,
                                const int32_t* labels, size_t n, float* grad,
-                               double* loss_sum, size_t* correct);
+                               double* loss_sum, size_t* correct,
+                               float grad_scale = 1.0f);
 
   // Forward pass only: the summed loss and the correct count, as above.
   absl::Status Evaluate(const float* params, const float* x,
@@ -92,7 +96,8 @@ class Model {
   // CopyGradientToHost fetches it. Blocks until done.
   absl::Status ComputeDeviceGradient(const float* params, const float* x,
                                      const int32_t* labels, size_t n,
-                                     double* loss_sum, size_t* correct);
+                                     double* loss_sum, size_t* correct,
+                                     float grad_scale = 1.0f);
   // num_parameters() floats of backend memory, in flat layout order.
   float* device_gradient() const { return grad_.data(); }
   // Copies device_gradient() (after any work enqueued on it, e.g. an
@@ -119,13 +124,13 @@ class Model {
   // Checks pointers and labels and resolves `params` (nullable) for Run.
   absl::StatusOr<Params> Prepare(const float* params, const float* x,
                                  const int32_t* labels, size_t n);
-  // Forward (and, when grad is not null, backward into grad: backend memory)
-  // over n examples in chunks of max_batch. When download is not null each
-  // layer's gradient is copied there (host) as soon as the last chunk has
-  // produced it. Blocks until done.
+  // Forward (and, when grad is not null, backward into grad: backend memory,
+  // scaled by grad_scale) over n examples in chunks of max_batch. When download
+  // is not null each layer's gradient is copied there (host) as soon as the
+  // last chunk has produced it. Blocks until done.
   absl::Status Run(Params params, const float* x, const int32_t* labels,
-                   size_t n, float* grad, float* download, double* loss_sum,
-                   size_t* correct);
+                   size_t n, float* grad, float* download, float grad_scale,
+                   double* loss_sum, size_t* correct);
   // Enqueues the forward pass; when `upload` is not null each layer's
   // parameters are uploaded right before that layer, overlapping the
   // previous layer's compute.

@@ -211,6 +211,45 @@ TEST(ModelTest, SplitsAndChunksSumToTheFullBatch) {
   EXPECT_EQ(ca + cb, want_correct);
 }
 
+// grad_scale rides on d(loss)/d(logits): the gradient is the scaled sum
+// (bitwise for a power of two, to rounding otherwise, also across chunks),
+// and the loss and counts do not change.
+TEST(ModelTest, GradScaleScalesTheGradientOnly) {
+  const ModelSpec spec = Mlp(30, {24, 12}, 6);
+  auto cpu = Cpu();
+  auto m = MakeModel(spec, cpu.get(), 16);  // 50 examples: four chunks
+  const std::vector<float> params = InitParameters(m->tensors(), 6);
+  const LabeledData d = LinearlySeparable(50, 30, 6, 8);
+  const size_t np = m->num_parameters();
+  std::vector<float> sum(np);
+  double sum_loss;
+  size_t sum_correct;
+  ASSERT_TRUE(m->ComputeGradient(params.data(), d.x.data(), d.labels.data(),
+                                 d.n, sum.data(), &sum_loss, &sum_correct)
+                  .ok());
+  struct Case {
+    float scale;
+    bool exact;
+  };
+  for (const Case c : {Case{0.25f, true}, Case{1.0f / 50, false}}) {
+    std::vector<float> got(np);
+    double loss;
+    size_t correct;
+    ASSERT_TRUE(m->ComputeGradient(params.data(), d.x.data(), d.labels.data(),
+                                   d.n, got.data(), &loss, &correct, c.scale)
+                    .ok());
+    EXPECT_EQ(loss, sum_loss) << c.scale;
+    EXPECT_EQ(correct, sum_correct) << c.scale;
+    std::vector<float> want(np);
+    for (size_t i = 0; i < np; ++i) want[i] = sum[i] * c.scale;
+    if (c.exact) {
+      EXPECT_EQ(got, want);
+    } else {
+      ExpectNear(got, want, 1e-5f, "scale 1/50");
+    }
+  }
+}
+
 TEST(ModelTest, EmptyBatchGivesZeroGradient) {
   auto cpu = Cpu();
   auto m = MakeModel(Softmax(4, 3), cpu.get(), 8);

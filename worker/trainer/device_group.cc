@@ -192,9 +192,9 @@ void DeviceGroup::RunOnDevice(size_t index, const Task& task, size_t begin,
   d.correct = 0;
   if (task.kind == TaskKind::kGradient) {
     float* grad = index == 0 ? task.grad0 : d.grad.data();
-    d.status = d.model->ComputeGradient(task.params, task.x + begin * dim,
-                                        task.labels + begin, n, grad,
-                                        &d.loss_sum, &d.correct);
+    d.status = d.model->ComputeGradient(
+        task.params, task.x + begin * dim, task.labels + begin, n, grad,
+        &d.loss_sum, &d.correct, task.grad_scale);
     return;
   }
   // The model runs an n larger than max_batch in chunks of max_batch.
@@ -248,11 +248,14 @@ absl::Status DeviceGroup::ComputeGradient(const float* params, const float* x,
   task.labels = labels;
   task.n = n;
   task.grad0 = grad;
+  // Each replica scales its sum by 1 / n as it computes it (see
+  // Model::ComputeGradient), so the reduce below only adds.
+  task.grad_scale = 1.0f / static_cast<float>(n);
   RunTask(task);
 
   *loss_sum = 0.0;
   *correct = 0;
-  // grad holds device 0's sum; the other replicas' sums are added to it in
+  // grad holds device 0's scaled sum; the other replicas' are added to it in
   // device order.
   const float* parts[kMaxDevices];
   size_t num_parts = 0;
@@ -270,18 +273,17 @@ absl::Status DeviceGroup::ComputeGradient(const float* params, const float* x,
   const size_t p = num_parameters();
   // A batch smaller than the device count can leave device 0 without work.
   if (counts_[0] == 0) std::fill(grad, grad + p, 0.0f);
-  // One pass over the gradient, in place; the common cases unrolled.
-  const float scale = 1.0f / static_cast<float>(n);
-  if (num_parts == 0) {
-    for (size_t j = 0; j < p; ++j) grad[j] *= scale;
-  } else if (num_parts == 1) {
-    const float* g1 = parts[0];
-    for (size_t j = 0; j < p; ++j) grad[j] = (grad[j] + g1[j]) * scale;
-  } else {
+  // At most one pass over the gradient, in place (none for one device); the
+  // common case unrolled.
+  if (num_parts == 1) {
+    float* __restrict g0 = grad;
+    const float* __restrict g1 = parts[0];
+    for (size_t j = 0; j < p; ++j) g0[j] += g1[j];
+  } else if (num_parts > 1) {
     for (size_t j = 0; j < p; ++j) {
       float s = grad[j];
       for (size_t k = 0; k < num_parts; ++k) s += parts[k][j];
-      grad[j] = s * scale;
+      grad[j] = s;
     }
   }
   return absl::OkStatus();

@@ -16,11 +16,12 @@
 // A batch of n examples is cut into K contiguous slices, slice k holding
 // n * w_k / sum(w) examples rounded by the largest-remainder method (ties to
 // the lower device index): deterministic, every example in exactly one slice.
-// Each device computes the SUM of its slice's per-example gradients in
-// parallel, device 0 straight into the caller's output buffer; the caller's
-// thread then adds the other K - 1 sums element by element in device order
-// and multiplies by 1 / n, in one in-place pass. The result does not depend
-// on thread timing and matches a single device to float rounding.
+// Each device computes 1 / n times the SUM of its slice's per-example
+// gradients in parallel (the scale rides on d(loss)/d(logits), see
+// Model::ComputeGradient), device 0 straight into the caller's output
+// buffer; the caller's thread then adds the other K - 1 in device order, in
+// one in-place pass (none with one device). The result does not depend on
+// thread timing and matches a single device to float rounding.
 //
 // The reduce runs on the host: the Model API takes host buffers, and the
 // parameters arrive from, and the gradient goes to, the network on the host
@@ -131,7 +132,8 @@ class DeviceGroup {
     const float* x = nullptr;
     const int32_t* labels = nullptr;
     size_t n = 0;
-    float* grad0 = nullptr;  // device 0's gradient: the caller's output
+    float* grad0 = nullptr;   // device 0's gradient: the caller's output
+    float grad_scale = 1.0f;  // 1 / n: every replica's sum is scaled by it
   };
 
   DeviceGroup() = default;

@@ -1,0 +1,833 @@
+// Input hardening over real daemons: tables of malformed requests (both
+// services) and of bad configuration files (psd and workerd binaries).
+//
+// Requests: two psd run a job that the test itself holds as its only worker
+// (registered through the Coordinator, heartbeating in the background).
+// Each malformed request must be answered at once with the expected code
+// and a message naming the offending field, both daemons must stay up, and
+// the job's parameters (read through PsClient) must keep every bit.
+//
+// Config files: `server/psd` and `worker/workerd` run with each bad file and
+// must exit with code 2, printing the file's path and the field (or
+// path:line:col for syntax errors).
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <limits>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "common/security.h"
+#include "common/text_proto.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "proto/coordinator.grpc.pb.h"
+#include "proto/ps.grpc.pb.h"
+#include "tests/local_cluster.h"
+#include "worker/ps_client.h"
+
+namespace ps {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr int kShards = 2;
+
+// FNV-1a over the parameter bits.
+uint64_t Checksum(const std::vector<float>& v) {
+  uint64_t h = 1469598103934665603ull;
+  const unsigned char* p = reinterpret_cast<const unsigned char*>(v.data());
+  for (size_t i = 0; i < v.size() * sizeof(float); ++i)
+    h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+
+bool Alive(Subprocess& p) {
+  absl::StatusOr<int> code = p.Wait(absl::ZeroDuration());
+  return !code.ok() && absl::IsDeadlineExceeded(code.status());
+}
+
+std::unique_ptr<grpc::ClientContext> Context(
+    absl::Duration timeout = absl::Seconds(5)) {
+  auto ctx = std::make_unique<grpc::ClientContext>();
+  ctx->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  return ctx;
+}
+
+// What a call came back with. For answers that carry their verdict in the
+// response (SubmitJob's problems, Heartbeat's reregister), `text` describes
+// the response.
+struct Outcome {
+  grpc::StatusCode code;
+  std::string text;
+};
+
+Outcome FromStatus(const grpc::Status& s) {
+  return {s.error_code(), s.error_message()};
+}
+
+constexpr char kJobSpec[] = R"pb(
+  name: "hardening"
+  model { mlp { input_dim: 784 hidden: 8 num_classes: 4 } }
+  data { dataset: "synthetic" batch_size: 8 epochs: 1 synthetic_train: 64 }
+  optimizer { kind: ADAM learning_rate: 0.01 }
+  consistency { mode: BSP step_deadline_ms: 60000 }
+  num_workers: 1
+  partition_bytes: 4096
+  seed: 17
+)pb";
+
+class HardeningTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = TestDir(
+        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+  }
+  void TearDown() override {
+    stop_heartbeats_.Notify();
+    if (heartbeats_.joinable()) heartbeats_.join();
+    if (cluster_ != nullptr) {
+      absl::Status s = cluster_->Stop();
+      EXPECT_TRUE(s.ok()) << s;
+    }
+  }
+
+  // Two psd, no workerd; this test registers as the job's one worker.
+  void StartJob() {
+    LocalClusterOptions options;
+    options.shards = kShards;
+    options.workers = 0;
+    cluster_ = std::make_unique<LocalCluster>(dir_, options);
+    ASSERT_TRUE(cluster_->Start().ok());
+    for (int i = 0; i < kShards; ++i) {
+      absl::StatusOr<std::string> a =
+          WaitForFile(absl::StrCat(dir_, "/s", i, ".addr"), absl::Seconds(30));
+      ASSERT_TRUE(a.ok()) << a.status();
+      ps_.push_back(ParameterServer::NewStub(security_.NewChannel(*a)));
+      if (i == 0) coordinator_ = Coordinator::NewStub(security_.NewChannel(*a));
+    }
+    // The coordinator opens once it has resolved every shard: UNAVAILABLE
+    // until then. There is no event to wait on in another process.
+    RegisterWorkerRequest reg;
+    reg.set_name("hardening-worker");
+    reg.add_devices("cpu:0");
+    RegisterWorkerResponse registered;
+    grpc::Status st;
+    absl::Time give_up = absl::Now() + absl::Seconds(30);
+    for (absl::Duration backoff = absl::Milliseconds(20);;
+         backoff = backoff * 2) {
+      st = coordinator_->RegisterWorker(Context().get(), reg, &registered);
+      if (st.error_code() != grpc::UNAVAILABLE || absl::Now() > give_up) break;
+      std::this_thread::sleep_for(
+          absl::ToChronoMilliseconds(std::min(backoff, absl::Seconds(1))));
+    }
+    ASSERT_TRUE(st.ok()) << st.error_message();
+    worker_id_ = registered.worker_id();
+    // Heartbeats keep the test's worker (and so its job) alive.
+    heartbeats_ = std::thread([this] {
+      while (!stop_heartbeats_.WaitForNotificationWithTimeout(
+          absl::Milliseconds(250))) {
+        HeartbeatRequest req;
+        req.set_worker_id(worker_id_);
+        HeartbeatResponse resp;
+        (void)coordinator_->Heartbeat(Context().get(), req, &resp);
+      }
+    });
+
+    SubmitJobRequest submit;
+    ASSERT_TRUE(ParseTextProto(kJobSpec, "spec", submit.mutable_spec()).ok());
+    SubmitJobResponse submitted;
+    st = coordinator_->SubmitJob(Context().get(), submit, &submitted);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+    ASSERT_FALSE(submitted.job_id().empty())
+        << absl::StrJoin(submitted.problems(), "; ");
+    GetAssignmentRequest poll;
+    poll.set_worker_id(worker_id_);
+    poll.set_wait_ms(30000);
+    GetAssignmentResponse assigned;
+    st = coordinator_->GetAssignment(Context(absl::Seconds(40)).get(), poll,
+                                     &assigned);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+    ASSERT_TRUE(assigned.has_assignment());
+    assignment_ = assigned.assignment();
+    ASSERT_EQ(assignment_.job_id(), submitted.job_id());
+  }
+
+  std::vector<float> ReadAll() {
+    absl::StatusOr<std::unique_ptr<PsClient>> c =
+        PsClient::Create(PsClientOptions(), assignment_, &security_);
+    EXPECT_TRUE(c.ok()) << c.status();
+    if (!c.ok()) return {};
+    std::vector<float> p((*c)->num_parameters());
+    absl::Status s = (*c)->Pull(0, absl::MakeSpan(p));
+    EXPECT_TRUE(s.ok()) << s;
+    return p;
+  }
+
+  // The job's registration as the coordinator sent it, for variations.
+  RegisterJobRequest Registration(const std::string& job_id) const {
+    RegisterJobRequest r;
+    r.set_job_id(job_id);
+    *r.mutable_spec() = assignment_.spec();
+    *r.mutable_placement() = assignment_.placement();
+    r.set_num_workers(assignment_.num_workers());
+    return r;
+  }
+
+  // A chunk of `shard` and a valid step-0 gradient for it from worker 0.
+  const ChunkPlacement& ChunkOn(int shard, int nth = 0) const {
+    for (const ChunkPlacement& c : assignment_.placement().chunks()) {
+      if (static_cast<int>(c.shard()) == shard && nth-- == 0) return c;
+    }
+    ADD_FAILURE() << "no chunk " << nth << " on shard " << shard;
+    return assignment_.placement().chunks(0);
+  }
+  ChunkData Gradient(const ChunkPlacement& c, float value = 0.01f) const {
+    ChunkData d;
+    d.set_chunk_id(c.chunk_id());
+    std::vector<float> g(c.length(), value);
+    d.set_data(reinterpret_cast<const char*>(g.data()),
+               g.size() * sizeof(float));
+    return d;
+  }
+  static void SetFloat(ChunkData* d, size_t i, float v) {
+    std::memcpy(d->mutable_data()->data() + i * sizeof(float), &v,
+                sizeof(float));
+  }
+
+  Outcome Register(const RegisterJobRequest& r) {
+    RegisterJobResponse resp;
+    return FromStatus(ps_[0]->RegisterJob(Context().get(), r, &resp));
+  }
+  Outcome PushPull(const PushPullRequest& r) {
+    PushPullResponse resp;
+    return FromStatus(ps_[0]->PushPull(Context().get(), r, &resp));
+  }
+  Outcome Submit(const std::string& spec_text) {
+    SubmitJobRequest req;
+    EXPECT_TRUE(ParseTextProto(spec_text, "spec", req.mutable_spec()).ok())
+        << spec_text;
+    SubmitJobResponse resp;
+    grpc::Status st = coordinator_->SubmitJob(Context().get(), req, &resp);
+    if (!st.ok()) return FromStatus(st);
+    if (!resp.job_id().empty())
+      return {grpc::OK, "accepted as " + resp.job_id()};
+    // Refused: the answer lists every problem, "field: reason".
+    return {grpc::INVALID_ARGUMENT, absl::StrJoin(resp.problems(), "\n")};
+  }
+
+  std::string dir_;
+  Security security_;
+  std::unique_ptr<LocalCluster> cluster_;
+  std::vector<std::unique_ptr<ParameterServer::Stub>> ps_;
+  std::unique_ptr<Coordinator::Stub> coordinator_;
+  std::string worker_id_;
+  Assignment assignment_;
+  absl::Notification stop_heartbeats_;
+  std::thread heartbeats_;
+};
+
+struct RequestCase {
+  std::string name;
+  std::function<Outcome()> call;
+  grpc::StatusCode code;
+  std::string mentions;  // in the message
+};
+
+TEST_F(HardeningTest, MalformedRequestsAreRefusedAndChangeNothing) {
+  ASSERT_NO_FATAL_FAILURE(StartJob());
+  const std::string job = assignment_.job_id();
+  const std::vector<float> before = ReadAll();
+  ASSERT_FALSE(before.empty());
+  const ChunkPlacement& c0 = ChunkOn(0);
+  const ChunkPlacement& c0b = ChunkOn(0, 1);
+  auto push_pull = [&](std::function<void(PushPullRequest*)> corrupt) {
+    return [=] {
+      PushPullRequest r;
+      r.set_job_id(job);
+      *r.add_gradients() = Gradient(c0);
+      corrupt(&r);
+      return PushPull(r);
+    };
+  };
+  auto register_job = [&](std::function<void(RegisterJobRequest*)> corrupt) {
+    return [=] {
+      RegisterJobRequest r = Registration("h-" + job);
+      corrupt(&r);
+      return Register(r);
+    };
+  };
+  auto mlp = [](const std::string& fields) {
+    return absl::StrCat(
+        "model { mlp { input_dim: 32 hidden: 16 num_classes: 4 } }\n"
+        "data { dataset: \"synthetic\" batch_size: 8 epochs: 1 }\n"
+        "optimizer { kind: SGD learning_rate: 0.1 }\nconsistency { mode: BSP "
+        "}\n",
+        fields);
+  };
+  const uint32_t kU32Max = std::numeric_limits<uint32_t>::max();
+
+  std::vector<RequestCase> cases = {
+      // ParameterServer.RegisterJob
+      {"RegisterJob: placement disagrees with the spec",
+       register_job([](RegisterJobRequest* r) {
+         auto* c = r->mutable_placement()->mutable_chunks(0);
+         c->set_length(c->length() + 1);
+       }),
+       grpc::INVALID_ARGUMENT, "placement.chunks[0]"},
+      {"RegisterJob: placement with a chunk on shard 7 of 2",
+       register_job([](RegisterJobRequest* r) {
+         r->mutable_placement()->mutable_chunks(1)->set_shard(7);
+       }),
+       grpc::INVALID_ARGUMENT, "placement.chunks[1].shard"},
+      {"RegisterJob: placement for zero shards",
+       register_job([](RegisterJobRequest* r) {
+         r->mutable_placement()->set_num_shards(0);
+       }),
+       grpc::INVALID_ARGUMENT, "placement.num_shards"},
+      {"RegisterJob: 2^60-element tensor",
+       register_job([](RegisterJobRequest* r) {
+         auto* t = r->mutable_spec()->mutable_tensors(0);
+         t->clear_shape();
+         t->add_shape(uint64_t{1} << 40);
+         t->add_shape(uint64_t{1} << 20);
+       }),
+       grpc::INVALID_ARGUMENT, "spec.tensors[0].shape"},
+      {"RegisterJob: 2^31 chunks from one small message",
+       register_job([](RegisterJobRequest* r) {
+         r->mutable_spec()->set_partition_bytes(4);
+         r->mutable_spec()->mutable_tensors(0)->set_shape(0, uint64_t{1} << 31);
+       }),
+       grpc::INVALID_ARGUMENT, "spec.tensors[0].shape"},
+      {"RegisterJob: zero-size tensor", register_job([](RegisterJobRequest* r) {
+         r->mutable_spec()->mutable_tensors(1)->set_shape(0, 0);
+       }),
+       grpc::INVALID_ARGUMENT, "tensors[1].shape[0]"},
+      {"RegisterJob: 4294967295 workers",
+       register_job([&](RegisterJobRequest* r) {
+         r->set_num_workers(kU32Max);
+         r->mutable_spec()->set_num_workers(kU32Max);
+         r->mutable_spec()->mutable_consistency()->set_mode(ASP);
+       }),
+       grpc::INVALID_ARGUMENT, "num_workers"},
+      {"RegisterJob: num_workers disagrees with the spec",
+       register_job([](RegisterJobRequest* r) { r->set_num_workers(3); }),
+       grpc::INVALID_ARGUMENT, "num_workers"},
+      {"RegisterJob: empty job_id",
+       register_job([](RegisterJobRequest* r) { r->set_job_id(""); }),
+       grpc::INVALID_ARGUMENT, "job_id"},
+      {"RegisterJob: two tensors named alike",
+       register_job([](RegisterJobRequest* r) {
+         r->mutable_spec()->mutable_tensors(1)->set_name(
+             r->spec().tensors(0).name());
+       }),
+       grpc::INVALID_ARGUMENT, "tensors[1].name"},
+      {"RegisterJob: partition_bytes not a multiple of 4",
+       register_job([](RegisterJobRequest* r) {
+         r->mutable_spec()->set_partition_bytes(4095);
+       }),
+       grpc::INVALID_ARGUMENT, "partition_bytes"},
+      {"RegisterJob: the running job's id with another spec",
+       [&] {
+         RegisterJobRequest r = Registration(job);
+         r.mutable_spec()->set_seed(r.spec().seed() + 1);
+         return Register(r);
+       },
+       grpc::FAILED_PRECONDITION, "already registered"},
+      // ParameterServer.Pull / Push / PushPull / SetMembership
+      {"Pull: unknown chunk",
+       [&] {
+         PullRequest r;
+         r.set_job_id(job);
+         r.add_chunk_ids(999999);
+         PullResponse resp;
+         return FromStatus(ps_[0]->Pull(Context().get(), r, &resp));
+       },
+       grpc::INVALID_ARGUMENT, "chunk_ids[0]"},
+      {"Pull: worker out of range",
+       [&] {
+         PullRequest r;
+         r.set_job_id(job);
+         r.set_worker(5);
+         PullResponse resp;
+         return FromStatus(ps_[0]->Pull(Context().get(), r, &resp));
+       },
+       grpc::INVALID_ARGUMENT, "worker"},
+      {"Push: NaN gradient",
+       [&] {
+         PushRequest r;
+         r.set_job_id(job);
+         *r.add_gradients() = Gradient(c0);
+         SetFloat(r.mutable_gradients(0), 1, std::nanf(""));
+         PushResponse resp;
+         return FromStatus(ps_[0]->Push(Context().get(), r, &resp));
+       },
+       grpc::INVALID_ARGUMENT, "NaN"},
+      {"Push: version from the future",
+       [&] {
+         PushRequest r;
+         r.set_job_id(job);
+         *r.add_gradients() = Gradient(c0);
+         r.mutable_gradients(0)->set_version(1000);
+         PushResponse resp;
+         return FromStatus(ps_[0]->Push(Context().get(), r, &resp));
+       },
+       grpc::INVALID_ARGUMENT, "gradients[0].version"},
+      {"PushPull: Inf in the second chunk (the first is valid)",
+       push_pull([&](PushPullRequest* r) {
+         *r->add_gradients() = Gradient(c0b);
+         SetFloat(r->mutable_gradients(1), 0, INFINITY);
+       }),
+       grpc::INVALID_ARGUMENT, "Inf"},
+      {"PushPull: unknown job",
+       push_pull([](PushPullRequest* r) { r->set_job_id("no-such-job"); }),
+       grpc::FAILED_PRECONDITION, "job_id"},
+      {"PushPull: wrong payload size", push_pull([](PushPullRequest* r) {
+         r->mutable_gradients(0)->mutable_data()->resize(6);
+       }),
+       grpc::INVALID_ARGUMENT, "gradients[0].data"},
+      {"PushPull: chunk of the other shard", push_pull([&](PushPullRequest* r) {
+         *r->mutable_gradients(0) = Gradient(ChunkOn(1));
+       }),
+       grpc::INVALID_ARGUMENT, "gradients[0].chunk_id"},
+      {"PushPull: rank 4294967295",
+       push_pull([&](PushPullRequest* r) { r->set_worker(kU32Max); }),
+       grpc::INVALID_ARGUMENT, "worker"},
+      {"PushPull: step from the future",
+       push_pull([](PushPullRequest* r) { r->set_step(99); }),
+       grpc::INVALID_ARGUMENT, "step"},
+      {"SetMembership: rank out of range",
+       [&] {
+         SetMembershipRequest r;
+         r.set_job_id(job);
+         r.add_active_workers(0);
+         r.add_active_workers(1000);
+         SetMembershipResponse resp;
+         return FromStatus(ps_[0]->SetMembership(Context().get(), r, &resp));
+       },
+       grpc::INVALID_ARGUMENT, "active_workers[1]"},
+      {"SetMembership: nobody active",
+       [&] {
+         SetMembershipRequest r;
+         r.set_job_id(job);
+         SetMembershipResponse resp;
+         return FromStatus(ps_[1]->SetMembership(Context().get(), r, &resp));
+       },
+       grpc::INVALID_ARGUMENT, "active_workers"},
+      // Coordinator.SubmitJob with hostile specs
+      {"SubmitJob: hidden layer of 10^9 units",
+       [&] {
+         return Submit(
+             "name: \"wide\" model { mlp { input_dim: 32 hidden: 1000000000 "
+             "num_classes: 4 } }\n"
+             "data { dataset: \"synthetic\" batch_size: 8 epochs: 1 }\n"
+             "optimizer { kind: SGD learning_rate: 0.1 } consistency { mode: "
+             "BSP }\n"
+             "num_workers: 1\n");
+       },
+       grpc::INVALID_ARGUMENT, "model.mlp.hidden[0]"},
+      {"SubmitJob: 10^9 workers",
+       [&] { return Submit(mlp("name: \"many\" num_workers: 1000000000\n")); },
+       grpc::INVALID_ARGUMENT, "num_workers"},
+      {"SubmitJob: name with control characters",
+       [&] {
+         return Submit(mlp("name: \"evil\\033[2J\\r\\n\" num_workers: 1\n"));
+       },
+       grpc::INVALID_ARGUMENT, "name"},
+      {"SubmitJob: 4-byte partitions",
+       [&] {
+         return Submit(
+             mlp("name: \"tiny\" num_workers: 1 partition_bytes: 4\n"));
+       },
+       grpc::INVALID_ARGUMENT, "partition_bytes"},
+      {"SubmitJob: a model of more chunks than a placement holds",
+       [&] {
+         return Submit(
+             "name: \"many-chunks\" model { mlp { input_dim: 65536 hidden: "
+             "2048 "
+             "num_classes: 4 } }\ndata { dataset: \"synthetic\" batch_size: 8 "
+             "epochs: 1 }\n"
+             "optimizer { kind: SGD learning_rate: 0.1 } consistency { mode: "
+             "BSP }\n"
+             "num_workers: 1 partition_bytes: 4096\n");
+       },
+       grpc::INVALID_ARGUMENT, "partition_bytes"},
+      {"SubmitJob: 2^32 parameters",
+       [&] {
+         return Submit(
+             "name: \"huge\" model { mlp { input_dim: 65536 hidden: 65536 "
+             "num_classes: 4 } }\ndata { dataset: \"synthetic\" batch_size: 8 "
+             "epochs: 1 }\n"
+             "optimizer { kind: SGD learning_rate: 0.1 } consistency { mode: "
+             "BSP }\n"
+             "num_workers: 1 partition_bytes: 3145728\n");
+       },
+       grpc::INVALID_ARGUMENT, "model"},
+      {"SubmitJob: tensors given by the user",
+       [&] {
+         return Submit(mlp(
+             "name: \"t\" num_workers: 1 tensors { name: \"x\" shape: 1 }\n"));
+       },
+       grpc::INVALID_ARGUMENT, "tensors"},
+      {"SubmitJob: empty spec", [&] { return Submit(""); },
+       grpc::INVALID_ARGUMENT, "name: must be set"},
+      // Coordinator: workers and progress
+      {"ReportProgress: rank out of range",
+       [&] {
+         ProgressReport r;
+         r.set_worker_id(worker_id_);
+         r.set_job_id(job);
+         r.set_rank(7);
+         ProgressReportResponse resp;
+         return FromStatus(
+             coordinator_->ReportProgress(Context().get(), r, &resp));
+       },
+       grpc::INVALID_ARGUMENT, "rank"},
+      {"ReportProgress: unknown job",
+       [&] {
+         ProgressReport r;
+         r.set_worker_id(worker_id_);
+         r.set_job_id("job-999999");
+         ProgressReportResponse resp;
+         return FromStatus(
+             coordinator_->ReportProgress(Context().get(), r, &resp));
+       },
+       grpc::NOT_FOUND, "job_id"},
+      {"Heartbeat: unknown worker id",
+       [&] {
+         HeartbeatRequest r;
+         r.set_worker_id("w-does-not-exist");
+         HeartbeatResponse resp;
+         grpc::Status st = coordinator_->Heartbeat(Context().get(), r, &resp);
+         if (!st.ok()) return FromStatus(st);
+         return Outcome{grpc::OK,
+                        absl::StrCat("reregister=", resp.reregister())};
+       },
+       grpc::OK, "reregister=1"},
+      {"GetAssignment: absurd wait_ms from an unknown worker",
+       [&] {
+         GetAssignmentRequest r;
+         r.set_worker_id("w-does-not-exist");
+         r.set_wait_ms(kU32Max);
+         GetAssignmentResponse resp;
+         return FromStatus(
+             coordinator_->GetAssignment(Context().get(), r, &resp));
+       },
+       grpc::NOT_FOUND, "worker_id"},
+      {"GetAssignment: absurd wait_ms from a worker with a job answers at once",
+       [&] {
+         GetAssignmentRequest r;
+         r.set_worker_id(worker_id_);
+         r.set_wait_ms(kU32Max);
+         GetAssignmentResponse resp;
+         grpc::Status st =
+             coordinator_->GetAssignment(Context().get(), r, &resp);
+         if (!st.ok()) return FromStatus(st);
+         return Outcome{grpc::OK, "job " + resp.assignment().job_id()};
+       },
+       grpc::OK, "job " + job},
+      {"RegisterWorker: no name",
+       [&] {
+         RegisterWorkerRequest r;
+         RegisterWorkerResponse resp;
+         return FromStatus(
+             coordinator_->RegisterWorker(Context().get(), r, &resp));
+       },
+       grpc::INVALID_ARGUMENT, "name"},
+      {"CancelJob: unknown job",
+       [&] {
+         CancelJobRequest r;
+         r.set_job_id("job-999999");
+         CancelJobResponse resp;
+         return FromStatus(coordinator_->CancelJob(Context().get(), r, &resp));
+       },
+       grpc::NOT_FOUND, "job-999999"},
+      {"GetJob: id with control characters",
+       [&] {
+         GetJobRequest r;
+         r.set_job_id(std::string("job\0\x1b[2J", 8));
+         JobStatus resp;
+         return FromStatus(coordinator_->GetJob(Context().get(), r, &resp));
+       },
+       grpc::NOT_FOUND, "job"},
+  };
+  ASSERT_GE(cases.size(), 30u);
+  for (const RequestCase& c : cases) {
+    absl::Time start = absl::Now();
+    Outcome o = c.call();
+    EXPECT_LT(absl::Now() - start, absl::Seconds(3))
+        << c.name << ": answers are immediate";
+    EXPECT_EQ(o.code, c.code) << c.name << ": " << o.text;
+    EXPECT_THAT(o.text, HasSubstr(c.mentions)) << c.name;
+    for (int i = 0; i < kShards; ++i) {
+      ASSERT_TRUE(Alive(cluster_->shard(i)))
+          << "psd " << i << " died on: " << c.name;
+    }
+  }
+  EXPECT_EQ(Checksum(ReadAll()), Checksum(before))
+      << "a refused request changed parameters";
+
+  // The job is still running, and the shards still answer.
+  JobStatus status;
+  GetJobRequest get;
+  get.set_job_id(job);
+  ASSERT_TRUE(coordinator_->GetJob(Context().get(), get, &status).ok());
+  EXPECT_EQ(status.state(), RUNNING) << status.reason();
+  for (int i = 0; i < kShards; ++i) {
+    ShardStats stats;
+    ASSERT_TRUE(ps_[i]->Stats(Context().get(), StatsRequest(), &stats).ok());
+    EXPECT_EQ(stats.jobs(), 1u) << "no registration got through";
+  }
+}
+
+// A bad configuration: files to write (path relative to the case's folder
+// -> contents; "cluster.pbtxt" defaults to a valid two-shard file), the
+// binary, and what its error must say.
+struct ConfigCase {
+  std::string name;
+  std::string binary;  // "server/psd" or "worker/workerd"
+  std::map<std::string, std::string> files;
+  std::vector<std::string> mentions;  // "@" = the case's folder
+  std::string config = "";            // --config (default: the daemon's file)
+};
+
+constexpr char kPsd[] = "server/psd";
+constexpr char kWorkerd[] = "worker/workerd";
+
+// Not text: an ELF header, NULs, bytes that are not UTF-8.
+constexpr char kGarbage[] =
+    "\x7f"
+    "ELF\x02\x01\x01\0\0\0\xff\xfe\x13\x10{{{\"";
+
+TEST_F(HardeningTest, BadConfigFilesStopTheDaemonsWithExitCode2) {
+  const std::string garbage(kGarbage, sizeof(kGarbage) - 1);
+  const std::string psd_ok = "cluster_file: \"cluster.pbtxt\"\nshard_id: 0\n";
+  const std::string worker_ok = "cluster_file: \"cluster.pbtxt\"\n";
+  auto tls_cluster = [](const std::string& tls) {
+    return absl::StrCat("shards { address: \"127.0.0.1:1\" }\ntls { ", tls,
+                        " }\n");
+  };
+  const std::string pem_cert =
+      "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+  const std::string pem_key =
+      "-----BEGIN PRIVATE KEY-----\nMIGH\n-----END PRIVATE KEY-----\n";
+  std::vector<ConfigCase> cases = {
+      {"misspelled field",
+       kPsd,
+       {{"psd.pbtxt",
+         "cluster_file: \"cluster.pbtxt\"\nlisten_adress: \"127.0.0.1:0\"\n"}},
+       {"@/psd.pbtxt:2:", "listen_adress"}},
+      {"wrong type",
+       kPsd,
+       {{"psd.pbtxt", "cluster_file: \"cluster.pbtxt\"\nshard_id: \"zero\"\n"}},
+       {"@/psd.pbtxt:2:11:", "shard_id"}},
+      {"value out of range for its type",
+       kPsd,
+       {{"psd.pbtxt",
+         "shard_id: 99999999999\ncluster_file: \"cluster.pbtxt\"\n"}},
+       {"@/psd.pbtxt:1:", "shard_id"}},
+      {"field given twice",
+       kPsd,
+       {{"psd.pbtxt",
+         "cluster_file: \"cluster.pbtxt\"\nshard_id: 0\nshard_id: 1\n"}},
+       {"@/psd.pbtxt:3:", "shard_id"}},
+      {"unbalanced braces",
+       kPsd,
+       {{"psd.pbtxt", psd_ok}, {"cluster.pbtxt", "shards {\n"}},
+       {"@/cluster.pbtxt:2:"}},
+      {"missing cluster_file",
+       kPsd,
+       {{"psd.pbtxt", "shard_id: 0\n"}},
+       {"@/psd.pbtxt: cluster_file: required"}},
+      {"cluster_file names no file",
+       kPsd,
+       {{"psd.pbtxt", "cluster_file: \"nowhere.pbtxt\"\n"}},
+       {"@/psd.pbtxt: cluster_file:", "nowhere.pbtxt"}},
+      {"cluster_file is a device",
+       kPsd,
+       {{"psd.pbtxt", "cluster_file: \"/dev/zero\"\n"}},
+       {"@/psd.pbtxt: cluster_file:", "/dev/zero", "not a regular file"}},
+      {"listen address without a port",
+       kPsd,
+       {{"psd.pbtxt", psd_ok + "listen_address: \"127.0.0.1\"\n"}},
+       {"@/psd.pbtxt: listen_address:", "not host:port"}},
+      {"listen address that is no IPv4 address",
+       kPsd,
+       {{"psd.pbtxt", psd_ok + "listen_address: \"300.1.2.3:0\"\n"}},
+       {"@/psd.pbtxt: listen_address:", "invalid IPv4"}},
+      {"listen address with a bad port",
+       kPsd,
+       {{"psd.pbtxt", psd_ok + "listen_address: \"localhost:99999\"\n"}},
+       {"@/psd.pbtxt: listen_address:", "port"}},
+      {"shard_id out of range",
+       kPsd,
+       {{"psd.pbtxt", "cluster_file: \"cluster.pbtxt\"\nshard_id: 5\n"}},
+       {"@/psd.pbtxt: shard_id: 5 is not in the cluster file"}},
+      {"config is a directory",
+       kPsd,
+       {{"psd.pbtxt/keep", ""}},
+       {"@/psd.pbtxt", "is a directory"}},
+      {"config file missing", kPsd, {}, {"@/psd.pbtxt", "No such file"}},
+      {"binary garbage", kPsd, {{"psd.pbtxt", garbage}}, {"@/psd.pbtxt:1:"}},
+      {"message size that would wrap to unlimited",
+       kPsd,
+       {{"psd.pbtxt", psd_ok + "max_message_bytes: 4294967295\n"}},
+       {"@/psd.pbtxt: max_message_bytes:"}},
+      {"worker timeout shorter than a heartbeat",
+       kPsd,
+       {{"psd.pbtxt", psd_ok + "worker_timeout_ms: 5\n"}},
+       {"@/psd.pbtxt: worker_timeout_ms:"}},
+      {"address_file in a folder that does not exist",
+       kPsd,
+       {{"psd.pbtxt", psd_ok + "address_file: \"run/s0.addr\"\n"}},
+       {"@/psd.pbtxt: address_file:", "@/run"}},
+      {"unknown log level",
+       kPsd,
+       {{"psd.pbtxt", psd_ok + "log_level: \"loud\"\n"}},
+       {"@/psd.pbtxt: log_level:", "loud"}},
+      {"coordinator_shard out of range",
+       kPsd,
+       {{"psd.pbtxt", psd_ok},
+        {"cluster.pbtxt",
+         "shards { address: \"127.0.0.1:1\" }\n"
+         "coordinator_shard: 3\n"}},
+       {"@/cluster.pbtxt: coordinator_shard: 3"}},
+      {"the same shard twice",
+       kPsd,
+       {{"psd.pbtxt", psd_ok},
+        {"cluster.pbtxt",
+         "shards { address: \"127.0.0.1:7\" }\n"
+         "shards { address: \"127.0.0.1:7\" }\n"}},
+       {"@/cluster.pbtxt: shards[1]: same address as shards[0]"}},
+      {"TLS files missing",
+       kPsd,
+       {{"psd.pbtxt", psd_ok},
+        {"cluster.pbtxt", tls_cluster("cert_file: \"cert.pem\" key_file: "
+                                      "\"key.pem\" ca_file: \"ca.pem\"")}},
+       {"@/cluster.pbtxt: tls.cert_file:", "@/cert.pem", "tls.key_file",
+        "tls.ca_file"}},
+      {"TLS certificate that is not PEM",
+       kPsd,
+       {{"psd.pbtxt", psd_ok},
+        {"cluster.pbtxt", tls_cluster("cert_file: \"cert.pem\" key_file: "
+                                      "\"key.pem\" ca_file: \"ca.pem\"")},
+        {"cert.pem", "hello\n"},
+        {"key.pem", pem_key},
+        {"ca.pem", pem_cert}},
+       {"@/cluster.pbtxt: tls.cert_file:", "not a PEM file"}},
+      {"TLS key file holding a certificate",
+       kPsd,
+       {{"psd.pbtxt", psd_ok},
+        {"cluster.pbtxt", tls_cluster("cert_file: \"cert.pem\" key_file: "
+                                      "\"key.pem\" ca_file: \"ca.pem\"")},
+        {"cert.pem", pem_cert},
+        {"key.pem", pem_cert},
+        {"ca.pem", pem_cert}},
+       {"@/cluster.pbtxt: tls.key_file:", "no PEM PRIVATE KEY"}},
+      {"mutual TLS without a certificate",
+       kPsd,
+       {{"psd.pbtxt", psd_ok},
+        {"cluster.pbtxt", tls_cluster("ca_file: \"ca.pem\" mutual: true")},
+        {"ca.pem", pem_cert}},
+       {"@/cluster.pbtxt: tls.cert_file: required for mutual TLS"}},
+      {"empty token file",
+       kPsd,
+       {{"psd.pbtxt", psd_ok},
+        {"cluster.pbtxt",
+         "shards { address: \"127.0.0.1:1\" }\nauth_token_file: \"token\"\n"},
+        {"token", " \n\n"}},
+       {"@/cluster.pbtxt: auth_token_file:", "is empty"}},
+      {"token a header cannot carry",
+       kPsd,
+       {{"psd.pbtxt", psd_ok},
+        {"cluster.pbtxt",
+         "shards { address: \"127.0.0.1:1\" }\nauth_token_file: \"token\"\n"},
+        {"token", "two words\n"}},
+       {"@/cluster.pbtxt: auth_token_file:", "not visible ASCII"}},
+      {"duplicate devices",
+       kWorkerd,
+       {{"worker.pbtxt",
+         worker_ok + "devices: \"cpu:0\"\ndevices: \"cpu:0\"\n"}},
+       {"@/worker.pbtxt: devices[1]: \"cpu:0\" listed twice"}},
+      {"unknown device kind",
+       kWorkerd,
+       {{"worker.pbtxt", worker_ok + "devices: \"tpu:0\"\n"}},
+       {"@/worker.pbtxt: devices[0]:", "tpu:0"}},
+      {"weights for the wrong number of devices",
+       kWorkerd,
+       {{"worker.pbtxt",
+         worker_ok +
+             "devices: \"cpu:0\"\ndevice_weights: 1\ndevice_weights: 2\n"}},
+       {"@/worker.pbtxt: device_weights: 2 weights for 1 devices"}},
+      {"workerd without cluster_file",
+       kWorkerd,
+       {{"worker.pbtxt", "name: \"w\"\n"}},
+       {"@/worker.pbtxt: cluster_file: required"}},
+      {"workerd name with a control character",
+       kWorkerd,
+       {{"worker.pbtxt", worker_ok + "name: \"w\\033[2J\"\n"}},
+       {"@/worker.pbtxt: name:", "control character"}},
+      {"workerd misspelled field",
+       kWorkerd,
+       {{"worker.pbtxt", worker_ok + "heartbeat_interval: 100\n"}},
+       {"@/worker.pbtxt:2:", "heartbeat_interval"}},
+      {"workerd binary garbage",
+       kWorkerd,
+       {{"worker.pbtxt", garbage}},
+       {"@/worker.pbtxt:1:"}},
+      {"workerd with TLS files missing",
+       kWorkerd,
+       {{"worker.pbtxt", worker_ok},
+        {"cluster.pbtxt", tls_cluster("ca_file: \"ca.pem\"")}},
+       {"@/cluster.pbtxt: tls.ca_file:", "@/ca.pem"}},
+      {"workerd with an empty token file",
+       kWorkerd,
+       {{"worker.pbtxt", worker_ok},
+        {"cluster.pbtxt",
+         "shards { address: \"127.0.0.1:1\" }\nauth_token_file: \"token\"\n"},
+        {"token", ""}},
+       {"@/cluster.pbtxt: auth_token_file:", "is empty"}},
+  };
+  ASSERT_GE(cases.size(), 30u);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const ConfigCase& c = cases[i];
+    const std::string dir = absl::StrCat(dir_, "/case", i);
+    std::filesystem::create_directories(dir);
+    std::map<std::string, std::string> files = c.files;
+    files.emplace("cluster.pbtxt",
+                  "shards { address: \"127.0.0.1:1\" }\n"
+                  "shards { address: \"127.0.0.1:2\" }\n");
+    for (const auto& [name, text] : files) {
+      const std::string path = dir + "/" + name;
+      std::filesystem::create_directories(
+          std::filesystem::path(path).parent_path());
+      if (name.size() < 5 || name.substr(name.size() - 5) != "/keep") {
+        ASSERT_TRUE(WriteFileAtomically(path, text).ok()) << path;
+      }
+    }
+    const std::string config =
+        dir + "/" +
+        (c.config.empty() ? (c.binary == kPsd ? "psd.pbtxt" : "worker.pbtxt")
+                          : c.config);
+    absl::StatusOr<CommandResult> r =
+        RunCommand({c.binary, "--config=" + config}, absl::Seconds(20));
+    ASSERT_TRUE(r.ok()) << c.name << ": " << r.status();
+    EXPECT_EQ(r->exit_code, 2) << c.name << ":\n" << r->out << r->err;
+    for (std::string m : c.mentions) {
+      if (m[0] == '@') m = dir + m.substr(1);
+      EXPECT_THAT(r->err, HasSubstr(m)) << c.name;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ps

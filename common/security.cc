@@ -1,7 +1,5 @@
 #include "common/security.h"
 
-#include <cstdlib>
-
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
@@ -106,19 +104,6 @@ std::shared_ptr<grpc::Channel> Security::NewChannel(const std::string& address,
   // connection, which one thread at a time reads and writes. PsClient opens
   // channels_per_shard channels per shard to use several.
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-
-  // EXPERIMENT (psbench tuning; removed before hand-off).
-  for (auto [env, arg] : std::initializer_list<std::pair<const char*, const char*>>{
-           {"PSB_FRAME", GRPC_ARG_HTTP2_MAX_FRAME_SIZE},
-           {"PSB_READ_MIN", GRPC_ARG_TCP_MIN_READ_CHUNK_SIZE},
-           {"PSB_READ_MAX", GRPC_ARG_TCP_MAX_READ_CHUNK_SIZE},
-           {"PSB_READ", GRPC_ARG_TCP_READ_CHUNK_SIZE},
-           {"PSB_LOOKAHEAD", GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES},
-           {"PSB_BDP", GRPC_ARG_HTTP2_BDP_PROBE},
-           {"PSB_WRITE_BUF", GRPC_ARG_HTTP2_WRITE_BUFFER_SIZE},
-           {"PSB_SOCKBUF", "grpc.experimental.tcp_sndbuf_size"}}) {
-    if (const char* v = std::getenv(env)) args.SetInt(arg, std::atoi(v));
-  }
   if (!server_name_override_.empty()) {
     args.SetSslTargetNameOverride(server_name_override_);
   }

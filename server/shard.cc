@@ -1641,11 +1641,15 @@ void Shard::Stats(const StatsRequest& req, ShardStats* out) const {
     if (job->mode == BSP) {
       js->set_step(version);
       // Workers whose gradient for the step is missing on some chunk still
-      // at that step.
+      // at that step. A step no worker has pushed to has not started (e.g.
+      // the job is over): nobody is missing from it.
       std::vector<uint8_t> missing(job->num_workers, 0);
       for (const std::unique_ptr<Chunk>& c : job->chunks) {
         absl::MutexLock l(&c->mu);
         if (c->state.version != version) continue;
+        bool started = false;
+        for (uint32_t r = 0; r < job->num_workers; ++r) started |= c->state.pushed[r] != 0;
+        if (!started) continue;
         for (uint32_t r = 0; r < job->num_workers; ++r) {
           if (c->active[r] && !c->state.pushed[r]) missing[r] = 1;
         }

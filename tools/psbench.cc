@@ -32,24 +32,41 @@
 
 ABSL_FLAG(std::string, mode, "transport", "transport, apply or load");
 ABSL_FLAG(std::string, cluster, "",
-          "cluster file of a running cluster (default: start shards in this process)");
+          "cluster file of a running cluster (default: start shards in this "
+          "process)");
 ABSL_FLAG(int, shards, 2, "in-process shards (transport, load)");
-ABSL_FLAG(int, clients, 0, "client threads, each its own PsClient (default: transport 2, load 64)");
-ABSL_FLAG(std::string, sizes, "4K,64K,1M,4M,16M,64M", "transport: tensor sizes in bytes (K/M suffixes)");
-ABSL_FLAG(std::string, modes, "asp,bsp", "transport: consistency modes, asp and/or bsp");
-ABSL_FLAG(double, seconds, 0, "measured seconds per transport point (default 3) or of the load run (default 60)");
-ABSL_FLAG(double, warmup_seconds, 5, "load: unmeasured traffic before the start RSS");
+ABSL_FLAG(
+    int, clients, 0,
+    "client threads, each its own PsClient (default: transport 2, load 64)");
+ABSL_FLAG(std::string, sizes, "4K,64K,1M,4M,16M,64M",
+          "transport: tensor sizes in bytes (K/M suffixes)");
+ABSL_FLAG(std::string, modes, "asp,bsp",
+          "transport: consistency modes, asp and/or bsp");
+ABSL_FLAG(double, seconds, 0,
+          "measured seconds per transport point (default 3) or of the load run "
+          "(default 60)");
+ABSL_FLAG(double, warmup_seconds, 5,
+          "load: unmeasured traffic before the start RSS");
 ABSL_FLAG(std::string, load_bytes, "256K", "load: tensor size in bytes");
-ABSL_FLAG(double, max_rss_growth, 0.10, "load: fail when resident memory grows by this fraction or more");
-ABSL_FLAG(std::string, floats, "1M,4M,16M,64M", "apply: chunk sizes in floats (K/M suffixes)");
-ABSL_FLAG(std::string, partition_bytes, "1M", "transport: the job's partition_bytes (chunk size)");
-ABSL_FLAG(std::string, max_request_bytes, "", "PsClientOptions.max_request_bytes (default: the client's)");
-ABSL_FLAG(int, inflight_per_shard, 0, "PsClientOptions.max_inflight_per_shard (0: the client's default)");
-ABSL_FLAG(int, channels_per_shard, 0, "PsClientOptions.channels_per_shard (0: the client's default)");
-ABSL_FLAG(bool, tcp, true, "transport: measure raw loopback TCP next to every point");
-ABSL_FLAG(bool, iperf3, true, "transport: use iperf3 for the raw TCP reference when on PATH");
+ABSL_FLAG(double, max_rss_growth, 0.10,
+          "load: fail when resident memory grows by this fraction or more");
+ABSL_FLAG(std::string, floats, "1M,4M,16M,64M",
+          "apply: chunk sizes in floats (K/M suffixes)");
+ABSL_FLAG(std::string, partition_bytes, "1M",
+          "transport: the job's partition_bytes (chunk size)");
+ABSL_FLAG(std::string, max_request_bytes, "",
+          "PsClientOptions.max_request_bytes (default: the client's)");
+ABSL_FLAG(int, inflight_per_shard, 0,
+          "PsClientOptions.max_inflight_per_shard (0: the client's default)");
+ABSL_FLAG(int, channels_per_shard, 0,
+          "PsClientOptions.channels_per_shard (0: the client's default)");
+ABSL_FLAG(bool, tcp, true,
+          "transport: measure raw loopback TCP next to every point");
+ABSL_FLAG(bool, iperf3, true,
+          "transport: use iperf3 for the raw TCP reference when on PATH");
 ABSL_FLAG(bool, json, false, "print one JSON object instead of tables");
-ABSL_FLAG(double, time_limit_seconds, 0, "abort (exit 4) after this long (default: from the mode's options)");
+ABSL_FLAG(double, time_limit_seconds, 0,
+          "abort (exit 4) after this long (default: from the mode's options)");
 
 namespace {
 
@@ -72,12 +89,14 @@ bool ParseSize(absl::string_view s, uint64_t* out) {
   return true;
 }
 
-bool ParseSizes(const std::string& flag, const std::string& value, std::vector<uint64_t>* out) {
+bool ParseSizes(const std::string& flag, const std::string& value,
+                std::vector<uint64_t>* out) {
   out->clear();
   for (absl::string_view part : absl::StrSplit(value, ',', absl::SkipEmpty())) {
     uint64_t v = 0;
     if (!ParseSize(part, &v) || v == 0) {
-      std::cerr << "psbench: --" << flag << ": \"" << part << "\" is not a size\n";
+      std::cerr << "psbench: --" << flag << ": \"" << part
+                << "\" is not a size\n";
       return false;
     }
     out->push_back(v);
@@ -119,14 +138,17 @@ int Run() {
   ps::bench::LoadOptions load;
   absl::Duration limit;
   if (mode == "transport") {
-    if (!ParseSizes("sizes", absl::GetFlag(FLAGS_sizes), &transport.sizes)) return kExitUsage;
+    if (!ParseSizes("sizes", absl::GetFlag(FLAGS_sizes), &transport.sizes))
+      return kExitUsage;
     std::vector<uint64_t> partition;
-    if (!ParseSizes("partition_bytes", absl::GetFlag(FLAGS_partition_bytes), &partition)) {
+    if (!ParseSizes("partition_bytes", absl::GetFlag(FLAGS_partition_bytes),
+                    &partition)) {
       return kExitUsage;
     }
     transport.partition_bytes = partition[0];
     transport.modes.clear();
-    for (absl::string_view m : absl::StrSplit(absl::GetFlag(FLAGS_modes), ',', absl::SkipEmpty())) {
+    for (absl::string_view m :
+         absl::StrSplit(absl::GetFlag(FLAGS_modes), ',', absl::SkipEmpty())) {
       if (m == "asp") {
         transport.modes.push_back(ps::ASP);
       } else if (m == "bsp") {
@@ -151,7 +173,8 @@ int Run() {
                 (3 * transport.duration + absl::Seconds(60)) +
             absl::Seconds(60);
   } else if (mode == "apply") {
-    if (!ParseSizes("floats", absl::GetFlag(FLAGS_floats), &apply.floats)) return kExitUsage;
+    if (!ParseSizes("floats", absl::GetFlag(FLAGS_floats), &apply.floats))
+      return kExitUsage;
     limit = apply.floats.size() * absl::Seconds(120);
   } else if (mode == "load") {
     if (clients > 0) load.clients = clients;
@@ -163,12 +186,14 @@ int Run() {
     load.warmup = absl::Seconds(absl::GetFlag(FLAGS_warmup_seconds));
     load.max_rss_growth = absl::GetFlag(FLAGS_max_rss_growth);
     std::vector<uint64_t> bytes;
-    if (!ParseSizes("load_bytes", absl::GetFlag(FLAGS_load_bytes), &bytes)) return kExitUsage;
+    if (!ParseSizes("load_bytes", absl::GetFlag(FLAGS_load_bytes), &bytes))
+      return kExitUsage;
     load.bytes = bytes[0];
     if (!ClientOptions(&load.client)) return kExitUsage;
     limit = load.warmup + load.duration + absl::Seconds(120);
   } else {
-    std::cerr << "psbench: --mode: \"" << mode << "\" is not transport, apply or load\n";
+    std::cerr << "psbench: --mode: \"" << mode
+              << "\" is not transport, apply or load\n";
     return kExitUsage;
   }
   if (absl::GetFlag(FLAGS_time_limit_seconds) > 0) {
@@ -179,7 +204,8 @@ int Run() {
   absl::Notification finished;
   std::thread watchdog([&finished, limit] {
     if (!finished.WaitForNotificationWithTimeout(limit)) {
-      std::cerr << "psbench: time limit of " << absl::FormatDuration(limit) << " passed\n";
+      std::cerr << "psbench: time limit of " << absl::FormatDuration(limit)
+                << " passed\n";
       std::_Exit(kExitTimeout);
     }
   });
@@ -198,25 +224,29 @@ int Run() {
       std::cerr << "psbench: " << r.status() << "\n";
       return kExitSetup;
     }
-    std::cout << (json ? ps::bench::ApplyJson(*r) + "\n" : ps::bench::FormatApply(*r));
+    std::cout << (json ? ps::bench::ApplyJson(*r) + "\n"
+                       : ps::bench::FormatApply(*r));
     return 0;
   }
 
   absl::StatusOr<std::unique_ptr<ps::bench::BenchCluster>> cluster =
       absl::GetFlag(FLAGS_cluster).empty()
           ? ps::bench::BenchCluster::StartInProcess(absl::GetFlag(FLAGS_shards))
-          : ps::bench::BenchCluster::Connect(absl::GetFlag(FLAGS_cluster), absl::Seconds(30));
+          : ps::bench::BenchCluster::Connect(absl::GetFlag(FLAGS_cluster),
+                                             absl::Seconds(30));
   if (!cluster.ok()) {
     std::cerr << "psbench: " << cluster.status() << "\n";
     return kExitSetup;
   }
   if (mode == "transport") {
-    absl::StatusOr<ps::bench::TransportReport> r = ps::bench::RunTransport(**cluster, transport);
+    absl::StatusOr<ps::bench::TransportReport> r =
+        ps::bench::RunTransport(**cluster, transport);
     if (!r.ok()) {
       std::cerr << "psbench: " << r.status() << "\n";
       return kExitSetup;
     }
-    std::cout << (json ? ps::bench::TransportJson(*r) + "\n" : ps::bench::FormatTransport(*r));
+    std::cout << (json ? ps::bench::TransportJson(*r) + "\n"
+                       : ps::bench::FormatTransport(*r));
     for (const ps::bench::TransportPoint& p : r->points) {
       if (p.errors > 0) return kExitBar;
     }
@@ -227,7 +257,8 @@ int Run() {
     std::cerr << "psbench: " << r.status() << "\n";
     return kExitSetup;
   }
-  std::cout << (json ? ps::bench::LoadJson(*r) + "\n" : ps::bench::FormatLoad(*r));
+  std::cout << (json ? ps::bench::LoadJson(*r) + "\n"
+                     : ps::bench::FormatLoad(*r));
   return r->pass ? 0 : kExitBar;
 }
 
@@ -235,7 +266,8 @@ int Run() {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "parameter-server benchmarks: --mode=transport|apply|load (see tools/psbench.cc)");
+      "parameter-server benchmarks: --mode=transport|apply|load (see "
+      "tools/psbench.cc)");
   absl::ParseCommandLine(argc, argv);
   return Run();
 }

@@ -30,9 +30,11 @@ std::unique_ptr<grpc::ClientContext> AdminContext(const Security& security) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<BenchCluster>> BenchCluster::StartInProcess(int shards) {
+absl::StatusOr<std::unique_ptr<BenchCluster>> BenchCluster::StartInProcess(
+    int shards) {
   if (shards < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("shards: must be >= 1, got ", shards));
+    return absl::InvalidArgumentError(
+        absl::StrCat("shards: must be >= 1, got ", shards));
   }
   auto c = std::unique_ptr<BenchCluster>(new BenchCluster());
   for (int i = 0; i < shards; ++i) {
@@ -44,12 +46,14 @@ absl::StatusOr<std::unique_ptr<BenchCluster>> BenchCluster::StartInProcess(int s
     s.service = std::make_unique<PsService>(s.shard.get(), &c->security_);
     grpc::ServerBuilder builder;
     int port = 0;
-    builder.AddListeningPort("127.0.0.1:0", c->security_.ServerCredentials(), &port);
+    builder.AddListeningPort("127.0.0.1:0", c->security_.ServerCredentials(),
+                             &port);
     ApplyTransportSettings(kDefaultMaxMessageBytes, &builder);
     builder.RegisterService(s.service.get());
     s.server = builder.BuildAndStart();
     if (s.server == nullptr || port == 0) {
-      return absl::UnavailableError(absl::StrCat("shard ", i, ": cannot listen on 127.0.0.1:0"));
+      return absl::UnavailableError(
+          absl::StrCat("shard ", i, ": cannot listen on 127.0.0.1:0"));
     }
     c->addresses_.push_back(absl::StrCat("127.0.0.1:", port));
     c->servers_.push_back(std::move(s));
@@ -60,7 +64,8 @@ absl::StatusOr<std::unique_ptr<BenchCluster>> BenchCluster::StartInProcess(int s
   BenchCluster* self = c.get();
   c->housekeeping_ = std::thread([self] {
     while (!self->stop_.WaitForNotificationWithTimeout(kHousekeepingPeriod)) {
-      for (InProcessShard& s : self->servers_) s.shard->CheckDeadlines(absl::Now());
+      for (InProcessShard& s : self->servers_)
+        s.shard->CheckDeadlines(absl::Now());
     }
   });
   return c;
@@ -85,11 +90,13 @@ BenchCluster::~BenchCluster() {
     housekeeping_.join();
   }
   for (InProcessShard& s : servers_) s.shard->Shutdown();
-  for (InProcessShard& s : servers_) s.server->Shutdown(absl::ToChronoTime(absl::Now()));
+  for (InProcessShard& s : servers_)
+    s.server->Shutdown(absl::ToChronoTime(absl::Now()));
   for (InProcessShard& s : servers_) s.server->Wait();
 }
 
-absl::StatusOr<Assignment> BenchCluster::RegisterJob(const BenchJob& job) const {
+absl::StatusOr<Assignment> BenchCluster::RegisterJob(
+    const BenchJob& job) const {
   if (job.floats == 0) return absl::InvalidArgumentError("floats: must be > 0");
   JobSpec spec;
   spec.set_name(job.job_id);
@@ -105,8 +112,9 @@ absl::StatusOr<Assignment> BenchCluster::RegisterJob(const BenchJob& job) const 
   t->add_shape(job.floats);
   t->mutable_init()->set_kind(NORMAL);
   t->mutable_init()->set_scale(0.01f);
-  PS_ASSIGN_OR_RETURN(Placement placement,
-                      PlaceChunks(spec, static_cast<uint32_t>(addresses_.size())));
+  PS_ASSIGN_OR_RETURN(
+      Placement placement,
+      PlaceChunks(spec, static_cast<uint32_t>(addresses_.size())));
   RegisterJobRequest req;
   req.set_job_id(job.job_id);
   *req.mutable_spec() = spec;
@@ -118,8 +126,9 @@ absl::StatusOr<Assignment> BenchCluster::RegisterJob(const BenchJob& job) const 
     grpc::Status st = stubs_[s]->RegisterJob(ctx.get(), req, &resp);
     if (!st.ok()) {
       absl::Status a = FromGrpcStatus(st);
-      return absl::Status(a.code(), absl::StrCat("RegisterJob on shard ", s, " (",
-                                                 addresses_[s], "): ", a.message()));
+      return absl::Status(a.code(),
+                          absl::StrCat("RegisterJob on shard ", s, " (",
+                                       addresses_[s], "): ", a.message()));
     }
   }
   Assignment a;
@@ -140,7 +149,8 @@ absl::Status BenchCluster::DropJob(const std::string& job_id) const {
     grpc::Status st = stubs_[s]->DropJob(ctx.get(), req, &resp);
     if (!st.ok()) {
       absl::Status a = FromGrpcStatus(st);
-      return absl::Status(a.code(), absl::StrCat("DropJob on shard ", s, ": ", a.message()));
+      return absl::Status(
+          a.code(), absl::StrCat("DropJob on shard ", s, ": ", a.message()));
     }
   }
   return absl::OkStatus();
@@ -153,10 +163,12 @@ absl::StatusOr<std::vector<pid_t>> BenchCluster::ServerPids() const {
     PS_ASSIGN_OR_RETURN(int port, PortOf(address));
     absl::StatusOr<pid_t> pid = ListeningPid(port);
     if (!pid.ok()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "resident memory of the shard at ", address, ": ", pid.status().message()));
+      return absl::FailedPreconditionError(
+          absl::StrCat("resident memory of the shard at ", address, ": ",
+                       pid.status().message()));
     }
-    if (std::find(pids.begin(), pids.end(), *pid) == pids.end()) pids.push_back(*pid);
+    if (std::find(pids.begin(), pids.end(), *pid) == pids.end())
+      pids.push_back(*pid);
   }
   return pids;
 }

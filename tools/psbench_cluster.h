@@ -55,7 +55,8 @@ class BenchCluster {
   // Starts `shards` Shard + PsService gRPC servers on 127.0.0.1:0 with the
   // psd transport settings (ApplyTransportSettings) and a housekeeping
   // thread that enforces step deadlines, as psd does.
-  static absl::StatusOr<std::unique_ptr<BenchCluster>> StartInProcess(int shards);
+  static absl::StatusOr<std::unique_ptr<BenchCluster>> StartInProcess(
+      int shards);
 
   // Uses the running cluster of `cluster_file` (its security settings;
   // address files waited for up to `timeout`).

@@ -103,12 +103,11 @@ struct ClientPhases {
 // `phases.warmup` of unmeasured traffic, then `phases.measure` measured.
 // Stopping is step-consistent (no client starts a step that another will
 // not start), so BSP clients never wait for a peer that left.
-absl::StatusOr<ClientRun> RunClients(const BenchCluster& cluster,
-                                     const Assignment& assignment, int clients,
-                                     const PsClientOptions& client_options,
-                                     const ClientPhases& phases,
-                                     const std::function<void()>& on_measure,
-                                     const std::function<void()>& on_measure_end) {
+absl::StatusOr<ClientRun> RunClients(
+    const BenchCluster& cluster, const Assignment& assignment, int clients,
+    const PsClientOptions& client_options, const ClientPhases& phases,
+    const std::function<void()>& on_measure,
+    const std::function<void()>& on_measure_end) {
   uint64_t n = 0;
   for (const TensorSpec& t : assignment.spec().tensors()) {
     uint64_t k = 1;
@@ -119,8 +118,9 @@ absl::StatusOr<ClientRun> RunClients(const BenchCluster& cluster,
   for (int r = 0; r < clients; ++r) {
     Assignment a = assignment;
     a.set_rank(static_cast<uint32_t>(r));
-    PS_ASSIGN_OR_RETURN(std::unique_ptr<PsClient> c,
-                        PsClient::Create(client_options, a, &cluster.security()));
+    PS_ASSIGN_OR_RETURN(
+        std::unique_ptr<PsClient> c,
+        PsClient::Create(client_options, a, &cluster.security()));
     ps_clients.push_back(std::move(c));
   }
 
@@ -160,7 +160,8 @@ absl::StatusOr<ClientRun> RunClients(const BenchCluster& cluster,
       {
         absl::MutexLock l(&mu);
         if (step > phases.max_steps) stop_requested = true;
-        if (stop_requested && stop_step == std::numeric_limits<uint64_t>::max()) {
+        if (stop_requested &&
+            stop_step == std::numeric_limits<uint64_t>::max()) {
           stop_step = max_started + 1;
         }
         if (step >= stop_step) break;
@@ -219,7 +220,8 @@ absl::StatusOr<ClientRun> RunClients(const BenchCluster& cluster,
 absl::StatusOr<TransportReport> RunTransport(const BenchCluster& cluster,
                                              const TransportOptions& options) {
   if (options.clients < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("clients: must be >= 1, got ", options.clients));
+    return absl::InvalidArgumentError(
+        absl::StrCat("clients: must be >= 1, got ", options.clients));
   }
   TransportReport report;
   report.shards = static_cast<int>(cluster.addresses().size());
@@ -228,11 +230,12 @@ absl::StatusOr<TransportReport> RunTransport(const BenchCluster& cluster,
   for (ConsistencyMode mode : options.modes) {
     for (uint64_t size : options.sizes) {
       if (size < 4 || size % 4 != 0) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("sizes: ", size, " is not a positive multiple of 4 bytes"));
+        return absl::InvalidArgumentError(absl::StrCat(
+            "sizes: ", size, " is not a positive multiple of 4 bytes"));
       }
       BenchJob job;
-      job.job_id = absl::StrCat("psbench-", getpid(), "-", ModeName(mode), "-", size);
+      job.job_id =
+          absl::StrCat("psbench-", getpid(), "-", ModeName(mode), "-", size);
       job.floats = size / 4;
       job.mode = mode;
       job.workers = static_cast<uint32_t>(options.clients);
@@ -243,8 +246,9 @@ absl::StatusOr<TransportReport> RunTransport(const BenchCluster& cluster,
       phases.measure = options.duration;
       phases.max_steps = options.max_steps;
       double cpu0 = 0;
-      absl::StatusOr<ClientRun> run = RunClients(cluster, a, options.clients, options.client,
-                                                 phases, [&cpu0] { cpu0 = CpuSeconds(); }, nullptr);
+      absl::StatusOr<ClientRun> run = RunClients(
+          cluster, a, options.clients, options.client, phases,
+          [&cpu0] { cpu0 = CpuSeconds(); }, nullptr);
       const double cpu_seconds = CpuSeconds() - cpu0;
       absl::Status dropped = cluster.DropJob(job.job_id);
       if (!run.ok()) return run.status();
@@ -268,17 +272,20 @@ absl::StatusOr<TransportReport> RunTransport(const BenchCluster& cluster,
         // steady state), bounded like the point itself.
         const uint64_t tcp_bytes = std::max<uint64_t>(moved, 64 << 20);
         const absl::Duration tcp_limit = options.duration + absl::Seconds(5);
-        PS_ASSIGN_OR_RETURN(p.socket,
-                            SocketStream(tcp_bytes, options.tcp_write_size, tcp_limit));
+        PS_ASSIGN_OR_RETURN(
+            p.socket,
+            SocketStream(tcp_bytes, options.tcp_write_size, tcp_limit));
         double reference = p.socket.bytes_per_second();
         if (iperf3) {
-          PS_ASSIGN_OR_RETURN(p.iperf3,
-                              Iperf3Stream(tcp_bytes, options.tcp_write_size, tcp_limit));
+          PS_ASSIGN_OR_RETURN(
+              p.iperf3,
+              Iperf3Stream(tcp_bytes, options.tcp_write_size, tcp_limit));
           reference = p.iperf3.bytes_per_second();
         }
         p.ratio = reference > 0 ? p.goodput / reference : 0;
         if (p.socket.bytes_per_cpu_second() > 0) {
-          p.cpu_ratio = p.bytes_per_cpu_second() / p.socket.bytes_per_cpu_second();
+          p.cpu_ratio =
+              p.bytes_per_cpu_second() / p.socket.bytes_per_cpu_second();
         }
       }
       report.points.push_back(p);
@@ -297,9 +304,12 @@ absl::StatusOr<ApplyReport> RunApply(const ApplyOptions& options) {
   };
   // "sum" is the BSP aggregation (AddInto), not an optimizer.
   const Kind kinds[] = {
-      {"sgd", SGD, 0.0f, false, 12},      {"momentum", SGD, 0.9f, false, 20},
-      {"nesterov", SGD, 0.9f, true, 20},  {"adagrad", ADAGRAD, 0.0f, false, 20},
-      {"adam", ADAM, 0.0f, false, 28},    {"adamw", ADAMW, 0.0f, false, 28},
+      {"sgd", SGD, 0.0f, false, 12},
+      {"momentum", SGD, 0.9f, false, 20},
+      {"nesterov", SGD, 0.9f, true, 20},
+      {"adagrad", ADAGRAD, 0.0f, false, 20},
+      {"adam", ADAM, 0.0f, false, 28},
+      {"adamw", ADAMW, 0.0f, false, 28},
       {"sum", OPTIMIZER_UNSPECIFIED, 0.0f, false, 12},
   };
   // Repeats `fn` for min_time and min_iterations; seconds per call.
@@ -335,7 +345,9 @@ absl::StatusOr<ApplyReport> RunApply(const ApplyOptions& options) {
         if (k.kind == ADAMW) spec.set_weight_decay(0.01f);
         PS_ASSIGN_OR_RETURN(opt, Optimizer::Create(spec));
         state = opt->NewState(n);
-        apply = [&] { opt->Apply(absl::MakeSpan(params), grad.data(), 1.0f, &state); };
+        apply = [&] {
+          opt->Apply(absl::MakeSpan(params), grad.data(), 1.0f, &state);
+        };
       }
       // memcpy of the same bytes, measured next to each optimizer so both
       // see the same machine load.
@@ -362,13 +374,15 @@ absl::StatusOr<ApplyReport> RunApply(const ApplyOptions& options) {
   return report;
 }
 
-absl::StatusOr<LoadReport> RunLoad(const BenchCluster& cluster, const LoadOptions& options) {
+absl::StatusOr<LoadReport> RunLoad(const BenchCluster& cluster,
+                                   const LoadOptions& options) {
   if (options.clients < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("clients: must be >= 1, got ", options.clients));
+    return absl::InvalidArgumentError(
+        absl::StrCat("clients: must be >= 1, got ", options.clients));
   }
   if (options.bytes < 4 || options.bytes % 4 != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("bytes: ", options.bytes, " is not a positive multiple of 4"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "bytes: ", options.bytes, " is not a positive multiple of 4"));
   }
   LoadReport report;
   report.clients = options.clients;
@@ -395,9 +409,9 @@ absl::StatusOr<LoadReport> RunLoad(const BenchCluster& cluster, const LoadOption
       rss_status = r.status();
     }
   };
-  absl::StatusOr<ClientRun> run =
-      RunClients(cluster, a, options.clients, options.client, phases,
-                 [&] { rss(&report.rss_start); }, [&] { rss(&report.rss_end); });
+  absl::StatusOr<ClientRun> run = RunClients(
+      cluster, a, options.clients, options.client, phases,
+      [&] { rss(&report.rss_start); }, [&] { rss(&report.rss_end); });
   absl::Status dropped = cluster.DropJob(job.job_id);
   if (!run.ok()) return run.status();
   if (!rss_status.ok()) return rss_status;
@@ -410,10 +424,12 @@ absl::StatusOr<LoadReport> RunLoad(const BenchCluster& cluster, const LoadOption
   report.p50_us = Percentile(run->latencies_us, 0.50);
   report.p99_us = Percentile(run->latencies_us, 0.99);
   report.max_us = Percentile(run->latencies_us, 1.0);
-  report.rss_growth = report.rss_start > 0
-                          ? static_cast<double>(report.rss_end) / report.rss_start - 1.0
-                          : 0;
-  report.pass = report.errors == 0 && report.rss_growth < options.max_rss_growth;
+  report.rss_growth =
+      report.rss_start > 0
+          ? static_cast<double>(report.rss_end) / report.rss_start - 1.0
+          : 0;
+  report.pass =
+      report.errors == 0 && report.rss_growth < options.max_rss_growth;
   return report;
 }
 
@@ -422,18 +438,23 @@ std::string FormatTransport(const TransportReport& r) {
       "transport: %d shard(s) %s; goodput = bytes pushed + pulled per second; "
       "ratio = goodput / raw loopback TCP (%s) moving the same bytes\n",
       r.shards, r.in_process ? "in-process" : "of a running cluster",
-      !r.points.empty() && r.points[0].iperf3.bytes > 0 ? "iperf3" : "socket stream");
-  out += absl::StrFormat("%-4s %8s %7s %8s %11s %11s %11s %6s %10s %10s %6s %6s %9s\n", "mode",
-                         "size", "clients", "steps", "goodput", "tcp", "iperf3", "ratio", "p50",
-                         "p99", "errors", "cores", "cpu ratio");
+      !r.points.empty() && r.points[0].iperf3.bytes > 0 ? "iperf3"
+                                                        : "socket stream");
+  out += absl::StrFormat(
+      "%-4s %8s %7s %8s %11s %11s %11s %6s %10s %10s %6s %6s %9s\n", "mode",
+      "size", "clients", "steps", "goodput", "tcp", "iperf3", "ratio", "p50",
+      "p99", "errors", "cores", "cpu ratio");
   for (const TransportPoint& p : r.points) {
     out += absl::StrFormat(
-        "%-4s %8s %7d %8d %6.1f MB/s %6.1f MB/s %6.1f MB/s %6.2f %7.0f us %7.0f us %6d %6.2f "
+        "%-4s %8s %7d %8d %6.1f MB/s %6.1f MB/s %6.1f MB/s %6.2f %7.0f us "
+        "%7.0f us %6d %6.2f "
         "%9.2f\n",
         ModeName(p.mode), Bytes(p.bytes), p.clients, p.steps, p.goodput / 1e6,
-        p.socket.bytes_per_second() / 1e6, p.iperf3.bytes_per_second() / 1e6, p.ratio, p.p50_us,
-        p.p99_us, p.errors, p.seconds > 0 ? p.cpu_seconds / p.seconds : 0, p.cpu_ratio);
-    if (!p.first_error.empty()) out += absl::StrCat("  first error: ", p.first_error, "\n");
+        p.socket.bytes_per_second() / 1e6, p.iperf3.bytes_per_second() / 1e6,
+        p.ratio, p.p50_us, p.p99_us, p.errors,
+        p.seconds > 0 ? p.cpu_seconds / p.seconds : 0, p.cpu_ratio);
+    if (!p.first_error.empty())
+      out += absl::StrCat("  first error: ", p.first_error, "\n");
   }
   return out;
 }
@@ -442,33 +463,39 @@ std::string TransportJson(const TransportReport& r) {
   std::vector<std::string> points;
   for (const TransportPoint& p : r.points) {
     points.push_back(absl::StrFormat(
-        "{\"mode\":\"%s\",\"bytes\":%d,\"clients\":%d,\"steps\":%d,\"errors\":%d,"
+        "{\"mode\":\"%s\",\"bytes\":%d,\"clients\":%d,\"steps\":%d,\"errors\":%"
+        "d,"
         "\"first_error\":%s,\"seconds\":%.6f,\"goodput_bytes_per_s\":%.1f,"
         "\"p50_us\":%.1f,\"p99_us\":%.1f,\"tcp_socket_bytes_per_s\":%.1f,"
         "\"tcp_iperf3_bytes_per_s\":%.1f,\"ratio\":%.4f,\"cpu_seconds\":%.3f,"
-        "\"bytes_per_cpu_s\":%.1f,\"tcp_socket_bytes_per_cpu_s\":%.1f,\"cpu_ratio\":%.4f}",
-        ModeName(p.mode), p.bytes, p.clients, p.steps, p.errors, JsonString(p.first_error),
-        p.seconds, p.goodput, p.p50_us, p.p99_us, p.socket.bytes_per_second(),
-        p.iperf3.bytes_per_second(), p.ratio, p.cpu_seconds, p.bytes_per_cpu_second(),
+        "\"bytes_per_cpu_s\":%.1f,\"tcp_socket_bytes_per_cpu_s\":%.1f,\"cpu_"
+        "ratio\":%.4f}",
+        ModeName(p.mode), p.bytes, p.clients, p.steps, p.errors,
+        JsonString(p.first_error), p.seconds, p.goodput, p.p50_us, p.p99_us,
+        p.socket.bytes_per_second(), p.iperf3.bytes_per_second(), p.ratio,
+        p.cpu_seconds, p.bytes_per_cpu_second(),
         p.socket.bytes_per_cpu_second(), p.cpu_ratio));
   }
-  return absl::StrFormat("{\"mode\":\"transport\",\"shards\":%d,\"in_process\":%s,\"points\":[%s]}",
-                         r.shards, r.in_process ? "true" : "false", absl::StrJoin(points, ","));
+  return absl::StrFormat(
+      "{\"mode\":\"transport\",\"shards\":%d,\"in_process\":%s,\"points\":[%s]"
+      "}",
+      r.shards, r.in_process ? "true" : "false", absl::StrJoin(points, ","));
 }
 
 std::string FormatApply(const ApplyReport& r) {
   std::string out =
-      "apply: Optimizer::Apply on one chunk (sum = BSP gradient sum), next to memcpy of the "
+      "apply: Optimizer::Apply on one chunk (sum = BSP gradient sum), next to "
+      "memcpy of the "
       "same floats; touched = bytes the update reads + writes\n";
-  out += absl::StrFormat("%-9s %7s %11s %12s %13s %11s %13s %8s\n", "optimizer", "floats",
-                         "apply ms", "Gfloat/s", "touched GB/s", "memcpy ms", "memcpy GB/s",
-                         "vs copy");
+  out += absl::StrFormat("%-9s %7s %11s %12s %13s %11s %13s %8s\n", "optimizer",
+                         "floats", "apply ms", "Gfloat/s", "touched GB/s",
+                         "memcpy ms", "memcpy GB/s", "vs copy");
   for (const ApplyPoint& p : r.points) {
-    out += absl::StrFormat("%-9s %7s %11.3f %12.3f %13.2f %11.3f %13.2f %8.2f\n", p.optimizer,
-                           Floats(p.floats), p.seconds_per_apply * 1e3,
-                           p.floats_per_second / 1e9, p.touched_bytes_per_second / 1e9,
-                           p.memcpy_seconds * 1e3, p.memcpy_bytes_per_second / 1e9,
-                           p.ratio_to_memcpy);
+    out += absl::StrFormat(
+        "%-9s %7s %11.3f %12.3f %13.2f %11.3f %13.2f %8.2f\n", p.optimizer,
+        Floats(p.floats), p.seconds_per_apply * 1e3, p.floats_per_second / 1e9,
+        p.touched_bytes_per_second / 1e9, p.memcpy_seconds * 1e3,
+        p.memcpy_bytes_per_second / 1e9, p.ratio_to_memcpy);
   }
   return out;
 }
@@ -478,24 +505,31 @@ std::string ApplyJson(const ApplyReport& r) {
   for (const ApplyPoint& p : r.points) {
     points.push_back(absl::StrFormat(
         "{\"optimizer\":\"%s\",\"floats\":%d,\"seconds_per_apply\":%.9f,"
-        "\"floats_per_s\":%.1f,\"touched_bytes_per_s\":%.1f,\"memcpy_seconds\":%.9f,"
+        "\"floats_per_s\":%.1f,\"touched_bytes_per_s\":%.1f,\"memcpy_seconds\":"
+        "%.9f,"
         "\"memcpy_bytes_per_s\":%.1f,\"ratio_to_memcpy\":%.4f}",
         p.optimizer, p.floats, p.seconds_per_apply, p.floats_per_second,
         p.touched_bytes_per_second, p.memcpy_seconds, p.memcpy_bytes_per_second,
         p.ratio_to_memcpy));
   }
-  return absl::StrFormat("{\"mode\":\"apply\",\"points\":[%s]}", absl::StrJoin(points, ","));
+  return absl::StrFormat("{\"mode\":\"apply\",\"points\":[%s]}",
+                         absl::StrJoin(points, ","));
 }
 
 std::string FormatLoad(const LoadReport& r) {
   return absl::StrFormat(
-      "load: %d clients, %.1f s measured: %d steps (%.0f/s), errors %d, latency p50 %.0f us "
+      "load: %d clients, %.1f s measured: %d steps (%.0f/s), errors %d, "
+      "latency p50 %.0f us "
       "p99 %.0f us max %.0f us\n"
-      "resident memory (%s): %.1f MiB after warm-up, %.1f MiB at end, growth %+.2f%%\n"
+      "resident memory (%s): %.1f MiB after warm-up, %.1f MiB at end, growth "
+      "%+.2f%%\n"
       "%s%s\n",
-      r.clients, r.seconds, r.steps, r.steps_per_second, r.errors, r.p50_us, r.p99_us, r.max_us,
-      r.rss_source, r.rss_start / 1048576.0, r.rss_end / 1048576.0, 100 * r.rss_growth,
-      r.first_error.empty() ? "" : absl::StrCat("first error: ", r.first_error, "\n"),
+      r.clients, r.seconds, r.steps, r.steps_per_second, r.errors, r.p50_us,
+      r.p99_us, r.max_us, r.rss_source, r.rss_start / 1048576.0,
+      r.rss_end / 1048576.0, 100 * r.rss_growth,
+      r.first_error.empty()
+          ? ""
+          : absl::StrCat("first error: ", r.first_error, "\n"),
       r.pass ? "PASS" : "FAIL");
 }
 
@@ -503,11 +537,13 @@ std::string LoadJson(const LoadReport& r) {
   return absl::StrFormat(
       "{\"mode\":\"load\",\"clients\":%d,\"seconds\":%.3f,\"steps\":%d,"
       "\"steps_per_s\":%.1f,\"errors\":%d,\"first_error\":%s,\"p50_us\":%.1f,"
-      "\"p99_us\":%.1f,\"max_us\":%.1f,\"rss_source\":%s,\"rss_start_bytes\":%d,"
+      "\"p99_us\":%.1f,\"max_us\":%.1f,\"rss_source\":%s,\"rss_start_bytes\":%"
+      "d,"
       "\"rss_end_bytes\":%d,\"rss_growth\":%.5f,\"pass\":%s}",
-      r.clients, r.seconds, r.steps, r.steps_per_second, r.errors, JsonString(r.first_error),
-      r.p50_us, r.p99_us, r.max_us, JsonString(r.rss_source), r.rss_start, r.rss_end,
-      r.rss_growth, r.pass ? "true" : "false");
+      r.clients, r.seconds, r.steps, r.steps_per_second, r.errors,
+      JsonString(r.first_error), r.p50_us, r.p99_us, r.max_us,
+      JsonString(r.rss_source), r.rss_start, r.rss_end, r.rss_growth,
+      r.pass ? "true" : "false");
 }
 
 }  // namespace bench

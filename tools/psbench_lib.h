@@ -13,8 +13,8 @@
 //   PS_ASSIGN_OR_RETURN(auto cluster, BenchCluster::StartInProcess(2));
 //   TransportOptions options;
 //   options.sizes = {1 << 20};
-//   PS_ASSIGN_OR_RETURN(TransportReport r, RunTransport(cluster.get(), options));
-//   std::cout << FormatTransport(r);
+//   PS_ASSIGN_OR_RETURN(TransportReport r, RunTransport(cluster.get(),
+//   options)); std::cout << FormatTransport(r);
 //
 // Every run is bounded in time by its options; traffic goes only to the
 // shards' addresses and 127.0.0.1.
@@ -36,7 +36,8 @@ namespace ps {
 namespace bench {
 
 struct TransportOptions {
-  std::vector<uint64_t> sizes = {4 << 10, 64 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20};
+  std::vector<uint64_t> sizes = {4 << 10, 64 << 10, 1 << 20,
+                                 4 << 20, 16 << 20, 64 << 20};
   std::vector<ConsistencyMode> modes = {ASP, BSP};
   int clients = 2;
   // Measured time per (mode, size), after one warm-up step.
@@ -67,7 +68,9 @@ struct TransportPoint {
   // the shards): bytes moved per CPU-second is the efficiency that machine
   // load does not distort.
   double cpu_seconds = 0;
-  double bytes_per_cpu_second() const { return cpu_seconds > 0 ? 2.0 * bytes * steps / cpu_seconds : 0; }
+  double bytes_per_cpu_second() const {
+    return cpu_seconds > 0 ? 2.0 * bytes * steps / cpu_seconds : 0;
+  }
   // Raw TCP moving the same bytes, right after this point.
   TcpResult socket;
   TcpResult iperf3;  // bytes == 0 when not measured
@@ -97,14 +100,15 @@ struct ApplyOptions {
 };
 
 struct ApplyPoint {
-  std::string optimizer;  // "sgd", "momentum", "nesterov", "adagrad", "adam", "adamw"
+  std::string
+      optimizer;  // "sgd", "momentum", "nesterov", "adagrad", "adam", "adamw"
   uint64_t floats = 0;
   double seconds_per_apply = 0;
   double floats_per_second = 0;
   // Bytes the update must stream (read + write) per second; see
   // server/apply_benchmark.cc for the per-float counts.
   double touched_bytes_per_second = 0;
-  double memcpy_seconds = 0;  // memcpy of floats * 4 bytes
+  double memcpy_seconds = 0;           // memcpy of floats * 4 bytes
   double memcpy_bytes_per_second = 0;  // read + write: 8 bytes per float
   double ratio_to_memcpy = 0;          // memcpy_seconds / seconds_per_apply
 };
@@ -137,13 +141,15 @@ struct LoadReport {
   double seconds = 0;
   double steps_per_second = 0;
   double p50_us = 0, p99_us = 0, max_us = 0;
-  uint64_t rss_start = 0, rss_end = 0;  // after warm-up; at the end
-  double rss_growth = 0;                // rss_end / rss_start - 1
-  std::string rss_source;               // "self" or "psd pids ..."
-  bool pass = false;  // errors == 0 and rss_growth < max_rss_growth
+  // After warm-up, and at the end with the clients still running.
+  uint64_t rss_start = 0, rss_end = 0;
+  double rss_growth = 0;   // rss_end / rss_start - 1
+  std::string rss_source;  // "self" or "psd pids ..."
+  bool pass = false;       // errors == 0 and rss_growth < max_rss_growth
 };
 
-absl::StatusOr<LoadReport> RunLoad(const BenchCluster& cluster, const LoadOptions& options);
+absl::StatusOr<LoadReport> RunLoad(const BenchCluster& cluster,
+                                   const LoadOptions& options);
 
 // Human-readable tables and one-object JSON of each report.
 std::string FormatTransport(const TransportReport& r);

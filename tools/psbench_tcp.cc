@@ -78,8 +78,8 @@ absl::Status Listen(Fd* fd, int* port) {
 }
 
 // The number after `"key":` following `from` in iperf3's JSON, or false.
-bool JsonNumberAfter(const std::string& json, size_t from, const std::string& key,
-                     double* out) {
+bool JsonNumberAfter(const std::string& json, size_t from,
+                     const std::string& key, double* out) {
   size_t k = json.find(absl::StrCat("\"", key, "\""), from);
   if (k == std::string::npos) return false;
   size_t colon = json.find(':', k);
@@ -105,7 +105,8 @@ int RunCapture(const std::string& command, std::string* output) {
 
 absl::StatusOr<TcpResult> SocketStream(uint64_t bytes, size_t write_size,
                                        absl::Duration max_time) {
-  if (write_size == 0) return absl::InvalidArgumentError("write_size: must be > 0");
+  if (write_size == 0)
+    return absl::InvalidArgumentError("write_size: must be > 0");
   Fd listener;
   int port = 0;
   if (absl::Status s = Listen(&listener, &port); !s.ok()) return s;
@@ -155,7 +156,8 @@ absl::StatusOr<TcpResult> SocketStream(uint64_t bytes, size_t write_size,
     const absl::Time stop = start + max_time;
     uint64_t sent = 0;
     while (sent < bytes && absl::Now() < stop) {
-      size_t want = static_cast<size_t>(std::min<uint64_t>(write_size, bytes - sent));
+      size_t want =
+          static_cast<size_t>(std::min<uint64_t>(write_size, bytes - sent));
       ssize_t n = write(conn.get(), buf.data(), want);
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) {
@@ -203,10 +205,9 @@ absl::StatusOr<TcpResult> Iperf3Stream(uint64_t bytes, size_t write_size,
   }
   const int64_t limit_s = absl::ToInt64Seconds(max_time) + 5;
   const double cpu0 = CpuSeconds(/*children=*/true);
-  std::string server_cmd = absl::StrCat("timeout ", limit_s,
-                                        " iperf3 -s -1 --forceflush -B 127.0.0.1 -p ",
-                                        port,
-                                        " 2>&1");
+  std::string server_cmd = absl::StrCat(
+      "timeout ", limit_s, " iperf3 -s -1 --forceflush -B 127.0.0.1 -p ", port,
+      " 2>&1");
   FILE* server = popen(server_cmd.c_str(), "r");
   if (server == nullptr) return Errno("popen iperf3 -s");
   // The client may connect once the server says it listens.
@@ -223,23 +224,25 @@ absl::StatusOr<TcpResult> Iperf3Stream(uint64_t bytes, size_t write_size,
   std::string client_out;
   int client_rc = -1;
   if (listening) {
-    client_rc = RunCapture(
-        absl::StrCat("timeout ", limit_s, " iperf3 -c 127.0.0.1 -p ", port,
-                     " -n ", bytes, " -l ", write_size, " -J"),
-        &client_out);
+    client_rc =
+        RunCapture(absl::StrCat("timeout ", limit_s, " iperf3 -c 127.0.0.1 -p ",
+                                port, " -n ", bytes, " -l ", write_size, " -J"),
+                   &client_out);
   }
   // Drains the server's remaining output so it can exit (-1: after one test).
   while (fgets(line, sizeof(line), server) != nullptr) server_out += line;
   pclose(server);
   if (!listening) {
-    return absl::InternalError(absl::StrCat("iperf3 -s did not start: ", server_out));
+    return absl::InternalError(
+        absl::StrCat("iperf3 -s did not start: ", server_out));
   }
   size_t at = client_out.find("\"sum_received\"");
   double received = 0, seconds = 0;
   if (client_rc != 0 || at == std::string::npos ||
       !JsonNumberAfter(client_out, at, "bytes", &received) ||
       !JsonNumberAfter(client_out, at, "seconds", &seconds)) {
-    return absl::InternalError(absl::StrCat("iperf3 -c failed (exit ", client_rc,
+    return absl::InternalError(absl::StrCat("iperf3 -c failed (exit ",
+                                            client_rc,
                                             "): ", client_out.substr(0, 500)));
   }
   TcpResult r;

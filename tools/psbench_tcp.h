@@ -28,7 +28,9 @@ struct TcpResult {
   // process's for the socket stream, the iperf3 processes' for iperf3.
   double cpu_seconds = 0;
   double bytes_per_second() const { return seconds > 0 ? bytes / seconds : 0; }
-  double bytes_per_cpu_second() const { return cpu_seconds > 0 ? bytes / cpu_seconds : 0; }
+  double bytes_per_cpu_second() const {
+    return cpu_seconds > 0 ? bytes / cpu_seconds : 0;
+  }
 };
 
 // One sender thread and one receiver thread stream `bytes` through a

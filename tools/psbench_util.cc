@@ -91,7 +91,8 @@ absl::StatusOr<pid_t> ListeningPid(int port) {
   std::string inode;
   if (!ListeningInode("/proc/net/tcp", port, &inode) &&
       !ListeningInode("/proc/net/tcp6", port, &inode)) {
-    return absl::NotFoundError(absl::StrCat("no socket listens on port ", port));
+    return absl::NotFoundError(
+        absl::StrCat("no socket listens on port ", port));
   }
   const std::string target = absl::StrCat("socket:[", inode, "]");
   DIR* proc = opendir("/proc");
@@ -117,8 +118,9 @@ absl::StatusOr<pid_t> ListeningPid(int port) {
   }
   closedir(proc);
   if (found < 0) {
-    return absl::NotFoundError(absl::StrCat(
-        "port ", port, ": listening socket ", inode, " belongs to no visible process"));
+    return absl::NotFoundError(absl::StrCat("port ", port,
+                                            ": listening socket ", inode,
+                                            " belongs to no visible process"));
   }
   return found;
 }

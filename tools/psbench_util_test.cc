@@ -35,7 +35,8 @@ TEST(PercentileTest, NearestRank) {
       {{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, 0.99, 10},
   };
   for (const Case& c : cases) {
-    EXPECT_EQ(Percentile(c.values, c.q), c.want) << "q " << c.q << " of " << c.values.size();
+    EXPECT_EQ(Percentile(c.values, c.q), c.want)
+        << "q " << c.q << " of " << c.values.size();
   }
 }
 
@@ -79,13 +80,16 @@ TEST(ProcTest, ResidentBytesAndListeningPidOfThisProcess) {
 TEST(PortOfTest, Table) {
   EXPECT_EQ(*PortOf("127.0.0.1:7001"), 7001);
   EXPECT_EQ(*PortOf("[::1]:80"), 80);
-  for (const char* bad : {"127.0.0.1", "host:", "host:0", "host:70000", "host:x"}) {
-    EXPECT_EQ(PortOf(bad).status().code(), absl::StatusCode::kInvalidArgument) << bad;
+  for (const char* bad :
+       {"127.0.0.1", "host:", "host:0", "host:70000", "host:x"}) {
+    EXPECT_EQ(PortOf(bad).status().code(), absl::StatusCode::kInvalidArgument)
+        << bad;
   }
 }
 
 TEST(SocketStreamTest, MovesEveryByteOverLoopback) {
-  absl::StatusOr<TcpResult> r = SocketStream(16 << 20, 1 << 20, absl::Seconds(20));
+  absl::StatusOr<TcpResult> r =
+      SocketStream(16 << 20, 1 << 20, absl::Seconds(20));
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->method, "socket");
   EXPECT_EQ(r->bytes, 16u << 20);

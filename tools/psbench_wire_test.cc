@@ -60,7 +60,9 @@ void Varint(uint64_t v, std::string* out) {
   }
   out->push_back(static_cast<char>(v));
 }
-void Tag(uint32_t field, uint32_t wire, std::string* out) { Varint(field << 3 | wire, out); }
+void Tag(uint32_t field, uint32_t wire, std::string* out) {
+  Varint(field << 3 | wire, out);
+}
 void Bytes(uint32_t field, const std::string& b, std::string* out) {
   Tag(field, 2, out);
   Varint(b.size(), out);
@@ -68,24 +70,30 @@ void Bytes(uint32_t field, const std::string& b, std::string* out) {
 }
 
 std::string FloatBytes(const std::vector<float>& v, size_t offset, size_t n) {
-  return std::string(reinterpret_cast<const char*>(v.data() + offset), n * sizeof(float));
+  return std::string(reinterpret_cast<const char*>(v.data() + offset),
+                     n * sizeof(float));
 }
 
 // A ParameterServer whose PushPull / Pull answer from a script, recording
 // the raw requests. Other methods are not used.
 class ScriptedServer final
     : public ParameterServer::WithRawCallbackMethod_PushPull<
-          ParameterServer::WithRawCallbackMethod_Pull<ParameterServer::CallbackService>> {
+          ParameterServer::WithRawCallbackMethod_Pull<
+              ParameterServer::CallbackService>> {
  public:
-  using Script = std::function<grpc::Status(const std::string& request, std::string* reply)>;
+  using Script = std::function<grpc::Status(const std::string& request,
+                                            std::string* reply)>;
 
   explicit ScriptedServer(Script script) : script_(std::move(script)) {
     grpc::ServerBuilder builder;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                             &port_);
     builder.RegisterService(this);
     server_ = builder.BuildAndStart();
   }
-  ~ScriptedServer() override { server_->Shutdown(absl::ToChronoTime(absl::Now())); }
+  ~ScriptedServer() override {
+    server_->Shutdown(absl::ToChronoTime(absl::Now()));
+  }
 
   std::string address() const { return absl::StrCat("127.0.0.1:", port_); }
   std::vector<std::string> requests() {
@@ -98,13 +106,15 @@ class ScriptedServer final
                                      grpc::ByteBuffer* resp) override {
     return Answer(ctx, req, resp);
   }
-  grpc::ServerUnaryReactor* Pull(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+  grpc::ServerUnaryReactor* Pull(grpc::CallbackServerContext* ctx,
+                                 const grpc::ByteBuffer* req,
                                  grpc::ByteBuffer* resp) override {
     return Answer(ctx, req, resp);
   }
 
  private:
-  grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+  grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* ctx,
+                                   const grpc::ByteBuffer* req,
                                    grpc::ByteBuffer* resp) {
     std::string request = Flatten(*req);
     std::string reply;
@@ -128,7 +138,8 @@ class ScriptedServer final
 
 // One tensor "w" of sum(lengths) floats cut into chunks of `lengths` (ids
 // in order), all on shard 0 of one shard at `address`.
-Assignment OneShardAssignment(const std::vector<uint64_t>& lengths, const std::string& address,
+Assignment OneShardAssignment(const std::vector<uint64_t>& lengths,
+                              const std::string& address,
                               ConsistencyMode mode = ASP) {
   Assignment a;
   a.set_job_id("job-w");
@@ -157,20 +168,23 @@ Assignment OneShardAssignment(const std::vector<uint64_t>& lengths, const std::s
 
 std::vector<float> Ramp(size_t n, float scale) {
   std::vector<float> v(n);
-  for (size_t i = 0; i < n; ++i) v[i] = scale * (static_cast<float>(i % 1000) - 500.0f);
+  for (size_t i = 0; i < n; ++i)
+    v[i] = scale * (static_cast<float>(i % 1000) - 500.0f);
   return v;
 }
 
 // The protobuf reply to a PushPullRequest: every pushed chunk with
 // `params` data and version `version`.
-std::string ProtoReply(const PushPullRequest& req, const std::vector<uint64_t>& offsets,
+std::string ProtoReply(const PushPullRequest& req,
+                       const std::vector<uint64_t>& offsets,
                        const std::vector<float>& params, uint64_t version) {
   PushPullResponse resp;
   for (const ChunkData& g : req.gradients()) {
     ChunkData* d = resp.add_parameters();
     d->set_chunk_id(g.chunk_id());
     d->set_version(version);
-    d->set_data(FloatBytes(params, offsets[g.chunk_id()], g.data().size() / sizeof(float)));
+    d->set_data(FloatBytes(params, offsets[g.chunk_id()],
+                           g.data().size() / sizeof(float)));
   }
   resp.set_duplicates(1);
   return resp.SerializeAsString();
@@ -197,12 +211,14 @@ TEST(PsClientWireTest, PushPullRequestIsByteIdenticalToProtobufAndRepliesLand) {
   const std::vector<float> server_params = Ramp(total, 0.25f);
   ScriptedServer server([&](const std::string& request, std::string* reply) {
     PushPullRequest req;
-    if (!req.ParseFromString(request)) return grpc::Status(grpc::StatusCode::INTERNAL, "parse");
+    if (!req.ParseFromString(request))
+      return grpc::Status(grpc::StatusCode::INTERNAL, "parse");
     *reply = ProtoReply(req, offsets, server_params, (1ull << 40) + req.step());
     return grpc::Status::OK;
   });
   Security security;
-  auto client = PsClient::Create(PsClientOptions(), OneShardAssignment(lengths, server.address()),
+  auto client = PsClient::Create(PsClientOptions(),
+                                 OneShardAssignment(lengths, server.address()),
                                  &security);
   ASSERT_TRUE(client.ok()) << client.status();
   const std::vector<float> grad = Ramp(total, -0.5f);
@@ -226,14 +242,16 @@ TEST(PsClientWireTest, PushPullRequestIsByteIdenticalToProtobufAndRepliesLand) {
       g->set_version(step == 0 ? 0 : (1ull << 40));
       g->set_data(FloatBytes(grad, offsets[i], lengths[i]));
     }
-    EXPECT_TRUE(requests[step] == expected.SerializeAsString()) << "step " << step;
+    EXPECT_TRUE(requests[step] == expected.SerializeAsString())
+        << "step " << step;
   }
 }
 
 TEST(PsClientWireTest, DecodesEveryLegalEncodingOfTheReply) {
   const std::vector<uint64_t> lengths = {2, 3};
   const std::vector<float> values = {1.5f, -2.0f, 3.25f, 4.0f, -5.5f};
-  const std::string c0 = FloatBytes(values, 0, 2), c1 = FloatBytes(values, 2, 3);
+  const std::string c0 = FloatBytes(values, 0, 2),
+                    c1 = FloatBytes(values, 2, 3);
   struct Case {
     std::string name;
     std::string reply;
@@ -286,8 +304,9 @@ TEST(PsClientWireTest, DecodesEveryLegalEncodingOfTheReply) {
       return grpc::Status::OK;
     });
     Security security;
-    auto client =
-        PsClient::Create(PsClientOptions(), OneShardAssignment(lengths, server.address()), &security);
+    auto client = PsClient::Create(
+        PsClientOptions(), OneShardAssignment(lengths, server.address()),
+        &security);
     ASSERT_TRUE(client.ok()) << client.status();
     std::vector<float> params(5, 0.0f);
     absl::Status s = (*client)->Pull(0, absl::MakeSpan(params));
@@ -310,7 +329,8 @@ TEST(PsClientWireTest, RefusesRepliesThatDoNotMatchTheRequest) {
     for (const ChunkData& c : chunks) *r.add_parameters() = c;
     return r.SerializeAsString();
   };
-  const std::string good = reply({chunk(0, FloatBytes(values, 0, 2)), chunk(1, FloatBytes(values, 2, 3))});
+  const std::string good = reply(
+      {chunk(0, FloatBytes(values, 0, 2)), chunk(1, FloatBytes(values, 2, 3))});
   std::string group_wire;  // a field of wire type 3 (start group)
   Tag(5, 3, &group_wire);
   struct Case {
@@ -319,11 +339,17 @@ TEST(PsClientWireTest, RefusesRepliesThatDoNotMatchTheRequest) {
     std::string error;
   };
   const std::vector<Case> cases = {
-      {"too few chunks", reply({chunk(0, FloatBytes(values, 0, 2))}), "1 chunks, asked for 2"},
-      {"too many chunks", good + reply({chunk(1, FloatBytes(values, 2, 3))}), "more than the 2"},
-      {"wrong chunk", reply({chunk(1, FloatBytes(values, 2, 3)), chunk(0, FloatBytes(values, 0, 2))}),
+      {"too few chunks", reply({chunk(0, FloatBytes(values, 0, 2))}),
+       "1 chunks, asked for 2"},
+      {"too many chunks", good + reply({chunk(1, FloatBytes(values, 2, 3))}),
+       "more than the 2"},
+      {"wrong chunk",
+       reply({chunk(1, FloatBytes(values, 2, 3)),
+              chunk(0, FloatBytes(values, 0, 2))}),
        "chunk 1 with 12 bytes; expected chunk 0 with 8"},
-      {"wrong size", reply({chunk(0, FloatBytes(values, 0, 1)), chunk(1, FloatBytes(values, 2, 3))}),
+      {"wrong size",
+       reply({chunk(0, FloatBytes(values, 0, 1)),
+              chunk(1, FloatBytes(values, 2, 3))}),
        "chunk 0 with 4 bytes; expected chunk 0 with 8"},
       {"truncated", good.substr(0, good.size() - 3), "returned a"},
       {"group wire type", group_wire + good, "malformed reply"},
@@ -335,8 +361,9 @@ TEST(PsClientWireTest, RefusesRepliesThatDoNotMatchTheRequest) {
       return grpc::Status::OK;
     });
     Security security;
-    auto client =
-        PsClient::Create(PsClientOptions(), OneShardAssignment(lengths, server.address()), &security);
+    auto client = PsClient::Create(
+        PsClientOptions(), OneShardAssignment(lengths, server.address()),
+        &security);
     ASSERT_TRUE(client.ok()) << client.status();
     std::vector<float> params(5, 0.0f);
     absl::Status s = (*client)->Pull(0, absl::MakeSpan(params));
@@ -350,7 +377,8 @@ TEST(PsClientWireTest, RetriesKeepTheStepAndCountAttempts) {
   const std::vector<float> values = {1, 2, 3, 4};
   int calls = 0;
   ScriptedServer server([&](const std::string& request, std::string* reply) {
-    if (calls++ == 0) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "restarting");
+    if (calls++ == 0)
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE, "restarting");
     PushPullRequest req;
     req.ParseFromString(request);
     *reply = ProtoReply(req, {0}, values, 1);
@@ -359,7 +387,8 @@ TEST(PsClientWireTest, RetriesKeepTheStepAndCountAttempts) {
   Security security;
   PsClientOptions options;
   options.initial_backoff = absl::Milliseconds(1);
-  auto client = PsClient::Create(options, OneShardAssignment(lengths, server.address()), &security);
+  auto client = PsClient::Create(
+      options, OneShardAssignment(lengths, server.address()), &security);
   ASSERT_TRUE(client.ok()) << client.status();
   std::vector<float> grad = {0.5f, 0.5f, 0.5f, 0.5f}, params(4, 0.0f);
   ASSERT_TRUE((*client)->PushPull(7, grad, absl::MakeSpan(params)).ok());
@@ -382,7 +411,8 @@ TEST(PsClientWireTest, RetriesKeepTheStepAndCountAttempts) {
 class PsServiceWireTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    absl::StatusOr<std::unique_ptr<bench::BenchCluster>> c = bench::BenchCluster::StartInProcess(1);
+    absl::StatusOr<std::unique_ptr<bench::BenchCluster>> c =
+        bench::BenchCluster::StartInProcess(1);
     ASSERT_TRUE(c.ok()) << c.status();
     cluster_ = *std::move(c);
     bench::BenchJob job;
@@ -400,22 +430,25 @@ class PsServiceWireTest : public ::testing::Test {
   }
 
   // Sends `request` bytes to `method`; the reply bytes or the status.
-  grpc::Status Call(const std::string& method, const std::string& request, std::string* reply) {
+  grpc::Status Call(const std::string& method, const std::string& request,
+                    std::string* reply) {
     grpc::ClientContext ctx;
     ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
     grpc::ByteBuffer req = ToBuffer(request), resp;
     absl::Notification done;
     grpc::Status status;
-    stub_->UnaryCall(&ctx, method, grpc::StubOptions(), &req, &resp, [&](grpc::Status s) {
-      status = std::move(s);
-      done.Notify();
-    });
+    stub_->UnaryCall(&ctx, method, grpc::StubOptions(), &req, &resp,
+                     [&](grpc::Status s) {
+                       status = std::move(s);
+                       done.Notify();
+                     });
     done.WaitForNotification();
     *reply = Flatten(resp);
     return status;
   }
 
-  static constexpr uint64_t kFloats = (1 << 19) + 3;  // 9 chunks, the last short
+  static constexpr uint64_t kFloats =
+      (1 << 19) + 3;  // 9 chunks, the last short
   std::unique_ptr<bench::BenchCluster> cluster_;
   Assignment assignment_;
   std::unique_ptr<grpc::GenericStub> stub_;
@@ -425,7 +458,8 @@ TEST_F(PsServiceWireTest, RepliesAreByteIdenticalToProtobufAndCarryTheUpdate) {
   PullRequest pull;
   pull.set_job_id("wire");
   std::string bytes;
-  grpc::Status s = Call("/ps.ParameterServer/Pull", pull.SerializeAsString(), &bytes);
+  grpc::Status s =
+      Call("/ps.ParameterServer/Pull", pull.SerializeAsString(), &bytes);
   ASSERT_TRUE(s.ok()) << s.error_code() << " " << s.error_message();
   PullResponse before;
   ASSERT_TRUE(before.ParseFromString(bytes));
@@ -441,7 +475,8 @@ TEST_F(PsServiceWireTest, RepliesAreByteIdenticalToProtobufAndCarryTheUpdate) {
   for (const ChunkData& c : before.parameters()) {
     ChunkData* g = push.add_gradients();
     g->set_chunk_id(c.chunk_id());
-    std::vector<float> grad = Ramp(c.data().size() / sizeof(float), 0.001f * (c.chunk_id() + 1));
+    std::vector<float> grad =
+        Ramp(c.data().size() / sizeof(float), 0.001f * (c.chunk_id() + 1));
     g->set_data(FloatBytes(grad, 0, grad.size()));
     grads.push_back(std::move(grad));
   }
@@ -460,15 +495,18 @@ TEST_F(PsServiceWireTest, RepliesAreByteIdenticalToProtobufAndCarryTheUpdate) {
     const float* p0 = reinterpret_cast<const float*>(b.data().data());
     const float* p1 = reinterpret_cast<const float*>(a.data().data());
     for (size_t k = 0; k < grads[i].size(); ++k) {
-      ASSERT_EQ(p1[k], p0[k] - grads[i][k]) << "chunk " << i << " element " << k;
+      ASSERT_EQ(p1[k], p0[k] - grads[i][k])
+          << "chunk " << i << " element " << k;
     }
   }
 }
 
 TEST_F(PsServiceWireTest, RefusesBytesThatAreNotTheRequest) {
   std::string bytes;
-  for (const char* method : {"/ps.ParameterServer/PushPull", "/ps.ParameterServer/Pull"}) {
-    grpc::Status s = Call(method, std::string("\x0a\xff\xff\xff\xff\x0f", 6), &bytes);
+  for (const char* method :
+       {"/ps.ParameterServer/PushPull", "/ps.ParameterServer/Pull"}) {
+    grpc::Status s =
+        Call(method, std::string("\x0a\xff\xff\xff\xff\x0f", 6), &bytes);
     EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << method;
     EXPECT_THAT(s.error_message(), HasSubstr("request: not a valid")) << method;
   }

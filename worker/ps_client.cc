@@ -19,15 +19,17 @@ const char kPushPullMethod[] = "/ps.ParameterServer/PushPull";
 const char kPullMethod[] = "/ps.ParameterServer/Pull";
 
 // Protobuf wire types and the tags (field << 3 | wire type) written here.
-constexpr uint32_t kVarint = 0, kFixed64 = 1, kLengthDelimited = 2, kFixed32 = 5;
-constexpr uint8_t kRequestJobIdTag = 1 << 3 | kLengthDelimited;   // job_id = 1
-constexpr uint8_t kRequestWorkerTag = 2 << 3 | kVarint;           // worker = 2
-constexpr uint8_t kRequestStepTag = 3 << 3 | kVarint;             // step = 3
-constexpr uint8_t kRequestAttemptTag = 4 << 3 | kVarint;          // attempt = 4
-constexpr uint8_t kRequestGradientsTag = 5 << 3 | kLengthDelimited;  // gradients = 5
-constexpr uint8_t kChunkIdTag = 1 << 3 | kVarint;                 // ChunkData.chunk_id
-constexpr uint8_t kChunkVersionTag = 2 << 3 | kVarint;            // ChunkData.version
-constexpr uint8_t kChunkDataTag = 3 << 3 | kLengthDelimited;      // ChunkData.data
+constexpr uint32_t kVarint = 0, kFixed64 = 1, kLengthDelimited = 2,
+                   kFixed32 = 5;
+constexpr uint8_t kRequestJobIdTag = 1 << 3 | kLengthDelimited;  // job_id = 1
+constexpr uint8_t kRequestWorkerTag = 2 << 3 | kVarint;          // worker = 2
+constexpr uint8_t kRequestStepTag = 3 << 3 | kVarint;            // step = 3
+constexpr uint8_t kRequestAttemptTag = 4 << 3 | kVarint;         // attempt = 4
+constexpr uint8_t kRequestGradientsTag =
+    5 << 3 | kLengthDelimited;                          // gradients = 5
+constexpr uint8_t kChunkIdTag = 1 << 3 | kVarint;       // ChunkData.chunk_id
+constexpr uint8_t kChunkVersionTag = 2 << 3 | kVarint;  // ChunkData.version
+constexpr uint8_t kChunkDataTag = 3 << 3 | kLengthDelimited;  // ChunkData.data
 // Both replies carry their ChunkData list as field 1.
 constexpr uint32_t kReplyChunksField = 1;
 
@@ -65,7 +67,10 @@ class SliceReader {
     size_t slice = 0, offset = 0, position = 0;
   };
 
-  explicit SliceReader(const std::vector<grpc::Slice>* slices) : slices_(*slices) { Normalize(); }
+  explicit SliceReader(const std::vector<grpc::Slice>* slices)
+      : slices_(*slices) {
+    Normalize();
+  }
 
   size_t position() const { return at_.position; }
   bool done() const { return at_.slice == slices_.size(); }
@@ -125,7 +130,8 @@ class SliceReader {
   }
   // Keeps `at_` on a byte that exists (or at the end).
   void Normalize() {
-    while (at_.slice < slices_.size() && at_.offset == slices_[at_.slice].size()) {
+    while (at_.slice < slices_.size() &&
+           at_.offset == slices_[at_.slice].size()) {
       ++at_.slice;
       at_.offset = 0;
     }
@@ -161,12 +167,14 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Create(
   const Placement& placement = assignment.placement();
   const JobSpec& spec = assignment.spec();
   if (placement.num_shards() == 0 ||
-      assignment.shard_addresses_size() != static_cast<int>(placement.num_shards())) {
+      assignment.shard_addresses_size() !=
+          static_cast<int>(placement.num_shards())) {
     return absl::InvalidArgumentError(absl::StrCat(
         "assignment.shard_addresses: ", assignment.shard_addresses_size(),
         " addresses for ", placement.num_shards(), " shards"));
   }
-  auto client = std::unique_ptr<PsClient>(new PsClient(options, assignment, security));
+  auto client =
+      std::unique_ptr<PsClient>(new PsClient(options, assignment, security));
   // Flat offset of every tensor, in spec order (the model's layout).
   absl::flat_hash_map<std::string, std::pair<size_t, size_t>> tensor_range;
   size_t total = 0;
@@ -185,11 +193,11 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Create(
     if (c.chunk_id() != static_cast<uint32_t>(i) || it == tensor_range.end() ||
         c.offset() + c.length() > it->second.second ||
         c.shard() >= placement.num_shards()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("placement.chunks[", i, "]: does not fit the job's tensors"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "placement.chunks[", i, "]: does not fit the job's tensors"));
     }
-    client->chunks_.push_back({c.chunk_id(), c.shard(),
-                               it->second.first + c.offset(), c.length()});
+    client->chunks_.push_back(
+        {c.chunk_id(), c.shard(), it->second.first + c.offset(), c.length()});
     covered += c.length();
   }
   if (covered != total) {
@@ -226,8 +234,9 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Create(
     for (int c = 0; c < channels; ++c) {
       // NewChannel gives every channel its own connection (see
       // common/security.h), so these do not share one TCP stream.
-      client->stubs_.back().push_back(std::make_unique<grpc::GenericStub>(
-          security->NewChannel(assignment.shard_addresses(s), options.max_message_bytes)));
+      client->stubs_.back().push_back(
+          std::make_unique<grpc::GenericStub>(security->NewChannel(
+              assignment.shard_addresses(s), options.max_message_bytes)));
     }
   }
   return client;
@@ -240,9 +249,11 @@ PsClient::PsClient(const PsClientOptions& options, const Assignment& assignment,
       job_id_(assignment.job_id()),
       rank_(assignment.rank()),
       mode_(assignment.spec().consistency().mode()) {
-  uint32_t step_deadline_ms = assignment.spec().consistency().step_deadline_ms();
-  wait_deadline_ = std::max(options.rpc_deadline,
-                            absl::Milliseconds(step_deadline_ms) + absl::Seconds(5));
+  uint32_t step_deadline_ms =
+      assignment.spec().consistency().step_deadline_ms();
+  wait_deadline_ =
+      std::max(options.rpc_deadline,
+               absl::Milliseconds(step_deadline_ms) + absl::Seconds(5));
   absl::MutexLock lock(&mu_);
   inflight_.assign(assignment.placement().num_shards(), 0);
 }
@@ -296,7 +307,8 @@ void PsClient::Encode(Call* call) {
   }
   PutVarintField(kRequestWorkerTag, rank_, &head);
   PutVarintField(kRequestStepTag, call->step, &head);
-  PutVarintField(kRequestAttemptTag, static_cast<uint64_t>(call->attempt), &head);
+  PutVarintField(kRequestAttemptTag, static_cast<uint64_t>(call->attempt),
+                 &head);
   int borrowed = 0;
   for (size_t i : group) {
     const Chunk& c = chunks_[i];
@@ -314,8 +326,8 @@ void PsClient::Encode(Call* call) {
     head.clear();
     // gRPC never writes through a send slice; the const_cast only fits
     // the constructor's signature.
-    slices.emplace_back(const_cast<float*>(call->gradient + c.flat_offset), bytes,
-                        &PsClient::ReleaseBorrowed, this);
+    slices.emplace_back(const_cast<float*>(call->gradient + c.flat_offset),
+                        bytes, &PsClient::ReleaseBorrowed, this);
     ++borrowed;
   }
   {
@@ -338,8 +350,10 @@ void PsClient::Issue(Call* call) {
   if (call->attempt > 1) stats_.retries++;
   stats_.bytes_sent += call->request.Length();
   call->response.Clear();
-  grpc::GenericStub* stub = stubs_[call->shard][group_channel_[call->group]].get();
-  stub->UnaryCall(call->context.get(), call->push ? kPushPullMethod : kPullMethod,
+  grpc::GenericStub* stub =
+      stubs_[call->shard][group_channel_[call->group]].get();
+  stub->UnaryCall(call->context.get(),
+                  call->push ? kPushPullMethod : kPullMethod,
                   grpc::StubOptions(), &call->request, &call->response,
                   [this, call](grpc::Status s) { OnDone(call, std::move(s)); });
 }
@@ -347,7 +361,8 @@ void PsClient::Issue(Call* call) {
 absl::Status PsClient::Decode(Call* call, uint64_t* received) {
   const std::vector<size_t>& group = groups_[call->group];
   auto lost = [call](const std::string& what) {
-    return absl::DataLossError(absl::StrCat("shard ", call->shard, " returned ", what));
+    return absl::DataLossError(
+        absl::StrCat("shard ", call->shard, " returned ", what));
   };
   std::vector<grpc::Slice> slices;
   if (call->response.Valid() && !call->response.Dump(&slices).ok()) {
@@ -377,7 +392,8 @@ absl::Status PsClient::Decode(Call* call, uint64_t* received) {
       if (f == 1 && w == kVarint) {
         if (!in.ReadVarint(&id)) return lost("a malformed ChunkData.chunk_id");
       } else if (f == 2 && w == kVarint) {
-        if (!in.ReadVarint(&version)) return lost("a malformed ChunkData.version");
+        if (!in.ReadVarint(&version))
+          return lost("a malformed ChunkData.version");
       } else if (f == 3 && w == kLengthDelimited) {
         if (!in.ReadVarint(&v)) return lost("a malformed ChunkData.data");
         data_bytes = v;
@@ -390,17 +406,20 @@ absl::Status PsClient::Decode(Call* call, uint64_t* received) {
     }
     if (in.position() != end) return lost("a ChunkData overrunning its length");
     if (next >= group.size()) {
-      return lost(absl::StrCat("more than the ", group.size(), " chunks asked for"));
+      return lost(
+          absl::StrCat("more than the ", group.size(), " chunks asked for"));
     }
     const Chunk& c = chunks_[group[next]];
     if (id != c.id || data_bytes != c.length * sizeof(float)) {
-      return lost(absl::StrCat("chunk ", id, " with ", data_bytes, " bytes; expected chunk ",
-                               c.id, " with ", c.length * sizeof(float)));
+      return lost(absl::StrCat("chunk ", id, " with ", data_bytes,
+                               " bytes; expected chunk ", c.id, " with ",
+                               c.length * sizeof(float)));
     }
     if (has_data) {
       const SliceReader::Mark after = in.mark();
       in.Seek(data);
-      in.Read(reinterpret_cast<char*>(call->params.data() + c.flat_offset), data_bytes);
+      in.Read(reinterpret_cast<char*>(call->params.data() + c.flat_offset),
+              data_bytes);
       in.Seek(after);
     }
     versions_[c.id] = version;
@@ -429,15 +448,17 @@ void PsClient::OnDone(Call* call, grpc::Status grpc_status) {
     call->status = status;
   } else if (status.code() == absl::StatusCode::kUnavailable &&
              call->attempt < options_.max_attempts) {
-    absl::Duration backoff = options_.initial_backoff * (1 << std::min(call->attempt - 1, 16));
+    absl::Duration backoff =
+        options_.initial_backoff * (1 << std::min(call->attempt - 1, 16));
     call->retry_at = absl::Now() + std::min(backoff, options_.max_backoff);
     call->status = status;
   } else {
     call->finished = true;
     call->status = absl::Status(
-        status.code(), absl::StrCat("shard ", call->shard, " (",
-                                    call->push ? "PushPull" : "Pull", ", attempt ",
-                                    call->attempt, "): ", status.message()));
+        status.code(),
+        absl::StrCat("shard ", call->shard, " (",
+                     call->push ? "PushPull" : "Pull", ", attempt ",
+                     call->attempt, "): ", status.message()));
   }
 }
 
@@ -472,7 +493,8 @@ absl::Status PsClient::Exchange(uint64_t step, const float* gradient,
         continue;
       }
       all_finished = false;
-      bool running = call->context != nullptr && call->retry_at == absl::InfinitePast();
+      bool running =
+          call->context != nullptr && call->retry_at == absl::InfinitePast();
       if (running || !first_error.ok()) continue;
       if (call->retry_at > now) {
         next_retry = std::min(next_retry, call->retry_at);
@@ -515,12 +537,15 @@ absl::Status PsClient::Exchange(uint64_t step, const float* gradient,
   }
   {
     absl::MutexLock borrow_lock(&borrow_mu_);
-    auto released = [this]() ABSL_SHARED_LOCKS_REQUIRED(borrow_mu_) { return borrowed_ == 0; };
+    auto released = [this]() ABSL_SHARED_LOCKS_REQUIRED(borrow_mu_) {
+      return borrowed_ == 0;
+    };
     borrow_mu_.Await(absl::Condition(&released));
   }
   if (!first_error.ok()) {
-    return absl::Status(first_error.code(),
-                        absl::StrCat("step ", step, ": ", first_error.message()));
+    return absl::Status(
+        first_error.code(),
+        absl::StrCat("step ", step, ": ", first_error.message()));
   }
   return absl::OkStatus();
 }

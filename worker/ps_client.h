@@ -118,11 +118,11 @@ class PsClient final : public ParameterClient {
   ConsistencyMode mode_ = BSP;
   absl::Duration wait_deadline_;
   size_t num_parameters_ = 0;
-  std::vector<Chunk> chunks_;                       // placement order
-  std::vector<std::vector<size_t>> groups_;         // chunk indexes per request
+  std::vector<Chunk> chunks_;                // placement order
+  std::vector<std::vector<size_t>> groups_;  // chunk indexes per request
   std::vector<uint32_t> group_shard_;
-  std::vector<int> group_channel_;                  // index into stubs_[shard]
-  std::vector<uint64_t> versions_;                  // by chunk id
+  std::vector<int> group_channel_;  // index into stubs_[shard]
+  std::vector<uint64_t> versions_;  // by chunk id
   // [shard][channel]; generic stubs carry the hand-encoded messages.
   std::vector<std::vector<std::unique_ptr<grpc::GenericStub>>> stubs_;
 

@@ -1,7 +1,6 @@
 #include "server/rpc/ps_service.h"
 
 #include <atomic>
-#include <cstdlib>
 #include <string>
 #include <utility>
 #include <vector>
@@ -25,12 +24,13 @@ constexpr size_t kMaxPooledBytes = 64u << 20;
 constexpr size_t kCopyBelowBytes = 4096;
 
 // Protobuf wire tags (field << 3 | wire type) of the replies and ChunkData.
-constexpr uint8_t kReplyChunksTag = 1 << 3 | 2;       // parameters = 1
-constexpr uint8_t kReplyDuplicatesTag = 2 << 3 | 0;   // PushPullResponse.duplicates
-constexpr uint8_t kReplyStaleTag = 3 << 3 | 0;        // PushPullResponse.stale
-constexpr uint8_t kChunkIdTag = 1 << 3 | 0;           // ChunkData.chunk_id
-constexpr uint8_t kChunkVersionTag = 2 << 3 | 0;      // ChunkData.version
-constexpr uint8_t kChunkDataTag = 3 << 3 | 2;         // ChunkData.data
+constexpr uint8_t kReplyChunksTag = 1 << 3 | 2;  // parameters = 1
+constexpr uint8_t kReplyDuplicatesTag =
+    2 << 3 | 0;                                   // PushPullResponse.duplicates
+constexpr uint8_t kReplyStaleTag = 3 << 3 | 0;    // PushPullResponse.stale
+constexpr uint8_t kChunkIdTag = 1 << 3 | 0;       // ChunkData.chunk_id
+constexpr uint8_t kChunkVersionTag = 2 << 3 | 0;  // ChunkData.version
+constexpr uint8_t kChunkDataTag = 3 << 3 | 2;     // ChunkData.data
 
 size_t VarintSize(uint64_t v) {
   size_t n = 1;
@@ -125,17 +125,20 @@ class PsMessagePool : public std::enable_shared_from_this<PsMessagePool> {
     m->push_response.Clear();
     m->pull_request.Clear();
     m->pull_response.Clear();
-    const size_t bytes = m->push_request.SpaceUsedLong() + m->push_response.SpaceUsedLong() +
-                         m->pull_request.SpaceUsedLong() + m->pull_response.SpaceUsedLong();
+    const size_t bytes =
+        m->push_request.SpaceUsedLong() + m->push_response.SpaceUsedLong() +
+        m->pull_request.SpaceUsedLong() + m->pull_response.SpaceUsedLong();
     absl::MutexLock lock(&mu_);
-    if (idle_.size() < kMaxPooledMessages && pooled_bytes_ + bytes <= kMaxPooledBytes) {
+    if (idle_.size() < kMaxPooledMessages &&
+        pooled_bytes_ + bytes <= kMaxPooledBytes) {
       pooled_bytes_ += bytes;
       idle_.emplace_back(std::move(m), bytes);
     }
   }
 
   absl::Mutex mu_;
-  std::vector<std::pair<std::unique_ptr<PsMessages>, size_t>> idle_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::pair<std::unique_ptr<PsMessages>, size_t>> idle_
+      ABSL_GUARDED_BY(mu_);
   size_t pooled_bytes_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
@@ -144,8 +147,9 @@ namespace {
 // Writes a PushPullResponse (or, with duplicates = stale = 0, a
 // PullResponse: same field 1) into `out`, byte for byte as protobuf would,
 // with large ChunkData.data fields as slices borrowing `m`'s strings.
-void WriteReply(const google::protobuf::RepeatedPtrField<ChunkData>& chunks, uint32_t duplicates,
-                uint32_t stale, PsMessages* m, grpc::ByteBuffer* out) {
+void WriteReply(const google::protobuf::RepeatedPtrField<ChunkData>& chunks,
+                uint32_t duplicates, uint32_t stale, PsMessages* m,
+                grpc::ByteBuffer* out) {
   std::vector<grpc::Slice> slices;
   slices.reserve(2 * chunks.size() + 1);
   std::string head;
@@ -154,7 +158,8 @@ void WriteReply(const google::protobuf::RepeatedPtrField<ChunkData>& chunks, uin
     std::string fields;
     PutVarintField(kChunkIdTag, c.chunk_id(), &fields);
     PutVarintField(kChunkVersionTag, c.version(), &fields);
-    const size_t data_field = data.empty() ? 0 : 1 + VarintSize(data.size()) + data.size();
+    const size_t data_field =
+        data.empty() ? 0 : 1 + VarintSize(data.size()) + data.size();
     head.push_back(static_cast<char>(kReplyChunksTag));
     PutVarint(fields.size() + data_field, &head);
     head += fields;
@@ -170,7 +175,8 @@ void WriteReply(const google::protobuf::RepeatedPtrField<ChunkData>& chunks, uin
     m->refs.fetch_add(1, std::memory_order_relaxed);
     // gRPC never writes through a send slice; the const_cast only fits the
     // constructor's signature.
-    slices.emplace_back(const_cast<char*>(data.data()), data.size(), &PsMessagePool::Unref, m);
+    slices.emplace_back(const_cast<char*>(data.data()), data.size(),
+                        &PsMessagePool::Unref, m);
   }
   PutVarintField(kReplyDuplicatesTag, duplicates, &head);
   PutVarintField(kReplyStaleTag, stale, &head);
@@ -181,25 +187,28 @@ void WriteReply(const google::protobuf::RepeatedPtrField<ChunkData>& chunks, uin
 }  // namespace
 
 PsService::PsService(Shard* shard, const Security* security)
-    : shard_(shard), security_(security), pool_(std::make_shared<PsMessagePool>()) {}
+    : shard_(shard),
+      security_(security),
+      pool_(std::make_shared<PsMessagePool>()) {}
 
 PsService::~PsService() = default;
 
 // Every handler starts with the token check; the Shard never sees an
 // unauthenticated request.
-#define PS_AUTHENTICATE(ctx)                                      \
-  do {                                                            \
-    absl::Status auth = security_->CheckToken(*(ctx));            \
-    if (!auth.ok()) return Done((ctx), auth);                     \
+#define PS_AUTHENTICATE(ctx)                           \
+  do {                                                 \
+    absl::Status auth = security_->CheckToken(*(ctx)); \
+    if (!auth.ok()) return Done((ctx), auth);          \
   } while (0)
 
-grpc::ServerUnaryReactor* PsService::RegisterJob(grpc::CallbackServerContext* ctx,
-                                                 const RegisterJobRequest* req,
-                                                 RegisterJobResponse* resp) {
+grpc::ServerUnaryReactor* PsService::RegisterJob(
+    grpc::CallbackServerContext* ctx, const RegisterJobRequest* req,
+    RegisterJobResponse* resp) {
   PS_AUTHENTICATE(ctx);
   // Size bounds first: the Shard allocates per-chunk and per-worker state
   // before its memory budget can refuse a registration.
-  if (absl::Status s = CheckRegisterJobLimits(*req); !s.ok()) return Done(ctx, s);
+  if (absl::Status s = CheckRegisterJobLimits(*req); !s.ok())
+    return Done(ctx, s);
   return Done(ctx, shard_->RegisterJob(*req, resp));
 }
 
@@ -210,9 +219,9 @@ grpc::ServerUnaryReactor* PsService::DropJob(grpc::CallbackServerContext* ctx,
   return Done(ctx, shard_->DropJob(*req));
 }
 
-grpc::ServerUnaryReactor* PsService::SetMembership(grpc::CallbackServerContext* ctx,
-                                                   const SetMembershipRequest* req,
-                                                   SetMembershipResponse*) {
+grpc::ServerUnaryReactor* PsService::SetMembership(
+    grpc::CallbackServerContext* ctx, const SetMembershipRequest* req,
+    SetMembershipResponse*) {
   PS_AUTHENTICATE(ctx);
   return Done(ctx, shard_->SetMembership(*req));
 }
@@ -228,17 +237,20 @@ grpc::ServerUnaryReactor* PsService::PushPull(grpc::CallbackServerContext* ctx,
   if (!Parse(*req, &m->push_request)) {
     PsMessagePool::Unref(m);
     PsMessagePool::Unref(m);
-    return Done(ctx, absl::InvalidArgumentError("request: not a valid PushPullRequest"));
+    return Done(ctx, absl::InvalidArgumentError(
+                         "request: not a valid PushPullRequest"));
   }
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  shard_->PushPull(m->push_request, &m->push_response, [reactor, resp, m](absl::Status s) {
-    if (s.ok()) {
-      WriteReply(m->push_response.parameters(), m->push_response.duplicates(),
-                 m->push_response.stale(), m, resp);
-    }
-    reactor->Finish(ToGrpcStatus(s));
-    PsMessagePool::Unref(m);
-  });
+  shard_->PushPull(m->push_request, &m->push_response,
+                   [reactor, resp, m](absl::Status s) {
+                     if (s.ok()) {
+                       WriteReply(m->push_response.parameters(),
+                                  m->push_response.duplicates(),
+                                  m->push_response.stale(), m, resp);
+                     }
+                     reactor->Finish(ToGrpcStatus(s));
+                     PsMessagePool::Unref(m);
+                   });
   PsMessagePool::Unref(m);
   return reactor;
 }
@@ -251,14 +263,17 @@ grpc::ServerUnaryReactor* PsService::Pull(grpc::CallbackServerContext* ctx,
   if (!Parse(*req, &m->pull_request)) {
     PsMessagePool::Unref(m);
     PsMessagePool::Unref(m);
-    return Done(ctx, absl::InvalidArgumentError("request: not a valid PullRequest"));
+    return Done(ctx,
+                absl::InvalidArgumentError("request: not a valid PullRequest"));
   }
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  shard_->Pull(m->pull_request, &m->pull_response, [reactor, resp, m](absl::Status s) {
-    if (s.ok()) WriteReply(m->pull_response.parameters(), 0, 0, m, resp);
-    reactor->Finish(ToGrpcStatus(s));
-    PsMessagePool::Unref(m);
-  });
+  shard_->Pull(m->pull_request, &m->pull_response,
+               [reactor, resp, m](absl::Status s) {
+                 if (s.ok())
+                   WriteReply(m->pull_response.parameters(), 0, 0, m, resp);
+                 reactor->Finish(ToGrpcStatus(s));
+                 PsMessagePool::Unref(m);
+               });
   PsMessagePool::Unref(m);
   return reactor;
 }
@@ -278,25 +293,14 @@ grpc::ServerUnaryReactor* PsService::Stats(grpc::CallbackServerContext* ctx,
   return Done(ctx, absl::OkStatus());
 }
 
-void ApplyTransportSettings(int max_message_bytes, grpc::ServerBuilder* builder) {
+void ApplyTransportSettings(int max_message_bytes,
+                            grpc::ServerBuilder* builder) {
   builder->SetMaxReceiveMessageSize(max_message_bytes);
   builder->SetMaxSendMessageSize(max_message_bytes);
   // Workers keep channels open across long BSP waits; allow their pings.
   builder->AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-  builder->AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10000);
-
-  // EXPERIMENT (psbench tuning; removed before hand-off).
-  for (auto [env, arg] : std::initializer_list<std::pair<const char*, const char*>>{
-           {"PSB_FRAME", GRPC_ARG_HTTP2_MAX_FRAME_SIZE},
-           {"PSB_READ_MIN", GRPC_ARG_TCP_MIN_READ_CHUNK_SIZE},
-           {"PSB_READ_MAX", GRPC_ARG_TCP_MAX_READ_CHUNK_SIZE},
-           {"PSB_READ", GRPC_ARG_TCP_READ_CHUNK_SIZE},
-           {"PSB_LOOKAHEAD", GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES},
-           {"PSB_BDP", GRPC_ARG_HTTP2_BDP_PROBE},
-           {"PSB_WRITE_BUF", GRPC_ARG_HTTP2_WRITE_BUFFER_SIZE},
-           {"PSB_SOCKBUF", "grpc.experimental.tcp_sndbuf_size"}}) {
-    if (const char* v = std::getenv(env)) builder->AddChannelArgument(arg, std::atoi(v));
-  }
+  builder->AddChannelArgument(
+      GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10000);
 }
 
 }  // namespace ps

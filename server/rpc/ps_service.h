@@ -36,9 +36,9 @@ class PsMessagePool;
 
 // Thread-safe (the Shard is). Borrows `shard` and `security`, which must
 // outlive the gRPC server the service is registered with.
-class PsService final
-    : public ParameterServer::WithRawCallbackMethod_PushPull<
-          ParameterServer::WithRawCallbackMethod_Pull<ParameterServer::CallbackService>> {
+class PsService final : public ParameterServer::WithRawCallbackMethod_PushPull<
+                            ParameterServer::WithRawCallbackMethod_Pull<
+                                ParameterServer::CallbackService>> {
  public:
   PsService(Shard* shard, const Security* security);
   ~PsService() override;
@@ -78,7 +78,8 @@ class PsService final
 
 // Server-side transport settings for a psd (message limits, keepalive,
 // HTTP/2 tuning): kept beside the service whose traffic they shape.
-void ApplyTransportSettings(int max_message_bytes, grpc::ServerBuilder* builder);
+void ApplyTransportSettings(int max_message_bytes,
+                            grpc::ServerBuilder* builder);
 
 }  // namespace ps
 

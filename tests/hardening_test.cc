@@ -57,7 +57,7 @@ bool Alive(Subprocess& p) {
 }
 
 std::unique_ptr<grpc::ClientContext> Context(
-    absl::Duration timeout = absl::Seconds(5)) {
+    absl::Duration timeout = absl::Seconds(10)) {
   auto ctx = std::make_unique<grpc::ClientContext>();
   ctx->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   return ctx;
@@ -564,7 +564,8 @@ TEST_F(HardeningTest, MalformedRequestsAreRefusedAndChangeNothing) {
   for (const RequestCase& c : cases) {
     absl::Time start = absl::Now();
     Outcome o = c.call();
-    EXPECT_LT(absl::Now() - start, absl::Seconds(3))
+    // Nothing is parked: a refusal waits for no quorum and no deadline.
+    EXPECT_LT(absl::Now() - start, absl::Seconds(5))
         << c.name << ": answers are immediate";
     EXPECT_EQ(o.code, c.code) << c.name << ": " << o.text;
     EXPECT_THAT(o.text, HasSubstr(c.mentions)) << c.name;

@@ -139,7 +139,7 @@ echo "drill: shard statistics after the faults"
 import json,sys
 for s in json.load(sys.stdin):
   for j in s.get('job_stats', []):
-    print('shard', s['shard_id'], j['job_id'], 'restored_from_step', j.get('restored_from_step', '0'),
+    print('shard', s.get('shard_id', 0), j['job_id'], 'restored_from_step', j.get('restored_from_step', '0'),
           'checkpoints', j.get('checkpoints', '0'), 'stale', j.get('stale_pushes', '0'),
           'duplicates', j.get('duplicates', '0'))"
 echo

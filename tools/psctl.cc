@@ -168,6 +168,7 @@ std::string ToJson(const Message& m) {
   google::protobuf::util::JsonPrintOptions options;
   options.add_whitespace = true;
   options.preserve_proto_field_names = true;
+  options.always_print_primitive_fields = true;  // zeros are information too
   (void)google::protobuf::util::MessageToJsonString(m, &json, options);
   return json;
 }

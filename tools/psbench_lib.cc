@@ -226,6 +226,27 @@ absl::StatusOr<TransportReport> RunTransport(const BenchCluster& cluster,
   TransportReport report;
   report.shards = static_cast<int>(cluster.addresses().size());
   report.in_process = cluster.in_process();
+  // CPU of the clients (this process) and of the shards.
+  std::vector<pid_t> servers;
+  if (cluster.in_process()) {
+    report.cpu_scope = "this process (clients and shards)";
+  } else if (absl::StatusOr<std::vector<pid_t>> pids = cluster.ServerPids();
+             pids.ok()) {
+    servers = *pids;
+    report.cpu_scope =
+        absl::StrCat("this process and psd pids ", absl::StrJoin(servers, ","));
+  } else {
+    report.cpu_scope =
+        absl::StrCat("this process only (", pids.status().message(), ")");
+  }
+  auto cpu_now = [&servers] {
+    double total = CpuSeconds();
+    for (pid_t pid : servers) {
+      absl::StatusOr<double> s = ProcessCpuSeconds(pid);
+      if (s.ok()) total += *s;
+    }
+    return total;
+  };
   const bool iperf3 = options.use_iperf3 && Iperf3Available();
   for (ConsistencyMode mode : options.modes) {
     for (uint64_t size : options.sizes) {
@@ -248,8 +269,8 @@ absl::StatusOr<TransportReport> RunTransport(const BenchCluster& cluster,
       double cpu0 = 0;
       absl::StatusOr<ClientRun> run = RunClients(
           cluster, a, options.clients, options.client, phases,
-          [&cpu0] { cpu0 = CpuSeconds(); }, nullptr);
-      const double cpu_seconds = CpuSeconds() - cpu0;
+          [&] { cpu0 = cpu_now(); }, nullptr);
+      const double cpu_seconds = cpu_now() - cpu0;
       absl::Status dropped = cluster.DropJob(job.job_id);
       if (!run.ok()) return run.status();
       if (!dropped.ok()) return dropped;
@@ -436,10 +457,14 @@ absl::StatusOr<LoadReport> RunLoad(const BenchCluster& cluster,
 std::string FormatTransport(const TransportReport& r) {
   std::string out = absl::StrFormat(
       "transport: %d shard(s) %s; goodput = bytes pushed + pulled per second; "
-      "ratio = goodput / raw loopback TCP (%s) moving the same bytes\n",
+      "ratio = goodput / raw loopback TCP (%s) moving the same bytes;\n"
+      "cores = CPU-seconds per second of %s; cpu ratio = bytes per CPU-second "
+      "/ "
+      "the socket stream's\n",
       r.shards, r.in_process ? "in-process" : "of a running cluster",
       !r.points.empty() && r.points[0].iperf3.bytes > 0 ? "iperf3"
-                                                        : "socket stream");
+                                                        : "socket stream",
+      r.cpu_scope);
   out += absl::StrFormat(
       "%-4s %8s %7s %8s %11s %11s %11s %6s %10s %10s %6s %6s %9s\n", "mode",
       "size", "clients", "steps", "goodput", "tcp", "iperf3", "ratio", "p50",
@@ -477,9 +502,12 @@ std::string TransportJson(const TransportReport& r) {
         p.socket.bytes_per_cpu_second(), p.cpu_ratio));
   }
   return absl::StrFormat(
-      "{\"mode\":\"transport\",\"shards\":%d,\"in_process\":%s,\"points\":[%s]"
+      "{\"mode\":\"transport\",\"shards\":%d,\"in_process\":%s,\"cpu_scope\":%"
+      "s,"
+      "\"points\":[%s]"
       "}",
-      r.shards, r.in_process ? "true" : "false", absl::StrJoin(points, ","));
+      r.shards, r.in_process ? "true" : "false", JsonString(r.cpu_scope),
+      absl::StrJoin(points, ","));
 }
 
 std::string FormatApply(const ApplyReport& r) {

@@ -64,9 +64,9 @@ struct TransportPoint {
   double seconds = 0;
   double goodput = 0;  // bytes pushed + pulled per second
   double p50_us = 0, p99_us = 0;
-  // CPU time of this process during the point (clients and, in-process,
-  // the shards): bytes moved per CPU-second is the efficiency that machine
-  // load does not distort.
+  // CPU time of the clients and the shards during the point (this process,
+  // plus the psd processes of a running cluster when visible): bytes moved
+  // per CPU-second is the efficiency that machine load distorts least.
   double cpu_seconds = 0;
   double bytes_per_cpu_second() const {
     return cpu_seconds > 0 ? 2.0 * bytes * steps / cpu_seconds : 0;
@@ -83,6 +83,8 @@ struct TransportPoint {
 struct TransportReport {
   int shards = 0;
   bool in_process = true;
+  // Whose CPU time TransportPoint.cpu_seconds counts.
+  std::string cpu_scope;
   std::vector<TransportPoint> points;
 };
 

@@ -46,6 +46,31 @@ double CpuSeconds(bool children) {
          (u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
 }
 
+absl::StatusOr<double> ProcessCpuSeconds(pid_t pid) {
+  std::string path = absl::StrCat("/proc/", pid, "/stat");
+  std::ifstream in(path);
+  std::string line;
+  if (!in || !std::getline(in, line)) {
+    return absl::NotFoundError(absl::StrCat(path, ": cannot read"));
+  }
+  // The command name (field 2) may hold spaces; fields count from after
+  // its closing parenthesis: state is field 3, utime 14, stime 15.
+  size_t close = line.rfind(')');
+  if (close == std::string::npos) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(path, ": unexpected format"));
+  }
+  std::vector<absl::string_view> f = absl::StrSplit(
+      absl::string_view(line).substr(close + 1), ' ', absl::SkipEmpty());
+  uint64_t utime = 0, stime = 0;
+  if (f.size() < 13 || !absl::SimpleAtoi(f[11], &utime) ||
+      !absl::SimpleAtoi(f[12], &stime)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(path, ": unexpected format"));
+  }
+  return static_cast<double>(utime + stime) / sysconf(_SC_CLK_TCK);
+}
+
 absl::StatusOr<uint64_t> ResidentBytes(pid_t pid) {
   std::string path = absl::StrCat("/proc/", pid, "/status");
   std::ifstream in(path);

@@ -47,6 +47,10 @@ absl::StatusOr<int> PortOf(const std::string& address);
 // or by its waited-for children (true), in seconds.
 double CpuSeconds(bool children = false);
 
+// CPU time (user + system) used so far by process `pid`, from
+// /proc/PID/stat. NotFound when the process is gone.
+absl::StatusOr<double> ProcessCpuSeconds(pid_t pid);
+
 // Seconds in `d` as a double.
 inline double Seconds(absl::Duration d) { return absl::ToDoubleSeconds(d); }
 

@@ -613,7 +613,9 @@ void JobCoordinator::GetAssignment(const GetAssignmentRequest& request,
       } else {
         worker->poll_done = std::move(done);
         worker->poll_response = response;
-        worker->poll_deadline = now + absl::Milliseconds(request.wait_ms());
+        // Capped: a parked poll must not outlive the worker's timeout.
+        worker->poll_deadline =
+            now + absl::Milliseconds(std::min(request.wait_ms(), options_.worker_timeout_ms));
       }
     }
   }

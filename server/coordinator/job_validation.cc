@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -58,9 +59,12 @@ void CheckName(const JobSpec& spec, Problems& p) {
   }
   for (char c : name) {
     if (!ValidNameChar(c)) {
-      p.Add("name", absl::StrFormat("invalid character '%c' in \"%s\" (use "
+      // CHexEscape: a hostile name must not put control characters (terminal
+      // escapes) into psctl's output.
+      p.Add("name", absl::StrFormat("invalid character '%s' in \"%s\" (use "
                                     "letters, digits, '-', '_', '.')",
-                                    c, name));
+                                    absl::CHexEscape(std::string(1, c)),
+                                    absl::CHexEscape(name)));
       break;
     }
   }

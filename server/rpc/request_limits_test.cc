@@ -68,7 +68,8 @@ TEST(RequestLimitsTest, Table) {
       {"tiny partitions",
        [](RegisterJobRequest* r) {
          r->mutable_spec()->set_partition_bytes(4);
-         r->mutable_spec()->mutable_tensors(0)->set_shape(1, 100);  // 78400 chunks
+         r->mutable_spec()->mutable_tensors(0)->set_shape(1,
+                                                          100);  // 78400 chunks
        },
        "spec.tensors[0].shape"},
       {"a later tensor tips it over",

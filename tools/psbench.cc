@@ -62,6 +62,9 @@ ABSL_FLAG(int, channels_per_shard, 0,
           "PsClientOptions.channels_per_shard (0: the client's default)");
 ABSL_FLAG(bool, tcp, true,
           "transport: measure raw loopback TCP next to every point");
+ABSL_FLAG(std::string, tcp_buffer_bytes, "0",
+          "transport: the socket stream cycles through buffers of this size "
+          "(0: one 1 MiB write, cache-hot like iperf3)");
 ABSL_FLAG(bool, iperf3, true,
           "transport: use iperf3 for the raw TCP reference when on PATH");
 ABSL_FLAG(bool, json, false, "print one JSON object instead of tables");
@@ -166,6 +169,14 @@ int Run() {
     if (seconds > 0) transport.duration = absl::Seconds(seconds);
     transport.measure_tcp = absl::GetFlag(FLAGS_tcp);
     transport.use_iperf3 = absl::GetFlag(FLAGS_iperf3);
+    if (absl::GetFlag(FLAGS_tcp_buffer_bytes) != "0") {
+      std::vector<uint64_t> buffer;
+      if (!ParseSizes("tcp_buffer_bytes", absl::GetFlag(FLAGS_tcp_buffer_bytes),
+                      &buffer)) {
+        return kExitUsage;
+      }
+      transport.tcp_buffer_bytes = buffer[0];
+    }
     if (!ClientOptions(&transport.client)) return kExitUsage;
     // Per point: registration, the measured time, a BSP straggler's step
     // deadline, and the raw TCP runs (each bounded by the duration + 5 s).

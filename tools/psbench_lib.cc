@@ -294,8 +294,8 @@ absl::StatusOr<TransportReport> RunTransport(const BenchCluster& cluster,
         const uint64_t tcp_bytes = std::max<uint64_t>(moved, 64 << 20);
         const absl::Duration tcp_limit = options.duration + absl::Seconds(5);
         PS_ASSIGN_OR_RETURN(
-            p.socket,
-            SocketStream(tcp_bytes, options.tcp_write_size, tcp_limit));
+            p.socket, SocketStream(tcp_bytes, options.tcp_write_size, tcp_limit,
+                                   options.tcp_buffer_bytes));
         double reference = p.socket.bytes_per_second();
         if (iperf3) {
           PS_ASSIGN_OR_RETURN(

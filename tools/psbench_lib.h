@@ -52,6 +52,10 @@ struct TransportOptions {
   bool measure_tcp = true;
   bool use_iperf3 = true;
   size_t tcp_write_size = 1 << 20;
+  // The socket stream's buffers: 0 = one write (cache-hot, like iperf3);
+  // a tensor's size makes the kernel copy from and to memory that is not
+  // in cache, as the gRPC path does.
+  size_t tcp_buffer_bytes = 0;
 };
 
 struct TransportPoint {

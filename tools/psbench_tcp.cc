@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -104,9 +105,15 @@ int RunCapture(const std::string& command, std::string* output) {
 }  // namespace
 
 absl::StatusOr<TcpResult> SocketStream(uint64_t bytes, size_t write_size,
-                                       absl::Duration max_time) {
-  if (write_size == 0)
+                                       absl::Duration max_time,
+                                       size_t buffer_bytes) {
+  if (write_size == 0) {
     return absl::InvalidArgumentError("write_size: must be > 0");
+  }
+  // Writes and reads walk through buffers of this size (a multiple of
+  // write_size): one write's worth stays cache-hot, a tensor's worth does not.
+  const size_t span =
+      std::max<size_t>(1, buffer_bytes / write_size) * write_size;
   Fd listener;
   int port = 0;
   if (absl::Status s = Listen(&listener, &port); !s.ok()) return s;
@@ -122,11 +129,13 @@ absl::StatusOr<TcpResult> SocketStream(uint64_t bytes, size_t write_size,
       return;
     }
     SetTimeouts(conn.get());
-    std::vector<char> buf(write_size);
+    std::vector<char> buf(span, 0);
+    size_t at = 0;
     while (true) {
-      ssize_t n = read(conn.get(), buf.data(), buf.size());
+      ssize_t n = read(conn.get(), buf.data() + at, write_size);
       if (n > 0) {
         received += static_cast<uint64_t>(n);
+        at = (at + write_size) % span;
         continue;
       }
       if (n < 0 && errno == EINTR) continue;
@@ -151,20 +160,22 @@ absl::StatusOr<TcpResult> SocketStream(uint64_t bytes, size_t write_size,
   if (send_status.ok()) {
     // Payload bytes are irrelevant to the kernel's copy cost; fill anyway so
     // the pages are resident before the clock starts.
-    std::vector<char> buf(write_size, 0x5a);
+    std::vector<char> buf(span, 0x5a);
     start = absl::Now();
     const absl::Time stop = start + max_time;
     uint64_t sent = 0;
+    size_t at = 0;
     while (sent < bytes && absl::Now() < stop) {
       size_t want =
           static_cast<size_t>(std::min<uint64_t>(write_size, bytes - sent));
-      ssize_t n = write(conn.get(), buf.data(), want);
+      ssize_t n = write(conn.get(), buf.data() + at, want);
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) {
         send_status = Errno("write");
         break;
       }
       sent += static_cast<uint64_t>(n);
+      if (static_cast<size_t>(n) == want) at = (at + write_size) % span;
     }
   }
   conn.Reset();  // EOF for the receiver (or wakes a blocked accept: see below)

@@ -34,11 +34,14 @@ struct TcpResult {
 };
 
 // One sender thread and one receiver thread stream `bytes` through a
-// loopback connection in writes (and reads) of `write_size` bytes. Stops
-// early after `max_time` (the result then counts what arrived). Blocks for
-// at most about max_time plus a few seconds of socket timeouts.
+// loopback connection in writes (and reads) of `write_size` bytes, cycling
+// through buffers of `buffer_bytes` (rounded to whole writes; one write's
+// worth when smaller: the iperf3-like cache-hot case). Stops early after
+// `max_time` (the result then counts what arrived). Blocks for at most about
+// max_time plus a few seconds of socket timeouts.
 absl::StatusOr<TcpResult> SocketStream(uint64_t bytes, size_t write_size,
-                                       absl::Duration max_time);
+                                       absl::Duration max_time,
+                                       size_t buffer_bytes = 0);
 
 // Whether an executable `iperf3` is on PATH.
 bool Iperf3Available();

@@ -316,10 +316,11 @@ void PsClient::Encode(Call* call) {
     std::string fields;
     PutVarintField(kChunkIdTag, c.id, &fields);
     PutVarintField(kChunkVersionTag, versions_[c.id], &fields);
-    const size_t length = fields.size() + 1 + VarintSize(bytes) + bytes;
+    const size_t data_field = bytes == 0 ? 0 : 1 + VarintSize(bytes) + bytes;
     head.push_back(static_cast<char>(kRequestGradientsTag));
-    PutVarint(length, &head);
+    PutVarint(fields.size() + data_field, &head);
     head += fields;
+    if (bytes == 0) continue;  // proto3 leaves empty bytes off the wire
     head.push_back(static_cast<char>(kChunkDataTag));
     PutVarint(bytes, &head);
     slices.emplace_back(head);
@@ -330,6 +331,7 @@ void PsClient::Encode(Call* call) {
                         bytes, &PsClient::ReleaseBorrowed, this);
     ++borrowed;
   }
+  if (!head.empty()) slices.emplace_back(head);
   {
     absl::MutexLock lock(&borrow_mu_);
     borrowed_ += borrowed;

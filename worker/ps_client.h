@@ -68,7 +68,9 @@ struct PsClientStats {
 
 // Thread-compatible: one thread calls Pull/PushPull at a time (the trainer).
 // Pull and PushPull block until every request finished and gRPC released
-// every slice that borrows the caller's gradient.
+// every slice that borrows the caller's gradient: normally at once; if a
+// shard stopped reading in the middle of a request, once gRPC gives its
+// connection up (keepalive, TCP_USER_TIMEOUT).
 class PsClient final : public ParameterClient {
  public:
   // `security` is borrowed and must outlive the client. Fails if the

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/config.h"
@@ -29,6 +30,13 @@ std::unique_ptr<grpc::ClientContext> AdminContext(const Security& security) {
 }
 
 }  // namespace
+
+bool IsLoopback(const std::string& address) {
+  const absl::string_view host =
+      absl::string_view(address).substr(0, address.rfind(':'));
+  return absl::StartsWith(host, "127.") || host == "localhost" ||
+         host == "[::1]";
+}
 
 absl::StatusOr<std::unique_ptr<BenchCluster>> BenchCluster::StartInProcess(
     int shards) {
@@ -78,6 +86,13 @@ absl::StatusOr<std::unique_ptr<BenchCluster>> BenchCluster::Connect(
   PS_ASSIGN_OR_RETURN(c->security_, Security::FromCluster(cluster.config));
   PS_ASSIGN_OR_RETURN(c->addresses_,
                       ResolveShardAddresses(cluster, absl::Now() + timeout));
+  for (size_t i = 0; i < c->addresses_.size(); ++i) {
+    if (!IsLoopback(c->addresses_[i])) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          cluster_file, ": shards[", i, "] is at ", c->addresses_[i],
+          "; psbench only sends traffic to loopback addresses"));
+    }
+  }
   for (const std::string& a : c->addresses_) {
     c->stubs_.push_back(ParameterServer::NewStub(c->security_.NewChannel(a)));
   }

@@ -49,6 +49,10 @@ struct BenchJob {
   uint64_t seed = 1;
 };
 
+// Whether "host:port" names this machine's loopback interface (127.0.0.0/8,
+// localhost, [::1]): the only addresses psbench sends traffic to.
+bool IsLoopback(const std::string& address);
+
 // Thread-safe after construction (RegisterJob/DropJob may run concurrently).
 class BenchCluster {
  public:
@@ -59,7 +63,8 @@ class BenchCluster {
       int shards);
 
   // Uses the running cluster of `cluster_file` (its security settings;
-  // address files waited for up to `timeout`).
+  // address files waited for up to `timeout`). InvalidArgument when a
+  // shard is not on a loopback address (see IsLoopback).
   static absl::StatusOr<std::unique_ptr<BenchCluster>> Connect(
       const std::string& cluster_file, absl::Duration timeout);
 

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tools/psbench_cluster.h"
 #include "tools/psbench_tcp.h"
 
 namespace ps {
@@ -84,6 +85,17 @@ TEST(PortOfTest, Table) {
        {"127.0.0.1", "host:", "host:0", "host:70000", "host:x"}) {
     EXPECT_EQ(PortOf(bad).status().code(), absl::StatusCode::kInvalidArgument)
         << bad;
+  }
+}
+
+TEST(IsLoopbackTest, Table) {
+  for (const char* yes :
+       {"127.0.0.1:1", "127.8.9.10:7000", "localhost:80", "[::1]:443"}) {
+    EXPECT_TRUE(IsLoopback(yes)) << yes;
+  }
+  for (const char* no : {"10.0.0.1:80", "192.168.1.2:7000", "example.com:80",
+                         "[::2]:80", "1127.0.0.1:80"}) {
+    EXPECT_FALSE(IsLoopback(no)) << no;
   }
 }
 

@@ -106,6 +106,10 @@ TEST(SocketStreamTest, MovesEveryByteOverLoopback) {
   EXPECT_EQ(r->method, "socket");
   EXPECT_EQ(r->bytes, 16u << 20);
   EXPECT_GT(r->seconds, 0);
+  // Cycling through a tensor-sized buffer moves the same bytes.
+  r = SocketStream((16 << 20) + 5, 1 << 20, absl::Seconds(20), 4 << 20);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->bytes, (16u << 20) + 5);
   EXPECT_EQ(SocketStream(1, 0, absl::Seconds(1)).status().code(),
             absl::StatusCode::kInvalidArgument);
 }

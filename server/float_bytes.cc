@@ -57,13 +57,23 @@ void DecodeFloats(absl::string_view bytes, absl::Span<float> out) {
   }
 }
 
+const float* NativeFloats(absl::string_view bytes,
+                          std::vector<float>* scratch) {
+  if (kLittleEndian) return reinterpret_cast<const float*>(bytes.data());
+  scratch->resize(bytes.size() / 4);
+  DecodeFloats(bytes, absl::MakeSpan(*scratch));
+  return scratch->data();
+}
+
 void EncodeFloats(absl::Span<const float> values, std::string* out) {
-  out->resize(4 * values.size());
-  if (values.empty()) return;
   if (kLittleEndian) {
-    std::memcpy(&(*out)[0], values.data(), 4 * values.size());
+    // assign, not resize + copy: no zero-fill of the bytes about to be
+    // overwritten (it showed up as 5% of psd's CPU in perf).
+    out->assign(reinterpret_cast<const char*>(values.data()),
+                4 * values.size());
     return;
   }
+  out->resize(4 * values.size());
   for (size_t i = 0; i < values.size(); ++i) {
     uint32_t w;
     std::memcpy(&w, &values[i], sizeof(w));

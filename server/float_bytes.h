@@ -6,14 +6,15 @@
 //   std::string reply;
 //   EncodeFloats(params, &reply);
 //
-// On little-endian hosts every function is a memcpy (plus a branch-free scan
-// for the finiteness check); big-endian hosts swap bytes.
+// On little-endian hosts every function is a memcpy or none at all (plus a
+// branch-free scan for the finiteness check); big-endian hosts swap bytes.
 #ifndef SERVER_FLOAT_BYTES_H_
 #define SERVER_FLOAT_BYTES_H_
 
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
@@ -29,6 +30,12 @@ int64_t FirstNonFinite(absl::string_view bytes);
 // Copies the little-endian float32 payload into `out`. Requires
 // bytes.size() == 4 * out.size() (callers validate sizes first).
 void DecodeFloats(absl::string_view bytes, absl::Span<float> out);
+
+// The little-endian float32 payload `bytes` as native floats, without a
+// copy where the host is little-endian (the payload's own storage, which
+// must be 4-byte aligned, as heap and std::string buffers are); otherwise
+// decoded into `*scratch`. Valid while both stay unchanged.
+const float* NativeFloats(absl::string_view bytes, std::vector<float>* scratch);
 
 // Replaces `*out` with the little-endian float32 encoding of `values`.
 void EncodeFloats(absl::Span<const float> values, std::string* out);

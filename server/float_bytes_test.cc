@@ -24,6 +24,18 @@ TEST(FloatBytesTest, EncodesLittleEndianAndRoundTrips) {
   EXPECT_EQ(back, values);
 }
 
+TEST(FloatBytesTest, NativeFloatsReadsThePayload) {
+  const std::vector<float> values = {1.0f, -2.5f, 0.0f, 3.25e-3f, 7.0f};
+  std::string bytes;
+  EncodeFloats(values, &bytes);
+  std::vector<float> scratch;
+  const float* view = NativeFloats(bytes, &scratch);
+  EXPECT_EQ(std::vector<float>(view, view + values.size()), values);
+  // Replacing the encoding of a longer payload keeps no stale tail.
+  EncodeFloats(absl::MakeConstSpan(values).subspan(0, 2), &bytes);
+  EXPECT_EQ(bytes.size(), 8u);
+}
+
 TEST(FloatBytesTest, FindsFirstNonFiniteAnywhere) {
   std::vector<float> values(5000, 0.5f);
   std::string bytes;

@@ -6,6 +6,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "common/process_tuning.h"
 #include "common/config.h"
 #include "common/logging.h"
 #include "common/signals.h"
@@ -18,6 +19,7 @@ ABSL_FLAG(std::string, log_level, "", "overrides the config's log_level");
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("psd --config=FILE: a parameter-server shard");
   ps::BlockTerminationSignals();
+  ps::TuneProcessForThroughput();
   absl::ParseCommandLine(argc, argv);
   if (absl::GetFlag(FLAGS_config).empty()) {
     std::cerr << "psd: --config is required\n";

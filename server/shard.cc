@@ -89,6 +89,8 @@ struct Shard::Waiter {
   uint64_t need_clock = 0;    // 0 = no SSP condition
   absl::Time deadline;
   ChunkDataList* out = nullptr;  // borrowed from the caller's response
+  // Borrowed from the caller: the payloads, when it takes them shared.
+  std::vector<Shard::SharedBytes>* payloads = nullptr;
   // False when it completed at once without entering Job::live.
   bool registered = true;
 
@@ -120,6 +122,11 @@ struct Shard::Chunk {
   std::vector<WaiterPtr> waiters ABSL_GUARDED_BY(mu);
   // == state.version, readable without the lock (it only grows).
   std::atomic<uint64_t> version{0};
+  // state.values encoded for replies at version `encoded_version`, shared
+  // by every reply of that version (BSP: one per worker). Immutable while
+  // a reply holds it; rewritten in place only when nothing else does.
+  std::shared_ptr<std::string> encoded ABSL_GUARDED_BY(mu);
+  uint64_t encoded_version ABSL_GUARDED_BY(mu) = 0;
   // Guarded by the job's due_mu: the checkpoint step this chunk was last
   // counted as having reached (see Job::NoteVersion).
   uint64_t counted_for = UINT64_MAX;
@@ -498,7 +505,8 @@ absl::StatusOr<std::shared_ptr<Shard::Job>> Shard::NewJob(
     }
     if (c.shard() != options_.shard_id) continue;
     ++*local_count;
-    bytes += c.length() * sizeof(float) +
+    // Parameters, their encoding shared by replies, optimizer state.
+    bytes += 2 * c.length() * sizeof(float) +
              job->optimizer->StateBytes(c.length()) + sizeof(Chunk);
     // BSP keeps one gradient per worker until the quorum arrives.
     if (job->mode == BSP) bytes += uint64_t{num_workers} * c.length() * 4;
@@ -566,7 +574,7 @@ absl::Status Shard::OverBudget(const Job& job, int local_count) const {
   return absl::ResourceExhaustedError(absl::StrCat(
       "job \"", job.id, "\" needs ", job.bytes, " bytes on shard ",
       options_.shard_id, " (", local_count,
-      " chunks: parameters, optimizer state",
+      " chunks: parameters, their encoded reply, optimizer state",
       job.mode == BSP ? ", one gradient per worker" : "", ") but only ", free,
       " of the ", options_.memory_budget_bytes, "-byte budget are free"));
 }
@@ -1135,7 +1143,8 @@ Shard::PushCounts Shard::ApplyPush(Job& job, uint32_t worker, uint64_t step,
                                    const std::vector<Chunk*>& chunks,
                                    std::vector<WaiterPtr>* ready,
                                    std::vector<Chunk*>* advanced) {
-  // ASP/SSP decode here: one copy, reused by every push on this thread.
+  // ASP/SSP on big-endian hosts decode here, reused by every push on this
+  // thread.
   static thread_local std::vector<float> scratch;
   PushCounts counts;
   uint64_t accepted = 0, bytes = 0, max_staleness = 0;
@@ -1172,11 +1181,10 @@ Shard::PushCounts Shard::ApplyPush(Job& job, uint32_t worker, uint64_t step,
         s.version >= g.version() ? s.version - g.version() : 0;
     max_staleness = std::max(max_staleness, staleness);
     job.staleness.Record(staleness);
-    scratch.resize(c.length);
-    DecodeFloats(g.data(), absl::MakeSpan(scratch));
+    // Straight from the request's bytes (a copy only on big-endian hosts).
+    const float* grad = NativeFloats(g.data(), &scratch);
     const uint64_t t0 = NowNanos();
-    job.optimizer->Apply(absl::MakeSpan(s.values), scratch.data(), 1.0f,
-                         &s.optimizer);
+    job.optimizer->Apply(absl::MakeSpan(s.values), grad, 1.0f, &s.optimizer);
     job.apply_ns.Record(NowNanos() - t0);
     job.applies.fetch_add(1, std::memory_order_relaxed);
     ++accepted;
@@ -1223,8 +1231,10 @@ absl::Status Shard::Push(const PushRequest& req, PushResponse* resp) {
 }
 
 void Shard::PushPull(const PushPullRequest& req, PushPullResponse* resp,
-                     std::function<void(absl::Status)> done) {
+                     std::function<void(absl::Status)> done,
+                     std::vector<SharedBytes>* payloads) {
   resp->Clear();
+  if (payloads != nullptr) payloads->clear();
   absl::StatusOr<std::shared_ptr<Job>> found = FindJob(req.job_id());
   if (!found.ok()) {
     done(found.status());
@@ -1250,7 +1260,8 @@ void Shard::PushPull(const PushPullRequest& req, PushPullResponse* resp,
   MaybeQueueCheckpoint(job, advanced, absl::InfinitePast());
 
   WaiterPtr w = NewWaiter(job, std::move(chunks), req.step(),
-                          resp->mutable_parameters(), std::move(done));
+                          resp->mutable_parameters(), payloads,
+                          std::move(done));
   if (job->mode == BSP) w->need_version = req.step() + 1;
   if (job->mode == SSP && req.step() + 1 > job->staleness_bound) {
     w->need_clock = req.step() + 1 - job->staleness_bound;
@@ -1262,8 +1273,10 @@ void Shard::PushPull(const PushPullRequest& req, PushPullResponse* resp,
 // Pulls and waits.
 
 void Shard::Pull(const PullRequest& req, PullResponse* resp,
-                 std::function<void(absl::Status)> done) {
+                 std::function<void(absl::Status)> done,
+                 std::vector<SharedBytes>* payloads) {
   resp->Clear();
+  if (payloads != nullptr) payloads->clear();
   absl::StatusOr<std::shared_ptr<Job>> found = FindJob(req.job_id());
   if (!found.ok()) {
     done(found.status());
@@ -1332,7 +1345,8 @@ void Shard::Pull(const PullRequest& req, PullResponse* resp,
     }
   }
   WaiterPtr w = NewWaiter(job, std::move(chunks), req.step(),
-                          resp->mutable_parameters(), std::move(done));
+                          resp->mutable_parameters(), payloads,
+                          std::move(done));
   w->need_version = req.min_version();
   if (job->mode == SSP && req.step() > job->staleness_bound) {
     w->need_clock = req.step() - job->staleness_bound;
@@ -1343,6 +1357,7 @@ void Shard::Pull(const PullRequest& req, PullResponse* resp,
 Shard::WaiterPtr Shard::NewWaiter(const std::shared_ptr<Job>& job,
                                   std::vector<Chunk*> chunks, uint64_t step,
                                   ChunkDataList* out,
+                                  std::vector<SharedBytes>* payloads,
                                   std::function<void(absl::Status)> done) {
   auto w = std::make_shared<Waiter>();
   w->id = next_waiter_id_.fetch_add(1, std::memory_order_relaxed);
@@ -1350,6 +1365,7 @@ Shard::WaiterPtr Shard::NewWaiter(const std::shared_ptr<Job>& job,
   w->step = step;
   w->deadline = absl::Now() + absl::Milliseconds(job->deadline_ms);
   w->out = out;
+  w->payloads = payloads;
   w->job = job;
   w->done = std::move(done);
   return w;
@@ -1415,8 +1431,23 @@ void Shard::Complete(const WaiterPtr& w) {
     absl::MutexLock l(&c->mu);
     d->set_chunk_id(c->placement.chunk_id());
     d->set_version(c->state.version);
-    EncodeFloats(c->state.values, d->mutable_data());
-    bytes += d->data().size();
+    if (w->payloads == nullptr) {
+      EncodeFloats(c->state.values, d->mutable_data());
+      bytes += d->data().size();
+      continue;
+    }
+    // Encoded once per version: the other replies of it share the bytes.
+    if (c->encoded == nullptr || c->encoded_version != c->state.version) {
+      // use_count() only falls behind our back (replies being released), so
+      // 1 means no reply holds the buffer and it may be rewritten.
+      if (c->encoded == nullptr || c->encoded.use_count() > 1) {
+        c->encoded = std::make_shared<std::string>();
+      }
+      EncodeFloats(c->state.values, c->encoded.get());
+      c->encoded_version = c->state.version;
+    }
+    w->payloads->push_back(c->encoded);
+    bytes += c->encoded->size();
   }
   job->pulls.fetch_add(w->chunks.size(), std::memory_order_relaxed);
   job->bytes_out.fetch_add(bytes, std::memory_order_relaxed);

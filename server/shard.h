@@ -156,6 +156,9 @@ class Shard {
   Shard(const Shard&) = delete;
   Shard& operator=(const Shard&) = delete;
 
+  // A chunk's parameters encoded for replies (see PushPull).
+  using SharedBytes = std::shared_ptr<const std::string>;
+
   // Creates the job's local chunks (those whose placement names this shard)
   // with their initial values and optimizer state. Idempotent: the same
   // (spec, placement, num_workers) again is OK and changes nothing. Errors:
@@ -183,14 +186,21 @@ class Shard {
   // once, on this thread or later on another (the one whose push completes
   // the wait, or CheckDeadlines, DropJob, Shutdown). `resp` must stay valid
   // until `done` runs and is written only before it.
+  //
+  // With `payloads` (the RPC layer's zero-copy path), each ChunkData of the
+  // reply leaves `data` empty and `payloads` gets that chunk's encoded
+  // parameters instead, in the same order: encoded once per version and
+  // shared by every reply carrying it. Same lifetime rule as `resp`.
   void PushPull(const PushPullRequest& req, PushPullResponse* resp,
-                std::function<void(absl::Status)> done);
+                std::function<void(absl::Status)> done,
+                std::vector<SharedBytes>* payloads = nullptr);
 
   // Reads parameters (chunk_ids, or every local chunk when empty) once every
   // one is at version >= min_version, and under SSP once
   // step - slowest <= staleness. Same callback contract as PushPull.
   void Pull(const PullRequest& req, PullResponse* resp,
-            std::function<void(absl::Status)> done);
+            std::function<void(absl::Status)> done,
+            std::vector<SharedBytes>* payloads = nullptr);
 
   // Pushes gradients without waiting for anything. May complete other
   // calls' waits (their callbacks run on this thread before it returns).
@@ -304,7 +314,7 @@ class Shard {
   void StartWait(const std::shared_ptr<Job>& job, WaiterPtr w);
   WaiterPtr NewWaiter(const std::shared_ptr<Job>& job,
                       std::vector<Chunk*> chunks, uint64_t step,
-                      ChunkDataList* out,
+                      ChunkDataList* out, std::vector<SharedBytes>* payloads,
                       std::function<void(absl::Status)> done);
   // Claims `w` and answers it with parameters / with `status`. No lock held.
   void Complete(const WaiterPtr& w);

@@ -427,6 +427,48 @@ std::vector<std::vector<float>> RunBsp(const std::vector<uint32_t>& order,
   return Params(shard, "j");
 }
 
+// The RPC layer's path: replies take the encoded parameters as shared
+// payloads. Both BSP workers' replies of a version share one buffer with the
+// same bytes the copying path writes, and a reply still holding a version's
+// buffer never sees it rewritten by the next version.
+TEST(ShardPayloadTest, RepliesOfOneVersionShareOneImmutableEncoding) {
+  Shard shard(ShardOptions{});
+  const RegisterJobRequest reg = Registration("j", Spec(BSP, 2));
+  RegisterJobResponse rr;
+  ASSERT_TRUE(shard.RegisterJob(reg, &rr).ok());
+  std::vector<Shard::SharedBytes> held;  // version 1's, kept past step 1
+  for (uint64_t step = 0; step < 2; ++step) {
+    PushPullCall a, b;
+    std::vector<Shard::SharedBytes> pa, pb;
+    shard.PushPull(PushRequestFor<PushPullRequest>(reg, 0, step, AllChunks(),
+                                                   step),
+                   &a.resp, a.Callback(), &pa);
+    EXPECT_FALSE(a.done.HasBeenNotified());
+    shard.PushPull(PushRequestFor<PushPullRequest>(reg, 1, step, AllChunks(),
+                                                   step),
+                   &b.resp, b.Callback(), &pb);
+    ASSERT_TRUE(a.done.HasBeenNotified() && b.done.HasBeenNotified());
+    ASSERT_TRUE(a.status.ok() && b.status.ok()) << a.status << b.status;
+    const std::vector<std::vector<float>> want = Params(shard, "j");
+    ASSERT_EQ(pa.size(), static_cast<size_t>(kNumChunks));
+    ASSERT_EQ(pb.size(), pa.size());
+    for (int c = 0; c < kNumChunks; ++c) {
+      EXPECT_TRUE(a.resp.parameters(c).data().empty());
+      EXPECT_EQ(a.resp.parameters(c).version(), step + 1);
+      EXPECT_EQ(pa[c].get(), pb[c].get()) << "chunk " << c;
+      EXPECT_EQ(Floats(*pa[c]), want[c]) << "chunk " << c;
+    }
+    if (step == 0) {
+      held = pa;
+    } else {
+      for (int c = 0; c < kNumChunks; ++c) {
+        EXPECT_NE(held[c].get(), pa[c].get());
+        EXPECT_NE(Floats(*held[c]), want[c]) << "version 1 was rewritten";
+      }
+    }
+  }
+}
+
 TEST(ShardBspTest, BitwiseIdenticalWhateverTheArrivalOrder) {
   for (OptimizerKind kind : {SGD, ADAM}) {
     std::vector<uint32_t> order = {0, 1, 2, 3};

@@ -4,8 +4,8 @@
 #
 #   tools/bench_e2e.sh [--epochs=E] [--batches="64 256"] [--rows="a b c d e"]
 #                      [--lr64=0.025] [--lr256=0.025] [--target=0.85]
-#                      [--partition-bytes=N] [--row-timeout=S] [--json=FILE]
-#                      [--logs=DIR] [--no-build] [--output-base=DIR]
+#                      [--partition-bytes=N] [--row-timeout=S] [--repeat=N] [--seed=S]
+#                      [--json=FILE] [--logs=DIR] [--no-build] [--output-base=DIR]
 #                      [--psd-extra=TEXT] [--workerd-extra=TEXT]
 #                      [--daemon-env=NAME=VALUE]... [--nice=N]
 #
@@ -23,7 +23,8 @@
 #   (d, e: OpenBLAS, which Debian's torch runs Linear on, gets the same
 #   thread count as torch; see tools/torch_peer.py.)
 # Every row: SGD momentum 0.9 with the SAME lr for a given B (--lr64,
-# --lr256; other B use --lr256), seed 42, test accuracy after every epoch.
+# --lr256; other B use --lr256), seed 42 (--seed), test accuracy after every
+# epoch.
 # The default lr 0.025 is the largest of {0.1, 0.05, 0.025} at which ASP (c)
 # still trains: at 0.05 its momentum plus staleness stall it near 0.65 test
 # accuracy after 3 epochs at B=64, while BSP and PyTorch reach ~0.875 at
@@ -31,12 +32,13 @@
 #
 # Columns: samples/s = examples trained / step-loop time (evaluation
 # excluded; for our rows the trainer's own figure from rank 0, as `psctl`
-# prints it); to_target_s = wall time from the first step to the end of the
+# prints it); "s to 0.85" = wall time from the first step to the end of the
 # first evaluation reaching --target (evaluations included; "-" = never);
-# test_acc = after the last epoch; vs_e = samples/s / row e's at the same B.
-# Also: job wall time (submit to end; PyTorch: process start to exit), the
-# CPU seconds the psd and workerd processes used (from /proc), to see what
-# bounds each figure, and "other load" (below).
+# test acc = after the last epoch; vs (e) = samples/s / row e's at the same
+# B; psd / workerd cpu s = CPU seconds those processes used (from /proc,
+# start-up and data loading included), to see what bounds each figure;
+# other load: below. The JSON also has the job's wall time (PyTorch: process
+# start to exit), rank 0's data/compute/comm split and every evaluation.
 #
 # Our rows run the real daemons from `bazel build --config=opt` with configs
 # written into a temporary folder (port 0 + address files, as
@@ -46,7 +48,10 @@
 # cluster and stops it before the next row. Every process this script starts
 # is stopped on exit, failure or Ctrl-C; each row is bounded by --row-timeout
 # (default 900 s). Output: a plain table, the same as Markdown (for
-# docs/BENCHMARKS.md), and with --json=FILE one JSON object per row.
+# docs/BENCHMARKS.md), and with --json=FILE one JSON object per row and run.
+# --repeat=N runs every row N times, interleaved (all rows, then again), and
+# prints medians with [min-max]; vs (e) is the median of each run's ratio to
+# row e of the same run.
 # --psd-extra / --workerd-extra append text-format fields to every generated
 # PsdConfig / WorkerdConfig (e.g. --psd-extra='rpc_threads: 2'); --daemon-env
 # sets an environment variable for psd and workerd only (diagnostics, e.g.
@@ -54,13 +59,16 @@
 # The machine is shared: each row records "other load", the CPU (in cores)
 # that processes not started by this script used during the row (from
 # /proc/stat); rerun when it is not ~0, and compare rows of one run.
-# --nice=N runs every benchmark process under `nice -n N`; as root, N=-20
-# gives the rows the CPU ahead of other users' builds (which then slow down
-# for the length of the run), the way to get near-quiet figures on a busy
-# shared machine.
+# --nice=N reruns this script in a session of its own and sets that
+# session's scheduling group (/proc/self/autogroup) to nice N. Linux shares
+# the CPU between sessions first (each bazel server is one), so a run with 4
+# busy processes gets only 1/(k+1) of the cores against k busy builds
+# whatever their count; as root, N=-20 gives the rows the CPU ahead of other
+# users' work (which slows down for the length of the run): the way to take
+# near-quiet figures on a busy shared machine. "other load" still says how
+# much CPU others got.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ROOT=$(pwd)
 
 EPOCHS=5
 BATCHES="64 256"
@@ -70,6 +78,8 @@ LR256=0.025
 TARGET=0.85
 PARTITION_BYTES=262144
 ROW_TIMEOUT=900
+REPEAT=1
+SEED=42
 JSON=""
 LOGS=""
 BUILD=1
@@ -92,6 +102,8 @@ for arg in "$@"; do
     --target=*) TARGET=${arg#*=} ;;
     --partition-bytes=*) PARTITION_BYTES=${arg#*=} ;;
     --row-timeout=*) ROW_TIMEOUT=${arg#*=} ;;
+    --repeat=*) REPEAT=${arg#*=} ;;
+    --seed=*) SEED=${arg#*=} ;;
     --json=*) JSON=${arg#*=} ;;
     --logs=*) LOGS=${arg#*=} ;;
     --no-build) BUILD=0 ;;
@@ -105,11 +117,32 @@ for arg in "$@"; do
   esac
 done
 [[ "$EPOCHS" =~ ^[1-9][0-9]*$ ]] || { echo "bench_e2e: --epochs: need a positive integer" >&2; exit 2; }
+[[ "$SEED" =~ ^[0-9]+$ ]] || { echo "bench_e2e: --seed: need a non-negative integer" >&2; exit 2; }
+[[ "$REPEAT" =~ ^[1-9][0-9]*$ ]] || { echo "bench_e2e: --repeat: need a positive integer" >&2; exit 2; }
 [[ "$ROW_TIMEOUT" =~ ^[1-9][0-9]*$ ]] || { echo "bench_e2e: --row-timeout: need a positive integer" >&2; exit 2; }
 for b in $BATCHES; do
   [[ "$b" =~ ^[1-9][0-9]*$ ]] || { echo "bench_e2e: --batches: $b is not a positive integer" >&2; exit 2; }
 done
 [[ -z "$NICE" || "$NICE" =~ ^-?[0-9]+$ ]] || { echo "bench_e2e: --nice: need an integer" >&2; exit 2; }
+if [[ -n "$NICE" && -z "${BENCH_E2E_SESSION:-}" ]]; then
+  # The run goes on in a new session (its own autogroup); this process only
+  # forwards Ctrl-C / TERM to it and waits for its cleanup.
+  BENCH_E2E_SESSION=1 setsid "$0" "$@" &
+  inner=$!
+  trap 'kill -TERM "$inner" 2>/dev/null || true' INT TERM
+  rc=0
+  while kill -0 "$inner" 2>/dev/null; do
+    wait "$inner" && rc=0 || rc=$?
+  done
+  exit "$rc"
+fi
+if [[ -n "$NICE" ]]; then
+  if [[ "$(ps -o sid= -p $$ | tr -d ' ')" == "$$" ]] && echo "$NICE" >/proc/self/autogroup 2>/dev/null; then
+    echo "bench_e2e: scheduling group $(cat /proc/self/autogroup)" >&2
+  else
+    echo "bench_e2e: --nice=$NICE not applied (no session of its own, or no permission)" >&2
+  fi
+fi
 for r in $ROWS; do
   [[ "$r" =~ ^[abcde]$ ]] || { echo "bench_e2e: --rows: unknown row $r (a..e)" >&2; exit 2; }
 done
@@ -134,6 +167,7 @@ echo "bench_e2e: logs in $LOGS" >&2
 # Every process started, for cleanup; ROW_PIDS: those of the current row.
 PIDS=()
 ROW_PIDS=()
+PSD_PIDS=()
 stop_pids() {
   (($# == 0)) && return 0
   kill -TERM "$@" 2>/dev/null || true
@@ -147,11 +181,25 @@ stop_pids() {
   done
   kill -KILL "$@" 2>/dev/null || true
   for p in "$@"; do wait "$p" 2>/dev/null || true; done
+  forget "$@"
+}
+forget() {  # forget PID...: reaped, so never signalled again (pids get reused)
+  local keep=() q
+  for q in "${PIDS[@]}"; do [[ " $* " == *" $q "* ]] || keep+=("$q"); done
+  PIDS=("${keep[@]}")
+  keep=()
+  for q in "${PSD_PIDS[@]}"; do [[ " $* " == *" $q "* ]] || keep+=("$q"); done
+  PSD_PIDS=("${keep[@]}")
 }
 cleanup() {
   local rc=$?
   trap - EXIT INT TERM
-  if ((${#PIDS[@]})); then stop_pids "${PIDS[@]}"; fi
+  # Workers (and clients) first: a workerd whose shards are gone retries
+  # its RPCs for seconds before it exits.
+  local first=() p
+  for p in "${PIDS[@]}"; do [[ " ${PSD_PIDS[*]} " == *" $p "* ]] || first+=("$p"); done
+  if ((${#first[@]})); then stop_pids "${first[@]}"; fi
+  if ((${#PSD_PIDS[@]})); then stop_pids "${PSD_PIDS[@]}"; fi
   exit $rc
 }
 trap cleanup EXIT
@@ -160,7 +208,6 @@ trap 'echo "bench_e2e: interrupted" >&2; exit 130' INT TERM
 start() {  # start LOG CMD...: background process, pid in $STARTED
   local log=$1
   shift
-  if [[ -n "$NICE" ]]; then set -- nice -n "$NICE" "$@"; fi
   "$@" >"$log" 2>&1 &
   STARTED=$!
   PIDS+=("$STARTED")
@@ -199,12 +246,14 @@ row_end() {  # adds other_cores (CPU others used, in cores) to the last result
   t1=$(date +%s.%N)
   busy1=$(busy_s)
   ours1=$(children_s)
-  "$PY" - "$RESULTS" "$ROW_T0" "$t1" "$ROW_BUSY0" "$busy1" "$ROW_OURS0" "$ours1" <<'EOF'
+  "$PY" - "$RESULTS" "$REP" "$SEED" "$ROW_T0" "$t1" "$ROW_BUSY0" "$busy1" "$ROW_OURS0" "$ours1" <<'EOF'
 import json, sys
-path = sys.argv[1]
-t0, t1, b0, b1, o0, o1 = map(float, sys.argv[2:])
+path, rep, seed = sys.argv[1], sys.argv[2], sys.argv[3]
+t0, t1, b0, b1, o0, o1 = map(float, sys.argv[4:])
 lines = open(path).read().splitlines()
 r = json.loads(lines[-1])
+r["rep"] = int(rep)
+r["seed"] = int(seed)
 r["row_s"] = round(t1 - t0, 2)
 r["our_cpu_s"] = round(o1 - o0, 2)
 r["other_cores"] = round(max(0.0, (b1 - b0) - (o1 - o0)) / max(t1 - t0, 1e-9), 2)
@@ -223,7 +272,7 @@ free_port() {
 ours() {
   local row=$1 B=$2 lr dir workers devices batch mode spe
   lr=$(lr_for "$B")
-  dir="$LOGS/$row-b$B"
+  dir="$LOGS/run$REP/$row-b$B"
   rm -rf "$dir"
   mkdir -p "$dir"
   spe=$((30000 / B))
@@ -241,6 +290,7 @@ ours() {
       "$i" "$i" "$PSD_EXTRA" >"$dir/psd$i.pbtxt"
     start "$dir/psd$i.log" env "${DAEMON_ENV[@]}" "$BIN/server/psd" "--config=$dir/psd$i.pbtxt"
     psd_pids+=("$STARTED")
+    PSD_PIDS+=("$STARTED")
   done
   for i in 0 1; do wait_file "$dir/s$i.addr" 30; done
   for ((i = 0; i < workers; i++)); do
@@ -257,18 +307,25 @@ optimizer { kind: SGD learning_rate: $lr momentum: 0.9 }
 consistency { mode: $mode step_deadline_ms: 60000 }
 num_workers: $workers
 partition_bytes: $PARTITION_BYTES
-seed: 42
+seed: $SEED
 eval_every: $spe
 EOF
   local rc=0
-  timeout --signal=TERM "$((ROW_TIMEOUT + 30))" "$BIN/tools/psctl" "--cluster=$dir/cluster.pbtxt" \
-    --connect-timeout=30 submit "$dir/job.pbtxt" --wait "--timeout=$ROW_TIMEOUT" \
-    >"$dir/submit.out" 2>&1 || rc=$?
+  # In the background: bash runs a trap (Ctrl-C) only once the foreground
+  # command ends, but `wait` returns at once.
+  start "$dir/submit.out" timeout --signal=TERM "$((ROW_TIMEOUT + 30))" "$BIN/tools/psctl" \
+    "--cluster=$dir/cluster.pbtxt" --connect-timeout=30 submit "$dir/job.pbtxt" --wait \
+    "--timeout=$ROW_TIMEOUT"
+  wait "$STARTED" || rc=$?
+  forget "$STARTED"
   local psd_cpu=0 worker_cpu=0 p
   for p in "${psd_pids[@]}"; do psd_cpu=$(awk -v a="$psd_cpu" -v b="$(cpu_s "$p")" 'BEGIN{print a+b}'); done
   for p in "${worker_pids[@]}"; do worker_cpu=$(awk -v a="$worker_cpu" -v b="$(cpu_s "$p")" 'BEGIN{print a+b}'); done
   "$BIN/tools/psctl" "--cluster=$dir/cluster.pbtxt" stats >"$dir/stats.out" 2>&1 || true
-  stop_pids "${ROW_PIDS[@]}"
+  local others=()
+  for p in "${ROW_PIDS[@]}"; do [[ " ${psd_pids[*]} " == *" $p "* ]] || others+=("$p"); done
+  stop_pids "${others[@]}"
+  stop_pids "${psd_pids[@]}"
   ROW_PIDS=()
   local rank0
   rank0=$(grep -l "rank 0 of" "$dir"/worker*.log 2>/dev/null | head -n 1 || true)
@@ -306,17 +363,19 @@ EOF
 torch_row() {
   local row=$1 B=$2 lr dir rc=0
   lr=$(lr_for "$B")
-  dir="$LOGS/$row-b$B"
+  dir="$LOGS/run$REP/$row-b$B"
   rm -rf "$dir"
   mkdir -p "$dir"
   ROW_PIDS=()
-  local common=(--epochs "$EPOCHS" --lr "$lr" --target "$TARGET" --data-dir "$DATA_DIR")
-  local t0=$SECONDS cpu=0
+  local common=(--epochs "$EPOCHS" --lr "$lr" --target "$TARGET" --data-dir "$DATA_DIR"
+    --seed "$SEED")
+  local t0=$SECONDS
   if [[ $row == d ]]; then
     start "$dir/rank0.log" timeout "$ROW_TIMEOUT" "$PY" tools/torch_peer.py --mode single \
       --batch $((2 * B)) --threads 2 "${common[@]}"
     local p0=$STARTED
     wait "$p0" || rc=$?
+    forget "$p0"
   else
     local port
     port=$(free_port)
@@ -328,6 +387,7 @@ torch_row() {
     local p1=$STARTED
     wait "$p0" || rc=$?
     wait "$p1" || rc=$?
+    forget "$p0" "$p1"
   fi
   ROW_PIDS=()
   "$PY" - "$row" "$B" "$lr" "$rc" "$dir/rank0.log" "$((SECONDS - t0))" "$EPOCHS" >>"$RESULTS" <<'EOF'
@@ -351,48 +411,72 @@ EOF
 }
 
 echo "bench_e2e: $(nproc) cores, $(uptime | sed 's/.*load/load/')" >&2
-for B in $BATCHES; do
-  for row in $ROWS; do
-    echo "bench_e2e: row $row, B=$B, lr=$(lr_for "$B"), $EPOCHS epochs" >&2
-    row_begin
-    case $row in
-      a | b | c) ours "$row" "$B" ;;
-      d | e) torch_row "$row" "$B" ;;
-    esac
-    row_end
-    tail -n 1 "$RESULTS" | cut -c1-300 >&2
+for ((REP = 1; REP <= REPEAT; REP++)); do
+  for B in $BATCHES; do
+    for row in $ROWS; do
+      echo "bench_e2e: run $REP/$REPEAT, row $row, B=$B, lr=$(lr_for "$B"), $EPOCHS epochs" >&2
+      row_begin
+      case $row in
+        a | b | c) ours "$row" "$B" ;;
+        d | e) torch_row "$row" "$B" ;;
+      esac
+      row_end
+      tail -n 1 "$RESULTS" | cut -c1-300 >&2
+    done
   done
 done
 echo "bench_e2e: done, $(uptime | sed 's/.*load/load/')" >&2
 
 "$PY" - "$RESULTS" "$TARGET" "$EPOCHS" <<'EOF'
-import json, sys
+import json, statistics, sys
 path, target, epochs = sys.argv[1], sys.argv[2], sys.argv[3]
-rows = [json.loads(l) for l in open(path) if l.strip()]
+runs = [json.loads(l) for l in open(path) if l.strip()]
 names = {"a": "ours: 1 worker x 2 cpu devices, BSP",
          "b": "ours: 2 workers x 1 device, BSP",
          "c": "ours: 2 workers x 1 device, ASP",
          "d": "PyTorch 1 process, 2 threads, batch 2B",
          "e": "PyTorch DDP gloo, 2 x 1 thread"}
-ref = {r["batch"]: r["samples_per_s"] for r in rows if r["row"] == "e" and r["ok"]}
+ref = {(r["rep"], r["batch"]): r["samples_per_s"] for r in runs if r["row"] == "e" and r["ok"]}
+groups = {}
+for r in runs:
+    groups.setdefault((r["batch"], r["row"]), []).append(r)
 def f(v, fmt):
     return "-" if v is None or v != v else fmt.format(v)
+def med(rs, key):
+    v = [r[key] for r in rs if r.get(key) is not None and r[key] == r[key]]
+    return statistics.median(v) if v else None
+def spread(rs, key, fmt):  # median, and [min-max] over several runs
+    v = [r[key] for r in rs if r.get(key) is not None and r[key] == r[key]]
+    if not v:
+        return "-"
+    m = fmt.format(statistics.median(v))
+    lo, hi = fmt.format(min(v)), fmt.format(max(v))
+    return m if lo == hi else f"{m} [{lo}-{hi}]"
+reps = len({r["rep"] for r in runs})
 head = ["row", "setup", "B", "lr", "samples/s", f"s to {target}", f"test acc @{epochs} ep",
-        "vs (e)", "job wall s", "psd cpu s", "workerd cpu s", "other load"]
+        "vs (e)", "psd cpu s", "workerd cpu s", "other load"]
 lines = []
-for r in rows:
-    e = ref.get(r["batch"])
-    lines.append([r["row"], names[r["row"]] + ("" if r["ok"] else " (FAILED)"),
-                  str(r["batch"]), f(r.get("lr"), "{:g}"),
-                  f(r.get("samples_per_s"), "{:.0f}"),
-                  f(r.get("time_to_target_s"), "{:.1f}"),
-                  f(r.get("test_accuracy"), "{:.4f}"),
-                  f(r["samples_per_s"] / e if e and r.get("samples_per_s") else None, "{:.2f}x"),
-                  f(r.get("wall_s"), "{:.1f}"), f(r.get("psd_cpu_s"), "{:.1f}"),
-                  f(r.get("workerd_cpu_s"), "{:.1f}"),
-                  f(r.get("other_cores"), "{:.2f}")])
+for (batch, row), rs in groups.items():
+    ok = [r for r in rs if r["ok"]]
+    ratios = [r["samples_per_s"] / ref[(r["rep"], batch)] for r in ok
+              if (r["rep"], batch) in ref]
+    for r in ok:
+        if (r["rep"], batch) in ref:
+            r["vs_e"] = r["samples_per_s"] / ref[(r["rep"], batch)]
+    failed = len(rs) - len(ok)
+    lines.append([row, names[row] + (f" ({failed} FAILED)" if failed else ""), str(batch),
+                  f(rs[0].get("lr"), "{:g}"),
+                  spread(ok, "samples_per_s", "{:.0f}"),
+                  spread(ok, "time_to_target_s", "{:.1f}"),
+                  spread(ok, "test_accuracy", "{:.4f}"),
+                  spread(ok, "vs_e", "{:.2f}x"),
+                  f(med(ok, "psd_cpu_s"), "{:.1f}"), f(med(ok, "workerd_cpu_s"), "{:.1f}"),
+                  f(max((r.get("other_cores", 0) for r in rs), default=None), "{:.2f}")])
 w = [max(len(x) for x in col) for col in zip(head, *lines)]
 print()
+if reps > 1:
+    print(f"{reps} runs per row: median [min-max]; vs (e) pairs each run with row e of the same run; "
+          "other load: the largest.")
 for l in [head] + lines:
     print("  ".join(x.ljust(n) for x, n in zip(l, w)))
 print()
@@ -400,8 +484,8 @@ print("| " + " | ".join(head) + " |")
 print("|" + "|".join("---" for _ in head) + "|")
 for l in lines:
     print("| " + " | ".join(l) + " |")
-for r in rows:
+for r in runs:
     if not r["ok"]:
-        print(f"\nrow {r['row']} B={r['batch']} failed: {r.get('error', '')}")
+        print(f"\nrow {r['row']} B={r['batch']} run {r['rep']} failed: {r.get('error', '')}")
 EOF
 if [[ -n "$JSON" ]]; then cp "$RESULTS" "$JSON"; fi

@@ -27,6 +27,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "common/process_tuning.h"
 #include "tools/psbench_cluster.h"
 #include "tools/psbench_lib.h"
 
@@ -279,6 +280,7 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "parameter-server benchmarks: --mode=transport|apply|load (see "
       "tools/psbench.cc)");
+  ps::TuneProcessForThroughput();  // as psd and workerd do
   absl::ParseCommandLine(argc, argv);
   return Run();
 }

@@ -4,12 +4,12 @@ optimizer and schedule as the parameter-server job, in plain PyTorch.
 
   # (d) one process, 2 intra-op threads, global batch 2*B:
   /usr/bin/python3 tools/torch_peer.py --mode single --batch 128 --threads 2 \
-      --lr 0.05 --epochs 5
+      --lr 0.025 --epochs 5
   # (e) DistributedDataParallel over gloo: run once per rank, batch B each:
   /usr/bin/python3 tools/torch_peer.py --mode ddp --rank 0 --world 2 \
-      --port 29517 --batch 64 --threads 1 --lr 0.05 --epochs 5 &
+      --port 29517 --batch 64 --threads 1 --lr 0.025 --epochs 5 &
   /usr/bin/python3 tools/torch_peer.py --mode ddp --rank 1 --world 2 \
-      --port 29517 --batch 64 --threads 1 --lr 0.05 --epochs 5
+      --port 29517 --batch 64 --threads 1 --lr 0.025 --epochs 5
 
 Rank 0 (or the single process) prints one line
   RESULT {"samples_per_s": ..., "time_to_target_s": ..., ...}
@@ -20,14 +20,15 @@ What matches the parameter-server job (see worker/data, server/init.cc):
   - 784-256-128-10, ReLU, Glorot-uniform weights, zero biases;
   - mean softmax cross-entropy over the GLOBAL batch, SGD with momentum 0.9
     (PyTorch's momentum form v = m v + g; p -= lr v, the same as the shard's);
-  - steps per epoch floor(floor(60000 / world) / batch) (single: world
-    examples are consumed per step as one batch of world * batch), a fresh
-    shuffle each epoch, the remainder dropped;
+  - steps per epoch floor(floor(60000 / world) / batch) (single: world is 1
+    and --batch is the global batch), a fresh shuffle each epoch, each rank
+    taking every world-th example of it, the remainder dropped;
   - test accuracy over the 10000 test images after every epoch.
-Timing: samples_per_s = examples trained / time in the step loops (evaluation
-excluded); time_to_target_s = wall time from the first step to the end of
-the first evaluation that reaches --target (evaluation included), the same
-definitions as the trainer's.
+OpenBLAS threads follow --threads (--blas-threads overrides; see
+set_blas_threads). Timing: samples_per_s = examples trained / time in the
+step loops (evaluation excluded); time_to_target_s = wall time from the first
+step to the end of the first evaluation that reaches --target (evaluation
+included), the same definitions as the trainer's.
 """
 
 import argparse

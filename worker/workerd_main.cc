@@ -6,10 +6,10 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "common/process_tuning.h"
 #include "common/config.h"
 #include "common/logging.h"
 #include "common/signals.h"
-#include "common/logging.h"
 #include "spdlog/spdlog.h"
 #include "worker/workerd.h"
 
@@ -19,6 +19,7 @@ ABSL_FLAG(std::string, log_level, "", "overrides the config's log_level");
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("workerd --config=FILE: trains the jobs the coordinator assigns");
   ps::BlockTerminationSignals();
+  ps::TuneProcessForThroughput();
   absl::ParseCommandLine(argc, argv);
   if (absl::GetFlag(FLAGS_config).empty()) {
     std::cerr << "workerd: --config is required\n";

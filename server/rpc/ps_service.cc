@@ -87,6 +87,8 @@ struct PsMessages {
   PushPullResponse push_response;
   PullRequest pull_request;
   PullResponse pull_response;
+  // The reply's ChunkData payloads, shared with other replies (Shard).
+  std::vector<Shard::SharedBytes> payloads;
 };
 
 class PsMessagePool : public std::enable_shared_from_this<PsMessagePool> {
@@ -125,6 +127,7 @@ class PsMessagePool : public std::enable_shared_from_this<PsMessagePool> {
     m->push_response.Clear();
     m->pull_request.Clear();
     m->pull_response.Clear();
+    m->payloads.clear();
     const size_t bytes =
         m->push_request.SpaceUsedLong() + m->push_response.SpaceUsedLong() +
         m->pull_request.SpaceUsedLong() + m->pull_response.SpaceUsedLong();
@@ -146,15 +149,17 @@ namespace {
 
 // Writes a PushPullResponse (or, with duplicates = stale = 0, a
 // PullResponse: same field 1) into `out`, byte for byte as protobuf would,
-// with large ChunkData.data fields as slices borrowing `m`'s strings.
+// with ChunkData.data i from m->payloads[i]; large ones as slices borrowing
+// them (each slice holds a reference to `m`, which holds the payloads).
 void WriteReply(const google::protobuf::RepeatedPtrField<ChunkData>& chunks,
                 uint32_t duplicates, uint32_t stale, PsMessages* m,
                 grpc::ByteBuffer* out) {
   std::vector<grpc::Slice> slices;
   slices.reserve(2 * chunks.size() + 1);
   std::string head;
-  for (const ChunkData& c : chunks) {
-    const std::string& data = c.data();
+  for (int i = 0; i < chunks.size(); ++i) {
+    const ChunkData& c = chunks[i];
+    const std::string& data = *m->payloads[static_cast<size_t>(i)];
     std::string fields;
     PutVarintField(kChunkIdTag, c.chunk_id(), &fields);
     PutVarintField(kChunkVersionTag, c.version(), &fields);
@@ -241,16 +246,18 @@ grpc::ServerUnaryReactor* PsService::PushPull(grpc::CallbackServerContext* ctx,
                          "request: not a valid PushPullRequest"));
   }
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  shard_->PushPull(m->push_request, &m->push_response,
-                   [reactor, resp, m](absl::Status s) {
-                     if (s.ok()) {
-                       WriteReply(m->push_response.parameters(),
-                                  m->push_response.duplicates(),
-                                  m->push_response.stale(), m, resp);
-                     }
-                     reactor->Finish(ToGrpcStatus(s));
-                     PsMessagePool::Unref(m);
-                   });
+  shard_->PushPull(
+      m->push_request, &m->push_response,
+      [reactor, resp, m](absl::Status s) {
+        if (s.ok()) {
+          WriteReply(m->push_response.parameters(),
+                     m->push_response.duplicates(), m->push_response.stale(),
+                     m, resp);
+        }
+        reactor->Finish(ToGrpcStatus(s));
+        PsMessagePool::Unref(m);
+      },
+      &m->payloads);
   PsMessagePool::Unref(m);
   return reactor;
 }
@@ -267,13 +274,14 @@ grpc::ServerUnaryReactor* PsService::Pull(grpc::CallbackServerContext* ctx,
                 absl::InvalidArgumentError("request: not a valid PullRequest"));
   }
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  shard_->Pull(m->pull_request, &m->pull_response,
-               [reactor, resp, m](absl::Status s) {
-                 if (s.ok())
-                   WriteReply(m->pull_response.parameters(), 0, 0, m, resp);
-                 reactor->Finish(ToGrpcStatus(s));
-                 PsMessagePool::Unref(m);
-               });
+  shard_->Pull(
+      m->pull_request, &m->pull_response,
+      [reactor, resp, m](absl::Status s) {
+        if (s.ok()) WriteReply(m->pull_response.parameters(), 0, 0, m, resp);
+        reactor->Finish(ToGrpcStatus(s));
+        PsMessagePool::Unref(m);
+      },
+      &m->payloads);
   PsMessagePool::Unref(m);
   return reactor;
 }

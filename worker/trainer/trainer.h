@@ -42,6 +42,11 @@
 //                  at this one's pace
 //   elapsed_s      wall time since Run started (evaluation included)
 //
+// Each evaluation is also logged (spdlog info) as one line, "eval job=NAME
+// step=S epoch=E test_accuracy=A elapsed_s=T train_s=L", elapsed_s as above
+// and train_s = data_s + compute_s + comm_s: time-to-accuracy for
+// tools/bench_e2e.sh.
+//
 // Buffers (parameters, gradient, batches, evaluation chunk) are allocated
 // before the loop; a step allocates nothing.
 //

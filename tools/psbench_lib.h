@@ -78,7 +78,7 @@ struct TransportPoint {
   // Raw TCP moving the same bytes, right after this point.
   TcpResult socket;
   TcpResult iperf3;  // bytes == 0 when not measured
-  // goodput / the reference (iperf3 when measured, else socket).
+  // goodput / TransportReport::reference_bytes_per_s.
   double ratio = 0;
   // bytes per CPU-second / the socket stream's (both in this process).
   double cpu_ratio = 0;
@@ -90,6 +90,11 @@ struct TransportReport {
   // Whose CPU time TransportPoint.cpu_seconds counts.
   std::string cpu_scope;
   std::vector<TransportPoint> points;
+  // The limit every ratio divides by: the fastest raw TCP stream of the
+  // run (socket or iperf3, any point). Loopback TCP on this 2-core VM is
+  // bimodal (about 1.5 or 3.5-4 GB/s, depending on where the scheduler puts
+  // the two ends), so a point's own stream could flatter the ratio 2x.
+  double reference_bytes_per_s = 0;
 };
 
 // Runs every (mode, size) point: registers a job, runs the clients, drops

@@ -19,6 +19,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "server/float_bytes.h"
 
 namespace ps {
 namespace {
@@ -300,9 +301,9 @@ void CheckpointEncoder::AddChunk(const ChunkState& s) {
     if (r < s.pushed.size() && s.pushed[r]) {
       // A pushed gradient holds the chunk's length (a shard invariant);
       // anything else is padded or cut so the file stays parseable.
-      const std::vector<float>& g = s.gradients[r];
+      const absl::Span<const float> g = AsFloats(s.gradients[r]);
       const size_t n = std::min(g.size(), s.values.size());
-      AppendFloats(absl::MakeConstSpan(g.data(), n), &out_);
+      AppendFloats(g.subspan(0, n), &out_);
       out_.append((s.values.size() - n) * sizeof(float), '\0');
     }
   }
@@ -488,9 +489,9 @@ absl::StatusOr<JobCheckpoint> DecodeCheckpoint(absl::string_view bytes) {
     }
     for (uint32_t w = 0; w < num_workers; ++w) {
       if (!s.pushed[w]) continue;
-      s.gradients[w].resize(length);
+      s.gradients[w].resize(length * sizeof(float));
       if (!r.Floats(absl::StrCat(where, ".gradients[", w, "]"),
-                    absl::MakeSpan(s.gradients[w]))) {
+                    AsFloats(s.gradients[w]))) {
         return truncated();
       }
     }

@@ -16,6 +16,7 @@
 #include "gtest/gtest.h"
 #include "server/chunk_state.h"
 #include "server/chunking.h"
+#include "server/float_bytes.h"
 #include "server/optimizer.h"
 
 namespace ps {
@@ -104,8 +105,8 @@ JobCheckpoint MakeCheckpoint(const RegisterJobRequest& reg, uint32_t shard,
     (*opt)->Apply(absl::MakeSpan(scratch), g.data(), 0.5f, &s.optimizer);
     (*opt)->Apply(absl::MakeSpan(scratch), g.data(), 0.5f, &s.optimizer);
     s.pushed[1] = 1;
-    s.gradients[1].resize(p.length());
-    for (float& x : s.gradients[1]) x = Odd(k++);
+    s.gradients[1].resize(p.length() * sizeof(float));
+    for (float& x : AsFloats(s.gradients[1])) x = Odd(k++);
     for (uint32_t w = 0; w < reg.num_workers(); ++w) {
       s.next_step[w] = 100 * w + p.chunk_id();
     }
@@ -141,7 +142,7 @@ void ExpectSame(const JobCheckpoint& want, const JobCheckpoint& got) {
     EXPECT_EQ(b.pushed, a.pushed);
     for (size_t w = 0; w < a.pushed.size(); ++w) {
       if (a.pushed[w]) {
-        EXPECT_TRUE(SameBits(b.gradients[w], a.gradients[w])) << w;
+        EXPECT_EQ(b.gradients[w], a.gradients[w]) << w;
       }
     }
     EXPECT_EQ(b.next_step, a.next_step);

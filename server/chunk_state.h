@@ -10,6 +10,7 @@
 #define SERVER_CHUNK_STATE_H_
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "proto/job.pb.h"
@@ -28,11 +29,12 @@ struct ChunkState {
   OptimizerState optimizer;
 
   // BSP dedup and aggregation for step == version, indexed by worker rank:
-  // pushed[w] says whether w's gradient arrived; gradients[w] holds it
-  // (allocated on w's first push, reused every step, so a restored chunk
-  // may leave them empty).
+  // pushed[w] says whether w's gradient arrived; gradients[w] holds it, as
+  // native floats in a byte buffer (AsFloats in server/float_bytes.h): the
+  // request's own payload buffer, taken without a copy where possible (see
+  // Shard::PushPull). Empty until w's first push.
   std::vector<uint8_t> pushed;
-  std::vector<std::vector<float>> gradients;
+  std::vector<std::string> gradients;
 
   // ASP/SSP dedup, indexed by worker rank: 1 + the last step of w applied
   // to this chunk (0 = none); a push for an earlier or equal step is a

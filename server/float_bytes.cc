@@ -65,6 +65,16 @@ const float* NativeFloats(absl::string_view bytes,
   return scratch->data();
 }
 
+absl::Span<float> ToNativeFloats(std::string* bytes) {
+  if (!kLittleEndian) {
+    for (size_t i = 0; i + 4 <= bytes->size(); i += 4) {
+      uint32_t w = LoadLe32(bytes->data() + i);
+      std::memcpy(&(*bytes)[i], &w, sizeof(w));
+    }
+  }
+  return AsFloats(*bytes);
+}
+
 void EncodeFloats(absl::Span<const float> values, std::string* out) {
   if (kLittleEndian) {
     // assign, not resize + copy: no zero-fill of the bytes about to be

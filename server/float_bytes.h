@@ -37,6 +37,21 @@ void DecodeFloats(absl::string_view bytes, absl::Span<float> out);
 // decoded into `*scratch`. Valid while both stay unchanged.
 const float* NativeFloats(absl::string_view bytes, std::vector<float>* scratch);
 
+// Converts the little-endian float32 payload held in `*bytes` to native
+// floats in place (nothing to do on little-endian hosts) and returns them.
+// `bytes->size()` must be a multiple of 4; the buffer must be 4-byte aligned
+// (heap and std::string buffers are).
+absl::Span<float> ToNativeFloats(std::string* bytes);
+
+// A buffer ToNativeFloats converted, as floats again.
+inline absl::Span<float> AsFloats(std::string& bytes) {
+  return absl::MakeSpan(reinterpret_cast<float*>(&bytes[0]), bytes.size() / 4);
+}
+inline absl::Span<const float> AsFloats(const std::string& bytes) {
+  return absl::MakeConstSpan(reinterpret_cast<const float*>(bytes.data()),
+                             bytes.size() / 4);
+}
+
 // Replaces `*out` with the little-endian float32 encoding of `values`.
 void EncodeFloats(absl::Span<const float> values, std::string* out);
 

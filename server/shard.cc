@@ -356,9 +356,9 @@ class Shard::Job {
     for (uint32_t r = 0; r < num_workers; ++r) {
       if (!c.active[r] || !s.pushed[r]) continue;
       if (sum == nullptr) {
-        sum = s.gradients[r].data();
+        sum = AsFloats(s.gradients[r]).data();
       } else {
-        AddInto(absl::MakeSpan(sum, c.length), s.gradients[r].data());
+        AddInto(absl::MakeSpan(sum, c.length), AsFloats(s.gradients[r]).data());
       }
     }
     optimizer->Apply(absl::MakeSpan(s.values), sum,
@@ -1140,6 +1140,7 @@ absl::Status Shard::ValidatePush(Job& job, uint32_t worker, uint64_t step,
 
 Shard::PushCounts Shard::ApplyPush(Job& job, uint32_t worker, uint64_t step,
                                    const ChunkDataList& gradients,
+                                   ChunkDataList* take,
                                    const std::vector<Chunk*>& chunks,
                                    std::vector<WaiterPtr>* ready,
                                    std::vector<Chunk*>* advanced) {
@@ -1162,9 +1163,15 @@ Shard::PushCounts Shard::ApplyPush(Job& job, uint32_t worker, uint64_t step,
       } else if (s.pushed[worker]) {
         ++counts.duplicates;
       } else {
-        std::vector<float>& buf = s.gradients[worker];
-        buf.resize(c.length);
-        DecodeFloats(g.data(), absl::MakeSpan(buf));
+        std::string& buf = s.gradients[worker];
+        if (take != nullptr) {
+          // The request's buffer becomes this step's gradient, and the
+          // previous step's buffer goes back to the request for reuse.
+          buf.swap(*take->Mutable(static_cast<int>(i))->mutable_data());
+        } else {
+          buf.assign(g.data());
+        }
+        ToNativeFloats(&buf);
         s.pushed[worker] = 1;
         ++accepted;
         if (job.ApplyStepIfReady(c, ready)) advanced->push_back(&c);
@@ -1221,7 +1228,8 @@ absl::Status Shard::Push(const PushRequest& req, PushResponse* resp) {
   std::vector<WaiterPtr> ready;
   std::vector<Chunk*> advanced;
   const PushCounts counts =
-      ApplyPush(**job, req.worker(), req.step(), req.gradients(), chunks,
+      ApplyPush(**job, req.worker(), req.step(), req.gradients(), nullptr,
+                chunks,
                 &ready, &advanced);
   resp->set_duplicates(counts.duplicates);
   resp->set_stale(counts.stale);
@@ -1231,6 +1239,19 @@ absl::Status Shard::Push(const PushRequest& req, PushResponse* resp) {
 }
 
 void Shard::PushPull(const PushPullRequest& req, PushPullResponse* resp,
+                     std::function<void(absl::Status)> done,
+                     std::vector<SharedBytes>* payloads) {
+  PushPull(req, nullptr, resp, std::move(done), payloads);
+}
+
+void Shard::PushPull(PushPullRequest* req, PushPullResponse* resp,
+                     std::function<void(absl::Status)> done,
+                     std::vector<SharedBytes>* payloads) {
+  PushPull(*req, req->mutable_gradients(), resp, std::move(done), payloads);
+}
+
+void Shard::PushPull(const PushPullRequest& req, ChunkDataList* take,
+                     PushPullResponse* resp,
                      std::function<void(absl::Status)> done,
                      std::vector<SharedBytes>* payloads) {
   resp->Clear();
@@ -1251,7 +1272,8 @@ void Shard::PushPull(const PushPullRequest& req, PushPullResponse* resp,
   std::vector<WaiterPtr> ready;
   std::vector<Chunk*> advanced;
   const PushCounts counts =
-      ApplyPush(*job, req.worker(), req.step(), req.gradients(), chunks, &ready,
+      ApplyPush(*job, req.worker(), req.step(), req.gradients(), take, chunks,
+                &ready,
                 &advanced);
   // Written before the wait exists: afterwards only its claimer touches resp.
   resp->set_duplicates(counts.duplicates);

@@ -194,6 +194,13 @@ class Shard {
   void PushPull(const PushPullRequest& req, PushPullResponse* resp,
                 std::function<void(absl::Status)> done,
                 std::vector<SharedBytes>* payloads = nullptr);
+  // The same, but BSP takes the gradients' payload buffers out of `*req`
+  // instead of copying them (swapping in buffers of earlier steps, so a
+  // pooled request keeps its capacity); `req`'s gradient data are
+  // unspecified afterwards. The RPC layer's path.
+  void PushPull(PushPullRequest* req, PushPullResponse* resp,
+                std::function<void(absl::Status)> done,
+                std::vector<SharedBytes>* payloads = nullptr);
 
   // Reads parameters (chunk_ids, or every local chunk when empty) once every
   // one is at version >= min_version, and under SSP once
@@ -303,10 +310,15 @@ class Shard {
   absl::Status ValidatePush(Job& job, uint32_t worker, uint64_t step,
                             const ChunkDataList& gradients,
                             std::vector<Chunk*>* chunks) const;
+  // Both public PushPulls; `take` as in ApplyPush.
+  void PushPull(const PushPullRequest& req, ChunkDataList* take,
+                PushPullResponse* resp, std::function<void(absl::Status)> done,
+                std::vector<SharedBytes>* payloads);
   // Applies a validated push; completed waits are appended to `ready`, the
-  // chunks whose version moved to `advanced`.
+  // chunks whose version moved to `advanced`. BSP takes the payload buffers
+  // out of `take` (the same list as `gradients`) when it is not null.
   PushCounts ApplyPush(Job& job, uint32_t worker, uint64_t step,
-                       const ChunkDataList& gradients,
+                       const ChunkDataList& gradients, ChunkDataList* take,
                        const std::vector<Chunk*>& chunks,
                        std::vector<WaiterPtr>* ready,
                        std::vector<Chunk*>* advanced);

@@ -427,26 +427,33 @@ std::vector<std::vector<float>> RunBsp(const std::vector<uint32_t>& order,
   return Params(shard, "j");
 }
 
-// The RPC layer's path: replies take the encoded parameters as shared
-// payloads. Both BSP workers' replies of a version share one buffer with the
-// same bytes the copying path writes, and a reply still holding a version's
+// The RPC layer's path: pushes hand over their payload buffers and replies
+// take the encoded parameters as shared payloads. It ends bitwise where the
+// copying path does; both BSP workers' replies of a version share one buffer
+// with the bytes the copying path writes; a reply still holding a version's
 // buffer never sees it rewritten by the next version.
 TEST(ShardPayloadTest, RepliesOfOneVersionShareOneImmutableEncoding) {
   Shard shard(ShardOptions{});
+  Shard copying(ShardOptions{});
   const RegisterJobRequest reg = Registration("j", Spec(BSP, 2));
   RegisterJobResponse rr;
   ASSERT_TRUE(shard.RegisterJob(reg, &rr).ok());
+  ASSERT_TRUE(copying.RegisterJob(reg, &rr).ok());
   std::vector<Shard::SharedBytes> held;  // version 1's, kept past step 1
-  for (uint64_t step = 0; step < 2; ++step) {
+  for (uint64_t step = 0; step < 3; ++step) {
     PushPullCall a, b;
     std::vector<Shard::SharedBytes> pa, pb;
-    shard.PushPull(PushRequestFor<PushPullRequest>(reg, 0, step, AllChunks(),
-                                                   step),
-                   &a.resp, a.Callback(), &pa);
-    EXPECT_FALSE(a.done.HasBeenNotified());
-    shard.PushPull(PushRequestFor<PushPullRequest>(reg, 1, step, AllChunks(),
-                                                   step),
-                   &b.resp, b.Callback(), &pb);
+    // Worker 1 first: the sum must still be in rank order.
+    PushPullRequest r1 =
+        PushRequestFor<PushPullRequest>(reg, 1, step, AllChunks(), step);
+    PushPullRequest r0 =
+        PushRequestFor<PushPullRequest>(reg, 0, step, AllChunks(), step);
+    auto c1 = StartPushPull(copying, r1);
+    auto c0 = StartPushPull(copying, r0);
+    ASSERT_TRUE(c0->status.ok() && c1->status.ok());
+    shard.PushPull(&r1, &b.resp, b.Callback(), &pb);
+    EXPECT_FALSE(b.done.HasBeenNotified());
+    shard.PushPull(&r0, &a.resp, a.Callback(), &pa);
     ASSERT_TRUE(a.done.HasBeenNotified() && b.done.HasBeenNotified());
     ASSERT_TRUE(a.status.ok() && b.status.ok()) << a.status << b.status;
     const std::vector<std::vector<float>> want = Params(shard, "j");
@@ -466,6 +473,7 @@ TEST(ShardPayloadTest, RepliesOfOneVersionShareOneImmutableEncoding) {
         EXPECT_NE(Floats(*held[c]), want[c]) << "version 1 was rewritten";
       }
     }
+    EXPECT_EQ(Checksum(shard, "j"), Checksum(copying, "j")) << "step " << step;
   }
 }
 

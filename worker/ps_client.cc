@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/grpc_status.h"
+#include "proto/ps_wire.h"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
               "tensor payloads are little-endian float32");
@@ -17,46 +18,6 @@ namespace {
 // Full method names of proto/ps.proto's ParameterServer service.
 const char kPushPullMethod[] = "/ps.ParameterServer/PushPull";
 const char kPullMethod[] = "/ps.ParameterServer/Pull";
-
-// Protobuf wire types and the tags (field << 3 | wire type) written here.
-constexpr uint32_t kVarint = 0, kFixed64 = 1, kLengthDelimited = 2,
-                   kFixed32 = 5;
-constexpr uint8_t kRequestJobIdTag = 1 << 3 | kLengthDelimited;  // job_id = 1
-constexpr uint8_t kRequestWorkerTag = 2 << 3 | kVarint;          // worker = 2
-constexpr uint8_t kRequestStepTag = 3 << 3 | kVarint;            // step = 3
-constexpr uint8_t kRequestAttemptTag = 4 << 3 | kVarint;         // attempt = 4
-constexpr uint8_t kRequestGradientsTag =
-    5 << 3 | kLengthDelimited;                          // gradients = 5
-constexpr uint8_t kChunkIdTag = 1 << 3 | kVarint;       // ChunkData.chunk_id
-constexpr uint8_t kChunkVersionTag = 2 << 3 | kVarint;  // ChunkData.version
-constexpr uint8_t kChunkDataTag = 3 << 3 | kLengthDelimited;  // ChunkData.data
-// Both replies carry their ChunkData list as field 1.
-constexpr uint32_t kReplyChunksField = 1;
-
-size_t VarintSize(uint64_t v) {
-  size_t n = 1;
-  while (v >= 0x80) {
-    v >>= 7;
-    ++n;
-  }
-  return n;
-}
-
-void PutVarint(uint64_t v, std::string* out) {
-  while (v >= 0x80) {
-    out->push_back(static_cast<char>(v | 0x80));
-    v >>= 7;
-  }
-  out->push_back(static_cast<char>(v));
-}
-
-// proto3 leaves fields at their default value off the wire; so does this
-// encoder, which makes its output byte-identical to protobuf's.
-void PutVarintField(uint8_t tag, uint64_t v, std::string* out) {
-  if (v == 0) return;
-  out->push_back(static_cast<char>(tag));
-  PutVarint(v, out);
-}
 
 // Reads a message spread over gRPC slices, front to back, with marks to
 // come back to a position (a ChunkData's data is copied once its chunk_id,
@@ -313,16 +274,9 @@ void PsClient::Encode(Call* call) {
   for (size_t i : group) {
     const Chunk& c = chunks_[i];
     const size_t bytes = c.length * sizeof(float);
-    std::string fields;
-    PutVarintField(kChunkIdTag, c.id, &fields);
-    PutVarintField(kChunkVersionTag, versions_[c.id], &fields);
-    const size_t data_field = bytes == 0 ? 0 : 1 + VarintSize(bytes) + bytes;
-    head.push_back(static_cast<char>(kRequestGradientsTag));
-    PutVarint(fields.size() + data_field, &head);
-    head += fields;
+    PutChunkDataHead(kRequestGradientsTag, c.id, versions_[c.id], bytes,
+                     &head);
     if (bytes == 0) continue;  // proto3 leaves empty bytes off the wire
-    head.push_back(static_cast<char>(kChunkDataTag));
-    PutVarint(bytes, &head);
     slices.emplace_back(head);
     head.clear();
     // gRPC never writes through a send slice; the const_cast only fits

@@ -9,6 +9,7 @@
 #include "common/grpc_status.h"
 #include "grpcpp/support/proto_buffer_reader.h"
 #include "grpcpp/support/slice.h"
+#include "proto/ps_wire.h"
 #include "server/rpc/request_limits.h"
 
 namespace ps {
@@ -22,39 +23,6 @@ constexpr size_t kMaxPooledBytes = 64u << 20;
 // Reply payloads shorter than this are copied into the header slice: a
 // borrowed slice costs more than copying a few KiB.
 constexpr size_t kCopyBelowBytes = 4096;
-
-// Protobuf wire tags (field << 3 | wire type) of the replies and ChunkData.
-constexpr uint8_t kReplyChunksTag = 1 << 3 | 2;  // parameters = 1
-constexpr uint8_t kReplyDuplicatesTag =
-    2 << 3 | 0;                                   // PushPullResponse.duplicates
-constexpr uint8_t kReplyStaleTag = 3 << 3 | 0;    // PushPullResponse.stale
-constexpr uint8_t kChunkIdTag = 1 << 3 | 0;       // ChunkData.chunk_id
-constexpr uint8_t kChunkVersionTag = 2 << 3 | 0;  // ChunkData.version
-constexpr uint8_t kChunkDataTag = 3 << 3 | 2;     // ChunkData.data
-
-size_t VarintSize(uint64_t v) {
-  size_t n = 1;
-  while (v >= 0x80) {
-    v >>= 7;
-    ++n;
-  }
-  return n;
-}
-
-void PutVarint(uint64_t v, std::string* out) {
-  while (v >= 0x80) {
-    out->push_back(static_cast<char>(v | 0x80));
-    v >>= 7;
-  }
-  out->push_back(static_cast<char>(v));
-}
-
-// proto3 leaves default-valued fields off the wire, and so does this.
-void PutVarintField(uint8_t tag, uint64_t v, std::string* out) {
-  if (v == 0) return;
-  out->push_back(static_cast<char>(tag));
-  PutVarint(v, out);
-}
 
 // Finishes `reactor` at once with `status`.
 grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* ctx,
@@ -160,17 +128,9 @@ void WriteReply(const google::protobuf::RepeatedPtrField<ChunkData>& chunks,
   for (int i = 0; i < chunks.size(); ++i) {
     const ChunkData& c = chunks[i];
     const std::string& data = *m->payloads[static_cast<size_t>(i)];
-    std::string fields;
-    PutVarintField(kChunkIdTag, c.chunk_id(), &fields);
-    PutVarintField(kChunkVersionTag, c.version(), &fields);
-    const size_t data_field =
-        data.empty() ? 0 : 1 + VarintSize(data.size()) + data.size();
-    head.push_back(static_cast<char>(kReplyChunksTag));
-    PutVarint(fields.size() + data_field, &head);
-    head += fields;
+    PutChunkDataHead(kReplyChunksTag, c.chunk_id(), c.version(), data.size(),
+                     &head);
     if (data.empty()) continue;
-    head.push_back(static_cast<char>(kChunkDataTag));
-    PutVarint(data.size(), &head);
     if (data.size() < kCopyBelowBytes) {
       head += data;
       continue;
@@ -247,7 +207,7 @@ grpc::ServerUnaryReactor* PsService::PushPull(grpc::CallbackServerContext* ctx,
   }
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   shard_->PushPull(
-      m->push_request, &m->push_response,
+      &m->push_request, &m->push_response,
       [reactor, resp, m](absl::Status s) {
         if (s.ok()) {
           WriteReply(m->push_response.parameters(),

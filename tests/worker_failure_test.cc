@@ -109,7 +109,9 @@ TEST_F(WorkerFailureTest, FailPolicyFailsJobNamingTheWorkerAndFreesTheOther) {
 }
 
 TEST_F(WorkerFailureTest, ShrinkPolicyContinuesAndTheRestartedWorkerRejoins) {
-  std::string job = Submit(Job("SHRINK", 12, 2));
+  // Long enough (8192 steps) that the survivor, running alone at up to a
+  // few thousand steps/s, is still at it when worker1 is back.
+  std::string job = Submit(Job("SHRINK", 64, 2));
   JobStatus js;
   ASSERT_TRUE(WaitFor(job, [](const JobStatus& s) { return s.progress().step() >= 20; },
                       absl::Seconds(60), &js))
@@ -127,7 +129,7 @@ TEST_F(WorkerFailureTest, ShrinkPolicyContinuesAndTheRestartedWorkerRejoins) {
   // worker1 comes back under the same name and takes its rank again.
   ASSERT_TRUE(cluster_->StartWorker(1).ok());
   ASSERT_TRUE(WaitFor(job, [](const JobStatus& s) { return s.state() != RUNNING; },
-                      absl::Seconds(120), &js))
+                      absl::Seconds(200), &js))
       << js.ShortDebugString();
   EXPECT_EQ(js.state(), SUCCEEDED) << js.reason() << cluster_->Log("worker1");
   EXPECT_THAT(cluster_->Log("psd0"), HasSubstr("rejoined"));

@@ -358,7 +358,8 @@ class Shard::Job {
       if (sum == nullptr) {
         sum = AsFloats(s.gradients[r]).data();
       } else {
-        AddInto(absl::MakeSpan(sum, c.length), AsFloats(s.gradients[r]).data());
+        AddInto(absl::MakeSpan(sum, c.length),
+                AsFloats(s.gradients[r]).data());
       }
     }
     optimizer->Apply(absl::MakeSpan(s.values), sum,
@@ -1229,8 +1230,7 @@ absl::Status Shard::Push(const PushRequest& req, PushResponse* resp) {
   std::vector<Chunk*> advanced;
   const PushCounts counts =
       ApplyPush(**job, req.worker(), req.step(), req.gradients(), nullptr,
-                chunks,
-                &ready, &advanced);
+                chunks, &ready, &advanced);
   resp->set_duplicates(counts.duplicates);
   resp->set_stale(counts.stale);
   CompleteAll(&ready);
@@ -1273,8 +1273,7 @@ void Shard::PushPull(const PushPullRequest& req, ChunkDataList* take,
   std::vector<Chunk*> advanced;
   const PushCounts counts =
       ApplyPush(*job, req.worker(), req.step(), req.gradients(), take, chunks,
-                &ready,
-                &advanced);
+                &ready, &advanced);
   // Written before the wait exists: afterwards only its claimer touches resp.
   resp->set_duplicates(counts.duplicates);
   resp->set_stale(counts.stale);

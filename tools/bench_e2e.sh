@@ -8,6 +8,7 @@
 #                      [--json=FILE] [--logs=DIR] [--no-build] [--output-base=DIR]
 #                      [--psd-extra=TEXT] [--workerd-extra=TEXT]
 #                      [--daemon-env=NAME=VALUE]... [--nice=N]
+#                      [--torch-blas-threads=N]
 #
 # Rows, for each B in --batches (B = examples per compute replica per step,
 # so every row trains on a GLOBAL batch of 2B per step and takes the same
@@ -21,7 +22,9 @@
 #   e  PyTorch DistributedDataParallel, gloo on 127.0.0.1, 2 processes x 1
 #      thread, batch B each (gradients averaged: global batch 2B).
 #   (d, e: OpenBLAS, which Debian's torch runs Linear on, gets the same
-#   thread count as torch; see tools/torch_peer.py.)
+#   thread count as torch, unless --torch-blas-threads=N; 0 leaves
+#   OpenBLAS's own default of one busy-waiting thread per core per process,
+#   which is sometimes faster for DDP here; see tools/torch_peer.py.)
 # Every row: SGD momentum 0.9 with the SAME lr for a given B (--lr64,
 # --lr256; other B use --lr256), seed 42 (--seed), test accuracy after every
 # epoch.
@@ -88,6 +91,7 @@ PSD_EXTRA=""
 WORKERD_EXTRA=""
 DAEMON_ENV=()
 NICE=""
+TORCH_BLAS=""
 PY=/usr/bin/python3
 DATA_DIR=/usr/share/datasets/fashion-mnist
 
@@ -111,6 +115,7 @@ for arg in "$@"; do
     --workerd-extra=*) WORKERD_EXTRA=${arg#*=} ;;
     --daemon-env=*) DAEMON_ENV+=("${arg#*=}") ;;
     --nice=*) NICE=${arg#*=} ;;
+    --torch-blas-threads=*) TORCH_BLAS=${arg#*=} ;;
     --output-base=*) OUTPUT_BASE=${arg#*=} ;;
     -h | --help) usage; exit 0 ;;
     *) echo "bench_e2e: unknown argument $arg (see --help)" >&2; exit 2 ;;
@@ -123,6 +128,7 @@ done
 for b in $BATCHES; do
   [[ "$b" =~ ^[1-9][0-9]*$ ]] || { echo "bench_e2e: --batches: $b is not a positive integer" >&2; exit 2; }
 done
+[[ -z "$TORCH_BLAS" || "$TORCH_BLAS" =~ ^[0-9]+$ ]] || { echo "bench_e2e: --torch-blas-threads: need a non-negative integer" >&2; exit 2; }
 [[ -z "$NICE" || "$NICE" =~ ^-?[0-9]+$ ]] || { echo "bench_e2e: --nice: need an integer" >&2; exit 2; }
 if [[ -n "$NICE" && -z "${BENCH_E2E_SESSION:-}" ]]; then
   # The run goes on in a new session (its own autogroup); this process only
@@ -369,6 +375,7 @@ torch_row() {
   ROW_PIDS=()
   local common=(--epochs "$EPOCHS" --lr "$lr" --target "$TARGET" --data-dir "$DATA_DIR"
     --seed "$SEED")
+  [[ -n "$TORCH_BLAS" ]] && common+=(--blas-threads "$TORCH_BLAS")
   local t0=$SECONDS
   if [[ $row == d ]]; then
     start "$dir/rank0.log" timeout "$ROW_TIMEOUT" "$PY" tools/torch_peer.py --mode single \

@@ -12,6 +12,7 @@
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
 #include "proto/coordinator.pb.h"
+#include "tests/checksum.h"
 #include "tests/local_cluster.h"
 #include "worker/ps_client.h"
 
@@ -35,14 +36,6 @@ struct RunResult {
   double test_accuracy = 0;
   uint64_t checksum = 0;
 };
-
-// FNV-1a over the parameter bits.
-uint64_t Checksum(const std::vector<float>& v) {
-  uint64_t h = 1469598103934665603ull;
-  const unsigned char* p = reinterpret_cast<const unsigned char*>(v.data());
-  for (size_t i = 0; i < v.size() * sizeof(float); ++i) h = (h ^ p[i]) * 1099511628211ull;
-  return h;
-}
 
 void TrainOnce(const std::string& name, RunResult* result) {
   std::string dir = TestDir(name);
@@ -80,7 +73,7 @@ void TrainOnce(const std::string& name, RunResult* result) {
   uint64_t steps = js.progress().step();
   ASSERT_GT(steps, 0u);
   ASSERT_TRUE((*client)->Pull(steps, absl::MakeSpan(params)).ok());
-  result->checksum = Checksum(params);
+  result->checksum = ParamChecksum(params);
   absl::Status stopped = cluster.Stop();
   EXPECT_TRUE(stopped.ok()) << stopped;
 }

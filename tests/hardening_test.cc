@@ -32,6 +32,7 @@
 #include "gtest/gtest.h"
 #include "proto/coordinator.grpc.pb.h"
 #include "proto/ps.grpc.pb.h"
+#include "tests/checksum.h"
 #include "tests/local_cluster.h"
 #include "worker/ps_client.h"
 
@@ -41,20 +42,6 @@ namespace {
 using ::testing::HasSubstr;
 
 constexpr int kShards = 2;
-
-// FNV-1a over the parameter bits.
-uint64_t Checksum(const std::vector<float>& v) {
-  uint64_t h = 1469598103934665603ull;
-  const unsigned char* p = reinterpret_cast<const unsigned char*>(v.data());
-  for (size_t i = 0; i < v.size() * sizeof(float); ++i)
-    h = (h ^ p[i]) * 1099511628211ull;
-  return h;
-}
-
-bool Alive(Subprocess& p) {
-  absl::StatusOr<int> code = p.Wait(absl::ZeroDuration());
-  return !code.ok() && absl::IsDeadlineExceeded(code.status());
-}
 
 std::unique_ptr<grpc::ClientContext> Context(
     absl::Duration timeout = absl::Seconds(10)) {
@@ -570,11 +557,11 @@ TEST_F(HardeningTest, MalformedRequestsAreRefusedAndChangeNothing) {
     EXPECT_EQ(o.code, c.code) << c.name << ": " << o.text;
     EXPECT_THAT(o.text, HasSubstr(c.mentions)) << c.name;
     for (int i = 0; i < kShards; ++i) {
-      ASSERT_TRUE(Alive(cluster_->shard(i)))
+      ASSERT_TRUE(cluster_->shard(i).Alive())
           << "psd " << i << " died on: " << c.name;
     }
   }
-  EXPECT_EQ(Checksum(ReadAll()), Checksum(before))
+  EXPECT_EQ(ParamChecksum(ReadAll()), ParamChecksum(before))
       << "a refused request changed parameters";
 
   // The job is still running, and the shards still answer.

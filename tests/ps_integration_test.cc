@@ -17,6 +17,7 @@
 #include "proto/ps.grpc.pb.h"
 #include "server/coordinator/job_validation.h"
 #include "server/coordinator/placement.h"
+#include "tests/checksum.h"
 #include "tests/subprocess.h"
 #include "worker/ps_client.h"
 
@@ -28,14 +29,6 @@ using ::testing::HasSubstr;
 constexpr int kShards = 2;
 constexpr int kWorkers = 3;
 constexpr int kSteps = 50;
-
-// FNV-1a over the parameter bits.
-uint64_t Checksum(const std::vector<float>& v) {
-  uint64_t h = 1469598103934665603ull;
-  const unsigned char* p = reinterpret_cast<const unsigned char*>(v.data());
-  for (size_t i = 0; i < v.size() * sizeof(float); ++i) h = (h ^ p[i]) * 1099511628211ull;
-  return h;
-}
 
 // A deterministic, realistic gradient: pulls the parameters toward a
 // worker-specific target, with a little seeded noise.
@@ -177,9 +170,9 @@ TEST_F(PsIntegrationTest, ThreeWorkersFiftyBspStepsAgreeBitwise) {
   for (uint32_t r = 0; r < kWorkers; ++r) ASSERT_TRUE(status[r].ok()) << r << ": " << status[r];
   ASSERT_FALSE(final_params[0].empty());
   for (uint32_t r = 1; r < kWorkers; ++r) {
-    EXPECT_EQ(Checksum(final_params[r]), Checksum(final_params[0])) << "worker " << r;
+    EXPECT_EQ(ParamChecksum(final_params[r]), ParamChecksum(final_params[0])) << "worker " << r;
   }
-  EXPECT_EQ(Checksum(ReadAll(kSteps)), Checksum(final_params[0]));
+  EXPECT_EQ(ParamChecksum(ReadAll(kSteps)), ParamChecksum(final_params[0]));
 
   // psctl stats --json shows the traffic on both shards.
   absl::StatusOr<CommandResult> stats = RunCommand(
@@ -195,7 +188,7 @@ TEST_F(PsIntegrationTest, ThreeWorkersFiftyBspStepsAgreeBitwise) {
 
 TEST_F(PsIntegrationTest, BadRequestsAreRefusedAndChangeNothing) {
   const std::vector<float> before = ReadAll(0);
-  const uint64_t sum_before = Checksum(before);
+  const uint64_t sum_before = ParamChecksum(before);
   const Placement& placement = assignment_.placement();
   // A chunk on shard 0 and one on shard 1.
   const ChunkPlacement* on0 = nullptr;
@@ -304,7 +297,7 @@ TEST_F(PsIntegrationTest, BadRequestsAreRefusedAndChangeNothing) {
     grpc::Status s = stubs_[0]->RegisterJob(&ctx, req, &resp);
     EXPECT_EQ(s.error_code(), grpc::FAILED_PRECONDITION) << s.error_message();
   }
-  EXPECT_EQ(Checksum(ReadAll(0)), sum_before) << "a refused request changed parameters";
+  EXPECT_EQ(ParamChecksum(ReadAll(0)), sum_before) << "a refused request changed parameters";
 
   // Both daemons are still up, and the refusals are counted by reason.
   for (auto& p : psd_) ASSERT_TRUE(p->running());

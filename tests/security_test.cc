@@ -29,6 +29,7 @@
 #include "proto/ps.grpc.pb.h"
 #include "server/coordinator/job_validation.h"
 #include "server/coordinator/placement.h"
+#include "tests/checksum.h"
 #include "tests/local_cluster.h"
 #include "worker/ps_client.h"
 
@@ -116,20 +117,6 @@ absl::Status MakeCerts(const std::string& dir) {
   if (s.ok())
     s = MakeCert(dir, "other_client", "ps-client", "other_ca", "client_ext");
   return s;
-}
-
-// FNV-1a over the parameter bits.
-uint64_t Checksum(const std::vector<float>& v) {
-  uint64_t h = 1469598103934665603ull;
-  const unsigned char* p = reinterpret_cast<const unsigned char*>(v.data());
-  for (size_t i = 0; i < v.size() * sizeof(float); ++i)
-    h = (h ^ p[i]) * 1099511628211ull;
-  return h;
-}
-
-bool Alive(Subprocess& p) {
-  absl::StatusOr<int> code = p.Wait(absl::ZeroDuration());
-  return !code.ok() && absl::IsDeadlineExceeded(code.status());
 }
 
 // One way of calling: channel credentials and the token it sends.
@@ -466,8 +453,8 @@ TEST_F(SecurityTest, AuthorisedClientsWork) {
   std::vector<float> before = params;
   absl::Status s = client->PushPull(0, grad, absl::MakeSpan(params));
   ASSERT_TRUE(s.ok()) << s;
-  EXPECT_NE(Checksum(params), Checksum(before)) << "the step changed nothing";
-  EXPECT_EQ(Checksum(ReadAll()), Checksum(params));
+  EXPECT_NE(ParamChecksum(params), ParamChecksum(before)) << "the step changed nothing";
+  EXPECT_EQ(ParamChecksum(ReadAll()), ParamChecksum(params));
 }
 
 TEST_F(SecurityTest, EveryRpcRefusesBadCredentials) {
@@ -526,7 +513,7 @@ TEST_F(SecurityTest, EveryRpcRefusesBadCredentials) {
       refused += st.error_code() == client.want;
     }
     for (int i = 0; i < kShards; ++i) {
-      ASSERT_TRUE(Alive(cluster_->shard(i)))
+      ASSERT_TRUE(cluster_->shard(i).Alive())
           << "psd " << i << " died after " << client.name;
     }
   }
@@ -534,7 +521,7 @@ TEST_F(SecurityTest, EveryRpcRefusesBadCredentials) {
 
   // Nothing of it got through: same parameters, the job still registered,
   // no job submitted, the real worker not replaced.
-  EXPECT_EQ(Checksum(ReadAll()), Checksum(params_before));
+  EXPECT_EQ(ParamChecksum(ReadAll()), ParamChecksum(params_before));
   absl::StatusOr<CommandResult> list = Psctl({"list"});
   ASSERT_TRUE(list.ok()) << list.status();
   EXPECT_EQ(list->exit_code, 0) << list->err;
@@ -543,7 +530,7 @@ TEST_F(SecurityTest, EveryRpcRefusesBadCredentials) {
   ASSERT_TRUE(stats.ok()) << stats.status();
   EXPECT_THAT(stats->out, ::testing::Not(HasSubstr("intruder")));
   EXPECT_THAT(stats->out, HasSubstr(kJobId)) << "the job was dropped";
-  ASSERT_TRUE(Alive(cluster_->worker(0)));
+  ASSERT_TRUE(cluster_->worker(0).Alive());
 }
 
 TEST_F(SecurityTest, PsctlWithoutCredentialsIsRefused) {
@@ -575,7 +562,7 @@ TEST_F(SecurityTest, PsctlWithoutCredentialsIsRefused) {
   ASSERT_TRUE(wrong.ok()) << wrong.status();
   EXPECT_EQ(wrong->exit_code, 2) << wrong->out << wrong->err;
   EXPECT_THAT(wrong->err, HasSubstr("bearer token")) << wrong->err;
-  for (int i = 0; i < kShards; ++i) ASSERT_TRUE(Alive(cluster_->shard(i)));
+  for (int i = 0; i < kShards; ++i) ASSERT_TRUE(cluster_->shard(i).Alive());
 }
 
 TEST_F(SecurityTest, WorkerdTrainsASyntheticJobOverTls) {

@@ -19,6 +19,7 @@
 #include "gtest/gtest.h"
 #include "proto/coordinator.pb.h"
 #include "proto/ps.grpc.pb.h"
+#include "tests/checksum.h"
 #include "tests/local_cluster.h"
 #include "worker/ps_client.h"
 
@@ -64,15 +65,6 @@ struct RunResult {
   uint64_t steps = 0;
   std::vector<JobStats> shard_stats;  // by shard
 };
-
-// FNV-1a over the parameter bits.
-uint64_t Checksum(const std::vector<float>& v) {
-  uint64_t h = 1469598103934665603ull;
-  const unsigned char* p = reinterpret_cast<const unsigned char*>(v.data());
-  for (size_t i = 0; i < v.size() * sizeof(float); ++i)
-    h = (h ^ p[i]) * 1099511628211ull;
-  return h;
-}
 
 absl::StatusOr<JobStatus> Status(const LocalCluster& cluster,
                                  const std::string& job) {
@@ -199,7 +191,7 @@ void TrainOnce(const std::string& name, bool kill_shard_1, RunResult* result) {
   std::vector<float> params((*client)->num_parameters());
   absl::Status pulled = (*client)->Pull(result->steps, absl::MakeSpan(params));
   ASSERT_TRUE(pulled.ok()) << pulled;
-  result->checksum = Checksum(params);
+  result->checksum = ParamChecksum(params);
   for (const std::string& address : addresses) {
     absl::StatusOr<JobStats> stats = ShardJobStats(address, job);
     ASSERT_TRUE(stats.ok()) << stats.status();

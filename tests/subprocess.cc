@@ -71,6 +71,11 @@ absl::Status Subprocess::Start(const std::vector<std::string>& argv,
   return absl::OkStatus();
 }
 
+bool Subprocess::Alive() {
+  absl::StatusOr<int> code = Wait(absl::ZeroDuration());
+  return !code.ok() && absl::IsDeadlineExceeded(code.status());
+}
+
 absl::StatusOr<int> Subprocess::Wait(absl::Duration timeout) {
   if (!running()) return absl::FailedPreconditionError("not running");
   absl::Time deadline = absl::Now() + timeout;

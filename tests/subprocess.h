@@ -38,7 +38,10 @@ class Subprocess {
   absl::StatusOr<int> Stop(absl::Duration timeout, int signal = 15);
 
   void Kill();  // SIGKILL, reaped
+  // Started and not yet reaped (by Wait, Stop or Kill).
   bool running() const { return pid_ > 0; }
+  // Polls without waiting: true while the child has not exited.
+  bool Alive();
   pid_t pid() const { return pid_; }
 
  private:

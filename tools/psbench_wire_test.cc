@@ -247,6 +247,24 @@ TEST(PsClientWireTest, PushPullRequestIsByteIdenticalToProtobufAndRepliesLand) {
   }
 }
 
+// Pulls every parameter of a one-shard job (chunk lengths `lengths`, 5
+// floats in all) from a shard that answers with the bytes `reply`.
+absl::Status PullFromScriptedReply(const std::vector<uint64_t>& lengths,
+                                   const std::string& reply,
+                                   std::vector<float>* params) {
+  ScriptedServer server([&](const std::string&, std::string* r) {
+    *r = reply;
+    return grpc::Status::OK;
+  });
+  Security security;
+  auto client = PsClient::Create(
+      PsClientOptions(), OneShardAssignment(lengths, server.address()),
+      &security);
+  if (!client.ok()) return client.status();
+  params->assign(5, 0.0f);
+  return (*client)->Pull(0, absl::MakeSpan(*params));
+}
+
 TEST(PsClientWireTest, DecodesEveryLegalEncodingOfTheReply) {
   const std::vector<uint64_t> lengths = {2, 3};
   const std::vector<float> values = {1.5f, -2.0f, 3.25f, 4.0f, -5.5f};
@@ -299,17 +317,8 @@ TEST(PsClientWireTest, DecodesEveryLegalEncodingOfTheReply) {
   }
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
-    ScriptedServer server([&](const std::string&, std::string* reply) {
-      *reply = c.reply;
-      return grpc::Status::OK;
-    });
-    Security security;
-    auto client = PsClient::Create(
-        PsClientOptions(), OneShardAssignment(lengths, server.address()),
-        &security);
-    ASSERT_TRUE(client.ok()) << client.status();
-    std::vector<float> params(5, 0.0f);
-    absl::Status s = (*client)->Pull(0, absl::MakeSpan(params));
+    std::vector<float> params;
+    absl::Status s = PullFromScriptedReply(lengths, c.reply, &params);
     ASSERT_TRUE(s.ok()) << s;
     EXPECT_EQ(params, values);
   }
@@ -356,17 +365,8 @@ TEST(PsClientWireTest, RefusesRepliesThatDoNotMatchTheRequest) {
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
-    ScriptedServer server([&](const std::string&, std::string* r) {
-      *r = c.reply;
-      return grpc::Status::OK;
-    });
-    Security security;
-    auto client = PsClient::Create(
-        PsClientOptions(), OneShardAssignment(lengths, server.address()),
-        &security);
-    ASSERT_TRUE(client.ok()) << client.status();
-    std::vector<float> params(5, 0.0f);
-    absl::Status s = (*client)->Pull(0, absl::MakeSpan(params));
+    std::vector<float> params;
+    absl::Status s = PullFromScriptedReply(lengths, c.reply, &params);
     EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
     EXPECT_THAT(std::string(s.message()), HasSubstr(c.error));
   }

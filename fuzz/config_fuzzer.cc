@@ -44,7 +44,7 @@
 #include "common/text_proto.h"
 #include "google/protobuf/stubs/logging.h"
 #include "proto/job.pb.h"
-#include "server/chunking.h"
+#include "core/chunking.h"
 #include "server/coordinator/job_validation.h"
 #include "server/coordinator/placement.h"
 

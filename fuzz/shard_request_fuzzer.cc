@@ -38,7 +38,7 @@
 #include "google/protobuf/stubs/logging.h"
 #include "proto/job.pb.h"
 #include "proto/ps.pb.h"
-#include "server/chunking.h"
+#include "core/chunking.h"
 #include "server/rpc/request_limits.h"
 #include "server/shard.h"
 

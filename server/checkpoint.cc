@@ -19,7 +19,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "server/float_bytes.h"
+#include "core/float_bytes.h"
 
 namespace ps {
 namespace {

@@ -15,8 +15,8 @@
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
 #include "server/chunk_state.h"
-#include "server/chunking.h"
-#include "server/float_bytes.h"
+#include "core/chunking.h"
+#include "core/float_bytes.h"
 #include "server/optimizer.h"
 
 namespace ps {

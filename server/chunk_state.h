@@ -30,7 +30,7 @@ struct ChunkState {
 
   // BSP dedup and aggregation for step == version, indexed by worker rank:
   // pushed[w] says whether w's gradient arrived; gradients[w] holds it, as
-  // native floats in a byte buffer (AsFloats in server/float_bytes.h): the
+  // native floats in a byte buffer (AsFloats in core/float_bytes.h): the
   // request's own payload buffer, taken without a copy where possible (see
   // Shard::PushPull). Empty until w's first push.
   std::vector<uint8_t> pushed;

@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "server/float_bytes.h"
+#include "core/float_bytes.h"
 
 namespace ps {
 namespace {

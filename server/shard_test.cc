@@ -20,9 +20,9 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/checkpoint.h"
-#include "server/chunking.h"
-#include "server/float_bytes.h"
-#include "server/init.h"
+#include "core/chunking.h"
+#include "core/float_bytes.h"
+#include "core/init.h"
 #include "server/optimizer.h"
 
 namespace ps {

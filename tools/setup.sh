@@ -13,6 +13,7 @@ PACKAGES=(
   libopenblas-dev
   openssl iperf3 procps psmisc
   clang libclang-rt-14-dev                  # libFuzzer targets (fuzz/)
+  clang-format-14                           # tools/format.sh
   dataset-fashion-mnist                     # /usr/share/datasets/fashion-mnist
   python3-torch                             # the PyTorch peer for benchmarks
 )

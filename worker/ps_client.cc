@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/grpc_status.h"
-#include "proto/ps_wire.h"
+#include "core/wire_codec.h"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
               "tensor payloads are little-endian float32");

@@ -11,7 +11,7 @@
 //   absl::StatusOr<JobSpec> spec = NormalizeJobSpec(user_spec, ctx, &problems);
 //   if (!spec.ok()) { for (auto& p : problems) std::cerr << p << "\n"; }
 //
-// The tensor list comes from worker/model/model_spec.h (ModelTensors), the
+// The tensor list comes from core/model_spec.h (ModelTensors), the
 // same function the workers' models use, so both sides agree on the layout.
 
 #ifndef SERVER_COORDINATOR_JOB_VALIDATION_H_
@@ -26,7 +26,7 @@
 #include "absl/status/statusor.h"
 #include "common/job_defaults.h"  // kDefaultPartitionBytes, kDefaultStepDeadlineMs
 #include "proto/job.pb.h"
-#include "worker/model/model_spec.h"  // ModelTensors
+#include "core/model_spec.h"  // ModelTensors
 #include "server/coordinator/placement.h"  // kMaxChunks
 
 namespace ps {

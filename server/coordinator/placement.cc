@@ -11,7 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "server/chunking.h"
+#include "core/chunking.h"
 
 namespace ps {
 

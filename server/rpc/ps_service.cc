@@ -9,7 +9,7 @@
 #include "common/grpc_status.h"
 #include "grpcpp/support/proto_buffer_reader.h"
 #include "grpcpp/support/slice.h"
-#include "proto/ps_wire.h"
+#include "core/wire_codec.h"
 #include "server/rpc/request_limits.h"
 
 namespace ps {

@@ -5,7 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "worker/model/model_spec.h"
+#include "core/model_spec.h"
 
 namespace ps {
 namespace {

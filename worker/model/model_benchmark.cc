@@ -19,7 +19,7 @@
 #include "benchmark/benchmark.h"
 #include "worker/backend/cpu/cpu_backend.h"
 #include "worker/model/model.h"
-#include "worker/model/model_spec.h"
+#include "core/model_spec.h"
 #include "worker/model/model_test_util.h"
 
 namespace ps {

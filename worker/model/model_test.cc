@@ -9,7 +9,7 @@
 #include "gtest/gtest.h"
 #include "worker/backend/cpu/cpu_backend.h"
 #include "worker/backend/deferred_backend.h"
-#include "worker/model/model_spec.h"
+#include "core/model_spec.h"
 #include "worker/model/model_test_util.h"
 
 namespace ps {

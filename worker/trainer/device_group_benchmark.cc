@@ -12,9 +12,9 @@
 #include "worker/backend/backend_factory.h"
 #include "worker/data/dataset.h"
 #include "worker/model/model.h"
-#include "worker/model/model_spec.h"
+#include "core/model_spec.h"
 #include "worker/trainer/device_group.h"
-#include "worker/trainer/fake_parameter_client.h"
+#include "worker/testing/fake_parameter_client.h"
 
 namespace ps {
 namespace {

@@ -12,8 +12,8 @@
 #include "worker/backend/backend_factory.h"
 #include "worker/data/dataset.h"
 #include "worker/data/internal/rng.h"
-#include "worker/model/model_spec.h"
-#include "worker/trainer/fake_parameter_client.h"
+#include "core/model_spec.h"
+#include "worker/testing/fake_parameter_client.h"
 
 namespace ps {
 namespace {

@@ -7,8 +7,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "worker/model/model_spec.h"
-#include "worker/trainer/fake_parameter_client.h"
+#include "core/model_spec.h"
+#include "worker/testing/fake_parameter_client.h"
 #include "worker/trainer/trainer.h"
 
 namespace ps {

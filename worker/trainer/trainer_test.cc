@@ -10,8 +10,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "worker/data/dataset.h"
-#include "worker/model/model_spec.h"
-#include "worker/trainer/fake_parameter_client.h"
+#include "core/model_spec.h"
+#include "worker/testing/fake_parameter_client.h"
 
 namespace ps {
 namespace {

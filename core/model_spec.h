@@ -13,8 +13,8 @@
 // "fc<i>/b" [out] (ZEROS). The FLAT LAYOUT concatenates the tensors in that
 // order; a parameter or gradient vector is num_parameters floats in it.
 
-#ifndef WORKER_MODEL_MODEL_SPEC_H_
-#define WORKER_MODEL_MODEL_SPEC_H_
+#ifndef CORE_MODEL_SPEC_H_
+#define CORE_MODEL_SPEC_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -49,4 +49,4 @@ uint64_t NumParameters(const std::vector<TensorSpec>& tensors);
 
 }  // namespace ps
 
-#endif  // WORKER_MODEL_MODEL_SPEC_H_
+#endif  // CORE_MODEL_SPEC_H_

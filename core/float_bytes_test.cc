@@ -1,4 +1,4 @@
-#include "server/float_bytes.h"
+#include "core/float_bytes.h"
 
 #include <cmath>
 #include <cstring>

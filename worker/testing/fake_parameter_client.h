@@ -12,8 +12,8 @@
 // when the last arrives, the gradients are summed in rank order, divided by
 // num_workers, and the optimizer applied (version t -> t + 1). PushPull
 // returns the parameters at version t + 1; Pull(t) waits for version >= t.
-#ifndef WORKER_TRAINER_FAKE_PARAMETER_CLIENT_H_
-#define WORKER_TRAINER_FAKE_PARAMETER_CLIENT_H_
+#ifndef WORKER_TESTING_FAKE_PARAMETER_CLIENT_H_
+#define WORKER_TESTING_FAKE_PARAMETER_CLIENT_H_
 
 #include <cstdint>
 #include <memory>
@@ -91,4 +91,4 @@ class FakeParameterServer {
 
 }  // namespace ps
 
-#endif  // WORKER_TRAINER_FAKE_PARAMETER_CLIENT_H_
+#endif  // WORKER_TESTING_FAKE_PARAMETER_CLIENT_H_

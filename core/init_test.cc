@@ -1,4 +1,4 @@
-#include "server/init.h"
+#include "core/init.h"
 
 #include <cmath>
 #include <cstdint>

@@ -8,8 +8,8 @@
 // Tensors are cut in spec order, each into pieces of at most
 // ChunkElements(spec) floats; chunk_id is the position in the returned list,
 // which is the order of Placement.chunks.
-#ifndef SERVER_CHUNKING_H_
-#define SERVER_CHUNKING_H_
+#ifndef CORE_CHUNKING_H_
+#define CORE_CHUNKING_H_
 
 #include <cstdint>
 #include <vector>
@@ -44,4 +44,4 @@ std::vector<ChunkPlacement> CutIntoChunks(const JobSpec& spec);
 
 }  // namespace ps
 
-#endif  // SERVER_CHUNKING_H_
+#endif  // CORE_CHUNKING_H_

@@ -1,11 +1,11 @@
-#include "server/chunking.h"
+#include "core/chunking.h"
 
 #include <limits>
 #include <string>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
-#include "server/init.h"
+#include "core/init.h"
 
 namespace ps {
 namespace {

@@ -1,4 +1,4 @@
-#include "worker/model/model_spec.h"
+#include "core/model_spec.h"
 
 #include <string>
 #include <vector>

@@ -15,8 +15,8 @@
 // computed here from +, -, *, / only: every operation is IEEE-exact, so the
 // bits are the same on every platform and compiler (no std::
 // distributions, no libm transcendental functions).
-#ifndef SERVER_INIT_H_
-#define SERVER_INIT_H_
+#ifndef CORE_INIT_H_
+#define CORE_INIT_H_
 
 #include <cstdint>
 
@@ -47,4 +47,4 @@ double PortableLog(double x);
 
 }  // namespace ps
 
-#endif  // SERVER_INIT_H_
+#endif  // CORE_INIT_H_

@@ -1,4 +1,4 @@
-#include "server/chunking.h"
+#include "core/chunking.h"
 
 #include <functional>
 #include <string>

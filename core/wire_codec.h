@@ -11,8 +11,8 @@
 //
 // proto3 leaves fields at their default value off the wire; so does this,
 // which is what makes the output byte-identical (the tests compare).
-#ifndef PROTO_PS_WIRE_H_
-#define PROTO_PS_WIRE_H_
+#ifndef CORE_WIRE_CODEC_H_
+#define CORE_WIRE_CODEC_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -87,4 +87,4 @@ inline void PutChunkDataHead(uint8_t list_tag, uint64_t chunk_id,
 
 }  // namespace ps
 
-#endif  // PROTO_PS_WIRE_H_
+#endif  // CORE_WIRE_CODEC_H_

@@ -1,4 +1,4 @@
-#include "worker/trainer/fake_parameter_client.h"
+#include "worker/testing/fake_parameter_client.h"
 
 #include <algorithm>
 #include <utility>
@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "server/init.h"
+#include "core/init.h"
 
 namespace ps {
 

@@ -8,8 +8,8 @@
 //
 // On little-endian hosts every function is a memcpy or none at all (plus a
 // branch-free scan for the finiteness check); big-endian hosts swap bytes.
-#ifndef SERVER_FLOAT_BYTES_H_
-#define SERVER_FLOAT_BYTES_H_
+#ifndef CORE_FLOAT_BYTES_H_
+#define CORE_FLOAT_BYTES_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -57,4 +57,4 @@ void EncodeFloats(absl::Span<const float> values, std::string* out);
 
 }  // namespace ps
 
-#endif  // SERVER_FLOAT_BYTES_H_
+#endif  // CORE_FLOAT_BYTES_H_

@@ -1,4 +1,4 @@
-#include "worker/trainer/fake_parameter_client.h"
+#include "worker/testing/fake_parameter_client.h"
 
 #include <cmath>
 #include <thread>

@@ -32,7 +32,8 @@ class ConfigTest : public ::testing::Test {
 };
 
 TEST_F(ConfigTest, MisspelledFieldReportsPathLineColumn) {
-  std::string cluster = Write("cluster.pbtxt", "shards { address: \"127.0.0.1:1\" }\n");
+  std::string cluster =
+      Write("cluster.pbtxt", "shards { address: \"127.0.0.1:1\" }\n");
   std::string path = Write("psd.pbtxt",
                            "cluster_file: \"cluster.pbtxt\"\n"
                            "listen_adress: \"127.0.0.1:0\"\n");
@@ -70,7 +71,8 @@ TEST_F(ConfigTest, MissingRequiredValueNamesField) {
 }
 
 TEST_F(ConfigTest, MissingFileIsNotFound) {
-  absl::StatusOr<LoadedCluster> c = LoadClusterConfig((dir_ / "nope.pbtxt").string());
+  absl::StatusOr<LoadedCluster> c =
+      LoadClusterConfig((dir_ / "nope.pbtxt").string());
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(c.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(std::string(c.status().message()), HasSubstr("nope.pbtxt"));
@@ -86,12 +88,14 @@ TEST_F(ConfigTest, ClusterProblemsAreAllListed) {
   absl::StatusOr<LoadedCluster> c = LoadClusterConfig(path);
   ASSERT_FALSE(c.ok());
   std::string m(c.status().message());
-  EXPECT_THAT(m, HasSubstr("shards[0].address: \"localhost\" is not host:port"));
+  EXPECT_THAT(m,
+              HasSubstr("shards[0].address: \"localhost\" is not host:port"));
   EXPECT_THAT(m, HasSubstr("shards[1]: set exactly one"));
   EXPECT_THAT(m, HasSubstr("shards[2].address: \"b:70000\" has no valid port"));
   EXPECT_THAT(m, HasSubstr("coordinator_shard: 5 is not a shard index"));
   EXPECT_THAT(m, HasSubstr("tls.ca_file: required"));
-  EXPECT_THAT(m, HasSubstr("tls.cert_file: cert_file and key_file go together"));
+  EXPECT_THAT(m,
+              HasSubstr("tls.cert_file: cert_file and key_file go together"));
 }
 
 TEST_F(ConfigTest, PsdDefaultsAndRelativePaths) {
@@ -114,18 +118,21 @@ TEST_F(ConfigTest, PsdDefaultsAndRelativePaths) {
 
 TEST_F(ConfigTest, ShardIdOutsideCluster) {
   Write("cluster.pbtxt", "shards { address: \"127.0.0.1:7001\" }\n");
-  std::string path = Write("psd.pbtxt", "cluster_file: \"cluster.pbtxt\"\nshard_id: 3\n");
+  std::string path =
+      Write("psd.pbtxt", "cluster_file: \"cluster.pbtxt\"\nshard_id: 3\n");
   absl::StatusOr<LoadedPsdConfig> c = LoadPsdConfig(path);
   ASSERT_FALSE(c.ok());
-  EXPECT_THAT(std::string(c.status().message()), HasSubstr("shard_id: 3 is not in the cluster"));
+  EXPECT_THAT(std::string(c.status().message()),
+              HasSubstr("shard_id: 3 is not in the cluster"));
 }
 
 TEST_F(ConfigTest, WorkerdValidation) {
   Write("cluster.pbtxt", "shards { address: \"127.0.0.1:7001\" }\n");
-  std::string path = Write("w.pbtxt",
-                           "cluster_file: \"cluster.pbtxt\"\n"
-                           "devices: \"cpu:0\" devices: \"tpu:1\" devices: \"cpu:0\"\n"
-                           "device_weights: 1\n");
+  std::string path =
+      Write("w.pbtxt",
+            "cluster_file: \"cluster.pbtxt\"\n"
+            "devices: \"cpu:0\" devices: \"tpu:1\" devices: \"cpu:0\"\n"
+            "device_weights: 1\n");
   absl::StatusOr<LoadedWorkerdConfig> c = LoadWorkerdConfig(path);
   ASSERT_FALSE(c.ok());
   std::string m(c.status().message());
@@ -138,14 +145,17 @@ TEST_F(ConfigTest, ResolvesAddressFilesAndTimesOut) {
   Write("cluster.pbtxt",
         "shards { address: \"127.0.0.1:7001\" }\n"
         "shards { address_file: \"s1.addr\" }\n");
-  absl::StatusOr<LoadedCluster> c = LoadClusterConfig((dir_ / "cluster.pbtxt").string());
+  absl::StatusOr<LoadedCluster> c =
+      LoadClusterConfig((dir_ / "cluster.pbtxt").string());
   ASSERT_TRUE(c.ok()) << c.status();
-  absl::StatusOr<std::vector<std::string>> missing = ResolveShardAddresses(*c, absl::Now());
+  absl::StatusOr<std::vector<std::string>> missing =
+      ResolveShardAddresses(*c, absl::Now());
   ASSERT_FALSE(missing.ok());
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_THAT(std::string(missing.status().message()), HasSubstr("s1.addr"));
   Write("s1.addr", "127.0.0.1:7002\n");
-  absl::StatusOr<std::vector<std::string>> a = ResolveShardAddresses(*c, absl::Now());
+  absl::StatusOr<std::vector<std::string>> a =
+      ResolveShardAddresses(*c, absl::Now());
   ASSERT_TRUE(a.ok()) << a.status();
   EXPECT_EQ(*a, (std::vector<std::string>{"127.0.0.1:7001", "127.0.0.1:7002"}));
 }
@@ -163,7 +173,8 @@ TEST(HostPortTest, Table) {
       {"[::1:80", false, false},     {"", true, false},
   };
   for (const Case& c : cases) {
-    EXPECT_EQ(ValidateHostPort(c.address, "f", c.allow_zero).ok(), c.ok) << c.address;
+    EXPECT_EQ(ValidateHostPort(c.address, "f", c.allow_zero).ok(), c.ok)
+        << c.address;
   }
 }
 

@@ -16,7 +16,8 @@ TEST(GrpcStatusTest, RoundTripsEveryCode) {
 }
 
 TEST(GrpcStatusTest, KeepsMessage) {
-  grpc::Status g = ToGrpcStatus(absl::InvalidArgumentError("gradients[0]: NaN"));
+  grpc::Status g =
+      ToGrpcStatus(absl::InvalidArgumentError("gradients[0]: NaN"));
   EXPECT_EQ(g.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_EQ(g.error_message(), "gradients[0]: NaN");
 }

@@ -20,8 +20,8 @@ absl::Status InitLogging(const std::string& process_name,
   }
   spdlog::drop(process_name);  // InitLogging may run more than once (tests)
   auto logger = spdlog::stderr_logger_mt(process_name);
-  logger->set_pattern(absl::StrCat("%Y-%m-%d %H:%M:%S.%e %^%L%$ ", process_name,
-                                   "[%P] %v"));
+  logger->set_pattern(
+      absl::StrCat("%Y-%m-%d %H:%M:%S.%e %^%L%$ ", process_name, "[%P] %v"));
   logger->set_level(parsed);
   spdlog::set_default_logger(logger);
   return absl::OkStatus();

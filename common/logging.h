@@ -27,7 +27,8 @@ template <>
 struct fmt::formatter<absl::string_view> : fmt::formatter<fmt::string_view> {
   template <typename FormatContext>
   auto format(absl::string_view s, FormatContext& ctx) const {
-    return fmt::formatter<fmt::string_view>::format(fmt::string_view(s.data(), s.size()), ctx);
+    return fmt::formatter<fmt::string_view>::format(
+        fmt::string_view(s.data(), s.size()), ctx);
   }
 };
 

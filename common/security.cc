@@ -12,7 +12,8 @@ absl::Status ReadPem(const std::string& path, const std::string& field,
                      std::string* out) {
   if (path.empty()) return absl::OkStatus();
   absl::Status s = ReadFile(path, out);
-  if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat(field, ": ", s.message()));
+  if (!s.ok())
+    return absl::InvalidArgumentError(absl::StrCat(field, ": ", s.message()));
   if (out->find("-----BEGIN") == std::string::npos) {
     return absl::InvalidArgumentError(
         absl::StrCat(field, ": ", path, " is not a PEM file"));
@@ -34,7 +35,8 @@ absl::StatusOr<Security> Security::FromCluster(const ClusterConfig& cluster) {
   if (!cluster.auth_token_file().empty()) {
     absl::Status s = ReadFile(cluster.auth_token_file(), &token);
     if (!s.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("auth_token_file: ", s.message()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("auth_token_file: ", s.message()));
     }
     token = std::string(absl::StripAsciiWhitespace(token));
     if (token.empty()) {
@@ -87,8 +89,8 @@ std::shared_ptr<grpc::ChannelCredentials> Security::ChannelCredentials() const {
   return grpc::SslCredentials(options);
 }
 
-std::shared_ptr<grpc::Channel> Security::NewChannel(const std::string& address,
-                                                    int max_message_bytes) const {
+std::shared_ptr<grpc::Channel> Security::NewChannel(
+    const std::string& address, int max_message_bytes) const {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(max_message_bytes);
   args.SetMaxSendMessageSize(max_message_bytes);
@@ -111,10 +113,12 @@ std::shared_ptr<grpc::Channel> Security::NewChannel(const std::string& address,
 }
 
 void Security::Authorize(grpc::ClientContext* context) const {
-  if (!token_.empty()) context->AddMetadata("authorization", "Bearer " + token_);
+  if (!token_.empty())
+    context->AddMetadata("authorization", "Bearer " + token_);
 }
 
-absl::Status Security::CheckToken(const grpc::ServerContextBase& context) const {
+absl::Status Security::CheckToken(
+    const grpc::ServerContextBase& context) const {
   if (token_.empty()) return absl::OkStatus();
   const auto& md = context.client_metadata();
   auto it = md.find("authorization");
@@ -122,7 +126,8 @@ absl::Status Security::CheckToken(const grpc::ServerContextBase& context) const 
     return absl::UnauthenticatedError("missing authorization: Bearer token");
   }
   absl::string_view value(it->second.data(), it->second.size());
-  if (!absl::ConsumePrefix(&value, "Bearer ") || !ConstantTimeEquals(value, token_)) {
+  if (!absl::ConsumePrefix(&value, "Bearer ") ||
+      !ConstantTimeEquals(value, token_)) {
     return absl::UnauthenticatedError("invalid bearer token");
   }
   return absl::OkStatus();

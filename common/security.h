@@ -37,8 +37,8 @@ class Security {
 
   // A channel to `address` with these credentials and the channel arguments
   // this project uses everywhere (message size limit, keepalive).
-  std::shared_ptr<grpc::Channel> NewChannel(const std::string& address,
-                                            int max_message_bytes = 4 << 20) const;
+  std::shared_ptr<grpc::Channel> NewChannel(
+      const std::string& address, int max_message_bytes = 4 << 20) const;
 
   // Attaches the bearer token (if any) to an outgoing call.
   void Authorize(grpc::ClientContext* context) const;

@@ -42,9 +42,9 @@
 #include "common/config.h"
 #include "common/security.h"
 #include "common/text_proto.h"
+#include "core/chunking.h"
 #include "google/protobuf/stubs/logging.h"
 #include "proto/job.pb.h"
-#include "core/chunking.h"
 #include "server/coordinator/job_validation.h"
 #include "server/coordinator/placement.h"
 

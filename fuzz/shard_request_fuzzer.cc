@@ -35,10 +35,10 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "core/chunking.h"
 #include "google/protobuf/stubs/logging.h"
 #include "proto/job.pb.h"
 #include "proto/ps.pb.h"
-#include "core/chunking.h"
 #include "server/rpc/request_limits.h"
 #include "server/shard.h"
 

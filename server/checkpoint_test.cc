@@ -11,12 +11,12 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/chunking.h"
+#include "core/float_bytes.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
 #include "server/chunk_state.h"
-#include "core/chunking.h"
-#include "core/float_bytes.h"
 #include "server/optimizer.h"
 
 namespace ps {

@@ -9,12 +9,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "google/protobuf/util/message_differencer.h"
-#include "server/checkpoint.h"
-#include "server/chunk_state.h"
 #include "core/chunking.h"
 #include "core/float_bytes.h"
 #include "core/init.h"
+#include "google/protobuf/util/message_differencer.h"
+#include "server/checkpoint.h"
+#include "server/chunk_state.h"
 #include "server/optimizer.h"
 #include "server/stats.h"
 #include "spdlog/spdlog.h"
@@ -358,8 +358,7 @@ class Shard::Job {
       if (sum == nullptr) {
         sum = AsFloats(s.gradients[r]).data();
       } else {
-        AddInto(absl::MakeSpan(sum, c.length),
-                AsFloats(s.gradients[r]).data());
+        AddInto(absl::MakeSpan(sum, c.length), AsFloats(s.gradients[r]).data());
       }
     }
     optimizer->Apply(absl::MakeSpan(s.values), sum,
@@ -1280,9 +1279,9 @@ void Shard::PushPull(const PushPullRequest& req, ChunkDataList* take,
   CompleteAll(&ready);
   MaybeQueueCheckpoint(job, advanced, absl::InfinitePast());
 
-  WaiterPtr w = NewWaiter(job, std::move(chunks), req.step(),
-                          resp->mutable_parameters(), payloads,
-                          std::move(done));
+  WaiterPtr w =
+      NewWaiter(job, std::move(chunks), req.step(), resp->mutable_parameters(),
+                payloads, std::move(done));
   if (job->mode == BSP) w->need_version = req.step() + 1;
   if (job->mode == SSP && req.step() + 1 > job->staleness_bound) {
     w->need_clock = req.step() + 1 - job->staleness_bound;
@@ -1365,9 +1364,9 @@ void Shard::Pull(const PullRequest& req, PullResponse* resp,
       }
     }
   }
-  WaiterPtr w = NewWaiter(job, std::move(chunks), req.step(),
-                          resp->mutable_parameters(), payloads,
-                          std::move(done));
+  WaiterPtr w =
+      NewWaiter(job, std::move(chunks), req.step(), resp->mutable_parameters(),
+                payloads, std::move(done));
   w->need_version = req.min_version();
   if (job->mode == SSP && req.step() > job->staleness_bound) {
     w->need_clock = req.step() - job->staleness_bound;
@@ -1700,7 +1699,8 @@ void Shard::Stats(const StatsRequest& req, ShardStats* out) const {
         absl::MutexLock l(&c->mu);
         if (c->state.version != version) continue;
         bool started = false;
-        for (uint32_t r = 0; r < job->num_workers; ++r) started |= c->state.pushed[r] != 0;
+        for (uint32_t r = 0; r < job->num_workers; ++r)
+          started |= c->state.pushed[r] != 0;
         if (!started) continue;
         for (uint32_t r = 0; r < job->num_workers; ++r) {
           if (c->active[r] && !c->state.pushed[r]) missing[r] = 1;

@@ -17,12 +17,12 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "gmock/gmock.h"
-#include "gtest/gtest.h"
-#include "server/checkpoint.h"
 #include "core/chunking.h"
 #include "core/float_bytes.h"
 #include "core/init.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/checkpoint.h"
 #include "server/optimizer.h"
 
 namespace ps {

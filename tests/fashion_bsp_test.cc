@@ -43,31 +43,39 @@ void TrainOnce(const std::string& name, RunResult* result) {
   ASSERT_TRUE(cluster.Start().ok());
   ASSERT_TRUE(WriteFileAtomically(dir + "/job.pbtxt", kJob).ok());
   absl::StatusOr<CommandResult> run =
-      cluster.Psctl({"submit", dir + "/job.pbtxt", "--wait", "--timeout=400"}, absl::Seconds(420));
+      cluster.Psctl({"submit", dir + "/job.pbtxt", "--wait", "--timeout=400"},
+                    absl::Seconds(420));
   ASSERT_TRUE(run.ok()) << run.status();
-  ASSERT_EQ(run->exit_code, 0) << run->out << run->err << cluster.Log("worker0");
-  ASSERT_TRUE(absl::SimpleAtod(SummaryField(run->out, "test_accuracy"), &result->test_accuracy));
+  ASSERT_EQ(run->exit_code, 0)
+      << run->out << run->err << cluster.Log("worker0");
+  ASSERT_TRUE(absl::SimpleAtod(SummaryField(run->out, "test_accuracy"),
+                               &result->test_accuracy));
   std::string job = SummaryField(run->out, "job");
 
   // The parameters stay on the shards after success: read them all back
   // with the placement the coordinator reports.
-  absl::StatusOr<CommandResult> status = cluster.Psctl({"status", job, "--json"});
+  absl::StatusOr<CommandResult> status =
+      cluster.Psctl({"status", job, "--json"});
   ASSERT_TRUE(status.ok());
   ASSERT_EQ(status->exit_code, 0) << status->err;
   JobStatus js;
-  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(status->out, &js).ok()) << status->out;
+  ASSERT_TRUE(
+      google::protobuf::util::JsonStringToMessage(status->out, &js).ok())
+      << status->out;
   Assignment a;
   a.set_job_id(job);
   *a.mutable_spec() = js.spec();
   *a.mutable_placement() = js.placement();
   a.set_num_workers(2);
   for (int i = 0; i < 2; ++i) {
-    absl::StatusOr<std::string> addr = WaitForFile(absl::StrCat(dir, "/s", i, ".addr"), absl::Seconds(1));
+    absl::StatusOr<std::string> addr =
+        WaitForFile(absl::StrCat(dir, "/s", i, ".addr"), absl::Seconds(1));
     ASSERT_TRUE(addr.ok());
     a.add_shard_addresses(*addr);
   }
   Security security;
-  absl::StatusOr<std::unique_ptr<PsClient>> client = PsClient::Create(PsClientOptions(), a, &security);
+  absl::StatusOr<std::unique_ptr<PsClient>> client =
+      PsClient::Create(PsClientOptions(), a, &security);
   ASSERT_TRUE(client.ok()) << client.status();
   std::vector<float> params((*client)->num_parameters());
   uint64_t steps = js.progress().step();
@@ -79,17 +87,19 @@ void TrainOnce(const std::string& name, RunResult* result) {
 }
 
 TEST(FashionBspTest, OneEpochReachesEightyPercentAndIsBitwiseReproducible) {
-  if (!std::filesystem::exists(std::string(kDataDir) + "/train-images-idx3-ubyte.gz")) {
+  if (!std::filesystem::exists(std::string(kDataDir) +
+                               "/train-images-idx3-ubyte.gz")) {
     GTEST_SKIP() << "Fashion-MNIST not installed at " << kDataDir
                  << " (tools/setup.sh installs dataset-fashion-mnist)";
   }
   RunResult first, second;
   ASSERT_NO_FATAL_FAILURE(TrainOnce("run1", &first));
-  std::cout << "run 1: test accuracy " << first.test_accuracy << ", checksum " << first.checksum
-            << std::endl;
+  std::cout << "run 1: test accuracy " << first.test_accuracy << ", checksum "
+            << first.checksum << std::endl;
   EXPECT_GE(first.test_accuracy, 0.80);
   ASSERT_NO_FATAL_FAILURE(TrainOnce("run2", &second));
-  EXPECT_EQ(first.checksum, second.checksum) << "same seed, different parameters";
+  EXPECT_EQ(first.checksum, second.checksum)
+      << "same seed, different parameters";
   EXPECT_EQ(first.test_accuracy, second.test_accuracy);
 }
 

@@ -18,7 +18,13 @@ using ::testing::HasSubstr;
 constexpr char kSyntheticJob[] = R"pb(
   name: "synthetic-mlp"
   model { mlp { input_dim: 784 hidden: 32 num_classes: 10 } }
-  data { dataset: "synthetic" batch_size: 32 epochs: 2 synthetic_train: 4096 synthetic_test: 512 }
+  data {
+    dataset: "synthetic"
+    batch_size: 32
+    epochs: 2
+    synthetic_train: 4096
+    synthetic_test: 512
+  }
   optimizer { kind: SGD learning_rate: 0.05 momentum: 0.9 }
   consistency { mode: BSP step_deadline_ms: 30000 }
   num_workers: 2
@@ -42,7 +48,8 @@ constexpr char kBadJob[] = R"pb(
 class JobIntegrationTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = TestDir(::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = TestDir(
+        ::testing::UnitTest::GetInstance()->current_test_info()->name());
     cluster_ = std::make_unique<LocalCluster>(dir_, LocalClusterOptions{});
     ASSERT_TRUE(cluster_->Start().ok());
   }
@@ -61,7 +68,8 @@ class JobIntegrationTest : public ::testing::Test {
 
 TEST_F(JobIntegrationTest, SubmitWaitStatusListCancel) {
   // A bad spec: exit 2, every problem listed, nothing stored.
-  absl::StatusOr<CommandResult> bad = cluster_->Psctl({"submit", WriteSpec("bad.pbtxt", kBadJob)});
+  absl::StatusOr<CommandResult> bad =
+      cluster_->Psctl({"submit", WriteSpec("bad.pbtxt", kBadJob)});
   ASSERT_TRUE(bad.ok()) << bad.status();
   EXPECT_EQ(bad->exit_code, 2) << bad->out << bad->err;
   for (const char* field :
@@ -72,21 +80,26 @@ TEST_F(JobIntegrationTest, SubmitWaitStatusListCancel) {
   }
 
   // Dry run: valid, placed, not stored.
-  absl::StatusOr<CommandResult> dry =
-      cluster_->Psctl({"submit", WriteSpec("job.pbtxt", kSyntheticJob), "--dry-run"});
+  absl::StatusOr<CommandResult> dry = cluster_->Psctl(
+      {"submit", WriteSpec("job.pbtxt", kSyntheticJob), "--dry-run"});
   ASSERT_TRUE(dry.ok());
   EXPECT_EQ(dry->exit_code, 0) << dry->err;
   EXPECT_THAT(dry->out, HasSubstr("on 2 shards"));
 
   // A real job, followed to the end.
-  absl::StatusOr<CommandResult> run =
-      cluster_->Psctl({"submit", dir_ + "/job.pbtxt", "--wait", "--timeout=120"}, absl::Seconds(150));
+  absl::StatusOr<CommandResult> run = cluster_->Psctl(
+      {"submit", dir_ + "/job.pbtxt", "--wait", "--timeout=120"},
+      absl::Seconds(150));
   ASSERT_TRUE(run.ok()) << run.status();
-  ASSERT_EQ(run->exit_code, 0) << run->out << run->err << cluster_->Log("worker0");
+  ASSERT_EQ(run->exit_code, 0)
+      << run->out << run->err << cluster_->Log("worker0");
   EXPECT_EQ(SummaryField(run->out, "state"), "SUCCEEDED") << run->out;
   double accuracy = 0, samples_per_s = 0, wall_s = 0;
-  ASSERT_TRUE(absl::SimpleAtod(SummaryField(run->out, "test_accuracy"), &accuracy)) << run->out;
-  ASSERT_TRUE(absl::SimpleAtod(SummaryField(run->out, "samples_per_s"), &samples_per_s));
+  ASSERT_TRUE(
+      absl::SimpleAtod(SummaryField(run->out, "test_accuracy"), &accuracy))
+      << run->out;
+  ASSERT_TRUE(absl::SimpleAtod(SummaryField(run->out, "samples_per_s"),
+                               &samples_per_s));
   ASSERT_TRUE(absl::SimpleAtod(SummaryField(run->out, "wall_s"), &wall_s));
   EXPECT_GE(accuracy, 0.9) << "the synthetic set is separable";
   EXPECT_GT(samples_per_s, 0);
@@ -94,7 +107,8 @@ TEST_F(JobIntegrationTest, SubmitWaitStatusListCancel) {
   std::string job = SummaryField(run->out, "job");
   ASSERT_FALSE(job.empty());
 
-  absl::StatusOr<CommandResult> status = cluster_->Psctl({"status", job, "--json"});
+  absl::StatusOr<CommandResult> status =
+      cluster_->Psctl({"status", job, "--json"});
   ASSERT_TRUE(status.ok());
   EXPECT_EQ(status->exit_code, 0);
   EXPECT_THAT(status->out, HasSubstr("\"state\": \"SUCCEEDED\""));
@@ -113,13 +127,15 @@ TEST_F(JobIntegrationTest, SubmitWaitStatusListCancel) {
   ASSERT_TRUE(cancel.ok());
   EXPECT_EQ(cancel->exit_code, 0) << cancel->err;
   EXPECT_THAT(cancel->out, HasSubstr("CANCELLED"));
-  absl::StatusOr<CommandResult> cancelled = cluster_->Psctl({"status", long_job});
+  absl::StatusOr<CommandResult> cancelled =
+      cluster_->Psctl({"status", long_job});
   ASSERT_TRUE(cancelled.ok());
   EXPECT_THAT(cancelled->out, HasSubstr("CANCELLED"));
   EXPECT_THAT(cancelled->out, HasSubstr("cancelled by user"));
 
-  absl::StatusOr<CommandResult> again =
-      cluster_->Psctl({"submit", dir_ + "/job.pbtxt", "--wait", "--timeout=120"}, absl::Seconds(150));
+  absl::StatusOr<CommandResult> again = cluster_->Psctl(
+      {"submit", dir_ + "/job.pbtxt", "--wait", "--timeout=120"},
+      absl::Seconds(150));
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(again->exit_code, 0) << again->out << again->err;
 
@@ -139,7 +155,8 @@ TEST_F(JobIntegrationTest, SubmitWaitStatusListCancel) {
   absl::StatusOr<CommandResult> usage = cluster_->Psctl({"frobnicate"});
   ASSERT_TRUE(usage.ok());
   EXPECT_EQ(usage->exit_code, 2);
-  absl::StatusOr<CommandResult> unknown = cluster_->Psctl({"status", "job-999999"});
+  absl::StatusOr<CommandResult> unknown =
+      cluster_->Psctl({"status", "job-999999"});
   ASSERT_TRUE(unknown.ok());
   EXPECT_EQ(unknown->exit_code, 2) << unknown->err;
 }
@@ -147,10 +164,14 @@ TEST_F(JobIntegrationTest, SubmitWaitStatusListCancel) {
 TEST(PsctlTest, CoordinatorDownExitsThreeWithinFiveSeconds) {
   std::string dir = TestDir("coordinator_down");
   // Port 1 on loopback: nothing listens there.
-  ASSERT_TRUE(WriteFileAtomically(dir + "/cluster.pbtxt", "shards { address: \"127.0.0.1:1\" }\n").ok());
+  ASSERT_TRUE(WriteFileAtomically(dir + "/cluster.pbtxt",
+                                  "shards { address: \"127.0.0.1:1\" }\n")
+                  .ok());
   for (const std::vector<std::string>& args :
-       std::vector<std::vector<std::string>>{{"list"}, {"status", "job-000001"}, {"stats"}}) {
-    std::vector<std::string> argv = {"tools/psctl", "--cluster=" + dir + "/cluster.pbtxt"};
+       std::vector<std::vector<std::string>>{
+           {"list"}, {"status", "job-000001"}, {"stats"}}) {
+    std::vector<std::string> argv = {"tools/psctl",
+                                     "--cluster=" + dir + "/cluster.pbtxt"};
     argv.insert(argv.end(), args.begin(), args.end());
     absl::Time start = absl::Now();
     absl::StatusOr<CommandResult> r = RunCommand(argv, absl::Seconds(10));

@@ -11,8 +11,10 @@ namespace ps {
 
 LocalCluster::LocalCluster(std::string dir, LocalClusterOptions options)
     : dir_(std::move(dir)), options_(std::move(options)) {
-  for (int i = 0; i < options_.shards; ++i) shards_.push_back(std::make_unique<Subprocess>());
-  for (int i = 0; i < options_.workers; ++i) workers_.push_back(std::make_unique<Subprocess>());
+  for (int i = 0; i < options_.shards; ++i)
+    shards_.push_back(std::make_unique<Subprocess>());
+  for (int i = 0; i < options_.workers; ++i)
+    workers_.push_back(std::make_unique<Subprocess>());
 }
 
 LocalCluster::~LocalCluster() { (void)Stop(); }
@@ -21,13 +23,16 @@ absl::Status LocalCluster::StartShard(int i, const std::string& extra) {
   std::filesystem::remove(absl::StrCat(dir_, "/s", i, ".addr"));
   std::string cfg = absl::StrCat(dir_, "/psd", i, ".pbtxt");
   absl::Status s = WriteFileAtomically(
-      cfg, absl::StrCat("cluster_file: \"cluster.pbtxt\"\nshard_id: ", i, "\naddress_file: \"s", i,
-                        ".addr\"\nworker_timeout_ms: 3000\n", options_.psd_extra, "\n", extra,
-                        "\n"));
+      cfg, absl::StrCat("cluster_file: \"cluster.pbtxt\"\nshard_id: ", i,
+                        "\naddress_file: \"s", i,
+                        ".addr\"\nworker_timeout_ms: 3000\n",
+                        options_.psd_extra, "\n", extra, "\n"));
   if (!s.ok()) return s;
-  s = shards_[i]->Start({"server/psd", "--config=" + cfg}, absl::StrCat(dir_, "/psd", i, ".log"));
+  s = shards_[i]->Start({"server/psd", "--config=" + cfg},
+                        absl::StrCat(dir_, "/psd", i, ".log"));
   if (!s.ok()) return s;
-  return WaitForFile(absl::StrCat(dir_, "/s", i, ".addr"), absl::Seconds(30)).status();
+  return WaitForFile(absl::StrCat(dir_, "/s", i, ".addr"), absl::Seconds(30))
+      .status();
 }
 
 absl::Status LocalCluster::StartWorker(int i) {
@@ -46,7 +51,8 @@ absl::Status LocalCluster::Start() {
   for (int i = 0; i < options_.shards; ++i) {
     absl::StrAppend(&cluster, "shards { address_file: \"s", i, ".addr\" }\n");
   }
-  absl::StrAppend(&cluster, "coordinator_shard: 0\n", options_.cluster_extra, "\n");
+  absl::StrAppend(&cluster, "coordinator_shard: 0\n", options_.cluster_extra,
+                  "\n");
   absl::Status s = WriteFileAtomically(cluster_file(), cluster);
   for (int i = 0; s.ok() && i < options_.shards; ++i) s = StartShard(i);
   for (int i = 0; s.ok() && i < options_.workers; ++i) s = StartWorker(i);
@@ -59,19 +65,23 @@ absl::Status LocalCluster::Stop() {
     if (!p.running()) return;
     absl::StatusOr<int> code = p.Stop(absl::Seconds(15));
     if (first.ok() && (!code.ok() || *code != 0)) {
-      first = absl::InternalError(absl::StrCat(
-          name, " did not exit cleanly: ",
-          code.ok() ? absl::StrCat("exit ", *code) : std::string(code.status().message())));
+      first = absl::InternalError(
+          absl::StrCat(name, " did not exit cleanly: ",
+                       code.ok() ? absl::StrCat("exit ", *code)
+                                 : std::string(code.status().message())));
     }
   };
-  for (size_t i = 0; i < workers_.size(); ++i) stop(*workers_[i], absl::StrCat("worker", i));
-  for (size_t i = 0; i < shards_.size(); ++i) stop(*shards_[i], absl::StrCat("psd", i));
+  for (size_t i = 0; i < workers_.size(); ++i)
+    stop(*workers_[i], absl::StrCat("worker", i));
+  for (size_t i = 0; i < shards_.size(); ++i)
+    stop(*shards_[i], absl::StrCat("psd", i));
   return first;
 }
 
-absl::StatusOr<CommandResult> LocalCluster::Psctl(const std::vector<std::string>& args,
-                                                  absl::Duration timeout) const {
-  std::vector<std::string> argv = {"tools/psctl", "--cluster=" + cluster_file()};
+absl::StatusOr<CommandResult> LocalCluster::Psctl(
+    const std::vector<std::string>& args, absl::Duration timeout) const {
+  std::vector<std::string> argv = {"tools/psctl",
+                                   "--cluster=" + cluster_file()};
   argv.insert(argv.end(), args.begin(), args.end());
   return RunCommand(argv, timeout);
 }
@@ -86,12 +96,14 @@ std::string LocalCluster::Log(const std::string& name) const {
 std::string SummaryField(const std::string& output, const std::string& key) {
   size_t line = output.rfind("\njob=");
   if (line == std::string::npos) return "";
-  std::string summary = " " + output.substr(line + 1);  // every field after a space
+  std::string summary =
+      " " + output.substr(line + 1);  // every field after a space
   size_t at = summary.find(" " + key + "=");
   if (at == std::string::npos) return "";
   at += key.size() + 2;
   size_t end = summary.find_first_of(" \n", at);
-  return summary.substr(at, end == std::string::npos ? std::string::npos : end - at);
+  return summary.substr(
+      at, end == std::string::npos ? std::string::npos : end - at);
 }
 
 }  // namespace ps

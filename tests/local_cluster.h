@@ -49,8 +49,9 @@ class LocalCluster {
   Subprocess& worker(int i) { return *workers_[i]; }
 
   // Runs tools/psctl --cluster=<this cluster> ARGS... with a deadline.
-  absl::StatusOr<CommandResult> Psctl(const std::vector<std::string>& args,
-                                      absl::Duration timeout = absl::Seconds(60)) const;
+  absl::StatusOr<CommandResult> Psctl(
+      const std::vector<std::string>& args,
+      absl::Duration timeout = absl::Seconds(60)) const;
 
   const std::string& dir() const { return dir_; }
   std::string cluster_file() const { return dir_ + "/cluster.pbtxt"; }

@@ -32,9 +32,10 @@ constexpr int kSteps = 50;
 
 // A deterministic, realistic gradient: pulls the parameters toward a
 // worker-specific target, with a little seeded noise.
-void FakeGradient(const std::vector<float>& params, uint32_t rank, uint64_t step,
-                  std::vector<float>* grad) {
-  uint64_t state = (rank + 1) * 0x9E3779B97F4A7C15ull ^ (step + 1) * 0xBF58476D1CE4E5B9ull;
+void FakeGradient(const std::vector<float>& params, uint32_t rank,
+                  uint64_t step, std::vector<float>* grad) {
+  uint64_t state =
+      (rank + 1) * 0x9E3779B97F4A7C15ull ^ (step + 1) * 0xBF58476D1CE4E5B9ull;
   for (size_t i = 0; i < params.size(); ++i) {
     state = state * 6364136223846793005ull + 1442695040888963407ull;
     float noise = static_cast<float>((state >> 40) & 0xFFFF) / 65536.0f - 0.5f;
@@ -46,20 +47,23 @@ void FakeGradient(const std::vector<float>& params, uint32_t rank, uint64_t step
 class PsIntegrationTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = TestDir(::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = TestDir(
+        ::testing::UnitTest::GetInstance()->current_test_info()->name());
     ASSERT_TRUE(WriteFileAtomically(dir_ + "/cluster.pbtxt",
                                     "shards { address_file: \"s0.addr\" }\n"
                                     "shards { address_file: \"s1.addr\" }\n")
                     .ok());
     for (int i = 0; i < kShards; ++i) {
       std::string cfg = absl::StrCat(dir_, "/psd", i, ".pbtxt");
-      ASSERT_TRUE(WriteFileAtomically(cfg, absl::StrCat("cluster_file: \"cluster.pbtxt\"\n",
-                                                        "shard_id: ", i, "\n",
-                                                        "address_file: \"s", i, ".addr\"\n"))
+      ASSERT_TRUE(WriteFileAtomically(
+                      cfg, absl::StrCat("cluster_file: \"cluster.pbtxt\"\n",
+                                        "shard_id: ", i, "\n",
+                                        "address_file: \"s", i, ".addr\"\n"))
                       .ok());
       psd_[i] = std::make_unique<Subprocess>();
-      ASSERT_TRUE(psd_[i]->Start({"server/psd", "--config=" + cfg},
-                                 absl::StrCat(dir_, "/psd", i, ".log"))
+      ASSERT_TRUE(psd_[i]
+                      ->Start({"server/psd", "--config=" + cfg},
+                              absl::StrCat(dir_, "/psd", i, ".log"))
                       .ok());
     }
     for (int i = 0; i < kShards; ++i) {
@@ -72,16 +76,26 @@ class PsIntegrationTest : public ::testing::Test {
     // The job: a small MLP, BSP over 3 workers, Adam on the shards, chunks
     // of 16 KiB so every tensor spans several chunks and both shards.
     JobSpec spec;
-    ASSERT_TRUE(ParseTextProto(R"pb(
-      name: "integration"
-      model { mlp { input_dim: 784 hidden: 32 num_classes: 10 } }
-      data { dataset: "synthetic" batch_size: 8 epochs: 1 synthetic_train: 100 synthetic_test: 10 }
-      optimizer { kind: ADAM learning_rate: 0.01 }
-      consistency { mode: BSP step_deadline_ms: 30000 }
-      num_workers: 3
-      partition_bytes: 16384
-      seed: 11
-    )pb", "spec", &spec).ok());
+    ASSERT_TRUE(
+        ParseTextProto(
+            R"pb(
+              name: "integration"
+              model { mlp { input_dim: 784 hidden: 32 num_classes: 10 } }
+              data {
+                dataset: "synthetic"
+                batch_size: 8
+                epochs: 1
+                synthetic_train: 100
+                synthetic_test: 10
+              }
+              optimizer { kind: ADAM learning_rate: 0.01 }
+              consistency { mode: BSP step_deadline_ms: 30000 }
+              num_workers: 3
+              partition_bytes: 16384
+              seed: 11
+            )pb",
+            "spec", &spec)
+            .ok());
     ValidationContext ctx;
     ctx.num_shards = kShards;
     absl::StatusOr<JobSpec> normalized = NormalizeJobSpec(spec, ctx);
@@ -121,7 +135,8 @@ class PsIntegrationTest : public ::testing::Test {
   std::unique_ptr<PsClient> NewClient(uint32_t rank) {
     Assignment a = assignment_;
     a.set_rank(rank);
-    absl::StatusOr<std::unique_ptr<PsClient>> c = PsClient::Create(PsClientOptions(), a, &security_);
+    absl::StatusOr<std::unique_ptr<PsClient>> c =
+        PsClient::Create(PsClientOptions(), a, &security_);
     EXPECT_TRUE(c.ok()) << c.status();
     return c.ok() ? *std::move(c) : nullptr;
   }
@@ -135,7 +150,8 @@ class PsIntegrationTest : public ::testing::Test {
     return p;
   }
 
-  grpc::Status Push(uint32_t shard, const PushPullRequest& req, PushPullResponse* resp) {
+  grpc::Status Push(uint32_t shard, const PushPullRequest& req,
+                    PushPullResponse* resp) {
     grpc::ClientContext ctx;
     ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
     return stubs_[shard]->PushPull(&ctx, req, resp);
@@ -167,16 +183,20 @@ TEST_F(PsIntegrationTest, ThreeWorkersFiftyBspStepsAgreeBitwise) {
     });
   }
   for (auto& t : threads) t.join();
-  for (uint32_t r = 0; r < kWorkers; ++r) ASSERT_TRUE(status[r].ok()) << r << ": " << status[r];
+  for (uint32_t r = 0; r < kWorkers; ++r)
+    ASSERT_TRUE(status[r].ok()) << r << ": " << status[r];
   ASSERT_FALSE(final_params[0].empty());
   for (uint32_t r = 1; r < kWorkers; ++r) {
-    EXPECT_EQ(ParamChecksum(final_params[r]), ParamChecksum(final_params[0])) << "worker " << r;
+    EXPECT_EQ(ParamChecksum(final_params[r]), ParamChecksum(final_params[0]))
+        << "worker " << r;
   }
   EXPECT_EQ(ParamChecksum(ReadAll(kSteps)), ParamChecksum(final_params[0]));
 
   // psctl stats --json shows the traffic on both shards.
-  absl::StatusOr<CommandResult> stats = RunCommand(
-      {"tools/psctl", "--cluster=" + dir_ + "/cluster.pbtxt", "stats", "--json"}, absl::Seconds(20));
+  absl::StatusOr<CommandResult> stats =
+      RunCommand({"tools/psctl", "--cluster=" + dir_ + "/cluster.pbtxt",
+                  "stats", "--json"},
+                 absl::Seconds(20));
   ASSERT_TRUE(stats.ok()) << stats.status();
   EXPECT_EQ(stats->exit_code, 0) << stats->err;
   EXPECT_THAT(stats->out, HasSubstr("\"job_id\": \"job-it\""));
@@ -221,32 +241,41 @@ TEST_F(PsIntegrationTest, BadRequestsAreRefusedAndChangeNothing) {
     std::string mentions;
   };
   std::vector<Case> cases = {
-      {"short gradient", [](PushPullRequest* r) { r->mutable_gradients(0)->mutable_data()->resize(12); },
+      {"short gradient",
+       [](PushPullRequest* r) {
+         r->mutable_gradients(0)->mutable_data()->resize(12);
+       },
        grpc::INVALID_ARGUMENT, "gradients[0].data"},
-      {"ragged bytes", [](PushPullRequest* r) { r->mutable_gradients(0)->mutable_data()->push_back('x'); },
+      {"ragged bytes",
+       [](PushPullRequest* r) {
+         r->mutable_gradients(0)->mutable_data()->push_back('x');
+       },
        grpc::INVALID_ARGUMENT, "gradients[0].data"},
-      {"unknown job", [](PushPullRequest* r) { r->set_job_id("nope"); }, grpc::FAILED_PRECONDITION,
-       "job_id: no job \"nope\""},
-      {"empty job", [](PushPullRequest* r) { r->set_job_id(""); }, grpc::FAILED_PRECONDITION,
-       "job_id"},
-      {"unknown chunk", [](PushPullRequest* r) { r->mutable_gradients(0)->set_chunk_id(99999); },
+      {"unknown job", [](PushPullRequest* r) { r->set_job_id("nope"); },
+       grpc::FAILED_PRECONDITION, "job_id: no job \"nope\""},
+      {"empty job", [](PushPullRequest* r) { r->set_job_id(""); },
+       grpc::FAILED_PRECONDITION, "job_id"},
+      {"unknown chunk",
+       [](PushPullRequest* r) { r->mutable_gradients(0)->set_chunk_id(99999); },
        grpc::INVALID_ARGUMENT, "chunk_id"},
       {"chunk of another shard",
        [&](PushPullRequest* r) {
          r->mutable_gradients(0)->set_chunk_id(on1->chunk_id());
-         r->mutable_gradients(0)->mutable_data()->resize(on1->length() * sizeof(float));
+         r->mutable_gradients(0)->mutable_data()->resize(on1->length() *
+                                                         sizeof(float));
        },
        grpc::INVALID_ARGUMENT, "chunk_id"},
-      {"NaN", [&](PushPullRequest* r) { set_float(r, 3, std::nanf("")); }, grpc::INVALID_ARGUMENT,
-       "NaN"},
-      {"Inf", [&](PushPullRequest* r) { set_float(r, 0, INFINITY); }, grpc::INVALID_ARGUMENT, "Inf"},
-      {"step from the future", [](PushPullRequest* r) { r->set_step(7); }, grpc::INVALID_ARGUMENT,
-       "step"},
-      {"worker out of range", [](PushPullRequest* r) { r->set_worker(3); }, grpc::INVALID_ARGUMENT,
-       "worker"},
+      {"NaN", [&](PushPullRequest* r) { set_float(r, 3, std::nanf("")); },
+       grpc::INVALID_ARGUMENT, "NaN"},
+      {"Inf", [&](PushPullRequest* r) { set_float(r, 0, INFINITY); },
+       grpc::INVALID_ARGUMENT, "Inf"},
+      {"step from the future", [](PushPullRequest* r) { r->set_step(7); },
+       grpc::INVALID_ARGUMENT, "step"},
+      {"worker out of range", [](PushPullRequest* r) { r->set_worker(3); },
+       grpc::INVALID_ARGUMENT, "worker"},
       {"duplicate chunk in one request",
-       [&](PushPullRequest* r) { *r->add_gradients() = r->gradients(0); }, grpc::INVALID_ARGUMENT,
-       "chunk"},
+       [&](PushPullRequest* r) { *r->add_gradients() = r->gradients(0); },
+       grpc::INVALID_ARGUMENT, "chunk"},
       {"NaN in a later chunk of the same request",
        [&](PushPullRequest* r) {
          // The first chunk is valid; nothing of it may be applied either.
@@ -258,11 +287,14 @@ TEST_F(PsIntegrationTest, BadRequestsAreRefusedAndChangeNothing) {
          d->set_chunk_id(second->chunk_id());
          std::vector<float> bad(second->length(), 1.0f);
          bad.back() = std::nanf("");
-         d->set_data(reinterpret_cast<const char*>(bad.data()), bad.size() * sizeof(float));
+         d->set_data(reinterpret_cast<const char*>(bad.data()),
+                     bad.size() * sizeof(float));
        },
        grpc::INVALID_ARGUMENT, "NaN"},
       {"oversize message (> 4 MiB)",
-       [](PushPullRequest* r) { r->mutable_gradients(0)->mutable_data()->resize(5 << 20); },
+       [](PushPullRequest* r) {
+         r->mutable_gradients(0)->mutable_data()->resize(5 << 20);
+       },
        grpc::RESOURCE_EXHAUSTED, ""},
   };
   for (const Case& c : cases) {
@@ -271,7 +303,8 @@ TEST_F(PsIntegrationTest, BadRequestsAreRefusedAndChangeNothing) {
     PushPullResponse resp;
     absl::Time start = absl::Now();
     grpc::Status s = Push(0, req, &resp);
-    EXPECT_LT(absl::Now() - start, absl::Seconds(2)) << c.name << ": refusals are immediate";
+    EXPECT_LT(absl::Now() - start, absl::Seconds(2))
+        << c.name << ": refusals are immediate";
     EXPECT_EQ(s.error_code(), c.code) << c.name << ": " << s.error_message();
     EXPECT_THAT(s.error_message(), HasSubstr(c.mentions)) << c.name;
   }
@@ -284,7 +317,8 @@ TEST_F(PsIntegrationTest, BadRequestsAreRefusedAndChangeNothing) {
     vctx.num_shards = kShards;
     absl::StatusOr<JobSpec> normalized = NormalizeJobSpec(other, vctx);
     ASSERT_TRUE(normalized.ok()) << normalized.status();
-    absl::StatusOr<Placement> other_placement = PlaceChunks(*normalized, kShards);
+    absl::StatusOr<Placement> other_placement =
+        PlaceChunks(*normalized, kShards);
     ASSERT_TRUE(other_placement.ok()) << other_placement.status();
     RegisterJobRequest req;
     req.set_job_id("job-it");
@@ -297,7 +331,8 @@ TEST_F(PsIntegrationTest, BadRequestsAreRefusedAndChangeNothing) {
     grpc::Status s = stubs_[0]->RegisterJob(&ctx, req, &resp);
     EXPECT_EQ(s.error_code(), grpc::FAILED_PRECONDITION) << s.error_message();
   }
-  EXPECT_EQ(ParamChecksum(ReadAll(0)), sum_before) << "a refused request changed parameters";
+  EXPECT_EQ(ParamChecksum(ReadAll(0)), sum_before)
+      << "a refused request changed parameters";
 
   // Both daemons are still up, and the refusals are counted by reason.
   for (auto& p : psd_) ASSERT_TRUE(p->running());

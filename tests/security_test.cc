@@ -453,7 +453,8 @@ TEST_F(SecurityTest, AuthorisedClientsWork) {
   std::vector<float> before = params;
   absl::Status s = client->PushPull(0, grad, absl::MakeSpan(params));
   ASSERT_TRUE(s.ok()) << s;
-  EXPECT_NE(ParamChecksum(params), ParamChecksum(before)) << "the step changed nothing";
+  EXPECT_NE(ParamChecksum(params), ParamChecksum(before))
+      << "the step changed nothing";
   EXPECT_EQ(ParamChecksum(ReadAll()), ParamChecksum(params));
 }
 

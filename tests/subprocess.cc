@@ -22,7 +22,9 @@
 namespace ps {
 namespace {
 
-int PidfdOpen(pid_t pid) { return static_cast<int>(syscall(SYS_pidfd_open, pid, 0)); }
+int PidfdOpen(pid_t pid) {
+  return static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+}
 
 int MillisLeft(absl::Time deadline) {
   absl::Duration left = deadline - absl::Now();
@@ -51,10 +53,12 @@ absl::Status Subprocess::Start(const std::vector<std::string>& argv,
                                const std::string& log_path) {
   if (running()) return absl::FailedPreconditionError("already running");
   std::vector<char*> args;
-  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  for (const std::string& a : argv)
+    args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
   pid_t pid = fork();
-  if (pid < 0) return absl::InternalError(absl::StrCat("fork: ", std::strerror(errno)));
+  if (pid < 0)
+    return absl::InternalError(absl::StrCat("fork: ", std::strerror(errno)));
   if (pid == 0) {
     int fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
     if (fd >= 0) {
@@ -67,7 +71,9 @@ absl::Status Subprocess::Start(const std::vector<std::string>& argv,
   }
   pid_ = pid;
   pidfd_ = PidfdOpen(pid);
-  if (pidfd_ < 0) return absl::InternalError(absl::StrCat("pidfd_open: ", std::strerror(errno)));
+  if (pidfd_ < 0)
+    return absl::InternalError(
+        absl::StrCat("pidfd_open: ", std::strerror(errno)));
   return absl::OkStatus();
 }
 
@@ -85,11 +91,13 @@ absl::StatusOr<int> Subprocess::Wait(absl::Duration timeout) {
     if (r < 0 && errno == EINTR) continue;
     if (r == 0) {
       return absl::DeadlineExceededError(
-          absl::StrCat("pid ", pid_, " still running after ", absl::FormatDuration(timeout)));
+          absl::StrCat("pid ", pid_, " still running after ",
+                       absl::FormatDuration(timeout)));
     }
     int status = 0;
     if (waitpid(pid_, &status, 0) != pid_) {
-      return absl::InternalError(absl::StrCat("waitpid: ", std::strerror(errno)));
+      return absl::InternalError(
+          absl::StrCat("waitpid: ", std::strerror(errno)));
     }
     close(pidfd_);
     pid_ = -1;
@@ -121,7 +129,8 @@ absl::StatusOr<CommandResult> RunCommand(const std::vector<std::string>& argv,
   static int counter = 0;
   std::string base = TestDir("commands") + "/cmd" + std::to_string(counter++);
   std::vector<char*> args;
-  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  for (const std::string& a : argv)
+    args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
   std::string out_path = base + ".out", err_path = base + ".err";
   pid_t pid = fork();
@@ -148,8 +157,8 @@ absl::StatusOr<CommandResult> RunCommand(const std::vector<std::string>& argv,
   waitpid(pid, &status, 0);
   close(pidfd);
   if (r == 0) {
-    return absl::DeadlineExceededError(
-        absl::StrCat(argv[0], " did not finish in ", absl::FormatDuration(timeout)));
+    return absl::DeadlineExceededError(absl::StrCat(
+        argv[0], " did not finish in ", absl::FormatDuration(timeout)));
   }
   CommandResult result;
   result.exit_code = DecodeStatus(status);
@@ -158,7 +167,8 @@ absl::StatusOr<CommandResult> RunCommand(const std::vector<std::string>& argv,
   return result;
 }
 
-absl::StatusOr<std::string> WaitForFile(const std::string& path, absl::Duration timeout) {
+absl::StatusOr<std::string> WaitForFile(const std::string& path,
+                                        absl::Duration timeout) {
   absl::Time deadline = absl::Now() + timeout;
   std::string dir = std::filesystem::path(path).parent_path().string();
   int fd = inotify_init1(IN_CLOEXEC);
@@ -175,8 +185,8 @@ absl::StatusOr<std::string> WaitForFile(const std::string& path, absl::Duration 
     int r = poll(&p, 1, MillisLeft(deadline));
     if (r == 0) {
       close(fd);
-      return absl::DeadlineExceededError(
-          absl::StrCat(path, " not written within ", absl::FormatDuration(timeout)));
+      return absl::DeadlineExceededError(absl::StrCat(
+          path, " not written within ", absl::FormatDuration(timeout)));
     }
     if (r > 0) {
       char buf[4096];

@@ -28,7 +28,8 @@ class Subprocess {
   ~Subprocess();  // SIGKILLs a child that is still running
 
   // Starts argv[0] (a path) with stdout and stderr appended to `log_path`.
-  absl::Status Start(const std::vector<std::string>& argv, const std::string& log_path);
+  absl::Status Start(const std::vector<std::string>& argv,
+                     const std::string& log_path);
 
   // Waits up to `timeout` for the child to exit; returns its exit code
   // (128 + signal if killed). DeadlineExceeded if it is still running.
@@ -60,7 +61,8 @@ absl::StatusOr<CommandResult> RunCommand(const std::vector<std::string>& argv,
 
 // Waits until `path` exists and is non-empty; returns its contents without
 // trailing whitespace. Uses inotify on the folder, not sleeps.
-absl::StatusOr<std::string> WaitForFile(const std::string& path, absl::Duration timeout);
+absl::StatusOr<std::string> WaitForFile(const std::string& path,
+                                        absl::Duration timeout);
 
 // A fresh folder under $TEST_TMPDIR.
 std::string TestDir(const std::string& name);

@@ -22,23 +22,27 @@ namespace {
 using ::testing::HasSubstr;
 
 std::string Job(const std::string& policy, int epochs, int workers) {
-  return absl::StrCat(R"pb(
-    name: "failure"
-    model { mlp { input_dim: 784 hidden: 32 num_classes: 10 } }
-    data { dataset: "synthetic" batch_size: 16 synthetic_train: 4096 synthetic_test: 256 epochs: )pb",
-                      epochs, R"pb( }
-    optimizer { kind: SGD learning_rate: 0.05 }
+  return absl::StrCat(
+      R"pb(
+        name: "failure"
+        model { mlp { input_dim: 784 hidden: 32 num_classes: 10 } }
+        data { dataset: "synthetic" batch_size: 16 synthetic_train: 4096
+               synthetic_test: 256
+               epochs:)pb",
+      epochs, R"pb(}
+                   optimizer { kind: SGD learning_rate: 0.05 }
     consistency { mode: BSP step_deadline_ms: 60000 }
     partition_bytes: 16384
     seed: 3
     num_workers: )pb",
-                      workers, "\non_worker_failure: ", policy, "\n");
+      workers, "\non_worker_failure: ", policy, "\n");
 }
 
 class WorkerFailureTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = TestDir(::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = TestDir(
+        ::testing::UnitTest::GetInstance()->current_test_info()->name());
     cluster_ = std::make_unique<LocalCluster>(dir_, LocalClusterOptions{});
     ASSERT_TRUE(cluster_->Start().ok());
   }
@@ -51,7 +55,8 @@ class WorkerFailureTest : public ::testing::Test {
     std::string path = absl::StrCat(dir_, "/job", ++jobs_, ".pbtxt");
     EXPECT_TRUE(WriteFileAtomically(path, spec).ok());
     absl::StatusOr<CommandResult> r = cluster_->Psctl({"submit", path});
-    EXPECT_TRUE(r.ok() && r->exit_code == 0) << (r.ok() ? r->err : r.status().ToString());
+    EXPECT_TRUE(r.ok() && r->exit_code == 0)
+        << (r.ok() ? r->err : r.status().ToString());
     if (!r.ok()) return "";
     std::string id = r->out.substr(r->out.find("job-"));
     return id.substr(0, id.find_first_of(" \n"));
@@ -59,7 +64,8 @@ class WorkerFailureTest : public ::testing::Test {
 
   JobStatus Status(const std::string& job) {
     JobStatus js;
-    absl::StatusOr<CommandResult> r = cluster_->Psctl({"status", job, "--json"});
+    absl::StatusOr<CommandResult> r =
+        cluster_->Psctl({"status", job, "--json"});
     if (r.ok() && r->exit_code == 0) {
       (void)google::protobuf::util::JsonStringToMessage(r->out, &js);
     }
@@ -67,7 +73,8 @@ class WorkerFailureTest : public ::testing::Test {
   }
 
   // Polls the job's status until `done` holds (true) or the deadline.
-  bool WaitFor(const std::string& job, const std::function<bool(const JobStatus&)>& done,
+  bool WaitFor(const std::string& job,
+               const std::function<bool(const JobStatus&)>& done,
                absl::Duration timeout, JobStatus* last) {
     absl::Time deadline = absl::Now() + timeout;
     while (absl::Now() < deadline) {
@@ -85,13 +92,15 @@ class WorkerFailureTest : public ::testing::Test {
 TEST_F(WorkerFailureTest, FailPolicyFailsJobNamingTheWorkerAndFreesTheOther) {
   std::string job = Submit(Job("FAIL", 1000, 2));
   JobStatus js;
-  ASSERT_TRUE(WaitFor(job, [](const JobStatus& s) { return s.progress().step() >= 20; },
-                      absl::Seconds(60), &js))
+  ASSERT_TRUE(WaitFor(
+      job, [](const JobStatus& s) { return s.progress().step() >= 20; },
+      absl::Seconds(60), &js))
       << js.ShortDebugString();
   cluster_->worker(1).Kill();
   absl::Time killed = absl::Now();
-  ASSERT_TRUE(WaitFor(job, [](const JobStatus& s) { return s.state() == FAILED; },
-                      absl::Seconds(30), &js))
+  ASSERT_TRUE(WaitFor(
+      job, [](const JobStatus& s) { return s.state() == FAILED; },
+      absl::Seconds(30), &js))
       << js.ShortDebugString();
   // worker_timeout_ms is 3000 in LocalCluster; the housekeeping tick adds
   // at most 100 ms.
@@ -102,8 +111,8 @@ TEST_F(WorkerFailureTest, FailPolicyFailsJobNamingTheWorkerAndFreesTheOther) {
   // The survivor is not stuck in its BSP wait: a one-worker job runs.
   std::string path = dir_ + "/small.pbtxt";
   ASSERT_TRUE(WriteFileAtomically(path, Job("FAIL", 1, 1)).ok());
-  absl::StatusOr<CommandResult> r =
-      cluster_->Psctl({"submit", path, "--wait", "--timeout=60"}, absl::Seconds(90));
+  absl::StatusOr<CommandResult> r = cluster_->Psctl(
+      {"submit", path, "--wait", "--timeout=60"}, absl::Seconds(90));
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->exit_code, 0) << r->out << r->err << cluster_->Log("worker0");
 }
@@ -113,23 +122,26 @@ TEST_F(WorkerFailureTest, ShrinkPolicyContinuesAndTheRestartedWorkerRejoins) {
   // few thousand steps/s, is still at it when worker1 is back.
   std::string job = Submit(Job("SHRINK", 64, 2));
   JobStatus js;
-  ASSERT_TRUE(WaitFor(job, [](const JobStatus& s) { return s.progress().step() >= 20; },
-                      absl::Seconds(60), &js))
+  ASSERT_TRUE(WaitFor(
+      job, [](const JobStatus& s) { return s.progress().step() >= 20; },
+      absl::Seconds(60), &js))
       << js.ShortDebugString();
   cluster_->worker(1).Kill();
   const uint64_t step_at_kill = js.progress().step();
   // The survivor goes on alone once the coordinator declares worker1 lost.
-  ASSERT_TRUE(WaitFor(job,
-                      [&](const JobStatus& s) {
-                        return s.state() != RUNNING || s.progress().step() > step_at_kill + 50;
-                      },
-                      absl::Seconds(30), &js))
+  ASSERT_TRUE(WaitFor(
+      job,
+      [&](const JobStatus& s) {
+        return s.state() != RUNNING || s.progress().step() > step_at_kill + 50;
+      },
+      absl::Seconds(30), &js))
       << js.ShortDebugString();
   ASSERT_EQ(js.state(), RUNNING) << js.reason();
   // worker1 comes back under the same name and takes its rank again.
   ASSERT_TRUE(cluster_->StartWorker(1).ok());
-  ASSERT_TRUE(WaitFor(job, [](const JobStatus& s) { return s.state() != RUNNING; },
-                      absl::Seconds(200), &js))
+  ASSERT_TRUE(WaitFor(
+      job, [](const JobStatus& s) { return s.state() != RUNNING; },
+      absl::Seconds(200), &js))
       << js.ShortDebugString();
   EXPECT_EQ(js.state(), SUCCEEDED) << js.reason() << cluster_->Log("worker1");
   EXPECT_THAT(cluster_->Log("psd0"), HasSubstr("rejoined"));

@@ -298,14 +298,14 @@ absl::StatusOr<TransportReport> RunTransport(const BenchCluster& cluster,
         PS_ASSIGN_OR_RETURN(
             p.socket, SocketStream(tcp_bytes, options.tcp_write_size, tcp_limit,
                                    options.tcp_buffer_bytes));
-        report.reference_bytes_per_s = std::max(
-            report.reference_bytes_per_s, p.socket.bytes_per_second());
+        report.reference_bytes_per_s =
+            std::max(report.reference_bytes_per_s, p.socket.bytes_per_second());
         if (iperf3) {
           PS_ASSIGN_OR_RETURN(
               p.iperf3,
               Iperf3Stream(tcp_bytes, options.tcp_write_size, tcp_limit));
-          report.reference_bytes_per_s = std::max(
-              report.reference_bytes_per_s, p.iperf3.bytes_per_second());
+          report.reference_bytes_per_s = std::max(report.reference_bytes_per_s,
+                                                  p.iperf3.bytes_per_second());
         }
         if (p.socket.bytes_per_cpu_second() > 0) {
           p.cpu_ratio =

@@ -257,9 +257,9 @@ absl::Status PullFromScriptedReply(const std::vector<uint64_t>& lengths,
     return grpc::Status::OK;
   });
   Security security;
-  auto client = PsClient::Create(
-      PsClientOptions(), OneShardAssignment(lengths, server.address()),
-      &security);
+  auto client = PsClient::Create(PsClientOptions(),
+                                 OneShardAssignment(lengths, server.address()),
+                                 &security);
   if (!client.ok()) return client.status();
   params->assign(5, 0.0f);
   return (*client)->Pull(0, absl::MakeSpan(*params));

@@ -53,9 +53,9 @@ struct Args {
   std::map<std::string, std::string> flags;  // "--name" -> value ("" if none)
 };
 
-const char* const kKnownFlags[] = {"--cluster", "--coordinator", "--json",
-                                   "--dry-run", "--wait",        "--timeout",
-                                   "--job",     "--help",        "--connect-timeout"};
+const char* const kKnownFlags[] = {
+    "--cluster", "--coordinator", "--json", "--dry-run",        "--wait",
+    "--timeout", "--job",         "--help", "--connect-timeout"};
 
 absl::Status ParseArgs(const std::vector<std::string>& raw, Args* args) {
   for (const std::string& a : raw) {
@@ -64,7 +64,8 @@ absl::Status ParseArgs(const std::vector<std::string>& raw, Args* args) {
       std::string name = a.substr(0, eq);
       bool known = false;
       for (const char* k : kKnownFlags) known |= name == k;
-      if (!known) return absl::InvalidArgumentError(absl::StrCat("unknown flag ", name));
+      if (!known)
+        return absl::InvalidArgumentError(absl::StrCat("unknown flag ", name));
       args->flags[name] = eq == std::string::npos ? "" : a.substr(eq + 1);
     } else if (args->command.empty()) {
       args->command = a;
@@ -75,9 +76,12 @@ absl::Status ParseArgs(const std::vector<std::string>& raw, Args* args) {
   return absl::OkStatus();
 }
 
-bool Has(const Args& a, const std::string& flag) { return a.flags.count(flag) > 0; }
+bool Has(const Args& a, const std::string& flag) {
+  return a.flags.count(flag) > 0;
+}
 
-std::string FlagOr(const Args& a, const std::string& flag, const std::string& def) {
+std::string FlagOr(const Args& a, const std::string& flag,
+                   const std::string& def) {
   auto it = a.flags.find(flag);
   return it == a.flags.end() || it->second.empty() ? def : it->second;
 }
@@ -97,10 +101,13 @@ struct Failure {
   std::string message;
 };
 
-std::unique_ptr<Failure> Connect(const Args& a, bool need_cluster, Connection* c) {
+std::unique_ptr<Failure> Connect(const Args& a, bool need_cluster,
+                                 Connection* c) {
   double timeout_s = 4;
-  if (!absl::SimpleAtod(FlagOr(a, "--connect-timeout", "4"), &timeout_s) || timeout_s <= 0) {
-    return std::make_unique<Failure>(Failure{kExitUsage, "--connect-timeout: not a positive number"});
+  if (!absl::SimpleAtod(FlagOr(a, "--connect-timeout", "4"), &timeout_s) ||
+      timeout_s <= 0) {
+    return std::make_unique<Failure>(
+        Failure{kExitUsage, "--connect-timeout: not a positive number"});
   }
   c->connect_timeout = absl::Seconds(timeout_s);
   std::string coordinator = FlagOr(a, "--coordinator", "");
@@ -108,30 +115,38 @@ std::unique_ptr<Failure> Connect(const Args& a, bool need_cluster, Connection* c
   // --cluster too, the cluster file still supplies TLS and the token.
   if (!coordinator.empty() && !need_cluster && !Has(a, "--cluster")) {
     absl::Status s = ValidateHostPort(coordinator, "--coordinator", false);
-    if (!s.ok()) return std::make_unique<Failure>(Failure{kExitUsage, std::string(s.message())});
+    if (!s.ok())
+      return std::make_unique<Failure>(
+          Failure{kExitUsage, std::string(s.message())});
     c->coordinator = coordinator;
     return nullptr;
   }
   std::string path = FlagOr(a, "--cluster", "configs/local/cluster.pbtxt");
   absl::StatusOr<LoadedCluster> cluster = LoadClusterConfig(path);
   if (!cluster.ok()) {
-    return std::make_unique<Failure>(Failure{kExitUsage, std::string(cluster.status().message())});
+    return std::make_unique<Failure>(
+        Failure{kExitUsage, std::string(cluster.status().message())});
   }
   c->cluster = *std::move(cluster);
   c->have_cluster = true;
   absl::StatusOr<Security> sec = Security::FromCluster(c->cluster.config);
-  if (!sec.ok()) return std::make_unique<Failure>(Failure{kExitUsage, std::string(sec.status().message())});
+  if (!sec.ok())
+    return std::make_unique<Failure>(
+        Failure{kExitUsage, std::string(sec.status().message())});
   c->security = *std::move(sec);
   if (!coordinator.empty()) {
     absl::Status s = ValidateHostPort(coordinator, "--coordinator", false);
-    if (!s.ok()) return std::make_unique<Failure>(Failure{kExitUsage, std::string(s.message())});
+    if (!s.ok())
+      return std::make_unique<Failure>(
+          Failure{kExitUsage, std::string(s.message())});
     c->coordinator = coordinator;
     return nullptr;
   }
   absl::StatusOr<std::string> addr =
       ResolveCoordinatorAddress(c->cluster, absl::Now() + c->connect_timeout);
   if (!addr.ok()) {
-    return std::make_unique<Failure>(Failure{kExitUnreachable, std::string(addr.status().message())});
+    return std::make_unique<Failure>(
+        Failure{kExitUnreachable, std::string(addr.status().message())});
   }
   c->coordinator = *addr;
   return nullptr;
@@ -156,7 +171,8 @@ int ExitCodeFor(const absl::Status& s) {
 
 std::string Explain(const absl::Status& s, const std::string& address) {
   if (ExitCodeFor(s) == kExitUnreachable) {
-    return absl::StrCat("cannot reach the coordinator at ", address, ": ", s.message(),
+    return absl::StrCat("cannot reach the coordinator at ", address, ": ",
+                        s.message(),
                         " (is psd running? see README: Quick start)");
   }
   return std::string(s.message());
@@ -176,7 +192,8 @@ std::string ToJson(const Message& m) {
 class CoordinatorClient {
  public:
   explicit CoordinatorClient(const Connection& c)
-      : c_(c), stub_(Coordinator::NewStub(c.security.NewChannel(c.coordinator))) {}
+      : c_(c),
+        stub_(Coordinator::NewStub(c.security.NewChannel(c.coordinator))) {}
 
   // One call, waiting up to the connect timeout for the coordinator to come
   // up (a daemon just started, or still resolving its shards).
@@ -189,8 +206,10 @@ class CoordinatorClient {
       ctx.set_wait_for_ready(true);
       c_.security.Authorize(&ctx);
       absl::Status s = FromGrpcStatus((stub_.get()->*fn)(&ctx, req, resp));
-      if (s.code() != absl::StatusCode::kUnavailable || absl::Now() >= deadline) return s;
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));  // coordinator starting
+      if (s.code() != absl::StatusCode::kUnavailable || absl::Now() >= deadline)
+        return s;
+      std::this_thread::sleep_for(
+          std::chrono::milliseconds(100));  // coordinator starting
     }
   }
   Coordinator::Stub* stub() { return stub_.get(); }
@@ -202,32 +221,40 @@ class CoordinatorClient {
 
 std::string FormatProgress(const JobStatus& j) {
   const Progress& p = j.progress();
-  std::string acc = p.test_accuracy() < 0 ? "-" : absl::StrFormat("%.4f", p.test_accuracy());
+  std::string acc =
+      p.test_accuracy() < 0 ? "-" : absl::StrFormat("%.4f", p.test_accuracy());
   return absl::StrFormat(
-      "%s %s step %d/%d epoch %d loss %.4f test_acc %s %.0f samples/s %.1fs", j.job_id(),
-      JobState_Name(j.state()), p.step(), p.total_steps(), p.epoch(), p.loss(), acc,
-      p.samples_per_s(), p.elapsed_s());
+      "%s %s step %d/%d epoch %d loss %.4f test_acc %s %.0f samples/s %.1fs",
+      j.job_id(), JobState_Name(j.state()), p.step(), p.total_steps(),
+      p.epoch(), p.loss(), acc, p.samples_per_s(), p.elapsed_s());
 }
 
 std::string Summary(const JobStatus& j) {
   const Progress& p = j.progress();
-  double wall = j.end_time_s() > 0 && j.submit_time_s() > 0 ? j.end_time_s() - j.submit_time_s()
-                                                            : p.elapsed_s();
+  double wall = j.end_time_s() > 0 && j.submit_time_s() > 0
+                    ? j.end_time_s() - j.submit_time_s()
+                    : p.elapsed_s();
   std::string reason = j.reason();
   for (char& ch : reason) {
     if (ch == '"') ch = '\'';
   }
   return absl::StrFormat(
-      "job=%s state=%s test_accuracy=%.4f loss=%.4f steps=%d samples_per_s=%.0f "
-      "data_s=%.2f compute_s=%.2f comm_s=%.2f train_s=%.2f wall_s=%.2f reason=\"%s\"",
-      j.job_id(), JobState_Name(j.state()), p.test_accuracy(), p.loss(), p.step(),
-      p.samples_per_s(), p.data_s(), p.compute_s(), p.comm_s(), p.elapsed_s(), wall, reason);
+      "job=%s state=%s test_accuracy=%.4f loss=%.4f steps=%d "
+      "samples_per_s=%.0f "
+      "data_s=%.2f compute_s=%.2f comm_s=%.2f train_s=%.2f wall_s=%.2f "
+      "reason=\"%s\"",
+      j.job_id(), JobState_Name(j.state()), p.test_accuracy(), p.loss(),
+      p.step(), p.samples_per_s(), p.data_s(), p.compute_s(), p.comm_s(),
+      p.elapsed_s(), wall, reason);
 }
 
-bool Ended(JobState s) { return s == SUCCEEDED || s == FAILED || s == CANCELLED; }
+bool Ended(JobState s) {
+  return s == SUCCEEDED || s == FAILED || s == CANCELLED;
+}
 
-int WaitForJob(CoordinatorClient& client, const std::string& job_id, double timeout_s,
-               std::ostream& out, std::ostream& err, bool interactive) {
+int WaitForJob(CoordinatorClient& client, const std::string& job_id,
+               double timeout_s, std::ostream& out, std::ostream& err,
+               bool interactive) {
   absl::Time give_up = absl::Now() + absl::Seconds(timeout_s);
   absl::Time last_line = absl::InfinitePast();
   int unreachable_in_a_row = 0;
@@ -261,7 +288,8 @@ int WaitForJob(CoordinatorClient& client, const std::string& job_id, double time
       return kExitJobFailed;
     }
     // Polling period of the progress display.
-    std::this_thread::sleep_for(std::chrono::milliseconds(interactive ? 250 : 500));
+    std::this_thread::sleep_for(
+        std::chrono::milliseconds(interactive ? 250 : 500));
   }
   if (interactive) out << "\r\033[K";
   out << FormatProgress(job) << "\n";
@@ -269,13 +297,15 @@ int WaitForJob(CoordinatorClient& client, const std::string& job_id, double time
   return job.state() == SUCCEEDED ? kExitOk : kExitJobFailed;
 }
 
-int Submit(const Args& a, std::ostream& out, std::ostream& err, bool interactive) {
+int Submit(const Args& a, std::ostream& out, std::ostream& err,
+           bool interactive) {
   if (a.positional.size() != 1) {
     err << "psctl submit: expected one JOB.pbtxt\n";
     return kExitUsage;
   }
   double timeout_s = 3600;
-  if (!absl::SimpleAtod(FlagOr(a, "--timeout", "3600"), &timeout_s) || timeout_s <= 0) {
+  if (!absl::SimpleAtod(FlagOr(a, "--timeout", "3600"), &timeout_s) ||
+      timeout_s <= 0) {
     err << "psctl submit: --timeout: not a positive number\n";
     return kExitUsage;
   }
@@ -295,8 +325,8 @@ int Submit(const Args& a, std::ostream& out, std::ostream& err, bool interactive
   SubmitJobResponse resp;
   absl::Status s = client.Call(&Coordinator::Stub::SubmitJob, req, &resp);
   if (!resp.problems().empty()) {
-    err << "psctl submit: " << a.positional[0] << " has " << resp.problems_size()
-        << " problem(s):\n";
+    err << "psctl submit: " << a.positional[0] << " has "
+        << resp.problems_size() << " problem(s):\n";
     for (const std::string& p : resp.problems()) err << "  " << p << "\n";
     return kExitUsage;
   }
@@ -306,11 +336,13 @@ int Submit(const Args& a, std::ostream& out, std::ostream& err, bool interactive
   }
   if (req.dry_run()) {
     std::map<uint32_t, uint64_t> bytes;
-    for (const ChunkPlacement& ch : resp.placement().chunks()) bytes[ch.shard()] += ch.length() * 4;
+    for (const ChunkPlacement& ch : resp.placement().chunks())
+      bytes[ch.shard()] += ch.length() * 4;
     out << "valid: " << resp.spec().tensors_size() << " tensors, "
-        << resp.placement().chunks_size() << " chunks on " << resp.placement().num_shards()
-        << " shards\n";
-    for (const auto& [shard, b] : bytes) out << "  shard " << shard << ": " << b << " bytes\n";
+        << resp.placement().chunks_size() << " chunks on "
+        << resp.placement().num_shards() << " shards\n";
+    for (const auto& [shard, b] : bytes)
+      out << "  shard " << shard << ": " << b << " bytes\n";
     return kExitOk;
   }
   out << "submitted " << resp.job_id() << std::endl;
@@ -321,8 +353,8 @@ int Submit(const Args& a, std::ostream& out, std::ostream& err, bool interactive
 // Connects to the coordinator and makes one call. On failure prints why
 // (prefixed with `command`) and returns the exit code; else kExitOk.
 template <typename Req, typename Resp, typename Fn>
-int CallCoordinator(const Args& a, const std::string& command, Fn fn, const Req& req,
-                    Resp* resp, std::ostream& err) {
+int CallCoordinator(const Args& a, const std::string& command, Fn fn,
+                    const Req& req, Resp* resp, std::ostream& err) {
   Connection c;
   if (auto f = Connect(a, false, &c)) {
     err << "psctl: " << f->message << "\n";
@@ -345,34 +377,39 @@ int Status(const Args& a, std::ostream& out, std::ostream& err) {
   GetJobRequest req;
   req.set_job_id(a.positional[0]);
   JobStatus job;
-  int rc = CallCoordinator(a, "status", &Coordinator::Stub::GetJob, req, &job, err);
+  int rc =
+      CallCoordinator(a, "status", &Coordinator::Stub::GetJob, req, &job, err);
   if (rc != kExitOk) return rc;
   if (Has(a, "--json")) {
     out << ToJson(job);
   } else {
     out << FormatProgress(job) << "\n";
     if (!job.reason().empty()) out << "reason: " << job.reason() << "\n";
-    if (job.workers_size() > 0) out << "workers: " << absl::StrJoin(job.workers(), ", ") << "\n";
+    if (job.workers_size() > 0)
+      out << "workers: " << absl::StrJoin(job.workers(), ", ") << "\n";
   }
   return kExitOk;
 }
 
 int List(const Args& a, std::ostream& out, std::ostream& err) {
   ListJobsResponse resp;
-  int rc = CallCoordinator(a, "list", &Coordinator::Stub::ListJobs, ListJobsRequest(), &resp, err);
+  int rc = CallCoordinator(a, "list", &Coordinator::Stub::ListJobs,
+                           ListJobsRequest(), &resp, err);
   if (rc != kExitOk) return rc;
   if (Has(a, "--json")) {
     out << ToJson(resp);
     return kExitOk;
   }
-  out << absl::StrFormat("%-14s %-24s %-10s %10s %9s %s\n", "JOB", "NAME", "STATE", "STEP",
-                         "TEST_ACC", "REASON");
+  out << absl::StrFormat("%-14s %-24s %-10s %10s %9s %s\n", "JOB", "NAME",
+                         "STATE", "STEP", "TEST_ACC", "REASON");
   for (const JobStatus& j : resp.jobs()) {
-    std::string acc = j.progress().test_accuracy() < 0
-                          ? "-"
-                          : absl::StrFormat("%.4f", j.progress().test_accuracy());
-    out << absl::StrFormat("%-14s %-24s %-10s %10d %9s %s\n", j.job_id(), j.name(),
-                           JobState_Name(j.state()), j.progress().step(), acc, j.reason());
+    std::string acc =
+        j.progress().test_accuracy() < 0
+            ? "-"
+            : absl::StrFormat("%.4f", j.progress().test_accuracy());
+    out << absl::StrFormat("%-14s %-24s %-10s %10d %9s %s\n", j.job_id(),
+                           j.name(), JobState_Name(j.state()),
+                           j.progress().step(), acc, j.reason());
   }
   return kExitOk;
 }
@@ -385,7 +422,8 @@ int Cancel(const Args& a, std::ostream& out, std::ostream& err) {
   CancelJobRequest req;
   req.set_job_id(a.positional[0]);
   CancelJobResponse resp;
-  int rc = CallCoordinator(a, "cancel", &Coordinator::Stub::CancelJob, req, &resp, err);
+  int rc = CallCoordinator(a, "cancel", &Coordinator::Stub::CancelJob, req,
+                           &resp, err);
   if (rc != kExitOk) return rc;
   out << a.positional[0] << " " << JobState_Name(resp.state()) << "\n";
   return kExitOk;
@@ -414,9 +452,11 @@ int Stats(const Args& a, std::ostream& out, std::ostream& err) {
   absl::Mutex mu;
   size_t done = 0;
   for (size_t i = 0; i < n; ++i) {
-    stubs.push_back(ParameterServer::NewStub(c.security.NewChannel((*addresses)[i])));
+    stubs.push_back(
+        ParameterServer::NewStub(c.security.NewChannel((*addresses)[i])));
     contexts.push_back(std::make_unique<grpc::ClientContext>());
-    contexts.back()->set_deadline(absl::ToChronoTime(absl::Now() + c.connect_timeout));
+    contexts.back()->set_deadline(
+        absl::ToChronoTime(absl::Now() + c.connect_timeout));
     contexts.back()->set_wait_for_ready(true);
     c.security.Authorize(contexts.back().get());
     stubs.back()->async()->Stats(contexts.back().get(), &req, &stats[i],
@@ -449,14 +489,16 @@ int Stats(const Args& a, std::ostream& out, std::ostream& err) {
     out << "]\n";
     return rc;
   }
-  out << absl::StrFormat("%-5s %-21s %8s %4s %6s %10s %9s %9s %10s %10s %8s %8s %5s %5s %4s %s\n",
-                         "SHARD", "ADDRESS", "UPTIME_S", "JOBS", "CHUNKS", "BYTES", "PUSHES",
-                         "PULLS", "BYTES_IN", "BYTES_OUT", "P50_US", "P99_US", "DUP", "STALE",
-                         "REJ", "MISSING");
+  out << absl::StrFormat(
+      "%-5s %-21s %8s %4s %6s %10s %9s %9s %10s %10s %8s %8s %5s %5s %4s %s\n",
+      "SHARD", "ADDRESS", "UPTIME_S", "JOBS", "CHUNKS", "BYTES", "PUSHES",
+      "PULLS", "BYTES_IN", "BYTES_OUT", "P50_US", "P99_US", "DUP", "STALE",
+      "REJ", "MISSING");
   for (size_t i = 0; i < n; ++i) {
     if (!status[i].ok()) continue;
     const ShardStats& s = stats[i];
-    uint64_t pushes = 0, pulls = 0, in = 0, outb = 0, dup = 0, stale = 0, rej = 0;
+    uint64_t pushes = 0, pulls = 0, in = 0, outb = 0, dup = 0, stale = 0,
+             rej = 0;
     double p50 = 0, p99 = 0;
     std::vector<std::string> missing;
     for (const JobStats& j : s.job_stats()) {
@@ -469,13 +511,15 @@ int Stats(const Args& a, std::ostream& out, std::ostream& err) {
       for (const auto& [reason, count] : j.rejected()) rej += count;
       p50 = std::max(p50, j.apply_latency_p50_us());
       p99 = std::max(p99, j.apply_latency_p99_us());
-      for (uint32_t w : j.missing_workers()) missing.push_back(absl::StrCat(j.job_id(), ":w", w));
+      for (uint32_t w : j.missing_workers())
+        missing.push_back(absl::StrCat(j.job_id(), ":w", w));
     }
     for (const auto& [reason, count] : s.rejected()) rej += count;
     out << absl::StrFormat(
-        "%-5d %-21s %8.1f %4d %6d %10d %9d %9d %10d %10d %8.1f %8.1f %5d %5d %4d %s\n",
-        s.shard_id(), (*addresses)[i], s.uptime_s(), s.jobs(), s.chunks(), s.bytes_held(),
-        pushes, pulls, in, outb, p50, p99, dup, stale, rej,
+        "%-5d %-21s %8.1f %4d %6d %10d %9d %9d %10d %10d %8.1f %8.1f %5d %5d "
+        "%4d %s\n",
+        s.shard_id(), (*addresses)[i], s.uptime_s(), s.jobs(), s.chunks(),
+        s.bytes_held(), pushes, pulls, in, outb, p50, p99, dup, stale, rej,
         missing.empty() ? "-" : absl::StrJoin(missing, ","));
   }
   return rc;
@@ -483,8 +527,8 @@ int Stats(const Args& a, std::ostream& out, std::ostream& err) {
 
 }  // namespace
 
-int RunPsctl(const std::vector<std::string>& raw, std::ostream& out, std::ostream& err,
-             bool interactive) {
+int RunPsctl(const std::vector<std::string>& raw, std::ostream& out,
+             std::ostream& err, bool interactive) {
   Args a;
   absl::Status parsed = ParseArgs(raw, &a);
   if (!parsed.ok()) {
@@ -500,8 +544,9 @@ int RunPsctl(const std::vector<std::string>& raw, std::ostream& out, std::ostrea
   if (a.command == "list") return List(a, out, err);
   if (a.command == "cancel") return Cancel(a, out, err);
   if (a.command == "stats") return Stats(a, out, err);
-  err << (a.command.empty() ? std::string("psctl: missing command")
-                            : absl::StrCat("psctl: unknown command \"", a.command, "\""))
+  err << (a.command.empty()
+              ? std::string("psctl: missing command")
+              : absl::StrCat("psctl: unknown command \"", a.command, "\""))
       << "\n"
       << kUsage;
   return kExitUsage;

@@ -274,8 +274,7 @@ void PsClient::Encode(Call* call) {
   for (size_t i : group) {
     const Chunk& c = chunks_[i];
     const size_t bytes = c.length * sizeof(float);
-    PutChunkDataHead(kRequestGradientsTag, c.id, versions_[c.id], bytes,
-                     &head);
+    PutChunkDataHead(kRequestGradientsTag, c.id, versions_[c.id], bytes, &head);
     if (bytes == 0) continue;  // proto3 leaves empty bytes off the wire
     slices.emplace_back(head);
     head.clear();

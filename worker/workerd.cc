@@ -33,7 +33,8 @@ std::string DefaultName() {
 class ProgressReporter {
  public:
   using Send = std::function<void(const ProgressReport&)>;
-  explicit ProgressReporter(Send send) : send_(std::move(send)), thread_([this] { Loop(); }) {}
+  explicit ProgressReporter(Send send)
+      : send_(std::move(send)), thread_([this] { Loop(); }) {}
   ~ProgressReporter() {
     {
       absl::MutexLock l(&mu_);
@@ -77,7 +78,8 @@ class ProgressReporter {
 
 Workerd::Workerd(LoadedWorkerdConfig config)
     : config_(std::move(config)),
-      name_(config_.workerd.name().empty() ? DefaultName() : config_.workerd.name()) {}
+      name_(config_.workerd.name().empty() ? DefaultName()
+                                           : config_.workerd.name()) {}
 
 Workerd::~Workerd() {
   Stop();
@@ -89,7 +91,8 @@ void Workerd::Stop() {
   abort_job_ = true;
 }
 
-std::unique_ptr<grpc::ClientContext> Workerd::NewContext(absl::Duration deadline) const {
+std::unique_ptr<grpc::ClientContext> Workerd::NewContext(
+    absl::Duration deadline) const {
   auto ctx = std::make_unique<grpc::ClientContext>();
   ctx->set_deadline(absl::ToChronoTime(absl::Now() + deadline));
   security_.Authorize(ctx.get());
@@ -97,19 +100,21 @@ std::unique_ptr<grpc::ClientContext> Workerd::NewContext(absl::Duration deadline
 }
 
 absl::Status Workerd::Connect() {
-  absl::StatusOr<Security> security = Security::FromCluster(config_.cluster.config);
+  absl::StatusOr<Security> security =
+      Security::FromCluster(config_.cluster.config);
   if (!security.ok()) return security.status();
   security_ = *std::move(security);
   absl::Duration backoff = absl::Milliseconds(100);
   while (!stopping_.HasBeenNotified()) {
-    absl::StatusOr<std::string> address =
-        ResolveCoordinatorAddress(config_.cluster, absl::Now() + absl::Seconds(10));
+    absl::StatusOr<std::string> address = ResolveCoordinatorAddress(
+        config_.cluster, absl::Now() + absl::Seconds(10));
     if (address.ok()) {
       coordinator_address_ = *address;
       stub_ = Coordinator::NewStub(security_.NewChannel(coordinator_address_));
       return absl::OkStatus();
     }
-    spdlog::warn("coordinator address: {}; retrying", address.status().message());
+    spdlog::warn("coordinator address: {}; retrying",
+                 address.status().message());
     stopping_.WaitForNotificationWithTimeout(backoff);
     backoff = std::min(backoff * 2, kMaxBackoff);
   }
@@ -123,20 +128,23 @@ absl::Status Workerd::Register() {
     req.set_name(name_);
     for (const std::string& d : config_.workerd.devices()) req.add_devices(d);
     RegisterWorkerResponse resp;
-    absl::Status s = FromGrpcStatus(stub_->RegisterWorker(NewContext(kControlDeadline).get(), req, &resp));
+    absl::Status s = FromGrpcStatus(
+        stub_->RegisterWorker(NewContext(kControlDeadline).get(), req, &resp));
     if (s.ok()) {
       absl::MutexLock l(&mu_);
       worker_id_ = resp.worker_id();
       need_register_ = false;
-      spdlog::info("registered with the coordinator at {} as {} ({})", coordinator_address_,
-                   resp.worker_id(), name_);
+      spdlog::info("registered with the coordinator at {} as {} ({})",
+                   coordinator_address_, resp.worker_id(), name_);
       return absl::OkStatus();
     }
     if (s.code() == absl::StatusCode::kUnauthenticated ||
         s.code() == absl::StatusCode::kInvalidArgument) {
-      return absl::Status(s.code(), absl::StrCat("RegisterWorker: ", s.message()));
+      return absl::Status(s.code(),
+                          absl::StrCat("RegisterWorker: ", s.message()));
     }
-    spdlog::warn("RegisterWorker at {}: {}; retrying in {}", coordinator_address_, s.message(),
+    spdlog::warn("RegisterWorker at {}: {}; retrying in {}",
+                 coordinator_address_, s.message(),
                  absl::FormatDuration(backoff));
     stopping_.WaitForNotificationWithTimeout(backoff);
     backoff = std::min(backoff * 2, kMaxBackoff);
@@ -145,7 +153,8 @@ absl::Status Workerd::Register() {
 }
 
 void Workerd::HeartbeatLoop() {
-  absl::Duration period = absl::Milliseconds(config_.workerd.heartbeat_interval_ms());
+  absl::Duration period =
+      absl::Milliseconds(config_.workerd.heartbeat_interval_ms());
   while (!stopping_.WaitForNotificationWithTimeout(period)) {
     HeartbeatRequest req;
     {
@@ -154,18 +163,21 @@ void Workerd::HeartbeatLoop() {
       req.set_worker_id(worker_id_);
     }
     HeartbeatResponse resp;
-    absl::Status s = FromGrpcStatus(stub_->Heartbeat(NewContext(period).get(), req, &resp));
+    absl::Status s =
+        FromGrpcStatus(stub_->Heartbeat(NewContext(period).get(), req, &resp));
     if (!s.ok()) {
       spdlog::warn("heartbeat: {}", s.message());
       continue;
     }
     absl::MutexLock l(&mu_);
     if (resp.reregister()) {
-      spdlog::warn("the coordinator does not know {}; registering again", worker_id_);
+      spdlog::warn("the coordinator does not know {}; registering again",
+                   worker_id_);
       need_register_ = true;
     }
     if (resp.abort_job() && !current_job_.empty() && !abort_job_) {
-      spdlog::warn("job {} aborted by the coordinator: {}", current_job_, resp.reason());
+      spdlog::warn("job {} aborted by the coordinator: {}", current_job_,
+                   resp.reason());
       abort_reason_ = resp.reason();
       abort_job_ = true;
     }
@@ -174,7 +186,8 @@ void Workerd::HeartbeatLoop() {
 
 absl::Status Workerd::Run() {
   absl::Status s = Connect();
-  if (!s.ok()) return s.code() == absl::StatusCode::kCancelled ? absl::OkStatus() : s;
+  if (!s.ok())
+    return s.code() == absl::StatusCode::kCancelled ? absl::OkStatus() : s;
   heartbeat_ = std::thread([this] { HeartbeatLoop(); });
   uint32_t jobs_done = 0;
   absl::Duration backoff = absl::Milliseconds(100);
@@ -188,7 +201,8 @@ absl::Status Workerd::Run() {
     }
     if (need_register) {
       s = Register();
-      if (!s.ok()) return s.code() == absl::StatusCode::kCancelled ? absl::OkStatus() : s;
+      if (!s.ok())
+        return s.code() == absl::StatusCode::kCancelled ? absl::OkStatus() : s;
       continue;
     }
     GetAssignmentRequest req;
@@ -196,14 +210,17 @@ absl::Status Workerd::Run() {
     req.set_wait_ms(kAssignmentWaitMs);
     GetAssignmentResponse resp;
     s = FromGrpcStatus(stub_->GetAssignment(
-        NewContext(absl::Milliseconds(kAssignmentWaitMs) + kControlDeadline).get(), req, &resp));
+        NewContext(absl::Milliseconds(kAssignmentWaitMs) + kControlDeadline)
+            .get(),
+        req, &resp));
     if (s.code() == absl::StatusCode::kNotFound) {
       absl::MutexLock l(&mu_);
       need_register_ = true;
       continue;
     }
     if (!s.ok()) {
-      spdlog::warn("GetAssignment: {}; retrying in {}", s.message(), absl::FormatDuration(backoff));
+      spdlog::warn("GetAssignment: {}; retrying in {}", s.message(),
+                   absl::FormatDuration(backoff));
       stopping_.WaitForNotificationWithTimeout(backoff);
       backoff = std::min(backoff * 2, kMaxBackoff);
       continue;
@@ -212,16 +229,18 @@ absl::Status Workerd::Run() {
     if (!resp.has_assignment()) continue;
     RunJob(resp.assignment());
     ++jobs_done;
-    if (config_.workerd.max_jobs() > 0 && jobs_done >= config_.workerd.max_jobs()) break;
+    if (config_.workerd.max_jobs() > 0 &&
+        jobs_done >= config_.workerd.max_jobs())
+      break;
   }
   return absl::OkStatus();
 }
 
 absl::StatusOr<TrainTestData> Workerd::DataFor(const JobSpec& spec) {
-  std::string key = absl::StrCat(spec.data().dataset(), "|", spec.data().data_dir(), "|",
-                                 spec.data().max_train_examples(), "|",
-                                 spec.data().synthetic_train(), "|", spec.data().synthetic_test(),
-                                 "|", spec.seed());
+  std::string key = absl::StrCat(
+      spec.data().dataset(), "|", spec.data().data_dir(), "|",
+      spec.data().max_train_examples(), "|", spec.data().synthetic_train(), "|",
+      spec.data().synthetic_test(), "|", spec.seed());
   if (key == data_key_ && data_.train != nullptr) return data_;
   absl::StatusOr<TrainTestData> data =
       LoadDataset(spec.data(), config_.workerd.data_dir(), spec.seed());
@@ -243,16 +262,18 @@ void Workerd::RunJob(const Assignment& a) {
     absl::MutexLock l(&mu_);
     worker_id = worker_id_;
   }
-  spdlog::info("job {}: rank {} of {}, starting at step {}", a.job_id(), a.rank(),
-               a.num_workers(), a.start_step());
+  spdlog::info("job {}: rank {} of {}, starting at step {}", a.job_id(),
+               a.rank(), a.num_workers(), a.start_step());
 
   auto send = [this](const ProgressReport& r) {
     ProgressReportResponse resp;
-    absl::Status s = FromGrpcStatus(stub_->ReportProgress(NewContext(kControlDeadline).get(), r, &resp));
+    absl::Status s = FromGrpcStatus(
+        stub_->ReportProgress(NewContext(kControlDeadline).get(), r, &resp));
     if (!s.ok()) {
       spdlog::warn("ReportProgress: {}", s.message());
     } else if (resp.abort_job() && !abort_job_) {
-      spdlog::warn("job {} aborted by the coordinator: {}", r.job_id(), resp.reason());
+      spdlog::warn("job {} aborted by the coordinator: {}", r.job_id(),
+                   resp.reason());
       absl::MutexLock l(&mu_);
       abort_reason_ = resp.reason();
       abort_job_ = true;
@@ -268,14 +289,17 @@ void Workerd::RunJob(const Assignment& a) {
   {
     ProgressReporter reporter(send);
     PsClientOptions client_options;
-    client_options.rpc_deadline = absl::Milliseconds(config_.workerd.rpc_deadline_ms());
-    client_options.max_attempts = static_cast<int>(config_.workerd.rpc_max_attempts());
+    client_options.rpc_deadline =
+        absl::Milliseconds(config_.workerd.rpc_deadline_ms());
+    client_options.max_attempts =
+        static_cast<int>(config_.workerd.rpc_max_attempts());
     client_options.max_inflight_per_shard =
         static_cast<int>(config_.workerd.max_inflight_per_shard());
     absl::StatusOr<std::unique_ptr<PsClient>> client =
         PsClient::Create(client_options, a, &security_);
     absl::StatusOr<TrainTestData> data =
-        client.ok() ? DataFor(a.spec()) : absl::StatusOr<TrainTestData>(client.status());
+        client.ok() ? DataFor(a.spec())
+                    : absl::StatusOr<TrainTestData>(client.status());
     if (!data.ok()) {
       status = data.status();
     } else {
@@ -284,15 +308,18 @@ void Workerd::RunJob(const Assignment& a) {
       options.rank = a.rank();
       options.num_workers = a.num_workers();
       options.start_step = a.start_step();
-      options.devices.assign(config_.workerd.devices().begin(), config_.workerd.devices().end());
+      options.devices.assign(config_.workerd.devices().begin(),
+                             config_.workerd.devices().end());
       options.weights.assign(config_.workerd.device_weights().begin(),
                              config_.workerd.device_weights().end());
-      options.threads_per_device = static_cast<int>(config_.workerd.threads_per_device());
+      options.threads_per_device =
+          static_cast<int>(config_.workerd.threads_per_device());
       options.loader_threads = config_.workerd.loader_threads();
       options.prefetch = config_.workerd.prefetch_batches();
       options.data_dir = config_.workerd.data_dir();
       options.data = *data;
-      absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(options, client->get());
+      absl::StatusOr<std::unique_ptr<Trainer>> trainer =
+          Trainer::Create(options, client->get());
       if (!trainer.ok()) {
         status = trainer.status();
       } else {
@@ -305,8 +332,10 @@ void Workerd::RunJob(const Assignment& a) {
             [this] { return abort_job_.load(); });
         last = (*trainer)->last_progress();
         PsClientStats cs = (*client)->stats();
-        spdlog::info("job {}: {} requests, {} retries, {} MB sent, {} MB received", a.job_id(),
-                     cs.requests, cs.retries, cs.bytes_sent / 1e6, cs.bytes_received / 1e6);
+        spdlog::info(
+            "job {}: {} requests, {} retries, {} MB sent, {} MB received",
+            a.job_id(), cs.requests, cs.retries, cs.bytes_sent / 1e6,
+            cs.bytes_received / 1e6);
       }
     }
   }  // the reporter flushes and stops here
@@ -315,7 +344,8 @@ void Workerd::RunJob(const Assignment& a) {
   *final_report.mutable_progress() = last;
   if (status.ok()) {
     final_report.set_finished(true);
-    spdlog::info("job {}: finished, test accuracy {:.4f}", a.job_id(), last.test_accuracy());
+    spdlog::info("job {}: finished, test accuracy {:.4f}", a.job_id(),
+                 last.test_accuracy());
   } else if (status.code() == absl::StatusCode::kCancelled) {
     absl::MutexLock l(&mu_);
     spdlog::info("job {}: stopped ({})", a.job_id(),

@@ -51,7 +51,8 @@ class Workerd {
   // Runs one assignment to its end and reports the outcome.
   void RunJob(const Assignment& assignment);
   absl::StatusOr<TrainTestData> DataFor(const JobSpec& spec);
-  std::unique_ptr<grpc::ClientContext> NewContext(absl::Duration deadline) const;
+  std::unique_ptr<grpc::ClientContext> NewContext(
+      absl::Duration deadline) const;
 
   const LoadedWorkerdConfig config_;
   std::string name_;

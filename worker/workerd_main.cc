@@ -6,18 +6,20 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "common/process_tuning.h"
 #include "common/config.h"
 #include "common/logging.h"
+#include "common/process_tuning.h"
 #include "common/signals.h"
 #include "spdlog/spdlog.h"
 #include "worker/workerd.h"
 
-ABSL_FLAG(std::string, config, "", "workerd config file (text proto WorkerdConfig)");
+ABSL_FLAG(std::string, config, "",
+          "workerd config file (text proto WorkerdConfig)");
 ABSL_FLAG(std::string, log_level, "", "overrides the config's log_level");
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("workerd --config=FILE: trains the jobs the coordinator assigns");
+  absl::SetProgramUsageMessage(
+      "workerd --config=FILE: trains the jobs the coordinator assigns");
   ps::BlockTerminationSignals();
   ps::TuneProcessForThroughput();
   absl::ParseCommandLine(argc, argv);
@@ -31,8 +33,9 @@ int main(int argc, char** argv) {
     std::cerr << config.status().message() << "\n";
     return 2;
   }
-  std::string level = absl::GetFlag(FLAGS_log_level).empty() ? config->workerd.log_level()
-                                                              : absl::GetFlag(FLAGS_log_level);
+  std::string level = absl::GetFlag(FLAGS_log_level).empty()
+                          ? config->workerd.log_level()
+                          : absl::GetFlag(FLAGS_log_level);
   if (absl::Status s = ps::InitLogging("workerd", level); !s.ok()) {
     std::cerr << s.message() << "\n";
     return 2;

@@ -134,7 +134,8 @@ void JobCoordinator::DrainShardOps() {
   }
 }
 
-void JobCoordinator::EnqueueDrop(const std::string& job_id, uint32_t num_shards) {
+void JobCoordinator::EnqueueDrop(const std::string& job_id,
+                                 uint32_t num_shards) {
   EnqueueShardOp([this, job_id, num_shards] {
     for (uint32_t s = 0; s < num_shards; ++s) {
       absl::Status status = shards_->DropJob(s, job_id);
@@ -243,7 +244,8 @@ JobCoordinator::Job* JobCoordinator::FindJob(const std::string& job_id) {
   return it == jobs_by_id_.end() ? nullptr : it->second;
 }
 
-JobCoordinator::Worker* JobCoordinator::FindWorker(const std::string& worker_id) {
+JobCoordinator::Worker* JobCoordinator::FindWorker(
+    const std::string& worker_id) {
   auto it = workers_.find(worker_id);
   return it == workers_.end() ? nullptr : it->second.get();
 }
@@ -293,7 +295,7 @@ void JobCoordinator::MaybeStartJobs() {
 }
 
 void JobCoordinator::EndJob(Job& job, JobState state, const std::string& reason,
-                         absl::Time now) {
+                            absl::Time now) {
   const bool was_pending = job.status.state() == PENDING && !job.registering;
   job.status.set_state(state);
   job.status.set_reason(reason);
@@ -325,8 +327,8 @@ void JobCoordinator::EndJob(Job& job, JobState state, const std::string& reason,
 }
 
 void JobCoordinator::LoseWorker(const std::string& worker_id,
-                             const std::string& why, absl::Time now,
-                             DoneList& done) {
+                                const std::string& why, absl::Time now,
+                                DoneList& done) {
   auto it = workers_.find(worker_id);
   if (it == workers_.end()) return;
   std::unique_ptr<Worker> worker = std::move(it->second);
@@ -395,7 +397,7 @@ void JobCoordinator::MaybeRejoin(Worker& worker, DoneList& done) {
 }
 
 bool JobCoordinator::FillAssignment(const Worker& worker,
-                                 GetAssignmentResponse* response) {
+                                    GetAssignmentResponse* response) {
   if (worker.job_id.empty()) return false;
   const Job* job = FindJob(worker.job_id);
   if (job == nullptr || job->status.state() != RUNNING) return false;
@@ -420,7 +422,7 @@ void JobCoordinator::DeliverAssignment(Worker& worker, DoneList& done) {
 }
 
 void JobCoordinator::CompletePoll(Worker& worker, absl::Status status,
-                               DoneList& done) {
+                                  DoneList& done) {
   if (!worker.poll_done) return;
   done.emplace_back(std::move(worker.poll_done), std::move(status));
   worker.poll_done = nullptr;
@@ -431,7 +433,7 @@ void JobCoordinator::CompletePoll(Worker& worker, absl::Status status,
 // Jobs.
 
 absl::Status JobCoordinator::SubmitJob(const SubmitJobRequest& request,
-                                    SubmitJobResponse* response) {
+                                       SubmitJobResponse* response) {
   response->Clear();
   ValidationContext ctx = options_.validation;
   ctx.num_shards = num_shards_;
@@ -481,7 +483,7 @@ absl::Status JobCoordinator::SubmitJob(const SubmitJobRequest& request,
 }
 
 absl::Status JobCoordinator::GetJob(const GetJobRequest& request,
-                                 JobStatus* response) {
+                                    JobStatus* response) {
   absl::MutexLock lock(&mu_);
   const Job* job = FindJob(request.job_id());
   if (job == nullptr) {
@@ -493,7 +495,7 @@ absl::Status JobCoordinator::GetJob(const GetJobRequest& request,
 }
 
 absl::Status JobCoordinator::ListJobs(const ListJobsRequest& request,
-                                   ListJobsResponse* response) {
+                                      ListJobsResponse* response) {
   absl::MutexLock lock(&mu_);
   response->Clear();
   for (const std::unique_ptr<Job>& job : jobs_) {
@@ -503,7 +505,7 @@ absl::Status JobCoordinator::ListJobs(const ListJobsRequest& request,
 }
 
 absl::Status JobCoordinator::CancelJob(const CancelJobRequest& request,
-                                    CancelJobResponse* response) {
+                                       CancelJobResponse* response) {
   DoneList done;
   {
     absl::MutexLock lock(&mu_);
@@ -532,8 +534,8 @@ absl::Status JobCoordinator::CancelJob(const CancelJobRequest& request,
 // ---------------------------------------------------------------------------
 // Workers.
 
-absl::Status JobCoordinator::RegisterWorker(const RegisterWorkerRequest& request,
-                                         RegisterWorkerResponse* response) {
+absl::Status JobCoordinator::RegisterWorker(
+    const RegisterWorkerRequest& request, RegisterWorkerResponse* response) {
   if (request.name().empty()) {
     return absl::InvalidArgumentError("name: must be set");
   }
@@ -570,7 +572,7 @@ absl::Status JobCoordinator::RegisterWorker(const RegisterWorkerRequest& request
 }
 
 absl::Status JobCoordinator::Heartbeat(const HeartbeatRequest& request,
-                                    HeartbeatResponse* response) {
+                                       HeartbeatResponse* response) {
   absl::MutexLock lock(&mu_);
   response->Clear();
   Worker* worker = FindWorker(request.worker_id());
@@ -587,8 +589,8 @@ absl::Status JobCoordinator::Heartbeat(const HeartbeatRequest& request,
 }
 
 void JobCoordinator::GetAssignment(const GetAssignmentRequest& request,
-                                GetAssignmentResponse* response,
-                                std::function<void(absl::Status)> done) {
+                                   GetAssignmentResponse* response,
+                                   std::function<void(absl::Status)> done) {
   DoneList to_run;
   {
     absl::MutexLock lock(&mu_);
@@ -615,7 +617,8 @@ void JobCoordinator::GetAssignment(const GetAssignmentRequest& request,
         worker->poll_response = response;
         // Capped: a parked poll must not outlive the worker's timeout.
         worker->poll_deadline =
-            now + absl::Milliseconds(std::min(request.wait_ms(), options_.worker_timeout_ms));
+            now + absl::Milliseconds(
+                      std::min(request.wait_ms(), options_.worker_timeout_ms));
       }
     }
   }
@@ -623,7 +626,7 @@ void JobCoordinator::GetAssignment(const GetAssignmentRequest& request,
 }
 
 absl::Status JobCoordinator::ReportProgress(const ProgressReport& request,
-                                         ProgressReportResponse* response) {
+                                            ProgressReportResponse* response) {
   response->Clear();
   DoneList done;
   {

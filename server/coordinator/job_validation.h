@@ -25,8 +25,8 @@
 
 #include "absl/status/statusor.h"
 #include "common/job_defaults.h"  // kDefaultPartitionBytes, kDefaultStepDeadlineMs
+#include "core/model_spec.h"      // ModelTensors
 #include "proto/job.pb.h"
-#include "core/model_spec.h"  // ModelTensors
 #include "server/coordinator/placement.h"  // kMaxChunks
 
 namespace ps {

@@ -76,7 +76,8 @@ TEST(CutTensorsIntoChunksTest, RejectsBadSpecsNamingTheField) {
   std::vector<Case> cases;
   {
     JobSpec s = MlpSpec(2);
-    cases.push_back({"tiny partition", s, "partition_bytes: must be a multiple of 4"});
+    cases.push_back(
+        {"tiny partition", s, "partition_bytes: must be a multiple of 4"});
   }
   {
     JobSpec s = MlpSpec(4096);

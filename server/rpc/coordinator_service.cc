@@ -7,9 +7,13 @@
 namespace ps {
 
 GrpcShardControl::GrpcShardControl(const std::vector<std::string>& addresses,
-                                   const Security* security, uint32_t local_shard_id,
-                                   Shard* local, absl::Duration deadline)
-    : security_(security), local_shard_id_(local_shard_id), local_(local), deadline_(deadline) {
+                                   const Security* security,
+                                   uint32_t local_shard_id, Shard* local,
+                                   absl::Duration deadline)
+    : security_(security),
+      local_shard_id_(local_shard_id),
+      local_(local),
+      deadline_(deadline) {
   for (const std::string& a : addresses) {
     stubs_.push_back(ParameterServer::NewStub(security->NewChannel(a)));
   }
@@ -18,36 +22,44 @@ GrpcShardControl::GrpcShardControl(const std::vector<std::string>& addresses,
 std::unique_ptr<grpc::ClientContext> GrpcShardControl::NewContext() const {
   auto ctx = std::make_unique<grpc::ClientContext>();
   ctx->set_deadline(absl::ToChronoTime(absl::Now() + deadline_));
-  ctx->set_wait_for_ready(true);  // a shard that is still starting is waited for
+  ctx->set_wait_for_ready(
+      true);  // a shard that is still starting is waited for
   security_->Authorize(ctx.get());
   return ctx;
 }
 
-absl::Status GrpcShardControl::RegisterJob(uint32_t shard, const RegisterJobRequest& request) {
+absl::Status GrpcShardControl::RegisterJob(uint32_t shard,
+                                           const RegisterJobRequest& request) {
   if (shard == local_shard_id_) {
     RegisterJobResponse resp;
     return local_->RegisterJob(request, &resp);
   }
-  if (shard >= stubs_.size()) return absl::InvalidArgumentError(absl::StrCat("shard ", shard));
+  if (shard >= stubs_.size())
+    return absl::InvalidArgumentError(absl::StrCat("shard ", shard));
   RegisterJobResponse resp;
-  return FromGrpcStatus(stubs_[shard]->RegisterJob(NewContext().get(), request, &resp));
+  return FromGrpcStatus(
+      stubs_[shard]->RegisterJob(NewContext().get(), request, &resp));
 }
 
-absl::Status GrpcShardControl::DropJob(uint32_t shard, const std::string& job_id) {
+absl::Status GrpcShardControl::DropJob(uint32_t shard,
+                                       const std::string& job_id) {
   DropJobRequest req;
   req.set_job_id(job_id);
   if (shard == local_shard_id_) return local_->DropJob(req);
-  if (shard >= stubs_.size()) return absl::InvalidArgumentError(absl::StrCat("shard ", shard));
+  if (shard >= stubs_.size())
+    return absl::InvalidArgumentError(absl::StrCat("shard ", shard));
   DropJobResponse resp;
   return FromGrpcStatus(stubs_[shard]->DropJob(NewContext().get(), req, &resp));
 }
 
-absl::Status GrpcShardControl::SetMembership(uint32_t shard,
-                                             const SetMembershipRequest& request) {
+absl::Status GrpcShardControl::SetMembership(
+    uint32_t shard, const SetMembershipRequest& request) {
   if (shard == local_shard_id_) return local_->SetMembership(request);
-  if (shard >= stubs_.size()) return absl::InvalidArgumentError(absl::StrCat("shard ", shard));
+  if (shard >= stubs_.size())
+    return absl::InvalidArgumentError(absl::StrCat("shard ", shard));
   SetMembershipResponse resp;
-  return FromGrpcStatus(stubs_[shard]->SetMembership(NewContext().get(), request, &resp));
+  return FromGrpcStatus(
+      stubs_[shard]->SetMembership(NewContext().get(), request, &resp));
 }
 
 void CoordinatorService::SetCoordinator(JobCoordinator* coordinator) {
@@ -56,7 +68,7 @@ void CoordinatorService::SetCoordinator(JobCoordinator* coordinator) {
 }
 
 JobCoordinator* CoordinatorService::Ready(grpc::CallbackServerContext* ctx,
-                                           absl::Status* rejected) {
+                                          absl::Status* rejected) {
   *rejected = security_->CheckToken(*ctx);
   if (!rejected->ok()) return nullptr;
   absl::MutexLock lock(&mu_);
@@ -69,7 +81,8 @@ JobCoordinator* CoordinatorService::Ready(grpc::CallbackServerContext* ctx,
 
 namespace {
 
-grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* ctx, const absl::Status& s) {
+grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* ctx,
+                                 const absl::Status& s) {
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   reactor->Finish(ToGrpcStatus(s));
   return reactor;
@@ -78,26 +91,26 @@ grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* ctx, const absl::S
 }  // namespace
 
 // A call that may block on shard RPCs: run on the executor.
-#define PS_COORDINATOR_SERIAL(Method, ctx, req, resp)                     \
-  absl::Status rejected;                                                  \
-  JobCoordinator* c = Ready(ctx, &rejected);                             \
-  if (c == nullptr) return Finish(ctx, rejected);                         \
-  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();              \
-  executor_.Schedule([c, req, resp, reactor] {                            \
-    reactor->Finish(ToGrpcStatus(c->Method(*req, resp)));                 \
-  });                                                                     \
+#define PS_COORDINATOR_SERIAL(Method, ctx, req, resp)        \
+  absl::Status rejected;                                     \
+  JobCoordinator* c = Ready(ctx, &rejected);                 \
+  if (c == nullptr) return Finish(ctx, rejected);            \
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor(); \
+  executor_.Schedule([c, req, resp, reactor] {               \
+    reactor->Finish(ToGrpcStatus(c->Method(*req, resp)));    \
+  });                                                        \
   return reactor
 
 // A call that never blocks: run inline.
 #define PS_COORDINATOR_INLINE(Method, ctx, req, resp) \
   absl::Status rejected;                              \
-  JobCoordinator* c = Ready(ctx, &rejected);         \
+  JobCoordinator* c = Ready(ctx, &rejected);          \
   if (c == nullptr) return Finish(ctx, rejected);     \
   return Finish(ctx, c->Method(*req, resp))
 
-grpc::ServerUnaryReactor* CoordinatorService::SubmitJob(grpc::CallbackServerContext* ctx,
-                                                        const SubmitJobRequest* req,
-                                                        SubmitJobResponse* resp) {
+grpc::ServerUnaryReactor* CoordinatorService::SubmitJob(
+    grpc::CallbackServerContext* ctx, const SubmitJobRequest* req,
+    SubmitJobResponse* resp) {
   absl::Status rejected;
   JobCoordinator* c = Ready(ctx, &rejected);
   if (c == nullptr) return Finish(ctx, rejected);
@@ -112,50 +125,52 @@ grpc::ServerUnaryReactor* CoordinatorService::SubmitJob(grpc::CallbackServerCont
   return reactor;
 }
 
-grpc::ServerUnaryReactor* CoordinatorService::GetJob(grpc::CallbackServerContext* ctx,
-                                                     const GetJobRequest* req, JobStatus* resp) {
+grpc::ServerUnaryReactor* CoordinatorService::GetJob(
+    grpc::CallbackServerContext* ctx, const GetJobRequest* req,
+    JobStatus* resp) {
   PS_COORDINATOR_INLINE(GetJob, ctx, req, resp);
 }
 
-grpc::ServerUnaryReactor* CoordinatorService::ListJobs(grpc::CallbackServerContext* ctx,
-                                                       const ListJobsRequest* req,
-                                                       ListJobsResponse* resp) {
+grpc::ServerUnaryReactor* CoordinatorService::ListJobs(
+    grpc::CallbackServerContext* ctx, const ListJobsRequest* req,
+    ListJobsResponse* resp) {
   PS_COORDINATOR_INLINE(ListJobs, ctx, req, resp);
 }
 
-grpc::ServerUnaryReactor* CoordinatorService::CancelJob(grpc::CallbackServerContext* ctx,
-                                                        const CancelJobRequest* req,
-                                                        CancelJobResponse* resp) {
+grpc::ServerUnaryReactor* CoordinatorService::CancelJob(
+    grpc::CallbackServerContext* ctx, const CancelJobRequest* req,
+    CancelJobResponse* resp) {
   PS_COORDINATOR_SERIAL(CancelJob, ctx, req, resp);
 }
 
-grpc::ServerUnaryReactor* CoordinatorService::RegisterWorker(grpc::CallbackServerContext* ctx,
-                                                             const RegisterWorkerRequest* req,
-                                                             RegisterWorkerResponse* resp) {
+grpc::ServerUnaryReactor* CoordinatorService::RegisterWorker(
+    grpc::CallbackServerContext* ctx, const RegisterWorkerRequest* req,
+    RegisterWorkerResponse* resp) {
   PS_COORDINATOR_SERIAL(RegisterWorker, ctx, req, resp);
 }
 
-grpc::ServerUnaryReactor* CoordinatorService::Heartbeat(grpc::CallbackServerContext* ctx,
-                                                        const HeartbeatRequest* req,
-                                                        HeartbeatResponse* resp) {
+grpc::ServerUnaryReactor* CoordinatorService::Heartbeat(
+    grpc::CallbackServerContext* ctx, const HeartbeatRequest* req,
+    HeartbeatResponse* resp) {
   PS_COORDINATOR_INLINE(Heartbeat, ctx, req, resp);
 }
 
-grpc::ServerUnaryReactor* CoordinatorService::GetAssignment(grpc::CallbackServerContext* ctx,
-                                                            const GetAssignmentRequest* req,
-                                                            GetAssignmentResponse* resp) {
+grpc::ServerUnaryReactor* CoordinatorService::GetAssignment(
+    grpc::CallbackServerContext* ctx, const GetAssignmentRequest* req,
+    GetAssignmentResponse* resp) {
   absl::Status rejected;
   JobCoordinator* c = Ready(ctx, &rejected);
   if (c == nullptr) return Finish(ctx, rejected);
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  c->GetAssignment(*req, resp,
-                   [reactor](absl::Status s) { reactor->Finish(ToGrpcStatus(s)); });
+  c->GetAssignment(*req, resp, [reactor](absl::Status s) {
+    reactor->Finish(ToGrpcStatus(s));
+  });
   return reactor;
 }
 
-grpc::ServerUnaryReactor* CoordinatorService::ReportProgress(grpc::CallbackServerContext* ctx,
-                                                             const ProgressReport* req,
-                                                             ProgressReportResponse* resp) {
+grpc::ServerUnaryReactor* CoordinatorService::ReportProgress(
+    grpc::CallbackServerContext* ctx, const ProgressReport* req,
+    ProgressReportResponse* resp) {
   PS_COORDINATOR_SERIAL(ReportProgress, ctx, req, resp);
 }
 

@@ -5,7 +5,8 @@
 //   CoordinatorService service(&security);
 //   builder.RegisterService(&service);   // before the server starts
 //   ...
-//   service.SetCoordinator(coordinator->get());  // once shard addresses are known
+//   service.SetCoordinator(coordinator->get());  // once shard addresses are
+//   known
 #ifndef SERVER_RPC_COORDINATOR_SERVICE_H_
 #define SERVER_RPC_COORDINATOR_SERVICE_H_
 
@@ -27,13 +28,15 @@ namespace ps {
 class GrpcShardControl final : public ShardControl {
  public:
   // `security` and `local` are borrowed.
-  GrpcShardControl(const std::vector<std::string>& addresses, const Security* security,
-                   uint32_t local_shard_id, Shard* local,
-                   absl::Duration deadline = absl::Seconds(30));
+  GrpcShardControl(const std::vector<std::string>& addresses,
+                   const Security* security, uint32_t local_shard_id,
+                   Shard* local, absl::Duration deadline = absl::Seconds(30));
 
-  absl::Status RegisterJob(uint32_t shard, const RegisterJobRequest& request) override;
+  absl::Status RegisterJob(uint32_t shard,
+                           const RegisterJobRequest& request) override;
   absl::Status DropJob(uint32_t shard, const std::string& job_id) override;
-  absl::Status SetMembership(uint32_t shard, const SetMembershipRequest& request) override;
+  absl::Status SetMembership(uint32_t shard,
+                             const SetMembershipRequest& request) override;
 
  private:
   std::unique_ptr<grpc::ClientContext> NewContext() const;
@@ -58,7 +61,8 @@ class CoordinatorService final : public Coordinator::CallbackService {
   grpc::ServerUnaryReactor* SubmitJob(grpc::CallbackServerContext* ctx,
                                       const SubmitJobRequest* req,
                                       SubmitJobResponse* resp) override;
-  grpc::ServerUnaryReactor* GetJob(grpc::CallbackServerContext* ctx, const GetJobRequest* req,
+  grpc::ServerUnaryReactor* GetJob(grpc::CallbackServerContext* ctx,
+                                   const GetJobRequest* req,
                                    JobStatus* resp) override;
   grpc::ServerUnaryReactor* ListJobs(grpc::CallbackServerContext* ctx,
                                      const ListJobsRequest* req,
@@ -66,22 +70,23 @@ class CoordinatorService final : public Coordinator::CallbackService {
   grpc::ServerUnaryReactor* CancelJob(grpc::CallbackServerContext* ctx,
                                       const CancelJobRequest* req,
                                       CancelJobResponse* resp) override;
-  grpc::ServerUnaryReactor* RegisterWorker(grpc::CallbackServerContext* ctx,
-                                           const RegisterWorkerRequest* req,
-                                           RegisterWorkerResponse* resp) override;
+  grpc::ServerUnaryReactor* RegisterWorker(
+      grpc::CallbackServerContext* ctx, const RegisterWorkerRequest* req,
+      RegisterWorkerResponse* resp) override;
   grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* ctx,
                                       const HeartbeatRequest* req,
                                       HeartbeatResponse* resp) override;
   grpc::ServerUnaryReactor* GetAssignment(grpc::CallbackServerContext* ctx,
                                           const GetAssignmentRequest* req,
                                           GetAssignmentResponse* resp) override;
-  grpc::ServerUnaryReactor* ReportProgress(grpc::CallbackServerContext* ctx,
-                                           const ProgressReport* req,
-                                           ProgressReportResponse* resp) override;
+  grpc::ServerUnaryReactor* ReportProgress(
+      grpc::CallbackServerContext* ctx, const ProgressReport* req,
+      ProgressReportResponse* resp) override;
 
  private:
   // The coordinator, or null with the reason to give the caller.
-  JobCoordinator* Ready(grpc::CallbackServerContext* ctx, absl::Status* rejected);
+  JobCoordinator* Ready(grpc::CallbackServerContext* ctx,
+                        absl::Status* rejected);
 
   const Security* const security_;
   absl::Mutex mu_;

@@ -7,9 +7,9 @@
 
 #include "absl/synchronization/mutex.h"
 #include "common/grpc_status.h"
+#include "core/wire_codec.h"
 #include "grpcpp/support/proto_buffer_reader.h"
 #include "grpcpp/support/slice.h"
-#include "core/wire_codec.h"
 #include "server/rpc/request_limits.h"
 
 namespace ps {
@@ -211,8 +211,8 @@ grpc::ServerUnaryReactor* PsService::PushPull(grpc::CallbackServerContext* ctx,
       [reactor, resp, m](absl::Status s) {
         if (s.ok()) {
           WriteReply(m->push_response.parameters(),
-                     m->push_response.duplicates(), m->push_response.stale(),
-                     m, resp);
+                     m->push_response.duplicates(), m->push_response.stale(), m,
+                     resp);
         }
         reactor->Finish(ToGrpcStatus(s));
         PsMessagePool::Unref(m);

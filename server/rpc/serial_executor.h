@@ -1,7 +1,8 @@
 // SerialExecutor: runs closures one at a time on its own thread.
 //
 //   SerialExecutor exec;
-//   exec.Schedule([&] { coordinator->SubmitJob(req, &resp); reactor->Finish(...); });
+//   exec.Schedule([&] { coordinator->SubmitJob(req, &resp);
+//   reactor->Finish(...); });
 //
 // The coordinator's mutating calls may block on RPCs to the shards (this
 // very process among them); running them here keeps gRPC's callback threads

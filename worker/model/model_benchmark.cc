@@ -17,9 +17,9 @@
 #include <vector>
 
 #include "benchmark/benchmark.h"
+#include "core/model_spec.h"
 #include "worker/backend/cpu/cpu_backend.h"
 #include "worker/model/model.h"
-#include "core/model_spec.h"
 #include "worker/model/model_test_util.h"
 
 namespace ps {

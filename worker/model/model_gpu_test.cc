@@ -7,10 +7,10 @@
 #include <string>
 #include <vector>
 
+#include "core/model_spec.h"
 #include "gtest/gtest.h"
 #include "worker/backend/backend_factory.h"
 #include "worker/model/model.h"
-#include "core/model_spec.h"
 #include "worker/model/model_test_util.h"
 
 namespace ps {

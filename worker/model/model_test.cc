@@ -6,10 +6,10 @@
 #include <thread>
 #include <vector>
 
+#include "core/model_spec.h"
 #include "gtest/gtest.h"
 #include "worker/backend/cpu/cpu_backend.h"
 #include "worker/backend/deferred_backend.h"
-#include "core/model_spec.h"
 #include "worker/model/model_test_util.h"
 
 namespace ps {

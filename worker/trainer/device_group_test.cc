@@ -7,12 +7,12 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "core/model_spec.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "worker/backend/backend_factory.h"
 #include "worker/data/dataset.h"
 #include "worker/data/internal/rng.h"
-#include "core/model_spec.h"
 #include "worker/testing/fake_parameter_client.h"
 
 namespace ps {

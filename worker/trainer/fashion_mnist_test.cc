@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "gtest/gtest.h"
 #include "core/model_spec.h"
+#include "gtest/gtest.h"
 #include "worker/testing/fake_parameter_client.h"
 #include "worker/trainer/trainer.h"
 

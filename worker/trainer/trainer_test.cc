@@ -7,10 +7,10 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "core/model_spec.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "worker/data/dataset.h"
-#include "core/model_spec.h"
 #include "worker/testing/fake_parameter_client.h"
 
 namespace ps {

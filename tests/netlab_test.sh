@@ -3,6 +3,8 @@
 # input with exit 2 naming the bad value, removes a half-built lab on SIGINT,
 # and a 3-host lab at 50 Mbit/s really shapes: iperf3 goodput from one host
 # to another, and from two hosts into one, lies within [0.7, 1.05] x the cap.
+# A psd started in host 1 on its lab address serves psctl in hosts 2 and 3
+# and is out of reach of the root namespace.
 # Every namespace, interface and process it makes is removed on exit, pass or
 # fail, and the test fails if a namespace with its prefixes is left.
 # Skips (exit 0, "SKIPPED: ...") without root, `ip netns` or iperf3.
@@ -11,9 +13,13 @@ set -u
 skip() { echo "SKIPPED: $*"; exit 0; }
 if [[ -n ${TEST_SRCDIR:-} ]]; then
   NETLAB="$TEST_SRCDIR/$TEST_WORKSPACE/tools/netlab"
+  PSD="$TEST_SRCDIR/$TEST_WORKSPACE/server/psd"
+  PSCTL="$TEST_SRCDIR/$TEST_WORKSPACE/tools/psctl"
 else
   NETLAB="$(cd "$(dirname "$0")/.." && pwd)/tools/netlab"
+  PSD=${PSD:-} PSCTL=${PSCTL:-} # outside Bazel: set PSD and PSCTL to run that part
 fi
+psd_pid=""
 TMP=${TEST_TMPDIR:-$(mktemp -d)}
 export PATH="/usr/sbin:/sbin:$PATH"
 
@@ -33,7 +39,7 @@ PIDS=()
 fail() { echo "FAIL: $*"; FAILS=$((FAILS + 1)); }
 
 cleanup() {
-  local pid p
+  local rc=$? pid p
   for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null; done
   for p in "$P" "${P}c" "${P}i"; do "$NETLAB" down --prefix="$p" >/dev/null 2>&1; done
   ip netns del "${P}c-h9" 2>/dev/null
@@ -48,7 +54,10 @@ cleanup() {
     echo "FAIL: interfaces left behind: $(ip -o link show | grep -oE ": $P[^:@]*" | tr -d ':')"
     FAILS=$((FAILS + 1))
   fi
-  if ((FAILS == 0)); then
+  if ((FAILS == 0 && rc != 0)); then
+    echo "netlab_test: stopped early (exit $rc)"
+    exit "$rc"
+  elif ((FAILS == 0)); then
     echo "netlab_test: passed"
   else
     echo "netlab_test: $FAILS failure(s)"
@@ -56,6 +65,8 @@ cleanup() {
   fi
 }
 trap cleanup EXIT
+trap 'exit 143' TERM # Bazel's timeout: still clean up
+trap 'exit 130' INT
 
 # expect_refused WANT_TEXT ARGS...: netlab ARGS exits 2 and says WANT_TEXT.
 expect_refused() {
@@ -184,6 +195,57 @@ g3=$(goodput "$TMP/in3.json")
 [[ -n $g2 && -n $g3 ]] || fail "iperf3 into host 1: $(cat "$TMP/in2.json" "$TMP/in3.json")"
 check_cap "hosts 2 + 3 -> host 1" "$((${g2:-0} + ${g3:-0}))"
 
+# --- a psd in host 1, psctl from hosts 2 and 3 ----------------------------------
+# The shard binds port 0 on host 1's lab address and writes the address it
+# bound to a file that the cluster file names; psctl in the other hosts reads
+# it, and the root namespace, which has no route into the lab, cannot connect.
+if [[ -x $PSD && -x $PSCTL ]]; then
+  fails_before=$FAILS
+  cat >"$TMP/cluster.pbtxt" <<'PBTXT'
+shards { address_file: "psd0.addr" }
+coordinator_shard: 0
+PBTXT
+  cat >"$TMP/psd0.pbtxt" <<PBTXT
+listen_address: "$A1:0"
+shard_id: 0
+cluster_file: "cluster.pbtxt"
+address_file: "psd0.addr"
+memory_budget_bytes: 268435456
+PBTXT
+  lab exec 1 "$PSD" --config="$TMP/psd0.pbtxt" >"$TMP/psd.log" 2>&1 &
+  psd_pid=$!
+  PIDS+=("$psd_pid")
+  deadline=$((SECONDS + 20))
+  until [[ -s $TMP/psd0.addr ]]; do
+    if ((SECONDS > deadline)) || ! kill -0 "$psd_pid" 2>/dev/null; then
+      fail "psd did not write its address: $(cat "$TMP/psd.log")"
+      break
+    fi
+    sleep 0.05 # polls for a file written by psd
+  done
+  psd_addr=$(cat "$TMP/psd0.addr" 2>/dev/null)
+  [[ $psd_addr == "$A1":* ]] || fail "psd address '$psd_addr', want $A1:PORT"
+  for h in 2 3; do
+    lab exec "$h" "$PSCTL" stats --cluster="$TMP/cluster.pbtxt" >"$TMP/stats$h.out" 2>&1 ||
+      fail "psctl stats from host $h: $(cat "$TMP/stats$h.out")"
+    grep -qF "$psd_addr" "$TMP/stats$h.out" || fail "psctl stats from host $h does not show $psd_addr"
+  done
+  "$PSCTL" list --cluster="$TMP/cluster.pbtxt" --connect-timeout=1 >"$TMP/root.out" 2>&1 &&
+    fail "psctl in the root namespace reached the lab: $(cat "$TMP/root.out")"
+  ((FAILS > fails_before)) ||
+    echo "psd on $psd_addr (host 1): psctl stats from hosts 2 and 3 ok, root namespace cut off"
+elif [[ -n ${TEST_SRCDIR:-} ]]; then
+  fail "no psd or psctl in the runfiles ($PSD, $PSCTL)"
+else
+  echo "note: PSD and PSCTL not set; the psd-in-the-lab check did not run"
+fi
+
 lab down
+if [[ -n $psd_pid ]]; then
+  # Gone or a zombie (our child, not yet reaped): down stopped it.
+  state=$(ps -o stat= -p "$psd_pid" 2>/dev/null)
+  [[ -z $state || $state == Z* ]] || fail "down left psd running (state $state)"
+  wait "$psd_pid" 2>/dev/null
+fi
 [[ ! -e /run/netlab/$P.state ]] || fail "down left its state file"
 lab down || fail "a second down failed"

@@ -40,7 +40,10 @@ fail() { echo "FAIL: $*"; FAILS=$((FAILS + 1)); }
 
 cleanup() {
   local rc=$? pid p
+  # Stop our processes and wait for them (an interrupted `up` removes its
+  # partial lab before it exits).
   for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null; done
+  for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null; done
   for p in "$P" "${P}c" "${P}i"; do "$NETLAB" down --prefix="$p" >/dev/null 2>&1; done
   ip netns del "${P}c-h9" 2>/dev/null
   local left

@@ -54,7 +54,7 @@ cleanup() {
     FAILS=$((FAILS + 1))
   fi
   if ip -o link show | grep -qE ": $P"; then
-    echo "FAIL: interfaces left behind: $(ip -o link show | grep -oE ": $P[^:@]*" | tr -d ':')"
+    echo "FAIL: interfaces left behind: $(ip -o link show | grep -oE ": ${P}[^:@]*" | tr -d ':')"
     FAILS=$((FAILS + 1))
   fi
   if ((FAILS == 0 && rc != 0)); then
@@ -180,9 +180,10 @@ check_cap() {
 }
 
 # One flow, host 2 -> host 1, 3 s.
-iperf_server 1 5201 &&
-  lab exec 2 iperf3 -c "$A1" -p 5201 -t 3 -J >"$TMP/one.json" 2>&1 ||
-  fail "iperf3 host 2 -> host 1: $(cat "$TMP/one.json")"
+if ! iperf_server 1 5201 ||
+  ! lab exec 2 iperf3 -c "$A1" -p 5201 -t 3 -J >"$TMP/one.json" 2>&1; then
+  fail "iperf3 host 2 -> host 1: $(cat "$TMP/one.json" 2>/dev/null)"
+fi
 check_cap "host 2 -> host 1" "$(goodput "$TMP/one.json")"
 
 # Two flows into host 1 at once (hosts 2 and 3): the cap is per host, so

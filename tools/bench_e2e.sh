@@ -8,7 +8,8 @@
 #                      [--json=FILE] [--logs=DIR] [--no-build] [--output-base=DIR]
 #                      [--psd-extra=TEXT] [--workerd-extra=TEXT]
 #                      [--daemon-env=NAME=VALUE]... [--nice=N]
-#                      [--torch-blas-threads=N]
+#                      [--torch-blas-threads=N] [--worker-cores="0 1"]
+#                      [--psd-cores="2 3"]
 #
 # Rows, for each B in --batches (B = examples per compute replica per step,
 # so every row trains on a GLOBAL batch of 2B per step and takes the same
@@ -25,6 +26,14 @@
 #   thread count as torch, unless --torch-blas-threads=N; 0 leaves
 #   OpenBLAS's own default of one busy-waiting thread per core per process,
 #   which is sometimes faster for DDP here; see tools/torch_peer.py.)
+# Pinning: every process runs under `taskset -c`, the same cores for the
+# same role in every row. Compute: core W0 runs worker 0 (rows b, c) and
+# DDP rank 0 (e), core W1 worker 1 and rank 1; the one process of rows a
+# (workerd, 2 devices) and d (PyTorch, 2 threads) gets W0,W1. psd shard i
+# runs on core Pi, psctl on P0,P1. --worker-cores (default: the first two
+# cores this script may use) and --psd-cores (default: the next two when
+# there are 4 or more, else the worker cores again, shared as on any
+# 2-core machine) pick them.
 # Every row: SGD momentum 0.9 with the SAME lr for a given B (--lr64,
 # --lr256; other B use --lr256), seed 42 (--seed), test accuracy after every
 # epoch.
@@ -52,8 +61,9 @@
 # is stopped on exit, failure or Ctrl-C; each row is bounded by --row-timeout
 # (default 900 s). Output: a plain table, the same as Markdown (for
 # docs/BENCHMARKS.md), and with --json=FILE one JSON object per row and run.
-# --repeat=N runs every row N times, interleaved (all rows, then again), and
-# prints medians with [min-max]; vs (e) is the median of each run's ratio to
+# --repeat=N runs every row N times, interleaved (all rows, then again);
+# every column is the median of the runs with their spread [min-max] (no
+# single run is singled out); vs (e) is the median of each run's ratio to
 # row e of the same run.
 # --psd-extra / --workerd-extra append text-format fields to every generated
 # PsdConfig / WorkerdConfig (e.g. --psd-extra='rpc_threads: 2'); --daemon-env
@@ -92,6 +102,8 @@ WORKERD_EXTRA=""
 DAEMON_ENV=()
 NICE=""
 TORCH_BLAS=""
+WORKER_CORES=""
+PSD_CORES=""
 PY=/usr/bin/python3
 DATA_DIR=/usr/share/datasets/fashion-mnist
 
@@ -116,6 +128,8 @@ for arg in "$@"; do
     --daemon-env=*) DAEMON_ENV+=("${arg#*=}") ;;
     --nice=*) NICE=${arg#*=} ;;
     --torch-blas-threads=*) TORCH_BLAS=${arg#*=} ;;
+    --worker-cores=*) WORKER_CORES=${arg#*=} ;;
+    --psd-cores=*) PSD_CORES=${arg#*=} ;;
     --output-base=*) OUTPUT_BASE=${arg#*=} ;;
     -h | --help) usage; exit 0 ;;
     *) echo "bench_e2e: unknown argument $arg (see --help)" >&2; exit 2 ;;
@@ -152,6 +166,24 @@ fi
 for r in $ROWS; do
   [[ "$r" =~ ^[abcde]$ ]] || { echo "bench_e2e: --rows: unknown row $r (a..e)" >&2; exit 2; }
 done
+
+# Cores: two for the compute role (W), two for the shards (P).
+mapfile -t ALLOWED < <("$PY" -c 'import os; print(*sorted(os.sched_getaffinity(0)), sep="\n")')
+((${#ALLOWED[@]} >= 2)) || { echo "bench_e2e: needs 2 cores, may use ${#ALLOWED[*]}" >&2; exit 2; }
+[[ -n "$WORKER_CORES" ]] || WORKER_CORES="${ALLOWED[0]} ${ALLOWED[1]}"
+if [[ -z "$PSD_CORES" ]]; then
+  if ((${#ALLOWED[@]} >= 4)); then PSD_CORES="${ALLOWED[2]} ${ALLOWED[3]}"; else PSD_CORES=$WORKER_CORES; fi
+fi
+read -r -a W <<<"$WORKER_CORES"
+read -r -a P <<<"$PSD_CORES"
+for c in "${W[@]}" "${P[@]}"; do
+  [[ " ${ALLOWED[*]} " == *" $c "* ]] ||
+    { echo "bench_e2e: core $c is not one this script may use (${ALLOWED[*]})" >&2; exit 2; }
+done
+((${#W[@]} == 2)) || { echo "bench_e2e: --worker-cores: need 2 cores" >&2; exit 2; }
+((${#P[@]} == 2)) || { echo "bench_e2e: --psd-cores: need 2 cores" >&2; exit 2; }
+PINNING="workers / PyTorch ranks on cores ${W[0]} and ${W[1]} (one process of 2: ${W[0]},${W[1]}), psd on ${P[0]} and ${P[1]}"
+echo "bench_e2e: pinned with taskset: $PINNING" >&2
 
 BAZEL=(bazel)
 [[ -n "$OUTPUT_BASE" ]] && BAZEL=(bazel "--output_base=$OUTPUT_BASE")
@@ -252,14 +284,16 @@ row_end() {  # adds other_cores (CPU others used, in cores) to the last result
   t1=$(date +%s.%N)
   busy1=$(busy_s)
   ours1=$(children_s)
-  "$PY" - "$RESULTS" "$REP" "$SEED" "$ROW_T0" "$t1" "$ROW_BUSY0" "$busy1" "$ROW_OURS0" "$ours1" <<'EOF'
+  "$PY" - "$RESULTS" "$REP" "$SEED" "$PINNING" "$ROW_T0" "$t1" "$ROW_BUSY0" "$busy1" "$ROW_OURS0" \
+    "$ours1" <<'EOF'
 import json, sys
-path, rep, seed = sys.argv[1], sys.argv[2], sys.argv[3]
-t0, t1, b0, b1, o0, o1 = map(float, sys.argv[4:])
+path, rep, seed, pinning = sys.argv[1:5]
+t0, t1, b0, b1, o0, o1 = map(float, sys.argv[5:])
 lines = open(path).read().splitlines()
 r = json.loads(lines[-1])
 r["rep"] = int(rep)
 r["seed"] = int(seed)
+r["pinning"] = pinning
 r["row_s"] = round(t1 - t0, 2)
 r["our_cpu_s"] = round(o1 - o0, 2)
 r["other_cores"] = round(max(0.0, (b1 - b0) - (o1 - o0)) / max(t1 - t0, 1e-9), 2)
@@ -282,10 +316,12 @@ ours() {
   rm -rf "$dir"
   mkdir -p "$dir"
   spe=$((30000 / B))
+  local cores=()  # workerd i runs on cores[i]
   case $row in
-    a) workers=1; devices='devices: "cpu:0" devices: "cpu:1"'; batch=$((2 * B)); mode=BSP ;;
-    b) workers=2; devices='devices: "cpu:0"'; batch=$B; mode=BSP ;;
-    c) workers=2; devices='devices: "cpu:0"'; batch=$B; mode=ASP ;;
+    a) workers=1; devices='devices: "cpu:0" devices: "cpu:1"'; batch=$((2 * B)); mode=BSP
+       cores=("${W[0]},${W[1]}") ;;
+    b) workers=2; devices='devices: "cpu:0"'; batch=$B; mode=BSP; cores=("${W[@]}") ;;
+    c) workers=2; devices='devices: "cpu:0"'; batch=$B; mode=ASP; cores=("${W[@]}") ;;
   esac
   printf 'shards { address_file: "s0.addr" }\nshards { address_file: "s1.addr" }\ncoordinator_shard: 0\n' \
     >"$dir/cluster.pbtxt"
@@ -294,7 +330,8 @@ ours() {
   for i in 0 1; do
     printf 'listen_address: "127.0.0.1:0"\nshard_id: %d\ncluster_file: "cluster.pbtxt"\naddress_file: "s%d.addr"\nworker_timeout_ms: 10000\n%s\n' \
       "$i" "$i" "$PSD_EXTRA" >"$dir/psd$i.pbtxt"
-    start "$dir/psd$i.log" env "${DAEMON_ENV[@]}" "$BIN/server/psd" "--config=$dir/psd$i.pbtxt"
+    start "$dir/psd$i.log" taskset -c "${P[$i]}" env "${DAEMON_ENV[@]}" "$BIN/server/psd" \
+      "--config=$dir/psd$i.pbtxt"
     psd_pids+=("$STARTED")
     PSD_PIDS+=("$STARTED")
   done
@@ -302,7 +339,8 @@ ours() {
   for ((i = 0; i < workers; i++)); do
     printf 'cluster_file: "cluster.pbtxt"\nname: "worker%d"\n%s\nthreads_per_device: 1\ndata_dir: "%s"\nloader_threads: 1\nprefetch_batches: 4\nheartbeat_interval_ms: 500\n%s\n' \
       "$i" "$devices" "$DATA_DIR" "$WORKERD_EXTRA" >"$dir/worker$i.pbtxt"
-    start "$dir/worker$i.log" env "${DAEMON_ENV[@]}" "$BIN/worker/workerd" "--config=$dir/worker$i.pbtxt"
+    start "$dir/worker$i.log" taskset -c "${cores[$i]}" env "${DAEMON_ENV[@]}" \
+      "$BIN/worker/workerd" "--config=$dir/worker$i.pbtxt"
     worker_pids+=("$STARTED")
   done
   cat >"$dir/job.pbtxt" <<EOF
@@ -319,7 +357,8 @@ EOF
   local rc=0
   # In the background: bash runs a trap (Ctrl-C) only once the foreground
   # command ends, but `wait` returns at once.
-  start "$dir/submit.out" timeout --signal=TERM "$((ROW_TIMEOUT + 30))" "$BIN/tools/psctl" \
+  start "$dir/submit.out" taskset -c "${P[0]},${P[1]}" \
+    timeout --signal=TERM "$((ROW_TIMEOUT + 30))" "$BIN/tools/psctl" \
     "--cluster=$dir/cluster.pbtxt" --connect-timeout=30 submit "$dir/job.pbtxt" --wait \
     "--timeout=$ROW_TIMEOUT"
   wait "$STARTED" || rc=$?
@@ -327,7 +366,7 @@ EOF
   local psd_cpu=0 worker_cpu=0 p
   for p in "${psd_pids[@]}"; do psd_cpu=$(awk -v a="$psd_cpu" -v b="$(cpu_s "$p")" 'BEGIN{print a+b}'); done
   for p in "${worker_pids[@]}"; do worker_cpu=$(awk -v a="$worker_cpu" -v b="$(cpu_s "$p")" 'BEGIN{print a+b}'); done
-  "$BIN/tools/psctl" "--cluster=$dir/cluster.pbtxt" stats >"$dir/stats.out" 2>&1 || true
+  taskset -c "${P[0]},${P[1]}" "$BIN/tools/psctl" "--cluster=$dir/cluster.pbtxt" stats >"$dir/stats.out" 2>&1 || true
   local others=()
   for p in "${ROW_PIDS[@]}"; do [[ " ${psd_pids[*]} " == *" $p "* ]] || others+=("$p"); done
   stop_pids "${others[@]}"
@@ -378,7 +417,8 @@ torch_row() {
   [[ -n "$TORCH_BLAS" ]] && common+=(--blas-threads "$TORCH_BLAS")
   local t0=$SECONDS
   if [[ $row == d ]]; then
-    start "$dir/rank0.log" timeout "$ROW_TIMEOUT" "$PY" tools/torch_peer.py --mode single \
+    start "$dir/rank0.log" taskset -c "${W[0]},${W[1]}" \
+      timeout "$ROW_TIMEOUT" "$PY" tools/torch_peer.py --mode single \
       --batch $((2 * B)) --threads 2 "${common[@]}"
     local p0=$STARTED
     wait "$p0" || rc=$?
@@ -386,10 +426,12 @@ torch_row() {
   else
     local port
     port=$(free_port)
-    start "$dir/rank0.log" timeout "$ROW_TIMEOUT" "$PY" tools/torch_peer.py --mode ddp --rank 0 \
+    start "$dir/rank0.log" taskset -c "${W[0]}" \
+      timeout "$ROW_TIMEOUT" "$PY" tools/torch_peer.py --mode ddp --rank 0 \
       --world 2 --port "$port" --batch "$B" --threads 1 "${common[@]}"
     local p0=$STARTED
-    start "$dir/rank1.log" timeout "$ROW_TIMEOUT" "$PY" tools/torch_peer.py --mode ddp --rank 1 \
+    start "$dir/rank1.log" taskset -c "${W[1]}" \
+      timeout "$ROW_TIMEOUT" "$PY" tools/torch_peer.py --mode ddp --rank 1 \
       --world 2 --port "$port" --batch "$B" --threads 1 "${common[@]}"
     local p1=$STARTED
     wait "$p0" || rc=$?
@@ -434,9 +476,9 @@ for ((REP = 1; REP <= REPEAT; REP++)); do
 done
 echo "bench_e2e: done, $(uptime | sed 's/.*load/load/')" >&2
 
-"$PY" - "$RESULTS" "$TARGET" "$EPOCHS" <<'EOF'
+"$PY" - "$RESULTS" "$TARGET" "$EPOCHS" "$PINNING" <<'EOF'
 import json, statistics, sys
-path, target, epochs = sys.argv[1], sys.argv[2], sys.argv[3]
+path, target, epochs, pinning = sys.argv[1:5]
 runs = [json.loads(l) for l in open(path) if l.strip()]
 names = {"a": "ours: 1 worker x 2 cpu devices, BSP",
          "b": "ours: 2 workers x 1 device, BSP",
@@ -449,9 +491,6 @@ for r in runs:
     groups.setdefault((r["batch"], r["row"]), []).append(r)
 def f(v, fmt):
     return "-" if v is None or v != v else fmt.format(v)
-def med(rs, key):
-    v = [r[key] for r in rs if r.get(key) is not None and r[key] == r[key]]
-    return statistics.median(v) if v else None
 def spread(rs, key, fmt):  # median, and [min-max] over several runs
     v = [r[key] for r in rs if r.get(key) is not None and r[key] == r[key]]
     if not v:
@@ -465,8 +504,6 @@ head = ["row", "setup", "B", "lr", "samples/s", f"s to {target}", f"test acc @{e
 lines = []
 for (batch, row), rs in groups.items():
     ok = [r for r in rs if r["ok"]]
-    ratios = [r["samples_per_s"] / ref[(r["rep"], batch)] for r in ok
-              if (r["rep"], batch) in ref]
     for r in ok:
         if (r["rep"], batch) in ref:
             r["vs_e"] = r["samples_per_s"] / ref[(r["rep"], batch)]
@@ -477,10 +514,11 @@ for (batch, row), rs in groups.items():
                   spread(ok, "time_to_target_s", "{:.1f}"),
                   spread(ok, "test_accuracy", "{:.4f}"),
                   spread(ok, "vs_e", "{:.2f}x"),
-                  f(med(ok, "psd_cpu_s"), "{:.1f}"), f(med(ok, "workerd_cpu_s"), "{:.1f}"),
+                  spread(ok, "psd_cpu_s", "{:.1f}"), spread(ok, "workerd_cpu_s", "{:.1f}"),
                   f(max((r.get("other_cores", 0) for r in rs), default=None), "{:.2f}")])
 w = [max(len(x) for x in col) for col in zip(head, *lines)]
 print()
+print(f"Pinned with taskset: {pinning}.")
 if reps > 1:
     print(f"{reps} runs per row: median [min-max]; vs (e) pairs each run with row e of the same run; "
           "other load: the largest.")

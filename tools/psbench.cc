@@ -1,5 +1,6 @@
 // psbench: transport, optimizer-apply and load benchmarks of the parameter
-// server (see tools/psbench_lib.h for what each mode measures).
+// server (see tools/psbench_transport.h,
+// psbench_apply.h and psbench_load.h for what each mode measures).
 //
 //   psbench --mode=transport [--sizes=4K,64K,1M,4M,16M,64M] [--modes=asp,bsp]
 //           [--clients=2] [--shards=2 | --cluster=FILE] [--seconds=3]
@@ -28,8 +29,11 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "common/process_tuning.h"
+#include "common/status_macros.h"
+#include "tools/psbench_apply.h"
 #include "tools/psbench_cluster.h"
-#include "tools/psbench_lib.h"
+#include "tools/psbench_load.h"
+#include "tools/psbench_transport.h"
 
 ABSL_FLAG(std::string, mode, "transport", "transport, apply or load");
 ABSL_FLAG(std::string, cluster, "",
@@ -72,6 +76,8 @@ ABSL_FLAG(bool, json, false, "print one JSON object instead of tables");
 ABSL_FLAG(double, time_limit_seconds, 0,
           "abort (exit 4) after this long (default: from the mode's options)");
 
+namespace ps {
+namespace bench {
 namespace {
 
 constexpr int kExitBar = 1;
@@ -93,29 +99,37 @@ bool ParseSize(absl::string_view s, uint64_t* out) {
   return true;
 }
 
-bool ParseSizes(const std::string& flag, const std::string& value,
-                std::vector<uint64_t>* out) {
-  out->clear();
+// A comma-separated list of positive sizes; kInvalidArgument naming `flag`.
+absl::StatusOr<std::vector<uint64_t>> ParseSizes(const std::string& flag,
+                                                 const std::string& value) {
+  std::vector<uint64_t> out;
   for (absl::string_view part : absl::StrSplit(value, ',', absl::SkipEmpty())) {
     uint64_t v = 0;
     if (!ParseSize(part, &v) || v == 0) {
-      std::cerr << "psbench: --" << flag << ": \"" << part
-                << "\" is not a size\n";
-      return false;
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", flag, ": \"", part, "\" is not a size"));
     }
-    out->push_back(v);
+    out.push_back(v);
   }
-  if (out->empty()) std::cerr << "psbench: --" << flag << ": empty\n";
-  return !out->empty();
+  if (out.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("--", flag, ": empty"));
+  }
+  return out;
 }
 
-// Applies the PsClientOptions flags; false (after a message) on bad values.
-bool ClientOptions(ps::PsClientOptions* o) {
+// The first size of a size-list flag.
+absl::StatusOr<uint64_t> ParseOneSize(const std::string& flag,
+                                      const std::string& value) {
+  PS_ASSIGN_OR_RETURN(std::vector<uint64_t> sizes, ParseSizes(flag, value));
+  return sizes[0];
+}
+
+// Applies the PsClientOptions flags.
+absl::Status ParseClientFlags(PsClientOptions* o) {
   if (!absl::GetFlag(FLAGS_max_request_bytes).empty()) {
     uint64_t v = 0;
     if (!ParseSize(absl::GetFlag(FLAGS_max_request_bytes), &v) || v == 0) {
-      std::cerr << "psbench: --max_request_bytes: not a size\n";
-      return false;
+      return absl::InvalidArgumentError("--max_request_bytes: not a size");
     }
     o->max_request_bytes = v;
   }
@@ -125,156 +139,186 @@ bool ClientOptions(ps::PsClientOptions* o) {
   if (absl::GetFlag(FLAGS_channels_per_shard) > 0) {
     o->channels_per_shard = absl::GetFlag(FLAGS_channels_per_shard);
   }
-  return true;
+  return absl::OkStatus();
 }
 
-int Run() {
-  const std::string mode = absl::GetFlag(FLAGS_mode);
-  const bool json = absl::GetFlag(FLAGS_json);
-  const double seconds = absl::GetFlag(FLAGS_seconds);
-  int clients = absl::GetFlag(FLAGS_clients);
-  if (seconds < 0 || clients < 0) {
-    std::cerr << "psbench: --seconds and --clients must be >= 0\n";
-    return kExitUsage;
+absl::StatusOr<std::vector<ConsistencyMode>> ParseModes() {
+  std::vector<ConsistencyMode> modes;
+  for (absl::string_view m :
+       absl::StrSplit(absl::GetFlag(FLAGS_modes), ',', absl::SkipEmpty())) {
+    if (m == "asp") {
+      modes.push_back(ASP);
+    } else if (m == "bsp") {
+      modes.push_back(BSP);
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--modes: \"", m, "\" is not asp or bsp"));
+    }
   }
-  ps::bench::TransportOptions transport;
-  ps::bench::ApplyOptions apply;
-  ps::bench::LoadOptions load;
+  if (modes.empty()) return absl::InvalidArgumentError("--modes: empty");
+  return modes;
+}
+
+// The selected mode's options, from the flags, and the run's time limit.
+struct Plan {
+  std::string mode;
+  TransportOptions transport;
+  ApplyOptions apply;
+  LoadOptions load;
   absl::Duration limit;
-  if (mode == "transport") {
-    if (!ParseSizes("sizes", absl::GetFlag(FLAGS_sizes), &transport.sizes))
-      return kExitUsage;
-    std::vector<uint64_t> partition;
-    if (!ParseSizes("partition_bytes", absl::GetFlag(FLAGS_partition_bytes),
-                    &partition)) {
-      return kExitUsage;
-    }
-    transport.partition_bytes = partition[0];
-    transport.modes.clear();
-    for (absl::string_view m :
-         absl::StrSplit(absl::GetFlag(FLAGS_modes), ',', absl::SkipEmpty())) {
-      if (m == "asp") {
-        transport.modes.push_back(ps::ASP);
-      } else if (m == "bsp") {
-        transport.modes.push_back(ps::BSP);
-      } else {
-        std::cerr << "psbench: --modes: \"" << m << "\" is not asp or bsp\n";
-        return kExitUsage;
-      }
-    }
-    if (transport.modes.empty()) {
-      std::cerr << "psbench: --modes: empty\n";
-      return kExitUsage;
-    }
-    if (clients > 0) transport.clients = clients;
-    if (seconds > 0) transport.duration = absl::Seconds(seconds);
-    transport.measure_tcp = absl::GetFlag(FLAGS_tcp);
-    transport.use_iperf3 = absl::GetFlag(FLAGS_iperf3);
-    if (absl::GetFlag(FLAGS_tcp_buffer_bytes) != "0") {
-      std::vector<uint64_t> buffer;
-      if (!ParseSizes("tcp_buffer_bytes", absl::GetFlag(FLAGS_tcp_buffer_bytes),
-                      &buffer)) {
-        return kExitUsage;
-      }
-      transport.tcp_buffer_bytes = buffer[0];
-    }
-    if (!ClientOptions(&transport.client)) return kExitUsage;
-    // Per point: registration, the measured time, a BSP straggler's step
-    // deadline, and the raw TCP runs (each bounded by the duration + 5 s).
-    limit = (transport.modes.size() * transport.sizes.size()) *
-                (3 * transport.duration + absl::Seconds(60)) +
-            absl::Seconds(60);
-  } else if (mode == "apply") {
-    if (!ParseSizes("floats", absl::GetFlag(FLAGS_floats), &apply.floats))
-      return kExitUsage;
-    limit = apply.floats.size() * absl::Seconds(120);
-  } else if (mode == "load") {
-    if (clients > 0) load.clients = clients;
-    if (seconds > 0) load.duration = absl::Seconds(seconds);
-    if (absl::GetFlag(FLAGS_warmup_seconds) < 0) {
-      std::cerr << "psbench: --warmup_seconds must be >= 0\n";
-      return kExitUsage;
-    }
-    load.warmup = absl::Seconds(absl::GetFlag(FLAGS_warmup_seconds));
-    load.max_rss_growth = absl::GetFlag(FLAGS_max_rss_growth);
-    std::vector<uint64_t> bytes;
-    if (!ParseSizes("load_bytes", absl::GetFlag(FLAGS_load_bytes), &bytes))
-      return kExitUsage;
-    load.bytes = bytes[0];
-    if (!ClientOptions(&load.client)) return kExitUsage;
-    limit = load.warmup + load.duration + absl::Seconds(120);
+};
+
+absl::Status ParseTransportFlags(int clients, double seconds, Plan* plan) {
+  TransportOptions& t = plan->transport;
+  PS_ASSIGN_OR_RETURN(t.sizes, ParseSizes("sizes", absl::GetFlag(FLAGS_sizes)));
+  PS_ASSIGN_OR_RETURN(
+      t.partition_bytes,
+      ParseOneSize("partition_bytes", absl::GetFlag(FLAGS_partition_bytes)));
+  PS_ASSIGN_OR_RETURN(t.modes, ParseModes());
+  if (clients > 0) t.clients = clients;
+  if (seconds > 0) t.duration = absl::Seconds(seconds);
+  t.measure_tcp = absl::GetFlag(FLAGS_tcp);
+  t.use_iperf3 = absl::GetFlag(FLAGS_iperf3);
+  if (absl::GetFlag(FLAGS_tcp_buffer_bytes) != "0") {
+    PS_ASSIGN_OR_RETURN(t.tcp_buffer_bytes,
+                        ParseOneSize("tcp_buffer_bytes",
+                                     absl::GetFlag(FLAGS_tcp_buffer_bytes)));
+  }
+  PS_RETURN_IF_ERROR(ParseClientFlags(&t.client));
+  // Per point: registration, the measured time, a BSP straggler's step
+  // deadline, and the raw TCP runs (each bounded by the duration + 5 s).
+  plan->limit =
+      (t.modes.size() * t.sizes.size()) * (3 * t.duration + absl::Seconds(60)) +
+      absl::Seconds(60);
+  return absl::OkStatus();
+}
+
+absl::Status ParseApplyFlags(Plan* plan) {
+  PS_ASSIGN_OR_RETURN(plan->apply.floats,
+                      ParseSizes("floats", absl::GetFlag(FLAGS_floats)));
+  plan->limit = plan->apply.floats.size() * absl::Seconds(120);
+  return absl::OkStatus();
+}
+
+absl::Status ParseLoadFlags(int clients, double seconds, Plan* plan) {
+  LoadOptions& l = plan->load;
+  if (clients > 0) l.clients = clients;
+  if (seconds > 0) l.duration = absl::Seconds(seconds);
+  if (absl::GetFlag(FLAGS_warmup_seconds) < 0) {
+    return absl::InvalidArgumentError("--warmup_seconds must be >= 0");
+  }
+  l.warmup = absl::Seconds(absl::GetFlag(FLAGS_warmup_seconds));
+  l.max_rss_growth = absl::GetFlag(FLAGS_max_rss_growth);
+  PS_ASSIGN_OR_RETURN(
+      l.bytes, ParseOneSize("load_bytes", absl::GetFlag(FLAGS_load_bytes)));
+  PS_RETURN_IF_ERROR(ParseClientFlags(&l.client));
+  plan->limit = l.warmup + l.duration + absl::Seconds(120);
+  return absl::OkStatus();
+}
+
+// kInvalidArgument naming the flag when a flag is bad.
+absl::StatusOr<Plan> ParseFlags() {
+  Plan plan;
+  plan.mode = absl::GetFlag(FLAGS_mode);
+  const double seconds = absl::GetFlag(FLAGS_seconds);
+  const int clients = absl::GetFlag(FLAGS_clients);
+  if (seconds < 0 || clients < 0) {
+    return absl::InvalidArgumentError("--seconds and --clients must be >= 0");
+  }
+  if (plan.mode == "transport") {
+    PS_RETURN_IF_ERROR(ParseTransportFlags(clients, seconds, &plan));
+  } else if (plan.mode == "apply") {
+    PS_RETURN_IF_ERROR(ParseApplyFlags(&plan));
+  } else if (plan.mode == "load") {
+    PS_RETURN_IF_ERROR(ParseLoadFlags(clients, seconds, &plan));
   } else {
-    std::cerr << "psbench: --mode: \"" << mode
-              << "\" is not transport, apply or load\n";
-    return kExitUsage;
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--mode: \"", plan.mode, "\" is not transport, apply or load"));
   }
   if (absl::GetFlag(FLAGS_time_limit_seconds) > 0) {
-    limit = absl::Seconds(absl::GetFlag(FLAGS_time_limit_seconds));
+    plan.limit = absl::Seconds(absl::GetFlag(FLAGS_time_limit_seconds));
+  }
+  return plan;
+}
+
+// Bounds the whole run: a hang anywhere ends the process (exit 4) once
+// `limit` passes before the Watchdog is destroyed.
+class Watchdog {
+ public:
+  explicit Watchdog(absl::Duration limit)
+      : thread_([this, limit] {
+          if (!finished_.WaitForNotificationWithTimeout(limit)) {
+            std::cerr << "psbench: time limit of "
+                      << absl::FormatDuration(limit) << " passed\n";
+            std::_Exit(kExitTimeout);
+          }
+        }) {}
+  ~Watchdog() {
+    finished_.Notify();
+    thread_.join();
   }
 
-  // The whole run is bounded: a hang anywhere ends the process.
-  absl::Notification finished;
-  std::thread watchdog([&finished, limit] {
-    if (!finished.WaitForNotificationWithTimeout(limit)) {
-      std::cerr << "psbench: time limit of " << absl::FormatDuration(limit)
-                << " passed\n";
-      std::_Exit(kExitTimeout);
-    }
-  });
-  struct Joiner {
-    absl::Notification* n;
-    std::thread* t;
-    ~Joiner() {
-      n->Notify();
-      t->join();
-    }
-  } joiner{&finished, &watchdog};
+ private:
+  absl::Notification finished_;
+  std::thread thread_;
+};
 
-  if (mode == "apply") {
-    absl::StatusOr<ps::bench::ApplyReport> r = ps::bench::RunApply(apply);
-    if (!r.ok()) {
-      std::cerr << "psbench: " << r.status() << "\n";
-      return kExitSetup;
-    }
-    std::cout << (json ? ps::bench::ApplyJson(*r) + "\n"
-                       : ps::bench::FormatApply(*r));
-    return 0;
-  }
+// Prints a setup failure; kExitSetup.
+int SetupFailed(const absl::Status& s) {
+  std::cerr << "psbench: " << s << "\n";
+  return kExitSetup;
+}
 
-  absl::StatusOr<std::unique_ptr<ps::bench::BenchCluster>> cluster =
-      absl::GetFlag(FLAGS_cluster).empty()
-          ? ps::bench::BenchCluster::StartInProcess(absl::GetFlag(FLAGS_shards))
-          : ps::bench::BenchCluster::Connect(absl::GetFlag(FLAGS_cluster),
-                                             absl::Seconds(30));
-  if (!cluster.ok()) {
-    std::cerr << "psbench: " << cluster.status() << "\n";
-    return kExitSetup;
+int RunApplyMode(const ApplyOptions& options, bool json) {
+  absl::StatusOr<ApplyReport> r = RunApply(options);
+  if (!r.ok()) return SetupFailed(r.status());
+  std::cout << (json ? ApplyJson(*r) + "\n" : FormatApply(*r));
+  return 0;
+}
+
+int RunTransportMode(const BenchCluster& cluster,
+                     const TransportOptions& options, bool json) {
+  absl::StatusOr<TransportReport> r = RunTransport(cluster, options);
+  if (!r.ok()) return SetupFailed(r.status());
+  std::cout << (json ? TransportJson(*r) + "\n" : FormatTransport(*r));
+  for (const TransportPoint& p : r->points) {
+    if (p.errors > 0) return kExitBar;
   }
-  if (mode == "transport") {
-    absl::StatusOr<ps::bench::TransportReport> r =
-        ps::bench::RunTransport(**cluster, transport);
-    if (!r.ok()) {
-      std::cerr << "psbench: " << r.status() << "\n";
-      return kExitSetup;
-    }
-    std::cout << (json ? ps::bench::TransportJson(*r) + "\n"
-                       : ps::bench::FormatTransport(*r));
-    for (const ps::bench::TransportPoint& p : r->points) {
-      if (p.errors > 0) return kExitBar;
-    }
-    return 0;
-  }
-  absl::StatusOr<ps::bench::LoadReport> r = ps::bench::RunLoad(**cluster, load);
-  if (!r.ok()) {
-    std::cerr << "psbench: " << r.status() << "\n";
-    return kExitSetup;
-  }
-  std::cout << (json ? ps::bench::LoadJson(*r) + "\n"
-                     : ps::bench::FormatLoad(*r));
+  return 0;
+}
+
+int RunLoadMode(const BenchCluster& cluster, const LoadOptions& options,
+                bool json) {
+  absl::StatusOr<LoadReport> r = RunLoad(cluster, options);
+  if (!r.ok()) return SetupFailed(r.status());
+  std::cout << (json ? LoadJson(*r) + "\n" : FormatLoad(*r));
   return r->pass ? 0 : kExitBar;
 }
 
+int Run() {
+  absl::StatusOr<Plan> plan = ParseFlags();
+  if (!plan.ok()) {
+    std::cerr << "psbench: " << plan.status().message() << "\n";
+    return kExitUsage;
+  }
+  const bool json = absl::GetFlag(FLAGS_json);
+  Watchdog watchdog(plan->limit);
+  if (plan->mode == "apply") return RunApplyMode(plan->apply, json);
+  absl::StatusOr<std::unique_ptr<BenchCluster>> cluster =
+      absl::GetFlag(FLAGS_cluster).empty()
+          ? BenchCluster::StartInProcess(absl::GetFlag(FLAGS_shards))
+          : BenchCluster::Connect(absl::GetFlag(FLAGS_cluster),
+                                  absl::Seconds(30));
+  if (!cluster.ok()) return SetupFailed(cluster.status());
+  if (plan->mode == "transport") {
+    return RunTransportMode(**cluster, plan->transport, json);
+  }
+  return RunLoadMode(**cluster, plan->load, json);
+}
+
 }  // namespace
+}  // namespace bench
+}  // namespace ps
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
@@ -282,5 +326,5 @@ int main(int argc, char** argv) {
       "tools/psbench.cc)");
   ps::TuneProcessForThroughput();  // as psd and workerd do
   absl::ParseCommandLine(argc, argv);
-  return Run();
+  return ps::bench::Run();
 }

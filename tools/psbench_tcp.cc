@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "common/status_macros.h"
 #include "tools/psbench_util.h"
 
 namespace ps {
@@ -102,6 +103,86 @@ int RunCapture(const std::string& command, std::string* output) {
   return pclose(p);
 }
 
+// What the receiving end of SocketStream saw.
+struct Received {
+  uint64_t bytes = 0;
+  absl::Time last_byte = absl::InfinitePast();
+  absl::Status status;
+};
+
+// Accepts one connection on `listener` and reads it to EOF in reads of
+// `write_size`, cycling through a buffer of `span` bytes.
+void Receive(int listener, size_t write_size, size_t span, Received* r) {
+  Fd conn(accept(listener, nullptr, nullptr));
+  if (conn.get() < 0) {
+    r->status = Errno("accept");
+    return;
+  }
+  SetTimeouts(conn.get());
+  std::vector<char> buf(span, 0);
+  size_t at = 0;
+  while (true) {
+    ssize_t n = read(conn.get(), buf.data() + at, write_size);
+    if (n > 0) {
+      r->bytes += static_cast<uint64_t>(n);
+      at = (at + write_size) % span;
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) r->status = Errno("read");
+    break;
+  }
+  r->last_byte = absl::Now();
+}
+
+// Connects to 127.0.0.1:`port` and writes `bytes` (or for `max_time`) in
+// writes of `write_size`, cycling through a buffer of `span` bytes; closes
+// the connection on return. `*start` is when the first write began.
+absl::Status Send(int port, uint64_t bytes, size_t write_size, size_t span,
+                  absl::Duration max_time, absl::Time* start) {
+  Fd conn(socket(AF_INET, SOCK_STREAM, 0));
+  if (conn.get() < 0) return Errno("socket");
+  SetTimeouts(conn.get());
+  sockaddr_in a = Loopback(port);
+  if (connect(conn.get(), reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+    return Errno("connect");
+  }
+  // Payload bytes are irrelevant to the kernel's copy cost; fill anyway so
+  // the pages are resident before the clock starts.
+  std::vector<char> buf(span, 0x5a);
+  *start = absl::Now();
+  const absl::Time stop = *start + max_time;
+  uint64_t sent = 0;
+  size_t at = 0;
+  while (sent < bytes && absl::Now() < stop) {
+    size_t want =
+        static_cast<size_t>(std::min<uint64_t>(write_size, bytes - sent));
+    ssize_t n = write(conn.get(), buf.data() + at, want);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return Errno("write");
+    sent += static_cast<uint64_t>(n);
+    if (static_cast<size_t>(n) == want) at = (at + write_size) % span;
+  }
+  return absl::OkStatus();
+}
+
+// The result of an `iperf3 -c ... -J` run from its exit status and output.
+absl::StatusOr<TcpResult> ParseIperf3Client(int rc, const std::string& out) {
+  size_t at = out.find("\"sum_received\"");
+  double received = 0, seconds = 0;
+  if (rc != 0 || at == std::string::npos ||
+      !JsonNumberAfter(out, at, "bytes", &received) ||
+      !JsonNumberAfter(out, at, "seconds", &seconds)) {
+    return absl::InternalError(
+        absl::StrCat("iperf3 -c failed (exit ", rc, "): ", out.substr(0, 500)));
+  }
+  TcpResult r;
+  r.method = "iperf3";
+  r.bytes = static_cast<uint64_t>(received);
+  r.seconds = seconds;
+  return r;
+}
+
 }  // namespace
 
 absl::StatusOr<TcpResult> SocketStream(uint64_t bytes, size_t write_size,
@@ -116,81 +197,28 @@ absl::StatusOr<TcpResult> SocketStream(uint64_t bytes, size_t write_size,
       std::max<size_t>(1, buffer_bytes / write_size) * write_size;
   Fd listener;
   int port = 0;
-  if (absl::Status s = Listen(&listener, &port); !s.ok()) return s;
+  PS_RETURN_IF_ERROR(Listen(&listener, &port));
 
   const double cpu0 = CpuSeconds();
-  uint64_t received = 0;
-  absl::Time last_byte = absl::InfinitePast();
-  absl::Status receive_status;
-  std::thread receiver([&] {
-    Fd conn(accept(listener.get(), nullptr, nullptr));
-    if (conn.get() < 0) {
-      receive_status = Errno("accept");
-      return;
-    }
-    SetTimeouts(conn.get());
-    std::vector<char> buf(span, 0);
-    size_t at = 0;
-    while (true) {
-      ssize_t n = read(conn.get(), buf.data() + at, write_size);
-      if (n > 0) {
-        received += static_cast<uint64_t>(n);
-        at = (at + write_size) % span;
-        continue;
-      }
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) receive_status = Errno("read");
-      break;
-    }
-    last_byte = absl::Now();
-  });
-
-  Fd conn(socket(AF_INET, SOCK_STREAM, 0));
-  absl::Status send_status;
+  Received received;
+  std::thread receiver(
+      [&] { Receive(listener.get(), write_size, span, &received); });
   absl::Time start = absl::Now();
-  if (conn.get() < 0) {
-    send_status = Errno("socket");
-  } else {
-    SetTimeouts(conn.get());
-    sockaddr_in a = Loopback(port);
-    if (connect(conn.get(), reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
-      send_status = Errno("connect");
-    }
-  }
-  if (send_status.ok()) {
-    // Payload bytes are irrelevant to the kernel's copy cost; fill anyway so
-    // the pages are resident before the clock starts.
-    std::vector<char> buf(span, 0x5a);
-    start = absl::Now();
-    const absl::Time stop = start + max_time;
-    uint64_t sent = 0;
-    size_t at = 0;
-    while (sent < bytes && absl::Now() < stop) {
-      size_t want =
-          static_cast<size_t>(std::min<uint64_t>(write_size, bytes - sent));
-      ssize_t n = write(conn.get(), buf.data() + at, want);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        send_status = Errno("write");
-        break;
-      }
-      sent += static_cast<uint64_t>(n);
-      if (static_cast<size_t>(n) == want) at = (at + write_size) % span;
-    }
-  }
-  conn.Reset();  // EOF for the receiver (or wakes a blocked accept: see below)
+  // Returning closes the connection: EOF for the receiver.
+  absl::Status send_status =
+      Send(port, bytes, write_size, span, max_time, &start);
   if (!send_status.ok()) {
     // A receiver still in accept() would wait for its socket timeout; a
     // shutdown of the listener wakes it at once.
     shutdown(listener.get(), SHUT_RDWR);
   }
   receiver.join();
-  if (!send_status.ok()) return send_status;
-  if (!receive_status.ok()) return receive_status;
+  PS_RETURN_IF_ERROR(send_status);
+  PS_RETURN_IF_ERROR(received.status);
   TcpResult r;
   r.method = "socket";
-  r.bytes = received;
-  r.seconds = absl::ToDoubleSeconds(last_byte - start);
+  r.bytes = received.bytes;
+  r.seconds = absl::ToDoubleSeconds(received.last_byte - start);
   r.cpu_seconds = CpuSeconds() - cpu0;
   return r;
 }
@@ -212,7 +240,7 @@ absl::StatusOr<TcpResult> Iperf3Stream(uint64_t bytes, size_t write_size,
   int port = 0;
   {
     Fd probe;
-    if (absl::Status s = Listen(&probe, &port); !s.ok()) return s;
+    PS_RETURN_IF_ERROR(Listen(&probe, &port));
   }
   const int64_t limit_s = absl::ToInt64Seconds(max_time) + 5;
   const double cpu0 = CpuSeconds(/*children=*/true);
@@ -247,19 +275,7 @@ absl::StatusOr<TcpResult> Iperf3Stream(uint64_t bytes, size_t write_size,
     return absl::InternalError(
         absl::StrCat("iperf3 -s did not start: ", server_out));
   }
-  size_t at = client_out.find("\"sum_received\"");
-  double received = 0, seconds = 0;
-  if (client_rc != 0 || at == std::string::npos ||
-      !JsonNumberAfter(client_out, at, "bytes", &received) ||
-      !JsonNumberAfter(client_out, at, "seconds", &seconds)) {
-    return absl::InternalError(absl::StrCat("iperf3 -c failed (exit ",
-                                            client_rc,
-                                            "): ", client_out.substr(0, 500)));
-  }
-  TcpResult r;
-  r.method = "iperf3";
-  r.bytes = static_cast<uint64_t>(received);
-  r.seconds = seconds;
+  PS_ASSIGN_OR_RETURN(TcpResult r, ParseIperf3Client(client_rc, client_out));
   r.cpu_seconds = CpuSeconds(/*children=*/true) - cpu0;
   return r;
 }

@@ -10,6 +10,8 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -86,6 +88,18 @@ TEST(PortOfTest, Table) {
     EXPECT_EQ(PortOf(bad).status().code(), absl::StatusCode::kInvalidArgument)
         << bad;
   }
+}
+
+TEST(JsonStringTest, Table) {
+  const std::pair<std::string, std::string> cases[] = {
+      {"", "\"\""},
+      {"plain", "\"plain\""},
+      {"a\"b", "\"a\\\"b\""},
+      {"back\\slash", "\"back\\\\slash\""},
+      {"line\nbreak", "\"line\\nbreak\""},
+      {std::string("tab\t"), "\"tab\\u0009\""},
+  };
+  for (const auto& [in, want] : cases) EXPECT_EQ(JsonString(in), want) << in;
 }
 
 TEST(IsLoopbackTest, Table) {

@@ -8,7 +8,11 @@
 //   common: --cluster=FILE | --coordinator=HOST:PORT, --help
 //
 // Exit codes: 0 success, 1 job failed or cancelled, 2 usage or validation
-// error, 3 cluster unreachable.
+// error, 3 cluster unreachable (psctl::kExit* in tools/psctl_common.h).
+//
+// One file per command group: psctl_submit (submit, --dry-run, --wait),
+// psctl_jobs (status, list, cancel), psctl_stats; psctl_common holds the
+// flags, the connection and the exit codes.
 #ifndef TOOLS_PSCTL_H_
 #define TOOLS_PSCTL_H_
 
@@ -17,11 +21,6 @@
 #include <vector>
 
 namespace ps {
-
-inline constexpr int kExitOk = 0;
-inline constexpr int kExitJobFailed = 1;
-inline constexpr int kExitUsage = 2;
-inline constexpr int kExitUnreachable = 3;
 
 // Runs one psctl command. `args` excludes the program name. Output for the
 // user goes to `out`, diagnostics to `err`. `interactive` draws the --wait

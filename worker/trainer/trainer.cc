@@ -6,29 +6,22 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/status_macros.h"
 #include "spdlog/spdlog.h"
-#include "worker/data/loader.h"
 
 namespace ps {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double Seconds(Clock::duration d) {
-  return std::chrono::duration<double>(d).count();
-}
 
 absl::Status AtStep(uint64_t step, const absl::Status& s) {
   return absl::Status(s.code(), absl::StrCat("step ", step, ": ", s.message()));
 }
 
-}  // namespace
+absl::Status Prefixed(const std::string& prefix, const absl::Status& s) {
+  return absl::Status(s.code(), absl::StrCat(prefix, s.message()));
+}
 
-absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
-    TrainerOptions options, ParameterClient* client) {
-  if (client == nullptr) {
-    return absl::InvalidArgumentError("client: null parameter client");
-  }
+// kInvalidArgument naming the field for a bad job or option.
+absl::Status Validate(const TrainerOptions& options) {
   const JobSpec& job = options.job;
   if (job.model().model_case() == ModelSpec::MODEL_NOT_SET) {
     return absl::InvalidArgumentError("model: no model in the job");
@@ -56,48 +49,62 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
   if (options.eval_batch == 0) {
     return absl::InvalidArgumentError("eval_batch: must be >= 1");
   }
-  if (options.data.train == nullptr || options.data.test == nullptr) {
-    absl::StatusOr<TrainTestData> data =
-        LoadDataset(job.data(), options.data_dir, job.seed());
-    if (!data.ok()) return data.status();
-    options.data = *std::move(data);
+  return absl::OkStatus();
+}
+
+// kInvalidArgument when the model's input or class count is not the data's.
+absl::Status CheckModelFitsData(const DeviceGroup& devices,
+                                const TrainTestData& data) {
+  const Dataset& train = *data.train;
+  const Dataset& test = *data.test;
+  if (devices.input_dim() != train.dim() || devices.input_dim() != test.dim()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("model.input_dim: %d, but the data set has %d features",
+                        devices.input_dim(), train.dim()));
   }
-  absl::StatusOr<ShardPlan> plan = ShardPlan::Create(
-      options.data.train->size(), options.rank, options.num_workers,
-      job.data().batch_size(), job.seed());
-  if (!plan.ok()) return plan.status();
-  const uint64_t total = plan->steps_per_epoch() * job.data().epochs();
+  if (devices.num_classes() != train.num_classes() ||
+      devices.num_classes() != test.num_classes()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "model.num_classes: %d, but the data set has %d classes",
+        devices.num_classes(), train.num_classes()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
+    TrainerOptions options, ParameterClient* client) {
+  if (client == nullptr) {
+    return absl::InvalidArgumentError("client: null parameter client");
+  }
+  PS_RETURN_IF_ERROR(Validate(options));
+  const JobSpec& job = options.job;
+  if (options.data.train == nullptr || options.data.test == nullptr) {
+    PS_ASSIGN_OR_RETURN(options.data,
+                        LoadDataset(job.data(), options.data_dir, job.seed()));
+  }
+  PS_ASSIGN_OR_RETURN(ShardPlan plan,
+                      ShardPlan::Create(options.data.train->size(),
+                                        options.rank, options.num_workers,
+                                        job.data().batch_size(), job.seed()));
+  const uint64_t total = plan.steps_per_epoch() * job.data().epochs();
   if (options.start_step > total) {
     return absl::InvalidArgumentError(
         absl::StrFormat("start_step: %d is past the job's %d steps",
                         options.start_step, total));
   }
-
   DeviceGroup::Options group;
   group.devices = options.devices;
   group.weights = options.weights;
   group.threads_per_device = options.threads_per_device;
   group.max_batch =
       std::max<size_t>(job.data().batch_size(), options.eval_batch);
-  absl::StatusOr<std::unique_ptr<DeviceGroup>> devices =
-      DeviceGroup::Create(job.model(), group);
-  if (!devices.ok()) return devices.status();
-  const Dataset& train = *options.data.train;
-  const Dataset& test = *options.data.test;
-  if ((*devices)->input_dim() != train.dim() ||
-      (*devices)->input_dim() != test.dim()) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("model.input_dim: %d, but the data set has %d features",
-                        (*devices)->input_dim(), train.dim()));
-  }
-  if ((*devices)->num_classes() != train.num_classes() ||
-      (*devices)->num_classes() != test.num_classes()) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "model.num_classes: %d, but the data set has %d classes",
-        (*devices)->num_classes(), train.num_classes()));
-  }
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<DeviceGroup> devices,
+                      DeviceGroup::Create(job.model(), group));
+  PS_RETURN_IF_ERROR(CheckModelFitsData(*devices, options.data));
   return std::unique_ptr<Trainer>(new Trainer(
-      std::move(options), client, *std::move(plan), *std::move(devices)));
+      std::move(options), client, std::move(plan), std::move(devices)));
 }
 
 Trainer::Trainer(TrainerOptions options, ParameterClient* client,
@@ -107,172 +114,107 @@ Trainer::Trainer(TrainerOptions options, ParameterClient* client,
       plan_(std::move(plan)),
       devices_(std::move(devices)),
       total_steps_(plan_.steps_per_epoch() * options_.job.data().epochs()),
+      evaluator_(options_.rank == 0
+                     ? std::make_unique<Evaluator>(
+                           options_.data.test.get(), devices_.get(),
+                           options_.eval_batch, options_.job.eval_every())
+                     : nullptr),
       params_(devices_->num_parameters()),
-      grad_(devices_->num_parameters()) {
-  if (options_.rank == 0) {
-    const size_t chunk =
-        std::min(options_.eval_batch, options_.data.test->size());
-    eval_x_.resize(chunk * options_.data.test->dim());
-    eval_labels_.resize(chunk);
-  }
+      grad_(devices_->num_parameters()) {}
+
+const Progress& Trainer::last_progress() const {
+  return meter_ ? meter_->progress() : Progress::default_instance();
 }
 
-absl::Status Trainer::EvaluateTestSet(float* accuracy) {
-  const Dataset& test = *options_.data.test;
+absl::Status Trainer::PullInitial() {
+  const uint64_t start = options_.start_step;
+  const Clock::time_point t0 = Clock::now();
+  absl::Status s = client_->Pull(start, absl::MakeSpan(params_));
+  meter_->AddComm(Clock::now() - t0);
+  if (!s.ok()) return Prefixed(absl::StrCat("pull at step ", start, ": "), s);
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::Step(uint64_t t, BatchLoader& loader,
+                           Clock::time_point* step_end) {
+  const Clock::time_point t0 = Clock::now();
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<Batch> b,
+                      loader.Pop(absl::Now() + options_.data_timeout));
+  const Clock::time_point t1 = Clock::now();
+  double loss = 0.0;
   size_t correct = 0;
-  for (size_t begin = 0; begin < test.size(); begin += eval_labels_.size()) {
-    const size_t n = std::min(eval_labels_.size(), test.size() - begin);
-    test.CopyRange(begin, n, eval_x_.data(), eval_labels_.data());
-    double loss = 0.0;
-    size_t c = 0;
-    absl::Status s = devices_->Evaluate(params_.data(), eval_x_.data(),
-                                        eval_labels_.data(), n, &loss, &c);
-    if (!s.ok()) return s;
-    correct += c;
+  absl::Status s =
+      devices_->ComputeGradient(params_.data(), b->x.data(), b->labels.data(),
+                                b->size, grad_.data(), &loss, &correct);
+  loader.Recycle(std::move(b));
+  const Clock::time_point t2 = Clock::now();
+  PS_RETURN_IF_ERROR(s);
+  PS_RETURN_IF_ERROR(client_->PushPull(t, grad_, absl::MakeSpan(params_)));
+  *step_end = Clock::now();
+  meter_->AddStep(t1 - t0, t2 - t1, *step_end - t2, loss, correct);
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::Evaluate(uint64_t done) {
+  PS_ASSIGN_OR_RETURN(float accuracy, evaluator_->Accuracy(params_.data()));
+  meter_->SetTestAccuracy(accuracy);
+  // One line per evaluation, for time-to-accuracy measurements
+  // (tools/bench_e2e.sh): elapsed_s counts from Run's start, evaluations
+  // included; train_s is the step loop alone.
+  spdlog::info(
+      "eval job={} step={} epoch={} test_accuracy={:.4f} elapsed_s={:.3f} "
+      "train_s={:.3f}",
+      options_.job.name(), done, done / plan_.steps_per_epoch(), accuracy,
+      meter_->elapsed_s(), meter_->train_s());
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::AfterStep(uint64_t done, Clock::time_point step_end,
+                                const ProgressCallback& on_progress) {
+  if (evaluator_ && evaluator_->Due(done, total_steps_)) {
+    PS_RETURN_IF_ERROR(Evaluate(done));
+    meter_->Report(done, on_progress);
+  } else if (meter_->ReportDue(done, step_end)) {
+    meter_->Report(done, on_progress);
   }
-  *accuracy = test.size() == 0 ? 0.0f
-                               : static_cast<float>(correct) /
-                                     static_cast<float>(test.size());
   return absl::OkStatus();
 }
 
 absl::Status Trainer::Run(const ProgressCallback& on_progress,
                           const AbortCheck& should_abort) {
-  const uint64_t batch = plan_.batch_size();
-  const uint64_t spe = plan_.steps_per_epoch();
-  const uint64_t eval_every = options_.job.eval_every();
-  const bool evaluates = options_.rank == 0;
-  const Clock::time_point run_start = Clock::now();
+  ProgressMeter::Options meter;
+  meter.total_steps = total_steps_;
+  meter.steps_per_epoch = plan_.steps_per_epoch();
+  meter.batch_size = plan_.batch_size();
+  meter.num_workers = options_.num_workers;
+  meter.report_interval = options_.report_interval;
+  meter.report_every_steps = options_.report_every_steps;
+  meter_ = std::make_unique<ProgressMeter>(std::move(meter));
 
-  progress_.Clear();
-  progress_.set_total_steps(total_steps_);
-  progress_.set_test_accuracy(-1.0f);
-
-  double data_s = 0.0, compute_s = 0.0, comm_s = 0.0;
-  // Since the last report.
-  double loss_sum = 0.0;
-  size_t correct = 0;
-  uint64_t examples = 0;
-  uint64_t steps_since_report = 0;
-  Clock::time_point last_report = run_start;
-  uint64_t steps_run = 0;
-
-  auto report = [&](uint64_t step_done) {
-    progress_.set_step(step_done);
-    progress_.set_epoch(static_cast<uint32_t>(step_done / spe));
-    if (examples > 0) {
-      progress_.set_loss(static_cast<float>(loss_sum / examples));
-      progress_.set_train_accuracy(static_cast<float>(
-          static_cast<double>(correct) / static_cast<double>(examples)));
-    }
-    const double loop_s = data_s + compute_s + comm_s;
-    progress_.set_samples_per_s(
-        loop_s > 0.0 ? static_cast<float>(static_cast<double>(steps_run) *
-                                          batch * options_.num_workers / loop_s)
-                     : 0.0f);
-    progress_.set_data_s(data_s);
-    progress_.set_compute_s(compute_s);
-    progress_.set_comm_s(comm_s);
-    progress_.set_elapsed_s(Seconds(Clock::now() - run_start));
-    if (on_progress) on_progress(progress_);
-    loss_sum = 0.0;
-    correct = 0;
-    examples = 0;
-    steps_since_report = 0;
-    last_report = Clock::now();
-  };
-
-  // One line per evaluation, for time-to-accuracy measurements
-  // (tools/bench_e2e.sh): elapsed_s counts from Run's start, evaluations
-  // included; train_s is the step loop alone.
-  auto log_eval = [&](uint64_t step_done, float accuracy) {
-    spdlog::info(
-        "eval job={} step={} epoch={} test_accuracy={:.4f} elapsed_s={:.3f} "
-        "train_s={:.3f}",
-        options_.job.name(), step_done, step_done / spe, accuracy,
-        Seconds(Clock::now() - run_start), data_s + compute_s + comm_s);
-  };
-
-  const uint64_t start = options_.start_step;
   // The loader starts filling batches while the parameters are pulled.
   BatchLoader::Options loader_options;
   loader_options.num_threads = options_.loader_threads;
   loader_options.prefetch = options_.prefetch;
-  absl::StatusOr<std::unique_ptr<BatchLoader>> loader = BatchLoader::Create(
-      options_.data.train, plan_, start, total_steps_, loader_options);
-  if (!loader.ok()) return loader.status();
+  PS_ASSIGN_OR_RETURN(
+      std::unique_ptr<BatchLoader> loader,
+      BatchLoader::Create(options_.data.train, plan_, options_.start_step,
+                          total_steps_, loader_options));
+  PS_RETURN_IF_ERROR(PullInitial());
 
-  {
-    const Clock::time_point t0 = Clock::now();
-    absl::Status s = client_->Pull(start, absl::MakeSpan(params_));
-    comm_s += Seconds(Clock::now() - t0);
-    if (!s.ok()) {
-      return absl::Status(
-          s.code(), absl::StrCat("pull at step ", start, ": ", s.message()));
-    }
-  }
-
-  const auto report_interval = std::chrono::duration_cast<Clock::duration>(
-      absl::ToChronoNanoseconds(options_.report_interval));
-  for (uint64_t t = start; t < total_steps_; ++t) {
+  for (uint64_t t = options_.start_step; t < total_steps_; ++t) {
     if (should_abort && should_abort()) {
       return AtStep(t, absl::CancelledError("job aborted"));
     }
-    const Clock::time_point t0 = Clock::now();
-    absl::StatusOr<std::unique_ptr<Batch>> b =
-        (*loader)->Pop(absl::Now() + options_.data_timeout);
-    const Clock::time_point t1 = Clock::now();
-    if (!b.ok()) return AtStep(t, b.status());
-
-    double step_loss = 0.0;
-    size_t step_correct = 0;
-    absl::Status s = devices_->ComputeGradient(
-        params_.data(), (*b)->x.data(), (*b)->labels.data(), (*b)->size,
-        grad_.data(), &step_loss, &step_correct);
-    (*loader)->Recycle(*std::move(b));
-    const Clock::time_point t2 = Clock::now();
+    Clock::time_point step_end;
+    absl::Status s = Step(t, *loader, &step_end);
+    if (s.ok()) s = AfterStep(t + 1, step_end, on_progress);
     if (!s.ok()) return AtStep(t, s);
-
-    s = client_->PushPull(t, grad_, absl::MakeSpan(params_));
-    const Clock::time_point t3 = Clock::now();
-    if (!s.ok()) return AtStep(t, s);
-
-    data_s += Seconds(t1 - t0);
-    compute_s += Seconds(t2 - t1);
-    comm_s += Seconds(t3 - t2);
-    loss_sum += step_loss;
-    correct += step_correct;
-    examples += batch;
-    ++steps_run;
-    ++steps_since_report;
-
-    const uint64_t done = t + 1;
-    if (evaluates && eval_every > 0 && done % eval_every == 0 &&
-        done < total_steps_) {
-      float accuracy;
-      s = EvaluateTestSet(&accuracy);
-      if (!s.ok()) return AtStep(t, s);
-      progress_.set_test_accuracy(accuracy);
-      log_eval(done, accuracy);
-      report(done);
-    } else if (done < total_steps_ &&  // the final report follows
-               ((options_.report_every_steps > 0 &&
-                 steps_since_report >= options_.report_every_steps) ||
-                t3 - last_report >= report_interval)) {
-      report(done);
-    }
   }
-  if (evaluates) {
-    float accuracy;
-    absl::Status s = EvaluateTestSet(&accuracy);
-    if (!s.ok()) {
-      return absl::Status(s.code(),
-                          absl::StrCat("final evaluation: ", s.message()));
-    }
-    progress_.set_test_accuracy(accuracy);
-    log_eval(total_steps_, accuracy);
+  if (evaluator_) {
+    absl::Status s = Evaluate(total_steps_);
+    if (!s.ok()) return Prefixed("final evaluation: ", s);
   }
-  report(total_steps_);
+  meter_->Report(total_steps_, on_progress);
   return absl::OkStatus();
 }
 

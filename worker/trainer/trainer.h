@@ -48,7 +48,9 @@
 // tools/bench_e2e.sh.
 //
 // Buffers (parameters, gradient, batches, evaluation chunk) are allocated
-// before the loop; a step allocates nothing.
+// before the loop; a step allocates nothing. The time split and the reports
+// are ProgressMeter's (progress_meter.h), the test accuracy Evaluator's
+// (evaluator.h).
 //
 // Abort: should_abort is polled before each step, so a cancelled job stops
 // within one step, unless the step is blocked in the client (waiting for
@@ -69,9 +71,12 @@
 #include "proto/coordinator.pb.h"
 #include "proto/job.pb.h"
 #include "worker/data/dataset.h"
+#include "worker/data/loader.h"
 #include "worker/data/shard.h"
 #include "worker/parameter_client.h"
 #include "worker/trainer/device_group.h"
+#include "worker/trainer/evaluator.h"
+#include "worker/trainer/progress_meter.h"
 
 namespace ps {
 
@@ -138,26 +143,37 @@ class Trainer {
   // The parameters after the last PushPull.
   const std::vector<float>& parameters() const { return params_; }
   // The last progress reported (also filled when no callback is given).
-  const Progress& last_progress() const { return progress_; }
+  const Progress& last_progress() const;
 
  private:
+  using Clock = ProgressMeter::Clock;
+
   Trainer(TrainerOptions options, ParameterClient* client, ShardPlan plan,
           std::unique_ptr<DeviceGroup> devices);
 
-  // Test accuracy of params_ over the whole test set (rank 0).
-  absl::Status EvaluateTestSet(float* accuracy);
+  // The first Pull, at start_step.
+  absl::Status PullInitial();
+  // One step: its batch, the gradient, PushPull; the time split goes to
+  // meter_. `*step_end` is when PushPull returned.
+  absl::Status Step(uint64_t t, BatchLoader& loader,
+                    Clock::time_point* step_end);
+  // After `done` steps: evaluates and reports, or reports, when due.
+  absl::Status AfterStep(uint64_t done, Clock::time_point step_end,
+                         const ProgressCallback& on_progress);
+  // Evaluates the test set (rank 0) after `done` steps and logs the result.
+  absl::Status Evaluate(uint64_t done);
 
   const TrainerOptions options_;
   ParameterClient* const client_;  // borrowed
   const ShardPlan plan_;
   const std::unique_ptr<DeviceGroup> devices_;
   const uint64_t total_steps_;
+  // Rank 0 only (null on other ranks); uses devices_.
+  const std::unique_ptr<Evaluator> evaluator_;
 
   std::vector<float> params_;
   std::vector<float> grad_;
-  std::vector<float> eval_x_;
-  std::vector<int32_t> eval_labels_;
-  Progress progress_;
+  std::unique_ptr<ProgressMeter> meter_;  // made by Run
 };
 
 }  // namespace ps

@@ -1,25 +1,18 @@
-// psbench's three measurements, as a library (tools/psbench.cc is the
-// flag-parsing main):
-//
-//   transport  W client threads (each its own PsClient and rank) PushPull a
-//              tensor of S bytes against the shards in ASP and/or BSP;
-//              goodput (bytes pushed + pulled per second), per-step latency
-//              p50/p99, next to raw loopback TCP moving the same bytes.
-//   apply      the shard's optimizer update rate for each optimizer and
-//              size, next to memcpy of the same bytes.
-//   load       many concurrent clients PushPull for a while: errors, p99
-//              latency, resident-memory growth of the shard processes.
+// psbench's transport mode: W client threads (each its own PsClient and rank)
+// PushPull a tensor of S bytes against the shards in ASP and/or BSP;
+// goodput (bytes pushed + pulled per second), per-step latency p50/p99,
+// next to raw loopback TCP moving the same bytes.
 //
 //   PS_ASSIGN_OR_RETURN(auto cluster, BenchCluster::StartInProcess(2));
 //   TransportOptions options;
 //   options.sizes = {1 << 20};
-//   PS_ASSIGN_OR_RETURN(TransportReport r, RunTransport(cluster.get(),
-//   options)); std::cout << FormatTransport(r);
+//   PS_ASSIGN_OR_RETURN(TransportReport r, RunTransport(*cluster, options));
+//   std::cout << FormatTransport(r);
 //
 // Every run is bounded in time by its options; traffic goes only to the
 // shards' addresses and 127.0.0.1.
-#ifndef TOOLS_PSBENCH_LIB_H_
-#define TOOLS_PSBENCH_LIB_H_
+#ifndef TOOLS_PSBENCH_TRANSPORT_H_
+#define TOOLS_PSBENCH_TRANSPORT_H_
 
 #include <cstdint>
 #include <string>
@@ -103,74 +96,11 @@ struct TransportReport {
 absl::StatusOr<TransportReport> RunTransport(const BenchCluster& cluster,
                                              const TransportOptions& options);
 
-struct ApplyOptions {
-  std::vector<uint64_t> floats = {1 << 20, 4 << 20, 16 << 20, 64 << 20};
-  // Each measurement repeats for at least this long and min_iterations.
-  absl::Duration min_time = absl::Milliseconds(300);
-  int min_iterations = 3;
-};
-
-struct ApplyPoint {
-  std::string
-      optimizer;  // "sgd", "momentum", "nesterov", "adagrad", "adam", "adamw"
-  uint64_t floats = 0;
-  double seconds_per_apply = 0;
-  double floats_per_second = 0;
-  // Bytes the update must stream (read + write) per second; see
-  // server/apply_benchmark.cc for the per-float counts.
-  double touched_bytes_per_second = 0;
-  double memcpy_seconds = 0;           // memcpy of floats * 4 bytes
-  double memcpy_bytes_per_second = 0;  // read + write: 8 bytes per float
-  double ratio_to_memcpy = 0;          // memcpy_seconds / seconds_per_apply
-};
-
-struct ApplyReport {
-  std::vector<ApplyPoint> points;
-};
-
-// Measures Optimizer::Apply for SGD, SGD+momentum, Nesterov, Adagrad, Adam
-// and AdamW on N(0, 0.01) gradients (and the BSP gradient sum, "sum"), with
-// memcpy of the same bytes measured between them.
-absl::StatusOr<ApplyReport> RunApply(const ApplyOptions& options);
-
-struct LoadOptions {
-  int clients = 64;
-  absl::Duration duration = absl::Seconds(60);
-  absl::Duration warmup = absl::Seconds(5);
-  uint64_t bytes = 256 << 10;  // tensor size
-  ConsistencyMode mode = ASP;
-  uint64_t partition_bytes = 64 << 10;
-  PsClientOptions client;
-  double max_rss_growth = 0.10;
-};
-
-struct LoadReport {
-  int clients = 0;
-  uint64_t steps = 0;
-  uint64_t errors = 0;
-  std::string first_error;
-  double seconds = 0;
-  double steps_per_second = 0;
-  double p50_us = 0, p99_us = 0, max_us = 0;
-  // After warm-up, and at the end with the clients still running.
-  uint64_t rss_start = 0, rss_end = 0;
-  double rss_growth = 0;   // rss_end / rss_start - 1
-  std::string rss_source;  // "self" or "psd pids ..."
-  bool pass = false;       // errors == 0 and rss_growth < max_rss_growth
-};
-
-absl::StatusOr<LoadReport> RunLoad(const BenchCluster& cluster,
-                                   const LoadOptions& options);
-
-// Human-readable tables and one-object JSON of each report.
+// A human-readable table, and one JSON object (no newline), of the report.
 std::string FormatTransport(const TransportReport& r);
 std::string TransportJson(const TransportReport& r);
-std::string FormatApply(const ApplyReport& r);
-std::string ApplyJson(const ApplyReport& r);
-std::string FormatLoad(const LoadReport& r);
-std::string LoadJson(const LoadReport& r);
 
 }  // namespace bench
 }  // namespace ps
 
-#endif  // TOOLS_PSBENCH_LIB_H_
+#endif  // TOOLS_PSBENCH_TRANSPORT_H_

@@ -1,0 +1,137 @@
+#include "tools/psctl_common.h"
+
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/status_macros.h"
+
+namespace ps {
+namespace psctl {
+namespace {
+
+const char* const kKnownFlags[] = {
+    "--cluster", "--coordinator", "--json", "--dry-run",        "--wait",
+    "--timeout", "--job",         "--help", "--connect-timeout"};
+
+// A failure of the user's flags or files: exit code kExitUsage.
+absl::Status AsUsage(const absl::Status& s) {
+  return s.ok() ? s : absl::InvalidArgumentError(s.message());
+}
+template <typename T>
+absl::StatusOr<T> AsUsage(absl::StatusOr<T> v) {
+  if (!v.ok()) return AsUsage(v.status());
+  return v;
+}
+
+}  // namespace
+
+absl::Status ParseArgs(const std::vector<std::string>& raw, Args* args) {
+  for (const std::string& a : raw) {
+    if (absl::StartsWith(a, "--")) {
+      size_t eq = a.find('=');
+      std::string name = a.substr(0, eq);
+      bool known = false;
+      for (const char* k : kKnownFlags) known |= name == k;
+      if (!known)
+        return absl::InvalidArgumentError(absl::StrCat("unknown flag ", name));
+      args->flags[name] = eq == std::string::npos ? "" : a.substr(eq + 1);
+    } else if (args->command.empty()) {
+      args->command = a;
+    } else {
+      args->positional.push_back(a);
+    }
+  }
+  return absl::OkStatus();
+}
+
+bool Has(const Args& a, const std::string& flag) {
+  return a.flags.count(flag) > 0;
+}
+
+std::string FlagOr(const Args& a, const std::string& flag,
+                   const std::string& def) {
+  auto it = a.flags.find(flag);
+  return it == a.flags.end() || it->second.empty() ? def : it->second;
+}
+
+absl::StatusOr<Connection> Connect(const Args& a, bool need_cluster) {
+  Connection c;
+  double timeout_s = 4;
+  if (!absl::SimpleAtod(FlagOr(a, "--connect-timeout", "4"), &timeout_s) ||
+      timeout_s <= 0) {
+    return absl::InvalidArgumentError(
+        "--connect-timeout: not a positive number");
+  }
+  c.connect_timeout = absl::Seconds(timeout_s);
+  const std::string coordinator = FlagOr(a, "--coordinator", "");
+  // --coordinator alone reaches a plaintext, token-less coordinator; with
+  // --cluster too, the cluster file still supplies TLS and the token.
+  if (!coordinator.empty() && !need_cluster && !Has(a, "--cluster")) {
+    PS_RETURN_IF_ERROR(
+        AsUsage(ValidateHostPort(coordinator, "--coordinator", false)));
+    c.coordinator = coordinator;
+    return c;
+  }
+  const std::string path =
+      FlagOr(a, "--cluster", "configs/local/cluster.pbtxt");
+  PS_ASSIGN_OR_RETURN(c.cluster, AsUsage(LoadClusterConfig(path)));
+  PS_ASSIGN_OR_RETURN(c.security,
+                      AsUsage(Security::FromCluster(c.cluster.config)));
+  if (!coordinator.empty()) {
+    PS_RETURN_IF_ERROR(
+        AsUsage(ValidateHostPort(coordinator, "--coordinator", false)));
+    c.coordinator = coordinator;
+    return c;
+  }
+  absl::StatusOr<std::string> addr =
+      ResolveCoordinatorAddress(c.cluster, absl::Now() + c.connect_timeout);
+  if (!addr.ok()) return absl::UnavailableError(addr.status().message());
+  c.coordinator = *std::move(addr);
+  return c;
+}
+
+int ExitCodeFor(const absl::Status& s) {
+  switch (s.code()) {
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kDeadlineExceeded:
+      return kExitUnreachable;
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kNotFound:
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kUnauthenticated:
+    case absl::StatusCode::kPermissionDenied:
+      return kExitUsage;
+    default:
+      return kExitJobFailed;
+  }
+}
+
+std::string Explain(const absl::Status& s, const std::string& address) {
+  if (ExitCodeFor(s) == kExitUnreachable) {
+    return absl::StrCat("cannot reach the coordinator at ", address, ": ",
+                        s.message(),
+                        " (is psd running? see README: Quick start)");
+  }
+  return std::string(s.message());
+}
+
+int ReportConnectFailure(const absl::Status& s, std::ostream& err) {
+  err << "psctl: " << s.message() << "\n";
+  return ExitCodeFor(s);
+}
+
+std::string FormatProgress(const JobStatus& j) {
+  const Progress& p = j.progress();
+  std::string acc =
+      p.test_accuracy() < 0 ? "-" : absl::StrFormat("%.4f", p.test_accuracy());
+  return absl::StrFormat(
+      "%s %s step %d/%d epoch %d loss %.4f test_acc %s %.0f samples/s %.1fs",
+      j.job_id(), JobState_Name(j.state()), p.step(), p.total_steps(),
+      p.epoch(), p.loss(), acc, p.samples_per_s(), p.elapsed_s());
+}
+
+}  // namespace psctl
+}  // namespace ps

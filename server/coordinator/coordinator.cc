@@ -41,6 +41,9 @@ struct JobCoordinator::Job {
   std::vector<bool> rank_finished;
   // Ranks counting toward the quorum; SHRINK removes lost ones.
   std::set<uint32_t> active;
+  // The leader's latest samples_per_s: the job's rate if all num_workers
+  // ran at its pace (see worker/trainer/trainer.h).
+  float leader_samples_per_s = 0;
 
   const std::string& id() const { return status.job_id(); }
   bool Ended() const {
@@ -48,6 +51,14 @@ struct JobCoordinator::Job {
            status.state() == CANCELLED;
   }
   uint32_t Leader() const { return active.empty() ? 0 : *active.begin(); }
+  // The job's samples/s counts only the live workers: the leader's pace
+  // times the ranks still active (fewer than num_workers after SHRINK).
+  void UpdateSamplesPerS() {
+    const uint32_t n = status.spec().num_workers();
+    if (n == 0) return;
+    status.mutable_progress()->set_samples_per_s(leader_samples_per_s *
+                                                 active.size() / n);
+  }
 };
 
 namespace {
@@ -360,6 +371,7 @@ void JobCoordinator::LoseWorker(const std::string& worker_id,
   }
   spdlog::warn("job {}: {}; continuing with ranks {}", job->id(), event,
                absl::StrJoin(job->active, ","));
+  job->UpdateSamplesPerS();
   job->status.set_reason(absl::StrCat("shrunk: ", event));
   if (job->rank_finished[job->Leader()]) {
     EndJob(
@@ -385,6 +397,7 @@ void JobCoordinator::MaybeRejoin(Worker& worker, DoneList& done) {
       worker.start_step = job->status.progress().step();
       job->rank_worker[rank] = worker.id;
       job->active.insert(rank);
+      job->UpdateSamplesPerS();
       job->status.set_reason(absl::StrFormat(
           "%s rejoined at step %d", WorkerLabel(worker.id, rank, worker.name),
           worker.start_step));
@@ -670,7 +683,11 @@ absl::Status JobCoordinator::ReportProgress(const ProgressReport& request,
       response->set_reason(reason);
     } else {
       const bool leader = rank == job->Leader();
-      if (leader) *job->status.mutable_progress() = request.progress();
+      if (leader) {
+        *job->status.mutable_progress() = request.progress();
+        job->leader_samples_per_s = request.progress().samples_per_s();
+        job->UpdateSamplesPerS();
+      }
       if (request.finished()) {
         job->rank_finished[rank] = true;
         // Done with this job: free for the next one.

@@ -165,11 +165,13 @@ class JobCoordinator {
                      std::function<void(absl::Status)> done);
 
   // A worker's progress on its job. The leader's (rank 0, or the lowest
-  // rank left after SHRINK) becomes the job's progress, and its `finished`
-  // ends the job as SUCCEEDED; any rank's `error` ends it as FAILED. A report
-  // for a job that is not running, or from a worker that no longer holds
-  // the rank, gets abort_job with the reason. NOT_FOUND for an unknown job,
-  // INVALID_ARGUMENT for a rank out of range.
+  // rank left after SHRINK) becomes the job's progress, with samples_per_s
+  // counting only the live workers (the leader reports the rate of all
+  // num_workers at its pace), and its `finished` ends the job as SUCCEEDED; any
+  // rank's `error` ends it as FAILED. A report for a job that is not running,
+  // or from a worker that no longer holds the rank, gets abort_job with the
+  // reason. NOT_FOUND for an unknown job, INVALID_ARGUMENT for a rank out of
+  // range.
   absl::Status ReportProgress(const ProgressReport& request,
                               ProgressReportResponse* response);
 

@@ -208,6 +208,23 @@ class CoordinatorTest : public ::testing::Test {
                                 const std::string& job_id, uint32_t rank,
                                 uint64_t step, bool finished = false,
                                 const std::string& error = "") {
+    return Send(Progress(worker_id, job_id, rank, step, finished, error));
+  }
+
+  // A progress report with the worker's samples_per_s (the job's rate at
+  // this worker's pace, as the trainer computes it).
+  ProgressReportResponse ReportRate(const std::string& worker_id,
+                                    const std::string& job_id, uint32_t rank,
+                                    uint64_t step, float samples_per_s) {
+    ProgressReport report = Progress(worker_id, job_id, rank, step);
+    report.mutable_progress()->set_samples_per_s(samples_per_s);
+    return Send(report);
+  }
+
+  static ProgressReport Progress(const std::string& worker_id,
+                                 const std::string& job_id, uint32_t rank,
+                                 uint64_t step, bool finished = false,
+                                 const std::string& error = "") {
     ProgressReport report;
     report.set_worker_id(worker_id);
     report.set_job_id(job_id);
@@ -217,6 +234,10 @@ class CoordinatorTest : public ::testing::Test {
     report.mutable_progress()->set_test_accuracy(step >= 100 ? 0.84f : -1);
     report.set_finished(finished);
     report.set_error(error);
+    return report;
+  }
+
+  ProgressReportResponse Send(const ProgressReport& report) {
     ProgressReportResponse response;
     absl::Status status = coord_->ReportProgress(report, &response);
     EXPECT_TRUE(status.ok()) << status;
@@ -638,6 +659,29 @@ TEST_F(CoordinatorTest, LostWorkerRejoinsAtTheCurrentStep) {
   // The old id no longer holds the rank; the new one does.
   EXPECT_TRUE(Report(b, job, 1, 43).abort_job());
   EXPECT_FALSE(Report(b2, job, 1, 43).abort_job());
+}
+
+TEST_F(CoordinatorTest, SamplesPerSecondCountsOnlyLiveWorkersAfterShrink) {
+  const std::string a = Register("host-a");
+  const std::string b = Register("host-b");
+  const std::string job = Submit(Spec(2, SHRINK));
+  ASSERT_EQ(Job(job).state(), RUNNING);
+  // Each trainer reports the job's rate at its own pace: 2 x 100 samples/s.
+  ReportRate(a, job, 0, 10, 200);
+  ReportRate(b, job, 1, 10, 300);  // not the leader
+  EXPECT_FLOAT_EQ(Job(job).progress().samples_per_s(), 200);
+
+  clock_.Advance(absl::Seconds(10));
+  Beat(a);
+  coord_->Tick(clock_.Now());  // b lost: only the survivor's samples count
+  ASSERT_EQ(Job(job).state(), RUNNING);
+  EXPECT_FLOAT_EQ(Job(job).progress().samples_per_s(), 100);
+  // The survivor's trainer still multiplies by the spec's 2 workers.
+  ReportRate(a, job, 0, 20, 220);
+  EXPECT_FLOAT_EQ(Job(job).progress().samples_per_s(), 110);
+
+  Register("host-b");  // rejoins: two live workers again
+  EXPECT_FLOAT_EQ(Job(job).progress().samples_per_s(), 220);
 }
 
 TEST_F(CoordinatorTest, ProgressFromRankZeroAndFinishSucceeds) {

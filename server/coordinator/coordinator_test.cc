@@ -14,6 +14,7 @@
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/coordinator/testing/fake_shard_control.h"
 
 namespace ps {
 namespace {
@@ -37,75 +38,6 @@ class FakeClock {
  private:
   absl::Mutex mu_;
   absl::Time now_ ABSL_GUARDED_BY(mu_) = absl::FromUnixSeconds(1700000000);
-};
-
-// Records every call as a line; RegisterJob can fail on one shard or block
-// until released.
-class FakeShards : public ShardControl {
- public:
-  absl::Status RegisterJob(uint32_t shard,
-                           const RegisterJobRequest& request) override {
-    bool block;
-    {
-      absl::MutexLock lock(&mu_);
-      calls_.push_back(
-          absl::StrCat("register ", shard, " ", request.job_id(),
-                       " workers=", request.num_workers(),
-                       " chunks=", request.placement().chunks_size()));
-      block = block_register_;
-    }
-    if (block) {
-      // Calls are serialized, so only this thread touches entered_ here.
-      if (!entered_.HasBeenNotified()) entered_.Notify();
-      release_.WaitForNotification();
-    }
-    absl::MutexLock lock(&mu_);
-    if (fail_shard_ == static_cast<int>(shard)) {
-      return absl::ResourceExhaustedError("memory budget exceeded");
-    }
-    return absl::OkStatus();
-  }
-  absl::Status DropJob(uint32_t shard, const std::string& job_id) override {
-    absl::MutexLock lock(&mu_);
-    calls_.push_back(absl::StrCat("drop ", shard, " ", job_id));
-    return absl::OkStatus();
-  }
-  absl::Status SetMembership(uint32_t shard,
-                             const SetMembershipRequest& request) override {
-    absl::MutexLock lock(&mu_);
-    calls_.push_back(
-        absl::StrCat("membership ", shard, " ", request.job_id(), " [",
-                     absl::StrJoin(request.active_workers(), ","), "]"));
-    return fail_membership_ ? absl::UnavailableError("shard down")
-                            : absl::OkStatus();
-  }
-
-  std::vector<std::string> TakeCalls() {
-    absl::MutexLock lock(&mu_);
-    return std::move(calls_);
-  }
-  void FailRegisterOn(int shard) {
-    absl::MutexLock lock(&mu_);
-    fail_shard_ = shard;
-  }
-  void FailMembership() {
-    absl::MutexLock lock(&mu_);
-    fail_membership_ = true;
-  }
-  void BlockRegister() {
-    absl::MutexLock lock(&mu_);
-    block_register_ = true;
-  }
-  // Set once a blocked RegisterJob is waiting.
-  absl::Notification entered_;
-  absl::Notification release_;
-
- private:
-  absl::Mutex mu_;
-  std::vector<std::string> calls_ ABSL_GUARDED_BY(mu_);
-  int fail_shard_ ABSL_GUARDED_BY(mu_) = -1;
-  bool fail_membership_ ABSL_GUARDED_BY(mu_) = false;
-  bool block_register_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 // A long-poll's outcome; `status` is set once `done` ran.
@@ -245,12 +177,12 @@ class CoordinatorTest : public ::testing::Test {
   }
 
   FakeClock clock_;
-  FakeShards shards_;
+  FakeShardControl shards_;
   std::unique_ptr<JobCoordinator> coord_;
 };
 
 TEST(CoordinatorCreateTest, RejectsBadOptionsNamingTheField) {
-  FakeShards shards;
+  FakeShardControl shards;
   struct Case {
     std::function<void(JobCoordinator::Options&)> mutate;
     ShardControl* shards;

@@ -73,7 +73,7 @@ namespace ps {
 
 // Thread-safe: every method may be called from any thread. Methods return
 // without waiting for other callers, except that the thread that finds
-// ShardControl work queued runs it (see ShardControl) before returning, so
+// shard work queued runs it (see ShardOpQueue) before returning, so
 // SubmitJob, CancelJob, RegisterWorker, ReportProgress and Tick may block
 // for as long as the shard calls take. Callbacks (GetAssignment's `done`)
 // run outside the lock and may call back into the coordinator.

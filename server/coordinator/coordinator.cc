@@ -1,73 +1,25 @@
 #include "server/coordinator/coordinator.h"
 
 #include <algorithm>
-#include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/status_macros.h"
 #include "server/coordinator/placement.h"
 #include "spdlog/spdlog.h"
 
 namespace ps {
-
-struct JobCoordinator::Worker {
-  std::string id;
-  std::string name;
-  uint64_t seq = 0;  // registration order
-  absl::Time last_seen;
-  // The job this worker holds a rank of; "" = idle.
-  std::string job_id;
-  uint32_t rank = 0;
-  uint64_t start_step = 0;
-  // Non-empty: the job it ran failed or was cancelled; said on Heartbeat
-  // until the worker asks for new work.
-  std::string abort_reason;
-  // The parked long-poll, if any.
-  std::function<void(absl::Status)> poll_done;
-  GetAssignmentResponse* poll_response = nullptr;
-  absl::Time poll_deadline;
-};
-
-struct JobCoordinator::Job {
-  JobStatus status;
-  // Holds its workers and waits for the shards' RegisterJob (still PENDING).
-  bool registering = false;
-  // By rank: the worker id ("" once lost), the worker name (kept for
-  // rejoin and messages), whether it reported finished.
-  std::vector<std::string> rank_worker;
-  std::vector<std::string> rank_name;
-  std::vector<bool> rank_finished;
-  // Ranks counting toward the quorum; SHRINK removes lost ones.
-  std::set<uint32_t> active;
-
-  const std::string& id() const { return status.job_id(); }
-  bool Ended() const {
-    return status.state() == SUCCEEDED || status.state() == FAILED ||
-           status.state() == CANCELLED;
-  }
-  uint32_t Leader() const { return active.empty() ? 0 : *active.begin(); }
-};
-
 namespace {
 
-double UnixSeconds(absl::Time t) {
-  return absl::ToDoubleSeconds(t - absl::UnixEpoch());
+absl::Status ShuttingDown() {
+  return absl::UnavailableError("coordinator shutting down");
 }
 
-std::string WorkerLabel(const std::string& id, uint32_t rank,
-                        const std::string& name) {
-  return absl::StrFormat("worker %s (rank %d, %s)", id, rank, name);
-}
-
-}  // namespace
-
-absl::StatusOr<std::unique_ptr<JobCoordinator>> JobCoordinator::Create(
-    Options options, ShardControl* shards) {
-  if (shards == nullptr) {
-    return absl::InvalidArgumentError("shards: must not be null");
-  }
+// Fills in num_shards from shard_addresses and the clock; INVALID_ARGUMENT
+// naming the field.
+absl::Status CheckOptions(JobCoordinator::Options& options) {
   if (options.num_shards == 0) {
     options.num_shards = static_cast<uint32_t>(options.shard_addresses.size());
   }
@@ -90,6 +42,37 @@ absl::StatusOr<std::unique_ptr<JobCoordinator>> JobCoordinator::Create(
         options.worker_timeout_ms, options.heartbeat_interval_ms));
   }
   if (!options.clock) options.clock = [] { return absl::Now(); };
+  return absl::OkStatus();
+}
+
+// Validates, normalizes and places `spec` into response's spec and
+// placement; every problem goes into response->problems.
+absl::Status NormalizeAndPlace(const JobSpec& spec,
+                               const ValidationContext& ctx,
+                               SubmitJobResponse* response) {
+  std::vector<std::string> problems;
+  absl::StatusOr<JobSpec> normalized = NormalizeJobSpec(spec, ctx, &problems);
+  for (const std::string& p : problems) response->add_problems(p);
+  PS_RETURN_IF_ERROR(normalized.status());
+  absl::StatusOr<Placement> placement =
+      PlaceChunks(*normalized, ctx.num_shards);
+  if (!placement.ok()) {
+    response->add_problems(std::string(placement.status().message()));
+    return placement.status();
+  }
+  *response->mutable_spec() = *std::move(normalized);
+  *response->mutable_placement() = *std::move(placement);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<JobCoordinator>> JobCoordinator::Create(
+    Options options, ShardControl* shards) {
+  if (shards == nullptr) {
+    return absl::InvalidArgumentError("shards: must not be null");
+  }
+  PS_RETURN_IF_ERROR(CheckOptions(options));
   return std::unique_ptr<JobCoordinator>(
       new JobCoordinator(std::move(options), shards));
 }
@@ -97,248 +80,147 @@ absl::StatusOr<std::unique_ptr<JobCoordinator>> JobCoordinator::Create(
 JobCoordinator::JobCoordinator(Options options, ShardControl* shards)
     : options_(std::move(options)),
       num_shards_(options_.num_shards),
-      shards_(shards) {}
+      shard_ops_(shards, num_shards_) {}
 
 JobCoordinator::~JobCoordinator() { Shutdown(); }
-
-void JobCoordinator::RunDone(DoneList& done) {
-  for (auto& [callback, status] : done) callback(std::move(status));
-  done.clear();
-}
 
 // ---------------------------------------------------------------------------
 // Shard work.
 
-void JobCoordinator::EnqueueShardOp(std::function<void()> op) {
-  shard_ops_.push_back(std::move(op));
-}
-
-void JobCoordinator::DrainShardOps() {
-  {
-    absl::MutexLock lock(&mu_);
-    if (draining_) return;  // that thread will run what we queued
-    draining_ = true;
-  }
-  for (;;) {
-    std::function<void()> op;
-    {
-      absl::MutexLock lock(&mu_);
-      if (shard_ops_.empty()) {
-        draining_ = false;
-        return;
-      }
-      op = std::move(shard_ops_.front());
-      shard_ops_.pop_front();
-    }
-    op();
-  }
-}
-
-void JobCoordinator::EnqueueDrop(const std::string& job_id,
-                                 uint32_t num_shards) {
-  EnqueueShardOp([this, job_id, num_shards] {
-    for (uint32_t s = 0; s < num_shards; ++s) {
-      absl::Status status = shards_->DropJob(s, job_id);
-      if (!status.ok()) {
-        spdlog::warn("job {}: DropJob on shard {}: {}", job_id, s,
-                     status.ToString());
-      }
-    }
-  });
+void JobCoordinator::EnqueueRegister(const std::string& job_id) {
+  shard_ops_.EnqueueRegister(
+      [this, job_id] { return RegisterRequest(job_id); },
+      [this, job_id](absl::Status failure, uint32_t asked) {
+        FinishRegistering(job_id, failure, asked);
+      });
 }
 
 void JobCoordinator::EnqueueMembership(const Job& job) {
   SetMembershipRequest request;
   request.set_job_id(job.id());
   for (uint32_t rank : job.active) request.add_active_workers(rank);
-  EnqueueShardOp([this, request = std::move(request)] {
-    absl::Status failure;
-    for (uint32_t s = 0; s < num_shards_ && failure.ok(); ++s) {
-      absl::Status status = shards_->SetMembership(s, request);
-      if (!status.ok()) {
-        failure = absl::Status(
-            status.code(),
-            absl::StrCat("shard ", s, " SetMembership: ", status.message()));
-      }
-    }
-    if (failure.ok()) return;
-    absl::MutexLock lock(&mu_);
-    Job* job = FindJob(request.job_id());
-    // A shard that keeps waiting for the lost rank would stall every step.
-    if (job != nullptr && job->status.state() == RUNNING) {
-      EndJob(*job, FAILED,
-             absl::StrCat("changing the quorum failed: ", failure.message()),
-             options_.clock());
-      MaybeStartJobs();
-    }
-  });
+  shard_ops_.EnqueueMembership(std::move(request),
+                               [this, id = job.id()](absl::Status failure) {
+                                 MembershipFailed(id, failure);
+                               });
 }
 
-void JobCoordinator::RegisterOnShards(const std::string& job_id) {
-  RegisterJobRequest request;
-  {
-    absl::MutexLock lock(&mu_);
-    Job* job = FindJob(job_id);
-    if (job == nullptr || !job->registering) return;  // cancelled meanwhile
-    request.set_job_id(job_id);
-    *request.mutable_spec() = job->status.spec();
-    *request.mutable_placement() = job->status.placement();
-    request.set_num_workers(job->status.spec().num_workers());
-  }
-  absl::Status failure;
-  uint32_t attempted = 0;  // shards that may hold the job now
-  for (uint32_t s = 0; s < num_shards_ && failure.ok(); ++s) {
-    ++attempted;
-    absl::Status status = shards_->RegisterJob(s, request);
-    if (!status.ok()) {
-      failure = absl::Status(
-          status.code(),
-          absl::StrCat("shard ", s, " RegisterJob: ", status.message()));
-    }
-  }
+void JobCoordinator::MembershipFailed(const std::string& job_id,
+                                      const absl::Status& failure) {
+  absl::MutexLock lock(&mu_);
+  Job* job = jobs_.Find(job_id);
+  if (job == nullptr || job->status.state() != RUNNING) return;
+  EndJob(
+      *job,
+      {FAILED, absl::StrCat("changing the quorum failed: ", failure.message())},
+      options_.clock());
+  MaybeStartJobs();
+}
 
-  DoneList done;
+std::optional<RegisterJobRequest> JobCoordinator::RegisterRequest(
+    const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  const Job* job = jobs_.Find(job_id);
+  if (job == nullptr || !job->registering) return std::nullopt;  // cancelled
+  RegisterJobRequest request;
+  request.set_job_id(job_id);
+  *request.mutable_spec() = job->status.spec();
+  *request.mutable_placement() = job->status.placement();
+  request.set_num_workers(job->status.spec().num_workers());
+  return request;
+}
+
+void JobCoordinator::FinishRegistering(const std::string& job_id,
+                                       const absl::Status& failure,
+                                       uint32_t asked) {
+  CompletedPolls done;
   {
     absl::MutexLock lock(&mu_);
-    Job* job = FindJob(job_id);
-    const bool still_starting = job->registering && !job->Ended();
-    job->registering = false;
+    Job& job = *jobs_.Find(job_id);
+    const bool still_starting = JobTable::StopRegistering(job);
     const absl::Time now = options_.clock();
     if (!failure.ok()) {
       if (still_starting) {
-        EndJob(*job, FAILED,
-               absl::StrCat("registering on the shards failed: ",
-                            failure.message()),
+        EndJob(job,
+               {FAILED, absl::StrCat("registering on the shards failed: ",
+                                     failure.message())},
                now);
       }
       // Free what the other shards (and maybe the failing one) allocated.
       // A cancel has queued its own drop of every shard.
-      if (job->status.state() != CANCELLED) EnqueueDrop(job_id, attempted);
+      if (job.status.state() != CANCELLED) {
+        shard_ops_.EnqueueDrop(job_id, asked);
+      }
     } else if (still_starting) {
-      job->status.set_state(RUNNING);
-      job->status.set_reason("");
-      job->status.set_start_time_s(UnixSeconds(now));
-      spdlog::info("job {} running on {} workers", job_id, job->active.size());
-      for (const std::string& worker_id : job->rank_worker) {
-        Worker* worker = FindWorker(worker_id);
-        if (worker != nullptr) DeliverAssignment(*worker, done);
-      }
-      // A rank lost while registering (SHRINK) must not hold up the quorum.
-      if (job->active.size() < job->rank_worker.size()) {
-        EnqueueMembership(*job);
-      }
-    } else if (job->status.state() == FAILED) {
+      StartRunning(job, now, done);
+    } else if (job.status.state() == FAILED) {
       // Failed while registering (a lost worker): nothing will run.
-      EnqueueDrop(job_id, num_shards_);
+      shard_ops_.EnqueueDrop(job_id, num_shards_);
     }
     MaybeStartJobs();
   }
-  RunDone(done);
+  done.Run();
+}
+
+void JobCoordinator::StartRunning(Job& job, absl::Time now,
+                                  CompletedPolls& done) {
+  JobTable::MarkRunning(job, now);
+  for (const std::string& worker_id : job.rank_worker) {
+    Worker* worker = workers_.Find(worker_id);
+    if (worker != nullptr) DeliverAssignment(*worker, done);
+  }
+  // A rank lost while registering (SHRINK) must not hold up the quorum.
+  if (job.active.size() < job.rank_worker.size()) EnqueueMembership(job);
 }
 
 // ---------------------------------------------------------------------------
-// State helpers (mu_ held).
-
-JobCoordinator::Job* JobCoordinator::FindJob(const std::string& job_id) {
-  auto it = jobs_by_id_.find(job_id);
-  return it == jobs_by_id_.end() ? nullptr : it->second;
-}
-
-JobCoordinator::Worker* JobCoordinator::FindWorker(
-    const std::string& worker_id) {
-  auto it = workers_.find(worker_id);
-  return it == workers_.end() ? nullptr : it->second.get();
-}
+// Steps (mu_ held).
 
 void JobCoordinator::MaybeStartJobs() {
-  std::vector<Worker*> idle;
-  for (auto& [id, worker] : workers_) {
-    if (worker->job_id.empty()) idle.push_back(worker.get());
-  }
-  std::sort(idle.begin(), idle.end(),
-            [](const Worker* a, const Worker* b) { return a->seq < b->seq; });
+  std::vector<Worker*> idle = workers_.IdleInOrder();
   size_t next_idle = 0;
-  while (!pending_.empty()) {
-    Job& job = *pending_.front();
-    const uint32_t n = job.status.spec().num_workers();
-    if (idle.size() - next_idle < n) break;
-    pending_.pop_front();
-    job.registering = true;
-    job.status.set_reason(
-        absl::StrFormat("registering on %d shards", num_shards_));
-    job.rank_worker.assign(n, "");
-    job.rank_name.assign(n, "");
-    job.rank_finished.assign(n, false);
-    job.active.clear();
-    job.status.clear_workers();
+  while (Job* job = jobs_.PopStartable(idle.size() - next_idle)) {
+    const uint32_t n = job->status.spec().num_workers();
+    std::vector<std::string> ids, names;
     for (uint32_t rank = 0; rank < n; ++rank) {
       Worker& worker = *idle[next_idle++];
-      worker.job_id = job.id();
-      worker.rank = rank;
-      worker.start_step = 0;
-      job.rank_worker[rank] = worker.id;
-      job.rank_name[rank] = worker.name;
-      job.active.insert(rank);
-      job.status.add_workers(worker.name);
+      WorkerRegistry::AssignRank(worker, job->id(), rank, /*start_step=*/0);
+      ids.push_back(worker.id);
+      names.push_back(worker.name);
     }
-    EnqueueShardOp([this, id = job.id()] { RegisterOnShards(id); });
+    JobTable::BeginRegistering(*job, ids, names, num_shards_);
+    EnqueueRegister(job->id());
   }
-  // Say why the rest wait.
-  const size_t idle_left = idle.size() - next_idle;
-  for (size_t i = 0; i < pending_.size(); ++i) {
-    JobStatus& status = pending_[i]->status;
-    status.set_reason(
-        i == 0 ? absl::StrFormat("waiting for workers: needs %d, %d idle",
-                                 status.spec().num_workers(), idle_left)
-               : absl::StrCat("queued behind ", pending_[0]->id()));
-  }
+  jobs_.ExplainPending(idle.size() - next_idle);
 }
 
-void JobCoordinator::EndJob(Job& job, JobState state, const std::string& reason,
-                            absl::Time now) {
-  const bool was_pending = job.status.state() == PENDING && !job.registering;
-  job.status.set_state(state);
-  job.status.set_reason(reason);
-  job.status.set_end_time_s(UnixSeconds(now));
-  if (was_pending) {
-    pending_.erase(std::remove(pending_.begin(), pending_.end(), &job),
-                   pending_.end());
-  }
-  for (const std::string& worker_id : job.rank_worker) {
-    Worker* worker = FindWorker(worker_id);
-    if (worker == nullptr || worker->job_id != job.id()) continue;
-    worker->job_id.clear();
-    if (state != SUCCEEDED) {
-      worker->abort_reason = absl::StrCat("job ", job.id(), " ",
-                                          JobState_Name(state), ": ", reason);
-    }
-  }
+void JobCoordinator::EndJob(Job& job, const JobEnd& end, absl::Time now) {
+  const bool left_queue = jobs_.End(job, end, now);
+  workers_.ReleaseFromJob(
+      job.rank_worker, job.id(),
+      end.state == SUCCEEDED
+          ? ""
+          : absl::StrCat("job ", job.id(), " ", JobState_Name(end.state), ": ",
+                         end.reason));
   // A job still waiting for workers never reached the shards. Dropping a
   // failed job ends the waits of its surviving workers (ABORTED) at once,
   // instead of at their step deadline.
-  if ((state == CANCELLED || state == FAILED) && !was_pending) {
-    EnqueueDrop(job.id(), num_shards_);
-  }
-  if (state == FAILED) {
-    spdlog::warn("job {} FAILED: {}", job.id(), reason);
-  } else {
-    spdlog::info("job {} {}: {}", job.id(), JobState_Name(state), reason);
+  if ((end.state == CANCELLED || end.state == FAILED) && left_queue) {
+    shard_ops_.EnqueueDrop(job.id(), num_shards_);
   }
 }
 
 void JobCoordinator::LoseWorker(const std::string& worker_id,
                                 const std::string& why, absl::Time now,
-                                DoneList& done) {
-  auto it = workers_.find(worker_id);
-  if (it == workers_.end()) return;
-  std::unique_ptr<Worker> worker = std::move(it->second);
-  workers_.erase(it);
-  CompletePoll(
+                                CompletedPolls& done) {
+  std::unique_ptr<Worker> worker = workers_.Remove(worker_id);
+  if (worker == nullptr) return;
+  WorkerRegistry::CompletePoll(
       *worker,
       absl::NotFoundError(absl::StrCat("worker_id: ", worker_id, " was lost (",
                                        why, "); register again")),
       done);
-  Job* job = worker->job_id.empty() ? nullptr : FindJob(worker->job_id);
+  Job* job = worker->job_id.empty() ? nullptr : jobs_.Find(worker->job_id);
   const std::string label =
       job == nullptr
           ? absl::StrFormat("worker %s (%s)", worker_id, worker->name)
@@ -348,58 +230,31 @@ void JobCoordinator::LoseWorker(const std::string& worker_id,
     spdlog::info("{}", event);
     return;
   }
-  job->rank_worker[worker->rank] = "";
-  if (job->status.spec().on_worker_failure() != SHRINK) {
-    EndJob(*job, FAILED, event, now);
-    return;
+  if (std::optional<JobEnd> end =
+          JobTable::LoseRank(*job, worker->rank, event)) {
+    EndJob(*job, *end, now);
+  } else if (job->status.state() == RUNNING) {
+    // While registering, FinishRegistering sends the membership.
+    EnqueueMembership(*job);
   }
-  job->active.erase(worker->rank);
-  if (job->active.empty()) {
-    EndJob(*job, FAILED, absl::StrCat("every worker lost; last: ", event), now);
-    return;
-  }
-  spdlog::warn("job {}: {}; continuing with ranks {}", job->id(), event,
-               absl::StrJoin(job->active, ","));
-  job->status.set_reason(absl::StrCat("shrunk: ", event));
-  if (job->rank_finished[job->Leader()]) {
-    EndJob(
-        *job, SUCCEEDED,
-        absl::StrFormat("finished at step %d", job->status.progress().step()),
-        now);
-    return;
-  }
-  // While registering, RegisterOnShards sends the membership once it runs.
-  if (job->status.state() == RUNNING) EnqueueMembership(*job);
 }
 
-void JobCoordinator::MaybeRejoin(Worker& worker, DoneList& done) {
-  for (const std::unique_ptr<Job>& job : jobs_) {
-    if (job->status.state() != RUNNING) continue;
-    for (uint32_t rank = 0; rank < job->rank_worker.size(); ++rank) {
-      if (!job->rank_worker[rank].empty() || job->rank_finished[rank] ||
-          job->rank_name[rank] != worker.name) {
-        continue;
-      }
-      worker.job_id = job->id();
-      worker.rank = rank;
-      worker.start_step = job->status.progress().step();
-      job->rank_worker[rank] = worker.id;
-      job->active.insert(rank);
-      job->status.set_reason(absl::StrFormat(
-          "%s rejoined at step %d", WorkerLabel(worker.id, rank, worker.name),
-          worker.start_step));
-      spdlog::info("job {}: {}", job->id(), job->status.reason());
-      EnqueueMembership(*job);
-      DeliverAssignment(worker, done);
-      return;
-    }
-  }
+void JobCoordinator::MaybeRejoin(Worker& worker, CompletedPolls& done) {
+  std::optional<std::pair<Job*, uint32_t>> found =
+      jobs_.FindRejoin(worker.name);
+  if (!found.has_value()) return;
+  auto [job, rank] = *found;
+  WorkerRegistry::AssignRank(worker, job->id(), rank,
+                             job->status.progress().step());
+  JobTable::Rejoin(*job, rank, worker.id, worker.start_step);
+  EnqueueMembership(*job);
+  DeliverAssignment(worker, done);
 }
 
 bool JobCoordinator::FillAssignment(const Worker& worker,
                                     GetAssignmentResponse* response) {
   if (worker.job_id.empty()) return false;
-  const Job* job = FindJob(worker.job_id);
+  const Job* job = jobs_.Find(worker.job_id);
   if (job == nullptr || job->status.state() != RUNNING) return false;
   Assignment* a = response->mutable_assignment();
   a->set_job_id(job->id());
@@ -414,19 +269,11 @@ bool JobCoordinator::FillAssignment(const Worker& worker,
   return true;
 }
 
-void JobCoordinator::DeliverAssignment(Worker& worker, DoneList& done) {
+void JobCoordinator::DeliverAssignment(Worker& worker, CompletedPolls& done) {
   if (!worker.poll_done) return;
   if (FillAssignment(worker, worker.poll_response)) {
-    CompletePoll(worker, absl::OkStatus(), done);
+    WorkerRegistry::CompletePoll(worker, absl::OkStatus(), done);
   }
-}
-
-void JobCoordinator::CompletePoll(Worker& worker, absl::Status status,
-                                  DoneList& done) {
-  if (!worker.poll_done) return;
-  done.emplace_back(std::move(worker.poll_done), std::move(status));
-  worker.poll_done = nullptr;
-  worker.poll_response = nullptr;
 }
 
 // ---------------------------------------------------------------------------
@@ -439,57 +286,29 @@ absl::Status JobCoordinator::SubmitJob(const SubmitJobRequest& request,
   ctx.num_shards = num_shards_;
   {
     absl::MutexLock lock(&mu_);
-    if (shutdown_) return absl::UnavailableError("coordinator shutting down");
+    if (shutdown_) return ShuttingDown();
     ctx.num_registered_workers = static_cast<uint32_t>(workers_.size());
   }
   // Outside the lock: the data_dir check touches the file system.
-  std::vector<std::string> problems;
-  absl::StatusOr<JobSpec> spec =
-      NormalizeJobSpec(request.spec(), ctx, &problems);
-  for (const std::string& p : problems) response->add_problems(p);
-  if (!spec.ok()) return spec.status();
-  absl::StatusOr<Placement> placement = PlaceChunks(*spec, num_shards_);
-  if (!placement.ok()) {
-    response->add_problems(std::string(placement.status().message()));
-    return placement.status();
-  }
-  *response->mutable_spec() = *spec;
-  *response->mutable_placement() = *placement;
+  PS_RETURN_IF_ERROR(NormalizeAndPlace(request.spec(), ctx, response));
   if (request.dry_run()) return absl::OkStatus();
-
-  DoneList done;
   {
     absl::MutexLock lock(&mu_);
-    if (shutdown_) return absl::UnavailableError("coordinator shutting down");
-    auto job = std::make_unique<Job>();
-    const std::string id = absl::StrFormat("job-%06d", next_job_++);
-    job->status.set_job_id(id);
-    job->status.set_name(spec->name());
-    job->status.set_state(PENDING);
-    *job->status.mutable_spec() = *std::move(spec);
-    *job->status.mutable_placement() = *std::move(placement);
-    job->status.mutable_progress()->set_test_accuracy(-1);
-    job->status.set_submit_time_s(UnixSeconds(options_.clock()));
-    jobs_by_id_[id] = job.get();
-    pending_.push_back(job.get());
-    jobs_.push_back(std::move(job));
-    response->set_job_id(id);
-    spdlog::info("job {} ({}) submitted", id, jobs_.back()->status.name());
+    if (shutdown_) return ShuttingDown();
+    const Job& job =
+        jobs_.Add(response->spec(), response->placement(), options_.clock());
+    response->set_job_id(job.id());
+    spdlog::info("job {} ({}) submitted", job.id(), job.status.name());
     MaybeStartJobs();
   }
-  RunDone(done);
-  DrainShardOps();
+  shard_ops_.Drain();
   return absl::OkStatus();
 }
 
 absl::Status JobCoordinator::GetJob(const GetJobRequest& request,
                                     JobStatus* response) {
   absl::MutexLock lock(&mu_);
-  const Job* job = FindJob(request.job_id());
-  if (job == nullptr) {
-    return absl::NotFoundError(
-        absl::StrCat("job_id: unknown job \"", request.job_id(), "\""));
-  }
+  PS_ASSIGN_OR_RETURN(const Job* job, jobs_.Get(request.job_id()));
   *response = job->status;
   return absl::OkStatus();
 }
@@ -497,23 +316,15 @@ absl::Status JobCoordinator::GetJob(const GetJobRequest& request,
 absl::Status JobCoordinator::ListJobs(const ListJobsRequest& request,
                                       ListJobsResponse* response) {
   absl::MutexLock lock(&mu_);
-  response->Clear();
-  for (const std::unique_ptr<Job>& job : jobs_) {
-    *response->add_jobs() = job->status;
-  }
+  jobs_.List(response);
   return absl::OkStatus();
 }
 
 absl::Status JobCoordinator::CancelJob(const CancelJobRequest& request,
                                        CancelJobResponse* response) {
-  DoneList done;
   {
     absl::MutexLock lock(&mu_);
-    Job* job = FindJob(request.job_id());
-    if (job == nullptr) {
-      return absl::NotFoundError(
-          absl::StrCat("job_id: unknown job \"", request.job_id(), "\""));
-    }
+    PS_ASSIGN_OR_RETURN(Job * job, jobs_.Get(request.job_id()));
     const JobState state = job->status.state();
     if (state == SUCCEEDED || state == FAILED) {
       return absl::FailedPreconditionError(
@@ -521,13 +332,12 @@ absl::Status JobCoordinator::CancelJob(const CancelJobRequest& request,
                        JobState_Name(state), ": ", job->status.reason()));
     }
     if (state != CANCELLED) {
-      EndJob(*job, CANCELLED, "cancelled by user", options_.clock());
+      EndJob(*job, {CANCELLED, "cancelled by user"}, options_.clock());
       MaybeStartJobs();
     }
     response->set_state(CANCELLED);
   }
-  RunDone(done);
-  DrainShardOps();
+  shard_ops_.Drain();
   return absl::OkStatus();
 }
 
@@ -539,35 +349,25 @@ absl::Status JobCoordinator::RegisterWorker(
   if (request.name().empty()) {
     return absl::InvalidArgumentError("name: must be set");
   }
-  DoneList done;
+  CompletedPolls done;
   {
     absl::MutexLock lock(&mu_);
-    if (shutdown_) return absl::UnavailableError("coordinator shutting down");
+    if (shutdown_) return ShuttingDown();
     const absl::Time now = options_.clock();
     // The same name again means the process restarted: the old one is gone.
-    std::vector<std::string> replaced;
-    for (const auto& [id, worker] : workers_) {
-      if (worker->name == request.name()) replaced.push_back(id);
-    }
-    for (const std::string& id : replaced) {
+    for (const std::string& id : workers_.IdsNamed(request.name())) {
       LoseWorker(id, "registered again (restarted)", now, done);
     }
-    auto worker = std::make_unique<Worker>();
-    worker->seq = next_worker_++;
-    worker->id = absl::StrCat("w-", worker->seq);
-    worker->name = request.name();
-    worker->last_seen = now;
-    Worker& w = *worker;
-    workers_[w.id] = std::move(worker);
-    spdlog::info("worker {} ({}) registered with devices [{}]", w.id, w.name,
-                 absl::StrJoin(request.devices(), ", "));
-    MaybeRejoin(w, done);
+    Worker& worker = workers_.Add(request.name(), now);
+    spdlog::info("worker {} ({}) registered with devices [{}]", worker.id,
+                 worker.name, absl::StrJoin(request.devices(), ", "));
+    MaybeRejoin(worker, done);
     MaybeStartJobs();
-    response->set_worker_id(w.id);
+    response->set_worker_id(worker.id);
     response->set_heartbeat_interval_ms(options_.heartbeat_interval_ms);
   }
-  RunDone(done);
-  DrainShardOps();
+  done.Run();
+  shard_ops_.Drain();
   return absl::OkStatus();
 }
 
@@ -575,7 +375,7 @@ absl::Status JobCoordinator::Heartbeat(const HeartbeatRequest& request,
                                        HeartbeatResponse* response) {
   absl::MutexLock lock(&mu_);
   response->Clear();
-  Worker* worker = FindWorker(request.worker_id());
+  Worker* worker = workers_.Find(request.worker_id());
   if (worker == nullptr) {
     response->set_reregister(true);
     return absl::OkStatus();
@@ -591,133 +391,86 @@ absl::Status JobCoordinator::Heartbeat(const HeartbeatRequest& request,
 void JobCoordinator::GetAssignment(const GetAssignmentRequest& request,
                                    GetAssignmentResponse* response,
                                    std::function<void(absl::Status)> done) {
-  DoneList to_run;
+  CompletedPolls to_run;
   {
     absl::MutexLock lock(&mu_);
     response->Clear();
-    Worker* worker = FindWorker(request.worker_id());
+    Worker* worker = workers_.Find(request.worker_id());
     if (shutdown_) {
-      to_run.emplace_back(std::move(done),
-                          absl::UnavailableError("coordinator shutting down"));
+      to_run.Add(std::move(done), ShuttingDown());
     } else if (worker == nullptr) {
-      to_run.emplace_back(std::move(done),
-                          absl::NotFoundError(absl::StrCat(
-                              "worker_id: unknown worker \"",
-                              request.worker_id(), "\"; register again")));
+      to_run.Add(std::move(done),
+                 absl::NotFoundError(
+                     absl::StrCat("worker_id: unknown worker \"",
+                                  request.worker_id(), "\"; register again")));
     } else {
-      const absl::Time now = options_.clock();
-      worker->last_seen = now;
-      // Asking for work means it has stopped whatever it ran before.
-      worker->abort_reason.clear();
-      CompletePoll(*worker, absl::OkStatus(), to_run);  // superseded
-      if (FillAssignment(*worker, response) || request.wait_ms() == 0) {
-        to_run.emplace_back(std::move(done), absl::OkStatus());
-      } else {
-        worker->poll_done = std::move(done);
-        worker->poll_response = response;
-        // Capped: a parked poll must not outlive the worker's timeout.
-        worker->poll_deadline =
-            now + absl::Milliseconds(
-                      std::min(request.wait_ms(), options_.worker_timeout_ms));
-      }
+      AnswerOrPark(*worker, request, response, std::move(done), to_run);
     }
   }
-  RunDone(to_run);
+  to_run.Run();
+}
+
+void JobCoordinator::AnswerOrPark(Worker& worker,
+                                  const GetAssignmentRequest& request,
+                                  GetAssignmentResponse* response,
+                                  std::function<void(absl::Status)> callback,
+                                  CompletedPolls& done) {
+  const absl::Time now = options_.clock();
+  worker.last_seen = now;
+  // Asking for work means it has stopped whatever it ran before.
+  worker.abort_reason.clear();
+  WorkerRegistry::CompletePoll(worker, absl::OkStatus(), done);  // superseded
+  if (FillAssignment(worker, response) || request.wait_ms() == 0) {
+    done.Add(std::move(callback), absl::OkStatus());
+    return;
+  }
+  // Capped: a parked poll must not outlive the worker's timeout.
+  WorkerRegistry::Park(
+      worker, response, std::move(callback),
+      now + absl::Milliseconds(
+                std::min(request.wait_ms(), options_.worker_timeout_ms)));
 }
 
 absl::Status JobCoordinator::ReportProgress(const ProgressReport& request,
                                             ProgressReportResponse* response) {
   response->Clear();
-  DoneList done;
   {
     absl::MutexLock lock(&mu_);
     const absl::Time now = options_.clock();
-    if (Worker* worker = FindWorker(request.worker_id())) {
-      worker->last_seen = now;
-    }
-    Job* job = FindJob(request.job_id());
-    if (job == nullptr) {
-      return absl::NotFoundError(
-          absl::StrCat("job_id: unknown job \"", request.job_id(), "\""));
-    }
-    if (job->status.state() != RUNNING) {
+    Worker* worker = workers_.Find(request.worker_id());
+    if (worker != nullptr) worker->last_seen = now;
+    PS_ASSIGN_OR_RETURN(Job * job, jobs_.Get(request.job_id()));
+    PS_ASSIGN_OR_RETURN(std::string abort,
+                        JobTable::CheckReport(*job, request));
+    if (!abort.empty()) {
       response->set_abort_job(true);
-      response->set_reason(absl::StrCat("job ", job->id(), " is ",
-                                        JobState_Name(job->status.state()),
-                                        ": ", job->status.reason()));
+      response->set_reason(abort);
       return absl::OkStatus();
     }
-    const uint32_t rank = request.rank();
-    if (rank >= job->rank_worker.size()) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("rank: %d out of range [0, %d) for job %s", rank,
-                          job->rank_worker.size(), job->id()));
+    // Done with this job: free for the next one.
+    if (request.finished() && request.error().empty() && worker != nullptr) {
+      worker->job_id.clear();
     }
-    if (job->rank_worker[rank] != request.worker_id()) {
-      response->set_abort_job(true);
-      response->set_reason(absl::StrFormat(
-          "worker %s does not hold rank %d of job %s (lost or replaced)",
-          request.worker_id(), rank, job->id()));
-      return absl::OkStatus();
-    }
-    const std::string label =
-        WorkerLabel(request.worker_id(), rank, job->rank_name[rank]);
-    if (!request.error().empty()) {
-      const std::string reason =
-          absl::StrCat(label, " failed: ", request.error());
-      EndJob(*job, FAILED, reason, now);
-      response->set_abort_job(true);
-      response->set_reason(reason);
-    } else {
-      const bool leader = rank == job->Leader();
-      if (leader) *job->status.mutable_progress() = request.progress();
-      if (request.finished()) {
-        job->rank_finished[rank] = true;
-        // Done with this job: free for the next one.
-        if (Worker* worker = FindWorker(request.worker_id())) {
-          worker->job_id.clear();
-        }
-        if (leader) {
-          const Progress& p = job->status.progress();
-          std::string reason = absl::StrFormat("finished at step %d", p.step());
-          if (p.test_accuracy() >= 0) {
-            absl::StrAppendFormat(&reason, ", test accuracy %.4f",
-                                  p.test_accuracy());
-          }
-          EndJob(*job, SUCCEEDED, reason, now);
-        }
+    if (std::optional<JobEnd> end = JobTable::ApplyReport(*job, request)) {
+      EndJob(*job, *end, now);
+      if (end->state == FAILED) {
+        response->set_abort_job(true);
+        response->set_reason(end->reason);
       }
     }
     MaybeStartJobs();
   }
-  RunDone(done);
-  DrainShardOps();
+  shard_ops_.Drain();
   return absl::OkStatus();
 }
 
 void JobCoordinator::Tick(absl::Time now) {
-  DoneList done;
+  CompletedPolls done;
   {
     absl::MutexLock lock(&mu_);
-    const absl::Duration timeout =
-        absl::Milliseconds(options_.worker_timeout_ms);
-    struct Silent {
-      uint64_t seq;
-      std::string id;
-      absl::Duration silent;
-    };
-    std::vector<Silent> lost;
-    for (auto& [id, worker] : workers_) {
-      if (worker->poll_done && worker->poll_deadline <= now) {
-        CompletePoll(*worker, absl::OkStatus(), done);
-      }
-      const absl::Duration silent = now - worker->last_seen;
-      if (silent >= timeout) lost.push_back({worker->seq, id, silent});
-    }
-    // Registration order, so that outcomes do not depend on hash order.
-    std::sort(lost.begin(), lost.end(),
-              [](const Silent& a, const Silent& b) { return a.seq < b.seq; });
-    for (const Silent& s : lost) {
+    workers_.ExpirePolls(now, done);
+    for (const WorkerRegistry::Silent& s : workers_.SilentAt(
+             now, absl::Milliseconds(options_.worker_timeout_ms))) {
       LoseWorker(s.id,
                  absl::StrFormat("no heartbeat for %.1f s",
                                  absl::ToDoubleSeconds(s.silent)),
@@ -725,21 +478,18 @@ void JobCoordinator::Tick(absl::Time now) {
     }
     MaybeStartJobs();
   }
-  RunDone(done);
-  DrainShardOps();
+  done.Run();
+  shard_ops_.Drain();
 }
 
 void JobCoordinator::Shutdown() {
-  DoneList done;
+  CompletedPolls done;
   {
     absl::MutexLock lock(&mu_);
     shutdown_ = true;
-    for (auto& [id, worker] : workers_) {
-      CompletePoll(*worker, absl::UnavailableError("coordinator shutting down"),
-                   done);
-    }
+    workers_.CompleteAllPolls(ShuttingDown(), done);
   }
-  RunDone(done);
+  done.Run();
 }
 
 }  // namespace ps

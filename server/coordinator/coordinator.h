@@ -1,7 +1,12 @@
 // JobCoordinator: the job and worker state machine behind the JobCoordinator
 // service. Transport-free: the gRPC adapter in server/rpc forwards each RPC
-// to the method of the same name, and implements ShardControl over the
-// ParameterServer service.
+// to the method of the same name, and implements ShardControl
+// (shard_op_queue.h) over the ParameterServer service.
+//
+// A composition of three parts under one mutex (the shard queue has its
+// own): JobTable (jobs, their states and ranks), WorkerRegistry (workers,
+// liveness, parked long-polls) and ShardOpQueue (calls to the shards, in
+// decision order, outside the lock).
 //
 //   FakeOrGrpcShardControl shards;  // outlives the coordinator
 //   JobCoordinator::Options options;
@@ -45,15 +50,13 @@
 #define SERVER_COORDINATOR_COORDINATOR_H_
 
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -61,29 +64,16 @@
 #include "proto/coordinator.pb.h"
 #include "proto/job.pb.h"
 #include "proto/ps.pb.h"
+#include "server/coordinator/job_table.h"
 #include "server/coordinator/job_validation.h"
+#include "server/coordinator/shard_op_queue.h"
+#include "server/coordinator/worker_registry.h"
 
 namespace ps {
 
-// What the coordinator needs from the shards. Implementations may block
-// (they are RPCs); the coordinator never calls them while holding its lock,
-// and makes at most one call at a time, in the order it decided them.
-class ShardControl {
- public:
-  virtual ~ShardControl() = default;
-  // Creates the job's chunks that `shard` holds. An error fails the job.
-  virtual absl::Status RegisterJob(uint32_t shard,
-                                   const RegisterJobRequest& request) = 0;
-  // Frees the job's chunks. Errors are logged and otherwise ignored.
-  virtual absl::Status DropJob(uint32_t shard, const std::string& job_id) = 0;
-  // Sets which worker ranks count toward the quorum. An error fails the job.
-  virtual absl::Status SetMembership(uint32_t shard,
-                                     const SetMembershipRequest& request) = 0;
-};
-
 // Thread-safe: every method may be called from any thread. Methods return
 // without waiting for other callers, except that the thread that finds
-// ShardControl work queued runs it (see ShardControl) before returning, so
+// shard work queued runs it (see ShardOpQueue) before returning, so
 // SubmitJob, CancelJob, RegisterWorker, ReportProgress and Tick may block
 // for as long as the shard calls take. Callbacks (GetAssignment's `done`)
 // run outside the lock and may call back into the coordinator.
@@ -165,11 +155,13 @@ class JobCoordinator {
                      std::function<void(absl::Status)> done);
 
   // A worker's progress on its job. The leader's (rank 0, or the lowest
-  // rank left after SHRINK) becomes the job's progress, and its `finished`
-  // ends the job as SUCCEEDED; any rank's `error` ends it as FAILED. A report
-  // for a job that is not running, or from a worker that no longer holds
-  // the rank, gets abort_job with the reason. NOT_FOUND for an unknown job,
-  // INVALID_ARGUMENT for a rank out of range.
+  // rank left after SHRINK) becomes the job's progress, with samples_per_s
+  // counting only the live workers (the leader reports the rate of all
+  // num_workers at its pace), and its `finished` ends the job as SUCCEEDED; any
+  // rank's `error` ends it as FAILED. A report for a job that is not running,
+  // or from a worker that no longer holds the rank, gets abort_job with the
+  // reason. NOT_FOUND for an unknown job, INVALID_ARGUMENT for a rank out of
+  // range.
   absl::Status ReportProgress(const ProgressReport& request,
                               ProgressReportResponse* response);
 
@@ -183,71 +175,68 @@ class JobCoordinator {
   void Shutdown();
 
  private:
-  struct Worker;
-  struct Job;
-  using DoneList =
-      std::vector<std::pair<std::function<void(absl::Status)>, absl::Status>>;
+  using Job = JobTable::Job;
+  using Worker = WorkerRegistry::Worker;
 
   JobCoordinator(Options options, ShardControl* shards);
 
-  static void RunDone(DoneList& done);
-  // Runs queued ShardControl work unless another thread already is.
-  void DrainShardOps() ABSL_LOCKS_EXCLUDED(mu_);
-  void EnqueueShardOp(std::function<void()> op)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void EnqueueDrop(const std::string& job_id, uint32_t num_shards)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void EnqueueMembership(const Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The shard work of starting a job: RegisterJob everywhere, then RUNNING.
-  void RegisterOnShards(const std::string& job_id) ABSL_LOCKS_EXCLUDED(mu_);
+  // Lock-held steps. Each may queue shard work (run by the caller's
+  // shard_ops_.Drain() after unlocking) and completes polls into `done`.
 
-  Job* FindJob(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  Worker* FindWorker(const std::string& worker_id)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Starts pending jobs, oldest first, while enough workers are idle.
   void MaybeStartJobs() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Sets the end state, frees the workers (telling them to abort unless it
-  // succeeded) and, on cancel of a job that reached the shards, queues their
-  // DropJob.
-  void EndJob(Job& job, JobState state, const std::string& reason,
-              absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Applies `end`, frees the workers (telling them to abort unless it
+  // succeeded) and, for a failed or cancelled job that may have reached the
+  // shards, queues their DropJob.
+  void EndJob(Job& job, const JobEnd& end, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Removes the worker; applies its job's failure policy. `why` completes
   // "worker w-3 (rank 1, name) lost: ".
   void LoseWorker(const std::string& worker_id, const std::string& why,
-                  absl::Time now, DoneList& done)
+                  absl::Time now, CompletedPolls& done)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Gives a lost rank of a running SHRINK job back to a worker of the same
   // name.
-  void MaybeRejoin(Worker& worker, DoneList& done)
+  void MaybeRejoin(Worker& worker, CompletedPolls& done)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool FillAssignment(const Worker& worker, GetAssignmentResponse* response)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Completes the worker's parked long-poll if it now has an assignment.
-  void DeliverAssignment(Worker& worker, DoneList& done)
+  void DeliverAssignment(Worker& worker, CompletedPolls& done)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void CompletePoll(Worker& worker, absl::Status status, DoneList& done)
+  // Answers a GetAssignment at once or parks it.
+  void AnswerOrPark(Worker& worker, const GetAssignmentRequest& request,
+                    GetAssignmentResponse* response,
+                    std::function<void(absl::Status)> callback,
+                    CompletedPolls& done) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // Shard work, queued under mu_ and run by the draining thread.
+  void EnqueueRegister(const std::string& job_id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EnqueueMembership(const Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The request RegisterJob sends; nullopt once the job stopped starting.
+  std::optional<RegisterJobRequest> RegisterRequest(const std::string& job_id)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // After RegisterJob on the shards: RUNNING, or FAILED and dropped.
+  void FinishRegistering(const std::string& job_id, const absl::Status& failure,
+                         uint32_t asked) ABSL_LOCKS_EXCLUDED(mu_);
+  // Delivers assignments and sends a membership smaller than the job.
+  void StartRunning(Job& job, absl::Time now, CompletedPolls& done)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A membership change a shard refused: the job fails (a shard that keeps
+  // waiting for a lost rank would stall every step).
+  void MembershipFailed(const std::string& job_id, const absl::Status& failure)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   const Options options_;
   const uint32_t num_shards_;
-  ShardControl* const shards_;  // borrowed
+  // ShardControl work in decision order; its own lock, taken after mu_.
+  ShardOpQueue shard_ops_;
 
   absl::Mutex mu_;
-  // Submit order; never erased, so Job pointers stay valid.
-  std::vector<std::unique_ptr<Job>> jobs_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<std::string, Job*> jobs_by_id_ ABSL_GUARDED_BY(mu_);
-  // PENDING jobs not yet holding workers, oldest first.
-  std::deque<Job*> pending_ ABSL_GUARDED_BY(mu_);
-  // Live workers only; a lost worker is erased.
-  absl::flat_hash_map<std::string, std::unique_ptr<Worker>> workers_
-      ABSL_GUARDED_BY(mu_);
-  uint64_t next_job_ ABSL_GUARDED_BY(mu_) = 1;
-  uint64_t next_worker_ ABSL_GUARDED_BY(mu_) = 1;
+  JobTable jobs_ ABSL_GUARDED_BY(mu_);
+  WorkerRegistry workers_ ABSL_GUARDED_BY(mu_);
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
-  // ShardControl work in decision order, run outside mu_ by one thread at a
-  // time so that, e.g., two membership changes reach the shards in order.
-  std::deque<std::function<void()>> shard_ops_ ABSL_GUARDED_BY(mu_);
-  bool draining_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace ps

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <initializer_list>
 #include <system_error>
 #include <utility>
 
@@ -136,28 +137,31 @@ void CheckModel(const JobSpec& spec, const ValidationContext& ctx,
 
 bool Finite(float v) { return std::isfinite(v); }
 
-void CheckOptimizer(const OptimizerSpec& o, Problems& p) {
+// Whether `kind` names an optimizer other than `uses` (and so should not
+// set a field only `uses` reads).
+bool OtherKnownKind(OptimizerKind kind,
+                    std::initializer_list<OptimizerKind> uses) {
+  if (!OptimizerKind_IsValid(kind) || kind == OPTIMIZER_UNSPECIFIED) {
+    return false;
+  }
+  for (OptimizerKind u : uses) {
+    if (kind == u) return false;
+  }
+  return true;
+}
+
+// momentum and nesterov: SGD's fields.
+void CheckSgdFields(const OptimizerSpec& o, Problems& p) {
   const OptimizerKind kind = o.kind();
-  const bool known_kind = OptimizerKind_IsValid(kind);
-  if (kind == OPTIMIZER_UNSPECIFIED) {
-    p.Add("optimizer.kind", "must be set (SGD, ADAGRAD, ADAM, ADAMW)");
-  } else if (!known_kind) {
-    p.Add("optimizer.kind", absl::StrFormat("unknown value %d", kind));
-  }
-  if (!(o.learning_rate() > 0) || !Finite(o.learning_rate())) {
-    p.Add("optimizer.learning_rate",
-          absl::StrFormat("must be finite and > 0, got %g", o.learning_rate()));
-  }
   if (!(o.momentum() >= 0 && o.momentum() < 1)) {
     p.Add("optimizer.momentum",
           absl::StrFormat("must be in [0, 1), got %g", o.momentum()));
-  } else if (o.momentum() > 0 && known_kind && kind != SGD &&
-             kind != OPTIMIZER_UNSPECIFIED) {
+  } else if (o.momentum() > 0 && OtherKnownKind(kind, {SGD})) {
     p.Add("optimizer.momentum", absl::StrCat("only SGD uses momentum (kind is ",
                                              OptimizerKind_Name(kind), ")"));
   }
   if (o.nesterov()) {
-    if (known_kind && kind != SGD && kind != OPTIMIZER_UNSPECIFIED) {
+    if (OtherKnownKind(kind, {SGD})) {
       p.Add("optimizer.nesterov",
             absl::StrCat("only SGD uses nesterov (kind is ",
                          OptimizerKind_Name(kind), ")"));
@@ -165,16 +169,16 @@ void CheckOptimizer(const OptimizerSpec& o, Problems& p) {
       p.Add("optimizer.nesterov", "requires momentum > 0");
     }
   }
-  if (!(o.weight_decay() >= 0) || !Finite(o.weight_decay())) {
-    p.Add("optimizer.weight_decay",
-          absl::StrFormat("must be finite and >= 0, got %g", o.weight_decay()));
-  }
-  const bool adam = kind == ADAM || kind == ADAMW;
+}
+
+// beta1, beta2, epsilon and initial_accumulator: the adaptive optimizers'.
+void CheckAdaptiveFields(const OptimizerSpec& o, Problems& p) {
+  const OptimizerKind kind = o.kind();
   auto check_beta = [&](absl::string_view field, bool has, float v) {
     if (!has) return;
     if (!(v >= 0 && v < 1)) {
       p.Add(field, absl::StrFormat("must be in [0, 1), got %g", v));
-    } else if (!adam && known_kind && kind != OPTIMIZER_UNSPECIFIED) {
+    } else if (OtherKnownKind(kind, {ADAM, ADAMW})) {
       p.Add(field, absl::StrCat("only ADAM and ADAMW use it (kind is ",
                                 OptimizerKind_Name(kind), ")"));
     }
@@ -193,12 +197,30 @@ void CheckOptimizer(const OptimizerSpec& o, Problems& p) {
     p.Add("optimizer.initial_accumulator",
           absl::StrFormat("must be finite and >= 0, got %g",
                           o.initial_accumulator()));
-  } else if (o.initial_accumulator() > 0 && known_kind && kind != ADAGRAD &&
-             kind != OPTIMIZER_UNSPECIFIED) {
+  } else if (o.initial_accumulator() > 0 && OtherKnownKind(kind, {ADAGRAD})) {
     p.Add("optimizer.initial_accumulator",
           absl::StrCat("only ADAGRAD uses it (kind is ",
                        OptimizerKind_Name(kind), ")"));
   }
+}
+
+void CheckOptimizer(const OptimizerSpec& o, Problems& p) {
+  const OptimizerKind kind = o.kind();
+  if (kind == OPTIMIZER_UNSPECIFIED) {
+    p.Add("optimizer.kind", "must be set (SGD, ADAGRAD, ADAM, ADAMW)");
+  } else if (!OptimizerKind_IsValid(kind)) {
+    p.Add("optimizer.kind", absl::StrFormat("unknown value %d", kind));
+  }
+  if (!(o.learning_rate() > 0) || !Finite(o.learning_rate())) {
+    p.Add("optimizer.learning_rate",
+          absl::StrFormat("must be finite and > 0, got %g", o.learning_rate()));
+  }
+  CheckSgdFields(o, p);
+  if (!(o.weight_decay() >= 0) || !Finite(o.weight_decay())) {
+    p.Add("optimizer.weight_decay",
+          absl::StrFormat("must be finite and >= 0, got %g", o.weight_decay()));
+  }
+  CheckAdaptiveFields(o, p);
 }
 
 void CheckConsistency(const JobSpec& spec, Problems& p) {

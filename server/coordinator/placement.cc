@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/status_macros.h"
 #include "core/chunking.h"
 
 namespace ps {
@@ -21,8 +22,7 @@ absl::StatusOr<std::vector<ChunkPlacement>> CutTensorsIntoChunks(
     return absl::InvalidArgumentError(
         "tensors: empty (normalize the spec before placing it)");
   }
-  absl::Status valid = ValidateTensors(spec);
-  if (!valid.ok()) return valid;
+  PS_RETURN_IF_ERROR(ValidateTensors(spec));
   // Count first, so a huge spec fails before any allocation.
   const uint64_t per_chunk = ChunkElements(spec);
   uint64_t total_chunks = 0;
@@ -43,16 +43,15 @@ absl::StatusOr<Placement> PlaceChunks(const JobSpec& normalized_spec,
   if (num_shards == 0) {
     return absl::InvalidArgumentError("num_shards: must be >= 1");
   }
-  absl::StatusOr<std::vector<ChunkPlacement>> chunks =
-      CutTensorsIntoChunks(normalized_spec);
-  if (!chunks.ok()) return chunks.status();
+  PS_ASSIGN_OR_RETURN(std::vector<ChunkPlacement> chunks,
+                      CutTensorsIntoChunks(normalized_spec));
 
   // Longest-processing-time-first: the classic greedy for balancing loads;
   // the final loads differ by at most the size of one chunk.
-  std::vector<uint32_t> order(chunks->size());
+  std::vector<uint32_t> order(chunks.size());
   for (uint32_t i = 0; i < order.size(); ++i) order[i] = i;
   std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
-    return (*chunks)[a].length() > (*chunks)[b].length();
+    return chunks[a].length() > chunks[b].length();
   });
   using Load = std::pair<uint64_t, uint32_t>;  // (bytes, shard id)
   // Min-heap on (bytes, shard): the pair order breaks ties to the lowest id.
@@ -61,14 +60,14 @@ absl::StatusOr<Placement> PlaceChunks(const JobSpec& normalized_spec,
   for (uint32_t i : order) {
     Load least = loads.top();
     loads.pop();
-    (*chunks)[i].set_shard(least.second);
-    least.first += (*chunks)[i].length() * 4;
+    chunks[i].set_shard(least.second);
+    least.first += chunks[i].length() * 4;
     loads.push(least);
   }
 
   Placement placement;
   placement.set_num_shards(num_shards);
-  for (ChunkPlacement& c : *chunks) *placement.add_chunks() = std::move(c);
+  for (ChunkPlacement& c : chunks) *placement.add_chunks() = std::move(c);
   return placement;
 }
 

@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/grpc_status.h"
+#include "common/status_macros.h"
 
 namespace ps {
 
@@ -22,8 +23,8 @@ GrpcShardControl::GrpcShardControl(const std::vector<std::string>& addresses,
 std::unique_ptr<grpc::ClientContext> GrpcShardControl::NewContext() const {
   auto ctx = std::make_unique<grpc::ClientContext>();
   ctx->set_deadline(absl::ToChronoTime(absl::Now() + deadline_));
-  ctx->set_wait_for_ready(
-      true);  // a shard that is still starting is waited for
+  // A shard that is still starting is waited for.
+  ctx->set_wait_for_ready(true);
   security_->Authorize(ctx.get());
   return ctx;
 }
@@ -34,8 +35,9 @@ absl::Status GrpcShardControl::RegisterJob(uint32_t shard,
     RegisterJobResponse resp;
     return local_->RegisterJob(request, &resp);
   }
-  if (shard >= stubs_.size())
+  if (shard >= stubs_.size()) {
     return absl::InvalidArgumentError(absl::StrCat("shard ", shard));
+  }
   RegisterJobResponse resp;
   return FromGrpcStatus(
       stubs_[shard]->RegisterJob(NewContext().get(), request, &resp));
@@ -46,8 +48,9 @@ absl::Status GrpcShardControl::DropJob(uint32_t shard,
   DropJobRequest req;
   req.set_job_id(job_id);
   if (shard == local_shard_id_) return local_->DropJob(req);
-  if (shard >= stubs_.size())
+  if (shard >= stubs_.size()) {
     return absl::InvalidArgumentError(absl::StrCat("shard ", shard));
+  }
   DropJobResponse resp;
   return FromGrpcStatus(stubs_[shard]->DropJob(NewContext().get(), req, &resp));
 }
@@ -55,8 +58,9 @@ absl::Status GrpcShardControl::DropJob(uint32_t shard,
 absl::Status GrpcShardControl::SetMembership(
     uint32_t shard, const SetMembershipRequest& request) {
   if (shard == local_shard_id_) return local_->SetMembership(request);
-  if (shard >= stubs_.size())
+  if (shard >= stubs_.size()) {
     return absl::InvalidArgumentError(absl::StrCat("shard ", shard));
+  }
   SetMembershipResponse resp;
   return FromGrpcStatus(
       stubs_[shard]->SetMembership(NewContext().get(), request, &resp));
@@ -67,13 +71,12 @@ void CoordinatorService::SetCoordinator(JobCoordinator* coordinator) {
   coordinator_ = coordinator;
 }
 
-JobCoordinator* CoordinatorService::Ready(grpc::CallbackServerContext* ctx,
-                                          absl::Status* rejected) {
-  *rejected = security_->CheckToken(*ctx);
-  if (!rejected->ok()) return nullptr;
+absl::StatusOr<JobCoordinator*> CoordinatorService::Ready(
+    grpc::CallbackServerContext* ctx) {
+  PS_RETURN_IF_ERROR(security_->CheckToken(*ctx));
   absl::MutexLock lock(&mu_);
   if (coordinator_ == nullptr) {
-    *rejected = absl::UnavailableError(
+    return absl::UnavailableError(
         "coordinator starting: waiting for every shard's address");
   }
   return coordinator_;
@@ -90,79 +93,76 @@ grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* ctx,
 
 }  // namespace
 
-// A call that may block on shard RPCs: run on the executor.
-#define PS_COORDINATOR_SERIAL(Method, ctx, req, resp)        \
-  absl::Status rejected;                                     \
-  JobCoordinator* c = Ready(ctx, &rejected);                 \
-  if (c == nullptr) return Finish(ctx, rejected);            \
-  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor(); \
-  executor_.Schedule([c, req, resp, reactor] {               \
-    reactor->Finish(ToGrpcStatus(c->Method(*req, resp)));    \
-  });                                                        \
-  return reactor
+grpc::ServerUnaryReactor* CoordinatorService::Inline(
+    grpc::CallbackServerContext* ctx, const Call& call) {
+  absl::StatusOr<JobCoordinator*> c = Ready(ctx);
+  return Finish(ctx, c.ok() ? call(**c) : c.status());
+}
 
-// A call that never blocks: run inline.
-#define PS_COORDINATOR_INLINE(Method, ctx, req, resp) \
-  absl::Status rejected;                              \
-  JobCoordinator* c = Ready(ctx, &rejected);          \
-  if (c == nullptr) return Finish(ctx, rejected);     \
-  return Finish(ctx, c->Method(*req, resp))
+grpc::ServerUnaryReactor* CoordinatorService::Serial(
+    grpc::CallbackServerContext* ctx, Call call) {
+  absl::StatusOr<JobCoordinator*> c = Ready(ctx);
+  if (!c.ok()) return Finish(ctx, c.status());
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  executor_.Schedule([c = *c, call = std::move(call), reactor] {
+    reactor->Finish(ToGrpcStatus(call(*c)));
+  });
+  return reactor;
+}
 
 grpc::ServerUnaryReactor* CoordinatorService::SubmitJob(
     grpc::CallbackServerContext* ctx, const SubmitJobRequest* req,
     SubmitJobResponse* resp) {
-  absl::Status rejected;
-  JobCoordinator* c = Ready(ctx, &rejected);
-  if (c == nullptr) return Finish(ctx, rejected);
-  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  executor_.Schedule([c, req, resp, reactor] {
-    absl::Status s = c->SubmitJob(*req, resp);
+  return Serial(ctx, [req, resp](JobCoordinator& c) {
+    absl::Status s = c.SubmitJob(*req, resp);
     // A rejected spec is an answer, not a failed call: gRPC drops the
     // response body on errors, and the client needs every problem listed.
     if (!s.ok() && resp->problems_size() > 0) s = absl::OkStatus();
-    reactor->Finish(ToGrpcStatus(s));
+    return s;
   });
-  return reactor;
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::GetJob(
     grpc::CallbackServerContext* ctx, const GetJobRequest* req,
     JobStatus* resp) {
-  PS_COORDINATOR_INLINE(GetJob, ctx, req, resp);
+  return Inline(ctx, [&](JobCoordinator& c) { return c.GetJob(*req, resp); });
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::ListJobs(
     grpc::CallbackServerContext* ctx, const ListJobsRequest* req,
     ListJobsResponse* resp) {
-  PS_COORDINATOR_INLINE(ListJobs, ctx, req, resp);
+  return Inline(ctx, [&](JobCoordinator& c) { return c.ListJobs(*req, resp); });
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::CancelJob(
     grpc::CallbackServerContext* ctx, const CancelJobRequest* req,
     CancelJobResponse* resp) {
-  PS_COORDINATOR_SERIAL(CancelJob, ctx, req, resp);
+  return Serial(
+      ctx, [req, resp](JobCoordinator& c) { return c.CancelJob(*req, resp); });
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::RegisterWorker(
     grpc::CallbackServerContext* ctx, const RegisterWorkerRequest* req,
     RegisterWorkerResponse* resp) {
-  PS_COORDINATOR_SERIAL(RegisterWorker, ctx, req, resp);
+  return Serial(ctx, [req, resp](JobCoordinator& c) {
+    return c.RegisterWorker(*req, resp);
+  });
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::Heartbeat(
     grpc::CallbackServerContext* ctx, const HeartbeatRequest* req,
     HeartbeatResponse* resp) {
-  PS_COORDINATOR_INLINE(Heartbeat, ctx, req, resp);
+  return Inline(ctx,
+                [&](JobCoordinator& c) { return c.Heartbeat(*req, resp); });
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::GetAssignment(
     grpc::CallbackServerContext* ctx, const GetAssignmentRequest* req,
     GetAssignmentResponse* resp) {
-  absl::Status rejected;
-  JobCoordinator* c = Ready(ctx, &rejected);
-  if (c == nullptr) return Finish(ctx, rejected);
+  absl::StatusOr<JobCoordinator*> c = Ready(ctx);
+  if (!c.ok()) return Finish(ctx, c.status());
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  c->GetAssignment(*req, resp, [reactor](absl::Status s) {
+  (*c)->GetAssignment(*req, resp, [reactor](absl::Status s) {
     reactor->Finish(ToGrpcStatus(s));
   });
   return reactor;
@@ -171,7 +171,9 @@ grpc::ServerUnaryReactor* CoordinatorService::GetAssignment(
 grpc::ServerUnaryReactor* CoordinatorService::ReportProgress(
     grpc::CallbackServerContext* ctx, const ProgressReport* req,
     ProgressReportResponse* resp) {
-  PS_COORDINATOR_SERIAL(ReportProgress, ctx, req, resp);
+  return Serial(ctx, [req, resp](JobCoordinator& c) {
+    return c.ReportProgress(*req, resp);
+  });
 }
 
 }  // namespace ps

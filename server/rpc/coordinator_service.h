@@ -10,10 +10,12 @@
 #ifndef SERVER_RPC_COORDINATOR_SERVICE_H_
 #define SERVER_RPC_COORDINATOR_SERVICE_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "common/security.h"
 #include "proto/coordinator.grpc.pb.h"
 #include "proto/ps.grpc.pb.h"
@@ -84,9 +86,17 @@ class CoordinatorService final : public Coordinator::CallbackService {
       ProgressReportResponse* resp) override;
 
  private:
-  // The coordinator, or null with the reason to give the caller.
-  JobCoordinator* Ready(grpc::CallbackServerContext* ctx,
-                        absl::Status* rejected);
+  using Call = std::function<absl::Status(JobCoordinator&)>;
+
+  // The coordinator once the caller's token checks out and SetCoordinator
+  // ran; else the status to answer with.
+  absl::StatusOr<JobCoordinator*> Ready(grpc::CallbackServerContext* ctx);
+  // A call that never blocks: run inline.
+  grpc::ServerUnaryReactor* Inline(grpc::CallbackServerContext* ctx,
+                                   const Call& call);
+  // A call that may block on shard RPCs: run on the executor. What `call`
+  // captures must live until the RPC finishes (request and response do).
+  grpc::ServerUnaryReactor* Serial(grpc::CallbackServerContext* ctx, Call call);
 
   const Security* const security_;
   absl::Mutex mu_;

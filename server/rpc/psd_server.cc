@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/logging.h"
+#include "common/status_macros.h"
 #include "common/text_proto.h"
 #include "spdlog/spdlog.h"
 
@@ -13,6 +14,13 @@ namespace {
 constexpr absl::Duration kHousekeepingPeriod = absl::Milliseconds(100);
 // How long the coordinator waits for the other shards' address files.
 constexpr absl::Duration kResolveShardsTimeout = absl::Seconds(60);
+
+// `status` with "`prefix`: " before its message; OK stays OK.
+absl::Status Prefixed(absl::string_view prefix, const absl::Status& status) {
+  if (status.ok()) return status;
+  return absl::Status(status.code(),
+                      absl::StrCat(prefix, ": ", status.message()));
+}
 
 }  // namespace
 
@@ -25,6 +33,30 @@ bool PsdServer::is_coordinator() const {
 }
 
 absl::Status PsdServer::Start() {
+  PS_RETURN_IF_ERROR(OpenShard());
+  PS_RETURN_IF_ERROR(Listen());
+  if (!config_.psd.address_file().empty()) {
+    absl::Status w =
+        WriteFileAtomically(config_.psd.address_file(), address_ + "\n");
+    if (!w.ok()) {
+      server_->Shutdown();
+      return Prefixed("address_file", w);
+    }
+  }
+  started_ = true;
+  spdlog::info("shard {} listening on {}{}{}", config_.psd.shard_id(), address_,
+               security_.tls() ? " (TLS)" : "",
+               security_.has_token() ? " (token)" : "");
+  housekeeping_ = std::thread([this] { Housekeeping(); });
+  if (is_coordinator()) {
+    coordinator_starter_ = std::thread([this] { StartCoordinator(); });
+  } else {
+    coordinator_ready_.Notify();
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PsdServer::OpenShard() {
   absl::StatusOr<Security> security =
       Security::FromCluster(config_.cluster.config);
   if (!security.ok()) {
@@ -40,18 +72,18 @@ absl::Status PsdServer::Start() {
   // Restore before listening: a worker retrying through a restart must find
   // its job exactly as the checkpoint left it, never a missing one.
   Shard::RestoreReport restore;
-  if (absl::Status s = shard_->OpenCheckpoints(&restore); !s.ok()) {
-    return absl::Status(s.code(),
-                        absl::StrCat(config_.path, ": ", s.message()));
-  }
+  PS_RETURN_IF_ERROR(Prefixed(config_.path, shard_->OpenCheckpoints(&restore)));
   for (const std::string& problem : restore.problems) {
     spdlog::error("shard {}: {}", config_.psd.shard_id(), problem);
   }
   for (const std::string& job : restore.restored) {
     spdlog::info("shard {}: restored {}", config_.psd.shard_id(), job);
   }
-  ps_service_ = std::make_unique<PsService>(shard_.get(), &security_);
+  return absl::OkStatus();
+}
 
+absl::Status PsdServer::Listen() {
+  ps_service_ = std::make_unique<PsService>(shard_.get(), &security_);
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(config_.psd.listen_address(),
@@ -72,56 +104,33 @@ absl::Status PsdServer::Start() {
   std::string host = config_.psd.listen_address().substr(
       0, config_.psd.listen_address().rfind(':'));
   address_ = absl::StrCat(host, ":", port);
-  if (!config_.psd.address_file().empty()) {
-    absl::Status w =
-        WriteFileAtomically(config_.psd.address_file(), address_ + "\n");
-    if (!w.ok()) {
-      server_->Shutdown();
-      return absl::Status(w.code(),
-                          absl::StrCat("address_file: ", w.message()));
-    }
-  }
-  started_ = true;
-  spdlog::info("shard {} listening on {}{}{}", config_.psd.shard_id(), address_,
-               security_.tls() ? " (TLS)" : "",
-               security_.has_token() ? " (token)" : "");
-  housekeeping_ = std::thread([this] { Housekeeping(); });
-  if (is_coordinator()) {
-    coordinator_starter_ = std::thread([this] { StartCoordinator(); });
-  } else {
-    coordinator_ready_.Notify();
-  }
   return absl::OkStatus();
 }
 
 void PsdServer::StartCoordinator() {
-  absl::StatusOr<std::vector<std::string>> addresses = ResolveShardAddresses(
-      config_.cluster, absl::Now() + kResolveShardsTimeout);
-  if (!addresses.ok()) {
-    spdlog::error("coordinator not started: {}", addresses.status().message());
-    coordinator_ready_.Notify();
-    return;
-  }
-  (*addresses)[config_.psd.shard_id()] = address_;
+  absl::Status s = OpenCoordinator();
+  if (!s.ok()) spdlog::error("coordinator not started: {}", s.message());
+  coordinator_ready_.Notify();
+}
+
+absl::Status PsdServer::OpenCoordinator() {
+  PS_ASSIGN_OR_RETURN(
+      std::vector<std::string> addresses,
+      ResolveShardAddresses(config_.cluster,
+                            absl::Now() + kResolveShardsTimeout));
+  addresses[config_.psd.shard_id()] = address_;
   shard_control_ = std::make_unique<GrpcShardControl>(
-      *addresses, &security_, config_.psd.shard_id(), shard_.get());
+      addresses, &security_, config_.psd.shard_id(), shard_.get());
   JobCoordinator::Options options;
   options.worker_timeout_ms = config_.psd.worker_timeout_ms();
   options.heartbeat_interval_ms =
       std::max<uint32_t>(100, config_.psd.worker_timeout_ms() / 10);
-  options.shard_addresses = *addresses;
-  absl::StatusOr<std::unique_ptr<JobCoordinator>> coordinator =
-      JobCoordinator::Create(options, shard_control_.get());
-  if (!coordinator.ok()) {
-    spdlog::error("coordinator not started: {}",
-                  coordinator.status().message());
-    coordinator_ready_.Notify();
-    return;
-  }
-  coordinator_ = *std::move(coordinator);
+  options.shard_addresses = addresses;
+  PS_ASSIGN_OR_RETURN(coordinator_,
+                      JobCoordinator::Create(options, shard_control_.get()));
   coordinator_service_->SetCoordinator(coordinator_.get());
-  spdlog::info("coordinator ready: {} shards", addresses->size());
-  coordinator_ready_.Notify();
+  spdlog::info("coordinator ready: {} shards", addresses.size());
+  return absl::OkStatus();
 }
 
 void PsdServer::Housekeeping() {

@@ -60,8 +60,17 @@ class PsdServer {
   Shard* shard() { return shard_.get(); }
 
  private:
+  // Start's steps: the security settings and the Shard with its restored
+  // checkpoints; then the gRPC server bound to listen_address (address_).
+  absl::Status OpenShard();
+  absl::Status Listen();
   void Housekeeping();
+  // On its own thread: OpenCoordinator, logging why it failed, then
+  // coordinator_ready_.
   void StartCoordinator();
+  // Resolves every shard's address, creates the coordinator and opens the
+  // Coordinator service.
+  absl::Status OpenCoordinator();
 
   const LoadedPsdConfig config_;
   Security security_;

@@ -2,7 +2,7 @@
 // request reaches the Shard: bounds that keep one small, authenticated but
 // hostile request from making the daemon allocate without limit.
 //
-//   if (absl::Status s = CheckRegisterJobLimits(request); !s.ok()) return s;
+//   PS_RETURN_IF_ERROR(CheckRegisterJobLimits(request));
 //   return shard->RegisterJob(request, &response);
 //
 // The Shard validates everything else (and refuses what these let through

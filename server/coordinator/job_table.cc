@@ -1,0 +1,238 @@
+#include "server/coordinator/job_table.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "spdlog/spdlog.h"
+
+namespace ps {
+namespace {
+
+double UnixSeconds(absl::Time t) {
+  return absl::ToDoubleSeconds(t - absl::UnixEpoch());
+}
+
+}  // namespace
+
+std::string WorkerLabel(const std::string& id, uint32_t rank,
+                        const std::string& name) {
+  return absl::StrFormat("worker %s (rank %d, %s)", id, rank, name);
+}
+
+bool JobTable::Job::Ended() const {
+  return status.state() == SUCCEEDED || status.state() == FAILED ||
+         status.state() == CANCELLED;
+}
+
+uint32_t JobTable::Job::Leader() const {
+  return active.empty() ? 0 : *active.begin();
+}
+
+JobTable::Job& JobTable::Add(JobSpec spec, Placement placement,
+                             absl::Time now) {
+  auto job = std::make_unique<Job>();
+  const std::string id = absl::StrFormat("job-%06d", next_job_++);
+  job->status.set_job_id(id);
+  job->status.set_name(spec.name());
+  job->status.set_state(PENDING);
+  *job->status.mutable_spec() = std::move(spec);
+  *job->status.mutable_placement() = std::move(placement);
+  job->status.mutable_progress()->set_test_accuracy(-1);
+  job->status.set_submit_time_s(UnixSeconds(now));
+  jobs_by_id_[id] = job.get();
+  pending_.push_back(job.get());
+  jobs_.push_back(std::move(job));
+  return *jobs_.back();
+}
+
+JobTable::Job* JobTable::Find(const std::string& job_id) {
+  auto it = jobs_by_id_.find(job_id);
+  return it == jobs_by_id_.end() ? nullptr : it->second;
+}
+
+absl::StatusOr<JobTable::Job*> JobTable::Get(const std::string& job_id) {
+  Job* job = Find(job_id);
+  if (job == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("job_id: unknown job \"", job_id, "\""));
+  }
+  return job;
+}
+
+void JobTable::List(ListJobsResponse* response) const {
+  response->Clear();
+  for (const std::unique_ptr<Job>& job : jobs_) {
+    *response->add_jobs() = job->status;
+  }
+}
+
+JobTable::Job* JobTable::PopStartable(size_t idle) {
+  if (pending_.empty()) return nullptr;
+  Job* job = pending_.front();
+  if (idle < job->status.spec().num_workers()) return nullptr;
+  pending_.pop_front();
+  return job;
+}
+
+void JobTable::BeginRegistering(Job& job,
+                                const std::vector<std::string>& worker_ids,
+                                const std::vector<std::string>& worker_names,
+                                uint32_t num_shards) {
+  const size_t n = worker_ids.size();
+  job.registering = true;
+  job.status.set_reason(
+      absl::StrFormat("registering on %d shards", num_shards));
+  job.rank_worker = worker_ids;
+  job.rank_name = worker_names;
+  job.rank_finished.assign(n, false);
+  job.active.clear();
+  job.status.clear_workers();
+  for (uint32_t rank = 0; rank < n; ++rank) {
+    job.active.insert(rank);
+    job.status.add_workers(worker_names[rank]);
+  }
+}
+
+void JobTable::ExplainPending(size_t idle_left) {
+  for (size_t i = 0; i < pending_.size(); ++i) {
+    JobStatus& status = pending_[i]->status;
+    status.set_reason(
+        i == 0 ? absl::StrFormat("waiting for workers: needs %d, %d idle",
+                                 status.spec().num_workers(), idle_left)
+               : absl::StrCat("queued behind ", pending_[0]->id()));
+  }
+}
+
+bool JobTable::StopRegistering(Job& job) {
+  const bool still_starting = job.registering && !job.Ended();
+  job.registering = false;
+  return still_starting;
+}
+
+void JobTable::MarkRunning(Job& job, absl::Time now) {
+  job.status.set_state(RUNNING);
+  job.status.set_reason("");
+  job.status.set_start_time_s(UnixSeconds(now));
+  spdlog::info("job {} running on {} workers", job.id(), job.active.size());
+}
+
+bool JobTable::End(Job& job, const JobEnd& end, absl::Time now) {
+  const bool was_pending = job.status.state() == PENDING && !job.registering;
+  job.status.set_state(end.state);
+  job.status.set_reason(end.reason);
+  job.status.set_end_time_s(UnixSeconds(now));
+  if (was_pending) {
+    pending_.erase(std::remove(pending_.begin(), pending_.end(), &job),
+                   pending_.end());
+  }
+  if (end.state == FAILED) {
+    spdlog::warn("job {} FAILED: {}", job.id(), end.reason);
+  } else {
+    spdlog::info("job {} {}: {}", job.id(), JobState_Name(end.state),
+                 end.reason);
+  }
+  return !was_pending;
+}
+
+std::optional<JobEnd> JobTable::LoseRank(Job& job, uint32_t rank,
+                                         const std::string& event) {
+  job.rank_worker[rank] = "";
+  if (job.status.spec().on_worker_failure() != SHRINK) {
+    return JobEnd{FAILED, event};
+  }
+  job.active.erase(rank);
+  if (job.active.empty()) {
+    return JobEnd{FAILED, absl::StrCat("every worker lost; last: ", event)};
+  }
+  spdlog::warn("job {}: {}; continuing with ranks {}", job.id(), event,
+               absl::StrJoin(job.active, ","));
+  job.status.set_reason(absl::StrCat("shrunk: ", event));
+  UpdateSamplesPerS(job);
+  if (job.rank_finished[job.Leader()]) {
+    return JobEnd{SUCCEEDED, absl::StrFormat("finished at step %d",
+                                             job.status.progress().step())};
+  }
+  return std::nullopt;
+}
+
+std::optional<std::pair<JobTable::Job*, uint32_t>> JobTable::FindRejoin(
+    const std::string& name) {
+  for (const std::unique_ptr<Job>& job : jobs_) {
+    if (job->status.state() != RUNNING) continue;
+    for (uint32_t rank = 0; rank < job->rank_worker.size(); ++rank) {
+      if (job->rank_worker[rank].empty() && !job->rank_finished[rank] &&
+          job->rank_name[rank] == name) {
+        return std::make_pair(job.get(), rank);
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+void JobTable::Rejoin(Job& job, uint32_t rank, const std::string& worker_id,
+                      uint64_t start_step) {
+  job.rank_worker[rank] = worker_id;
+  job.active.insert(rank);
+  UpdateSamplesPerS(job);
+  job.status.set_reason(absl::StrFormat(
+      "%s rejoined at step %d",
+      WorkerLabel(worker_id, rank, job.rank_name[rank]), start_step));
+  spdlog::info("job {}: {}", job.id(), job.status.reason());
+}
+
+absl::StatusOr<std::string> JobTable::CheckReport(
+    const Job& job, const ProgressReport& report) {
+  if (job.status.state() != RUNNING) {
+    return absl::StrCat("job ", job.id(), " is ",
+                        JobState_Name(job.status.state()), ": ",
+                        job.status.reason());
+  }
+  const uint32_t rank = report.rank();
+  if (rank >= job.rank_worker.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("rank: %d out of range [0, %d) for job %s", rank,
+                        job.rank_worker.size(), job.id()));
+  }
+  if (job.rank_worker[rank] != report.worker_id()) {
+    return absl::StrFormat(
+        "worker %s does not hold rank %d of job %s (lost or replaced)",
+        report.worker_id(), rank, job.id());
+  }
+  return std::string();
+}
+
+std::optional<JobEnd> JobTable::ApplyReport(Job& job,
+                                            const ProgressReport& report) {
+  const uint32_t rank = report.rank();
+  if (!report.error().empty()) {
+    return JobEnd{FAILED, absl::StrCat(WorkerLabel(report.worker_id(), rank,
+                                                   job.rank_name[rank]),
+                                       " failed: ", report.error())};
+  }
+  const bool leader = rank == job.Leader();
+  if (leader) {
+    *job.status.mutable_progress() = report.progress();
+    job.leader_samples_per_s = report.progress().samples_per_s();
+    UpdateSamplesPerS(job);
+  }
+  if (!report.finished()) return std::nullopt;
+  job.rank_finished[rank] = true;
+  if (!leader) return std::nullopt;
+  const Progress& p = job.status.progress();
+  std::string reason = absl::StrFormat("finished at step %d", p.step());
+  if (p.test_accuracy() >= 0) {
+    absl::StrAppendFormat(&reason, ", test accuracy %.4f", p.test_accuracy());
+  }
+  return JobEnd{SUCCEEDED, std::move(reason)};
+}
+
+void JobTable::UpdateSamplesPerS(Job& job) {
+  const uint32_t n = job.status.spec().num_workers();
+  if (n == 0) return;
+  job.status.mutable_progress()->set_samples_per_s(job.leader_samples_per_s *
+                                                   job.active.size() / n);
+}
+
+}  // namespace ps

@@ -1,0 +1,143 @@
+// JobTable: every job the coordinator was given and the state machine that
+// moves it (see coordinator.h for the diagram): submit order, the queue of
+// pending jobs, ranks and their workers, the quorum (active ranks), and the
+// job's progress.
+//
+//   JobTable jobs;
+//   JobTable::Job& job = jobs.Add(spec, placement, now);    // "job-000001"
+//   while (JobTable::Job* next = jobs.PopStartable(idle)) { ... }
+//   if (std::optional<JobEnd> end = jobs.LoseRank(job, rank, why)) {
+//     ... free the workers, drop the job on the shards ...
+//     jobs.End(job, end->state, end->reason, now);
+//   }
+//
+// The table decides; the caller does what follows (telling workers, calling
+// shards): methods that may end a job return the JobEnd to apply with End.
+#ifndef SERVER_COORDINATOR_JOB_TABLE_H_
+#define SERVER_COORDINATOR_JOB_TABLE_H_
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "proto/coordinator.pb.h"
+#include "proto/job.pb.h"
+
+namespace ps {
+
+// How a job ends: its final state and the reason recorded with it.
+struct JobEnd {
+  JobState state;
+  std::string reason;
+};
+
+// Not thread-safe: the owner serializes every call (JobCoordinator holds its
+// mutex). Job pointers stay valid for the table's life (jobs are never
+// erased).
+class JobTable {
+ public:
+  struct Job {
+    JobStatus status;
+    // Holds its workers and waits for the shards' RegisterJob (still
+    // PENDING).
+    bool registering = false;
+    // By rank: the worker id ("" once lost), the worker name (kept for
+    // rejoin and messages), whether it reported finished.
+    std::vector<std::string> rank_worker;
+    std::vector<std::string> rank_name;
+    std::vector<bool> rank_finished;
+    // Ranks counting toward the quorum; SHRINK removes lost ones.
+    std::set<uint32_t> active;
+    // The leader's latest samples_per_s: the job's rate if all num_workers
+    // ran at its pace (see worker/trainer/trainer.h).
+    float leader_samples_per_s = 0;
+
+    const std::string& id() const { return status.job_id(); }
+    bool Ended() const;
+    // Rank 0, or the lowest rank left after SHRINK.
+    uint32_t Leader() const;
+  };
+
+  // Stores a PENDING job with the next id ("job-000001", ...), queued behind
+  // the pending ones.
+  Job& Add(JobSpec spec, Placement placement, absl::Time now);
+  // Null for an unknown id.
+  Job* Find(const std::string& job_id);
+  // NOT_FOUND naming job_id for an unknown id.
+  absl::StatusOr<Job*> Get(const std::string& job_id);
+  // Every job, oldest first.
+  void List(ListJobsResponse* response) const;
+
+  // The oldest pending job when `idle` workers are enough for it, taken off
+  // the queue (jobs start strictly in submit order); else null.
+  Job* PopStartable(size_t idle);
+  // Gives a job from PopStartable its workers (by rank) and marks it
+  // registering on `num_shards` shards.
+  static void BeginRegistering(Job& job,
+                               const std::vector<std::string>& worker_ids,
+                               const std::vector<std::string>& worker_names,
+                               uint32_t num_shards);
+  // Says in each pending job's reason why it waits, `idle_left` idle.
+  void ExplainPending(size_t idle_left);
+  // Registration finished (either way); true when the job still waits to
+  // run (was not ended meanwhile).
+  static bool StopRegistering(Job& job);
+  // The shards hold it: RUNNING from `now`.
+  static void MarkRunning(Job& job, absl::Time now);
+
+  // Records the end state, reason and time. True when the job had left the
+  // pending queue, i.e. may hold workers and (registering or running) may
+  // have reached the shards.
+  bool End(Job& job, const JobEnd& end, absl::Time now);
+
+  // The worker of `rank` was lost (`event` says which and why). Under FAIL
+  // the job ends; under SHRINK the rank leaves the quorum and the job goes
+  // on, unless no rank is left or the new leader had finished already.
+  static std::optional<JobEnd> LoseRank(Job& job, uint32_t rank,
+                                        const std::string& event);
+  // A running SHRINK job with a lost, unfinished rank once held by a worker
+  // named `name`: that job and rank. nullopt when none.
+  std::optional<std::pair<Job*, uint32_t>> FindRejoin(const std::string& name);
+  // Gives the rank back to `worker_id` (the quorum grows again); its label
+  // and start step go into the job's reason.
+  static void Rejoin(Job& job, uint32_t rank, const std::string& worker_id,
+                     uint64_t start_step);
+
+  // A report's standing against a job: an error for a rank out of range,
+  // a reason to tell the worker to abort (the job is not running, or the
+  // worker no longer holds the rank), or "" when it is to be applied.
+  static absl::StatusOr<std::string> CheckReport(const Job& job,
+                                                 const ProgressReport& report);
+  // Applies a checked report: the leader's progress becomes the job's; an
+  // error fails the job; the leader's `finished` ends it as SUCCEEDED.
+  static std::optional<JobEnd> ApplyReport(Job& job,
+                                           const ProgressReport& report);
+
+ private:
+  // The job's samples/s counts only live workers: the leader's pace times
+  // the ranks still active.
+  static void UpdateSamplesPerS(Job& job);
+
+  // Submit order; never erased, so Job pointers stay valid.
+  std::vector<std::unique_ptr<Job>> jobs_;
+  absl::flat_hash_map<std::string, Job*> jobs_by_id_;
+  // PENDING jobs not yet holding workers, oldest first.
+  std::deque<Job*> pending_;
+  uint64_t next_job_ = 1;
+};
+
+// "worker w-3 (rank 1, host-b)": how messages name a worker of a job.
+std::string WorkerLabel(const std::string& id, uint32_t rank,
+                        const std::string& name);
+
+}  // namespace ps
+
+#endif  // SERVER_COORDINATOR_JOB_TABLE_H_

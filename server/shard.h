@@ -80,11 +80,18 @@
 //     "checkpoint_failed"; training goes on. DropJob deletes the job's
 //     checkpoints.
 //
+// Internals (server/internal/, one file per room; job.h draws a job's parts
+// and their locks): registration.h builds a job, validation.h checks
+// requests, consistency.h holds the BSP/ASP/SSP rules, waits.h the waiting
+// calls and deadlines, checkpointer.h checkpoint scheduling and restores,
+// job_stats.h the statistics. The Shard keeps the job map and the budget.
+//
 // Thread safety: every method may be called concurrently from any thread.
 // Locks: a reader/writer mutex over the job map (held only to look a job up
 // or change the map), one mutex per chunk (held while a push, an apply or a
-// read of that chunk runs; never two at once), and a per-job mutex for SSP
-// clocks, the registry of waits and rare state (never held with a chunk's).
+// read of that chunk runs; never two at once), a per-job mutex for the
+// membership, SSP clocks and the registry of waits (never held with a
+// chunk's), and leaf mutexes counting rejections.
 // Checkpointing adds a per-job write mutex (held while one checkpoint is
 // copied and written; before the membership and chunk mutexes), a per-job
 // leaf mutex deciding when the next one is due (taken only after a BSP

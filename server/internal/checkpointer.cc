@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "server/internal/reasons.h"
 #include "server/internal/registration.h"
 #include "server/internal/waits.h"
@@ -146,15 +147,14 @@ absl::StatusOr<std::vector<std::string>> Checkpointer::Open(
   if (store_ != nullptr) {
     return absl::FailedPreconditionError("checkpoints are already open");
   }
-  absl::StatusOr<std::unique_ptr<CheckpointStore>> store =
-      CheckpointStore::Open(dir, shard_id_);
-  if (!store.ok()) return store.status();
-  absl::StatusOr<std::vector<std::string>> ids = (*store)->ListJobs();
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointStore> store,
+                      CheckpointStore::Open(dir, shard_id_));
+  absl::StatusOr<std::vector<std::string>> ids = store->ListJobs();
   if (!ids.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("checkpoint_dir: ", ids.status().message()));
   }
-  store_ = *std::move(store);
+  store_ = std::move(store);
   return ids;
 }
 

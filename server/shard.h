@@ -80,11 +80,18 @@
 //     "checkpoint_failed"; training goes on. DropJob deletes the job's
 //     checkpoints.
 //
+// Internals (server/internal/, one file per room; job.h draws a job's parts
+// and their locks): registration.h builds a job, validation.h checks
+// requests, consistency.h holds the BSP/ASP/SSP rules, waits.h the waiting
+// calls and deadlines, checkpointer.h checkpoint scheduling and restores,
+// job_stats.h the statistics. The Shard keeps the job map and the budget.
+//
 // Thread safety: every method may be called concurrently from any thread.
 // Locks: a reader/writer mutex over the job map (held only to look a job up
 // or change the map), one mutex per chunk (held while a push, an apply or a
-// read of that chunk runs; never two at once), and a per-job mutex for SSP
-// clocks, the registry of waits and rare state (never held with a chunk's).
+// read of that chunk runs; never two at once), a per-job mutex for the
+// membership, SSP clocks and the registry of waits (never held with a
+// chunk's), and leaf mutexes counting rejections.
 // Checkpointing adds a per-job write mutex (held while one checkpoint is
 // copied and written; before the membership and chunk mutexes), a per-job
 // leaf mutex deciding when the next one is due (taken only after a BSP
@@ -113,15 +120,12 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/container/btree_map.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -131,8 +135,15 @@
 #include "common/job_defaults.h"  // kDefaultStepDeadlineMs
 #include "proto/ps.pb.h"
 #include "server/checkpoint.h"
+#include "server/stats.h"
 
 namespace ps {
+namespace internal {
+class Checkpointer;
+class Job;
+struct Chunk;
+struct PushCounts;
+}  // namespace internal
 
 struct ShardOptions {
   // This shard's index in the cluster (Placement chunk.shard values).
@@ -290,83 +301,61 @@ class Shard {
   void FlushCheckpoints();
 
  private:
-  class Job;
-  struct Chunk;
-  struct Waiter;
-  using WaiterPtr = std::shared_ptr<Waiter>;
+  using JobPtr = std::shared_ptr<internal::Job>;
   using ChunkDataList = google::protobuf::RepeatedPtrField<ChunkData>;
 
-  struct PushCounts {
-    uint32_t duplicates = 0;
-    uint32_t stale = 0;
-  };
-
   // The job, or FAILED_PRECONDITION naming job_id (counted).
-  absl::StatusOr<std::shared_ptr<Job>> FindJob(const std::string& job_id) const;
-  void CountRejected(const std::string& reason) const;
+  absl::StatusOr<JobPtr> FindJob(const std::string& job_id) const;
+  // Every job, for a pass over them without the map lock.
+  std::vector<JobPtr> AllJobs() const;
+  // UNAVAILABLE, counted.
+  absl::Status ShuttingDown() const;
 
-  // Checks a whole push request; on success `chunks` lists the target chunk
-  // of each gradient.
-  absl::Status ValidatePush(Job& job, uint32_t worker, uint64_t step,
-                            const ChunkDataList& gradients,
-                            std::vector<Chunk*>* chunks) const;
+  // Validates and applies a push (see PushPull for `take`), completes the
+  // waits it satisfies and queues a checkpoint if one became due. On
+  // success `chunks` lists the pushed chunks.
+  absl::StatusOr<internal::PushCounts> ApplyPush(
+      const JobPtr& job, uint32_t worker, uint64_t step,
+      const ChunkDataList& gradients, ChunkDataList* take,
+      std::vector<internal::Chunk*>* chunks);
   // Both public PushPulls; `take` as in ApplyPush.
   void PushPull(const PushPullRequest& req, ChunkDataList* take,
                 PushPullResponse* resp, std::function<void(absl::Status)> done,
                 std::vector<SharedBytes>* payloads);
-  // Applies a validated push; completed waits are appended to `ready`, the
-  // chunks whose version moved to `advanced`. BSP takes the payload buffers
-  // out of `take` (the same list as `gradients`) when it is not null.
-  PushCounts ApplyPush(Job& job, uint32_t worker, uint64_t step,
-                       const ChunkDataList& gradients, ChunkDataList* take,
-                       const std::vector<Chunk*>& chunks,
-                       std::vector<WaiterPtr>* ready,
-                       std::vector<Chunk*>* advanced);
-  // Registers `w` and completes it when its conditions hold.
-  void StartWait(const std::shared_ptr<Job>& job, WaiterPtr w);
-  WaiterPtr NewWaiter(const std::shared_ptr<Job>& job,
-                      std::vector<Chunk*> chunks, uint64_t step,
-                      ChunkDataList* out, std::vector<SharedBytes>* payloads,
-                      std::function<void(absl::Status)> done);
-  // Claims `w` and answers it with parameters / with `status`. No lock held.
-  void Complete(const WaiterPtr& w);
-  void Fail(const WaiterPtr& w, const absl::Status& status);
-  void CompleteAll(std::vector<WaiterPtr>* ready);
-  // Fails every wait of `job` with `status` and refuses new ones.
-  void CloseJob(Job& job, const absl::Status& status);
 
-  // Registration: validates `req` and builds the job without its chunks
-  // (counted as bad_spec on error); `local_count` = chunks on this shard.
-  absl::StatusOr<std::shared_ptr<Job>> NewJob(const RegisterJobRequest& req,
-                                              int* local_count) const;
-  // Worker counters and membership of a new job.
-  static void InitJobState(Job& job, const std::vector<uint8_t>& active);
+  // Registration. `local_count` = the job's chunks on this shard.
+  absl::StatusOr<JobPtr> NewJob(const RegisterJobRequest& req,
+                                int* local_count) const;
+  // Reserves the job's bytes: true, or false when the same job is
+  // registered already (resp filled), or fails as RegisterJob documents.
+  absl::StatusOr<bool> Reserve(const internal::Job& job, int local_count,
+                               RegisterJobResponse* resp);
+  // Releases the reservation and adds the initialised job to the map:
+  // true, or false when a concurrent registration of the same job won
+  // (resp filled), or fails as RegisterJob documents.
+  absl::StatusOr<bool> Admit(const JobPtr& job, int local_count,
+                             const absl::Status& init_status,
+                             RegisterJobResponse* resp);
   // OK (filling resp) when `job` registers the same as `existing`.
-  absl::Status SameRegistration(const Job& existing, const Job& job,
+  absl::Status SameRegistration(const internal::Job& existing,
+                                const internal::Job& job,
                                 RegisterJobResponse* resp) const;
-  absl::Status OverBudget(const Job& job, int local_count) const
+  absl::Status OverBudget(const internal::Job& job, int local_count) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-
-  // Checkpoints.
+  bool FitsBudget(uint64_t bytes) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return bytes <=
+           options_.memory_budget_bytes - bytes_held_ - bytes_reserved_;
+  }
+  // Re-creates job `job_id` from its newest intact checkpoint, reporting
+  // the outcome.
+  void RestoreFromCheckpoint(const std::string& job_id, RestoreReport* report);
   absl::Status RestoreJob(JobCheckpoint checkpoint);
-  // Queues a checkpoint of `job` if one is due; `advanced` are the chunks
-  // whose version just moved. `now` = InfinitePast(): read the clock if
-  // needed. Without `recheck`, a call with nothing advanced decides "not
-  // due" from lock-free hints when it can.
-  void MaybeQueueCheckpoint(const std::shared_ptr<Job>& job,
-                            absl::Span<Chunk* const> advanced, absl::Time now,
-                            bool recheck = false);
-  // Snapshots and writes one checkpoint (blocks on I/O), then releases the
-  // answers it makes durable.
-  absl::Status WriteCheckpoint(const std::shared_ptr<Job>& job);
-  void WriterLoop();
 
   const ShardOptions options_;
   const absl::Time start_time_;
 
   mutable absl::Mutex mu_;  // the job map and memory accounting
-  absl::flat_hash_map<std::string, std::shared_ptr<Job>> jobs_
-      ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, JobPtr> jobs_ ABSL_GUARDED_BY(mu_);
   uint64_t bytes_held_ ABSL_GUARDED_BY(mu_) = 0;
   // Bytes promised to registrations still initialising their chunks.
   uint64_t bytes_reserved_ ABSL_GUARDED_BY(mu_) = 0;
@@ -375,20 +364,11 @@ class Shard {
   std::atomic<uint64_t> next_waiter_id_{0};
 
   // Rejections not attributable to a registered job, by reason.
-  mutable absl::Mutex rejected_mu_;
-  mutable absl::btree_map<std::string, uint64_t> rejected_
-      ABSL_GUARDED_BY(rejected_mu_);
+  mutable ReasonCounts rejected_;
 
-  // Set by OpenCheckpoints before serving, then immutable; null = no
-  // checkpoints.
-  std::unique_ptr<CheckpointStore> store_;
-  // The background writer and its queue of jobs due for a checkpoint.
-  absl::Mutex writer_mu_;
-  std::deque<std::shared_ptr<Job>> writer_queue_ ABSL_GUARDED_BY(writer_mu_);
-  bool writer_stop_ ABSL_GUARDED_BY(writer_mu_) = false;
-  bool writer_busy_ ABSL_GUARDED_BY(writer_mu_) = false;
-  std::thread writer_;
-  absl::Mutex shutdown_mu_;  // one Shutdown joins the writer
+  // Checkpoint scheduling and the background writer; disabled until
+  // OpenCheckpoints opens a store.
+  std::unique_ptr<internal::Checkpointer> checkpointer_;
 };
 
 }  // namespace ps

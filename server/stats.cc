@@ -71,4 +71,20 @@ void PowerOfTwoHistogram::ToProto(Histogram* out) const {
     out->add_counts(c.load(std::memory_order_relaxed));
 }
 
+void ReasonCounts::Add(const std::string& reason) {
+  absl::MutexLock l(&mu_);
+  ++counts_[reason];
+}
+
+void ReasonCounts::Set(const std::string& reason, uint64_t n) {
+  absl::MutexLock l(&mu_);
+  counts_[reason] = n;
+}
+
+void ReasonCounts::CopyTo(
+    google::protobuf::Map<std::string, uint64_t>* out) const {
+  absl::MutexLock l(&mu_);
+  for (const auto& [reason, n] : counts_) (*out)[reason] = n;
+}
+
 }  // namespace ps

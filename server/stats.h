@@ -8,14 +8,24 @@
 //   staleness.Record(3);
 //   staleness.ToProto(job_stats.mutable_staleness());
 //
-// Both record with one relaxed atomic increment: they sit on the push path.
+//   ReasonCounts rejected;
+//   rejected.Add("wrong_size");
+//   rejected.CopyTo(job_stats.mutable_rejected());
+//
+// The histograms record with one relaxed atomic increment: they sit on the
+// push path. ReasonCounts takes a mutex: it counts rare events (rejections).
 #ifndef SERVER_STATS_H_
 #define SERVER_STATS_H_
 
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <string>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/container/btree_map.h"
+#include "absl/synchronization/mutex.h"
+#include "google/protobuf/map.h"
 #include "proto/ps.pb.h"
 
 namespace ps {
@@ -66,6 +76,25 @@ class PowerOfTwoHistogram {
 
  private:
   std::array<std::atomic<uint64_t>, kNumBuckets> counts_{};
+};
+
+// Counts of events by reason (JobStats.rejected, ShardStats.rejected).
+// Thread-safe; a leaf lock, never held while calling out.
+class ReasonCounts {
+ public:
+  ReasonCounts() = default;
+  ReasonCounts(const ReasonCounts&) = delete;
+  ReasonCounts& operator=(const ReasonCounts&) = delete;
+
+  void Add(const std::string& reason) ABSL_LOCKS_EXCLUDED(mu_);
+  void Set(const std::string& reason, uint64_t n) ABSL_LOCKS_EXCLUDED(mu_);
+  // Writes every count into `out` (other keys stay).
+  void CopyTo(google::protobuf::Map<std::string, uint64_t>* out) const
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  mutable absl::Mutex mu_;
+  absl::btree_map<std::string, uint64_t> counts_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace ps

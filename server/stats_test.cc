@@ -57,5 +57,18 @@ TEST(PowerOfTwoHistogramTest, BucketsMatchTheProtoBounds) {
   EXPECT_EQ(p.counts(PowerOfTwoHistogram::kNumBuckets - 1), 1u);  // 1e6
 }
 
+TEST(ReasonCountsTest, CountsSetsAndCopies) {
+  ReasonCounts r;
+  r.Add("wrong_size");
+  r.Add("wrong_size");
+  r.Set("no_checkpoint_dir", 1);
+  JobStats js;
+  (*js.mutable_rejected())["other"] = 7;
+  r.CopyTo(js.mutable_rejected());
+  EXPECT_EQ(js.rejected().at("wrong_size"), 2u);
+  EXPECT_EQ(js.rejected().at("no_checkpoint_dir"), 1u);
+  EXPECT_EQ(js.rejected().at("other"), 7u);
+}
+
 }  // namespace
 }  // namespace ps

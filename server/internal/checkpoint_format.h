@@ -1,0 +1,74 @@
+// The byte-level pieces of the checkpoint file format (the layout is drawn
+// in server/checkpoint.h): header constants, little-endian integers and
+// floats, and a bounds-checked reader. Internal to server/checkpoint*.cc.
+//
+// Not synchronized: each Reader belongs to one decode.
+#ifndef SERVER_INTERNAL_CHECKPOINT_FORMAT_H_
+#define SERVER_INTERNAL_CHECKPOINT_FORMAT_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+
+namespace ps {
+namespace internal {
+
+inline constexpr char kCheckpointMagic[8] = {'P', 'S', 'C',  'K',
+                                             'P', 'T', '\r', '\n'};
+inline constexpr uint32_t kCheckpointFormat = 1;
+// Header offsets (see the table in server/checkpoint.h).
+inline constexpr size_t kFormatAt = 8;
+inline constexpr size_t kShardAt = 12;
+inline constexpr size_t kSequenceAt = 16;
+inline constexpr size_t kStepAt = 24;
+inline constexpr size_t kPayloadBytesAt = 32;
+inline constexpr size_t kCrcAt = 40;
+
+// Appends / overwrites / reads the low `bytes` bytes of `v`, little-endian.
+void PutLe(uint64_t v, int bytes, std::string* out);
+void SetLe(uint64_t v, int bytes, char* at);
+uint64_t GetLe(const char* p, int bytes);
+
+// Appends `v` as little-endian floats.
+void AppendFloats(absl::Span<const float> v, std::string* out);
+// Reads out.size() little-endian floats at `p`.
+void ReadFloats(const char* p, absl::Span<float> out);
+
+// Bounds-checked reads over the payload; the first failure sticks and
+// names what was being read.
+class Reader {
+ public:
+  explicit Reader(absl::string_view bytes) : bytes_(bytes) {}
+
+  bool U8(const std::string& what, uint8_t* v) { return Int(what, 1, v); }
+  bool U32(const std::string& what, uint32_t* v) { return Int(what, 4, v); }
+  bool U64(const std::string& what, uint64_t* v) { return Int(what, 8, v); }
+  bool Bytes(const std::string& what, uint64_t n, absl::string_view* out);
+  bool Floats(const std::string& what, absl::Span<float> out);
+
+  size_t remaining() const { return bytes_.size() - at_; }
+  const std::string& error() const { return error_; }
+
+ private:
+  template <typename T>
+  bool Int(const std::string& what, int n, T* v) {
+    if (!Need(what, n)) return false;
+    *v = static_cast<T>(GetLe(bytes_.data() + at_, n));
+    at_ += n;
+    return true;
+  }
+  bool Need(const std::string& what, uint64_t n);
+  bool Fail(const std::string& what, uint64_t n);
+
+  absl::string_view bytes_;
+  size_t at_ = 0;
+  std::string error_;
+};
+
+}  // namespace internal
+}  // namespace ps
+
+#endif  // SERVER_INTERNAL_CHECKPOINT_FORMAT_H_

@@ -1,0 +1,118 @@
+// Checkpoint scheduling for a shard (server/shard.h says when checkpoints
+// are taken and what a restore guarantees): deciding when one is due,
+// the background writer, writing one (snapshot under the chunks' own locks,
+// then file I/O under no shard lock), releasing the answers a durable
+// checkpoint unblocks, and re-creating a job's state from a checkpoint.
+// Internal to the shard; the file format is server/checkpoint.h.
+//
+//   Checkpointer ckpt(shard_id);
+//   PS_ASSIGN_OR_RETURN(std::vector<std::string> ids, ckpt.Open(dir));
+//   ...restore each...
+//   ckpt.Start();
+//   ckpt.MaybeQueue(job, advanced, absl::InfinitePast());  // after a push
+//   ckpt.Shutdown(jobs);                                   // a last one each
+//
+// Thread safety: after Open and Start (called once, before serving), every
+// method may be called concurrently. MaybeQueue never blocks on I/O; Write,
+// Flush and Shutdown do.
+#ifndef SERVER_INTERNAL_CHECKPOINTER_H_
+#define SERVER_INTERNAL_CHECKPOINTER_H_
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "server/checkpoint.h"
+#include "server/internal/job.h"
+
+namespace ps {
+namespace internal {
+
+class Checkpointer {
+ public:
+  explicit Checkpointer(uint32_t shard_id) : shard_id_(shard_id) {}
+  // Stops the writer (without the last checkpoints Shutdown writes).
+  ~Checkpointer();
+
+  Checkpointer(const Checkpointer&) = delete;
+  Checkpointer& operator=(const Checkpointer&) = delete;
+
+  // Opens the store in `dir` (creating it) and lists the jobs it holds
+  // checkpoints of. INVALID_ARGUMENT naming checkpoint_dir when it cannot
+  // be created or read. Call once, before anything else.
+  absl::StatusOr<std::vector<std::string>> Open(const std::string& dir);
+  // Open succeeded: jobs asking for checkpoints get them.
+  bool enabled() const { return store_ != nullptr; }
+  // The newest intact checkpoint of `job_id` (CheckpointStore::LoadLatest).
+  absl::StatusOr<CheckpointStore::Loaded> Load(const std::string& job_id) const;
+
+  // Starts the background writer (after Open and the restores).
+  void Start();
+
+  // Queues a checkpoint of `job` for the writer if one is due; `advanced`
+  // are the chunks whose version just moved. `now` = InfinitePast(): read
+  // the clock if needed. Without `recheck`, a call with nothing advanced
+  // decides "not due" from lock-free hints when it can.
+  void MaybeQueue(const std::shared_ptr<Job>& job,
+                  absl::Span<Chunk* const> advanced, absl::Time now,
+                  bool recheck = false) ABSL_LOCKS_EXCLUDED(writer_mu_);
+
+  // Snapshots and writes one checkpoint of `job` (which must be
+  // checkpointing) on this thread, then releases the answers it makes
+  // durable. Returns once it is durable, or the write's error.
+  absl::Status Write(const std::shared_ptr<Job>& job);
+
+  // Blocks until the writer has written every checkpoint queued so far.
+  void Flush() ABSL_LOCKS_EXCLUDED(writer_mu_);
+
+  // Stops the writer after what it has queued, then writes a last
+  // checkpoint of each of `jobs` that changed since its previous one.
+  // Blocks on that I/O. Idempotent.
+  void Shutdown(const std::vector<std::shared_ptr<Job>>& jobs);
+
+  // Marks the dropped `job` so nothing more is written, and deletes its
+  // files (a failure is logged).
+  void Remove(Job& job);
+
+ private:
+  void WriterLoop();
+  void StopWriter() ABSL_LOCKS_EXCLUDED(writer_mu_);
+
+  const uint32_t shard_id_;
+  // Set by Open before serving, then immutable; null = no checkpoints.
+  std::unique_ptr<CheckpointStore> store_;
+
+  // The background writer and its queue of jobs due for a checkpoint.
+  absl::Mutex writer_mu_;
+  std::deque<std::shared_ptr<Job>> writer_queue_ ABSL_GUARDED_BY(writer_mu_);
+  bool writer_stop_ ABSL_GUARDED_BY(writer_mu_) = false;
+  bool writer_busy_ ABSL_GUARDED_BY(writer_mu_) = false;
+  std::thread writer_;
+  absl::Mutex shutdown_mu_;  // one Shutdown joins the writer
+};
+
+// Sets when the next checkpoint of `job` is due after one of step `step`,
+// taken when its pushes counted `pushes_then`.
+void ScheduleNext(Job& job, uint64_t step, uint64_t pushes_then, absl::Time now)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(job.schedule.mu);
+
+// Re-creates the state of `job` (built by NewJob from ck.registration,
+// `local_count` chunks here, no chunks yet) from checkpoint `ck` of shard
+// `shard_id`: chunks, membership, SSP clocks, durable version.
+// INVALID_ARGUMENT when the checkpoint does not fit the registration.
+absl::Status RestoreJobState(JobCheckpoint ck, uint32_t shard_id,
+                             int local_count, Job& job);
+
+}  // namespace internal
+}  // namespace ps
+
+#endif  // SERVER_INTERNAL_CHECKPOINTER_H_

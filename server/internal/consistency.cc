@@ -1,0 +1,230 @@
+#include "server/internal/consistency.h"
+
+#include <algorithm>
+#include <chrono>
+#include <string>
+
+#include "core/float_bytes.h"
+#include "server/internal/waits.h"
+#include "server/optimizer.h"
+
+namespace ps {
+namespace internal {
+namespace {
+
+void StoreMax(std::atomic<uint64_t>& a, uint64_t v) {
+  uint64_t cur = a.load(std::memory_order_relaxed);
+  while (cur < v &&
+         !a.compare_exchange_weak(cur, v, std::memory_order_relaxed)) {
+  }
+}
+
+uint64_t NowNanos() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// A push's outcome over its chunks so far.
+struct PushTally {
+  PushCounts counts;
+  uint64_t accepted = 0;
+  uint64_t max_staleness = 0;
+};
+
+// Advances `c` one version and moves the waits it satisfies to `ready`.
+void AdvanceVersion(Chunk& c, std::vector<WaiterPtr>* ready)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu) {
+  const uint64_t v = ++c.state.version;
+  c.version.store(v, std::memory_order_release);
+  ReleaseWaiters(
+      &c.waiters, [v](const Waiter& w) { return w.need_version <= v; }, ready);
+}
+
+// BSP: buffers the gradient of `worker` for the step being aggregated and
+// applies the step when it completes the quorum. `take`: the request's
+// gradient whose payload buffer to take instead of copying `g`'s (null:
+// copy).
+void BufferBspGradient(Job& job, Chunk& c, uint32_t worker, uint64_t step,
+                       const ChunkData& g, ChunkData* take, PushTally* tally,
+                       std::vector<WaiterPtr>* ready,
+                       std::vector<Chunk*>* advanced)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu) {
+  ChunkState& s = c.state;
+  // Validation saw step <= version, and versions only grow.
+  tally->max_staleness = std::max(tally->max_staleness, s.version - step);
+  if (step < s.version) {
+    ++tally->counts.stale;
+    return;
+  }
+  if (s.pushed[worker]) {
+    ++tally->counts.duplicates;
+    return;
+  }
+  std::string& buf = s.gradients[worker];
+  if (take != nullptr) {
+    // The request's buffer becomes this step's gradient, and the previous
+    // step's buffer goes back to the request for reuse.
+    buf.swap(*take->mutable_data());
+  } else {
+    buf.assign(g.data());
+  }
+  ToNativeFloats(&buf);
+  s.pushed[worker] = 1;
+  ++tally->accepted;
+  if (ApplyStepIfReady(job, c, ready)) advanced->push_back(&c);
+}
+
+// ASP/SSP: applies the gradient on arrival, undivided, unless this worker's
+// step was already applied to `c`.
+void ApplyAspGradient(Job& job, Chunk& c, uint32_t worker, uint64_t step,
+                      const ChunkData& g, PushTally* tally,
+                      std::vector<WaiterPtr>* ready,
+                      std::vector<Chunk*>* advanced)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu) {
+  // Big-endian hosts decode here, reused by every push on this thread.
+  static thread_local std::vector<float> scratch;
+  ChunkState& s = c.state;
+  if (step < s.next_step[worker]) {
+    ++tally->counts.duplicates;
+    return;
+  }
+  s.next_step[worker] = step + 1;
+  // Only a restored job sees a gradient ahead of the chunk.
+  const uint64_t staleness =
+      s.version >= g.version() ? s.version - g.version() : 0;
+  tally->max_staleness = std::max(tally->max_staleness, staleness);
+  job.counters.staleness.Record(staleness);
+  // Straight from the request's bytes (a copy only on big-endian hosts).
+  const float* grad = NativeFloats(g.data(), &scratch);
+  const uint64_t t0 = NowNanos();
+  job.optimizer->Apply(absl::MakeSpan(s.values), grad, 1.0f, &s.optimizer);
+  job.counters.apply_ns.Record(NowNanos() - t0);
+  job.counters.applies.fetch_add(1, std::memory_order_relaxed);
+  ++tally->accepted;
+  AdvanceVersion(c, ready);
+  advanced->push_back(&c);
+}
+
+// Adds a push's outcome to the job's and the worker's counters.
+void RecordPush(Job& job, uint32_t worker, uint64_t step,
+                const PushTally& tally, uint64_t bytes) {
+  JobCounters& jc = job.counters;
+  jc.pushes.fetch_add(tally.accepted, std::memory_order_relaxed);
+  jc.duplicates.fetch_add(tally.counts.duplicates, std::memory_order_relaxed);
+  jc.stale.fetch_add(tally.counts.stale, std::memory_order_relaxed);
+  jc.bytes_in.fetch_add(bytes, std::memory_order_relaxed);
+  WorkerCounters& wc = jc.workers[worker];
+  StoreMax(wc.last_step, step);
+  wc.pushed_any.store(true, std::memory_order_relaxed);
+  wc.pushes.fetch_add(tally.accepted, std::memory_order_relaxed);
+  wc.staleness.store(tally.max_staleness, std::memory_order_relaxed);
+}
+
+// SSP: moves the worker's clock past `step`, releasing the waits it was
+// holding back.
+void AdvanceClock(Job& job, uint32_t worker, uint64_t step,
+                  std::vector<WaiterPtr>* ready) {
+  absl::MutexLock l(&job.waits.mu);
+  job.waits.clock[worker] = std::max(job.waits.clock[worker], step + 1);
+  ReleaseClockWaiters(job, ready);
+}
+
+}  // namespace
+
+PushCounts ApplyPush(Job& job, const PushArgs& push, ChunkDataList* take,
+                     std::vector<WaiterPtr>* ready,
+                     std::vector<Chunk*>* advanced) {
+  const std::vector<Chunk*>& chunks = *push.chunks;
+  PushTally tally;
+  uint64_t bytes = 0;
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    Chunk& c = *chunks[i];
+    const int index = static_cast<int>(i);
+    const ChunkData& g = (*push.gradients)[index];
+    bytes += g.data().size();
+    absl::MutexLock l(&c.mu);
+    if (job.mode == BSP) {
+      ChunkData* mine = take != nullptr ? take->Mutable(index) : nullptr;
+      BufferBspGradient(job, c, push.worker, push.step, g, mine, &tally, ready,
+                        advanced);
+    } else {
+      ApplyAspGradient(job, c, push.worker, push.step, g, &tally, ready,
+                       advanced);
+    }
+  }
+  RecordPush(job, push.worker, push.step, tally, bytes);
+  if (job.mode == SSP) AdvanceClock(job, push.worker, push.step, ready);
+  return tally.counts;
+}
+
+bool ApplyStepIfReady(Job& job, Chunk& c, std::vector<WaiterPtr>* ready) {
+  ChunkState& s = c.state;
+  uint32_t members = 0, arrived = 0;
+  for (uint32_t r = 0; r < job.num_workers; ++r) {
+    if (!c.active[r]) continue;
+    ++members;
+    arrived += s.pushed[r];
+  }
+  const uint32_t quorum =
+      members > job.backup_workers ? members - job.backup_workers : 1;
+  if (arrived == 0 || arrived < quorum) return false;
+  const uint64_t t0 = NowNanos();
+  // Rank order, into the lowest rank's buffer: the same bits whatever the
+  // order the pushes came in.
+  float* sum = nullptr;
+  for (uint32_t r = 0; r < job.num_workers; ++r) {
+    if (!c.active[r] || !s.pushed[r]) continue;
+    if (sum == nullptr) {
+      sum = AsFloats(s.gradients[r]).data();
+    } else {
+      AddInto(absl::MakeSpan(sum, c.length), AsFloats(s.gradients[r]).data());
+    }
+  }
+  job.optimizer->Apply(absl::MakeSpan(s.values), sum,
+                       1.0f / static_cast<float>(arrived), &s.optimizer);
+  std::fill(s.pushed.begin(), s.pushed.end(), 0);
+  job.counters.apply_ns.Record(NowNanos() - t0);
+  job.counters.applies.fetch_add(1, std::memory_order_relaxed);
+  AdvanceVersion(c, ready);
+  return true;
+}
+
+void ChangeMembership(Job& job, const std::vector<uint8_t>& active,
+                      std::vector<WaiterPtr>* ready,
+                      std::vector<Chunk*>* advanced) {
+  absl::MutexLock serial(&job.membership_update_mu);
+  {
+    absl::MutexLock l(&job.waits.mu);
+    job.waits.active = active;
+    for (uint32_t r = 0; r < job.num_workers; ++r) {
+      job.is_active[r].store(active[r] != 0, std::memory_order_release);
+    }
+    if (job.mode == SSP) ReleaseClockWaiters(job, ready);
+  }
+  for (const std::unique_ptr<Chunk>& c : job.chunks) {
+    absl::MutexLock l(&c->mu);
+    c->active = active;
+    if (job.mode == BSP && ApplyStepIfReady(job, *c, ready)) {
+      advanced->push_back(c.get());
+    }
+  }
+}
+
+void SetPushPullConditions(const Job& job, uint64_t step, Waiter* w) {
+  if (job.mode == BSP) w->need_version = step + 1;
+  if (job.mode == SSP && step + 1 > job.staleness_bound) {
+    w->need_clock = step + 1 - job.staleness_bound;
+  }
+}
+
+void SetPullConditions(const Job& job, uint64_t step, uint64_t min_version,
+                       Waiter* w) {
+  w->need_version = min_version;
+  if (job.mode == SSP && step > job.staleness_bound) {
+    w->need_clock = step - job.staleness_bound;
+  }
+}
+
+}  // namespace internal
+}  // namespace ps

@@ -1,0 +1,251 @@
+// The state of one job on a shard (server/shard.h), internal to the shard:
+// its chunks, its waits, and the parts of it that each room of the shard
+// owns, each under its own lock.
+//
+//   Job                immutable configuration and the chunks
+//   ├─ Chunk           one chunk's values and aggregation state (Chunk::mu)
+//   ├─ WaitState       membership, SSP clocks, registry of waits (mu)
+//   ├─ JobCounters     statistics, lock-free
+//   ├─ ReasonCounts    rejections (a leaf mutex)
+//   ├─ CheckpointSchedule  when the next checkpoint is due (a leaf mutex)
+//   └─ CheckpointFiles the checkpoint files (write mutex)
+//
+// Lock order: CheckpointFiles::mu, then Job::membership_update_mu, then
+// WaitState::mu or one Chunk::mu (never WaitState::mu with a chunk's, never
+// two chunks'). CheckpointSchedule::mu and ReasonCounts are leaves.
+// Who does what with it: registration.h builds it, validation.h checks
+// requests against it, consistency.h applies pushes, waits.h answers and
+// fails waits, checkpointer.h saves and restores it, job_stats.h reports it.
+#ifndef SERVER_INTERNAL_JOB_H_
+#define SERVER_INTERNAL_JOB_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/job_defaults.h"  // kDefaultStepDeadlineMs
+#include "proto/job.pb.h"
+#include "proto/ps.pb.h"
+#include "server/chunk_state.h"
+#include "server/optimizer.h"
+#include "server/stats.h"
+
+namespace ps {
+namespace internal {
+
+// A chunk's parameters encoded for replies (Shard::SharedBytes).
+using SharedBytes = std::shared_ptr<const std::string>;
+using ChunkDataList = google::protobuf::RepeatedPtrField<ChunkData>;
+
+class Job;
+struct Chunk;
+
+// A wait: a PushPull or Pull whose answer is due once every chunk in
+// `chunks` is at version >= need_version and the slowest active worker's
+// clock is >= need_clock. `pending` counts the unmet conditions plus one
+// guard held during registration; whoever takes it to 0 completes the wait.
+// Whoever sets `claimed` first (completion, deadline, drop, shutdown) runs
+// `done`; the other paths then leave the waiter alone.
+struct Waiter {
+  // Immutable once StartWait() runs.
+  uint64_t id = 0;
+  std::vector<Chunk*> chunks;
+  uint64_t step = 0;
+  uint64_t need_version = 0;  // 0 = no version condition
+  uint64_t need_clock = 0;    // 0 = no SSP condition
+  absl::Time deadline;
+  ChunkDataList* out = nullptr;  // borrowed from the caller's response
+  // Borrowed from the caller: the payloads, when it takes them shared.
+  std::vector<SharedBytes>* payloads = nullptr;
+  // False when it completed at once without entering WaitState::live.
+  bool registered = true;
+
+  std::atomic<int> pending{1};
+  std::atomic<bool> claimed{false};
+  // Owned by the claimer once `claimed` is set. Released after `done` runs
+  // so that waiters left in chunk lists do not keep the job alive.
+  std::shared_ptr<Job> job;
+  std::function<void(absl::Status)> done;
+};
+using WaiterPtr = std::shared_ptr<Waiter>;
+
+struct Chunk {
+  explicit Chunk(ChunkState s, std::vector<uint8_t> members)
+      : placement(s.placement),
+        length(s.placement.length()),
+        state(std::move(s)),
+        active(std::move(members)) {}
+
+  const ChunkPlacement placement;
+  const uint64_t length;
+
+  absl::Mutex mu;
+  ChunkState state ABSL_GUARDED_BY(mu);
+  // The job's membership, copied here so the BSP quorum is decided under
+  // this lock alone (SetMembership updates every chunk's copy).
+  std::vector<uint8_t> active ABSL_GUARDED_BY(mu);
+  // Waits for a later version of this chunk; claimed ones are pruned
+  // lazily.
+  std::vector<WaiterPtr> waiters ABSL_GUARDED_BY(mu);
+  // == state.version, readable without the lock (it only grows).
+  std::atomic<uint64_t> version{0};
+  // state.values encoded for replies at version `encoded_version`, shared
+  // by every reply of that version (BSP: one per worker). Immutable while
+  // a reply holds it; rewritten in place only when nothing else does.
+  std::shared_ptr<std::string> encoded ABSL_GUARDED_BY(mu);
+  uint64_t encoded_version ABSL_GUARDED_BY(mu) = 0;
+  // Guarded by the job's CheckpointSchedule::mu: the checkpoint step this
+  // chunk was last counted as having reached (see checkpointer.cc).
+  uint64_t counted_for = UINT64_MAX;
+};
+
+// A worker's counters: lock-free so pushes to different chunks share no
+// lock.
+struct WorkerCounters {
+  std::atomic<bool> pushed_any{false};
+  std::atomic<uint64_t> last_step{0};
+  std::atomic<uint64_t> pushes{0};
+  std::atomic<uint64_t> staleness{0};
+
+  // Steps this worker pushed (last_step + 1, 0 = none).
+  uint64_t Steps() const {
+    return pushed_any.load(std::memory_order_relaxed)
+               ? last_step.load(std::memory_order_relaxed) + 1
+               : 0;
+  }
+};
+
+// The job's statistics (JobStats), lock-free.
+struct JobCounters {
+  std::atomic<uint64_t> pushes{0};
+  std::atomic<uint64_t> pulls{0};
+  std::atomic<uint64_t> bytes_in{0};
+  std::atomic<uint64_t> bytes_out{0};
+  std::atomic<uint64_t> duplicates{0};
+  std::atomic<uint64_t> stale{0};
+  std::atomic<uint64_t> applies{0};
+  std::atomic<uint64_t> checkpoints{0};  // written by this process
+  LatencyHistogram apply_ns;
+  PowerOfTwoHistogram staleness;
+  std::unique_ptr<WorkerCounters[]> workers;  // num_workers of them
+};
+
+// When the next checkpoint is due. `mu` is taken alone (a leaf), after a
+// chunk's new version was stored, so that of two concurrent appliers the
+// later one sees both versions.
+struct CheckpointSchedule {
+  absl::Mutex mu;
+  bool queued ABSL_GUARDED_BY(mu) = false;  // waiting for the writer
+  uint64_t next_due_step ABSL_GUARDED_BY(mu) = 0;
+  absl::Time next_due_time ABSL_GUARDED_BY(mu) = absl::InfiniteFuture();
+  uint64_t pushes_at_snapshot ABSL_GUARDED_BY(mu) = 0;
+  // BSP: chunks known to be at version >= next_due_step.
+  size_t reached ABSL_GUARDED_BY(mu) = 0;
+  // Lock-free mirrors for the ASP/SSP pre-check on every push.
+  std::atomic<uint64_t> next_due_step_hint{0};
+  std::atomic<int64_t> next_due_time_ns{INT64_MAX};
+};
+
+// The job's checkpoint files. `mu` serializes the snapshots, the writes and
+// the removal of the files; it comes before membership_update_mu.
+struct CheckpointFiles {
+  absl::Mutex mu;
+  uint64_t sequence ABSL_GUARDED_BY(mu) = 0;  // of the last file
+  bool removed ABSL_GUARDED_BY(mu) = false;   // dropped: write no more
+};
+
+// Membership, SSP clocks and the registry of waits. One mutex, because a
+// wait's conditions are checked and the wait filed atomically with the
+// updates that release it. Never held together with a chunk's mutex.
+struct WaitState {
+  mutable absl::Mutex mu;
+  std::vector<uint8_t> active ABSL_GUARDED_BY(mu);
+  // SSP: per rank, highest step pushed + 1 (0 = none).
+  std::vector<uint64_t> clock ABSL_GUARDED_BY(mu);
+  std::vector<WaiterPtr> clock_waiters ABSL_GUARDED_BY(mu);
+  absl::flat_hash_map<uint64_t, WaiterPtr> live ABSL_GUARDED_BY(mu);
+  // Not OK once dropped or shut down: new waits fail with it.
+  absl::Status closed ABSL_GUARDED_BY(mu);
+  // Set with `closed`, readable without the lock.
+  std::atomic<bool> is_closed{false};
+  // gate_replies: the lowest chunk version of the newest durable
+  // checkpoint, and the waits held back until it reaches their
+  // need_version.
+  uint64_t durable_version ABSL_GUARDED_BY(mu) = 0;
+  std::vector<WaiterPtr> durable_waiters ABSL_GUARDED_BY(mu);
+};
+
+class Job {
+ public:
+  // Immutable after registration.
+  std::string id;
+  JobSpec spec;
+  Placement placement;
+  uint32_t num_workers = 0;
+  ConsistencyMode mode = BSP;
+  uint32_t staleness_bound = 0;
+  uint32_t backup_workers = 0;
+  uint32_t deadline_ms = kDefaultStepDeadlineMs;
+  std::unique_ptr<const Optimizer> optimizer;
+  std::vector<std::unique_ptr<Chunk>> chunks;  // this shard's chunks
+  std::vector<int32_t> local;  // chunk_id -> index in `chunks`, -1 = elsewhere
+  uint64_t bytes = 0;          // accounted against the memory budget
+  // What a checkpoint stores to re-create the job (num_workers resolved).
+  RegisterJobRequest registration;
+
+  // Checkpoints; immutable after registration. `checkpointing`: the spec
+  // asks for them and the shard has a store. `gate_replies`: BSP with
+  // every_steps 1, where answers wait until their version is durable.
+  bool checkpointing = false;
+  bool gate_replies = false;
+  uint32_t every_steps = 0;
+  uint32_t every_seconds = 0;
+  // Re-created from a checkpoint by this process, and the step it held.
+  bool restored = false;
+  uint64_t restored_from_step = 0;
+
+  // Serializes SetMembership calls; held while it updates every chunk.
+  // Acquired before WaitState::mu and before any chunk's mutex.
+  absl::Mutex membership_update_mu;
+  // Lock-free mirror of WaitState::active for request validation, so
+  // pushes need no job-wide lock to check their sender.
+  std::unique_ptr<std::atomic<bool>[]> is_active;
+
+  JobCounters counters;
+  ReasonCounts rejected;  // JobStats.rejected
+  WaitState waits;
+  CheckpointSchedule schedule;
+  CheckpointFiles files;
+
+  // This shard's chunk `chunk_id`, or null when it is elsewhere (the id
+  // must be < placement.chunks_size()).
+  Chunk* LocalChunk(uint32_t chunk_id) const {
+    if (chunk_id >= local.size() || local[chunk_id] < 0) return nullptr;
+    return chunks[local[chunk_id]].get();
+  }
+
+  // ASP/SSP: the slowest active worker's pushed steps (JobStats.step).
+  uint64_t SlowestWorkerSteps() const;
+
+  // The slowest active worker's clock (SSP).
+  uint64_t MinActiveClock() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(waits.mu);
+
+  // The lowest version among this shard's chunks (0 without chunks).
+  uint64_t LowestVersion() const;
+};
+
+// "chunk 3 of tensor w": how messages name a chunk.
+std::string ChunkName(const ChunkPlacement& p);
+
+}  // namespace internal
+}  // namespace ps
+
+#endif  // SERVER_INTERNAL_JOB_H_

@@ -1,0 +1,96 @@
+#include "server/internal/job_stats.h"
+
+#include <algorithm>
+#include <vector>
+
+namespace ps {
+namespace internal {
+namespace {
+
+// BSP: workers whose gradient for the step being aggregated (`version`) is
+// missing on some chunk still at that step. A step no worker has pushed to
+// has not started (e.g. the job is over): nobody is missing from it.
+void AddMissingWorkers(const Job& job, uint64_t version, JobStats* js) {
+  std::vector<uint8_t> missing(job.num_workers, 0);
+  for (const std::unique_ptr<Chunk>& c : job.chunks) {
+    absl::MutexLock l(&c->mu);
+    if (c->state.version != version) continue;
+    bool started = false;
+    for (uint32_t r = 0; r < job.num_workers; ++r) {
+      started |= c->state.pushed[r] != 0;
+    }
+    if (!started) continue;
+    for (uint32_t r = 0; r < job.num_workers; ++r) {
+      if (c->active[r] && !c->state.pushed[r]) missing[r] = 1;
+    }
+  }
+  for (uint32_t r = 0; r < job.num_workers; ++r) {
+    if (missing[r]) js->add_missing_workers(r);
+  }
+}
+
+// ASP/SSP: the slowest active worker's pushed steps.
+uint64_t SlowestSteps(const Job& job, const std::vector<uint8_t>& active) {
+  uint64_t slowest = UINT64_MAX;
+  for (uint32_t r = 0; r < job.num_workers; ++r) {
+    if (active[r]) slowest = std::min(slowest, job.counters.workers[r].Steps());
+  }
+  return slowest == UINT64_MAX ? 0 : slowest;
+}
+
+void AddWorkers(const Job& job, const std::vector<uint8_t>& active,
+                JobStats* js) {
+  for (uint32_t r = 0; r < job.num_workers; ++r) {
+    const WorkerCounters& wc = job.counters.workers[r];
+    WorkerStats* ws = js->add_workers();
+    ws->set_worker(r);
+    ws->set_last_step(wc.last_step.load(std::memory_order_relaxed));
+    ws->set_pushes(wc.pushes.load(std::memory_order_relaxed));
+    ws->set_staleness(wc.staleness.load(std::memory_order_relaxed));
+    ws->set_active(active[r] != 0);
+  }
+}
+
+void AddCounters(const Job& job, JobStats* js) {
+  const JobCounters& jc = job.counters;
+  js->set_pushes(jc.pushes.load(std::memory_order_relaxed));
+  js->set_pulls(jc.pulls.load(std::memory_order_relaxed));
+  js->set_bytes_in(jc.bytes_in.load(std::memory_order_relaxed));
+  js->set_bytes_out(jc.bytes_out.load(std::memory_order_relaxed));
+  js->set_apply_latency_p50_us(jc.apply_ns.Percentile(0.5) / 1e3);
+  js->set_apply_latency_p99_us(jc.apply_ns.Percentile(0.99) / 1e3);
+  js->set_duplicates(jc.duplicates.load(std::memory_order_relaxed));
+  js->set_stale_pushes(jc.stale.load(std::memory_order_relaxed));
+  jc.staleness.ToProto(js->mutable_staleness());
+  js->set_applies(jc.applies.load(std::memory_order_relaxed));
+  js->set_checkpoints(jc.checkpoints.load(std::memory_order_relaxed));
+}
+
+}  // namespace
+
+void FillJobStats(const Job& job, JobStats* js) {
+  js->set_job_id(job.id);
+  js->set_mode(job.mode);
+  js->set_chunks(job.chunks.size());
+  js->set_bytes_held(job.bytes);
+  const uint64_t version = job.LowestVersion();
+  js->set_version(version);
+  std::vector<uint8_t> active;
+  {
+    absl::MutexLock l(&job.waits.mu);
+    active = job.waits.active;
+  }
+  job.rejected.CopyTo(js->mutable_rejected());
+  if (job.mode == BSP) {
+    js->set_step(version);
+    AddMissingWorkers(job, version, js);
+  } else {
+    js->set_step(SlowestSteps(job, active));
+  }
+  AddWorkers(job, active, js);
+  AddCounters(job, js);
+  js->set_restored_from_step(job.restored_from_step);
+}
+
+}  // namespace internal
+}  // namespace ps

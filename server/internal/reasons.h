@@ -1,0 +1,31 @@
+// The reasons under which the shard counts rejected requests: the keys of
+// JobStats.rejected and ShardStats.rejected (documented in server/shard.h).
+#ifndef SERVER_INTERNAL_REASONS_H_
+#define SERVER_INTERNAL_REASONS_H_
+
+namespace ps {
+namespace internal {
+
+inline constexpr char kUnknownJob[] = "unknown_job";
+inline constexpr char kWorkerOutOfRange[] = "worker_out_of_range";
+inline constexpr char kInactiveWorker[] = "inactive_worker";
+inline constexpr char kUnknownChunk[] = "unknown_chunk";
+inline constexpr char kChunkNotOnShard[] = "chunk_not_on_shard";
+inline constexpr char kDuplicateChunk[] = "duplicate_chunk";
+inline constexpr char kWrongSize[] = "wrong_size";
+inline constexpr char kVersionAhead[] = "version_ahead";
+inline constexpr char kFutureStep[] = "future_step";
+inline constexpr char kNonFinite[] = "non_finite";
+inline constexpr char kBadMembership[] = "bad_membership";
+inline constexpr char kBadSpec[] = "bad_spec";
+inline constexpr char kSpecMismatch[] = "spec_mismatch";
+inline constexpr char kOverBudget[] = "over_budget";
+inline constexpr char kShutdown[] = "shutdown";
+inline constexpr char kAheadOfRestore[] = "ahead_of_restore";
+inline constexpr char kNoCheckpointDir[] = "no_checkpoint_dir";
+inline constexpr char kCheckpointFailed[] = "checkpoint_failed";
+
+}  // namespace internal
+}  // namespace ps
+
+#endif  // SERVER_INTERNAL_REASONS_H_

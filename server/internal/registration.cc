@@ -1,0 +1,221 @@
+#include "server/internal/registration.h"
+
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/status_macros.h"
+#include "core/chunking.h"
+#include "core/init.h"
+#include "google/protobuf/util/message_differencer.h"
+
+namespace ps {
+namespace internal {
+namespace {
+
+absl::Status Invalid(absl::string_view field, absl::string_view why) {
+  return absl::InvalidArgumentError(absl::StrCat(field, ": ", why));
+}
+
+absl::Status Prefixed(absl::string_view prefix, const absl::Status& st) {
+  return absl::Status(st.code(), absl::StrCat(prefix, st.message()));
+}
+
+// req.num_workers, or spec.num_workers when 0 (they must agree when both
+// are set).
+absl::StatusOr<uint32_t> ResolveNumWorkers(const RegisterJobRequest& req) {
+  const uint32_t in_spec = req.spec().num_workers();
+  if (req.num_workers() != 0 && in_spec != 0 && req.num_workers() != in_spec) {
+    return Invalid("num_workers",
+                   absl::StrCat(req.num_workers(),
+                                " differs from spec.num_workers ", in_spec));
+  }
+  const uint32_t n = req.num_workers() != 0 ? req.num_workers() : in_spec;
+  if (n == 0) return Invalid("num_workers", "must be >= 1");
+  return n;
+}
+
+// The consistency mode and its parameters (job.num_workers set).
+absl::Status ApplyConsistency(const ConsistencySpec& cs, Job& job) {
+  job.mode = cs.mode() == CONSISTENCY_UNSPECIFIED ? BSP : cs.mode();
+  if (job.mode != BSP && job.mode != ASP && job.mode != SSP) {
+    return Invalid("spec.consistency.mode",
+                   absl::StrCat("unknown mode ", static_cast<int>(cs.mode())));
+  }
+  if (cs.backup_workers() != 0 && job.mode != BSP) {
+    return Invalid("spec.consistency.backup_workers",
+                   "only BSP uses backup workers");
+  }
+  if (cs.backup_workers() >= job.num_workers) {
+    return Invalid("spec.consistency.backup_workers",
+                   absl::StrCat("must be < num_workers (", job.num_workers,
+                                "), got ", cs.backup_workers()));
+  }
+  if (cs.staleness() != 0 && job.mode != SSP) {
+    return Invalid("spec.consistency.staleness",
+                   "only SSP uses a staleness bound");
+  }
+  job.backup_workers = cs.backup_workers();
+  job.staleness_bound = cs.staleness();
+  job.deadline_ms = cs.step_deadline_ms() == 0 ? kDefaultStepDeadlineMs
+                                               : cs.step_deadline_ms();
+  return absl::OkStatus();
+}
+
+// Placement entry `i` (`c`) must be the chunk the spec cuts (`w`).
+absl::Status CheckPlacedChunk(int i, const ChunkPlacement& c,
+                              const ChunkPlacement& w, uint32_t num_shards) {
+  if (c.chunk_id() != w.chunk_id() || c.tensor() != w.tensor() ||
+      c.index() != w.index() || c.offset() != w.offset() ||
+      c.length() != w.length()) {
+    return Invalid(
+        absl::StrCat("placement.chunks[", i, "]"),
+        absl::StrFormat("is (id %d, %s[%d], offset %d, length %d), the spec "
+                        "cuts (id %d, %s[%d], offset %d, length %d)",
+                        c.chunk_id(), c.tensor(), c.index(), c.offset(),
+                        c.length(), w.chunk_id(), w.tensor(), w.index(),
+                        w.offset(), w.length()));
+  }
+  if (c.shard() >= num_shards) {
+    return Invalid(absl::StrCat("placement.chunks[", i, "].shard"),
+                   absl::StrCat(c.shard(), " >= num_shards ", num_shards));
+  }
+  return absl::OkStatus();
+}
+
+// The bytes one local chunk of `length` floats holds: what the budget
+// counts.
+uint64_t ChunkBytes(const Job& job, uint64_t length) {
+  // Parameters, their encoding shared by replies, optimizer state.
+  uint64_t bytes = 2 * length * sizeof(float) +
+                   job.optimizer->StateBytes(length) + sizeof(Chunk);
+  // BSP keeps one gradient per worker until the quorum arrives.
+  if (job.mode == BSP) bytes += uint64_t{job.num_workers} * length * 4;
+  return bytes;
+}
+
+// Checks the placement against the spec's chunks; sets job.bytes and
+// `local_count` for shard `shard_id`.
+absl::Status CheckPlacement(const Placement& placement, uint32_t shard_id,
+                            Job& job, int* local_count) {
+  if (placement.num_shards() <= shard_id) {
+    return Invalid(
+        "placement.num_shards",
+        absl::StrCat(placement.num_shards(), ", but this is shard ", shard_id));
+  }
+  const std::vector<ChunkPlacement> want = CutIntoChunks(job.spec);
+  if (static_cast<size_t>(placement.chunks_size()) != want.size()) {
+    return Invalid(
+        "placement.chunks",
+        absl::StrCat(placement.chunks_size(),
+                     " chunks, but the spec's tensors cut into ", want.size()));
+  }
+  job.bytes = 0;
+  *local_count = 0;
+  for (int i = 0; i < placement.chunks_size(); ++i) {
+    const ChunkPlacement& c = placement.chunks(i);
+    PS_RETURN_IF_ERROR(CheckPlacedChunk(i, c, want[i], placement.num_shards()));
+    if (c.shard() != shard_id) continue;
+    ++*local_count;
+    job.bytes += ChunkBytes(job, c.length());
+  }
+  return absl::OkStatus();
+}
+
+void ApplyCheckpointSpec(const CheckpointSpec& ck, bool can_checkpoint,
+                         Job& job) {
+  job.every_steps = ck.every_steps();
+  job.every_seconds = ck.every_seconds();
+  job.checkpointing =
+      can_checkpoint && (ck.every_steps() > 0 || ck.every_seconds() > 0);
+  job.gate_replies =
+      job.checkpointing && job.mode == BSP && ck.every_steps() == 1;
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<Job>> NewJob(const RegisterJobRequest& req,
+                                            uint32_t shard_id,
+                                            bool can_checkpoint,
+                                            int* local_count) {
+  if (req.job_id().empty()) return Invalid("job_id", "must not be empty");
+  PS_ASSIGN_OR_RETURN(const uint32_t num_workers, ResolveNumWorkers(req));
+  auto job = std::make_shared<Job>();
+  job->id = req.job_id();
+  job->spec = req.spec();
+  job->placement = req.placement();
+  job->num_workers = num_workers;
+  job->registration = req;
+  job->registration.set_num_workers(num_workers);
+
+  absl::StatusOr<std::unique_ptr<Optimizer>> opt =
+      Optimizer::Create(req.spec().optimizer());
+  if (!opt.ok()) return Prefixed("spec.", opt.status());
+  job->optimizer = *std::move(opt);
+  PS_RETURN_IF_ERROR(ApplyConsistency(req.spec().consistency(), *job));
+  if (absl::Status st = ValidateTensors(req.spec()); !st.ok()) {
+    return Prefixed("spec.", st);
+  }
+  PS_RETURN_IF_ERROR(
+      CheckPlacement(req.placement(), shard_id, *job, local_count));
+  ApplyCheckpointSpec(req.spec().checkpoint(), can_checkpoint, *job);
+  return job;
+}
+
+absl::Status InitChunks(uint32_t shard_id, Job& job) {
+  absl::flat_hash_map<std::string, const TensorSpec*> tensors;
+  for (const TensorSpec& t : job.spec.tensors()) tensors[t.name()] = &t;
+  const std::vector<uint8_t> all_active(job.num_workers, 1);
+  job.local.assign(job.placement.chunks_size(), -1);
+  for (const ChunkPlacement& c : job.placement.chunks()) {
+    if (c.shard() != shard_id) continue;
+    ChunkState s = NewChunkState(c, *job.optimizer, job.num_workers);
+    if (absl::Status st = InitValues(job.spec.seed(), *tensors[c.tensor()],
+                                     c.offset(), absl::MakeSpan(s.values));
+        !st.ok()) {
+      return Prefixed("spec.", st);
+    }
+    job.local[c.chunk_id()] = static_cast<int32_t>(job.chunks.size());
+    job.chunks.push_back(std::make_unique<Chunk>(std::move(s), all_active));
+  }
+  return absl::OkStatus();
+}
+
+void InitJobState(Job& job, const std::vector<uint8_t>& active) {
+  job.counters.workers = std::make_unique<WorkerCounters[]>(job.num_workers);
+  job.is_active = std::make_unique<std::atomic<bool>[]>(job.num_workers);
+  for (uint32_t r = 0; r < job.num_workers; ++r) {
+    job.is_active[r].store(active[r] != 0);
+  }
+  absl::MutexLock l(&job.waits.mu);
+  job.waits.active = active;
+  job.waits.clock.assign(job.num_workers, 0);
+}
+
+std::string RegistrationDiff(const Job& existing, const Job& job) {
+  std::string diff;
+  bool same;
+  {
+    google::protobuf::util::MessageDifferencer d;
+    d.ReportDifferencesToString(&diff);
+    same = d.Compare(existing.spec, job.spec);
+    if (!same) diff = "spec: " + diff;
+  }
+  if (same) {
+    google::protobuf::util::MessageDifferencer d;
+    d.ReportDifferencesToString(&diff);
+    same = d.Compare(existing.placement, job.placement);
+    if (!same) diff = "placement: " + diff;
+  }
+  if (same && existing.num_workers != job.num_workers) {
+    same = false;
+    diff = absl::StrCat("num_workers: ", existing.num_workers, " -> ",
+                        job.num_workers);
+  }
+  if (same) return "";
+  return diff.substr(0, diff.find('\n'));
+}
+
+}  // namespace internal
+}  // namespace ps

@@ -1,0 +1,47 @@
+// Building a job from its registration: the spec and placement checks,
+// the memory a job needs, its chunks' initial values, and whether two
+// registrations are the same. Internal to the shard (server/shard.h says
+// what RegisterJob accepts). The job map and the memory budget stay with
+// the Shard.
+//
+// Thread safety: pure functions of their arguments (the Job they build is
+// not shared yet).
+#ifndef SERVER_INTERNAL_REGISTRATION_H_
+#define SERVER_INTERNAL_REGISTRATION_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "proto/ps.pb.h"
+#include "server/internal/job.h"
+
+namespace ps {
+namespace internal {
+
+// Validates `req` for shard `shard_id` and builds the job without its
+// chunks. INVALID_ARGUMENT naming the field on error. `local_count` = the
+// chunks on this shard; `can_checkpoint`: the shard has a checkpoint store.
+absl::StatusOr<std::shared_ptr<Job>> NewJob(const RegisterJobRequest& req,
+                                            uint32_t shard_id,
+                                            bool can_checkpoint,
+                                            int* local_count);
+
+// Creates the job's chunks on shard `shard_id` with their initial values
+// (from spec.seed), every worker active.
+absl::Status InitChunks(uint32_t shard_id, Job& job);
+
+// Worker counters and membership of a new job (one flag per rank).
+void InitJobState(Job& job, const std::vector<uint8_t>& active);
+
+// "" when `job` registers the same as `existing`, else the first
+// difference, e.g. "spec: modified: num_workers: 2 -> 3".
+std::string RegistrationDiff(const Job& existing, const Job& job);
+
+}  // namespace internal
+}  // namespace ps
+
+#endif  // SERVER_INTERNAL_REGISTRATION_H_

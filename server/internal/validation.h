@@ -1,0 +1,39 @@
+// Checks of push, pull and membership requests against a job, before any
+// of a request is applied. Each failure is counted in job.rejected under
+// its reason (reasons.h) and names the offending field. Internal to the
+// shard (server/shard.h lists what is refused).
+//
+// Thread safety: any thread; reads only lock-free state (atomics and the
+// job's immutable configuration) and counts rejections under a leaf lock.
+#ifndef SERVER_INTERNAL_VALIDATION_H_
+#define SERVER_INTERNAL_VALIDATION_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "proto/ps.pb.h"
+#include "server/internal/job.h"
+
+namespace ps {
+namespace internal {
+
+// Checks a whole push of `worker` for `step` to shard `shard_id`; on
+// success `chunks` lists the target chunk of each gradient.
+absl::Status ValidatePush(Job& job, uint32_t shard_id, uint32_t worker,
+                          uint64_t step, const ChunkDataList& gradients,
+                          std::vector<Chunk*>* chunks);
+
+// Checks a pull; on success `chunks` lists the chunks to answer with
+// (req.chunk_ids, or every local chunk when empty).
+absl::Status ValidatePull(Job& job, uint32_t shard_id, const PullRequest& req,
+                          std::vector<Chunk*>* chunks);
+
+// Checks a membership change; on success `active` has one flag per rank.
+absl::Status ValidateMembership(Job& job, const SetMembershipRequest& req,
+                                std::vector<uint8_t>* active);
+
+}  // namespace internal
+}  // namespace ps
+
+#endif  // SERVER_INTERNAL_VALIDATION_H_

@@ -1,0 +1,282 @@
+#include "server/internal/waits.h"
+
+#include <algorithm>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/float_bytes.h"
+
+namespace ps {
+namespace internal {
+namespace {
+
+// Takes the claim on `w` (false: another path has it) and its job.
+bool Claim(const WaiterPtr& w, std::shared_ptr<Job>* job) {
+  if (w->claimed.exchange(true, std::memory_order_acq_rel)) return false;
+  *job = std::move(w->job);
+  return true;
+}
+
+void RunDone(const WaiterPtr& w, const absl::Status& status) {
+  std::function<void(absl::Status)> done = std::move(w->done);
+  w->done = nullptr;
+  done(status);
+}
+
+// The chunk's values encoded at its current version, shared by every reply
+// of that version.
+SharedBytes SharedEncoding(Chunk& c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu) {
+  if (c.encoded == nullptr || c.encoded_version != c.state.version) {
+    // use_count() only falls behind our back (replies being released), so
+    // 1 means no reply holds the buffer and it may be rewritten.
+    if (c.encoded == nullptr || c.encoded.use_count() > 1) {
+      c.encoded = std::make_shared<std::string>();
+    }
+    EncodeFloats(c.state.values, c.encoded.get());
+    c.encoded_version = c.state.version;
+  }
+  return c.encoded;
+}
+
+// Writes the answer of `w` into its response; returns the bytes answered.
+uint64_t FillReply(const Waiter& w) {
+  w.out->Clear();
+  w.out->Reserve(static_cast<int>(w.chunks.size()));
+  uint64_t bytes = 0;
+  for (Chunk* c : w.chunks) {
+    ChunkData* d = w.out->Add();
+    absl::MutexLock l(&c->mu);
+    d->set_chunk_id(c->placement.chunk_id());
+    d->set_version(c->state.version);
+    if (w.payloads == nullptr) {
+      EncodeFloats(c->state.values, d->mutable_data());
+      bytes += d->data().size();
+      continue;
+    }
+    // Encoded once per version: the other replies of it share the bytes.
+    w.payloads->push_back(SharedEncoding(*c));
+    bytes += w.payloads->back()->size();
+  }
+  return bytes;
+}
+
+// Files `w` under each condition that does not hold yet.
+void FileConditions(Job& job, const WaiterPtr& w) {
+  if (w->need_version > 0) {
+    for (Chunk* c : w->chunks) {
+      absl::MutexLock l(&c->mu);
+      if (c->state.version < w->need_version) {
+        w->pending.fetch_add(1);
+        c->waiters.push_back(w);
+      }
+    }
+  }
+  if (w->need_clock > 0) {
+    absl::MutexLock l(&job.waits.mu);
+    if (job.MinActiveClock() < w->need_clock) {
+      w->pending.fetch_add(1);
+      job.waits.clock_waiters.push_back(w);
+    }
+  }
+  if (w->need_version > 0 && job.gate_replies) {
+    absl::MutexLock l(&job.waits.mu);
+    if (job.waits.durable_version < w->need_version) {
+      w->pending.fetch_add(1);
+      job.waits.durable_waiters.push_back(w);
+    }
+  }
+}
+
+// A wait past its deadline, taken out of the registry.
+struct Expired {
+  WaiterPtr w;
+  std::vector<uint32_t> clock_missing;  // SSP: workers holding it back
+};
+
+std::vector<Expired> TakeExpired(Job& job, absl::Time now) {
+  std::vector<Expired> expired;
+  absl::MutexLock l(&job.waits.mu);
+  for (auto it = job.waits.live.begin(); it != job.waits.live.end();) {
+    const WaiterPtr& w = it->second;
+    if (w->deadline > now) {
+      ++it;
+      continue;
+    }
+    Expired e{w, {}};
+    if (w->need_clock > 0 && job.MinActiveClock() < w->need_clock) {
+      for (uint32_t r = 0; r < job.num_workers; ++r) {
+        if (job.waits.active[r] && job.waits.clock[r] < w->need_clock) {
+          e.clock_missing.push_back(r);
+        }
+      }
+    }
+    expired.push_back(std::move(e));
+    job.waits.live.erase(it++);
+  }
+  return expired;
+}
+
+// BSP: the lowest unfinished step among the wait's chunks (UINT64_MAX:
+// none), and in `missing` every active worker whose gradient for it has not
+// arrived.
+uint64_t UnfinishedStep(const Job& job, const Waiter& w,
+                        std::vector<uint32_t>* missing) {
+  uint64_t step = UINT64_MAX;
+  std::vector<uint8_t> is_missing(job.num_workers, 0);
+  for (Chunk* c : w.chunks) {
+    absl::MutexLock l(&c->mu);
+    if (c->state.version >= w.need_version) continue;
+    step = std::min(step, c->state.version);
+    for (uint32_t r = 0; r < job.num_workers; ++r) {
+      if (c->active[r] && !c->state.pushed[r]) is_missing[r] = 1;
+    }
+  }
+  for (uint32_t r = 0; r < job.num_workers; ++r) {
+    if (is_missing[r]) missing->push_back(r);
+  }
+  return step;
+}
+
+// The error of an expired wait, e.g. "job j step 12: no gradient from
+// workers 1, 2 after 60000 ms".
+absl::Status DeadlineError(const Job& job, const Expired& e) {
+  const Waiter& w = *e.w;
+  std::vector<uint32_t> ranks;
+  uint64_t step = UnfinishedStep(job, w, &ranks);
+  if (step == UINT64_MAX && e.clock_missing.empty() && job.gate_replies &&
+      w.need_version > 0) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("job ", job.id, " step ", w.need_version - 1,
+                     ": the checkpoint of version ", w.need_version,
+                     " was not written within ", job.deadline_ms, " ms"));
+  }
+  if (step == UINT64_MAX) {
+    ranks = e.clock_missing;
+    step = w.need_clock > 0 ? w.need_clock - 1 : w.step;
+  }
+  std::string what = ranks.empty()
+                         ? "not complete"
+                         : absl::StrCat("no gradient from worker",
+                                        ranks.size() == 1 ? " " : "s ",
+                                        absl::StrJoin(ranks, ", "));
+  std::string ssp =
+      e.clock_missing.empty() || w.need_clock == 0
+          ? ""
+          : absl::StrCat(" (SSP staleness ", job.staleness_bound, ": step ",
+                         w.step, " waits for the slowest)");
+  return absl::DeadlineExceededError(absl::StrCat("job ", job.id, " step ",
+                                                  step, ": ", what, " after ",
+                                                  job.deadline_ms, " ms", ssp));
+}
+
+}  // namespace
+
+WaiterPtr NewWaiter(const std::shared_ptr<Job>& job, uint64_t id,
+                    std::vector<Chunk*> chunks, uint64_t step,
+                    ChunkDataList* out, std::vector<SharedBytes>* payloads,
+                    std::function<void(absl::Status)> done) {
+  auto w = std::make_shared<Waiter>();
+  w->id = id;
+  w->chunks = std::move(chunks);
+  w->step = step;
+  w->deadline = absl::Now() + absl::Milliseconds(job->deadline_ms);
+  w->out = out;
+  w->payloads = payloads;
+  w->job = job;
+  w->done = std::move(done);
+  return w;
+}
+
+void StartWait(const std::shared_ptr<Job>& job, WaiterPtr w) {
+  // Nothing to wait for (ASP PushPull, most Pulls): answer without touching
+  // the job mutex, unless the job is closing.
+  if (w->need_version == 0 && w->need_clock == 0 &&
+      !job->waits.is_closed.load(std::memory_order_acquire)) {
+    w->registered = false;
+    Complete(w);
+    return;
+  }
+  absl::Status closed;
+  {
+    absl::MutexLock l(&job->waits.mu);
+    closed = job->waits.closed;
+    if (closed.ok()) job->waits.live.emplace(w->id, w);
+  }
+  if (!closed.ok()) {
+    Fail(w, closed);
+    return;
+  }
+  FileConditions(*job, w);
+  if (w->pending.fetch_sub(1) == 1) Complete(w);
+}
+
+void Complete(const WaiterPtr& w) {
+  std::shared_ptr<Job> job;
+  if (!Claim(w, &job)) return;
+  if (w->registered) {
+    absl::MutexLock l(&job->waits.mu);
+    job->waits.live.erase(w->id);
+  }
+  const uint64_t bytes = FillReply(*w);
+  job->counters.pulls.fetch_add(w->chunks.size(), std::memory_order_relaxed);
+  job->counters.bytes_out.fetch_add(bytes, std::memory_order_relaxed);
+  RunDone(w, absl::OkStatus());
+}
+
+void Fail(const WaiterPtr& w, const absl::Status& status) {
+  std::shared_ptr<Job> job;
+  if (!Claim(w, &job)) return;
+  if (job != nullptr) {
+    absl::MutexLock l(&job->waits.mu);
+    job->waits.live.erase(w->id);
+  }
+  RunDone(w, status);
+}
+
+void CompleteAll(std::vector<WaiterPtr>* ready) {
+  for (const WaiterPtr& w : *ready) Complete(w);
+  ready->clear();
+}
+
+void CloseJob(Job& job, const absl::Status& status) {
+  std::vector<WaiterPtr> waiters;
+  {
+    absl::MutexLock l(&job.waits.mu);
+    if (job.waits.closed.ok()) job.waits.closed = status;
+    job.waits.is_closed.store(true, std::memory_order_release);
+    for (auto& [id, w] : job.waits.live) waiters.push_back(w);
+    job.waits.live.clear();
+    job.waits.clock_waiters.clear();
+    job.waits.durable_waiters.clear();
+  }
+  for (const std::unique_ptr<Chunk>& c : job.chunks) {
+    absl::MutexLock l(&c->mu);
+    c->waiters.clear();
+  }
+  for (const WaiterPtr& w : waiters) Fail(w, status);
+}
+
+void FailExpiredWaits(Job& job, absl::Time now) {
+  for (const Expired& e : TakeExpired(job, now)) {
+    if (e.w->claimed.load(std::memory_order_acquire)) continue;
+    Fail(e.w, DeadlineError(job, e));
+  }
+}
+
+void ReleaseClockWaiters(Job& job, std::vector<WaiterPtr>* ready) {
+  const uint64_t slowest = job.MinActiveClock();
+  ReleaseWaiters(
+      &job.waits.clock_waiters,
+      [slowest](const Waiter& w) { return w.need_clock <= slowest; }, ready);
+}
+
+void ReleaseDurableWaiters(Job& job, std::vector<WaiterPtr>* ready) {
+  const uint64_t durable = job.waits.durable_version;
+  ReleaseWaiters(
+      &job.waits.durable_waiters,
+      [durable](const Waiter& w) { return w.need_version <= durable; }, ready);
+}
+
+}  // namespace internal
+}  // namespace ps

@@ -92,7 +92,7 @@ struct Connection {
   std::string coordinator;
   LoadedCluster cluster;
   bool have_cluster = false;
-  absl::Duration connect_timeout = absl::Seconds(4);
+  absl::Duration connect_timeout = absl::Seconds(kDefaultConnectTimeoutSeconds);
 };
 
 // Exit code + message for a failed connection set-up.
@@ -103,8 +103,10 @@ struct Failure {
 
 std::unique_ptr<Failure> Connect(const Args& a, bool need_cluster,
                                  Connection* c) {
-  double timeout_s = 4;
-  if (!absl::SimpleAtod(FlagOr(a, "--connect-timeout", "4"), &timeout_s) ||
+  double timeout_s = kDefaultConnectTimeoutSeconds;
+  if (!absl::SimpleAtod(FlagOr(a, "--connect-timeout",
+                               absl::StrCat(kDefaultConnectTimeoutSeconds)),
+                        &timeout_s) ||
       timeout_s <= 0) {
     return std::make_unique<Failure>(
         Failure{kExitUsage, "--connect-timeout: not a positive number"});

@@ -51,6 +51,7 @@ def cuda_backend_targets():
         hdrs = ["gpu_reducer.h"],
         deps = [
             ":cuda_backend",
+            "//common:status_macros",
             "//third_party:absl",
             "//third_party:cuda",
             "//worker/backend",

@@ -33,6 +33,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/status_macros.h"
 #include "worker/backend/elementwise.h"
 
 namespace ps {
@@ -303,9 +304,8 @@ absl::StatusOr<DeviceBuffer<T>> Backend::Allocate(size_t n) {
   if (n > SIZE_MAX / sizeof(T)) {
     return absl::InvalidArgumentError("Allocate: element count overflows");
   }
-  absl::StatusOr<void*> p = AllocateBytes(n * sizeof(T));
-  if (!p.ok()) return p.status();
-  return DeviceBuffer<T>(this, static_cast<T*>(*p), n);
+  PS_ASSIGN_OR_RETURN(void* p, AllocateBytes(n * sizeof(T)));
+  return DeviceBuffer<T>(this, static_cast<T*>(p), n);
 }
 
 template <typename T>
@@ -316,9 +316,8 @@ absl::StatusOr<HostBuffer<T>> Backend::AllocateHost(size_t n) {
   if (n > SIZE_MAX / sizeof(T)) {
     return absl::InvalidArgumentError("AllocateHost: element count overflows");
   }
-  absl::StatusOr<void*> p = AllocateHostBytes(n * sizeof(T));
-  if (!p.ok()) return p.status();
-  return HostBuffer<T>(this, static_cast<T*>(*p), n);
+  PS_ASSIGN_OR_RETURN(void* p, AllocateHostBytes(n * sizeof(T)));
+  return HostBuffer<T>(this, static_cast<T*>(p), n);
 }
 
 }  // namespace ps

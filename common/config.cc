@@ -207,6 +207,55 @@ absl::StatusOr<std::string> ResolveShard(const LoadedCluster& cluster,
   }
 }
 
+// Fills the default device and weights, and checks "cpu:N" / "gpu:N", no
+// repeats, and one positive weight per device. (Whether this machine can
+// drive a GPU is workerd's check at start.)
+void ValidateDevices(WorkerdConfig* config, Problems* problems) {
+  WorkerdConfig& c = *config;
+  Problems& p = *problems;
+  if (c.devices_size() == 0) c.add_devices(kDefaultDevice);
+  for (int i = 0; i < c.devices_size(); ++i) {
+    const std::string& d = c.devices(i);
+    size_t colon = d.find(':');
+    uint32_t index = 0;
+    std::string kind = d.substr(0, colon);
+    std::string number = colon == std::string::npos ? "" : d.substr(colon + 1);
+    if (colon == std::string::npos || (kind != "cpu" && kind != "gpu") ||
+        number.empty() ||
+        number.find_first_not_of("0123456789") != std::string::npos ||
+        !absl::SimpleAtoi(number, &index)) {
+      p.Add(
+          absl::StrCat("devices[", i, "]"),
+          absl::StrCat("\"", absl::CHexEscape(d), "\" is not cpu:N or gpu:N"));
+    }
+    for (int j = 0; j < i; ++j) {
+      if (c.devices(j) == d) {
+        p.Add(absl::StrCat("devices[", i, "]"),
+              absl::StrCat("\"", absl::CHexEscape(d), "\" listed twice"));
+        break;
+      }
+    }
+  }
+  if (c.device_weights_size() != 0 &&
+      c.device_weights_size() != c.devices_size()) {
+    p.Add("device_weights",
+          absl::StrCat(c.device_weights_size(), " weights for ",
+                       c.devices_size(), " devices"));
+  }
+  for (int i = 0; i < c.device_weights_size(); ++i) {
+    float w = c.device_weights(i);
+    if (!(w > 0) || !std::isfinite(w)) {
+      p.Add(absl::StrCat("device_weights[", i, "]"),
+            "must be a positive number");
+    }
+  }
+  if (c.device_weights_size() == 0) {
+    for (int i = 0; i < c.devices_size(); ++i) {
+      c.add_device_weights(kDefaultDeviceWeight);
+    }
+  }
+}
+
 // The scalar defaults of proto/cluster.proto's WorkerdConfig (devices and
 // their weights are filled where they are validated).
 void FillWorkerdDefaults(WorkerdConfig* c) {
@@ -408,47 +457,7 @@ absl::StatusOr<LoadedWorkerdConfig> ParseWorkerdConfig(
       break;
     }
   }
-  if (c.devices_size() == 0) c.add_devices(kDefaultDevice);
-  for (int i = 0; i < c.devices_size(); ++i) {
-    const std::string& d = c.devices(i);
-    size_t colon = d.find(':');
-    uint32_t index = 0;
-    std::string kind = d.substr(0, colon);
-    std::string number = colon == std::string::npos ? "" : d.substr(colon + 1);
-    if (colon == std::string::npos || (kind != "cpu" && kind != "gpu") ||
-        number.empty() ||
-        number.find_first_not_of("0123456789") != std::string::npos ||
-        !absl::SimpleAtoi(number, &index)) {
-      p.Add(
-          absl::StrCat("devices[", i, "]"),
-          absl::StrCat("\"", absl::CHexEscape(d), "\" is not cpu:N or gpu:N"));
-    }
-    for (int j = 0; j < i; ++j) {
-      if (c.devices(j) == d) {
-        p.Add(absl::StrCat("devices[", i, "]"),
-              absl::StrCat("\"", absl::CHexEscape(d), "\" listed twice"));
-        break;
-      }
-    }
-  }
-  if (c.device_weights_size() != 0 &&
-      c.device_weights_size() != c.devices_size()) {
-    p.Add("device_weights",
-          absl::StrCat(c.device_weights_size(), " weights for ",
-                       c.devices_size(), " devices"));
-  }
-  for (int i = 0; i < c.device_weights_size(); ++i) {
-    float w = c.device_weights(i);
-    if (!(w > 0) || !std::isfinite(w)) {
-      p.Add(absl::StrCat("device_weights[", i, "]"),
-            "must be a positive number");
-    }
-  }
-  if (c.device_weights_size() == 0) {
-    for (int i = 0; i < c.devices_size(); ++i) {
-      c.add_device_weights(kDefaultDeviceWeight);
-    }
-  }
+  ValidateDevices(&c, &p);
   FillWorkerdDefaults(&c);
   if (!ValidLogLevel(c.log_level())) {
     p.Add("log_level",

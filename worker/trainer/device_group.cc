@@ -57,8 +57,12 @@ void SplitBatch(size_t n, absl::Span<const double> weights,
   }
 }
 
-absl::StatusOr<std::unique_ptr<DeviceGroup>> DeviceGroup::Create(
-    const ModelSpec& spec, const Options& options) {
+namespace {
+
+// The weights Create uses (equal when none are given), or kInvalidArgument
+// naming the option that is wrong.
+absl::StatusOr<std::vector<double>> CheckOptions(
+    const DeviceGroup::Options& options) {
   if (options.devices.empty()) {
     return absl::InvalidArgumentError("devices: at least one device needed");
   }
@@ -93,7 +97,14 @@ absl::StatusOr<std::unique_ptr<DeviceGroup>> DeviceGroup::Create(
     return absl::InvalidArgumentError(absl::StrCat(
         "threads_per_device: must be >= 0, got ", options.threads_per_device));
   }
+  return weights;
+}
 
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<DeviceGroup>> DeviceGroup::Create(
+    const ModelSpec& spec, const Options& options) {
+  PS_ASSIGN_OR_RETURN(std::vector<double> weights, CheckOptions(options));
   std::unique_ptr<DeviceGroup> group(new DeviceGroup());
   group->weights_ = std::move(weights);
   group->max_batch_ = options.max_batch;

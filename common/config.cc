@@ -16,6 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/status_macros.h"
 #include "common/text_proto.h"
 
 namespace ps {
@@ -190,10 +191,9 @@ absl::StatusOr<std::string> ResolveShard(const LoadedCluster& cluster,
     if (ReadFile(file, &contents).ok()) {
       std::string address(absl::StripAsciiWhitespace(contents));
       if (!address.empty()) {
-        absl::Status valid = ValidateHostPort(
+        PS_RETURN_IF_ERROR(ValidateHostPort(
             address, absl::StrCat("shards[", shard, "].address_file ", file),
-            /*allow_port_zero=*/false);
-        if (!valid.ok()) return valid;
+            /*allow_port_zero=*/false));
         return address;
       }
     }
@@ -205,6 +205,78 @@ absl::StatusOr<std::string> ResolveShard(const LoadedCluster& cluster,
     std::this_thread::sleep_for(absl::ToChronoMilliseconds(backoff));
     backoff = std::min(backoff * 2, absl::Milliseconds(200));
   }
+}
+
+// Fills the default device and weights, and checks "cpu:N" / "gpu:N", no
+// repeats, and one positive weight per device. (Whether this machine can
+// drive a GPU is workerd's check at start.)
+void ValidateDevices(WorkerdConfig* config, Problems* problems) {
+  WorkerdConfig& c = *config;
+  Problems& p = *problems;
+  if (c.devices_size() == 0) c.add_devices(kDefaultDevice);
+  for (int i = 0; i < c.devices_size(); ++i) {
+    const std::string& d = c.devices(i);
+    size_t colon = d.find(':');
+    uint32_t index = 0;
+    std::string kind = d.substr(0, colon);
+    std::string number = colon == std::string::npos ? "" : d.substr(colon + 1);
+    if (colon == std::string::npos || (kind != "cpu" && kind != "gpu") ||
+        number.empty() ||
+        number.find_first_not_of("0123456789") != std::string::npos ||
+        !absl::SimpleAtoi(number, &index)) {
+      p.Add(
+          absl::StrCat("devices[", i, "]"),
+          absl::StrCat("\"", absl::CHexEscape(d), "\" is not cpu:N or gpu:N"));
+    }
+    for (int j = 0; j < i; ++j) {
+      if (c.devices(j) == d) {
+        p.Add(absl::StrCat("devices[", i, "]"),
+              absl::StrCat("\"", absl::CHexEscape(d), "\" listed twice"));
+        break;
+      }
+    }
+  }
+  if (c.device_weights_size() != 0 &&
+      c.device_weights_size() != c.devices_size()) {
+    p.Add("device_weights",
+          absl::StrCat(c.device_weights_size(), " weights for ",
+                       c.devices_size(), " devices"));
+  }
+  for (int i = 0; i < c.device_weights_size(); ++i) {
+    float w = c.device_weights(i);
+    if (!(w > 0) || !std::isfinite(w)) {
+      p.Add(absl::StrCat("device_weights[", i, "]"),
+            "must be a positive number");
+    }
+  }
+  if (c.device_weights_size() == 0) {
+    for (int i = 0; i < c.devices_size(); ++i) {
+      c.add_device_weights(kDefaultDeviceWeight);
+    }
+  }
+}
+
+// The scalar defaults of proto/cluster.proto's WorkerdConfig (devices and
+// their weights are filled where they are validated).
+void FillWorkerdDefaults(WorkerdConfig* c) {
+  if (c->threads_per_device() == 0) {
+    c->set_threads_per_device(kDefaultThreadsPerDevice);
+  }
+  if (c->loader_threads() == 0) c->set_loader_threads(kDefaultLoaderThreads);
+  if (c->prefetch_batches() == 0) {
+    c->set_prefetch_batches(kDefaultPrefetchBatches);
+  }
+  if (c->heartbeat_interval_ms() == 0) {
+    c->set_heartbeat_interval_ms(kDefaultHeartbeatIntervalMs);
+  }
+  if (c->rpc_deadline_ms() == 0) c->set_rpc_deadline_ms(kDefaultRpcDeadlineMs);
+  if (c->rpc_max_attempts() == 0) {
+    c->set_rpc_max_attempts(kDefaultRpcMaxAttempts);
+  }
+  if (c->max_inflight_per_shard() == 0) {
+    c->set_max_inflight_per_shard(kDefaultMaxInflightPerShard);
+  }
+  if (c->data_dir().empty()) c->set_data_dir(kDefaultDataDir);
 }
 
 }  // namespace
@@ -297,10 +369,8 @@ absl::StatusOr<LoadedCluster> ParseClusterConfig(const std::string& text,
                                                  const std::string& path) {
   LoadedCluster out;
   out.path = path;
-  absl::Status s = ParseTextProto(text, path, &out.config);
-  if (!s.ok()) return s;
-  s = ValidateClusterConfig(out.config, path);
-  if (!s.ok()) return s;
+  PS_RETURN_IF_ERROR(ParseTextProto(text, path, &out.config));
+  PS_RETURN_IF_ERROR(ValidateClusterConfig(out.config, path));
   ResolveTlsPaths(out.config.mutable_tls(), path);
   out.config.set_auth_token_file(
       ResolvePath(out.config.auth_token_file(), path));
@@ -309,8 +379,7 @@ absl::StatusOr<LoadedCluster> ParseClusterConfig(const std::string& text,
 
 absl::StatusOr<LoadedCluster> LoadClusterConfig(const std::string& path) {
   std::string text;
-  absl::Status s = ReadFile(path, &text);
-  if (!s.ok()) return s;
+  PS_RETURN_IF_ERROR(ReadFile(path, &text));
   return ParseClusterConfig(text, path);
 }
 
@@ -319,8 +388,7 @@ absl::StatusOr<LoadedPsdConfig> ParsePsdConfig(const std::string& text,
   LoadedPsdConfig out;
   out.path = path;
   PsdConfig& c = out.psd;
-  absl::Status s = ParseTextProto(text, path, &c);
-  if (!s.ok()) return s;
+  PS_RETURN_IF_ERROR(ParseTextProto(text, path, &c));
   Problems p(path);
   if (c.listen_address().empty()) c.set_listen_address(kDefaultListenAddress);
   p.Add(ValidateHostPort(c.listen_address(), "listen_address", true));
@@ -356,24 +424,20 @@ absl::StatusOr<LoadedPsdConfig> ParsePsdConfig(const std::string& text,
   c.set_checkpoint_dir(ResolvePath(c.checkpoint_dir(), path));
   if (!c.address_file().empty())
     ValidateOutputFile("address_file", c.address_file(), &p);
-  if (absl::Status ps = p.ToStatus(); !ps.ok()) return ps;
-  absl::StatusOr<LoadedCluster> cluster =
-      LoadNamedCluster(c.cluster_file(), &p);
-  if (!cluster.ok()) return cluster.status();
-  out.cluster = *std::move(cluster);
+  PS_RETURN_IF_ERROR(p.ToStatus());
+  PS_ASSIGN_OR_RETURN(out.cluster, LoadNamedCluster(c.cluster_file(), &p));
   if (c.shard_id() >= static_cast<uint32_t>(out.cluster.config.shards_size())) {
     p.Add("shard_id",
           absl::StrCat(c.shard_id(), " is not in the cluster file (",
                        out.cluster.config.shards_size(), " shards)"));
   }
-  if (absl::Status ps = p.ToStatus(); !ps.ok()) return ps;
+  PS_RETURN_IF_ERROR(p.ToStatus());
   return out;
 }
 
 absl::StatusOr<LoadedPsdConfig> LoadPsdConfig(const std::string& path) {
   std::string text;
-  absl::Status s = ReadFile(path, &text);
-  if (!s.ok()) return s;
+  PS_RETURN_IF_ERROR(ReadFile(path, &text));
   return ParsePsdConfig(text, path);
 }
 
@@ -382,8 +446,7 @@ absl::StatusOr<LoadedWorkerdConfig> ParseWorkerdConfig(
   LoadedWorkerdConfig out;
   out.path = path;
   WorkerdConfig& c = out.workerd;
-  absl::Status s = ParseTextProto(text, path, &c);
-  if (!s.ok()) return s;
+  PS_RETURN_IF_ERROR(ParseTextProto(text, path, &c));
   Problems p(path);
   if (c.cluster_file().empty()) p.Add("cluster_file", "required");
   for (size_t i = 0; i < c.name().size(); ++i) {
@@ -394,72 +457,23 @@ absl::StatusOr<LoadedWorkerdConfig> ParseWorkerdConfig(
       break;
     }
   }
-  if (c.devices_size() == 0) c.add_devices("cpu:0");
-  for (int i = 0; i < c.devices_size(); ++i) {
-    const std::string& d = c.devices(i);
-    size_t colon = d.find(':');
-    uint32_t index = 0;
-    std::string kind = d.substr(0, colon);
-    std::string number = colon == std::string::npos ? "" : d.substr(colon + 1);
-    if (colon == std::string::npos || (kind != "cpu" && kind != "gpu") ||
-        number.empty() ||
-        number.find_first_not_of("0123456789") != std::string::npos ||
-        !absl::SimpleAtoi(number, &index)) {
-      p.Add(
-          absl::StrCat("devices[", i, "]"),
-          absl::StrCat("\"", absl::CHexEscape(d), "\" is not cpu:N or gpu:N"));
-    }
-    for (int j = 0; j < i; ++j) {
-      if (c.devices(j) == d) {
-        p.Add(absl::StrCat("devices[", i, "]"),
-              absl::StrCat("\"", absl::CHexEscape(d), "\" listed twice"));
-        break;
-      }
-    }
-  }
-  if (c.device_weights_size() != 0 &&
-      c.device_weights_size() != c.devices_size()) {
-    p.Add("device_weights",
-          absl::StrCat(c.device_weights_size(), " weights for ",
-                       c.devices_size(), " devices"));
-  }
-  for (int i = 0; i < c.device_weights_size(); ++i) {
-    float w = c.device_weights(i);
-    if (!(w > 0) || !std::isfinite(w)) {
-      p.Add(absl::StrCat("device_weights[", i, "]"),
-            "must be a positive number");
-    }
-  }
-  if (c.device_weights_size() == 0) {
-    for (int i = 0; i < c.devices_size(); ++i) c.add_device_weights(1.0f);
-  }
-  if (c.threads_per_device() == 0) c.set_threads_per_device(1);
-  if (c.loader_threads() == 0) c.set_loader_threads(1);
-  if (c.prefetch_batches() == 0) c.set_prefetch_batches(4);
-  if (c.heartbeat_interval_ms() == 0) c.set_heartbeat_interval_ms(1000);
-  if (c.rpc_deadline_ms() == 0) c.set_rpc_deadline_ms(30000);
-  if (c.rpc_max_attempts() == 0) c.set_rpc_max_attempts(12);
-  if (c.max_inflight_per_shard() == 0) c.set_max_inflight_per_shard(4);
-  if (c.data_dir().empty()) c.set_data_dir("/usr/share/datasets/fashion-mnist");
+  ValidateDevices(&c, &p);
+  FillWorkerdDefaults(&c);
   if (!ValidLogLevel(c.log_level())) {
     p.Add("log_level",
           absl::StrCat("unknown level \"", absl::CHexEscape(c.log_level()),
                        "\" (trace, debug, info, warn, error, off)"));
   }
-  if (absl::Status ps = p.ToStatus(); !ps.ok()) return ps;
+  PS_RETURN_IF_ERROR(p.ToStatus());
   c.set_cluster_file(ResolvePath(c.cluster_file(), path));
   c.set_data_dir(ResolvePath(c.data_dir(), path));
-  absl::StatusOr<LoadedCluster> cluster =
-      LoadNamedCluster(c.cluster_file(), &p);
-  if (!cluster.ok()) return cluster.status();
-  out.cluster = *std::move(cluster);
+  PS_ASSIGN_OR_RETURN(out.cluster, LoadNamedCluster(c.cluster_file(), &p));
   return out;
 }
 
 absl::StatusOr<LoadedWorkerdConfig> LoadWorkerdConfig(const std::string& path) {
   std::string text;
-  absl::Status s = ReadFile(path, &text);
-  if (!s.ok()) return s;
+  PS_RETURN_IF_ERROR(ReadFile(path, &text));
   return ParseWorkerdConfig(text, path);
 }
 
@@ -467,9 +481,9 @@ absl::StatusOr<std::vector<std::string>> ResolveShardAddresses(
     const LoadedCluster& cluster, absl::Time deadline) {
   std::vector<std::string> out;
   for (int i = 0; i < cluster.config.shards_size(); ++i) {
-    absl::StatusOr<std::string> a = ResolveShard(cluster, i, deadline);
-    if (!a.ok()) return a.status();
-    out.push_back(*std::move(a));
+    PS_ASSIGN_OR_RETURN(std::string address,
+                        ResolveShard(cluster, i, deadline));
+    out.push_back(std::move(address));
   }
   return out;
 }

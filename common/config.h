@@ -24,15 +24,10 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/defaults.h"  // the defaults that loading fills in
 #include "proto/cluster.pb.h"
 
 namespace ps {
-
-// Defaults documented in proto/cluster.proto.
-inline constexpr char kDefaultListenAddress[] = "127.0.0.1:0";
-inline constexpr uint32_t kDefaultMaxMessageBytes = 4u << 20;
-inline constexpr uint64_t kDefaultMemoryBudgetBytes = 8ull << 30;
-inline constexpr uint32_t kDefaultWorkerTimeoutMs = 10000;
 
 // Limits on values that would otherwise break a daemon at run time.
 // gRPC takes message sizes as int: larger values would wrap to "unlimited".

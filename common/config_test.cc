@@ -5,6 +5,7 @@
 #include <string>
 
 #include "absl/time/clock.h"
+#include "common/defaults.h"
 #include "common/text_proto.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -114,6 +115,45 @@ TEST_F(ConfigTest, PsdDefaultsAndRelativePaths) {
   EXPECT_EQ(c->psd.max_message_bytes(), 4u << 20);
   EXPECT_EQ(c->psd.address_file(), (dir_ / "run/shard1.addr").string());
   EXPECT_EQ(c->cluster.config.shards_size(), 2);
+}
+
+// An empty psd file (only the required cluster_file) gets every default of
+// common/defaults.h (defaults_test checks those against the proto comments).
+TEST_F(ConfigTest, EmptyPsdConfigGetsTheDefaults) {
+  Write("cluster.pbtxt", "shards { address: \"127.0.0.1:7001\" }\n");
+  std::string path = Write("psd.pbtxt", "cluster_file: \"cluster.pbtxt\"\n");
+  absl::StatusOr<LoadedPsdConfig> c = LoadPsdConfig(path);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->psd.listen_address(), kDefaultListenAddress);
+  EXPECT_EQ(c->psd.max_message_bytes(), kDefaultMaxMessageBytes);
+  EXPECT_EQ(c->psd.memory_budget_bytes(), kDefaultMemoryBudgetBytes);
+  EXPECT_EQ(c->psd.worker_timeout_ms(), kDefaultWorkerTimeoutMs);
+  EXPECT_EQ(c->psd.shard_id(), 0u);
+  EXPECT_EQ(c->psd.address_file(), "");
+  EXPECT_EQ(c->psd.checkpoint_dir(), "");
+  EXPECT_EQ(c->psd.log_level(), "");  // InitLogging reads "" as info
+}
+
+TEST_F(ConfigTest, EmptyWorkerdConfigGetsTheDefaults) {
+  Write("cluster.pbtxt", "shards { address: \"127.0.0.1:7001\" }\n");
+  std::string path = Write("w.pbtxt", "cluster_file: \"cluster.pbtxt\"\n");
+  absl::StatusOr<LoadedWorkerdConfig> c = LoadWorkerdConfig(path);
+  ASSERT_TRUE(c.ok()) << c.status();
+  const WorkerdConfig& w = c->workerd;
+  ASSERT_EQ(w.devices_size(), 1);
+  EXPECT_EQ(w.devices(0), kDefaultDevice);
+  ASSERT_EQ(w.device_weights_size(), 1);
+  EXPECT_EQ(w.device_weights(0), kDefaultDeviceWeight);
+  EXPECT_EQ(w.data_dir(), kDefaultDataDir);  // absolute: stays as it is
+  EXPECT_EQ(w.threads_per_device(), kDefaultThreadsPerDevice);
+  EXPECT_EQ(w.loader_threads(), kDefaultLoaderThreads);
+  EXPECT_EQ(w.prefetch_batches(), kDefaultPrefetchBatches);
+  EXPECT_EQ(w.heartbeat_interval_ms(), kDefaultHeartbeatIntervalMs);
+  EXPECT_EQ(w.rpc_deadline_ms(), kDefaultRpcDeadlineMs);
+  EXPECT_EQ(w.rpc_max_attempts(), kDefaultRpcMaxAttempts);
+  EXPECT_EQ(w.max_inflight_per_shard(), kDefaultMaxInflightPerShard);
+  EXPECT_EQ(w.max_jobs(), 0u);  // serve forever
+  EXPECT_EQ(w.name(), "");      // workerd uses host name + pid
 }
 
 TEST_F(ConfigTest, ShardIdOutsideCluster) {

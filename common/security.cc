@@ -3,6 +3,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "common/status_macros.h"
 #include "common/text_proto.h"
 
 namespace ps {
@@ -63,10 +64,9 @@ absl::StatusOr<Security> Security::FromParts(const TlsConfig& tls,
   s.tls_on_ = !tls.ca_file().empty();
   s.mutual_ = tls.mutual();
   s.server_name_override_ = tls.server_name_override();
-  absl::Status r = ReadPem(tls.cert_file(), "tls.cert_file", &s.cert_pem_);
-  if (r.ok()) r = ReadPem(tls.key_file(), "tls.key_file", &s.key_pem_);
-  if (r.ok()) r = ReadPem(tls.ca_file(), "tls.ca_file", &s.ca_pem_);
-  if (!r.ok()) return r;
+  PS_RETURN_IF_ERROR(ReadPem(tls.cert_file(), "tls.cert_file", &s.cert_pem_));
+  PS_RETURN_IF_ERROR(ReadPem(tls.key_file(), "tls.key_file", &s.key_pem_));
+  PS_RETURN_IF_ERROR(ReadPem(tls.ca_file(), "tls.ca_file", &s.ca_pem_));
   return s;
 }
 

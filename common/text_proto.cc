@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/status_macros.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "google/protobuf/text_format.h"
@@ -265,8 +266,7 @@ absl::Status ReadFile(const std::string& path, std::string* contents,
 absl::Status ParseTextProtoFile(const std::string& path,
                                 google::protobuf::Message* message) {
   std::string text;
-  absl::Status read = ReadFile(path, &text);
-  if (!read.ok()) return read;
+  PS_RETURN_IF_ERROR(ReadFile(path, &text));
   return ParseTextProto(text, path, message);
 }
 

@@ -25,7 +25,8 @@ TEST(ParseTextProtoTest, SingularFieldGivenTwiceIsAnErrorEvenAfterADefault) {
        "f:2:1: Non-repeated field \"shard_id\" is specified"},
       {"shard_id: 1\nshard_id: 0\n", "f:2:"},
       {"log_level: \"\" log_level: \"info\"", "f:1:15:"},
-      {"cluster_file: \"a\" \"b\"\nrpc_threads: 2\nrpc_threads: 3", "f:3:"},
+      {"cluster_file: \"a\" \"b\"\nworker_timeout_ms: 2\nworker_timeout_ms: 3",
+       "f:3:"},
       {"max_message_bytes: 65536 # shard_id: 1\nshard_id: 1", ""},
       {"shard_id: 1 listen_address: \"x:1\", log_level: 'info';", ""},
   };

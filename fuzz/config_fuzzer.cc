@@ -259,7 +259,7 @@ void WriteSeeds(const std::string& dir) {
        "listen_address: \"0.0.0.0:0\"\nshard_id: 1\ncluster_file: "
        "\"cluster.pbtxt\"\naddress_file: \"run/s1.addr\"\nmax_message_bytes: "
        "8388608\nmemory_budget_bytes: 1048576\nworker_timeout_ms: 3000\n"
-       "log_level: \"warn\"\nrpc_threads: 4\n"},
+       "log_level: \"warn\"\n"},
       {"psd_bad", "listen_adress: \"127.0.0.1:0\"\nshard_id: \"zero\"\n"},
       {"psd_values",
        "listen_address: \"300.1.1.1:80\"\ncluster_file: \"missing.pbtxt\"\n"

@@ -150,7 +150,7 @@ struct ShardOptions {
   uint32_t shard_id = 0;
   // RegisterJob fails with RESOURCE_EXHAUSTED beyond this many bytes of
   // parameters, optimizer state and BSP gradient buffers.
-  uint64_t memory_budget_bytes = 8ull << 30;
+  uint64_t memory_budget_bytes = kDefaultMemoryBudgetBytes;
   // Reported in ShardStats.address (informational).
   std::string address;
   // Where OpenCheckpoints() keeps this shard's checkpoints ("" = none).

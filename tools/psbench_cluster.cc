@@ -49,7 +49,7 @@ absl::StatusOr<std::unique_ptr<BenchCluster>> BenchCluster::StartInProcess(
     InProcessShard s;
     ShardOptions options;
     options.shard_id = static_cast<uint32_t>(i);
-    options.memory_budget_bytes = 16ull << 30;
+    options.memory_budget_bytes = kDefaultMemoryBudgetBytes;
     s.shard = std::make_unique<Shard>(options);
     s.service = std::make_unique<PsService>(s.shard.get(), &c->security_);
     grpc::ServerBuilder builder;

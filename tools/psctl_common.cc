@@ -59,8 +59,10 @@ std::string FlagOr(const Args& a, const std::string& flag,
 
 absl::StatusOr<Connection> Connect(const Args& a, bool need_cluster) {
   Connection c;
-  double timeout_s = 4;
-  if (!absl::SimpleAtod(FlagOr(a, "--connect-timeout", "4"), &timeout_s) ||
+  double timeout_s = kDefaultConnectTimeoutSeconds;
+  if (!absl::SimpleAtod(FlagOr(a, "--connect-timeout",
+                               absl::StrCat(kDefaultConnectTimeoutSeconds)),
+                        &timeout_s) ||
       timeout_s <= 0) {
     return absl::InvalidArgumentError(
         "--connect-timeout: not a positive number");

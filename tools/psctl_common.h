@@ -22,6 +22,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/config.h"
+#include "common/defaults.h"
 #include "common/grpc_status.h"
 #include "common/security.h"
 #include "google/protobuf/util/json_util.h"
@@ -56,7 +57,7 @@ struct Connection {
   Security security;
   std::string coordinator;
   LoadedCluster cluster;  // empty when --coordinator alone was enough
-  absl::Duration connect_timeout = absl::Seconds(4);
+  absl::Duration connect_timeout = absl::Seconds(kDefaultConnectTimeoutSeconds);
 };
 
 // Reads --connect-timeout, --coordinator and --cluster (the cluster file is

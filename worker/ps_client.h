@@ -32,6 +32,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/defaults.h"
 #include "common/security.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "proto/coordinator.pb.h"
@@ -44,13 +45,14 @@ struct PsClientOptions {
   // Deadline of one RPC attempt. Calls that wait on other workers (BSP/SSP)
   // get at least the job's step deadline plus 5 s, so the shard's own
   // deadline error, which names the missing workers, arrives first.
-  absl::Duration rpc_deadline = absl::Seconds(30);
-  int max_attempts = 8;
-  absl::Duration initial_backoff = absl::Milliseconds(50);
-  absl::Duration max_backoff = absl::Seconds(2);
-  int max_inflight_per_shard = 4;
+  absl::Duration rpc_deadline = absl::Milliseconds(kDefaultRpcDeadlineMs);
+  int max_attempts = kDefaultRpcMaxAttempts;
+  absl::Duration initial_backoff =
+      absl::Milliseconds(kDefaultRpcInitialBackoffMs);
+  absl::Duration max_backoff = absl::Milliseconds(kDefaultRpcMaxBackoffMs);
+  int max_inflight_per_shard = kDefaultMaxInflightPerShard;
   size_t max_request_bytes = 3u << 20;
-  int max_message_bytes = 4 << 20;
+  int max_message_bytes = kDefaultMaxMessageBytes;
   // gRPC channels (each its own TCP connection) to every shard; a shard's
   // requests are spread over them. One HTTP/2 connection is read and
   // written by one thread at a time, so a second one lets a large exchange

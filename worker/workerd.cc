@@ -5,11 +5,15 @@
 #include <algorithm>
 #include <deque>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "common/grpc_status.h"
 #include "common/logging.h"
+#include "common/status_macros.h"
 #include "spdlog/spdlog.h"
+#include "worker/backend/backend_factory.h"
 #include "worker/ps_client.h"
 #include "worker/trainer/trainer.h"
 
@@ -74,7 +78,62 @@ class ProgressReporter {
   std::thread thread_;
 };
 
+PsClientOptions ClientOptions(const WorkerdConfig& c) {
+  PsClientOptions options;
+  options.rpc_deadline = absl::Milliseconds(c.rpc_deadline_ms());
+  options.max_attempts = static_cast<int>(c.rpc_max_attempts());
+  options.max_inflight_per_shard = static_cast<int>(c.max_inflight_per_shard());
+  return options;
+}
+
+TrainerOptions TrainerOptionsFor(const Assignment& a, const WorkerdConfig& c) {
+  TrainerOptions options;
+  options.job = a.spec();
+  options.rank = a.rank();
+  options.num_workers = a.num_workers();
+  options.start_step = a.start_step();
+  options.devices.assign(c.devices().begin(), c.devices().end());
+  options.weights.assign(c.device_weights().begin(), c.device_weights().end());
+  options.threads_per_device = static_cast<int>(c.threads_per_device());
+  options.loader_threads = c.loader_threads();
+  options.prefetch = c.prefetch_batches();
+  options.data_dir = c.data_dir();
+  return options;
+}
+
 }  // namespace
+
+absl::Status CheckDevices(const WorkerdConfig& config, bool cuda_built,
+                          int gpu_count) {
+  for (int i = 0; i < config.devices_size(); ++i) {
+    absl::string_view device = config.devices(i);
+    uint32_t index = 0;
+    // Config loading has checked the "cpu:N" / "gpu:N" form.
+    if (!absl::ConsumePrefix(&device, "gpu:") ||
+        !absl::SimpleAtoi(device, &index)) {
+      continue;
+    }
+    std::string problem;
+    if (!cuda_built) {
+      problem = "this workerd was built without CUDA (no nvcc at build time)";
+    } else if (gpu_count <= 0) {
+      problem = "no CUDA devices visible";
+    } else if (index >= static_cast<uint32_t>(gpu_count)) {
+      problem = absl::StrCat("only ", gpu_count, " CUDA device",
+                             gpu_count == 1 ? "" : "s",
+                             " visible (gpu:0..gpu:", gpu_count - 1, ")");
+    }
+    if (!problem.empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "devices[", i, "] \"", config.devices(i), "\": ", problem));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckDevices(const WorkerdConfig& config) {
+  return CheckDevices(config, CudaBuilt(), GpuCount());
+}
 
 Workerd::Workerd(LoadedWorkerdConfig config)
     : config_(std::move(config)),
@@ -100,10 +159,7 @@ std::unique_ptr<grpc::ClientContext> Workerd::NewContext(
 }
 
 absl::Status Workerd::Connect() {
-  absl::StatusOr<Security> security =
-      Security::FromCluster(config_.cluster.config);
-  if (!security.ok()) return security.status();
-  security_ = *std::move(security);
+  PS_ASSIGN_OR_RETURN(security_, Security::FromCluster(config_.cluster.config));
   absl::Duration backoff = absl::Milliseconds(100);
   while (!stopping_.HasBeenNotified()) {
     absl::StatusOr<std::string> address = ResolveCoordinatorAddress(
@@ -242,12 +298,30 @@ absl::StatusOr<TrainTestData> Workerd::DataFor(const JobSpec& spec) {
       spec.data().max_train_examples(), "|", spec.data().synthetic_train(), "|",
       spec.data().synthetic_test(), "|", spec.seed());
   if (key == data_key_ && data_.train != nullptr) return data_;
-  absl::StatusOr<TrainTestData> data =
-      LoadDataset(spec.data(), config_.workerd.data_dir(), spec.seed());
-  if (!data.ok()) return data.status();
+  PS_ASSIGN_OR_RETURN(
+      data_, LoadDataset(spec.data(), config_.workerd.data_dir(), spec.seed()));
   data_key_ = key;
-  data_ = *data;
   return data_;
+}
+
+absl::Status Workerd::Train(const Assignment& a,
+                            const std::function<void(const Progress&)>& report,
+                            Progress* last) {
+  PS_ASSIGN_OR_RETURN(
+      std::unique_ptr<PsClient> client,
+      PsClient::Create(ClientOptions(config_.workerd), a, &security_));
+  TrainerOptions options = TrainerOptionsFor(a, config_.workerd);
+  PS_ASSIGN_OR_RETURN(options.data, DataFor(a.spec()));
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<Trainer> trainer,
+                      Trainer::Create(options, client.get()));
+  absl::Status status =
+      trainer->Run(report, [this] { return abort_job_.load(); });
+  *last = trainer->last_progress();
+  PsClientStats cs = client->stats();
+  spdlog::info("job {}: {} requests, {} retries, {} MB sent, {} MB received",
+               a.job_id(), cs.requests, cs.retries, cs.bytes_sent / 1e6,
+               cs.bytes_received / 1e6);
+  return status;
 }
 
 void Workerd::RunJob(const Assignment& a) {
@@ -288,56 +362,14 @@ void Workerd::RunJob(const Assignment& a) {
   Progress last;
   {
     ProgressReporter reporter(send);
-    PsClientOptions client_options;
-    client_options.rpc_deadline =
-        absl::Milliseconds(config_.workerd.rpc_deadline_ms());
-    client_options.max_attempts =
-        static_cast<int>(config_.workerd.rpc_max_attempts());
-    client_options.max_inflight_per_shard =
-        static_cast<int>(config_.workerd.max_inflight_per_shard());
-    absl::StatusOr<std::unique_ptr<PsClient>> client =
-        PsClient::Create(client_options, a, &security_);
-    absl::StatusOr<TrainTestData> data =
-        client.ok() ? DataFor(a.spec())
-                    : absl::StatusOr<TrainTestData>(client.status());
-    if (!data.ok()) {
-      status = data.status();
-    } else {
-      TrainerOptions options;
-      options.job = a.spec();
-      options.rank = a.rank();
-      options.num_workers = a.num_workers();
-      options.start_step = a.start_step();
-      options.devices.assign(config_.workerd.devices().begin(),
-                             config_.workerd.devices().end());
-      options.weights.assign(config_.workerd.device_weights().begin(),
-                             config_.workerd.device_weights().end());
-      options.threads_per_device =
-          static_cast<int>(config_.workerd.threads_per_device());
-      options.loader_threads = config_.workerd.loader_threads();
-      options.prefetch = config_.workerd.prefetch_batches();
-      options.data_dir = config_.workerd.data_dir();
-      options.data = *data;
-      absl::StatusOr<std::unique_ptr<Trainer>> trainer =
-          Trainer::Create(options, client->get());
-      if (!trainer.ok()) {
-        status = trainer.status();
-      } else {
-        status = (*trainer)->Run(
-            [&](const Progress& p) {
-              ProgressReport r = base;
-              *r.mutable_progress() = p;
-              reporter.Offer(r);
-            },
-            [this] { return abort_job_.load(); });
-        last = (*trainer)->last_progress();
-        PsClientStats cs = (*client)->stats();
-        spdlog::info(
-            "job {}: {} requests, {} retries, {} MB sent, {} MB received",
-            a.job_id(), cs.requests, cs.retries, cs.bytes_sent / 1e6,
-            cs.bytes_received / 1e6);
-      }
-    }
+    status = Train(
+        a,
+        [&](const Progress& p) {
+          ProgressReport r = base;
+          *r.mutable_progress() = p;
+          reporter.Offer(r);
+        },
+        &last);
   }  // the reporter flushes and stops here
 
   ProgressReport final_report = base;

@@ -18,6 +18,7 @@
 #define WORKER_WORKERD_H_
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -32,6 +33,15 @@
 #include "worker/data/dataset.h"
 
 namespace ps {
+
+// Checks every device of `config` against this build and machine before
+// anything starts: "gpu:N" needs CUDA in the build and N below the number of
+// visible GPUs. kFailedPrecondition naming the first bad device, e.g.
+// `devices[1] "gpu:0": no CUDA devices visible`. The second form takes the
+// build's answers (CudaBuilt(), GpuCount()) as arguments, for tests.
+absl::Status CheckDevices(const WorkerdConfig& config);
+absl::Status CheckDevices(const WorkerdConfig& config, bool cuda_built,
+                          int gpu_count);
 
 // Run() on one thread; Stop() from any thread.
 class Workerd {
@@ -50,6 +60,11 @@ class Workerd {
   void HeartbeatLoop();
   // Runs one assignment to its end and reports the outcome.
   void RunJob(const Assignment& assignment);
+  // RunJob's training: client, data, trainer; `report` gets the progress
+  // reports and *last the final one.
+  absl::Status Train(const Assignment& assignment,
+                     const std::function<void(const Progress&)>& report,
+                     Progress* last);
   absl::StatusOr<TrainTestData> DataFor(const JobSpec& spec);
   std::unique_ptr<grpc::ClientContext> NewContext(
       absl::Duration deadline) const;

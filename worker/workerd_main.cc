@@ -33,6 +33,12 @@ int main(int argc, char** argv) {
     std::cerr << config.status().message() << "\n";
     return 2;
   }
+  // A device this build or machine cannot drive stops workerd now, not at
+  // its first job.
+  if (absl::Status s = ps::CheckDevices(config->workerd); !s.ok()) {
+    std::cerr << "workerd: " << s.message() << "\n";
+    return 2;
+  }
   std::string level = absl::GetFlag(FLAGS_log_level).empty()
                           ? config->workerd.log_level()
                           : absl::GetFlag(FLAGS_log_level);

@@ -32,6 +32,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/status_macros.h"
 #include "worker/backend/elementwise.h"
 
 namespace ps {
@@ -243,6 +245,15 @@ class LocalReducer {
   // same n, each rank from its own thread concurrently (a rank's call may
   // wait for the others to join). kInvalidArgument for a bad rank.
   virtual absl::Status AllReduceSum(int rank, float* data, size_t n) = 0;
+
+  // Blocks until everything enqueued on rank's backend (its sums included)
+  // is complete, but never past `deadline`: a rank whose peers fail or never
+  // join would otherwise wait forever. Errors: kInternal for the reducer's
+  // asynchronous error (a failed peer, a NCCL failure), kDeadlineExceeded
+  // when the deadline passes first; either way rank's communicator is
+  // aborted and the reducer's later calls for rank fail with
+  // kFailedPrecondition. Called from rank's thread.
+  virtual absl::Status Wait(int rank, absl::Time deadline) = 0;
 };
 
 // ---- implementation details ------------------------------------------------
@@ -293,9 +304,8 @@ absl::StatusOr<DeviceBuffer<T>> Backend::Allocate(size_t n) {
   if (n > SIZE_MAX / sizeof(T)) {
     return absl::InvalidArgumentError("Allocate: element count overflows");
   }
-  absl::StatusOr<void*> p = AllocateBytes(n * sizeof(T));
-  if (!p.ok()) return p.status();
-  return DeviceBuffer<T>(this, static_cast<T*>(*p), n);
+  PS_ASSIGN_OR_RETURN(void* p, AllocateBytes(n * sizeof(T)));
+  return DeviceBuffer<T>(this, static_cast<T*>(p), n);
 }
 
 template <typename T>
@@ -306,9 +316,8 @@ absl::StatusOr<HostBuffer<T>> Backend::AllocateHost(size_t n) {
   if (n > SIZE_MAX / sizeof(T)) {
     return absl::InvalidArgumentError("AllocateHost: element count overflows");
   }
-  absl::StatusOr<void*> p = AllocateHostBytes(n * sizeof(T));
-  if (!p.ok()) return p.status();
-  return HostBuffer<T>(this, static_cast<T*>(*p), n);
+  PS_ASSIGN_OR_RETURN(void* p, AllocateHostBytes(n * sizeof(T)));
+  return HostBuffer<T>(this, static_cast<T*>(p), n);
 }
 
 }  // namespace ps

@@ -6,6 +6,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "common/status_macros.h"
 #include "worker/backend/cpu/cpu_backend.h"
 
 #ifdef PS_HAVE_CUDA
@@ -56,19 +57,17 @@ absl::StatusOr<ParsedDevice> ParseDevice(const std::string& device) {
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(
     const std::string& device, int cpu_threads) {
-  absl::StatusOr<ParsedDevice> parsed = ParseDevice(device);
-  if (!parsed.ok()) return parsed.status();
-  if (parsed->kind == "cpu") {
-    absl::StatusOr<std::unique_ptr<CpuBackend>> cpu =
-        CpuBackend::Create(parsed->index, cpu_threads);
-    if (!cpu.ok()) return cpu.status();
-    return std::unique_ptr<Backend>(std::move(*cpu));
+  PS_ASSIGN_OR_RETURN(ParsedDevice parsed, ParseDevice(device));
+  if (parsed.kind == "cpu") {
+    PS_ASSIGN_OR_RETURN(std::unique_ptr<CpuBackend> cpu,
+                        CpuBackend::Create(parsed.index, cpu_threads));
+    return std::unique_ptr<Backend>(std::move(cpu));
   }
 #ifdef PS_HAVE_CUDA
-  absl::StatusOr<std::unique_ptr<CudaBackend>> gpu =
-      CudaBackend::Create(parsed->index);
-  if (!gpu.ok()) return gpu.status();  // it names "gpu:<i>" already
-  return std::unique_ptr<Backend>(std::move(*gpu));
+  // CudaBackend's errors name "gpu:<i>" already.
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<CudaBackend> gpu,
+                      CudaBackend::Create(parsed.index));
+  return std::unique_ptr<Backend>(std::move(gpu));
 #else
   return absl::FailedPreconditionError(
       absl::StrCat("device \"", device,
@@ -96,9 +95,9 @@ int GpuCount() {
 absl::StatusOr<std::unique_ptr<LocalReducer>> CreateGpuReducer(
     const std::vector<Backend*>& backends) {
 #ifdef PS_HAVE_CUDA
-  absl::StatusOr<std::unique_ptr<GpuReducer>> r = GpuReducer::Create(backends);
-  if (!r.ok()) return r.status();
-  return std::unique_ptr<LocalReducer>(std::move(*r));
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<GpuReducer> r,
+                      GpuReducer::Create(backends));
+  return std::unique_ptr<LocalReducer>(std::move(r));
 #else
   return absl::FailedPreconditionError(
       "CreateGpuReducer: this binary was built without CUDA");

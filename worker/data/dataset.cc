@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/status_macros.h"
 #include "worker/data/idx.h"
 #include "worker/data/internal/rng.h"
 
@@ -77,8 +78,7 @@ absl::StatusOr<Dataset> Dataset::FromPixels(std::vector<uint8_t> pixels,
     return absl::InvalidArgumentError(
         absl::StrCat("stddev: must be > 0, got ", stddev));
   }
-  absl::Status s = CheckLabels(labels, num_classes);
-  if (!s.ok()) return s;
+  PS_RETURN_IF_ERROR(CheckLabels(labels, num_classes));
   Dataset d;
   d.dim_ = dim;
   d.num_classes_ = num_classes;
@@ -98,8 +98,7 @@ absl::StatusOr<Dataset> Dataset::FromFeatures(std::vector<float> features,
         absl::StrFormat("features: %d values for %d examples of dim %d",
                         features.size(), labels.size(), dim));
   }
-  absl::Status s = CheckLabels(labels, num_classes);
-  if (!s.ok()) return s;
+  PS_RETURN_IF_ERROR(CheckLabels(labels, num_classes));
   Dataset d;
   d.dim_ = dim;
   d.num_classes_ = num_classes;
@@ -152,16 +151,15 @@ void Dataset::Truncate(size_t n) {
 absl::StatusOr<Dataset> LoadIdxDataset(const std::string& images_path,
                                        const std::string& labels_path,
                                        float mean, float stddev) {
-  absl::StatusOr<IdxImages> images = ReadIdxImages(images_path);
-  if (!images.ok()) return images.status();
-  absl::StatusOr<std::vector<uint8_t>> raw_labels = ReadIdxLabels(labels_path);
-  if (!raw_labels.ok()) return raw_labels.status();
-  if (images->count != raw_labels->size()) {
+  PS_ASSIGN_OR_RETURN(IdxImages images, ReadIdxImages(images_path));
+  PS_ASSIGN_OR_RETURN(std::vector<uint8_t> raw_labels,
+                      ReadIdxLabels(labels_path));
+  if (images.count != raw_labels.size()) {
     return absl::DataLossError(
         absl::StrFormat("%s has %d images but %s has %d labels", images_path,
-                        images->count, labels_path, raw_labels->size()));
+                        images.count, labels_path, raw_labels.size()));
   }
-  std::vector<int32_t> labels(raw_labels->begin(), raw_labels->end());
+  std::vector<int32_t> labels(raw_labels.begin(), raw_labels.end());
   for (size_t i = 0; i < labels.size(); ++i) {
     if (static_cast<size_t>(labels[i]) >= kImageClasses) {
       return absl::DataLossError(
@@ -170,7 +168,7 @@ absl::StatusOr<Dataset> LoadIdxDataset(const std::string& images_path,
     }
   }
   absl::StatusOr<Dataset> d = Dataset::FromPixels(
-      std::move(images->pixels), std::move(labels), images->rows * images->cols,
+      std::move(images.pixels), std::move(labels), images.rows * images.cols,
       kImageClasses, mean, stddev);
   if (!d.ok()) {
     return absl::Status(d.status().code(),
@@ -246,20 +244,16 @@ absl::StatusOr<TrainTestData> LoadDataset(const DataSpec& spec,
       "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"};
   std::string paths[4];
   for (int i = 0; i < 4; ++i) {
-    absl::StatusOr<std::string> p = FindIdxFile(dir, kFiles[i]);
-    if (!p.ok()) return p.status();
-    paths[i] = *std::move(p);
+    PS_ASSIGN_OR_RETURN(paths[i], FindIdxFile(dir, kFiles[i]));
   }
-  absl::StatusOr<Dataset> train =
-      LoadIdxDataset(paths[0], paths[1], set->mean, set->stddev);
-  if (!train.ok()) return train.status();
-  absl::StatusOr<Dataset> test =
-      LoadIdxDataset(paths[2], paths[3], set->mean, set->stddev);
-  if (!test.ok()) return test.status();
-  train->Truncate(max_train);
+  PS_ASSIGN_OR_RETURN(Dataset train, LoadIdxDataset(paths[0], paths[1],
+                                                    set->mean, set->stddev));
+  PS_ASSIGN_OR_RETURN(
+      Dataset test, LoadIdxDataset(paths[2], paths[3], set->mean, set->stddev));
+  train.Truncate(max_train);
   TrainTestData data;
-  data.train = std::make_shared<const Dataset>(*std::move(train));
-  data.test = std::make_shared<const Dataset>(*std::move(test));
+  data.train = std::make_shared<const Dataset>(std::move(train));
+  data.test = std::make_shared<const Dataset>(std::move(test));
   return data;
 }
 

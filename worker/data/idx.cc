@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/status_macros.h"
 
 namespace ps {
 namespace {
@@ -181,36 +182,30 @@ absl::StatusOr<std::vector<size_t>> ParseHeader(const std::string& path,
 }  // namespace
 
 absl::StatusOr<std::vector<uint8_t>> ReadMaybeGzipped(const std::string& path) {
-  absl::StatusOr<std::vector<uint8_t>> raw = ReadRaw(path);
-  if (!raw.ok()) return raw.status();
-  if (raw->size() >= 2 && (*raw)[0] == kGzipMagic0 &&
-      (*raw)[1] == kGzipMagic1) {
-    return Gunzip(path, *raw);
+  PS_ASSIGN_OR_RETURN(std::vector<uint8_t> raw, ReadRaw(path));
+  if (raw.size() >= 2 && raw[0] == kGzipMagic0 && raw[1] == kGzipMagic1) {
+    return Gunzip(path, raw);
   }
   return raw;
 }
 
 absl::StatusOr<IdxImages> ReadIdxImages(const std::string& path) {
-  absl::StatusOr<std::vector<uint8_t>> bytes = ReadMaybeGzipped(path);
-  if (!bytes.ok()) return bytes.status();
-  absl::StatusOr<std::vector<size_t>> dims = ParseHeader(path, *bytes, 3);
-  if (!dims.ok()) return dims.status();
+  PS_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, ReadMaybeGzipped(path));
+  PS_ASSIGN_OR_RETURN(std::vector<size_t> dims, ParseHeader(path, bytes, 3));
   IdxImages images;
-  images.count = (*dims)[0];
-  images.rows = (*dims)[1];
-  images.cols = (*dims)[2];
-  bytes->erase(bytes->begin(), bytes->begin() + 16);
-  images.pixels = std::move(*bytes);
+  images.count = dims[0];
+  images.rows = dims[1];
+  images.cols = dims[2];
+  bytes.erase(bytes.begin(), bytes.begin() + 16);
+  images.pixels = std::move(bytes);
   return images;
 }
 
 absl::StatusOr<std::vector<uint8_t>> ReadIdxLabels(const std::string& path) {
-  absl::StatusOr<std::vector<uint8_t>> bytes = ReadMaybeGzipped(path);
-  if (!bytes.ok()) return bytes.status();
-  absl::StatusOr<std::vector<size_t>> dims = ParseHeader(path, *bytes, 1);
-  if (!dims.ok()) return dims.status();
-  bytes->erase(bytes->begin(), bytes->begin() + 8);
-  return std::move(*bytes);
+  PS_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, ReadMaybeGzipped(path));
+  PS_RETURN_IF_ERROR(ParseHeader(path, bytes, 1).status());
+  bytes.erase(bytes.begin(), bytes.begin() + 8);
+  return bytes;
 }
 
 }  // namespace ps

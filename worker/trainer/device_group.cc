@@ -7,6 +7,8 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "common/status_macros.h"
 #include "worker/backend/backend_factory.h"
 
 namespace ps {
@@ -55,8 +57,12 @@ void SplitBatch(size_t n, absl::Span<const double> weights,
   }
 }
 
-absl::StatusOr<std::unique_ptr<DeviceGroup>> DeviceGroup::Create(
-    const ModelSpec& spec, const Options& options) {
+namespace {
+
+// The weights Create uses (equal when none are given), or kInvalidArgument
+// naming the option that is wrong.
+absl::StatusOr<std::vector<double>> CheckOptions(
+    const DeviceGroup::Options& options) {
   if (options.devices.empty()) {
     return absl::InvalidArgumentError("devices: at least one device needed");
   }
@@ -91,10 +97,18 @@ absl::StatusOr<std::unique_ptr<DeviceGroup>> DeviceGroup::Create(
     return absl::InvalidArgumentError(absl::StrCat(
         "threads_per_device: must be >= 0, got ", options.threads_per_device));
   }
+  return weights;
+}
 
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<DeviceGroup>> DeviceGroup::Create(
+    const ModelSpec& spec, const Options& options) {
+  PS_ASSIGN_OR_RETURN(std::vector<double> weights, CheckOptions(options));
   std::unique_ptr<DeviceGroup> group(new DeviceGroup());
   group->weights_ = std::move(weights);
   group->max_batch_ = options.max_batch;
+  group->reduce_timeout_ = options.reduce_timeout;
   group->names_ = options.devices;
   group->counts_.resize(options.devices.size());
   group->offsets_.resize(options.devices.size());
@@ -117,10 +131,14 @@ absl::StatusOr<std::unique_ptr<DeviceGroup>> DeviceGroup::Create(
           absl::StrCat("device ", name, ": ", model.status().message()));
     }
     d->model = *std::move(model);
-    // Device 0 writes its gradient straight into the caller's buffer.
-    const bool is_device_0 = group->devices_.empty();
-    if (!is_device_0) d->grad.resize(d->model->num_parameters());
     group->devices_.push_back(std::move(d));
+  }
+  PS_RETURN_IF_ERROR(group->MaybeReduceOnDevices());
+  // On the host path device 0 writes its gradient straight into the
+  // caller's buffer, the others into their own.
+  for (size_t i = 1; i < group->devices_.size(); ++i) {
+    Device& d = *group->devices_[i];
+    if (!group->reduces_on_devices()) d.grad.resize(d.model->num_parameters());
   }
   // Device 0 runs on the calling thread: one hand-off fewer per step, none
   // at all with a single device.
@@ -129,6 +147,28 @@ absl::StatusOr<std::unique_ptr<DeviceGroup>> DeviceGroup::Create(
     group->devices_[i]->thread = std::thread([g, i] { g->DeviceMain(i); });
   }
   return group;
+}
+
+absl::Status DeviceGroup::MaybeReduceOnDevices() {
+  if (devices_.size() < 2) return absl::OkStatus();
+  std::vector<Backend*> backends;
+  for (const auto& d : devices_) {
+    if (d->backend->host_memory()) return absl::OkStatus();  // a CPU replica
+    backends.push_back(d->backend.get());
+  }
+  absl::StatusOr<std::unique_ptr<LocalReducer>> reducer =
+      CreateGpuReducer(backends);
+  // A build without NCCL sums on the host.
+  if (reducer.status().code() == absl::StatusCode::kFailedPrecondition) {
+    return absl::OkStatus();
+  }
+  if (!reducer.ok()) {
+    return absl::Status(reducer.status().code(),
+                        absl::StrCat("devices: the GPUs' all-reduce: ",
+                                     reducer.status().message()));
+  }
+  reducer_ = *std::move(reducer);
+  return absl::OkStatus();
 }
 
 DeviceGroup::~DeviceGroup() {
@@ -177,7 +217,7 @@ void DeviceGroup::DeviceMain(size_t index) {
       begin = offsets_[index];
       n = counts_[index];
     }
-    if (n == 0) continue;
+    if (n == 0 && !task.all_devices) continue;
     RunOnDevice(index, task, begin, n);
     absl::MutexLock lock(&mu_);
     --pending_;
@@ -190,6 +230,10 @@ void DeviceGroup::RunOnDevice(size_t index, const Task& task, size_t begin,
   const size_t dim = d.model->input_dim();
   d.loss_sum = 0.0;
   d.correct = 0;
+  if (task.kind == TaskKind::kGradient && reducer_ != nullptr) {
+    d.status = DeviceGradient(index, task, begin, n);
+    return;
+  }
   if (task.kind == TaskKind::kGradient) {
     float* grad = index == 0 ? task.grad0 : d.grad.data();
     d.status = d.model->ComputeGradient(
@@ -200,6 +244,21 @@ void DeviceGroup::RunOnDevice(size_t index, const Task& task, size_t begin,
   // The model runs an n larger than max_batch in chunks of max_batch.
   d.status = d.model->Evaluate(task.params, task.x + begin * dim,
                                task.labels + begin, n, &d.loss_sum, &d.correct);
+}
+
+absl::Status DeviceGroup::DeviceGradient(size_t index, const Task& task,
+                                         size_t begin, size_t n) {
+  Device& d = *devices_[index];
+  const size_t dim = d.model->input_dim();
+  PS_RETURN_IF_ERROR(d.model->ComputeDeviceGradient(
+      task.params, task.x + begin * dim, task.labels + begin, n, &d.loss_sum,
+      &d.correct, task.grad_scale));
+  const int rank = static_cast<int>(index);
+  PS_RETURN_IF_ERROR(reducer_->AllReduceSum(rank, d.model->device_gradient(),
+                                            d.model->num_parameters()));
+  PS_RETURN_IF_ERROR(reducer_->Wait(rank, absl::Now() + reduce_timeout_));
+  if (index != 0) return absl::OkStatus();
+  return d.model->CopyGradientToHost(task.grad0);
 }
 
 void DeviceGroup::RunTask(const Task& task) {
@@ -215,7 +274,7 @@ void DeviceGroup::RunTask(const Task& task) {
     size_t helpers = 0;  // devices other than 0 with work
     for (size_t i = 0; i < devices_.size(); ++i) {
       offsets_[i] = i == 0 ? 0 : offsets_[i - 1] + counts_[i - 1];
-      if (i > 0 && counts_[i] > 0) ++helpers;
+      if (i > 0 && (counts_[i] > 0 || task.all_devices)) ++helpers;
     }
     begin0 = offsets_[0];
     n0 = counts_[0];
@@ -225,7 +284,7 @@ void DeviceGroup::RunTask(const Task& task) {
       ++generation_;
     }
   }
-  if (n0 > 0) RunOnDevice(0, task, begin0, n0);
+  if (n0 > 0 || task.all_devices) RunOnDevice(0, task, begin0, n0);
   absl::MutexLock lock(&mu_);
   struct Done {
     const size_t* pending;
@@ -251,24 +310,18 @@ absl::Status DeviceGroup::ComputeGradient(const float* params, const float* x,
   // Each replica scales its sum by 1 / n as it computes it (see
   // Model::ComputeGradient), so the reduce below only adds.
   task.grad_scale = 1.0f / static_cast<float>(n);
+  task.all_devices = reducer_ != nullptr;
   RunTask(task);
+  PS_RETURN_IF_ERROR(Collect(task.all_devices, loss_sum, correct));
+  // On the devices, device 0 has copied the sum into grad already.
+  if (reducer_ != nullptr) return absl::OkStatus();
 
-  *loss_sum = 0.0;
-  *correct = 0;
   // grad holds device 0's scaled sum; the other replicas' are added to it in
   // device order.
   const float* parts[kMaxDevices];
   size_t num_parts = 0;
-  for (size_t i = 0; i < devices_.size(); ++i) {
-    if (counts_[i] == 0) continue;
-    const Device& d = *devices_[i];
-    if (!d.status.ok()) {
-      return absl::Status(d.status.code(), absl::StrCat("device ", d.name, ": ",
-                                                        d.status.message()));
-    }
-    *loss_sum += d.loss_sum;
-    *correct += d.correct;
-    if (i > 0) parts[num_parts++] = d.grad.data();
+  for (size_t i = 1; i < devices_.size(); ++i) {
+    if (counts_[i] > 0) parts[num_parts++] = devices_[i]->grad.data();
   }
   const size_t p = num_parameters();
   // A batch smaller than the device count can leave device 0 without work.
@@ -287,6 +340,31 @@ absl::Status DeviceGroup::ComputeGradient(const float* params, const float* x,
     }
   }
   return absl::OkStatus();
+}
+
+absl::Status DeviceGroup::Collect(bool all, double* loss_sum,
+                                  size_t* correct) const {
+  *loss_sum = 0.0;
+  *correct = 0;
+  const Device* failed = nullptr;
+  for (size_t i = 0; i < devices_.size(); ++i) {
+    if (counts_[i] == 0 && !all) continue;
+    const Device& d = *devices_[i];
+    if (!d.status.ok()) {
+      if (failed == nullptr ||
+          (failed->status.code() == absl::StatusCode::kDeadlineExceeded &&
+           d.status.code() != absl::StatusCode::kDeadlineExceeded)) {
+        failed = &d;
+      }
+      continue;
+    }
+    *loss_sum += d.loss_sum;
+    *correct += d.correct;
+  }
+  if (failed == nullptr) return absl::OkStatus();
+  return absl::Status(
+      failed->status.code(),
+      absl::StrCat("device ", failed->name, ": ", failed->status.message()));
 }
 
 absl::Status DeviceGroup::Evaluate(const float* params, const float* x,

@@ -23,12 +23,15 @@
 // one in-place pass (none with one device). The result does not depend on
 // thread timing and matches a single device to float rounding.
 //
-// The reduce runs on the host: the Model API takes host buffers, and the
-// parameters arrive from, and the gradient goes to, the network on the host
-// anyway; it is correct for any mix of CPU and GPU replicas. A machine with
-// several GPUs could instead all-reduce on the devices
-// (Model::ComputeDeviceGradient plus the backend's LocalReducer, i.e. NCCL)
-// and copy one sum down; that path is not built yet.
+// The reduce: with 2+ devices that are all GPUs and NCCL in the build, each
+// replica keeps its gradient on its GPU (Model::ComputeDeviceGradient), the
+// GPUs sum them with an NCCL all-reduce (GpuReducer), and device 0 copies the
+// one sum down: one download instead of K, no host pass. The all-reduce waits
+// with a deadline (Options::reduce_timeout) and watches NCCL's asynchronous
+// errors, so a failed GPU fails the step instead of hanging it. Otherwise
+// (CPU replicas, a CPU/GPU mix, one device, no NCCL) the reduce runs on the
+// host as above. The two agree to float rounding (NCCL's summation order is
+// its own).
 #ifndef WORKER_TRAINER_DEVICE_GROUP_H_
 #define WORKER_TRAINER_DEVICE_GROUP_H_
 
@@ -43,7 +46,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "common/defaults.h"
 #include "proto/job.pb.h"
 #include "worker/backend/backend.h"
 #include "worker/model/model.h"
@@ -72,13 +77,18 @@ class DeviceGroup {
     // Examples a replica processes at once (its buffers are sized for it);
     // larger calls run in chunks of max_batch.
     size_t max_batch = 0;
+    // How long the GPUs' all-reduce may take before the step fails.
+    absl::Duration reduce_timeout =
+        absl::Milliseconds(kDefaultLocalReduceTimeoutMs);
   };
 
   // Creates the backends and models on the caller's thread (OpenBLAS's
   // thread count is set before any replica runs), then starts a thread for
   // each device but the first. kInvalidArgument naming the field for no
   // devices, a repeated device, weights of the wrong count or <= 0, or
-  // max_batch 0; backend and model errors prefixed with the device.
+  // max_batch 0; backend and model errors prefixed with the device; errors
+  // setting up NCCL for 2+ GPUs (but a build without NCCL reduces on the
+  // host).
   static absl::StatusOr<std::unique_ptr<DeviceGroup>> Create(
       const ModelSpec& spec, const Options& options);
 
@@ -94,6 +104,8 @@ class DeviceGroup {
   size_t input_dim() const;
   size_t num_classes() const;
   size_t max_batch() const { return max_batch_; }
+  // True when gradients are summed on the GPUs (NCCL), see the file comment.
+  bool reduces_on_devices() const { return reducer_ != nullptr; }
   const std::vector<TensorSpec>& tensors() const;
 
   // grad (num_parameters floats) = the MEAN over the n examples of the
@@ -134,6 +146,9 @@ class DeviceGroup {
     size_t n = 0;
     float* grad0 = nullptr;   // device 0's gradient: the caller's output
     float grad_scale = 1.0f;  // 1 / n: every replica's sum is scaled by it
+    // Every device runs, even with an empty slice (a zero gradient): the
+    // NCCL all-reduce needs every rank.
+    bool all_devices = false;
   };
 
   DeviceGroup() = default;
@@ -143,8 +158,21 @@ class DeviceGroup {
   // with a non-empty slice and waits for them.
   void RunTask(const Task& task);
   void RunOnDevice(size_t index, const Task& task, size_t begin, size_t n);
+  // The device-side gradient: compute, all-reduce, device 0 copies it down.
+  absl::Status DeviceGradient(size_t index, const Task& task, size_t begin,
+                              size_t n);
+  // Sums the devices' loss and correct counts (those that ran when `all` is
+  // false) into the outputs; the first device error, prefixed with its name
+  // (one that is not a deadline first: a peer's timeout follows the cause).
+  absl::Status Collect(bool all, double* loss_sum, size_t* correct) const;
+  // Creates the NCCL reducer when every device is a GPU and there are 2+.
+  absl::Status MaybeReduceOnDevices();
 
   std::vector<std::unique_ptr<Device>> devices_;
+  // The GPUs' all-reduce, or null for the host reduce. Declared after
+  // devices_: destroyed before the backends it uses.
+  std::unique_ptr<LocalReducer> reducer_;
+  absl::Duration reduce_timeout_;
   std::vector<std::string> names_;
   std::vector<double> weights_;
   size_t max_batch_ = 0;

@@ -68,6 +68,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/defaults.h"
 #include "proto/coordinator.pb.h"
 #include "proto/job.pb.h"
 #include "worker/data/dataset.h"
@@ -94,7 +95,7 @@ struct TrainerOptions {
   int threads_per_device = 1;
 
   // Batch loader threads and batches loaded ahead of the step.
-  size_t loader_threads = 2;
+  size_t loader_threads = kDefaultLoaderThreads;
   size_t prefetch = 4;
 
   // Where IDX data sets live unless job.data.data_dir says otherwise.

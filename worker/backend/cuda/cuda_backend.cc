@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "worker/backend/arg_checks.h"
 #include "worker/backend/cuda/cuda_kernels.h"
 
@@ -24,8 +25,7 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(int ordinal) {
         absl::StrCat("gpu:", ordinal, ": no such GPU (", count, " visible)"));
   }
   std::unique_ptr<CudaBackend> b(new CudaBackend(ordinal));
-  absl::Status s = b->Activate();
-  if (!s.ok()) return s;
+  PS_RETURN_IF_ERROR(b->Activate());
   if (!b->Ok(cudaStreamCreateWithFlags(&b->compute_, cudaStreamNonBlocking),
              "cudaStreamCreate") ||
       !b->Ok(cudaStreamCreateWithFlags(&b->copy_, cudaStreamNonBlocking),
@@ -220,8 +220,7 @@ absl::Status CudaBackend::Synchronize() {
 }
 
 absl::StatusOr<void*> CudaBackend::AllocateBytes(size_t bytes) {
-  absl::Status s = Activate();
-  if (!s.ok()) return s;
+  PS_RETURN_IF_ERROR(Activate());
   void* p = nullptr;
   const cudaError_t e = cudaMalloc(&p, bytes);
   if (e != cudaSuccess) {
@@ -238,8 +237,7 @@ void CudaBackend::FreeBytes(void* ptr) {
 }
 
 absl::StatusOr<void*> CudaBackend::AllocateHostBytes(size_t bytes) {
-  absl::Status s = Activate();
-  if (!s.ok()) return s;
+  PS_RETURN_IF_ERROR(Activate());
   void* p = nullptr;
   const cudaError_t e = cudaMallocHost(&p, bytes);
   if (e != cudaSuccess) {

@@ -8,6 +8,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "worker/backend/cpu/cpu_backend.h"
 #include "worker/backend/cuda/gpu_reducer.h"
@@ -235,8 +236,12 @@ TEST_F(CudaBackendTest, GpuReducerSumsAcrossDevices) {
       std::vector<std::thread> threads;
       std::vector<absl::Status> status(count);
       for (int i = 0; i < count; ++i) {
-        threads.emplace_back(
-            [&, i] { status[i] = (*reducer)->AllReduceSum(i, ptrs[i], n); });
+        threads.emplace_back([&, i] {
+          status[i] = (*reducer)->AllReduceSum(i, ptrs[i], n);
+          if (status[i].ok()) {
+            status[i] = (*reducer)->Wait(i, absl::Now() + absl::Seconds(60));
+          }
+        });
       }
       for (std::thread& t : threads) t.join();
       for (const absl::Status& s : status) ASSERT_TRUE(s.ok()) << s;
@@ -251,6 +256,30 @@ TEST_F(CudaBackendTest, GpuReducerSumsAcrossDevices) {
   float unused = 0;
   EXPECT_EQ((*reducer)->AllReduceSum(count, &unused, 1).code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// Rank 0 all-reduces, rank 1 never joins: rank 0's Wait gives up at its
+// deadline instead of hanging, and its communicator stays aborted.
+TEST_F(CudaBackendTest, GpuReducerWaitGivesUpWhenAPeerNeverJoins) {
+  if (CudaBackend::DeviceCount() < 2) GTEST_SKIP() << "needs 2 GPUs";
+  std::vector<std::unique_ptr<CudaBackend>> gpus;
+  std::vector<Backend*> raw;
+  for (int i = 0; i < 2; ++i) {
+    absl::StatusOr<std::unique_ptr<CudaBackend>> g = CudaBackend::Create(i);
+    ASSERT_TRUE(g.ok()) << g.status();
+    raw.push_back(g->get());
+    gpus.push_back(*std::move(g));
+  }
+  absl::StatusOr<std::unique_ptr<GpuReducer>> reducer = GpuReducer::Create(raw);
+  ASSERT_TRUE(reducer.ok()) << reducer.status();
+  absl::StatusOr<DeviceBuffer<float>> buf = gpus[0]->Allocate<float>(1000);
+  ASSERT_TRUE(buf.ok());
+  gpus[0]->Fill(1000, 1.0f, buf->data());
+  ASSERT_TRUE((*reducer)->AllReduceSum(0, buf->data(), 1000).ok());
+  absl::Status s = (*reducer)->Wait(0, absl::Now() + absl::Milliseconds(500));
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+  EXPECT_EQ((*reducer)->AllReduceSum(0, buf->data(), 1000).code(),
+            absl::StatusCode::kFailedPrecondition);
 }
 
 }  // namespace

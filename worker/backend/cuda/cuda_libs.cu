@@ -4,11 +4,10 @@
 
 #include "worker/backend/cuda/cuda_libs.h"
 
-// The nvcc rule gets no project defines, so detect NCCL the way
-// cuda_configure does: by its header. (-lnccl is linked exactly then.)
-#if __has_include(<nccl.h>)
+// cuda_configure decides whether NCCL is in the build: it defines
+// PS_HAVE_NCCL for nvcc and gcc alike and links -lnccl exactly then.
+#ifdef PS_HAVE_NCCL
 #include <nccl.h>
-#define PS_CUDA_LIBS_NCCL 1
 #endif
 
 namespace ps {
@@ -19,7 +18,7 @@ const char* BlasError(cublasStatus_t s) {
   return s == CUBLAS_STATUS_SUCCESS ? nullptr : cublasGetStatusString(s);
 }
 
-#ifdef PS_CUDA_LIBS_NCCL
+#ifdef PS_HAVE_NCCL
 const char* NcclError(ncclResult_t r) {
   return r == ncclSuccess ? nullptr : ncclGetErrorString(r);
 }
@@ -56,7 +55,7 @@ const char* BlasSgemmRowMajor(BlasHandle handle, bool trans_a, bool trans_b,
                                &alpha, b, ldb, a, lda, &beta, c, ldc));
 }
 
-#ifdef PS_CUDA_LIBS_NCCL
+#ifdef PS_HAVE_NCCL
 
 bool NcclAvailable() { return true; }
 
@@ -79,6 +78,20 @@ const char* NcclAllReduceSum(NcclComm comm, float* data, size_t n,
 const char* NcclGroupStart() { return NcclError(ncclGroupStart()); }
 const char* NcclGroupEnd() { return NcclError(ncclGroupEnd()); }
 
+const char* NcclAsyncError(NcclComm comm) {
+  ncclResult_t async = ncclSuccess;
+  if (const char* err = NcclError(
+          ncclCommGetAsyncError(static_cast<ncclComm_t>(comm), &async))) {
+    return err;
+  }
+  // ncclInProgress: a non-blocking call still running, not an error.
+  return async == ncclInProgress ? nullptr : NcclError(async);
+}
+
+void NcclAbort(NcclComm comm) {
+  if (comm != nullptr) ncclCommAbort(static_cast<ncclComm_t>(comm));
+}
+
 #else
 
 bool NcclAvailable() { return false; }
@@ -89,8 +102,10 @@ const char* NcclAllReduceSum(NcclComm, float*, size_t, cudaStream_t) {
 }
 const char* NcclGroupStart() { return kNoNccl; }
 const char* NcclGroupEnd() { return kNoNccl; }
+const char* NcclAsyncError(NcclComm) { return kNoNccl; }
+void NcclAbort(NcclComm) {}
 
-#endif  // PS_CUDA_LIBS_NCCL
+#endif  // PS_HAVE_NCCL
 
 }  // namespace cuda
 }  // namespace ps

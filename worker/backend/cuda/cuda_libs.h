@@ -33,7 +33,7 @@ const char* BlasSgemmRowMajor(BlasHandle handle, bool trans_a, bool trans_b,
                               int lda, const float* b, int ldb, float beta,
                               float* c, int ldc);
 
-// Whether NCCL was found at build time.
+// Whether NCCL is in the build (PS_HAVE_NCCL, see cuda_configure.bzl).
 bool NcclAvailable();
 
 // One communicator per device of `devices` (distinct ordinals), in one call.
@@ -45,6 +45,14 @@ const char* NcclAllReduceSum(NcclComm comm, float* data, size_t n,
                              cudaStream_t stream);
 const char* NcclGroupStart();
 const char* NcclGroupEnd();
+
+// The communicator's asynchronous error: a failure NCCL found after the call
+// that enqueued the work had returned (a peer gone, a network error). Null
+// while there is none. Cheap; safe to poll while work is in flight.
+const char* NcclAsyncError(NcclComm comm);
+// Aborts the communicator's pending work and frees it, without waiting for
+// the other ranks (ncclCommAbort); the handle is invalid afterwards.
+void NcclAbort(NcclComm comm);
 
 }  // namespace cuda
 }  // namespace ps

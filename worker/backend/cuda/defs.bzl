@@ -28,6 +28,7 @@ def cuda_backend_targets():
             "cuda_libs.h",
         ],
         copts = NVCC_ARCH,
+        visibility = ["//visibility:private"],
         nvcc_hdrs = ["//worker/backend:elementwise.h"],
         deps = ["//worker/backend:elementwise"],
     )
@@ -36,8 +37,10 @@ def cuda_backend_targets():
         name = "cuda_backend",
         srcs = ["cuda_backend.cc"],
         hdrs = ["cuda_backend.h"],
+        visibility = ["//worker/backend:__subpackages__"],
         deps = [
             ":cuda_kernels",
+            "//common:status_macros",
             "//third_party:absl",
             "//third_party:cuda",
             "//worker/backend",
@@ -49,8 +52,10 @@ def cuda_backend_targets():
         name = "gpu_reducer",
         srcs = ["gpu_reducer.cc"],
         hdrs = ["gpu_reducer.h"],
+        visibility = ["//worker/backend:__subpackages__"],
         deps = [
             ":cuda_backend",
+            "//common:status_macros",
             "//third_party:absl",
             "//third_party:cuda",
             "//worker/backend",

@@ -5,11 +5,14 @@
 //   std::vector<Backend*> gpus = {gpu0.get(), gpu1.get()};
 //   absl::StatusOr<std::unique_ptr<GpuReducer>> r = GpuReducer::Create(gpus);
 //   // on device thread i:
-//   absl::Status s = (*r)->AllReduceSum(i, grad_i, n);
-//   s = gpus[i]->Synchronize();          // grad_i now holds the sum
+//   PS_RETURN_IF_ERROR((*r)->AllReduceSum(i, grad_i, n));
+//   PS_RETURN_IF_ERROR((*r)->Wait(i, absl::Now() + timeout));
+//   // grad_i now holds the sum
 //
-// Without NCCL in the build Create returns
-// kFailedPrecondition.
+// Wait, unlike the backend's Synchronize(), cannot hang: it watches NCCL's
+// asynchronous error (ncclCommGetAsyncError) while it waits, and aborts the
+// communicator at the deadline. Without NCCL in the build (PS_HAVE_NCCL, set
+// by cuda_configure.bzl) Create returns kFailedPrecondition.
 
 #ifndef WORKER_BACKEND_CUDA_GPU_REDUCER_H_
 #define WORKER_BACKEND_CUDA_GPU_REDUCER_H_
@@ -42,6 +45,9 @@ class GpuReducer final : public LocalReducer {
   // call concurrently from its own thread.
   absl::Status AllReduceSum(int rank, float* data, size_t n) override;
 
+  // See LocalReducer::Wait.
+  absl::Status Wait(int rank, absl::Time deadline) override;
+
   // All ranks at once from ONE thread (data[r] on rank r's GPU), as one NCCL
   // group; complete at each backend's Synchronize().
   absl::Status AllReduceSumAll(const std::vector<float*>& data, size_t n);
@@ -49,6 +55,11 @@ class GpuReducer final : public LocalReducer {
  private:
   struct Comms;  // the NCCL communicators, one per rank
   GpuReducer(std::vector<CudaBackend*> backends, std::unique_ptr<Comms> comms);
+  // kInvalidArgument for a rank out of range, kFailedPrecondition once its
+  // communicator was aborted.
+  absl::Status CheckRank(int rank) const;
+  // Aborts rank's communicator; `why` is returned and kept for later calls.
+  absl::Status Abort(int rank, absl::Status why);
 
   std::vector<CudaBackend*> backends_;  // borrowed
   std::unique_ptr<Comms> comms_;

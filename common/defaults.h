@@ -1,0 +1,53 @@
+// Every default value of the configuration, written once. Each constant is
+// also documented in the field comment of the proto field it fills (the
+// "Default N" there); common/defaults_test.cc checks that the two agree.
+// Readers: common/config.cc (psd and workerd files), the coordinator's job
+// defaults, PsClientOptions, TrainerOptions, ShardOptions, psctl, psbench.
+//
+//   if (c.rpc_max_attempts() == 0)
+//   c.set_rpc_max_attempts(kDefaultRpcMaxAttempts);
+#ifndef COMMON_DEFAULTS_H_
+#define COMMON_DEFAULTS_H_
+
+#include <cstddef>
+#include <cstdint>
+
+namespace ps {
+
+// ---- PsdConfig (proto/cluster.proto) ---------------------------------------
+inline constexpr char kDefaultListenAddress[] = "127.0.0.1:0";
+inline constexpr uint32_t kDefaultMaxMessageBytes = 4u << 20;      // 4 MiB
+inline constexpr uint64_t kDefaultMemoryBudgetBytes = 8ull << 30;  // 8 GiB
+inline constexpr uint32_t kDefaultWorkerTimeoutMs = 10000;
+
+// ---- WorkerdConfig (proto/cluster.proto) -----------------------------------
+inline constexpr char kDefaultDevice[] = "cpu:0";
+inline constexpr float kDefaultDeviceWeight = 1.0f;
+inline constexpr char kDefaultDataDir[] = "/usr/share/datasets/fashion-mnist";
+inline constexpr uint32_t kDefaultThreadsPerDevice = 1;
+// The daemon has always run with 1 (config loading); TrainerOptions said 2.
+inline constexpr uint32_t kDefaultLoaderThreads = 1;
+inline constexpr uint32_t kDefaultPrefetchBatches = 4;
+inline constexpr uint32_t kDefaultHeartbeatIntervalMs = 1000;
+inline constexpr uint32_t kDefaultRpcDeadlineMs = 30000;
+// With the backoff below, about 13 s of retries: enough to ride through a
+// shard restart. (PsClientOptions said 8; workerd always ran with 12.)
+inline constexpr uint32_t kDefaultRpcMaxAttempts = 12;
+inline constexpr uint32_t kDefaultRpcInitialBackoffMs = 50;
+inline constexpr uint32_t kDefaultRpcMaxBackoffMs = 2000;
+inline constexpr uint32_t kDefaultMaxInflightPerShard = 4;
+// A local (NCCL) gradient reduce that has not finished by then is reported
+// as failed instead of hanging the step.
+inline constexpr uint32_t kDefaultLocalReduceTimeoutMs = 60000;
+
+// ---- JobSpec (proto/job.proto) ---------------------------------------------
+inline constexpr uint32_t kDefaultStepDeadlineMs = 60000;
+inline constexpr uint64_t kDefaultPartitionBytes = 1u << 20;  // 1 MiB
+
+// ---- psctl (tools/psctl.cc) ------------------------------------------------
+// How long psctl waits for the cluster (--connect-timeout, seconds).
+inline constexpr uint32_t kDefaultConnectTimeoutSeconds = 4;
+
+}  // namespace ps
+
+#endif  // COMMON_DEFAULTS_H_

@@ -7,11 +7,7 @@
 #include "absl/time/clock.h"
 #include "common/grpc_status.h"
 #include "common/status_macros.h"
-#include "core/wire_codec.h"
-#include "proto/ps.pb.h"
-
-static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
-              "tensor payloads are little-endian float32");
+#include "worker/shard_wire.h"
 
 namespace ps {
 namespace {
@@ -70,8 +66,6 @@ struct AsyncPsClient::Call {
   std::unique_ptr<grpc::ClientContext> context;
   grpc::ByteBuffer wire_request;  // PushPullRequest, PushRequest, PullRequest
   grpc::ByteBuffer response;
-  // (chunk id, version) from the last reply, applied under mu_.
-  std::vector<std::pair<uint32_t, uint64_t>> versions;
 };
 
 absl::StatusOr<std::unique_ptr<AsyncPsClient>> AsyncPsClient::Create(
@@ -231,59 +225,26 @@ void AsyncPsClient::Wake() {
 
 void AsyncPsClient::Encode(Call* call) {
   const ParamRequest& args = call->request->args;
-  const std::vector<PlannedChunk>& chunks = plan_.chunks();
+  RequestHead head;
+  head.job_id = job_id_;
+  head.worker = rank_;
+  head.step = args.step;
+  head.attempt = static_cast<uint32_t>(call->attempt);
+  head.min_version = mode_ == BSP ? args.step : 0;
   if (!Pushes(args.op)) {
-    PullRequest r;
-    r.set_job_id(job_id_);
-    r.set_worker(rank_);
-    r.set_step(args.step);
-    r.set_min_version(mode_ == BSP ? args.step : 0);
-    for (size_t i : call->group.chunks) r.add_chunk_ids(chunks[i].id);
-    grpc::Slice slice(r.SerializeAsString());
-    call->wire_request = grpc::ByteBuffer(&slice, 1);
+    call->wire_request = EncodePull(head, plan_, call->group);
     return;
   }
-  // PushPullRequest / PushRequest: small copied slices for the fields and
-  // the ChunkData heads, each followed by a slice borrowing that chunk's
-  // gradient.
-  std::string head;
-  PutBytesField(kRequestJobIdTag, job_id_, &head);
-  PutVarintField(kRequestWorkerTag, rank_, &head);
-  PutVarintField(kRequestStepTag, args.step, &head);
-  PutVarintField(kRequestAttemptTag, static_cast<uint64_t>(call->attempt),
-                 &head);
-  std::vector<ChunkDataRef> refs;
-  refs.reserve(call->group.chunks.size());
-  for (size_t i : call->group.chunks) {
-    const PlannedChunk& c = chunks[i];
-    refs.push_back({c.id, versions_[c.id],
-                    absl::string_view(reinterpret_cast<const char*>(
-                                          args.gradient.data() + c.flat_offset),
-                                      c.length * sizeof(float))});
-  }
-  std::vector<WirePiece> pieces;
-  EncodeChunkList(kRequestGradientsTag, refs, /*copy_below=*/0, &head, &pieces);
-  std::vector<grpc::Slice> slices;
-  slices.reserve(pieces.size() + 1);
   int borrowed = 0;
-  for (WirePiece& p : pieces) {
-    if (!p.is_borrowed) {
-      slices.emplace_back(p.owned);
-      continue;
-    }
-    // gRPC never writes through a send slice; the const_cast only fits
-    // the constructor's signature.
-    slices.emplace_back(const_cast<char*>(p.borrowed.data()), p.borrowed.size(),
-                        &AsyncPsClient::ReleaseBorrowed, call->request);
-    ++borrowed;
-  }
-  if (!head.empty()) slices.emplace_back(head);
+  grpc::ByteBuffer request =
+      EncodePush(head, plan_, call->group, versions_, args.gradient.data(),
+                 &AsyncPsClient::ReleaseBorrowed, call->request, &borrowed);
   {
     absl::MutexLock lock(&borrow_mu_);
     call->request->borrowed += borrowed;
   }
   // Replaces (and releases) the previous attempt's request.
-  call->wire_request = grpc::ByteBuffer(slices.data(), slices.size());
+  call->wire_request = std::move(request);
 }
 
 void AsyncPsClient::Issue(Call* call) {
@@ -309,77 +270,24 @@ void AsyncPsClient::Issue(Call* call) {
       [this, call](grpc::Status s) { OnDone(call, std::move(s)); });
 }
 
-absl::Status AsyncPsClient::Decode(Call* call, uint64_t* received) {
-  const ParamRequest& args = call->request->args;
-  const std::vector<size_t>& group = call->group.chunks;
-  const uint32_t shard = call->group.shard;
-  auto lost = [shard](absl::string_view what) {
-    return absl::DataLossError(
-        absl::StrCat("shard ", shard, " returned ", what));
-  };
-  std::vector<grpc::Slice> slices;
-  if (call->response.Valid() && !call->response.Dump(&slices).ok()) {
-    return lost("an unreadable reply");
-  }
-  std::vector<absl::string_view> pieces;
-  pieces.reserve(slices.size());
-  for (const grpc::Slice& s : slices) {
-    pieces.emplace_back(reinterpret_cast<const char*>(s.begin()), s.size());
-  }
-  // A push's reply (PushResponse) carries no chunks.
-  const size_t expected = Pulls(args.op) ? group.size() : 0;
-  size_t next = 0;  // index into `group` of the next expected chunk
-  bool mismatch = false;
-  call->versions.clear();
-  WireReader in(pieces);
-  absl::Status s =
-      DecodeChunkList(kReplyChunksField, &in, [&](const ChunkDataView& v) {
-        mismatch = true;
-        if (next >= expected) {
-          return lost(
-              absl::StrCat("more than the ", expected, " chunks asked for"));
-        }
-        const PlannedChunk& c = plan_.chunks()[group[next]];
-        const size_t bytes = c.length * sizeof(float);
-        if (v.chunk_id != c.id || v.data_bytes != bytes) {
-          return lost(absl::StrCat("chunk ", v.chunk_id, " with ", v.data_bytes,
-                                   " bytes; expected chunk ", c.id, " with ",
-                                   bytes));
-        }
-        // Each call owns its chunks' part of params: no lock needed.
-        CopyChunkData(
-            v, &in,
-            reinterpret_cast<char*>(args.params.data() + c.flat_offset));
-        call->versions.emplace_back(c.id, v.version);
-        *received += v.data_bytes;
-        ++next;
-        mismatch = false;
-        return absl::OkStatus();
-      });
-  if (!s.ok()) {
-    return mismatch ? s
-                    : lost(absl::StrCat("a malformed reply: ", s.message()));
-  }
-  if (next != expected) {
-    return lost(absl::StrCat(next, " chunks, asked for ", expected));
-  }
-  return absl::OkStatus();
-}
-
 // Runs on a gRPC callback thread. The reply lands in params outside the
 // lock: each call owns disjoint chunks.
 void AsyncPsClient::OnDone(Call* call, grpc::Status grpc_status) {
   absl::Status status = FromGrpcStatus(grpc_status);
-  uint64_t received = 0;
-  if (status.ok()) status = Decode(call, &received);
-  call->response.Clear();
   Request* r = call->request;
+  DecodedReply reply;
+  if (status.ok()) {
+    // Each call owns its chunks' part of params: no lock needed.
+    status = DecodeReply(call->response, plan_, call->group, Pulls(r->args.op),
+                         r->args.params.data(), &reply);
+  }
+  call->response.Clear();
   const uint32_t shard = call->group.shard;
   absl::MutexLock lock(&mu_);
   inflight_[shard]--;
-  stats_.bytes_received += received;
+  stats_.bytes_received += reply.data_bytes;
   if (status.ok()) {
-    for (const auto& [id, version] : call->versions) versions_[id] = version;
+    for (const auto& [id, version] : reply.versions) versions_[id] = version;
     EndCall(call, status);
   } else if (status.code() == absl::StatusCode::kUnavailable &&
              call->attempt < options_.max_attempts && r->status.ok()) {

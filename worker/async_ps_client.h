@@ -175,9 +175,6 @@ class AsyncPsClient {
   void Pump() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Issue(Call* call) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Encode(Call* call) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Checks the reply against the call's group and copies its parameters
-  // into the request's params; `received` counts the data bytes.
-  absl::Status Decode(Call* call, uint64_t* received);
   void OnDone(Call* call, grpc::Status status);
   void EndCall(Call* call, absl::Status status)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

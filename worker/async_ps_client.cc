@@ -119,7 +119,8 @@ AsyncPsClient::~AsyncPsClient() {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
     for (auto& [id, r] : requests_) {
-      if (!r->ended) CancelLocked(r.get(), absl::CancelledError("client"));
+      if (!r->ended)
+        CancelLocked(r.get(), absl::CancelledError("client shutting down"));
     }
   }
   Wake();

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -252,6 +253,31 @@ TEST_F(AsyncPsClientTest, ShardDyingMidRequestEndsWithAClearError) {
                                      " (PushPull, attempt 3)")));
   EXPECT_LT(absl::Now() - start, absl::Seconds(20));
   EXPECT_EQ(client_->stats().retries, 2u);
+}
+
+TEST_F(AsyncPsClientTest, ManyThreadsShareOneClient) {
+  PsClientOptions options;
+  options.max_inflight_per_shard = 2;
+  Connect(options);
+  constexpr int kSteps = 25;
+  std::vector<std::thread> threads;
+  std::atomic<int> callbacks{0};
+  for (int t = 0; t < kTensors; ++t) {
+    threads.emplace_back([&, t] {
+      for (int step = 0; step < kSteps; ++step) {
+        ParamRequest r = Tensor(t, ParamOp::kPushPull, step % 3);
+        r.done = [&](const absl::Status&) { callbacks++; };
+        EXPECT_TRUE(client_->Wait(client_->Start(std::move(r)), Soon()).ok());
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(callbacks.load(), kTensors * kSteps);
+  for (size_t k = 0; k < kFloats; ++k) {
+    // Chunk i starts at i + 1; every step took 0.5 off.
+    EXPECT_EQ(params_[k], static_cast<float>(k / kLength + 1) - 0.5f * kSteps)
+        << k;
+  }
 }
 
 }  // namespace

@@ -1,89 +1,169 @@
-// Hand-encoding of proto/ps.proto's tensor messages, byte for byte as
-// protobuf writes them, for the zero-copy PushPull/Pull path: the client
-// (worker/ps_client.cc) and the shard service (server/rpc/ps_service.cc)
-// write the small fields into a header string and send each ChunkData's
-// payload as a separate gRPC slice that borrows the tensor.
+// Hand codec of proto/ps.proto's tensor messages, byte for byte as protobuf
+// writes them, for the zero-copy PushPull/Pull path. The client
+// (worker/async_ps_client.cc) and the shard service (server/rpc/ps_service.cc)
+// encode the small fields into header strings and send each ChunkData's
+// payload as a separate piece that borrows the tensor; the client decodes
+// replies straight from gRPC's receive slices.
 //
 //   std::string head;
 //   PutVarintField(kRequestStepTag, step, &head);
-//   PutChunkDataHead(kRequestGradientsTag, chunk_id, version, bytes, &head);
-//   // ... then `bytes` payload bytes, sent from the tensor itself
+//   std::vector<WirePiece> pieces;
+//   EncodeChunkList(kRequestGradientsTag, chunks, /*copy_below=*/0, &head,
+//                   &pieces);
 //
-// proto3 leaves fields at their default value off the wire; so does this,
-// which is what makes the output byte-identical (the tests compare).
+//   WireReader in(pieces_of_the_reply);
+//   PS_RETURN_IF_ERROR(DecodeChunkList(kReplyChunksField, &in,
+//                                      [&](const ChunkDataView& c) { ... }));
+//
+// proto3 leaves fields at their default value off the wire; so does the
+// encoder, which is what makes the output byte-identical (the tests
+// compare). The decoder accepts every legal encoding: fields in any order,
+// unknown fields, repeated scalars (the last wins), pieces split anywhere.
+// No grpc dependency: pieces are string_views the caller maps to slices.
 #ifndef CORE_WIRE_CODEC_H_
 #define CORE_WIRE_CODEC_H_
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 
 namespace ps {
 
 // Protobuf wire types.
 inline constexpr uint32_t kVarint = 0, kFixed64 = 1, kLengthDelimited = 2,
                           kFixed32 = 5;
+// A tag is field << kWireTypeBits | wire type.
+inline constexpr uint32_t kWireTypeBits = 3;
+inline constexpr uint32_t kWireTypeMask = (1u << kWireTypeBits) - 1;
+inline constexpr size_t kFixed64Bytes = 8, kFixed32Bytes = 4;
+// A varint carries 7 bits per byte, the high bit saying "more follows".
+inline constexpr uint32_t kVarintPayloadBits = 7;
+inline constexpr uint8_t kVarintMore = 0x80;
+inline constexpr uint8_t kVarintPayloadMask = 0x7f;
+inline constexpr uint32_t kMaxVarintBits = 64;
 
-// Tags (field << 3 | wire type).
-// PushPullRequest.
-inline constexpr uint8_t kRequestJobIdTag = 1 << 3 | kLengthDelimited;
-inline constexpr uint8_t kRequestWorkerTag = 2 << 3 | kVarint;
-inline constexpr uint8_t kRequestStepTag = 3 << 3 | kVarint;
-inline constexpr uint8_t kRequestAttemptTag = 4 << 3 | kVarint;
-inline constexpr uint8_t kRequestGradientsTag = 5 << 3 | kLengthDelimited;
+constexpr uint8_t Tag(uint32_t field, uint32_t wire_type) {
+  return static_cast<uint8_t>(field << kWireTypeBits | wire_type);
+}
+
+// PushPullRequest (PushRequest has the same fields and numbers).
+inline constexpr uint32_t kRequestGradientsField = 5;
+inline constexpr uint8_t kRequestJobIdTag = Tag(1, kLengthDelimited);
+inline constexpr uint8_t kRequestWorkerTag = Tag(2, kVarint);
+inline constexpr uint8_t kRequestStepTag = Tag(3, kVarint);
+inline constexpr uint8_t kRequestAttemptTag = Tag(4, kVarint);
+inline constexpr uint8_t kRequestGradientsTag =
+    Tag(kRequestGradientsField, kLengthDelimited);
 // PushPullResponse (PullResponse: field 1 only).
 inline constexpr uint32_t kReplyChunksField = 1;
 inline constexpr uint8_t kReplyChunksTag =
-    kReplyChunksField << 3 | kLengthDelimited;
-inline constexpr uint8_t kReplyDuplicatesTag = 2 << 3 | kVarint;
-inline constexpr uint8_t kReplyStaleTag = 3 << 3 | kVarint;
+    Tag(kReplyChunksField, kLengthDelimited);
+inline constexpr uint8_t kReplyDuplicatesTag = Tag(2, kVarint);
+inline constexpr uint8_t kReplyStaleTag = Tag(3, kVarint);
 // ChunkData.
-inline constexpr uint8_t kChunkIdTag = 1 << 3 | kVarint;
-inline constexpr uint8_t kChunkVersionTag = 2 << 3 | kVarint;
-inline constexpr uint8_t kChunkDataTag = 3 << 3 | kLengthDelimited;
+inline constexpr uint32_t kChunkIdField = 1, kChunkVersionField = 2,
+                          kChunkDataField = 3;
+inline constexpr uint8_t kChunkIdTag = Tag(kChunkIdField, kVarint);
+inline constexpr uint8_t kChunkVersionTag = Tag(kChunkVersionField, kVarint);
+inline constexpr uint8_t kChunkDataTag = Tag(kChunkDataField, kLengthDelimited);
 
-inline size_t VarintSize(uint64_t v) {
-  size_t n = 1;
-  while (v >= 0x80) {
-    v >>= 7;
-    ++n;
-  }
-  return n;
-}
+// ---------------------------------------------------------------- encoder
 
-inline void PutVarint(uint64_t v, std::string* out) {
-  while (v >= 0x80) {
-    out->push_back(static_cast<char>(v | 0x80));
-    v >>= 7;
-  }
-  out->push_back(static_cast<char>(v));
-}
-
+size_t VarintSize(uint64_t v);
+void PutVarint(uint64_t v, std::string* out);
 // A varint field, left off when `v` is 0.
-inline void PutVarintField(uint8_t tag, uint64_t v, std::string* out) {
-  if (v == 0) return;
-  out->push_back(static_cast<char>(tag));
-  PutVarint(v, out);
-}
+void PutVarintField(uint8_t tag, uint64_t v, std::string* out);
+// A bytes/string field, left off when empty.
+void PutBytesField(uint8_t tag, absl::string_view v, std::string* out);
 
 // A ChunkData as element `list_tag` of the enclosing message, up to the
 // first of its `data_bytes` payload bytes (which the caller sends next);
 // with data_bytes == 0 the element is complete (empty bytes stay off).
-inline void PutChunkDataHead(uint8_t list_tag, uint64_t chunk_id,
-                             uint64_t version, size_t data_bytes,
-                             std::string* out) {
-  std::string fields;
-  PutVarintField(kChunkIdTag, chunk_id, &fields);
-  PutVarintField(kChunkVersionTag, version, &fields);
-  const size_t data_field =
-      data_bytes == 0 ? 0 : 1 + VarintSize(data_bytes) + data_bytes;
-  out->push_back(static_cast<char>(list_tag));
-  PutVarint(fields.size() + data_field, out);
-  *out += fields;
-  if (data_bytes == 0) return;
-  out->push_back(static_cast<char>(kChunkDataTag));
-  PutVarint(data_bytes, out);
-}
+void PutChunkDataHead(uint8_t list_tag, uint64_t chunk_id, uint64_t version,
+                      size_t data_bytes, std::string* out);
+
+// One ChunkData to encode; `data` is borrowed.
+struct ChunkDataRef {
+  uint64_t chunk_id = 0;
+  uint64_t version = 0;
+  absl::string_view data;
+};
+
+// A piece of an encoded message: either bytes the encoder wrote (`owned`)
+// or a payload it points to (`borrowed`, when `is_borrowed`).
+struct WirePiece {
+  std::string owned;
+  absl::string_view borrowed;
+  bool is_borrowed = false;
+};
+
+// Appends `chunks` as elements `list_tag` of a message: their heads go into
+// `*head` (which may hold earlier fields); payloads of at least
+// `copy_below` bytes become borrowed pieces (each after the head written so
+// far, moved into an owned piece), shorter ones are copied into the head.
+// What is left in `*head` afterwards is the caller's to finish and flush.
+void EncodeChunkList(uint8_t list_tag, absl::Span<const ChunkDataRef> chunks,
+                     size_t copy_below, std::string* head,
+                     std::vector<WirePiece>* pieces);
+
+// ---------------------------------------------------------------- decoder
+
+// Reads a message spread over pieces, front to back, with marks to come
+// back to a position (a ChunkData's payload is copied once its chunk_id,
+// which may follow it on the wire, is known). Borrows the pieces.
+class WireReader {
+ public:
+  struct Mark {
+    size_t piece = 0, offset = 0, position = 0;
+  };
+
+  explicit WireReader(absl::Span<const absl::string_view> pieces);
+
+  size_t position() const { return at_.position; }
+  bool done() const { return at_.piece == pieces_.size(); }
+  Mark mark() const { return at_; }
+  void Seek(const Mark& m) { at_ = m; }
+
+  // False on a truncated or over-long varint.
+  bool ReadVarint(uint64_t* v);
+  // Copies (dst != nullptr) or skips the next n bytes; false if truncated.
+  bool Read(char* dst, size_t n);
+  // Skips a field of `wire_type` whose tag was just read; false for groups
+  // (not in proto3) and truncation.
+  bool SkipField(uint32_t wire_type);
+
+ private:
+  void Advance(size_t n);
+  void Normalize();  // keeps `at_` on a byte that exists (or at the end)
+
+  absl::Span<const absl::string_view> pieces_;
+  Mark at_;
+};
+
+// One ChunkData as decoded; its payload stays in the reader's pieces.
+struct ChunkDataView {
+  uint64_t chunk_id = 0;
+  uint64_t version = 0;
+  size_t data_bytes = 0;
+  WireReader::Mark data;  // start of the payload (if data_bytes > 0)
+};
+
+// Copies a view's payload (view.data_bytes bytes) into `dst`.
+void CopyChunkData(const ChunkDataView& view, WireReader* in, char* dst);
+
+// Reads the whole message in `in`: each element of the repeated ChunkData
+// field `list_field` goes to `visit` in wire order (a non-OK return stops
+// the decoding and is returned); other fields are skipped. Malformed or
+// truncated input is kDataLoss naming what broke and its byte offset.
+absl::Status DecodeChunkList(
+    uint32_t list_field, WireReader* in,
+    const std::function<absl::Status(const ChunkDataView&)>& visit);
 
 }  // namespace ps
 

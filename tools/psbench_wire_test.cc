@@ -1,6 +1,7 @@
 // The zero-copy wire path that psbench measures: PsClient encodes its
 // requests and decodes the replies by hand, and PsService writes its replies
-// by hand (worker/ps_client.cc, server/rpc/ps_service.cc). These tests hold
+// by hand (core/wire_codec.cc, used by worker/async_ps_client.cc and
+// server/rpc/ps_service.cc). These tests hold
 // both to proto/ps.proto: byte-identical to protobuf where protobuf would
 // write the message, and tolerant of everything else a protobuf peer may
 // legally send (fields out of order, unknown fields, default values left

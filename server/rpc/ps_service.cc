@@ -122,29 +122,30 @@ namespace {
 void WriteReply(const google::protobuf::RepeatedPtrField<ChunkData>& chunks,
                 uint32_t duplicates, uint32_t stale, PsMessages* m,
                 grpc::ByteBuffer* out) {
-  std::vector<grpc::Slice> slices;
-  slices.reserve(2 * chunks.size() + 1);
-  std::string head;
+  std::vector<ChunkDataRef> refs;
+  refs.reserve(chunks.size());
   for (int i = 0; i < chunks.size(); ++i) {
-    const ChunkData& c = chunks[i];
-    const std::string& data = *m->payloads[static_cast<size_t>(i)];
-    PutChunkDataHead(kReplyChunksTag, c.chunk_id(), c.version(), data.size(),
-                     &head);
-    if (data.empty()) continue;
-    if (data.size() < kCopyBelowBytes) {
-      head += data;
+    refs.push_back({chunks[i].chunk_id(), chunks[i].version(),
+                    *m->payloads[static_cast<size_t>(i)]});
+  }
+  std::string head;
+  std::vector<WirePiece> pieces;
+  EncodeChunkList(kReplyChunksTag, refs, kCopyBelowBytes, &head, &pieces);
+  PutVarintField(kReplyDuplicatesTag, duplicates, &head);
+  PutVarintField(kReplyStaleTag, stale, &head);
+  std::vector<grpc::Slice> slices;
+  slices.reserve(pieces.size() + 1);
+  for (WirePiece& p : pieces) {
+    if (!p.is_borrowed) {
+      slices.emplace_back(std::move(p.owned));
       continue;
     }
-    slices.emplace_back(head);
-    head.clear();
     m->refs.fetch_add(1, std::memory_order_relaxed);
     // gRPC never writes through a send slice; the const_cast only fits the
     // constructor's signature.
-    slices.emplace_back(const_cast<char*>(data.data()), data.size(),
+    slices.emplace_back(const_cast<char*>(p.borrowed.data()), p.borrowed.size(),
                         &PsMessagePool::Unref, m);
   }
-  PutVarintField(kReplyDuplicatesTag, duplicates, &head);
-  PutVarintField(kReplyStaleTag, stale, &head);
   if (!head.empty()) slices.emplace_back(head);
   *out = grpc::ByteBuffer(slices.data(), slices.size());
 }

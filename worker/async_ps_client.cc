@@ -1,0 +1,465 @@
+#include "worker/async_ps_client.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/grpc_status.h"
+#include "common/status_macros.h"
+#include "worker/shard_wire.h"
+
+namespace ps {
+namespace {
+
+// Full method names of proto/ps.proto's ParameterServer service.
+const char kPushPullMethod[] = "/ps.ParameterServer/PushPull";
+const char kPullMethod[] = "/ps.ParameterServer/Pull";
+const char kPushMethod[] = "/ps.ParameterServer/Push";
+// Backoff doubles per attempt up to this many doublings (then max_backoff).
+constexpr int kMaxBackoffDoublings = 16;
+// Calls that wait for other workers outlive the job's step deadline by this
+// much, so the shard's error naming the missing workers arrives first.
+constexpr absl::Duration kStepDeadlineMargin = absl::Seconds(5);
+
+bool Pushes(ParamOp op) { return op != ParamOp::kPull; }
+bool Pulls(ParamOp op) { return op != ParamOp::kPush; }
+
+const char* OpName(ParamOp op) {
+  switch (op) {
+    case ParamOp::kPull:
+      return "Pull";
+    case ParamOp::kPush:
+      return "Push";
+    case ParamOp::kPushPull:
+      return "PushPull";
+  }
+  return "?";
+}
+
+}  // namespace
+
+// One Start: its calls and, once over, its status. Owned by requests_.
+struct AsyncPsClient::Request {
+  AsyncPsClient* client = nullptr;
+  uint64_t id = 0;
+  ParamRequest args;
+  std::vector<std::unique_ptr<Call>> calls;
+  int open_calls = 0;     // not yet ended (mu_)
+  absl::Status status;    // the first error (mu_)
+  bool ended = false;     // every call ended; on ended_ or finishing (mu_)
+  bool over = false;      // slices released, callback run (mu_)
+  bool detached = false;  // (mu_)
+  int borrowed = 0;       // gradient slices gRPC holds (borrow_mu_)
+};
+
+// One request group to one shard, across its retries. gRPC's callback
+// borrows it while on the wire.
+struct AsyncPsClient::Call {
+  enum class State { kQueued, kOnWire, kBackoff, kEnded };
+  Request* request = nullptr;
+  RequestGroup group;
+  std::pair<int, uint64_t> queue_key;  // (-priority, request id)
+  State state = State::kQueued;
+  int attempt = 0;
+  absl::Time retry_at;
+  std::unique_ptr<grpc::ClientContext> context;
+  grpc::ByteBuffer wire_request;  // PushPullRequest, PushRequest, PullRequest
+  grpc::ByteBuffer response;
+};
+
+absl::StatusOr<std::unique_ptr<AsyncPsClient>> AsyncPsClient::Create(
+    const PsClientOptions& options, const Assignment& assignment,
+    const Security* security) {
+  RequestPlanOptions plan_options;
+  plan_options.max_request_bytes = options.max_request_bytes;
+  plan_options.channels_per_shard = std::max(1, options.channels_per_shard);
+  PS_ASSIGN_OR_RETURN(RequestPlan plan,
+                      RequestPlan::Create(assignment, plan_options));
+  return std::unique_ptr<AsyncPsClient>(
+      new AsyncPsClient(options, assignment, security, std::move(plan)));
+}
+
+AsyncPsClient::AsyncPsClient(const PsClientOptions& options,
+                             const Assignment& assignment,
+                             const Security* security, RequestPlan plan)
+    : options_(options),
+      security_(security),
+      plan_(std::move(plan)),
+      job_id_(assignment.job_id()),
+      rank_(assignment.rank()),
+      mode_(assignment.spec().consistency().mode()),
+      wait_deadline_(
+          std::max(options.rpc_deadline,
+                   absl::Milliseconds(
+                       assignment.spec().consistency().step_deadline_ms()) +
+                       kStepDeadlineMargin)) {
+  const int channels = std::max(1, options.channels_per_shard);
+  for (uint32_t s = 0; s < plan_.num_shards(); ++s) {
+    addresses_.push_back(assignment.shard_addresses(s));
+    stubs_.emplace_back();
+    for (int c = 0; c < channels; ++c) {
+      // NewChannel gives every channel its own connection (see
+      // common/security.h), so these do not share one TCP stream.
+      stubs_.back().push_back(std::make_unique<grpc::GenericStub>(
+          security->NewChannel(addresses_[s], options.max_message_bytes)));
+    }
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    queues_.resize(plan_.num_shards());
+    inflight_.assign(plan_.num_shards(), 0);
+    versions_.assign(plan_.chunks().size(), 0);
+  }
+  dispatcher_ = std::thread([this] { Dispatch(); });
+}
+
+AsyncPsClient::~AsyncPsClient() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+    for (auto& [id, r] : requests_) {
+      if (!r->ended)
+        CancelLocked(r.get(), absl::CancelledError("client shutting down"));
+    }
+  }
+  Wake();
+  dispatcher_.join();
+}
+
+PsClientStats AsyncPsClient::stats() const {
+  absl::MutexLock lock(&mu_);
+  return stats_;
+}
+
+absl::Status AsyncPsClient::Validate(const ParamRequest& r) const {
+  const size_t n = plan_.num_parameters();
+  if (Pushes(r.op) && r.gradient.size() != n) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "gradient: ", r.gradient.size(), " floats, model has ", n));
+  }
+  if (Pulls(r.op) && r.params.size() != n) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("params: ", r.params.size(), " floats, model has ", n));
+  }
+  if (!r.tensor.empty())
+    PS_RETURN_IF_ERROR(plan_.TensorRange(r.tensor).status());
+  return absl::OkStatus();
+}
+
+RequestHandle AsyncPsClient::Start(ParamRequest args) {
+  auto r = std::make_unique<Request>();
+  r->client = this;
+  r->args = std::move(args);
+  absl::Status valid = Validate(r->args);
+  std::vector<RequestGroup> groups;
+  if (valid.ok()) {
+    if (r->args.tensor.empty()) {
+      groups = plan_.model_groups();
+    } else {
+      groups = *plan_.TensorGroups(r->args.tensor);  // validated above
+    }
+  }
+  for (RequestGroup& g : groups) {
+    auto call = std::make_unique<Call>();
+    call->request = r.get();
+    call->group = std::move(g);
+    r->calls.push_back(std::move(call));
+  }
+  r->status = valid;
+  Request* raw = r.get();
+  RequestHandle handle;
+  {
+    absl::MutexLock lock(&mu_);
+    raw->id = next_id_++;
+    handle = RequestHandle(raw->id);
+    requests_[raw->id] = std::move(r);
+    ++active_;
+    Enqueue(raw);
+    Pump();
+  }
+  Wake();
+  return handle;
+}
+
+void AsyncPsClient::Enqueue(Request* r) {
+  if (!r->status.ok() || stopping_) {
+    if (r->status.ok()) r->status = absl::CancelledError("client stopping");
+    for (auto& call : r->calls) call->state = Call::State::kEnded;
+  }
+  for (auto& call : r->calls) {
+    if (call->state == Call::State::kEnded) continue;
+    call->queue_key = {-r->args.priority, r->id};
+    queues_[call->group.shard].emplace(call->queue_key, call.get());
+    ++r->open_calls;
+  }
+  if (r->open_calls == 0) {
+    r->ended = true;
+    ended_.push_back(r);
+  }
+}
+
+void AsyncPsClient::Pump() {
+  for (uint32_t s = 0; s < queues_.size(); ++s) {
+    auto& queue = queues_[s];
+    while (!queue.empty() && inflight_[s] < options_.max_inflight_per_shard) {
+      Call* call = queue.begin()->second;
+      queue.erase(queue.begin());
+      Issue(call);
+    }
+  }
+}
+
+void AsyncPsClient::ReleaseBorrowed(void* request) {
+  Request* r = static_cast<Request*>(request);
+  AsyncPsClient* self = r->client;
+  // Wakes the dispatcher before letting go of borrow_mu_: once it is free,
+  // the request (and the client) may be gone.
+  absl::MutexLock lock(&self->borrow_mu_);
+  if (--r->borrowed == 0) self->Wake();
+}
+
+void AsyncPsClient::Wake() {
+  absl::MutexLock lock(&wake_mu_);
+  wake_ = true;
+}
+
+void AsyncPsClient::Encode(Call* call) {
+  const ParamRequest& args = call->request->args;
+  RequestHead head;
+  head.job_id = job_id_;
+  head.worker = rank_;
+  head.step = args.step;
+  head.attempt = static_cast<uint32_t>(call->attempt);
+  head.min_version = mode_ == BSP ? args.step : 0;
+  if (!Pushes(args.op)) {
+    call->wire_request = EncodePull(head, plan_, call->group);
+    return;
+  }
+  int borrowed = 0;
+  grpc::ByteBuffer request =
+      EncodePush(head, plan_, call->group, versions_, args.gradient.data(),
+                 &AsyncPsClient::ReleaseBorrowed, call->request, &borrowed);
+  {
+    absl::MutexLock lock(&borrow_mu_);
+    call->request->borrowed += borrowed;
+  }
+  // Replaces (and releases) the previous attempt's request.
+  call->wire_request = std::move(request);
+}
+
+void AsyncPsClient::Issue(Call* call) {
+  const ParamOp op = call->request->args.op;
+  const uint32_t shard = call->group.shard;
+  call->attempt++;
+  call->state = Call::State::kOnWire;
+  call->context = std::make_unique<grpc::ClientContext>();
+  call->context->set_deadline(absl::ToChronoTime(absl::Now() + wait_deadline_));
+  security_->Authorize(call->context.get());
+  Encode(call);
+  inflight_[shard]++;
+  stats_.requests++;
+  if (call->attempt > 1) stats_.retries++;
+  stats_.bytes_sent += call->wire_request.Length();
+  call->response.Clear();
+  const char* method = op == ParamOp::kPull   ? kPullMethod
+                       : op == ParamOp::kPush ? kPushMethod
+                                              : kPushPullMethod;
+  stubs_[shard][call->group.channel]->UnaryCall(
+      call->context.get(), method, grpc::StubOptions(), &call->wire_request,
+      &call->response,
+      [this, call](grpc::Status s) { OnDone(call, std::move(s)); });
+}
+
+// Runs on a gRPC callback thread. The reply lands in params outside the
+// lock: each call owns disjoint chunks.
+void AsyncPsClient::OnDone(Call* call, grpc::Status grpc_status) {
+  absl::Status status = FromGrpcStatus(grpc_status);
+  Request* r = call->request;
+  DecodedReply reply;
+  if (status.ok()) {
+    // Each call owns its chunks' part of params: no lock needed.
+    status = DecodeReply(call->response, plan_, call->group, Pulls(r->args.op),
+                         r->args.params.data(), &reply);
+  }
+  call->response.Clear();
+  const uint32_t shard = call->group.shard;
+  absl::MutexLock lock(&mu_);
+  inflight_[shard]--;
+  stats_.bytes_received += reply.data_bytes;
+  if (status.ok()) {
+    for (const auto& [id, version] : reply.versions) versions_[id] = version;
+    EndCall(call, status);
+  } else if (status.code() == absl::StatusCode::kUnavailable &&
+             call->attempt < options_.max_attempts && r->status.ok()) {
+    const absl::Duration backoff =
+        options_.initial_backoff *
+        (1 << std::min(call->attempt - 1, kMaxBackoffDoublings));
+    call->retry_at = absl::Now() + std::min(backoff, options_.max_backoff);
+    call->state = Call::State::kBackoff;
+    backoff_.push_back(call);
+  } else {
+    EndCall(call,
+            absl::Status(status.code(),
+                         absl::StrCat("step ", r->args.step, ": shard ", shard,
+                                      " at ", addresses_[shard], " (",
+                                      OpName(r->args.op), ", attempt ",
+                                      call->attempt, "): ", status.message())));
+  }
+  // Under mu_: once it is released the client may be gone.
+  Wake();
+}
+
+void AsyncPsClient::EndCall(Call* call, absl::Status status) {
+  Request* r = call->request;
+  call->state = Call::State::kEnded;
+  if (!status.ok() && r->status.ok()) {
+    r->status = std::move(status);
+    StopCalls(r);
+  }
+  if (--r->open_calls == 0) {
+    r->ended = true;
+    ended_.push_back(r);
+  }
+}
+
+void AsyncPsClient::StopCalls(Request* r) {
+  for (auto& owned : r->calls) {
+    Call* call = owned.get();
+    switch (call->state) {
+      case Call::State::kQueued: {
+        auto& queue = queues_[call->group.shard];
+        auto [begin, end] = queue.equal_range(call->queue_key);
+        for (auto it = begin; it != end; ++it) {
+          if (it->second == call) {
+            queue.erase(it);
+            break;
+          }
+        }
+        EndCall(call, r->status);
+        break;
+      }
+      case Call::State::kBackoff:
+        backoff_.erase(std::find(backoff_.begin(), backoff_.end(), call));
+        EndCall(call, r->status);
+        break;
+      case Call::State::kOnWire:
+        call->context->TryCancel();  // OnDone ends it
+        break;
+      case Call::State::kEnded:
+        break;
+    }
+  }
+}
+
+void AsyncPsClient::CancelLocked(Request* r, absl::Status why) {
+  if (r->ended) return;
+  if (r->status.ok()) r->status = std::move(why);
+  StopCalls(r);
+}
+
+void AsyncPsClient::Cancel(RequestHandle handle) {
+  absl::MutexLock lock(&mu_);
+  auto it = requests_.find(handle.id());
+  if (it == requests_.end()) return;
+  CancelLocked(it->second.get(), absl::CancelledError(absl::StrCat(
+                                     "request ", handle.id(), ": cancelled")));
+  Wake();
+}
+
+void AsyncPsClient::Detach(RequestHandle handle) {
+  absl::MutexLock lock(&mu_);
+  auto it = requests_.find(handle.id());
+  if (it == requests_.end()) return;
+  if (it->second->over) {
+    requests_.erase(it);
+  } else {
+    it->second->detached = true;
+  }
+}
+
+absl::Status AsyncPsClient::Wait(RequestHandle handle, absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  auto it = requests_.find(handle.id());
+  if (it == requests_.end() || it->second->detached) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "handle ", handle.id(), ": unknown, detached or already waited"));
+  }
+  Request* r = it->second.get();
+  if (!mu_.AwaitWithDeadline(absl::Condition(&r->over), deadline)) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        "request ", r->id, " (", OpName(r->args.op), " of step ", r->args.step,
+        "): not over by the deadline; still running"));
+  }
+  absl::Status status = r->status;
+  requests_.erase(handle.id());
+  return status;
+}
+
+bool AsyncPsClient::TryFinish(Request* r) {
+  {
+    absl::MutexLock lock(&borrow_mu_);
+    if (r->borrowed > 0) return false;
+  }
+  absl::Status status;
+  {
+    absl::MutexLock lock(&mu_);
+    status = r->status;
+  }
+  if (r->args.done) r->args.done(status);
+  absl::MutexLock lock(&mu_);
+  r->over = true;
+  --active_;
+  if (r->detached) requests_.erase(r->id);
+  return true;
+}
+
+// The loop of the dispatch thread. Sleeps until woken (a call ended, a
+// slice was released, a request started or was cancelled) or the next
+// retry is due.
+void AsyncPsClient::Dispatch() {
+  std::vector<Request*> finishing;  // ended; waiting for their slices
+  absl::Time next_retry = absl::InfiniteFuture();
+  while (true) {
+    {
+      absl::MutexLock lock(&wake_mu_);
+      wake_mu_.AwaitWithDeadline(absl::Condition(&wake_), next_retry);
+      wake_ = false;
+    }
+    std::vector<Request*> ended;
+    {
+      absl::MutexLock lock(&mu_);
+      const absl::Time now = absl::Now();
+      next_retry = absl::InfiniteFuture();
+      std::vector<Call*> waiting;
+      for (Call* call : backoff_) {
+        if (call->retry_at > now) {
+          next_retry = std::min(next_retry, call->retry_at);
+          waiting.push_back(call);
+          continue;
+        }
+        call->state = Call::State::kQueued;
+        queues_[call->group.shard].emplace(call->queue_key, call);
+      }
+      backoff_.swap(waiting);
+      Pump();
+      ended.swap(ended_);
+    }
+    // Ended calls are off the wire: dropping their contexts and requests
+    // lets gRPC release the slices borrowing the gradient.
+    for (Request* r : ended) {
+      for (auto& call : r->calls) {
+        call->context.reset();
+        call->wire_request.Clear();
+      }
+      finishing.push_back(r);
+    }
+    finishing.erase(std::remove_if(finishing.begin(), finishing.end(),
+                                   [this](Request* r) { return TryFinish(r); }),
+                    finishing.end());
+    absl::MutexLock lock(&mu_);
+    if (stopping_ && active_ == 0) return;
+  }
+}
+
+}  // namespace ps

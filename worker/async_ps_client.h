@@ -1,0 +1,234 @@
+// AsyncPsClient: the asynchronous client of the psd shards. A push, a pull
+// or a push+pull of one tensor (or of the whole model) is started without
+// blocking and returns a handle; Wait(handle, deadline) collects its status.
+// Modeled on ps-lite's KVWorker (Push/Pull return a timestamp, Wait(ts)) and
+// TensorFlow's async-first interfaces; PsClient's blocking Pull/PushPull are
+// wrappers over it.
+//
+//   PS_ASSIGN_OR_RETURN(std::unique_ptr<AsyncPsClient> client,
+//                       AsyncPsClient::Create(options, assignment, &security));
+//   ParamRequest push;
+//   push.op = ParamOp::kPushPull;
+//   push.step = t;
+//   push.tensor = "fc2.weight";       // "" = every tensor
+//   push.gradient = grad;             // the flat gradient, borrowed
+//   push.params = absl::MakeSpan(params);
+//   push.priority = 2;                // higher goes on the wire first
+//   RequestHandle h = client->Start(std::move(push));
+//   ... backward of the next layer ...
+//   PS_RETURN_IF_ERROR(client->Wait(h, absl::Now() + absl::Seconds(60)));
+//
+// A request is cut into per-shard calls (RequestPlan, at most
+// max_request_bytes each). Every shard has max_inflight_per_shard calls on
+// the wire; the others wait in that shard's queue, highest priority first,
+// then in start order. A call that fails with UNAVAILABLE is retried with
+// exponential backoff and the same (worker, step) tag, with attempt + 1, so
+// the shard applies it once; any other error, or the last attempt's, ends
+// the request (its other calls are cancelled) with a status that names the
+// shard and its address.
+//
+// Borrowed buffers: `gradient` and `params` are the model's flat vectors
+// (num_parameters() floats); a request reads gradient[r] and writes
+// params[r] only for the ranges r of its tensor. The push payload goes to
+// gRPC as slices pointing into `gradient` (zero copy). Both must stay valid
+// and `gradient` unchanged until the request is over: its callback ran or
+// Wait returned its final status; Cancel does not end the borrow earlier.
+// A request is over only once gRPC released every slice of the gradient.
+// Concurrent requests may share the vectors if their tensors differ.
+//
+// Life of a request (each of its per-shard calls):
+//
+//   Start --> queued --(room on the shard, by priority)--> on the wire
+//               ^                                            |
+//               +---- backoff <---- UNAVAILABLE, retry ------+
+//                                                            |
+//   Cancel, or a sibling call failed --> ended <-- reply ----+
+//
+//   every call ended --> gRPC released the gradient's slices --> callback
+//   --> over: Wait returns its status.
+#ifndef WORKER_ASYNC_PS_CLIENT_H_
+#define WORKER_ASYNC_PS_CLIENT_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "common/defaults.h"
+#include "common/security.h"
+#include "grpcpp/generic/generic_stub.h"
+#include "proto/coordinator.pb.h"
+#include "worker/request_plan.h"
+
+namespace ps {
+
+struct PsClientOptions {
+  // Deadline of one RPC attempt. Calls that wait on other workers (BSP/SSP)
+  // get at least the job's step deadline plus 5 s, so the shard's own
+  // deadline error, which names the missing workers, arrives first.
+  absl::Duration rpc_deadline = absl::Milliseconds(kDefaultRpcDeadlineMs);
+  int max_attempts = kDefaultRpcMaxAttempts;
+  absl::Duration initial_backoff =
+      absl::Milliseconds(kDefaultRpcInitialBackoffMs);
+  absl::Duration max_backoff = absl::Milliseconds(kDefaultRpcMaxBackoffMs);
+  int max_inflight_per_shard = kDefaultMaxInflightPerShard;
+  size_t max_request_bytes = 3u << 20;
+  int max_message_bytes = kDefaultMaxMessageBytes;
+  // gRPC channels (each its own TCP connection) to every shard; a shard's
+  // requests are spread over them. One HTTP/2 connection is read and
+  // written by one thread at a time, so a second one lets a large exchange
+  // use both directions of two connections at once.
+  int channels_per_shard = 2;
+};
+
+// Traffic counters (cumulative).
+struct PsClientStats {
+  uint64_t requests = 0;  // RPC attempts
+  uint64_t retries = 0;
+  uint64_t bytes_sent = 0;
+  uint64_t bytes_received = 0;
+};
+
+enum class ParamOp {
+  kPull,      // Pull: params of version >= step (BSP) or within staleness
+  kPush,      // Push: the gradient of `step` only
+  kPushPull,  // PushPull: the gradient, then the params for step + 1
+};
+
+struct ParamRequest {
+  ParamOp op = ParamOp::kPushPull;
+  uint64_t step = 0;
+  std::string tensor;                // "" = every parameter of the model
+  absl::Span<const float> gradient;  // kPush, kPushPull: borrowed, see above
+  absl::Span<float> params;          // kPull, kPushPull: borrowed
+  int priority = 0;                  // higher first; ties in start order
+  // Optional. Runs exactly once when the request is over, with its final
+  // status (also when it was cancelled or refused at Start), on the
+  // client's dispatch thread, before Wait returns. It may Start or Cancel
+  // requests, never Wait; it should be short (it delays other callbacks).
+  std::function<void(const absl::Status&)> done;
+};
+
+// Names one started request. Each handle must be given to exactly one of
+// Wait (until it returns other than DEADLINE_EXCEEDED) or Detach.
+class RequestHandle {
+ public:
+  RequestHandle() = default;
+  uint64_t id() const { return id_; }
+
+ private:
+  friend class AsyncPsClient;
+  explicit RequestHandle(uint64_t id) : id_(id) {}
+  uint64_t id_ = 0;
+};
+
+// Thread-safe: any thread may Start, Wait, Cancel and Detach.
+class AsyncPsClient {
+ public:
+  // `security` is borrowed and must outlive the client. Fails if the
+  // assignment's placement does not cover its tensors exactly.
+  static absl::StatusOr<std::unique_ptr<AsyncPsClient>> Create(
+      const PsClientOptions& options, const Assignment& assignment,
+      const Security* security);
+  // Cancels every request not yet over and blocks until each is over (its
+  // callback ran); then forgets the handles.
+  ~AsyncPsClient();
+
+  // Never blocks on the network. Bad arguments (buffer sizes, an unknown
+  // tensor) end the request at once with kInvalidArgument / kNotFound.
+  RequestHandle Start(ParamRequest request);
+  // Blocks until the request is over or `deadline` passes. Over: returns
+  // its status and forgets the handle. Deadline first: DEADLINE_EXCEEDED;
+  // the request carries on (Wait again, Cancel, or Detach). An unknown
+  // handle: kInvalidArgument.
+  absl::Status Wait(RequestHandle handle,
+                    absl::Time deadline = absl::InfiniteFuture());
+  // Ends the request early: queued calls are dropped, calls on the wire
+  // cancelled. Its status becomes CANCELLED unless it was already over.
+  // Does not block; Wait for the borrow to end.
+  void Cancel(RequestHandle handle);
+  // Nobody will Wait: the handle is forgotten once the request is over.
+  void Detach(RequestHandle handle);
+
+  const RequestPlan& plan() const { return plan_; }
+  size_t num_parameters() const { return plan_.num_parameters(); }
+  PsClientStats stats() const;
+
+ private:
+  struct Request;
+  struct Call;
+
+  AsyncPsClient(const PsClientOptions& options, const Assignment& assignment,
+                const Security* security, RequestPlan plan);
+
+  absl::Status Validate(const ParamRequest& r) const;
+  // Queues the calls of `r`; puts one that cannot start on ended_.
+  void Enqueue(Request* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Issues queued calls while their shard has room.
+  void Pump() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Issue(Call* call) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Encode(Call* call) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void OnDone(Call* call, grpc::Status status);
+  void EndCall(Call* call, absl::Status status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends every call of `r` not yet ended or on the wire; cancels those on
+  // the wire.
+  void StopCalls(Request* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void CancelLocked(Request* r, absl::Status why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The dispatch thread: retries after backoff, finishes ended requests
+  // once their slices are released, runs callbacks.
+  void Dispatch();
+  // True once `r` is over (slices released, callback run).
+  bool TryFinish(Request* r);
+  void Wake();
+  // gRPC's destroy callback of a slice that borrows a gradient.
+  static void ReleaseBorrowed(void* request);
+
+  const PsClientOptions options_;
+  const Security* const security_;
+  const RequestPlan plan_;
+  const std::string job_id_;
+  const uint32_t rank_;
+  const ConsistencyMode mode_;
+  const absl::Duration wait_deadline_;
+  std::vector<std::string> addresses_;  // by shard
+  // [shard][channel]; generic stubs carry the hand-encoded messages.
+  std::vector<std::vector<std::unique_ptr<grpc::GenericStub>>> stubs_;
+
+  mutable absl::Mutex mu_;
+  uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  absl::flat_hash_map<uint64_t, std::unique_ptr<Request>> requests_
+      ABSL_GUARDED_BY(mu_);
+  // Per shard: calls waiting for room, keyed by (-priority, start order).
+  std::vector<std::multimap<std::pair<int, uint64_t>, Call*>> queues_
+      ABSL_GUARDED_BY(mu_);
+  std::vector<int> inflight_ ABSL_GUARDED_BY(mu_);  // by shard
+  std::vector<Call*> backoff_ ABSL_GUARDED_BY(mu_);
+  std::vector<Request*> ended_ ABSL_GUARDED_BY(mu_);     // for Dispatch
+  std::vector<uint64_t> versions_ ABSL_GUARDED_BY(mu_);  // by chunk id
+  PsClientStats stats_ ABSL_GUARDED_BY(mu_);
+  int active_ ABSL_GUARDED_BY(mu_) = 0;  // requests not yet over
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+
+  // Leaf locks, taken from gRPC's slice release (any thread, under any of
+  // its locks): never held while calling into gRPC or taking mu_.
+  absl::Mutex borrow_mu_;
+  absl::Mutex wake_mu_;
+  bool wake_ ABSL_GUARDED_BY(wake_mu_) = false;
+
+  std::thread dispatcher_;
+};
+
+}  // namespace ps
+
+#endif  // WORKER_ASYNC_PS_CLIENT_H_

@@ -1,0 +1,67 @@
+// The messages of one call to a shard: proto/ps.proto's PullRequest,
+// PushPullRequest / PushRequest (same fields) and their replies, for the
+// chunks of one RequestGroup, hand-encoded with core/wire_codec for the
+// zero-copy path. No sockets: the buffers live in memory.
+//
+//   int borrowed = 0;
+//   grpc::ByteBuffer req = EncodePush(head, plan, group, versions,
+//                                     gradient.data(), &Release, arg,
+//                                     &borrowed);
+//   ... send; the reply arrives ...
+//   DecodedReply got;
+//   PS_RETURN_IF_ERROR(DecodeReply(reply, plan, group, /*has_chunks=*/true,
+//                                  params.data(), &got));
+#ifndef WORKER_SHARD_WIRE_H_
+#define WORKER_SHARD_WIRE_H_
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "grpcpp/support/byte_buffer.h"
+#include "worker/request_plan.h"
+
+namespace ps {
+
+// The scalar fields of a request.
+struct RequestHead {
+  absl::string_view job_id;
+  uint32_t worker = 0;
+  uint64_t step = 0;
+  uint32_t attempt = 0;      // push
+  uint64_t min_version = 0;  // pull
+};
+
+// A PullRequest for the group's chunks.
+grpc::ByteBuffer EncodePull(const RequestHead& head, const RequestPlan& plan,
+                            const RequestGroup& group);
+
+// A PushPullRequest (or PushRequest) with the group's chunks of the flat
+// `gradient`, each chunk's version from `versions` (by chunk id). Payload
+// slices point into `gradient`; gRPC calls release(release_arg) once per
+// slice when it drops it; `*borrowed` is their number.
+grpc::ByteBuffer EncodePush(const RequestHead& head, const RequestPlan& plan,
+                            const RequestGroup& group,
+                            absl::Span<const uint64_t> versions,
+                            const float* gradient, void (*release)(void*),
+                            void* release_arg, int* borrowed);
+
+struct DecodedReply {
+  uint64_t data_bytes = 0;
+  std::vector<std::pair<uint32_t, uint64_t>> versions;  // (chunk id, version)
+};
+
+// Checks a PushPullResponse / PullResponse (has_chunks) or a PushResponse
+// (no chunks) against the group and copies each chunk's values into the
+// flat `params`. A reply that does not match or parse is kDataLoss
+// ("shard S returned ...").
+absl::Status DecodeReply(const grpc::ByteBuffer& reply, const RequestPlan& plan,
+                         const RequestGroup& group, bool has_chunks,
+                         float* params, DecodedReply* out);
+
+}  // namespace ps
+
+#endif  // WORKER_SHARD_WIRE_H_

@@ -1,0 +1,177 @@
+// One call's messages against protobuf, without sockets: requests are
+// byte-identical to protobuf's, replies in any legal encoding land in the
+// right place, and replies that do not match the group are refused.
+#include "worker/shard_wire.h"
+
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "proto/ps.pb.h"
+
+namespace ps {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string Flatten(const grpc::ByteBuffer& b) {
+  std::vector<grpc::Slice> slices;
+  std::string out;
+  if (!b.Valid() || !b.Dump(&slices).ok()) return out;
+  for (const grpc::Slice& s : slices) {
+    out.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  }
+  return out;
+}
+
+// The reply bytes cut into slices of `n` bytes.
+grpc::ByteBuffer Buffer(const std::string& bytes, size_t n) {
+  std::vector<grpc::Slice> slices;
+  for (size_t at = 0; at < bytes.size(); at += n) {
+    slices.emplace_back(bytes.substr(at, n));
+  }
+  return grpc::ByteBuffer(slices.data(), slices.size());
+}
+
+std::string Bytes(const float* v, size_t n) {
+  return std::string(reinterpret_cast<const char*>(v), n * sizeof(float));
+}
+
+// Tensor "w" of 7 floats in chunks of 3, 0 (empty), 4; chunks 0 and 2 on
+// shard 1, chunk 1 on shard 0.
+RequestPlan Plan() {
+  Assignment a;
+  TensorSpec* t = a.mutable_spec()->add_tensors();
+  t->set_name("w");
+  t->add_shape(7);
+  a.mutable_placement()->set_num_shards(2);
+  const uint64_t offsets[] = {0, 3, 3}, lengths[] = {3, 0, 4};
+  const uint32_t shards[] = {1, 0, 1};
+  for (uint32_t i = 0; i < 3; ++i) {
+    ChunkPlacement* c = a.mutable_placement()->add_chunks();
+    c->set_chunk_id(i);
+    c->set_tensor("w");
+    c->set_offset(offsets[i]);
+    c->set_length(lengths[i]);
+    c->set_shard(shards[i]);
+  }
+  a.add_shard_addresses("s0");
+  a.add_shard_addresses("s1");
+  return *RequestPlan::Create(a, RequestPlanOptions());
+}
+
+int released = 0;
+void Release(void*) { ++released; }
+
+TEST(ShardWireTest, PushAndPullAreByteIdenticalToProtobuf) {
+  const RequestPlan plan = Plan();
+  const RequestGroup& group = plan.model_groups()[1];  // shard 1: 0, 2
+  ASSERT_EQ(group.shard, 1u);
+  const std::vector<float> grad = {1, 2, 3, 4, 5, 6, 7};
+  const std::vector<uint64_t> versions = {9, 0, 1ull << 35};
+  RequestHead head;
+  head.job_id = "j";
+  head.worker = 2;
+  head.step = 300;
+  head.attempt = 1;
+  head.min_version = 300;
+  released = 0;
+  int borrowed = 0;
+  {
+    grpc::ByteBuffer push = EncodePush(head, plan, group, versions, grad.data(),
+                                       &Release, nullptr, &borrowed);
+    PushPullRequest expected;
+    expected.set_job_id("j");
+    expected.set_worker(2);
+    expected.set_step(300);
+    expected.set_attempt(1);
+    ChunkData* c = expected.add_gradients();
+    c->set_version(9);
+    c->set_data(Bytes(grad.data(), 3));
+    c = expected.add_gradients();
+    c->set_chunk_id(2);
+    c->set_version(1ull << 35);
+    c->set_data(Bytes(grad.data() + 3, 4));
+    EXPECT_EQ(Flatten(push), expected.SerializeAsString());
+    EXPECT_EQ(borrowed, 2);
+  }
+  EXPECT_EQ(released, 2);  // every borrowed slice let go with the buffer
+  PullRequest pull;
+  pull.set_job_id("j");
+  pull.set_worker(2);
+  pull.set_step(300);
+  pull.set_min_version(300);
+  pull.add_chunk_ids(0);
+  pull.add_chunk_ids(2);
+  EXPECT_EQ(Flatten(EncodePull(head, plan, group)), pull.SerializeAsString());
+}
+
+TEST(ShardWireTest, RepliesLandInTheirChunks) {
+  const RequestPlan plan = Plan();
+  const RequestGroup& group = plan.model_groups()[1];
+  const std::vector<float> values = {1, 2, 3, 4, 5, 6, 7};
+  PushPullResponse reply;
+  ChunkData* c = reply.add_parameters();
+  c->set_version(4);
+  c->set_data(Bytes(values.data(), 3));
+  c = reply.add_parameters();
+  c->set_chunk_id(2);
+  c->set_version(5);
+  c->set_data(Bytes(values.data() + 3, 4));
+  reply.set_duplicates(1);
+  for (size_t n : {size_t{1}, size_t{5}, size_t{1000}}) {
+    std::vector<float> params(7, 0.0f);
+    DecodedReply got;
+    absl::Status s = DecodeReply(Buffer(reply.SerializeAsString(), n), plan,
+                                 group, true, params.data(), &got);
+    ASSERT_TRUE(s.ok()) << s;
+    EXPECT_EQ(params, values);
+    EXPECT_EQ(got.data_bytes, 28u);
+    ASSERT_EQ(got.versions.size(), 2u);
+    EXPECT_EQ(got.versions[1], std::make_pair(2u, uint64_t{5}));
+  }
+  // A push's reply carries no chunks.
+  PushResponse push_reply;
+  push_reply.set_duplicates(3);
+  DecodedReply got;
+  EXPECT_TRUE(DecodeReply(Buffer(push_reply.SerializeAsString(), 1), plan,
+                          group, false, nullptr, &got)
+                  .ok());
+}
+
+TEST(ShardWireTest, RefusesRepliesThatDoNotMatch) {
+  const RequestPlan plan = Plan();
+  const RequestGroup& group = plan.model_groups()[1];
+  const std::vector<float> values(7, 1.0f);
+  PullResponse one;
+  one.add_parameters()->set_data(Bytes(values.data(), 3));
+  PullResponse wrong = one;
+  wrong.mutable_parameters(0)->set_chunk_id(2);
+  struct Case {
+    std::string name, reply;
+    bool has_chunks;
+    std::string error;
+  };
+  const std::vector<Case> cases = {
+      {"too few", one.SerializeAsString(), true, "shard 1 returned 1 chunks"},
+      {"push with chunks", one.SerializeAsString(), false,
+       "more than the 0 chunks"},
+      {"wrong chunk", wrong.SerializeAsString(), true,
+       "chunk 2 with 12 bytes; expected chunk 0 with 12"},
+      {"truncated", one.SerializeAsString().substr(0, 5), true,
+       "shard 1 returned a malformed reply: malformed"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    std::vector<float> params(7, 0.0f);
+    DecodedReply got;
+    absl::Status s = DecodeReply(Buffer(c.reply, 3), plan, group, c.has_chunks,
+                                 params.data(), &got);
+    EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
+    EXPECT_THAT(std::string(s.message()), HasSubstr(c.error));
+  }
+}
+
+}  // namespace
+}  // namespace ps

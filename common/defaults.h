@@ -4,8 +4,9 @@
 // Readers: common/config.cc (psd and workerd files), the coordinator's job
 // defaults, PsClientOptions, TrainerOptions, ShardOptions, psctl, psbench.
 //
-//   if (c.rpc_max_attempts() == 0)
-//   c.set_rpc_max_attempts(kDefaultRpcMaxAttempts);
+//   if (c.rpc_max_attempts() == 0) {
+//     c.set_rpc_max_attempts(kDefaultRpcMaxAttempts);
+//   }
 #ifndef COMMON_DEFAULTS_H_
 #define COMMON_DEFAULTS_H_
 
@@ -43,6 +44,12 @@ inline constexpr uint32_t kDefaultLocalReduceTimeoutMs = 60000;
 // ---- JobSpec (proto/job.proto) ---------------------------------------------
 inline constexpr uint32_t kDefaultStepDeadlineMs = 60000;
 inline constexpr uint64_t kDefaultPartitionBytes = 1u << 20;  // 1 MiB
+// OptimizerSpec's optional fields: the coordinator fills them in at submit
+// and the shard's optimizer falls back to them for specs that bypass it.
+inline constexpr float kDefaultAdamBeta1 = 0.9f;
+inline constexpr float kDefaultAdamBeta2 = 0.999f;
+inline constexpr float kDefaultAdamEpsilon = 1e-8f;
+inline constexpr float kDefaultAdagradEpsilon = 1e-10f;
 
 // ---- psctl (tools/psctl.cc) ------------------------------------------------
 // How long psctl waits for the cluster (--connect-timeout, seconds).

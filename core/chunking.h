@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "common/job_defaults.h"  // kDefaultPartitionBytes
+#include "common/defaults.h"
 #include "proto/job.pb.h"
 
 namespace ps {

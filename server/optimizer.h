@@ -34,6 +34,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "common/defaults.h"
 #include "proto/job.pb.h"
 
 namespace ps {
@@ -59,12 +60,6 @@ class Optimizer {
   // naming the field, e.g. "optimizer.learning_rate: must be > 0, got -1".
   static absl::StatusOr<std::unique_ptr<Optimizer>> Create(
       const OptimizerSpec& spec);
-
-  // Defaults of the optional OptimizerSpec fields (proto/job.proto).
-  static constexpr float kDefaultAdamBeta1 = 0.9f;
-  static constexpr float kDefaultAdamBeta2 = 0.999f;
-  static constexpr float kDefaultAdamEpsilon = 1e-8f;
-  static constexpr float kDefaultAdagradEpsilon = 1e-10f;
 
   virtual ~Optimizer() = default;
   Optimizer(const Optimizer&) = delete;

@@ -132,7 +132,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
-#include "common/job_defaults.h"  // kDefaultStepDeadlineMs
+#include "common/defaults.h"
 #include "proto/ps.pb.h"
 #include "server/checkpoint.h"
 #include "server/stats.h"

@@ -66,7 +66,7 @@
 # single run is singled out); vs (e) is the median of each run's ratio to
 # row e of the same run.
 # --psd-extra / --workerd-extra append text-format fields to every generated
-# PsdConfig / WorkerdConfig (e.g. --psd-extra='rpc_threads: 2'); --daemon-env
+# PsdConfig / WorkerdConfig (e.g. --psd-extra='max_message_bytes: 8388608'); --daemon-env
 # sets an environment variable for psd and workerd only (diagnostics, e.g.
 # glibc malloc tunables; not how the system is meant to be configured).
 # The machine is shared: each row records "other load", the CPU (in cores)

@@ -24,8 +24,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "common/job_defaults.h"  // kDefaultPartitionBytes, kDefaultStepDeadlineMs
-#include "core/model_spec.h"      // ModelTensors
+#include "common/defaults.h"
+#include "core/model_spec.h"  // ModelTensors
 #include "proto/job.pb.h"
 #include "server/coordinator/placement.h"  // kMaxChunks
 
@@ -40,12 +40,6 @@ inline constexpr uint64_t kMinPartitionBytes = 4 * 1024;
 inline constexpr uint64_t kMaxPartitionBytes = 3 * 1024 * 1024;
 // Longer checkpoint periods are almost surely milliseconds typed as seconds.
 inline constexpr uint32_t kMaxCheckpointSeconds = 7 * 24 * 3600;
-
-// Defaults that NormalizeJobSpec fills in for fields left at zero/unset.
-inline constexpr float kDefaultAdamBeta1 = 0.9f;
-inline constexpr float kDefaultAdamBeta2 = 0.999f;
-inline constexpr float kDefaultAdamEpsilon = 1e-8f;
-inline constexpr float kDefaultAdagradEpsilon = 1e-10f;
 
 // What a dataset fixes about the model. 0 = any (the synthetic set adapts).
 struct DatasetShape {

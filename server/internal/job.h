@@ -31,7 +31,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "common/job_defaults.h"  // kDefaultStepDeadlineMs
+#include "common/defaults.h"
 #include "proto/job.pb.h"
 #include "proto/ps.pb.h"
 #include "server/chunk_state.h"

@@ -4,7 +4,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
-#include "common/job_defaults.h"
+#include "common/defaults.h"
 #include "server/coordinator/job_validation.h"  // kMaxNumWorkers
 #include "server/coordinator/placement.h"       // kMaxChunks
 

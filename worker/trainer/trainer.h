@@ -92,11 +92,11 @@ struct TrainerOptions {
   // BLAS threads per CPU replica (see DeviceGroup::Options).
   std::vector<std::string> devices = {"cpu:0"};
   std::vector<double> weights;
-  int threads_per_device = 1;
+  int threads_per_device = kDefaultThreadsPerDevice;
 
   // Batch loader threads and batches loaded ahead of the step.
   size_t loader_threads = kDefaultLoaderThreads;
-  size_t prefetch = 4;
+  size_t prefetch = kDefaultPrefetchBatches;
 
   // Where IDX data sets live unless job.data.data_dir says otherwise.
   std::string data_dir;

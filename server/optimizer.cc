@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/status_macros.h"
 #include "core/float_bytes.h"
 
 namespace ps {
@@ -178,28 +179,26 @@ void AddInto(absl::Span<float> acc, const float* x) {
   for (size_t i = 0; i < n; ++i) a[i] += b[i];
 }
 
-absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(
-    const OptimizerSpec& spec) {
-  OptimizerSpec s = spec;
-  const OptimizerKind kind = s.kind();
-  const bool sgd = kind == SGD;
-  const bool adam = kind == ADAM || kind == ADAMW;
-  if (!sgd && kind != ADAGRAD && !adam) {
-    return Bad("kind", absl::StrCat("must be SGD, ADAGRAD, ADAM or ADAMW, got ",
-                                    OptimizerKind_Name(kind).empty()
-                                        ? absl::StrCat(static_cast<int>(kind))
-                                        : OptimizerKind_Name(kind)));
-  }
-  const std::string kind_name = OptimizerKind_Name(kind);
+namespace {
+
+// The fields every kind shares: learning_rate and weight_decay.
+absl::Status CheckShared(const OptimizerSpec& s) {
   if (!std::isfinite(s.learning_rate()) || !(s.learning_rate() > 0)) {
     return Bad("learning_rate", "must be > 0, got " + Num(s.learning_rate()));
   }
   if (!std::isfinite(s.weight_decay()) || s.weight_decay() < 0) {
     return Bad("weight_decay", "must be >= 0, got " + Num(s.weight_decay()));
   }
-  // Fields the kind would silently ignore are rejected: a config that sets
-  // them expects an effect it would not get.
-  if (sgd) {
+  return absl::OkStatus();
+}
+
+// Fields the kind would silently ignore are rejected: a config that sets
+// them expects an effect it would not get. SGD's own fields are checked here
+// too, since they are the ones the other kinds must leave unset.
+absl::Status CheckFieldsOfOtherKinds(const OptimizerSpec& s) {
+  const OptimizerKind kind = s.kind();
+  const std::string kind_name = OptimizerKind_Name(kind);
+  if (kind == SGD) {
     if (!std::isfinite(s.momentum()) || s.momentum() < 0 || s.momentum() >= 1) {
       return Bad("momentum", "must be in [0, 1), got " + Num(s.momentum()));
     }
@@ -215,7 +214,7 @@ absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(
       return Bad("nesterov", "only SGD uses nesterov, kind is " + kind_name);
     }
   }
-  if (!adam) {
+  if (kind != ADAM && kind != ADAMW) {
     if (s.has_beta1()) {
       return Bad("beta1",
                  "only ADAM and ADAMW use beta1, kind is " + kind_name);
@@ -229,33 +228,58 @@ absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(
     return Bad("initial_accumulator",
                "only ADAGRAD uses initial_accumulator, kind is " + kind_name);
   }
-  if (adam) {
-    if (!s.has_beta1()) s.set_beta1(kDefaultAdamBeta1);
-    if (!s.has_beta2()) s.set_beta2(kDefaultAdamBeta2);
-    if (!s.has_epsilon()) s.set_epsilon(kDefaultAdamEpsilon);
-    for (const auto& [name, b] : {std::make_pair("beta1", s.beta1()),
-                                  std::make_pair("beta2", s.beta2())}) {
-      if (!std::isfinite(b) || b < 0 || b >= 1) {
-        return Bad(name, "must be in [0, 1), got " + Num(b));
-      }
-    }
-    if (kind == ADAMW &&
-        static_cast<double>(s.learning_rate()) * s.weight_decay() >= 1.0) {
-      return Bad("weight_decay",
-                 absl::StrCat("learning_rate * weight_decay must be < 1 for "
-                              "ADAMW (it scales the parameters by 1 - lr * "
-                              "wd), got ",
-                              Num(s.learning_rate() * s.weight_decay())));
+  return absl::OkStatus();
+}
+
+// ADAM/ADAMW: fills beta1, beta2 and epsilon and checks them.
+absl::Status FillAndCheckAdam(OptimizerSpec* s) {
+  if (!s->has_beta1()) s->set_beta1(kDefaultAdamBeta1);
+  if (!s->has_beta2()) s->set_beta2(kDefaultAdamBeta2);
+  if (!s->has_epsilon()) s->set_epsilon(kDefaultAdamEpsilon);
+  for (const auto& [name, b] : {std::make_pair("beta1", s->beta1()),
+                                std::make_pair("beta2", s->beta2())}) {
+    if (!std::isfinite(b) || b < 0 || b >= 1) {
+      return Bad(name, "must be in [0, 1), got " + Num(b));
     }
   }
-  if (kind == ADAGRAD) {
-    if (!s.has_epsilon()) s.set_epsilon(kDefaultAdagradEpsilon);
-    if (!std::isfinite(s.initial_accumulator()) ||
-        s.initial_accumulator() < 0) {
-      return Bad("initial_accumulator",
-                 "must be >= 0, got " + Num(s.initial_accumulator()));
-    }
+  if (s->kind() == ADAMW &&
+      static_cast<double>(s->learning_rate()) * s->weight_decay() >= 1.0) {
+    return Bad("weight_decay",
+               absl::StrCat("learning_rate * weight_decay must be < 1 for "
+                            "ADAMW (it scales the parameters by 1 - lr * "
+                            "wd), got ",
+                            Num(s->learning_rate() * s->weight_decay())));
   }
+  return absl::OkStatus();
+}
+
+// ADAGRAD: fills epsilon and checks initial_accumulator.
+absl::Status FillAndCheckAdagrad(OptimizerSpec* s) {
+  if (!s->has_epsilon()) s->set_epsilon(kDefaultAdagradEpsilon);
+  if (!std::isfinite(s->initial_accumulator()) ||
+      s->initial_accumulator() < 0) {
+    return Bad("initial_accumulator",
+               "must be >= 0, got " + Num(s->initial_accumulator()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(
+    const OptimizerSpec& spec) {
+  OptimizerSpec s = spec;
+  const OptimizerKind kind = s.kind();
+  if (kind != SGD && kind != ADAGRAD && kind != ADAM && kind != ADAMW) {
+    return Bad("kind", absl::StrCat("must be SGD, ADAGRAD, ADAM or ADAMW, got ",
+                                    OptimizerKind_Name(kind).empty()
+                                        ? absl::StrCat(static_cast<int>(kind))
+                                        : OptimizerKind_Name(kind)));
+  }
+  PS_RETURN_IF_ERROR(CheckShared(s));
+  PS_RETURN_IF_ERROR(CheckFieldsOfOtherKinds(s));
+  if (kind == ADAM || kind == ADAMW) PS_RETURN_IF_ERROR(FillAndCheckAdam(&s));
+  if (kind == ADAGRAD) PS_RETURN_IF_ERROR(FillAndCheckAdagrad(&s));
   if (s.has_epsilon() && (!std::isfinite(s.epsilon()) || !(s.epsilon() > 0))) {
     return Bad("epsilon", "must be > 0, got " + Num(s.epsilon()));
   }

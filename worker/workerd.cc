@@ -324,6 +324,21 @@ absl::Status Workerd::Train(const Assignment& a,
   return status;
 }
 
+void Workerd::SendProgress(const ProgressReport& r) {
+  ProgressReportResponse resp;
+  absl::Status s = FromGrpcStatus(
+      stub_->ReportProgress(NewContext(kControlDeadline).get(), r, &resp));
+  if (!s.ok()) {
+    spdlog::warn("ReportProgress: {}", s.message());
+  } else if (resp.abort_job() && !abort_job_) {
+    spdlog::warn("job {} aborted by the coordinator: {}", r.job_id(),
+                 resp.reason());
+    absl::MutexLock l(&mu_);
+    abort_reason_ = resp.reason();
+    abort_job_ = true;
+  }
+}
+
 void Workerd::RunJob(const Assignment& a) {
   {
     absl::MutexLock l(&mu_);
@@ -339,20 +354,7 @@ void Workerd::RunJob(const Assignment& a) {
   spdlog::info("job {}: rank {} of {}, starting at step {}", a.job_id(),
                a.rank(), a.num_workers(), a.start_step());
 
-  auto send = [this](const ProgressReport& r) {
-    ProgressReportResponse resp;
-    absl::Status s = FromGrpcStatus(
-        stub_->ReportProgress(NewContext(kControlDeadline).get(), r, &resp));
-    if (!s.ok()) {
-      spdlog::warn("ReportProgress: {}", s.message());
-    } else if (resp.abort_job() && !abort_job_) {
-      spdlog::warn("job {} aborted by the coordinator: {}", r.job_id(),
-                   resp.reason());
-      absl::MutexLock l(&mu_);
-      abort_reason_ = resp.reason();
-      abort_job_ = true;
-    }
-  };
+  auto send = [this](const ProgressReport& r) { SendProgress(r); };
   ProgressReport base;
   base.set_worker_id(worker_id);
   base.set_job_id(a.job_id());

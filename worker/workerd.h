@@ -60,6 +60,9 @@ class Workerd {
   void HeartbeatLoop();
   // Runs one assignment to its end and reports the outcome.
   void RunJob(const Assignment& assignment);
+  // Sends one progress report; an answer that aborts the job sets
+  // abort_job_ and abort_reason_.
+  void SendProgress(const ProgressReport& report);
   // RunJob's training: client, data, trainer; `report` gets the progress
   // reports and *last the final one.
   absl::Status Train(const Assignment& assignment,

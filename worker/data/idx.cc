@@ -53,12 +53,11 @@ absl::StatusOr<std::vector<uint8_t>> ReadRaw(const std::string& path) {
   return bytes;
 }
 
-// Inflates one or more concatenated gzip members.
-absl::StatusOr<std::vector<uint8_t>> Gunzip(const std::string& path,
-                                            const std::vector<uint8_t>& in) {
-  // The trailer's ISIZE (size mod 2^32) is only a hint: a truncated or
-  // corrupt file carries garbage there, so trust it only within deflate's
-  // maximum ratio and a modest first allocation, and grow from there.
+// The first output buffer for inflating `in`. The trailer's ISIZE (size mod
+// 2^32) is only a hint: a truncated or corrupt file carries garbage there,
+// so trust it only within deflate's maximum ratio and a modest first
+// allocation, and grow from there.
+size_t FirstInflateBuffer(const std::vector<uint8_t>& in) {
   size_t hint = 0;
   if (in.size() >= 4) {
     const uint8_t* t = in.data() + in.size() - 4;
@@ -66,8 +65,13 @@ absl::StatusOr<std::vector<uint8_t>> Gunzip(const std::string& path,
            size_t{t[3]} << 24;
   }
   if (hint > in.size() * kMaxDeflateRatio) hint = 0;
-  std::vector<uint8_t> out(
-      std::clamp(hint, kMinInflateBuffer, kMaxFirstInflateBuffer));
+  return std::clamp(hint, kMinInflateBuffer, kMaxFirstInflateBuffer);
+}
+
+// Inflates one or more concatenated gzip members.
+absl::StatusOr<std::vector<uint8_t>> Gunzip(const std::string& path,
+                                            const std::vector<uint8_t>& in) {
+  std::vector<uint8_t> out(FirstInflateBuffer(in));
   z_stream zs;
   std::memset(&zs, 0, sizeof(zs));
   // 16 + MAX_WBITS: gzip wrapper only, so a zlib or raw stream is an error.

@@ -16,6 +16,7 @@ PACKAGES=(
   clang-format-14                           # tools/format.sh
   dataset-fashion-mnist                     # /usr/share/datasets/fashion-mnist
   python3-torch                             # the PyTorch peer for benchmarks
+  python3-matplotlib                        # tools/plot_scaling.py charts
 )
 
 missing=()

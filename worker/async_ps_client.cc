@@ -50,7 +50,15 @@ struct AsyncPsClient::Request {
   bool ended = false;     // every call ended; on ended_ or finishing (mu_)
   bool over = false;      // slices released, callback run (mu_)
   bool detached = false;  // (mu_)
-  int borrowed = 0;       // gradient slices gRPC holds (borrow_mu_)
+  // A Wait is blocked on it (mu_). A request without a callback that a Wait
+  // is blocked on is finished by that Wait, not by the dispatch thread.
+  bool waited = false;
+  // The dispatch thread or a Wait took it off ended_ to finish it (mu_).
+  bool claimed = false;
+  int borrowed = 0;  // gradient slices gRPC holds (borrow_mu_)
+
+  // Whether the Wait blocked on it finishes it (no thread hop).
+  bool FinishedByWaiter() const { return waited && !args.done; }
 };
 
 // One request group to one shard, across its retries. gRPC's callback
@@ -286,6 +294,7 @@ void AsyncPsClient::OnDone(Call* call, grpc::Status grpc_status) {
   const uint32_t shard = call->group.shard;
   absl::MutexLock lock(&mu_);
   inflight_[shard]--;
+  bool dispatcher_work = false;
   stats_.bytes_received += reply.data_bytes;
   if (status.ok()) {
     for (const auto& [id, version] : reply.versions) versions_[id] = version;
@@ -298,6 +307,7 @@ void AsyncPsClient::OnDone(Call* call, grpc::Status grpc_status) {
     call->retry_at = absl::Now() + std::min(backoff, options_.max_backoff);
     call->state = Call::State::kBackoff;
     backoff_.push_back(call);
+    dispatcher_work = true;
   } else {
     EndCall(call,
             absl::Status(status.code(),
@@ -306,8 +316,11 @@ void AsyncPsClient::OnDone(Call* call, grpc::Status grpc_status) {
                                       OpName(r->args.op), ", attempt ",
                                       call->attempt, "): ", status.message())));
   }
-  // Under mu_: once it is released the client may be gone.
-  Wake();
+  // The shard has room again: its next queued call goes out now.
+  Pump();
+  // Under mu_: once it is released the client may be gone. A request that
+  // its waiting Wait finishes needs no dispatcher.
+  if (dispatcher_work || (r->ended && !r->FinishedByWaiter())) Wake();
 }
 
 void AsyncPsClient::EndCall(Call* call, absl::Status status) {
@@ -386,7 +399,33 @@ absl::Status AsyncPsClient::Wait(RequestHandle handle, absl::Time deadline) {
         "handle ", handle.id(), ": unknown, detached or already waited"));
   }
   Request* r = it->second.get();
-  if (!mu_.AwaitWithDeadline(absl::Condition(&r->over), deadline)) {
+  r->waited = true;
+  auto ready = [r] {
+    return r->over || (r->ended && !r->claimed && r->FinishedByWaiter());
+  };
+  bool in_time = mu_.AwaitWithDeadline(absl::Condition(&ready), deadline);
+  if (in_time && !r->over) {
+    // Finished here, in the waiting thread: the blocking path then costs
+    // one thread hop (gRPC's callback thread to this one), as before.
+    r->claimed = true;
+    ended_.erase(std::remove(ended_.begin(), ended_.end(), r), ended_.end());
+    mu_.Unlock();
+    const bool released = ReleaseCalls(r, deadline);
+    mu_.Lock();
+    if (released) {
+      MarkOver(r);
+    } else {
+      r->claimed = false;  // the dispatch thread finishes it
+      in_time = false;
+    }
+  }
+  r->waited = false;
+  if (!in_time) {
+    if (r->ended && !r->claimed &&
+        std::find(ended_.begin(), ended_.end(), r) == ended_.end()) {
+      ended_.push_back(r);
+    }
+    Wake();
     return absl::DeadlineExceededError(absl::StrCat(
         "request ", r->id, " (", OpName(r->args.op), " of step ", r->args.step,
         "): not over by the deadline; still running"));
@@ -394,6 +433,26 @@ absl::Status AsyncPsClient::Wait(RequestHandle handle, absl::Time deadline) {
   absl::Status status = r->status;
   requests_.erase(handle.id());
   return status;
+}
+
+bool AsyncPsClient::ReleaseCalls(Request* r, absl::Time deadline) {
+  // Ended calls are off the wire: dropping their contexts and requests
+  // lets gRPC release the slices borrowing the gradient.
+  for (auto& call : r->calls) {
+    call->context.reset();
+    call->wire_request.Clear();
+  }
+  absl::MutexLock lock(&borrow_mu_);
+  auto released = [r]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(borrow_mu_) {
+    return r->borrowed == 0;
+  };
+  return borrow_mu_.AwaitWithDeadline(absl::Condition(&released), deadline);
+}
+
+void AsyncPsClient::MarkOver(Request* r) {
+  r->over = true;
+  if (--active_ == 0 && stopping_) Wake();
+  if (r->detached) requests_.erase(r->id);
 }
 
 bool AsyncPsClient::TryFinish(Request* r) {
@@ -408,9 +467,7 @@ bool AsyncPsClient::TryFinish(Request* r) {
   }
   if (r->args.done) r->args.done(status);
   absl::MutexLock lock(&mu_);
-  r->over = true;
-  --active_;
-  if (r->detached) requests_.erase(r->id);
+  MarkOver(r);
   return true;
 }
 
@@ -443,15 +500,16 @@ void AsyncPsClient::Dispatch() {
       }
       backoff_.swap(waiting);
       Pump();
-      ended.swap(ended_);
-    }
-    // Ended calls are off the wire: dropping their contexts and requests
-    // lets gRPC release the slices borrowing the gradient.
-    for (Request* r : ended) {
-      for (auto& call : r->calls) {
-        call->context.reset();
-        call->wire_request.Clear();
+      // What a blocked Wait finishes, or already claimed, stays with it.
+      for (Request* r : ended_) {
+        if (r->claimed || r->FinishedByWaiter()) continue;
+        r->claimed = true;
+        ended.push_back(r);
       }
+      ended_.clear();
+    }
+    for (Request* r : ended) {
+      ReleaseCalls(r, absl::InfinitePast());  // slices: TryFinish waits
       finishing.push_back(r);
     }
     finishing.erase(std::remove_if(finishing.begin(), finishing.end(),

@@ -190,6 +190,12 @@ class AsyncPsClient {
   void Dispatch();
   // True once `r` is over (slices released, callback run).
   bool TryFinish(Request* r);
+  // Drops the ended calls' contexts and requests (so gRPC lets go of the
+  // gradient) and waits until `deadline` for every borrowed slice to be
+  // released; false if some are still held. `r` is claimed by the caller.
+  bool ReleaseCalls(Request* r, absl::Time deadline);
+  // `r` is over: counts it out and forgets it if detached.
+  void MarkOver(Request* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Wake();
   // gRPC's destroy callback of a slice that borrows a gradient.
   static void ReleaseBorrowed(void* request);

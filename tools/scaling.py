@@ -1,0 +1,328 @@
+#!/usr/bin/python3
+"""Scaling sweep in the network lab (docs/SCALING.md): this parameter server
+(BSP, ASP) against gloo ring all-reduce, W workers x S shards x model size,
+each process on its own emulated host.
+
+  tools/netlab up 4 --rate=1gbit && tools/scaling.sh --quick && tools/netlab down
+  tools/netlab up 12 --rate=1gbit && tools/scaling.sh --out=docs/scaling/1gbit
+
+Runs in the lab that is up (tools/netlab list; its rate from netlab status):
+a configuration needs S + W hosts (shards on hosts 1..S, workers on the next
+W), so only those that fit run; the all-reduce rows use hosts 1..W.
+
+Per parameter-server row: S psd and W workerd start in their hosts from
+generated config files (port 0 + address files), psctl submits a `lab` job
+(proto/job.proto LabModel: the given parameter count in --layers layers,
+--compute-ms of fixed compute per step, no data) and waits; the row's step
+time is the job's train time over its steps (psctl's summary line), samples/s
+its own figure, and the bytes moved the shards' bytes_in + bytes_out
+(psctl stats) per step. The all-reduce rows run tools/allreduce_peer.py, the
+same tensors, bucketed as DDP does.
+
+The bound. Links are full duplex at B bytes/s of TCP payload (0.956 x the
+rate: 1448 payload bytes per 1514-byte frame). In a BSP step each worker
+pushes its M-byte gradient and pulls M bytes of parameters at once: M/B; each
+shard receives W M / S and sends as much: W M / (S B). So a step takes at
+least compute + max(M/B, W M/(S B)) (no overlap of compute and
+communication yet). Ring all-reduce moves 2 (W - 1)/W M each way per worker:
+compute + 2 (W - 1) M / (W B). "of bound" = bound / measured (1.0 = at it).
+
+Output: one table (Markdown) on stdout, results.json and the PNG charts
+(tools/plot_scaling.py) in --out.
+"""
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Dict, List, Optional
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+NETLAB = os.path.join(ROOT, "tools", "netlab")
+PEER = os.path.join(ROOT, "tools", "allreduce_peer.py")
+PLOT = os.path.join(ROOT, "tools", "plot_scaling.py")
+TCP_PAYLOAD = 0.956  # of the link rate (1448 / 1514)
+BIAS = 1024          # floats per layer bias (tools/allreduce_peer.py)
+
+
+def parse_count(text: str) -> int:
+    scale = {"k": 10**3, "m": 10**6, "g": 10**9}
+    t = text.strip().lower()
+    if t and t[-1] in scale:
+        return int(float(t[:-1]) * scale[t[-1]])
+    return int(t)
+
+
+def parse_rate_bits(text: str) -> float:
+    m = re.fullmatch(r"([0-9.]+)(kbit|mbit|gbit)", text.strip().lower())
+    if not m:
+        raise ValueError(f"unknown rate {text!r}")
+    return float(m.group(1)) * {"kbit": 1e3, "mbit": 1e6, "gbit": 1e9}[m.group(2)]
+
+
+def model_params(params: int, layers: int) -> int:
+    """The parameter count the lab layout really has (see allreduce_peer)."""
+    return (params // layers) * layers
+
+
+class Lab:
+    """The lab that tools/netlab has up: its hosts and link rate."""
+
+    def __init__(self, prefix: str):
+        self.prefix = prefix
+        self.env = dict(os.environ, NETLAB_PREFIX=prefix)
+        out = self._netlab("list")
+        self.hosts = [line.split()[2] for line in out.splitlines()
+                      if line.strip()]
+        status = self._netlab("status")
+        m = re.search(r"rate[ =:]+([0-9.]+[kmg]bit)", status)
+        if not m:
+            raise RuntimeError("netlab status shows no rate:\n" + status)
+        self.rate = m.group(1)
+        self.bytes_per_s = TCP_PAYLOAD * parse_rate_bits(self.rate) / 8
+
+    def _netlab(self, *args: str) -> str:
+        r = subprocess.run([NETLAB, *args], env=self.env, text=True,
+                           capture_output=True, timeout=60)
+        if r.returncode != 0:
+            raise RuntimeError(f"netlab {' '.join(args)}: {r.stderr.strip()}")
+        return r.stdout
+
+    def popen(self, host: int, argv: List[str], log: str) -> subprocess.Popen:
+        f = open(log, "w")
+        return subprocess.Popen([NETLAB, "exec", str(host), *argv],
+                                env=self.env, stdout=f, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+
+    def run(self, host: int, argv: List[str], timeout: float) -> str:
+        r = subprocess.run([NETLAB, "exec", str(host), *argv], env=self.env,
+                           text=True, capture_output=True, timeout=timeout)
+        if r.returncode != 0:
+            raise RuntimeError(f"host {host}: {' '.join(argv[:2])}: exit "
+                               f"{r.returncode}\n{r.stdout}{r.stderr}")
+        return r.stdout
+
+
+def stop(procs: List[subprocess.Popen]) -> None:
+    for p in procs:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGTERM)
+    deadline = time.time() + 10
+    for p in procs:
+        try:
+            p.wait(timeout=max(0.1, deadline - time.time()))
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+
+
+def wait_files(paths: List[str], procs: List[subprocess.Popen],
+               timeout: float) -> None:
+    deadline = time.time() + timeout
+    while not all(os.path.exists(p) for p in paths):
+        for p in procs:
+            if p.poll() is not None:
+                raise RuntimeError(f"a daemon exited with {p.returncode} "
+                                   "before writing its address")
+        if time.time() > deadline:
+            missing = [p for p in paths if not os.path.exists(p)]
+            raise RuntimeError(f"no address file after {timeout} s: {missing}")
+        time.sleep(0.05)  # another process writes it: nothing to wait on
+
+
+def job_spec(args, params: int, workers: int, mode: str) -> str:
+    return f"""name: "lab-{mode}-w{workers}"
+model {{ lab {{ parameters: {params} layers: {args.layers} compute_ms: {args.compute_ms} }} }}
+data {{ batch_size: {args.batch} steps: {args.steps} }}
+optimizer {{ kind: SGD learning_rate: 0.001 }}
+consistency {{ mode: {mode.upper()} step_deadline_ms: 600000 }}
+num_workers: {workers}
+partition_bytes: {args.partition_bytes}
+seed: 1
+"""
+
+
+def run_ps(lab: Lab, args, bindir: str, shards: int, workers: int,
+           params: int, mode: str, work: str) -> Dict:
+    d = tempfile.mkdtemp(prefix=f"ps-s{shards}w{workers}-", dir=work)
+    with open(f"{d}/cluster.pbtxt", "w") as f:
+        for i in range(shards):
+            f.write(f'shards {{ address_file: "{d}/psd{i}.addr" }}\n')
+        f.write("coordinator_shard: 0\n")
+    procs: List[subprocess.Popen] = []
+    try:
+        for i in range(shards):
+            with open(f"{d}/psd{i}.pbtxt", "w") as f:
+                f.write(f'listen_address: "{lab.hosts[i]}:0"\nshard_id: {i}\n'
+                        f'cluster_file: "{d}/cluster.pbtxt"\n'
+                        f'address_file: "{d}/psd{i}.addr"\n'
+                        f"memory_budget_bytes: {args.shard_budget}\n")
+            procs.append(lab.popen(i + 1, [f"{bindir}/server/psd",
+                                           f"--config={d}/psd{i}.pbtxt"],
+                                   f"{d}/psd{i}.log"))
+        wait_files([f"{d}/psd{i}.addr" for i in range(shards)], procs, 60)
+        for j in range(workers):
+            with open(f"{d}/worker{j}.pbtxt", "w") as f:
+                f.write(f'cluster_file: "{d}/cluster.pbtxt"\nname: "w{j}"\n'
+                        'devices: "cpu:0"\n')
+            procs.append(lab.popen(shards + j + 1,
+                                   [f"{bindir}/worker/workerd",
+                                    f"--config={d}/worker{j}.pbtxt"],
+                                   f"{d}/worker{j}.log"))
+        with open(f"{d}/job.pbtxt", "w") as f:
+            f.write(job_spec(args, params, workers, mode))
+        psctl = f"{bindir}/tools/psctl"
+        out = lab.run(1, [psctl, "submit", f"{d}/job.pbtxt", "--wait",
+                          f"--cluster={d}/cluster.pbtxt", "--connect-timeout=30"],
+                      timeout=args.row_timeout)
+        summary = dict(re.findall(r"(\w+)=(\S+)", out.strip().splitlines()[-1]))
+        if summary.get("state") != "SUCCEEDED":
+            raise RuntimeError(f"job did not succeed: {out}")
+        stats = json.loads(lab.run(1, [psctl, "stats", "--json",
+                                       f"--cluster={d}/cluster.pbtxt"], 60))
+        moved = 0
+        for shard in stats.get("shards", []):
+            for job in shard.get("jobs", []):
+                moved += int(job.get("bytesIn", 0)) + int(job.get("bytesOut", 0))
+        steps = int(summary["steps"])
+        step_s = float(summary["train_s"]) / max(1, steps)
+        m_bytes = 4 * model_params(params, args.layers)
+        bound = args.compute_ms / 1e3 + max(
+            m_bytes / lab.bytes_per_s, workers * m_bytes / (shards * lab.bytes_per_s))
+        return {"system": "ps", "mode": mode, "workers": workers,
+                "shards": shards, "params": model_params(params, args.layers),
+                "rate": lab.rate, "steps": steps, "step_s": step_s,
+                "samples_per_s": float(summary["samples_per_s"]),
+                "bytes_per_step": moved / max(1, steps),
+                "bound_s": bound, "of_bound": bound / step_s}
+    finally:
+        stop(procs)
+        if not args.keep_logs:
+            shutil.rmtree(d, ignore_errors=True)
+
+
+def run_allreduce(lab: Lab, args, workers: int, params: int, work: str) -> Dict:
+    port = 29600 + workers
+    procs: List[subprocess.Popen] = []
+    d = tempfile.mkdtemp(prefix=f"ar-w{workers}-", dir=work)
+    try:
+        for r in range(workers):
+            argv = ["/usr/bin/python3", PEER, "--rank", str(r), "--world",
+                    str(workers), "--master", f"{lab.hosts[0]}:{port}",
+                    "--params", str(params), "--layers", str(args.layers),
+                    "--compute-ms", str(args.compute_ms), "--steps",
+                    str(args.steps), "--warmup", "2", "--link-mbit",
+                    str(parse_rate_bits(lab.rate) / 1e6)]
+            procs.append(lab.popen(r + 1, argv, f"{d}/rank{r}.log"))
+        procs[0].wait(timeout=args.row_timeout)
+        for p in procs[1:]:
+            p.wait(timeout=30)
+        with open(f"{d}/rank0.log") as f:
+            text = f.read()
+        m = re.search(r"^RESULT (.*)$", text, re.M)
+        if procs[0].returncode != 0 or not m:
+            raise RuntimeError(f"all-reduce W={workers} failed:\n{text[-2000:]}")
+        res = json.loads(m.group(1))
+        m_bytes = 4 * res["params"]
+        bound = args.compute_ms / 1e3 + 2 * (workers - 1) / workers * m_bytes / lab.bytes_per_s
+        return {"system": "allreduce", "mode": "bsp", "workers": workers,
+                "shards": 0, "params": res["params"], "rate": lab.rate,
+                "steps": args.steps, "step_s": res["step_s_median"],
+                "samples_per_s": workers * args.batch / res["step_s_median"],
+                "bytes_per_step": res["bytes_per_worker_per_step"] * workers,
+                "bound_s": bound, "of_bound": bound / res["step_s_median"]}
+    finally:
+        stop(procs)
+        if not args.keep_logs:
+            shutil.rmtree(d, ignore_errors=True)
+
+
+def table(rows: List[Dict]) -> str:
+    out = ["| system | mode | W | S | params | rate | step ms | samples/s | "
+           "MB moved/step | bound ms | of bound |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        out.append(
+            f"| {r['system']} | {r['mode']} | {r['workers']} | {r['shards'] or '-'} "
+            f"| {r['params'] / 1e6:.1f}M | {r['rate']} | {r['step_s'] * 1e3:.1f} "
+            f"| {r['samples_per_s']:.0f} | {r['bytes_per_step'] / 1e6:.1f} "
+            f"| {r['bound_s'] * 1e3:.1f} | {r['of_bound']:.2f} |")
+    return "\n".join(out)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true",
+                    help="W 1,2 x S 1,2 x 1M params, BSP, 10 steps (a 4-host lab)")
+    ap.add_argument("--workers", default="1 2 4 8")
+    ap.add_argument("--shards", default="1 2 4")
+    ap.add_argument("--params", default="1M 10M 100M")
+    ap.add_argument("--modes", default="bsp asp")
+    ap.add_argument("--layers", type=int, default=8)
+    ap.add_argument("--compute-ms", type=float, default=0.0)
+    ap.add_argument("--batch", type=int, default=32,
+                    help="examples per worker per step (for samples/s)")
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--partition-bytes", type=int, default=1 << 20)
+    ap.add_argument("--shard-budget", type=int, default=8 << 30)
+    ap.add_argument("--no-allreduce", action="store_true")
+    ap.add_argument("--row-timeout", type=float, default=900)
+    ap.add_argument("--prefix", default=os.environ.get("NETLAB_PREFIX", "pslab"))
+    ap.add_argument("--bin", default="", help="bazel-bin (default: bazel info)")
+    ap.add_argument("--out", default="scaling-out")
+    ap.add_argument("--keep-logs", action="store_true")
+    args = ap.parse_args()
+    if args.quick:
+        args.workers, args.shards, args.params = "1 2", "1 2", "1M"
+        args.modes, args.steps = "bsp", 10
+    if os.geteuid() != 0:
+        print("scaling: needs root (the lab's namespaces)", file=sys.stderr)
+        return 2
+    try:
+        lab = Lab(args.prefix)
+    except (RuntimeError, subprocess.SubprocessError) as e:
+        print(f"scaling: no lab '{args.prefix}' is up ({e}); start one with "
+              "tools/netlab up N --rate=RATE", file=sys.stderr)
+        return 2
+    bindir = args.bin or subprocess.check_output(
+        ["bazel", "info", "--config=opt", "bazel-bin"], cwd=ROOT, text=True,
+        stderr=subprocess.DEVNULL).strip()
+    if not args.bin:
+        subprocess.run(["bazel", "build", "--config=opt", "//server:psd",
+                        "//worker:workerd", "//tools:psctl"], cwd=ROOT, check=True)
+    os.makedirs(args.out, exist_ok=True)
+    work = tempfile.mkdtemp(prefix="scaling-")
+    rows: List[Dict] = []
+    print(f"scaling: lab '{lab.prefix}' with {len(lab.hosts)} hosts at {lab.rate} "
+          f"(B = {lab.bytes_per_s / 1e6:.1f} MB/s of TCP payload per direction)",
+          flush=True)
+    try:
+        for p in [parse_count(x) for x in args.params.split()]:
+            for w in [int(x) for x in args.workers.split()]:
+                for s in [int(x) for x in args.shards.split()]:
+                    if s + w > len(lab.hosts):
+                        continue
+                    for mode in args.modes.split():
+                        print(f"scaling: ps {mode} W={w} S={s} params={p}", flush=True)
+                        rows.append(run_ps(lab, args, bindir, s, w, p, mode, work))
+                if not args.no_allreduce and 2 <= w <= len(lab.hosts):
+                    print(f"scaling: allreduce W={w} params={p}", flush=True)
+                    rows.append(run_allreduce(lab, args, w, p, work))
+                with open(os.path.join(args.out, "results.json"), "w") as f:
+                    json.dump(rows, f, indent=1)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print(table(rows))
+    subprocess.run(["/usr/bin/python3", PLOT, os.path.join(args.out, "results.json"),
+                    "--out", args.out], check=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

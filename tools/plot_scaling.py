@@ -39,7 +39,8 @@ def series(rows: List[Dict], params: int):
     return {k: sorted(v, key=lambda x: x[0]) for k, v in out.items()}
 
 
-def panels(rows: List[Dict], metric, ylabel: str, path: str, title: str):
+def panels(rows: List[Dict], metric, ylabel: str, path: str, title: str,
+           ylim=None):
     sizes = sorted({r["params"] for r in rows})
     fig, axes = plt.subplots(1, len(sizes), figsize=(5 * len(sizes), 4),
                              squeeze=False)
@@ -54,6 +55,10 @@ def panels(rows: List[Dict], metric, ylabel: str, path: str, title: str):
         ax.set_xlabel("workers")
         ax.set_ylabel(ylabel)
         ax.set_xscale("log", base=2)
+        ws = sorted({r["workers"] for r in rows})
+        ax.set_xticks(ws)
+        ax.set_xticklabels([str(w) for w in ws])
+        ax.set_ylim(*(ylim or (0, None)))
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=7)
     fig.suptitle(title)
@@ -68,8 +73,11 @@ def speedup(rows: List[Dict], path: str):
     sub = [dict(r, speedup=ring[(r["params"], r["workers"])] / r["step_s"])
            for r in rows if r["system"] == "ps" and r["mode"] == "bsp"
            and (r["params"], r["workers"]) in ring]
+    if not sub:
+        return False  # no BSP row has an all-reduce row at the same W
     panels(sub, lambda r: r["speedup"], "all-reduce step / PS step", path,
            "BSP parameter server vs ring all-reduce (>1: PS faster)")
+    return True
 
 
 def main() -> int:
@@ -87,10 +95,11 @@ def main() -> int:
            "Throughput vs workers")
     panels(rows, lambda r: r["of_bound"], "bound / measured step time",
            os.path.join(args.out, "of_bound.png"),
-           "Fraction of the bandwidth bound")
-    speedup(rows, os.path.join(args.out, "ps_vs_allreduce.png"))
-    print(f"plot_scaling: wrote samples_per_s.png, of_bound.png, "
-          f"ps_vs_allreduce.png in {args.out}")
+           "Fraction of the bandwidth bound", ylim=(0, 1.1))
+    wrote = ["samples_per_s.png", "of_bound.png"]
+    if speedup(rows, os.path.join(args.out, "ps_vs_allreduce.png")):
+        wrote.append("ps_vs_allreduce.png")
+    print(f"plot_scaling: wrote {', '.join(wrote)} in {args.out}")
     return 0
 
 

@@ -213,12 +213,16 @@ def run_allreduce(lab: Lab, args, workers: int, params: int, work: str) -> Dict:
     d = tempfile.mkdtemp(prefix=f"ar-w{workers}-", dir=work)
     try:
         for r in range(workers):
-            argv = ["/usr/bin/python3", PEER, "--rank", str(r), "--world",
+            # gloo binds to the address the hostname resolves to unless
+            # told which interface: the lab host's one is eth0.
+            argv = ["env", "GLOO_SOCKET_IFNAME=eth0",
+                    "/usr/bin/python3", PEER, "--rank", str(r), "--world",
                     str(workers), "--master", f"{lab.hosts[0]}:{port}",
                     "--params", str(params), "--layers", str(args.layers),
                     "--compute-ms", str(args.compute_ms), "--steps",
                     str(args.steps), "--warmup", "2", "--link-mbit",
-                    str(parse_rate_bits(lab.rate) / 1e6)]
+                    str(parse_rate_bits(lab.rate) / 1e6), "--timeout-s",
+                    str(args.row_timeout)]
             procs.append(lab.popen(r + 1, argv, f"{d}/rank{r}.log"))
         procs[0].wait(timeout=args.row_timeout)
         for p in procs[1:]:
@@ -271,7 +275,8 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--partition-bytes", type=int, default=1 << 20)
     ap.add_argument("--shard-budget", type=int, default=8 << 30)
-    ap.add_argument("--no-allreduce", action="store_true")
+    ap.add_argument("--systems", default="ps allreduce",
+                    help="which rows: ps, allreduce or both")
     ap.add_argument("--row-timeout", type=float, default=900)
     ap.add_argument("--prefix", default=os.environ.get("NETLAB_PREFIX", "pslab"))
     ap.add_argument("--bin", default="", help="bazel-bin (default: bazel info)")
@@ -306,12 +311,13 @@ def main() -> int:
         for p in [parse_count(x) for x in args.params.split()]:
             for w in [int(x) for x in args.workers.split()]:
                 for s in [int(x) for x in args.shards.split()]:
-                    if s + w > len(lab.hosts):
+                    if "ps" not in args.systems.split() or s + w > len(lab.hosts):
                         continue
                     for mode in args.modes.split():
                         print(f"scaling: ps {mode} W={w} S={s} params={p}", flush=True)
                         rows.append(run_ps(lab, args, bindir, s, w, p, mode, work))
-                if not args.no_allreduce and 2 <= w <= len(lab.hosts):
+                if ("allreduce" in args.systems.split() and
+                        2 <= w <= len(lab.hosts)):
                     print(f"scaling: allreduce W={w} params={p}", flush=True)
                     rows.append(run_allreduce(lab, args, w, p, work))
                 with open(os.path.join(args.out, "results.json"), "w") as f:

@@ -32,21 +32,12 @@
 #include "server/shard.h"
 #include "tools/psbench_cluster.h"
 #include "worker/ps_client.h"
+#include "worker/shard_wire.h"
 
 namespace ps {
 namespace {
 
 using ::testing::HasSubstr;
-
-std::string Flatten(const grpc::ByteBuffer& b) {
-  std::vector<grpc::Slice> slices;
-  std::string out;
-  if (!b.Valid() || !b.Dump(&slices).ok()) return out;
-  for (const grpc::Slice& s : slices) {
-    out.append(reinterpret_cast<const char*>(s.begin()), s.size());
-  }
-  return out;
-}
 
 grpc::ByteBuffer ToBuffer(const std::string& bytes) {
   grpc::Slice s(bytes);

@@ -11,6 +11,16 @@ static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
 
 namespace ps {
 
+std::string Flatten(const grpc::ByteBuffer& b) {
+  std::vector<grpc::Slice> slices;
+  std::string out;
+  if (!b.Valid() || !b.Dump(&slices).ok()) return out;
+  for (const grpc::Slice& s : slices) {
+    out.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  }
+  return out;
+}
+
 grpc::ByteBuffer EncodePull(const RequestHead& head, const RequestPlan& plan,
                             const RequestGroup& group) {
   PullRequest r;

@@ -15,6 +15,7 @@
 #define WORKER_SHARD_WIRE_H_
 
 #include <cstdint>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -34,6 +35,10 @@ struct RequestHead {
   uint32_t attempt = 0;      // push
   uint64_t min_version = 0;  // pull
 };
+
+// The bytes of `b` in one string (an invalid buffer gives ""): for tests
+// and fakes that parse a hand-encoded message with protobuf.
+std::string Flatten(const grpc::ByteBuffer& b);
 
 // A PullRequest for the group's chunks.
 grpc::ByteBuffer EncodePull(const RequestHead& head, const RequestPlan& plan,

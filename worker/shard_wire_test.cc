@@ -15,16 +15,6 @@ namespace {
 
 using ::testing::HasSubstr;
 
-std::string Flatten(const grpc::ByteBuffer& b) {
-  std::vector<grpc::Slice> slices;
-  std::string out;
-  if (!b.Valid() || !b.Dump(&slices).ok()) return out;
-  for (const grpc::Slice& s : slices) {
-    out.append(reinterpret_cast<const char*>(s.begin()), s.size());
-  }
-  return out;
-}
-
 // The reply bytes cut into slices of `n` bytes.
 grpc::ByteBuffer Buffer(const std::string& bytes, size_t n) {
   std::vector<grpc::Slice> slices;

@@ -4,19 +4,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "worker/shard_wire.h"
 
 namespace ps {
 namespace {
-
-std::string Flatten(const grpc::ByteBuffer& b) {
-  std::vector<grpc::Slice> slices;
-  std::string out;
-  if (!b.Valid() || !b.Dump(&slices).ok()) return out;
-  for (const grpc::Slice& s : slices) {
-    out.append(reinterpret_cast<const char*>(s.begin()), s.size());
-  }
-  return out;
-}
 
 grpc::Status Malformed() {
   return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "request: parse");

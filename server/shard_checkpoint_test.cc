@@ -361,17 +361,9 @@ TEST(ShardCheckpointTest, EightThreadsGatedBspMatchesSequential) {
   std::vector<uint32_t> all(reg.placement().chunks_size());
   std::iota(all.begin(), all.end(), 0);
 
-  Shard sequential(ShardOptions{});
+  const std::vector<std::vector<float>> sequential =
+      SequentialBspParams(reg, kWorkers, kSteps);
   RegisterJobResponse resp;
-  ASSERT_TRUE(sequential.RegisterJob(reg, &resp).ok());
-  for (int t = 0; t < kSteps; ++t) {
-    std::vector<std::unique_ptr<PushPullCall>> calls;
-    for (uint32_t w = 0; w < kWorkers; ++w) {
-      calls.push_back(StartPushPull(
-          sequential, PushRequestFor<PushPullRequest>(reg, w, t, all, t)));
-    }
-    ASSERT_TRUE(calls.back()->status.ok());
-  }
 
   Shard::RestoreReport report;
   std::unique_ptr<Shard> threaded =
@@ -410,7 +402,7 @@ TEST(ShardCheckpointTest, EightThreadsGatedBspMatchesSequential) {
   }
   for (std::thread& t : threads) t.join();
   EXPECT_EQ(failures.load(), 0);
-  EXPECT_EQ(Params(*threaded, "j"), Params(sequential, "j"));
+  EXPECT_EQ(Params(*threaded, "j"), sequential);
   EXPECT_EQ(StatsOf(*threaded, "j").checkpoints(), 1u + kSteps);
   EXPECT_EQ(threaded->PendingWaits(), 0u);
 }

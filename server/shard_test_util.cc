@@ -229,5 +229,23 @@ uint64_t ReferenceChecksum(const RegisterJobRequest& reg, uint64_t steps) {
   return Checksum(shard, reg.job_id());
 }
 
+std::vector<std::vector<float>> SequentialBspParams(
+    const RegisterJobRequest& reg, uint32_t workers, int steps) {
+  std::vector<uint32_t> all(reg.placement().chunks_size());
+  std::iota(all.begin(), all.end(), 0);
+  Shard shard(ShardOptions{});
+  RegisterJobResponse resp;
+  EXPECT_TRUE(shard.RegisterJob(reg, &resp).ok());
+  for (int t = 0; t < steps; ++t) {
+    std::vector<std::unique_ptr<PushPullCall>> calls;
+    for (uint32_t w = 0; w < workers; ++w) {
+      calls.push_back(StartPushPull(
+          shard, PushRequestFor<PushPullRequest>(reg, w, t, all, t)));
+    }
+    EXPECT_TRUE(calls.back()->status.ok()) << "step " << t;
+  }
+  return Params(shard, reg.job_id());
+}
+
 }  // namespace shard_test
 }  // namespace ps

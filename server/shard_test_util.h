@@ -128,6 +128,12 @@ void BspStep(Shard& shard, const RegisterJobRequest& reg, uint64_t step,
 // The same steps on a shard without checkpoints.
 uint64_t ReferenceChecksum(const RegisterJobRequest& reg, uint64_t steps);
 
+// The parameters after `steps` BSP steps on a fresh shard without
+// checkpoints, one thread, workers 0..workers-1 pushing every chunk in
+// order: the reference for runs that interleave the same pushes.
+std::vector<std::vector<float>> SequentialBspParams(
+    const RegisterJobRequest& reg, uint32_t workers, int steps);
+
 }  // namespace shard_test
 }  // namespace ps
 

@@ -1,8 +1,10 @@
 #include "core/model_spec.h"
 
+#include <cmath>
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace ps {
 namespace {
@@ -18,6 +20,51 @@ absl::Status CheckDim(const std::string& field, uint32_t value, uint32_t min) {
         field, ": ", value, " exceeds the limit of ", kMaxModelDim));
   }
   return absl::OkStatus();
+}
+
+absl::Status CheckLab(const LabModel& m) {
+  if (m.layers() < 1 || m.layers() > kMaxLabLayers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model.lab.layers: must be in [1, ", kMaxLabLayers,
+                     "], got ", m.layers()));
+  }
+  // Each layer needs a weight of at least one float besides its bias.
+  const uint64_t min = uint64_t{m.layers()} * (kLabBiasSize + 1);
+  if (m.parameters() < min || m.parameters() > kMaxModelParameters) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model.lab.parameters: must be in [", min, ", ", kMaxModelParameters,
+        "] for ", m.layers(), " layers (", kLabBiasSize + 1,
+        "+ floats per layer), got ", m.parameters()));
+  }
+  if (!std::isfinite(m.compute_ms()) || m.compute_ms() < 0 ||
+      m.compute_ms() > kMaxLabComputeMs) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model.lab.compute_ms: must be in [0, ", kMaxLabComputeMs,
+                     "], got ", m.compute_ms()));
+  }
+  if (m.steps_per_epoch() < 1) {
+    return absl::InvalidArgumentError(
+        "model.lab.steps_per_epoch: must be >= 1");
+  }
+  return absl::OkStatus();
+}
+
+std::vector<TensorSpec> LabTensors(const LabModel& m) {
+  const uint64_t per_layer = m.parameters() / m.layers();
+  std::vector<TensorSpec> tensors;
+  for (uint32_t i = 0; i < m.layers(); ++i) {
+    TensorSpec w;
+    w.set_name(absl::StrCat("lab", i, "/w"));
+    w.add_shape(per_layer - kLabBiasSize);
+    w.mutable_init()->set_kind(ZEROS);
+    tensors.push_back(std::move(w));
+    TensorSpec b;
+    b.set_name(absl::StrCat("lab", i, "/b"));
+    b.add_shape(kLabBiasSize);
+    b.mutable_init()->set_kind(ZEROS);
+    tensors.push_back(std::move(b));
+  }
+  return tensors;
 }
 
 // Widths without the validity check.
@@ -36,33 +83,24 @@ std::vector<uint32_t> Widths(const ModelSpec& spec) {
 }  // namespace
 
 absl::Status ValidateModelSpec(const ModelSpec& spec) {
-  absl::Status s;
   if (spec.has_softmax()) {
     const SoftmaxRegression& m = spec.softmax();
-    if (!(s = CheckDim("model.softmax.input_dim", m.input_dim(), 1)).ok()) {
-      return s;
-    }
-    if (!(s = CheckDim("model.softmax.num_classes", m.num_classes(), 2)).ok()) {
-      return s;
-    }
+    PS_RETURN_IF_ERROR(CheckDim("model.softmax.input_dim", m.input_dim(), 1));
+    PS_RETURN_IF_ERROR(
+        CheckDim("model.softmax.num_classes", m.num_classes(), 2));
   } else if (spec.has_mlp()) {
     const Mlp& m = spec.mlp();
-    if (!(s = CheckDim("model.mlp.input_dim", m.input_dim(), 1)).ok()) {
-      return s;
-    }
+    PS_RETURN_IF_ERROR(CheckDim("model.mlp.input_dim", m.input_dim(), 1));
     for (int i = 0; i < m.hidden_size(); ++i) {
-      if (!(s = CheckDim(absl::StrCat("model.mlp.hidden[", i, "]"), m.hidden(i),
-                         1))
-               .ok()) {
-        return s;
-      }
+      PS_RETURN_IF_ERROR(
+          CheckDim(absl::StrCat("model.mlp.hidden[", i, "]"), m.hidden(i), 1));
     }
-    if (!(s = CheckDim("model.mlp.num_classes", m.num_classes(), 2)).ok()) {
-      return s;
-    }
+    PS_RETURN_IF_ERROR(CheckDim("model.mlp.num_classes", m.num_classes(), 2));
+  } else if (spec.has_lab()) {
+    return CheckLab(spec.lab());
   } else {
     return absl::InvalidArgumentError(
-        "model: no model set (want softmax or mlp)");
+        "model: no model set (want softmax, mlp or lab)");
   }
   const std::vector<uint32_t> widths = Widths(spec);
   uint64_t params = 0;
@@ -85,6 +123,10 @@ std::vector<uint32_t> ModelLayerWidths(const ModelSpec& spec) {
 }
 
 std::vector<TensorSpec> ModelTensors(const ModelSpec& spec) {
+  if (spec.has_lab()) {
+    if (!ValidateModelSpec(spec).ok()) return {};
+    return LabTensors(spec.lab());
+  }
   const std::vector<uint32_t> widths = ModelLayerWidths(spec);
   std::vector<TensorSpec> tensors;
   for (size_t i = 0; i + 1 < widths.size(); ++i) {

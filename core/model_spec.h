@@ -12,6 +12,11 @@
 // Layer i contributes "fc<i>/w" [in, out] (row-major, GLOROT_UNIFORM) then
 // "fc<i>/b" [out] (ZEROS). The FLAT LAYOUT concatenates the tensors in that
 // order; a parameter or gradient vector is num_parameters floats in it.
+//
+// The lab model (ModelSpec.lab, proto/job.proto) is no stack of dense layers:
+// layer i contributes "lab<i>/w" [parameters / layers - kLabBiasSize] then
+// "lab<i>/b" [kLabBiasSize], both 1-D and ZEROS: tools/allreduce_peer.py's
+// layout(), tensor for tensor. It has no layer widths.
 
 #ifndef CORE_MODEL_SPEC_H_
 #define CORE_MODEL_SPEC_H_
@@ -32,12 +37,17 @@ inline constexpr uint32_t kMaxModelDim = 1u << 24;
 // Largest accepted parameter count (4 GiB of float32).
 inline constexpr uint64_t kMaxModelParameters = uint64_t{1} << 30;
 
+// The lab model's limits (see the file comment).
+inline constexpr uint64_t kLabBiasSize = 1024;
+inline constexpr uint32_t kMaxLabLayers = 1024;
+inline constexpr double kMaxLabComputeMs = 60000;
+
 // OK when `spec` names a model with sane sizes; else kInvalidArgument naming
 // the field, e.g. "model.softmax.num_classes: must be >= 2, got 1".
 absl::Status ValidateModelSpec(const ModelSpec& spec);
 
-// The layer widths [input_dim, hidden..., num_classes] of a valid spec;
-// empty when ValidateModelSpec(spec) fails.
+// The layer widths [input_dim, hidden..., num_classes] of a valid softmax or
+// MLP spec; empty when ValidateModelSpec(spec) fails and for a lab model.
 std::vector<uint32_t> ModelLayerWidths(const ModelSpec& spec);
 
 // The model's tensors in flat layout order (see the file comment); empty

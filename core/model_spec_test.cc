@@ -1,5 +1,6 @@
 #include "core/model_spec.h"
 
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,16 @@ ModelSpec Mlp(uint32_t in, std::vector<uint32_t> hidden, uint32_t classes) {
   s.mutable_mlp()->set_input_dim(in);
   for (uint32_t h : hidden) s.mutable_mlp()->add_hidden(h);
   s.mutable_mlp()->set_num_classes(classes);
+  return s;
+}
+
+ModelSpec Lab(uint64_t parameters, uint32_t layers, double compute_ms = 0,
+              uint32_t steps_per_epoch = 1) {
+  ModelSpec s;
+  s.mutable_lab()->set_parameters(parameters);
+  s.mutable_lab()->set_layers(layers);
+  s.mutable_lab()->set_compute_ms(compute_ms);
+  s.mutable_lab()->set_steps_per_epoch(steps_per_epoch);
   return s;
 }
 
@@ -67,6 +78,43 @@ TEST(ModelSpecTest, MlpWithoutHiddenLayersIsLinear) {
                 {{"fc0/w", {5, 3}, GLOROT_UNIFORM}, {"fc0/b", {3}, ZEROS}});
 }
 
+// tools/allreduce_peer.py's layout(params, layers), as that script computes
+// it (the expected sizes below are its output): per layer a weight of
+// params // layers - 1024 floats, then a bias of 1024.
+struct PeerLayout {
+  uint64_t parameters;
+  uint32_t layers;
+  uint64_t weight;  // layout()[0]
+  uint64_t total;   // sum(layout())
+};
+
+TEST(ModelSpecTest, LabTensorsAreTheAllReducePeersLayout) {
+  const std::vector<PeerLayout> cases = {
+      {10000000, 8, 1248976, 10000000},    {1000000, 4, 248976, 1000000},
+      {100000000, 16, 6248976, 100000000}, {1025, 1, 1, 1025},
+      {3000001, 3, 998976, 3000000},       {2050, 2, 1, 2050},
+  };
+  for (const PeerLayout& c : cases) {
+    const ModelSpec spec = Lab(c.parameters, c.layers);
+    const std::vector<TensorSpec> got = ModelTensors(spec);
+    ASSERT_EQ(got.size(), 2u * c.layers) << c.parameters;
+    for (uint32_t i = 0; i < c.layers; ++i) {
+      const TensorSpec& w = got[2 * i];
+      const TensorSpec& b = got[2 * i + 1];
+      EXPECT_EQ(w.name(), "lab" + std::to_string(i) + "/w");
+      EXPECT_EQ(b.name(), "lab" + std::to_string(i) + "/b");
+      ASSERT_EQ(w.shape_size(), 1);
+      ASSERT_EQ(b.shape_size(), 1);
+      EXPECT_EQ(w.shape(0), c.weight) << c.parameters << " " << i;
+      EXPECT_EQ(b.shape(0), 1024u);
+      EXPECT_EQ(w.init().kind(), ZEROS);
+      EXPECT_EQ(b.init().kind(), ZEROS);
+    }
+    EXPECT_EQ(NumParameters(got), c.total) << c.parameters;
+    EXPECT_TRUE(ModelLayerWidths(spec).empty());
+  }
+}
+
 struct BadSpec {
   ModelSpec spec;
   std::string message;
@@ -84,6 +132,16 @@ TEST(ModelSpecTest, InvalidSpecsNameTheField) {
       {Mlp(4, {8, 0}, 3), "model.mlp.hidden[1]: must be > 0"},
       {Mlp(4, {8}, 1), "model.mlp.num_classes: must be >= 2"},
       {Mlp(1 << 16, {1 << 15}, 10), "parameters (the limit) by layer fc0"},
+      {Lab(1000000, 0), "model.lab.layers: must be in [1, 1024], got 0"},
+      {Lab(10000000, 1025), "model.lab.layers: must be in [1, 1024], got 1025"},
+      {Lab(0, 1), "model.lab.parameters: must be in [1025, 1073741824]"},
+      {Lab(4099, 4), "model.lab.parameters: must be in [4100, "},
+      {Lab(kMaxModelParameters + 1, 8), "model.lab.parameters: must be in ["},
+      {Lab(1000000, 4, -1), "model.lab.compute_ms: must be in [0, 60000]"},
+      {Lab(1000000, 4, 60000.5), "model.lab.compute_ms: must be in [0, 60000]"},
+      {Lab(1000000, 4, std::nan("")), "model.lab.compute_ms: must be in"},
+      {Lab(1000000, 4, HUGE_VAL), "model.lab.compute_ms: must be in"},
+      {Lab(1000000, 4, 5, 0), "model.lab.steps_per_epoch: must be >= 1"},
   };
   for (const BadSpec& c : cases) {
     const absl::Status s = ValidateModelSpec(c.spec);
@@ -95,8 +153,10 @@ TEST(ModelSpecTest, InvalidSpecsNameTheField) {
 }
 
 TEST(ModelSpecTest, ValidSpecsPass) {
-  for (const ModelSpec& s : {Softmax(784, 10), Softmax(1, 2),
-                             Mlp(784, {256, 128}, 10), Mlp(3, {}, 2)}) {
+  for (const ModelSpec& s :
+       {Softmax(784, 10), Softmax(1, 2), Mlp(784, {256, 128}, 10),
+        Mlp(3, {}, 2), Lab(4100, 4), Lab(kMaxModelParameters, 1024, 0),
+        Lab(10000000, 8, 60000), Lab(1000000, 1, 0.5)}) {
     EXPECT_TRUE(ValidateModelSpec(s).ok()) << s.DebugString();
   }
 }

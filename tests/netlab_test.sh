@@ -4,7 +4,11 @@
 # and a 3-host lab at 50 Mbit/s really shapes: iperf3 goodput from one host
 # to another, and from two hosts into one, lies within [0.7, 1.05] x the cap.
 # A psd started in host 1 on its lab address serves psctl in hosts 2 and 3
-# and is out of reach of the root namespace.
+# and is out of reach of the root namespace; with a workerd in each of hosts
+# 2 and 3 it runs a small lab job (ModelSpec.lab, 1M parameters, BSP) that
+# psctl in host 2 submits: the job SUCCEEDS with all its steps, the workers
+# exit after it, and it takes at least the time the cap allows for the bytes
+# it moves (the shaping applies to the parameter-server traffic too).
 # Every namespace, interface and process it makes is removed on exit, pass or
 # fail, and the test fails if a namespace with its prefixes is left.
 # Skips (exit 0, "SKIPPED: ...") without root, `ip netns` or iperf3.
@@ -15,9 +19,11 @@ if [[ -n ${TEST_SRCDIR:-} ]]; then
   NETLAB="$TEST_SRCDIR/$TEST_WORKSPACE/tools/netlab"
   PSD="$TEST_SRCDIR/$TEST_WORKSPACE/server/psd"
   PSCTL="$TEST_SRCDIR/$TEST_WORKSPACE/tools/psctl"
+  WORKERD="$TEST_SRCDIR/$TEST_WORKSPACE/worker/workerd"
 else
   NETLAB="$(cd "$(dirname "$0")/.." && pwd)/tools/netlab"
-  PSD=${PSD:-} PSCTL=${PSCTL:-} # outside Bazel: set PSD and PSCTL to run that part
+  # outside Bazel: set PSD, PSCTL (and WORKERD) to run those parts
+  PSD=${PSD:-} PSCTL=${PSCTL:-} WORKERD=${WORKERD:-}
 fi
 psd_pid=""
 TMP=${TEST_TMPDIR:-$(mktemp -d)}
@@ -199,6 +205,70 @@ g3=$(goodput "$TMP/in3.json")
 [[ -n $g2 && -n $g3 ]] || fail "iperf3 into host 1: $(cat "$TMP/in2.json" "$TMP/in3.json")"
 check_cap "hosts 2 + 3 -> host 1" "$((${g2:-0} + ${g3:-0}))"
 
+# run_lab_job: with the psd of host 1 up, a workerd in hosts 2 and 3 each
+# (max_jobs: 1, so they exit after the job) and a lab job submitted from host
+# 2. Every pull reply leaves host 1 through its capped link, 4 MB (1M
+# floats) each. While rank 0 runs (its train_s), rank 0 gets STEPS + 1 of
+# them and rank 1 at least STEPS - 1 (BSP: rank 0's next step waits for rank
+# 1's push, which waits for its reply), so train_s >= 2 * STEPS * 4 MB / cap.
+LAB_STEPS=3
+# running PID: PID exists and is not a zombie.
+running() {
+  local st
+  st=$(ps -o stat= -p "$1" 2>/dev/null)
+  [[ -n $st && $st != Z* ]]
+}
+run_lab_job() {
+  local fails_before=$FAILS h pid wpids=() deadline
+  for h in 2 3; do
+    cat >"$TMP/worker$h.pbtxt" <<PBTXT
+cluster_file: "cluster.pbtxt"
+name: "lab-worker$h"
+devices: "cpu:0"
+heartbeat_interval_ms: 200
+max_jobs: 1
+PBTXT
+    lab exec "$h" "$WORKERD" --config="$TMP/worker$h.pbtxt" >"$TMP/worker$h.log" 2>&1 &
+    PIDS+=("$!")
+    wpids+=("$!")
+  done
+  cat >"$TMP/labjob.pbtxt" <<PBTXT
+name: "netlab-lab"
+model { lab { parameters: 1000000 layers: 4 compute_ms: 1 steps_per_epoch: $LAB_STEPS } }
+data { batch_size: 32 epochs: 1 }
+optimizer { kind: SGD learning_rate: 0.5 }
+consistency { mode: BSP step_deadline_ms: 30000 }
+num_workers: 2
+PBTXT
+  lab exec 2 "$PSCTL" submit "$TMP/labjob.pbtxt" --wait --timeout=40 \
+    --cluster="$TMP/cluster.pbtxt" >"$TMP/labjob.out" 2>&1 ||
+    fail "lab job: psctl submit --wait: $(cat "$TMP/labjob.out" "$TMP/worker2.log")"
+  local summary
+  summary=$(grep -o 'job=.*' "$TMP/labjob.out" | tail -1)
+  [[ $summary == *"state=SUCCEEDED"* ]] || fail "lab job did not succeed: $summary"
+  [[ $summary == *" steps=$LAB_STEPS "* ]] || fail "lab job: want steps=$LAB_STEPS: $summary"
+  local train_s
+  train_s=$(sed -n 's/.* train_s=\([0-9.]*\).*/\1/p' <<<"$summary")
+  local bound
+  bound=$(awk -v s="$LAB_STEPS" -v c="$CAP" 'BEGIN { printf "%.2f", 2 * s * 4e6 * 8 / c }')
+  awk -v t="${train_s:-0}" -v b="$bound" 'BEGIN { exit !(t >= 0.9 * b) }' ||
+    fail "lab job took ${train_s:-?} s, less than 0.9 x the cap's bound of $bound s"
+  # The workers leave after their one job, exit code 0.
+  for pid in "${wpids[@]}"; do
+    deadline=$((SECONDS + 15))
+    while running "$pid" && ((SECONDS < deadline)); do
+      sleep 0.1 # polls for another process's exit
+    done
+    if running "$pid"; then
+      fail "workerd $pid still running 15 s after its job"
+    elif ! wait "$pid"; then
+      fail "workerd $pid exited non-zero: $(cat "$TMP/worker2.log" "$TMP/worker3.log")"
+    fi
+  done
+  ((FAILS > fails_before)) ||
+    echo "lab job in hosts 1-3: SUCCEEDED, $LAB_STEPS steps in $train_s s (cap bound $bound s)"
+}
+
 # --- a psd in host 1, psctl from hosts 2 and 3 ----------------------------------
 # The shard binds port 0 on host 1's lab address and writes the address it
 # bound to a file that the cluster file names; psctl in the other hosts reads
@@ -238,6 +308,15 @@ PBTXT
     fail "psctl in the root namespace reached the lab: $(cat "$TMP/root.out")"
   ((FAILS > fails_before)) ||
     echo "psd on $psd_addr (host 1): psctl stats from hosts 2 and 3 ok, root namespace cut off"
+  if [[ -z $psd_addr ]]; then
+    : # no psd: reported above
+  elif [[ -x $WORKERD ]]; then
+    run_lab_job
+  elif [[ -n ${TEST_SRCDIR:-} ]]; then
+    fail "no workerd in the runfiles ($WORKERD)"
+  else
+    echo "note: WORKERD not set; the lab job did not run"
+  fi
 elif [[ -n ${TEST_SRCDIR:-} ]]; then
   fail "no psd or psctl in the runfiles ($PSD, $PSCTL)"
 else

@@ -311,7 +311,10 @@ absl::Status Workerd::Train(const Assignment& a,
       std::unique_ptr<PsClient> client,
       PsClient::Create(ClientOptions(config_.workerd), a, &security_));
   TrainerOptions options = TrainerOptionsFor(a, config_.workerd);
-  PS_ASSIGN_OR_RETURN(options.data, DataFor(a.spec()));
+  // A lab model reads no data (worker/trainer/lab_workload.h).
+  if (!a.spec().model().has_lab()) {
+    PS_ASSIGN_OR_RETURN(options.data, DataFor(a.spec()));
+  }
   PS_ASSIGN_OR_RETURN(std::unique_ptr<Trainer> trainer,
                       Trainer::Create(options, client.get()));
   absl::Status status =

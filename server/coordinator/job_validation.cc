@@ -103,7 +103,9 @@ void CheckModelFields(const JobSpec& spec, const ValidationContext& ctx,
   const ModelSpec& model = spec.model();
   switch (model.model_case()) {
     case ModelSpec::MODEL_NOT_SET:
-      p.Add("model", "must be set (softmax or mlp)");
+      p.Add("model", "must be set (softmax, mlp or lab)");
+      return;
+    case ModelSpec::kLab:  // ValidateModelSpec checks every field
       return;
     case ModelSpec::kSoftmax:
       CheckInputAndClasses("model.softmax", model.softmax().input_dim(),
@@ -252,7 +254,24 @@ void CheckConsistency(const JobSpec& spec, Problems& p) {
   }
 }
 
-void CheckData(const JobSpec& spec, const ValidationContext& ctx, Problems& p) {
+// A lab model reads no data: every field that names or shapes a data set
+// (and the evaluation that needs a test set) must stay unset.
+void CheckNoData(const JobSpec& spec, Problems& p) {
+  const DataSpec& d = spec.data();
+  const absl::string_view why = "a lab model reads no data; leave it unset";
+  if (!d.dataset().empty()) p.Add("data.dataset", why);
+  if (!d.data_dir().empty()) p.Add("data.data_dir", why);
+  if (d.synthetic_train() > 0) p.Add("data.synthetic_train", why);
+  if (d.synthetic_test() > 0) p.Add("data.synthetic_test", why);
+  if (d.max_train_examples() > 0) p.Add("data.max_train_examples", why);
+  if (spec.eval_every() > 0) {
+    p.Add("eval_every", "a lab model has no test set; leave it unset");
+  }
+}
+
+// The data set's name and place, for a model that trains on data.
+void CheckDataset(const JobSpec& spec, const ValidationContext& ctx,
+                  Problems& p) {
   const DataSpec& d = spec.data();
   if (d.dataset().empty()) {
     p.Add("data.dataset",
@@ -270,12 +289,22 @@ void CheckData(const JobSpec& spec, const ValidationContext& ctx, Problems& p) {
             absl::StrCat("directory \"", d.data_dir(), "\" does not exist"));
     }
   }
+}
+
+void CheckData(const JobSpec& spec, const ValidationContext& ctx, Problems& p) {
+  const DataSpec& d = spec.data();
+  if (spec.model().has_lab()) {
+    CheckNoData(spec, p);
+  } else {
+    CheckDataset(spec, ctx, p);
+  }
+  // A lab model's batch_size counts samples for samples/s.
   if (d.batch_size() == 0 || d.batch_size() > kMaxBatchSize) {
     p.Add("data.batch_size", absl::StrFormat("must be in [1, %d], got %d",
                                              kMaxBatchSize, d.batch_size()));
   }
   if (d.epochs() == 0) p.Add("data.epochs", "must be >= 1");
-  if (d.dataset() != "synthetic") {
+  if (!spec.model().has_lab() && d.dataset() != "synthetic") {
     if (d.synthetic_train() > 0) {
       p.Add("data.synthetic_train", "only the synthetic dataset uses it");
     }

@@ -114,7 +114,7 @@ INSTANTIATE_TEST_SUITE_P(
          {"name: 129 characters, at most 128 allowed"}},
         {"ModelMissing",
          [](JobSpec& s) { s.clear_model(); },
-         {"model: must be set (softmax or mlp)"}},
+         {"model: must be set (softmax, mlp or lab)"}},
         {"SoftmaxInputDimMismatch",
          [](JobSpec& s) {
            s.mutable_model()->mutable_softmax()->set_input_dim(100);
@@ -405,6 +405,111 @@ TEST(NormalizeJobSpecTest, RejectsWithEveryProblemInTheMessage) {
   EXPECT_THAT(problems,
               ElementsAre("name: must be set", "data.epochs: must be >= 1"));
 }
+
+// The lab workload (ModelSpec.lab): no data, its own field checks.
+JobSpec LabSpec() {
+  return ParseSpec(R"pb(
+    name: "lab-10m"
+    model {
+      lab { parameters: 10000000 layers: 8 compute_ms: 5 steps_per_epoch: 20 }
+    }
+    data { batch_size: 32 epochs: 1 }
+    optimizer { kind: SGD learning_rate: 0.5 }
+    consistency { mode: BSP }
+    num_workers: 4
+  )pb");
+}
+
+TEST(ValidateJobSpecTest, LabSpecIsValidAndGetsThePeersTensors) {
+  EXPECT_THAT(ValidateJobSpec(LabSpec(), Context()), IsEmpty());
+  absl::StatusOr<JobSpec> spec = NormalizeJobSpec(LabSpec(), Context());
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  ASSERT_EQ(spec->tensors_size(), 16);
+  EXPECT_EQ(spec->tensors(0).name(), "lab0/w");
+  EXPECT_EQ(spec->tensors(0).shape(0), 1248976u);
+  EXPECT_EQ(spec->tensors(15).name(), "lab7/b");
+  EXPECT_EQ(spec->tensors(15).shape(0), 1024u);
+}
+
+struct LabCase {
+  std::string name;
+  std::function<void(JobSpec&)> mutate;
+  std::vector<std::string> problems;
+};
+
+class LabSpecTest : public ::testing::TestWithParam<LabCase> {};
+
+TEST_P(LabSpecTest, ListsExactlyTheExpectedProblems) {
+  JobSpec spec = LabSpec();
+  GetParam().mutate(spec);
+  EXPECT_THAT(ValidateJobSpec(spec, Context()),
+              ElementsAreArray(GetParam().problems));
+}
+
+LabModel* Lab(JobSpec& s) { return s.mutable_model()->mutable_lab(); }
+
+INSTANTIATE_TEST_SUITE_P(
+    Table, LabSpecTest,
+    ::testing::ValuesIn(std::vector<LabCase>{
+        {"NoLayers",
+         [](JobSpec& s) { Lab(s)->set_layers(0); },
+         {"model.lab.layers: must be in [1, 1024], got 0"}},
+        {"TooManyLayers",
+         [](JobSpec& s) { Lab(s)->set_layers(1025); },
+         {"model.lab.layers: must be in [1, 1024], got 1025"}},
+        {"TooFewParameters",
+         [](JobSpec& s) { Lab(s)->set_parameters(8 * 1025 - 1); },
+         {"model.lab.parameters: must be in [8200, 1073741824] for 8 layers "
+          "(1025+ floats per layer), got 8199"}},
+        {"TooManyParameters",
+         [](JobSpec& s) { Lab(s)->set_parameters((uint64_t{1} << 30) + 1); },
+         {"model.lab.parameters: must be in [8200, 1073741824] for 8 layers "
+          "(1025+ floats per layer), got 1073741825"}},
+        {"NegativeCompute",
+         [](JobSpec& s) { Lab(s)->set_compute_ms(-1); },
+         {"model.lab.compute_ms: must be in [0, 60000], got -1"}},
+        {"ComputeOverAMinute",
+         [](JobSpec& s) { Lab(s)->set_compute_ms(60001); },
+         {"model.lab.compute_ms: must be in [0, 60000], got 60001"}},
+        {"NaNCompute",
+         [](JobSpec& s) { Lab(s)->set_compute_ms(std::nan("")); },
+         {"model.lab.compute_ms: must be in [0, 60000], got nan"}},
+        {"InfiniteCompute",
+         [](JobSpec& s) { Lab(s)->set_compute_ms(HUGE_VAL); },
+         {"model.lab.compute_ms: must be in [0, 60000], got inf"}},
+        {"NoSteps",
+         [](JobSpec& s) { Lab(s)->set_steps_per_epoch(0); },
+         {"model.lab.steps_per_epoch: must be >= 1"}},
+        {"DataFields",
+         [](JobSpec& s) {
+           s.mutable_data()->set_dataset("fashion-mnist");
+           s.mutable_data()->set_data_dir("/data/fashion-mnist");
+           s.mutable_data()->set_synthetic_train(10);
+           s.mutable_data()->set_synthetic_test(10);
+           s.mutable_data()->set_max_train_examples(10);
+           s.set_eval_every(5);
+         },
+         {"data.dataset: a lab model reads no data; leave it unset",
+          "data.data_dir: a lab model reads no data; leave it unset",
+          "data.synthetic_train: a lab model reads no data; leave it unset",
+          "data.synthetic_test: a lab model reads no data; leave it unset",
+          "data.max_train_examples: a lab model reads no data; leave it "
+          "unset",
+          "eval_every: a lab model has no test set; leave it unset"}},
+        {"BatchSizeStillCounts",
+         [](JobSpec& s) { s.mutable_data()->set_batch_size(0); },
+         {"data.batch_size: must be in [1, 65536], got 0"}},
+        {"SmallPartitionsTooManyChunks",
+         [](JobSpec& s) {
+           Lab(s)->set_parameters(uint64_t{1} << 30);
+           s.set_partition_bytes(4096);
+         },
+         {"partition_bytes: the model needs 1048576 chunks of 4096 bytes, "
+          "more than the 65536 a placement may hold; raise it"}},
+    }),
+    [](const ::testing::TestParamInfo<LabCase>& info) {
+      return info.param.name;
+    });
 
 }  // namespace
 }  // namespace ps

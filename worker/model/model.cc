@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "core/model_spec.h"
 
 namespace ps {
@@ -40,8 +41,12 @@ void AllocHostInto(Backend* backend, size_t n, HostBuffer<T>* out,
 absl::StatusOr<std::unique_ptr<Model>> Model::Create(const ModelSpec& spec,
                                                      Backend* backend,
                                                      size_t max_batch) {
-  absl::Status s = ValidateModelSpec(spec);
-  if (!s.ok()) return s;
+  PS_RETURN_IF_ERROR(ValidateModelSpec(spec));
+  if (spec.has_lab()) {
+    return absl::InvalidArgumentError(
+        "model.lab: the lab model has no layers to compute (the trainer runs "
+        "it without a Model)");
+  }
   if (backend == nullptr) {
     return absl::InvalidArgumentError("Model::Create: backend is null");
   }
@@ -52,8 +57,7 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(const ModelSpec& spec,
   }
   std::unique_ptr<Model> model(new Model(
       backend, max_batch, ModelLayerWidths(spec), ModelTensors(spec)));
-  s = model->Allocate();
-  if (!s.ok()) return s;
+  PS_RETURN_IF_ERROR(model->Allocate());
   return model;
 }
 
@@ -108,7 +112,7 @@ absl::Status Model::SetParameters(const float* params) {
   if (resident_params_.empty()) {
     absl::Status s;
     AllocInto(backend_, num_parameters_, &resident_params_, &s);
-    if (!s.ok()) return s;
+    PS_RETURN_IF_ERROR(s);
   }
   if (backend_->host_memory()) {
     std::memcpy(resident_params_.data(), params,
@@ -257,15 +261,11 @@ absl::Status Model::Run(Params params, const float* x, const int32_t* labels,
     }
     // One wait per chunk: the next chunk reuses the staging buffers, and
     // every chunk (and call) starts with nothing pending on the backend.
-    absl::Status s = backend_->Synchronize();
-    if (!s.ok()) return s;
+    PS_RETURN_IF_ERROR(backend_->Synchronize());
     total_loss += stats->loss_sum;
     total_correct += static_cast<size_t>(stats->correct);
   }
-  if (n == 0) {
-    absl::Status s = backend_->Synchronize();
-    if (!s.ok()) return s;
-  }
+  if (n == 0) PS_RETURN_IF_ERROR(backend_->Synchronize());
   if (loss_sum != nullptr) *loss_sum = total_loss;
   if (correct != nullptr) *correct = total_correct;
   return absl::OkStatus();
@@ -276,15 +276,13 @@ absl::Status Model::ComputeGradient(const float* params, const float* x,
                                     float* grad, double* loss_sum,
                                     size_t* correct, float grad_scale) {
   if (grad == nullptr) return absl::InvalidArgumentError("grad is null");
-  absl::StatusOr<Params> p = Prepare(params, x, labels, n);
-  if (!p.ok()) return p.status();
+  PS_ASSIGN_OR_RETURN(const Params p, Prepare(params, x, labels, n));
   if (backend_->host_memory()) {
-    return Run(*p, x, labels, n, grad, /*download=*/nullptr, grad_scale,
+    return Run(p, x, labels, n, grad, /*download=*/nullptr, grad_scale,
                loss_sum, correct);
   }
-  absl::Status s = Run(*p, x, labels, n, grad_.data(), host_grad_.data(),
-                       grad_scale, loss_sum, correct);
-  if (!s.ok()) return s;
+  PS_RETURN_IF_ERROR(Run(p, x, labels, n, grad_.data(), host_grad_.data(),
+                         grad_scale, loss_sum, correct));
   std::memcpy(grad, host_grad_.data(), num_parameters_ * sizeof(float));
   return absl::OkStatus();
 }
@@ -292,9 +290,8 @@ absl::Status Model::ComputeGradient(const float* params, const float* x,
 absl::Status Model::Evaluate(const float* params, const float* x,
                              const int32_t* labels, size_t n, double* loss_sum,
                              size_t* correct) {
-  absl::StatusOr<Params> p = Prepare(params, x, labels, n);
-  if (!p.ok()) return p.status();
-  return Run(*p, x, labels, n, /*grad=*/nullptr, /*download=*/nullptr,
+  PS_ASSIGN_OR_RETURN(const Params p, Prepare(params, x, labels, n));
+  return Run(p, x, labels, n, /*grad=*/nullptr, /*download=*/nullptr,
              /*grad_scale=*/1.0f, loss_sum, correct);
 }
 
@@ -302,9 +299,8 @@ absl::Status Model::ComputeDeviceGradient(const float* params, const float* x,
                                           const int32_t* labels, size_t n,
                                           double* loss_sum, size_t* correct,
                                           float grad_scale) {
-  absl::StatusOr<Params> p = Prepare(params, x, labels, n);
-  if (!p.ok()) return p.status();
-  return Run(*p, x, labels, n, grad_.data(), /*download=*/nullptr, grad_scale,
+  PS_ASSIGN_OR_RETURN(const Params p, Prepare(params, x, labels, n));
+  return Run(p, x, labels, n, grad_.data(), /*download=*/nullptr, grad_scale,
              loss_sum, correct);
 }
 

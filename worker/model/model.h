@@ -46,9 +46,9 @@ class Model {
   static constexpr size_t kMaxBatch = size_t{1} << 20;
 
   // A replica of `spec` on `backend` (borrowed; must outlive the Model).
-  // kInvalidArgument for an invalid spec (field named), a null backend or
-  // max_batch outside [1, kMaxBatch]; kResourceExhausted when the buffers do
-  // not fit the device.
+  // kInvalidArgument for an invalid spec (field named), a lab model, a null
+  // backend or max_batch outside [1, kMaxBatch]; kResourceExhausted when the
+  // buffers do not fit the device.
   static absl::StatusOr<std::unique_ptr<Model>> Create(const ModelSpec& spec,
                                                        Backend* backend,
                                                        size_t max_batch);

@@ -79,6 +79,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
     return absl::InvalidArgumentError("client: null parameter client");
   }
   PS_RETURN_IF_ERROR(Validate(options));
+  if (options.job.model().has_lab()) {
+    return CreateLab(std::move(options), client);
+  }
   const JobSpec& job = options.job;
   if (options.data.train == nullptr || options.data.test == nullptr) {
     PS_ASSIGN_OR_RETURN(options.data,
@@ -103,24 +106,49 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
   PS_ASSIGN_OR_RETURN(std::unique_ptr<DeviceGroup> devices,
                       DeviceGroup::Create(job.model(), group));
   PS_RETURN_IF_ERROR(CheckModelFitsData(*devices, options.data));
+  return std::unique_ptr<Trainer>(new Trainer(std::move(options), client,
+                                              std::move(plan),
+                                              std::move(devices), nullptr));
+}
+
+absl::StatusOr<std::unique_ptr<Trainer>> Trainer::CreateLab(
+    TrainerOptions options, ParameterClient* client) {
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<LabWorkload> lab,
+                      LabWorkload::Create(options.job.model(), options.rank));
+  const uint64_t total = lab->steps_per_epoch() * options.job.data().epochs();
+  if (options.start_step > total) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("start_step: %d is past the job's %d steps",
+                        options.start_step, total));
+  }
   return std::unique_ptr<Trainer>(new Trainer(
-      std::move(options), client, std::move(plan), std::move(devices)));
+      std::move(options), client, std::nullopt, nullptr, std::move(lab)));
 }
 
 Trainer::Trainer(TrainerOptions options, ParameterClient* client,
-                 ShardPlan plan, std::unique_ptr<DeviceGroup> devices)
+                 std::optional<ShardPlan> plan,
+                 std::unique_ptr<DeviceGroup> devices,
+                 std::unique_ptr<LabWorkload> lab)
     : options_(std::move(options)),
       client_(client),
       plan_(std::move(plan)),
       devices_(std::move(devices)),
-      total_steps_(plan_.steps_per_epoch() * options_.job.data().epochs()),
-      evaluator_(options_.rank == 0
+      lab_(std::move(lab)),
+      steps_per_epoch_(lab_ ? lab_->steps_per_epoch()
+                            : plan_->steps_per_epoch()),
+      batch_size_(lab_ ? options_.job.data().batch_size()
+                       : plan_->batch_size()),
+      total_steps_(steps_per_epoch_ * options_.job.data().epochs()),
+      evaluator_(options_.rank == 0 && devices_
                      ? std::make_unique<Evaluator>(
                            options_.data.test.get(), devices_.get(),
                            options_.eval_batch, options_.job.eval_every())
                      : nullptr),
-      params_(devices_->num_parameters()),
-      grad_(devices_->num_parameters()) {}
+      params_(lab_ ? lab_->num_parameters() : devices_->num_parameters()),
+      grad_(params_.size()) {
+  // The lab's gradient is the same every step: filled once, pushed as is.
+  if (lab_) lab_->FillGradient(absl::MakeSpan(grad_));
+}
 
 const Progress& Trainer::last_progress() const {
   return meter_ ? meter_->progress() : Progress::default_instance();
@@ -155,6 +183,17 @@ absl::Status Trainer::Step(uint64_t t, BatchLoader& loader,
   return absl::OkStatus();
 }
 
+absl::Status Trainer::LabStep(uint64_t t, Clock::time_point* step_end) {
+  const Clock::time_point t0 = Clock::now();
+  lab_->Compute();
+  const Clock::time_point t1 = Clock::now();
+  PS_RETURN_IF_ERROR(client_->PushPull(t, grad_, absl::MakeSpan(params_)));
+  *step_end = Clock::now();
+  meter_->AddStep(Clock::duration::zero(), t1 - t0, *step_end - t1,
+                  /*loss_sum=*/0.0, /*correct=*/0);
+  return absl::OkStatus();
+}
+
 absl::Status Trainer::Evaluate(uint64_t done) {
   PS_ASSIGN_OR_RETURN(float accuracy, evaluator_->Accuracy(params_.data()));
   meter_->SetTestAccuracy(accuracy);
@@ -164,7 +203,7 @@ absl::Status Trainer::Evaluate(uint64_t done) {
   spdlog::info(
       "eval job={} step={} epoch={} test_accuracy={:.4f} elapsed_s={:.3f} "
       "train_s={:.3f}",
-      options_.job.name(), done, done / plan_.steps_per_epoch(), accuracy,
+      options_.job.name(), done, done / steps_per_epoch_, accuracy,
       meter_->elapsed_s(), meter_->train_s());
   return absl::OkStatus();
 }
@@ -184,21 +223,24 @@ absl::Status Trainer::Run(const ProgressCallback& on_progress,
                           const AbortCheck& should_abort) {
   ProgressMeter::Options meter;
   meter.total_steps = total_steps_;
-  meter.steps_per_epoch = plan_.steps_per_epoch();
-  meter.batch_size = plan_.batch_size();
+  meter.steps_per_epoch = steps_per_epoch_;
+  meter.batch_size = batch_size_;
   meter.num_workers = options_.num_workers;
   meter.report_interval = options_.report_interval;
   meter.report_every_steps = options_.report_every_steps;
   meter_ = std::make_unique<ProgressMeter>(std::move(meter));
 
   // The loader starts filling batches while the parameters are pulled.
-  BatchLoader::Options loader_options;
-  loader_options.num_threads = options_.loader_threads;
-  loader_options.prefetch = options_.prefetch;
-  PS_ASSIGN_OR_RETURN(
-      std::unique_ptr<BatchLoader> loader,
-      BatchLoader::Create(options_.data.train, plan_, options_.start_step,
-                          total_steps_, loader_options));
+  std::unique_ptr<BatchLoader> loader;
+  if (plan_) {
+    BatchLoader::Options loader_options;
+    loader_options.num_threads = options_.loader_threads;
+    loader_options.prefetch = options_.prefetch;
+    PS_ASSIGN_OR_RETURN(
+        loader,
+        BatchLoader::Create(options_.data.train, *plan_, options_.start_step,
+                            total_steps_, loader_options));
+  }
   PS_RETURN_IF_ERROR(PullInitial());
 
   for (uint64_t t = options_.start_step; t < total_steps_; ++t) {
@@ -206,7 +248,7 @@ absl::Status Trainer::Run(const ProgressCallback& on_progress,
       return AtStep(t, absl::CancelledError("job aborted"));
     }
     Clock::time_point step_end;
-    absl::Status s = Step(t, *loader, &step_end);
+    absl::Status s = lab_ ? LabStep(t, &step_end) : Step(t, *loader, &step_end);
     if (s.ok()) s = AfterStep(t + 1, step_end, on_progress);
     if (!s.ok()) return AtStep(t, s);
   }

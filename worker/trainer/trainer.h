@@ -52,6 +52,13 @@
 // are ProgressMeter's (progress_meter.h), the test accuracy Evaluator's
 // (evaluator.h).
 //
+// The lab model (ModelSpec.lab, lab_workload.h) trains through the same
+// client, steps and reports, without data, device replicas or evaluation:
+// each step waits lab.compute_ms (compute) and pushes a constant gradient;
+// steps_per_epoch = lab.steps_per_epoch, total_steps = steps_per_epoch *
+// data.epochs, data_s = 0, loss = train_accuracy = 0, test_accuracy = -1, and
+// samples_per_s counts data.batch_size examples per worker per step as above.
+//
 // Abort: should_abort is polled before each step, so a cancelled job stops
 // within one step, unless the step is blocked in the client (waiting for
 // other workers); the client's own deadline bounds that wait.
@@ -62,6 +69,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -77,6 +85,7 @@
 #include "worker/parameter_client.h"
 #include "worker/trainer/device_group.h"
 #include "worker/trainer/evaluator.h"
+#include "worker/trainer/lab_workload.h"
 #include "worker/trainer/progress_meter.h"
 
 namespace ps {
@@ -101,7 +110,7 @@ struct TrainerOptions {
   // Where IDX data sets live unless job.data.data_dir says otherwise.
   std::string data_dir;
   // Already loaded sets (a worker can keep them across jobs); when `train` is
-  // null, Create loads them from job.data.
+  // null, Create loads them from job.data. A lab model uses none.
   TrainTestData data;
 
   // Progress is reported every report_interval, and also every
@@ -128,7 +137,8 @@ class Trainer {
   // kInvalidArgument naming the field for a bad job or option (no model,
   // batch_size 0, epochs 0, rank >= num_workers, start_step past the end, a
   // model whose input or class count does not match the data); data,
-  // backend and model errors as their libraries report them.
+  // backend and model errors as their libraries report them. A lab model
+  // loads no data and builds no replicas (options.devices are unused).
   static absl::StatusOr<std::unique_ptr<Trainer>> Create(
       TrainerOptions options, ParameterClient* client);
 
@@ -139,7 +149,7 @@ class Trainer {
   absl::Status Run(const ProgressCallback& on_progress,
                    const AbortCheck& should_abort);
 
-  uint64_t steps_per_epoch() const { return plan_.steps_per_epoch(); }
+  uint64_t steps_per_epoch() const { return steps_per_epoch_; }
   uint64_t total_steps() const { return total_steps_; }
   // The parameters after the last PushPull.
   const std::vector<float>& parameters() const { return params_; }
@@ -149,8 +159,13 @@ class Trainer {
  private:
   using Clock = ProgressMeter::Clock;
 
-  Trainer(TrainerOptions options, ParameterClient* client, ShardPlan plan,
-          std::unique_ptr<DeviceGroup> devices);
+  // One of `plan` + `devices` (a model trained on data) or `lab`.
+  Trainer(TrainerOptions options, ParameterClient* client,
+          std::optional<ShardPlan> plan, std::unique_ptr<DeviceGroup> devices,
+          std::unique_ptr<LabWorkload> lab);
+  // Create for a lab model (options validated).
+  static absl::StatusOr<std::unique_ptr<Trainer>> CreateLab(
+      TrainerOptions options, ParameterClient* client);
 
   // The first Pull, at start_step.
   absl::Status PullInitial();
@@ -158,6 +173,8 @@ class Trainer {
   // meter_. `*step_end` is when PushPull returned.
   absl::Status Step(uint64_t t, BatchLoader& loader,
                     Clock::time_point* step_end);
+  // A lab model's step: its wait, then PushPull of the constant gradient.
+  absl::Status LabStep(uint64_t t, Clock::time_point* step_end);
   // After `done` steps: evaluates and reports, or reports, when due.
   absl::Status AfterStep(uint64_t done, Clock::time_point step_end,
                          const ProgressCallback& on_progress);
@@ -165,11 +182,14 @@ class Trainer {
   absl::Status Evaluate(uint64_t done);
 
   const TrainerOptions options_;
-  ParameterClient* const client_;  // borrowed
-  const ShardPlan plan_;
-  const std::unique_ptr<DeviceGroup> devices_;
+  ParameterClient* const client_;               // borrowed
+  const std::optional<ShardPlan> plan_;         // none for a lab model
+  const std::unique_ptr<DeviceGroup> devices_;  // null for a lab model
+  const std::unique_ptr<LabWorkload> lab_;      // lab model only
+  const uint64_t steps_per_epoch_;
+  const uint64_t batch_size_;
   const uint64_t total_steps_;
-  // Rank 0 only (null on other ranks); uses devices_.
+  // Rank 0 of a model trained on data only (else null); uses devices_.
   const std::unique_ptr<Evaluator> evaluator_;
 
   std::vector<float> params_;

@@ -138,8 +138,8 @@ def wait_files(paths: List[str], procs: List[subprocess.Popen],
 
 def job_spec(args, params: int, workers: int, mode: str) -> str:
     return f"""name: "lab-{mode}-w{workers}"
-model {{ lab {{ parameters: {params} layers: {args.layers} compute_ms: {args.compute_ms} }} }}
-data {{ batch_size: {args.batch} steps: {args.steps} }}
+model {{ lab {{ parameters: {params} layers: {args.layers} compute_ms: {args.compute_ms} steps_per_epoch: {args.steps} }} }}
+data {{ batch_size: {args.batch} epochs: 1 }}
 optimizer {{ kind: SGD learning_rate: 0.001 }}
 consistency {{ mode: {mode.upper()} step_deadline_ms: 600000 }}
 num_workers: {workers}
@@ -186,10 +186,10 @@ def run_ps(lab: Lab, args, bindir: str, shards: int, workers: int,
             raise RuntimeError(f"job did not succeed: {out}")
         stats = json.loads(lab.run(1, [psctl, "stats", "--json",
                                        f"--cluster={d}/cluster.pbtxt"], 60))
-        moved = 0
-        for shard in stats.get("shards", []):
-            for job in shard.get("jobs", []):
-                moved += int(job.get("bytesIn", 0)) + int(job.get("bytesOut", 0))
+        moved = 0  # psctl stats --json: a list of ShardStats
+        for shard in stats:  # proto field names; uint64 as strings
+            for job in (shard or {}).get("job_stats", []):
+                moved += int(job.get("bytes_in", 0)) + int(job.get("bytes_out", 0))
         steps = int(summary["steps"])
         step_s = float(summary["train_s"]) / max(1, steps)
         m_bytes = 4 * model_params(params, args.layers)

@@ -7,14 +7,12 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "common/security.h"
 #include "common/text_proto.h"
-#include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
 #include "proto/coordinator.pb.h"
 #include "tests/checksum.h"
+#include "tests/job_parameters.h"
 #include "tests/local_cluster.h"
-#include "worker/ps_client.h"
 
 namespace ps {
 namespace {
@@ -54,33 +52,10 @@ void TrainOnce(const std::string& name, RunResult* result) {
 
   // The parameters stay on the shards after success: read them all back
   // with the placement the coordinator reports.
-  absl::StatusOr<CommandResult> status =
-      cluster.Psctl({"status", job, "--json"});
-  ASSERT_TRUE(status.ok());
-  ASSERT_EQ(status->exit_code, 0) << status->err;
-  JobStatus js;
-  ASSERT_TRUE(
-      google::protobuf::util::JsonStringToMessage(status->out, &js).ok())
-      << status->out;
-  Assignment a;
-  a.set_job_id(job);
-  *a.mutable_spec() = js.spec();
-  *a.mutable_placement() = js.placement();
-  a.set_num_workers(2);
-  for (int i = 0; i < 2; ++i) {
-    absl::StatusOr<std::string> addr =
-        WaitForFile(absl::StrCat(dir, "/s", i, ".addr"), absl::Seconds(1));
-    ASSERT_TRUE(addr.ok());
-    a.add_shard_addresses(*addr);
-  }
-  Security security;
-  absl::StatusOr<std::unique_ptr<PsClient>> client =
-      PsClient::Create(PsClientOptions(), a, &security);
-  ASSERT_TRUE(client.ok()) << client.status();
-  std::vector<float> params((*client)->num_parameters());
-  uint64_t steps = js.progress().step();
-  ASSERT_GT(steps, 0u);
-  ASSERT_TRUE((*client)->Pull(steps, absl::MakeSpan(params)).ok());
+  absl::StatusOr<JobParameters> read = ReadJobParameters(cluster, job, 2);
+  ASSERT_TRUE(read.ok()) << read.status();
+  ASSERT_GT(read->status.progress().step(), 0u);
+  const std::vector<float>& params = read->values;
   result->checksum = ParamChecksum(params);
   absl::Status stopped = cluster.Stop();
   EXPECT_TRUE(stopped.ok()) << stopped;

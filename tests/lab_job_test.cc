@@ -8,13 +8,11 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "common/security.h"
 #include "common/text_proto.h"
-#include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
 #include "proto/coordinator.pb.h"
+#include "tests/job_parameters.h"
 #include "tests/local_cluster.h"
-#include "worker/ps_client.h"
 
 namespace ps {
 namespace {
@@ -58,34 +56,12 @@ TEST(LabJobTest, RunsToTheExactlyPredictedParameters) {
   ASSERT_FALSE(job.empty());
 
   // Read every parameter back with the placement the coordinator reports.
-  absl::StatusOr<CommandResult> status =
-      cluster.Psctl({"status", job, "--json"});
-  ASSERT_TRUE(status.ok());
-  ASSERT_EQ(status->exit_code, 0) << status->err;
-  JobStatus js;
-  ASSERT_TRUE(
-      google::protobuf::util::JsonStringToMessage(status->out, &js).ok())
-      << status->out;
-  EXPECT_EQ(js.progress().step(), kSteps);
-  EXPECT_EQ(js.spec().tensors_size(), 8);
-  Assignment a;
-  a.set_job_id(job);
-  *a.mutable_spec() = js.spec();
-  *a.mutable_placement() = js.placement();
-  a.set_num_workers(2);
-  for (int i = 0; i < 2; ++i) {
-    absl::StatusOr<std::string> addr =
-        WaitForFile(absl::StrCat(dir, "/s", i, ".addr"), absl::Seconds(1));
-    ASSERT_TRUE(addr.ok());
-    a.add_shard_addresses(*addr);
-  }
-  Security security;
-  absl::StatusOr<std::unique_ptr<PsClient>> client =
-      PsClient::Create(PsClientOptions(), a, &security);
-  ASSERT_TRUE(client.ok()) << client.status();
-  std::vector<float> params((*client)->num_parameters());
+  absl::StatusOr<JobParameters> read = ReadJobParameters(cluster, job, 2);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->status.progress().step(), kSteps);
+  EXPECT_EQ(read->status.spec().tensors_size(), 8);
+  const std::vector<float>& params = read->values;
   ASSERT_EQ(params.size(), 1000000u);
-  ASSERT_TRUE((*client)->Pull(kSteps, absl::MakeSpan(params)).ok());
 
   // From zero, each step subtracts lr * mean gradient = 0.5 * (1 + 2) / 2048.
   const float want = -static_cast<float>(kSteps) * 0.5f * (1.5f / 1024);

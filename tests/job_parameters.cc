@@ -18,8 +18,8 @@ absl::StatusOr<JobParameters> ReadJobParameters(const LocalCluster& cluster,
   PS_ASSIGN_OR_RETURN(CommandResult status,
                       cluster.Psctl({"status", job, "--json"}));
   if (status.exit_code != 0) {
-    return absl::InternalError(absl::StrCat("psctl status ", job, ": exit ",
-                                            status.exit_code, ": ", status.err));
+    return absl::InternalError(absl::StrCat(
+        "psctl status ", job, ": exit ", status.exit_code, ": ", status.err));
   }
   JobParameters out;
   if (!google::protobuf::util::JsonStringToMessage(status.out, &out.status)
@@ -33,10 +33,10 @@ absl::StatusOr<JobParameters> ReadJobParameters(const LocalCluster& cluster,
   *a.mutable_placement() = out.status.placement();
   a.set_num_workers(out.status.spec().num_workers());
   for (int i = 0; i < shards; ++i) {
-    PS_ASSIGN_OR_RETURN(std::string addr,
-                        WaitForFile(absl::StrCat(cluster.dir(), "/s", i,
-                                                 ".addr"),
-                                    absl::Seconds(1)));
+    PS_ASSIGN_OR_RETURN(
+        std::string addr,
+        WaitForFile(absl::StrCat(cluster.dir(), "/s", i, ".addr"),
+                    absl::Seconds(1)));
     a.add_shard_addresses(addr);
   }
   Security security;

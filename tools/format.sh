@@ -21,7 +21,7 @@ if [[ -z $cf ]]; then
   echo "format.sh: clang-format not found (tools/setup.sh installs clang-format-14)" >&2
   exit 2
 fi
-mapfile -t files < <(git ls-files -- '*.cc' '*.h' '*.cu' ':!:third_party/**')
+mapfile -t files < <(git ls-files --cached --others --exclude-standard -- '*.cc' '*.h' '*.cu' ':!:third_party/**')
 if [[ $mode == fix ]]; then
   "$cf" -i --style=file "${files[@]}"
   exit 0

@@ -136,7 +136,21 @@ def wait_files(paths: List[str], procs: List[subprocess.Popen],
         time.sleep(0.05)  # another process writes it: nothing to wait on
 
 
+# The demo's MLP (configs/jobs/fashion_mlp.pbtxt) for --model=mlp: 784-256-128-10.
+MLP_PARAMS = 784 * 256 + 256 + 256 * 128 + 128 + 128 * 10 + 10
+
+
 def job_spec(args, params: int, workers: int, mode: str) -> str:
+    if args.model == "mlp":
+        return f"""name: "mlp-{mode}-w{workers}"
+model {{ mlp {{ input_dim: 784 hidden: 256 hidden: 128 num_classes: 10 }} }}
+data {{ dataset: "fashion-mnist" batch_size: {args.batch} epochs: 1 }}
+optimizer {{ kind: SGD learning_rate: 0.05 momentum: 0.9 }}
+consistency {{ mode: {mode.upper()} step_deadline_ms: 600000 }}
+num_workers: {workers}
+partition_bytes: 262144
+seed: 42
+"""
     return f"""name: "lab-{mode}-w{workers}"
 model {{ lab {{ parameters: {params} layers: {args.layers} compute_ms: {args.compute_ms} steps_per_epoch: {args.steps} }} }}
 data {{ batch_size: {args.batch} epochs: 1 }}
@@ -192,13 +206,17 @@ def run_ps(lab: Lab, args, bindir: str, shards: int, workers: int,
                 moved += int(job.get("bytes_in", 0)) + int(job.get("bytes_out", 0))
         steps = int(summary["steps"])
         step_s = float(summary["train_s"]) / max(1, steps)
-        m_bytes = 4 * model_params(params, args.layers)
+        real_params = (MLP_PARAMS if args.model == "mlp" else
+                       model_params(params, args.layers))
+        m_bytes = 4 * real_params
         bound = args.compute_ms / 1e3 + max(
             m_bytes / lab.bytes_per_s, workers * m_bytes / (shards * lab.bytes_per_s))
         return {"system": "ps", "mode": mode, "workers": workers,
-                "shards": shards, "params": model_params(params, args.layers),
+                "shards": shards, "params": real_params,
                 "rate": lab.rate, "steps": steps, "step_s": step_s,
                 "samples_per_s": float(summary["samples_per_s"]),
+                "model": args.model,
+                "test_accuracy": float(summary.get("test_accuracy", -1)),
                 "bytes_per_step": moved / max(1, steps),
                 "bound_s": bound, "of_bound": bound / step_s}
     finally:
@@ -268,6 +286,9 @@ def main() -> int:
     ap.add_argument("--shards", default="1 2 4")
     ap.add_argument("--params", default="1M 10M 100M")
     ap.add_argument("--modes", default="bsp asp")
+    ap.add_argument("--model", choices=["lab", "mlp"], default="lab",
+                    help="lab: the communication-bound workload; mlp: the "
+                    "demo's MLP on Fashion-MNIST, 1 epoch (--batch 64)")
     ap.add_argument("--layers", type=int, default=8)
     ap.add_argument("--compute-ms", type=float, default=0.0)
     ap.add_argument("--batch", type=int, default=32,
@@ -286,6 +307,8 @@ def main() -> int:
     if args.quick:
         args.workers, args.shards, args.params = "1 2", "1 2", "1M"
         args.modes, args.steps = "bsp", 10
+    if args.model == "mlp":
+        args.params, args.systems = str(MLP_PARAMS), "ps"
     if os.geteuid() != 0:
         print("scaling: needs root (the lab's namespaces)", file=sys.stderr)
         return 2

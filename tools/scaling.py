@@ -95,10 +95,11 @@ class Lab:
         return r.stdout
 
     def popen(self, host: int, argv: List[str], log: str) -> subprocess.Popen:
-        f = open(log, "w")
-        return subprocess.Popen([NETLAB, "exec", str(host), *argv],
-                                env=self.env, stdout=f, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        with open(log, "w") as f:  # the child keeps its own descriptor
+            return subprocess.Popen([NETLAB, "exec", str(host), *argv],
+                                    env=self.env, stdout=f,
+                                    stderr=subprocess.STDOUT,
+                                    start_new_session=True)
 
     def run(self, host: int, argv: List[str], timeout: float) -> str:
         r = subprocess.run([NETLAB, "exec", str(host), *argv], env=self.env,

@@ -435,13 +435,17 @@ absl::Status AsyncPsClient::Wait(RequestHandle handle, absl::Time deadline) {
   return status;
 }
 
-bool AsyncPsClient::ReleaseCalls(Request* r, absl::Time deadline) {
+void AsyncPsClient::DropWire(Request* r) {
   // Ended calls are off the wire: dropping their contexts and requests
   // lets gRPC release the slices borrowing the gradient.
   for (auto& call : r->calls) {
     call->context.reset();
     call->wire_request.Clear();
   }
+}
+
+bool AsyncPsClient::ReleaseCalls(Request* r, absl::Time deadline) {
+  DropWire(r);
   absl::MutexLock lock(&borrow_mu_);
   auto released = [r]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(borrow_mu_) {
     return r->borrowed == 0;
@@ -509,7 +513,7 @@ void AsyncPsClient::Dispatch() {
       ended_.clear();
     }
     for (Request* r : ended) {
-      ReleaseCalls(r, absl::InfinitePast());  // slices: TryFinish waits
+      DropWire(r);  // TryFinish waits for the slices
       finishing.push_back(r);
     }
     finishing.erase(std::remove_if(finishing.begin(), finishing.end(),

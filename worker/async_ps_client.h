@@ -194,6 +194,8 @@ class AsyncPsClient {
   // gradient) and waits until `deadline` for every borrowed slice to be
   // released; false if some are still held. `r` is claimed by the caller.
   bool ReleaseCalls(Request* r, absl::Time deadline);
+  // The first half of ReleaseCalls: drops the contexts and requests only.
+  void DropWire(Request* r);
   // `r` is over: counts it out and forgets it if detached.
   void MarkOver(Request* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Wake();

@@ -276,6 +276,12 @@ void FillWorkerdDefaults(WorkerdConfig* c) {
   if (c->max_inflight_per_shard() == 0) {
     c->set_max_inflight_per_shard(kDefaultMaxInflightPerShard);
   }
+  if (c->max_request_bytes() == 0) {
+    c->set_max_request_bytes(kDefaultMaxRequestBytes);
+  }
+  if (c->channels_per_shard() == 0) {
+    c->set_channels_per_shard(kDefaultChannelsPerShard);
+  }
   if (c->data_dir().empty()) c->set_data_dir(kDefaultDataDir);
 }
 
@@ -459,6 +465,14 @@ absl::StatusOr<LoadedWorkerdConfig> ParseWorkerdConfig(
   }
   ValidateDevices(&c, &p);
   FillWorkerdDefaults(&c);
+  if (c.max_request_bytes() < 1024 || c.max_request_bytes() > (64u << 20)) {
+    p.Add("max_request_bytes",
+          absl::StrCat(c.max_request_bytes(), " is outside 1024..67108864"));
+  }
+  if (c.channels_per_shard() > 16) {
+    p.Add("channels_per_shard",
+          absl::StrCat(c.channels_per_shard(), " is outside 1..16"));
+  }
   if (!ValidLogLevel(c.log_level())) {
     p.Add("log_level",
           absl::StrCat("unknown level \"", absl::CHexEscape(c.log_level()),

@@ -152,6 +152,8 @@ TEST_F(ConfigTest, EmptyWorkerdConfigGetsTheDefaults) {
   EXPECT_EQ(w.rpc_deadline_ms(), kDefaultRpcDeadlineMs);
   EXPECT_EQ(w.rpc_max_attempts(), kDefaultRpcMaxAttempts);
   EXPECT_EQ(w.max_inflight_per_shard(), kDefaultMaxInflightPerShard);
+  EXPECT_EQ(w.max_request_bytes(), kDefaultMaxRequestBytes);
+  EXPECT_EQ(w.channels_per_shard(), kDefaultChannelsPerShard);
   EXPECT_EQ(w.max_jobs(), 0u);  // serve forever
   EXPECT_EQ(w.name(), "");      // workerd uses host name + pid
 }
@@ -172,13 +174,16 @@ TEST_F(ConfigTest, WorkerdValidation) {
       Write("w.pbtxt",
             "cluster_file: \"cluster.pbtxt\"\n"
             "devices: \"cpu:0\" devices: \"tpu:1\" devices: \"cpu:0\"\n"
-            "device_weights: 1\n");
+            "device_weights: 1\n"
+            "max_request_bytes: 512 channels_per_shard: 17\n");
   absl::StatusOr<LoadedWorkerdConfig> c = LoadWorkerdConfig(path);
   ASSERT_FALSE(c.ok());
   std::string m(c.status().message());
   EXPECT_THAT(m, HasSubstr("devices[1]: \"tpu:1\" is not cpu:N or gpu:N"));
   EXPECT_THAT(m, HasSubstr("devices[2]: \"cpu:0\" listed twice"));
   EXPECT_THAT(m, HasSubstr("device_weights: 1 weights for 3 devices"));
+  EXPECT_THAT(m, HasSubstr("max_request_bytes: 512 is outside 1024..67108864"));
+  EXPECT_THAT(m, HasSubstr("channels_per_shard: 17 is outside 1..16"));
 }
 
 TEST_F(ConfigTest, ResolvesAddressFilesAndTimesOut) {

@@ -37,6 +37,8 @@ inline constexpr uint32_t kDefaultRpcMaxAttempts = 12;
 inline constexpr uint32_t kDefaultRpcInitialBackoffMs = 50;
 inline constexpr uint32_t kDefaultRpcMaxBackoffMs = 2000;
 inline constexpr uint32_t kDefaultMaxInflightPerShard = 4;
+inline constexpr uint32_t kDefaultMaxRequestBytes = 3u << 20;  // 3 MiB
+inline constexpr uint32_t kDefaultChannelsPerShard = 2;
 // A local (NCCL) gradient reduce that has not finished by then is reported
 // as failed instead of hanging the step.
 inline constexpr uint32_t kDefaultLocalReduceTimeoutMs = 60000;

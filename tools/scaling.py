@@ -185,7 +185,7 @@ def run_ps(lab: Lab, args, bindir: str, shards: int, workers: int,
         for j in range(workers):
             with open(f"{d}/worker{j}.pbtxt", "w") as f:
                 f.write(f'cluster_file: "{d}/cluster.pbtxt"\nname: "w{j}"\n'
-                        'devices: "cpu:0"\n')
+                        f'devices: "cpu:0"\n{args.worker_config}\n')
             procs.append(lab.popen(shards + j + 1,
                                    [f"{bindir}/worker/workerd",
                                     f"--config={d}/worker{j}.pbtxt"],
@@ -297,6 +297,9 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--partition-bytes", type=int, default=1 << 20)
     ap.add_argument("--shard-budget", type=int, default=8 << 30)
+    ap.add_argument("--worker-config", default="",
+                    help="extra WorkerdConfig text for every workerd, e.g. "
+                    "'max_request_bytes: 524288 max_inflight_per_shard: 2'")
     ap.add_argument("--systems", default="ps allreduce",
                     help="which rows: ps, allreduce or both")
     ap.add_argument("--row-timeout", type=float, default=900)

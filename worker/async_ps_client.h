@@ -81,13 +81,13 @@ struct PsClientOptions {
       absl::Milliseconds(kDefaultRpcInitialBackoffMs);
   absl::Duration max_backoff = absl::Milliseconds(kDefaultRpcMaxBackoffMs);
   int max_inflight_per_shard = kDefaultMaxInflightPerShard;
-  size_t max_request_bytes = 3u << 20;
+  size_t max_request_bytes = kDefaultMaxRequestBytes;
   int max_message_bytes = kDefaultMaxMessageBytes;
   // gRPC channels (each its own TCP connection) to every shard; a shard's
   // requests are spread over them. One HTTP/2 connection is read and
   // written by one thread at a time, so a second one lets a large exchange
   // use both directions of two connections at once.
-  int channels_per_shard = 2;
+  int channels_per_shard = kDefaultChannelsPerShard;
 };
 
 // Traffic counters (cumulative).

@@ -19,6 +19,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "common/defaults.h"
 #include "proto/coordinator.pb.h"
 
 namespace ps {
@@ -40,8 +41,8 @@ struct RequestGroup {
 };
 
 struct RequestPlanOptions {
-  size_t max_request_bytes = 3u << 20;
-  int channels_per_shard = 2;
+  size_t max_request_bytes = kDefaultMaxRequestBytes;
+  int channels_per_shard = kDefaultChannelsPerShard;
 };
 
 // Immutable after Create; thread-safe.

@@ -83,6 +83,8 @@ PsClientOptions ClientOptions(const WorkerdConfig& c) {
   options.rpc_deadline = absl::Milliseconds(c.rpc_deadline_ms());
   options.max_attempts = static_cast<int>(c.rpc_max_attempts());
   options.max_inflight_per_shard = static_cast<int>(c.max_inflight_per_shard());
+  options.max_request_bytes = c.max_request_bytes();
+  options.channels_per_shard = static_cast<int>(c.channels_per_shard());
   return options;
 }
 

@@ -24,7 +24,10 @@ rate: 1448 payload bytes per 1514-byte frame). In a BSP step each worker
 pushes its M-byte gradient and pulls M bytes of parameters at once: M/B; each
 shard receives W M / S and sends as much: W M / (S B). So a step takes at
 least compute + max(M/B, W M/(S B)) (no overlap of compute and
-communication yet). Ring all-reduce moves 2 (W - 1)/W M each way per worker:
+communication yet). The step time measured is the job's train time over its
+steps, and the train time also holds the first Pull of the parameters (the
+same bound once more), so a row's bound is compute + (1 + 1/steps) x that.
+Ring all-reduce moves 2 (W - 1)/W M each way per worker:
 compute + 2 (W - 1) M / (W B). "of bound" = bound / measured (1.0 = at it).
 
 Output: one table (Markdown) on stdout, results.json and the PNG charts
@@ -64,6 +67,20 @@ def parse_rate_bits(text: str) -> float:
     if not m:
         raise ValueError(f"unknown rate {text!r}")
     return float(m.group(1)) * {"kbit": 1e3, "mbit": 1e6, "gbit": 1e9}[m.group(2)]
+
+
+def cpu_ticks() -> tuple:
+    """(busy, total) jiffies of all CPUs from /proc/stat (idle + iowait are
+    not busy)."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    return sum(v) - v[3] - v[4], sum(v)
+
+
+def cpu_busy(start: tuple) -> float:
+    """Fraction of the machine's CPU time busy since `start` (cpu_ticks())."""
+    busy, total = cpu_ticks()
+    return (busy - start[0]) / max(1, total - start[1])
 
 
 def model_params(params: int, layers: int) -> int:
@@ -193,9 +210,11 @@ def run_ps(lab: Lab, args, bindir: str, shards: int, workers: int,
         with open(f"{d}/job.pbtxt", "w") as f:
             f.write(job_spec(args, params, workers, mode))
         psctl = f"{bindir}/tools/psctl"
+        cpu0 = cpu_ticks()
         out = lab.run(1, [psctl, "submit", f"{d}/job.pbtxt", "--wait",
                           f"--cluster={d}/cluster.pbtxt", "--connect-timeout=30"],
                       timeout=args.row_timeout)
+        cpu = cpu_busy(cpu0)
         summary = dict(re.findall(r"(\w+)=(\S+)", out.strip().splitlines()[-1]))
         if summary.get("state") != "SUCCEEDED":
             raise RuntimeError(f"job did not succeed: {out}")
@@ -210,7 +229,9 @@ def run_ps(lab: Lab, args, bindir: str, shards: int, workers: int,
         real_params = (MLP_PARAMS if args.model == "mlp" else
                        model_params(params, args.layers))
         m_bytes = 4 * real_params
-        bound = args.compute_ms / 1e3 + max(
+        # train_s also holds the first Pull (M per worker, W M / S per
+        # shard): one more transfer of the same bound, spread over the steps.
+        bound = args.compute_ms / 1e3 + (1 + 1 / max(1, steps)) * max(
             m_bytes / lab.bytes_per_s, workers * m_bytes / (shards * lab.bytes_per_s))
         return {"system": "ps", "mode": mode, "workers": workers,
                 "shards": shards, "params": real_params,
@@ -219,7 +240,7 @@ def run_ps(lab: Lab, args, bindir: str, shards: int, workers: int,
                 "model": args.model,
                 "test_accuracy": float(summary.get("test_accuracy", -1)),
                 "bytes_per_step": moved / max(1, steps),
-                "bound_s": bound, "of_bound": bound / step_s}
+                "bound_s": bound, "of_bound": bound / step_s, "cpu_busy": cpu}
     finally:
         stop(procs)
         if not args.keep_logs:
@@ -231,6 +252,7 @@ def run_allreduce(lab: Lab, args, workers: int, params: int, work: str) -> Dict:
     procs: List[subprocess.Popen] = []
     d = tempfile.mkdtemp(prefix=f"ar-w{workers}-", dir=work)
     try:
+        cpu0 = cpu_ticks()
         for r in range(workers):
             # gloo binds to the address the hostname resolves to unless
             # told which interface: the lab host's one is eth0.
@@ -246,6 +268,7 @@ def run_allreduce(lab: Lab, args, workers: int, params: int, work: str) -> Dict:
         procs[0].wait(timeout=args.row_timeout)
         for p in procs[1:]:
             p.wait(timeout=30)
+        cpu = cpu_busy(cpu0)
         with open(f"{d}/rank0.log") as f:
             text = f.read()
         m = re.search(r"^RESULT (.*)$", text, re.M)
@@ -259,7 +282,8 @@ def run_allreduce(lab: Lab, args, workers: int, params: int, work: str) -> Dict:
                 "steps": args.steps, "step_s": res["step_s_median"],
                 "samples_per_s": workers * args.batch / res["step_s_median"],
                 "bytes_per_step": res["bytes_per_worker_per_step"] * workers,
-                "bound_s": bound, "of_bound": bound / res["step_s_median"]}
+                "bound_s": bound, "of_bound": bound / res["step_s_median"],
+                "cpu_busy": cpu}
     finally:
         stop(procs)
         if not args.keep_logs:
@@ -268,14 +292,15 @@ def run_allreduce(lab: Lab, args, workers: int, params: int, work: str) -> Dict:
 
 def table(rows: List[Dict]) -> str:
     out = ["| system | mode | W | S | params | rate | step ms | samples/s | "
-           "MB moved/step | bound ms | of bound |",
-           "|---|---|---|---|---|---|---|---|---|---|---|"]
+           "MB moved/step | bound ms | of bound | CPU busy |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         out.append(
             f"| {r['system']} | {r['mode']} | {r['workers']} | {r['shards'] or '-'} "
             f"| {r['params'] / 1e6:.1f}M | {r['rate']} | {r['step_s'] * 1e3:.1f} "
             f"| {r['samples_per_s']:.0f} | {r['bytes_per_step'] / 1e6:.1f} "
-            f"| {r['bound_s'] * 1e3:.1f} | {r['of_bound']:.2f} |")
+            f"| {r['bound_s'] * 1e3:.1f} | {r['of_bound']:.2f} "
+            f"| {r.get('cpu_busy', float('nan')):.0%} |")
     return "\n".join(out)
 
 
@@ -295,9 +320,11 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=32,
                     help="examples per worker per step (for samples/s)")
     ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--partition-bytes", type=int, default=1 << 20)
+    # Small partitions and requests let a shard answer the first of a BSP
+    # step's requests while the rest are on the wire (docs/SCALING.md).
+    ap.add_argument("--partition-bytes", type=int, default=256 << 10)
     ap.add_argument("--shard-budget", type=int, default=8 << 30)
-    ap.add_argument("--worker-config", default="",
+    ap.add_argument("--worker-config", default="max_request_bytes: 262144",
                     help="extra WorkerdConfig text for every workerd, e.g. "
                     "'max_request_bytes: 524288 max_inflight_per_shard: 2'")
     ap.add_argument("--systems", default="ps allreduce",
@@ -331,6 +358,7 @@ def main() -> int:
     os.makedirs(args.out, exist_ok=True)
     work = tempfile.mkdtemp(prefix="scaling-")
     rows: List[Dict] = []
+    failed = 0
     print(f"scaling: lab '{lab.prefix}' with {len(lab.hosts)} hosts at {lab.rate} "
           f"(B = {lab.bytes_per_s / 1e6:.1f} MB/s of TCP payload per direction)",
           flush=True)
@@ -342,11 +370,19 @@ def main() -> int:
                         continue
                     for mode in args.modes.split():
                         print(f"scaling: ps {mode} W={w} S={s} params={p}", flush=True)
-                        rows.append(run_ps(lab, args, bindir, s, w, p, mode, work))
+                        try:
+                            rows.append(run_ps(lab, args, bindir, s, w, p, mode, work))
+                        except (RuntimeError, subprocess.SubprocessError) as e:
+                            print(f"scaling: row failed: {e}", file=sys.stderr, flush=True)
+                            failed += 1
                 if ("allreduce" in args.systems.split() and
                         2 <= w <= len(lab.hosts)):
                     print(f"scaling: allreduce W={w} params={p}", flush=True)
-                    rows.append(run_allreduce(lab, args, w, p, work))
+                    try:
+                        rows.append(run_allreduce(lab, args, w, p, work))
+                    except (RuntimeError, subprocess.SubprocessError) as e:
+                        print(f"scaling: row failed: {e}", file=sys.stderr, flush=True)
+                        failed += 1
                 with open(os.path.join(args.out, "results.json"), "w") as f:
                     json.dump(rows, f, indent=1)
     finally:
@@ -354,7 +390,9 @@ def main() -> int:
     print(table(rows))
     subprocess.run(["/usr/bin/python3", PLOT, os.path.join(args.out, "results.json"),
                     "--out", args.out], check=True)
-    return 0
+    if failed:
+        print(f"scaling: {failed} rows failed (above)", file=sys.stderr)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -168,6 +168,7 @@ consistency {{ mode: {mode.upper()} step_deadline_ms: 600000 }}
 num_workers: {workers}
 partition_bytes: 262144
 seed: 42
+{args.job_config}
 """
     return f"""name: "lab-{mode}-w{workers}"
 model {{ lab {{ parameters: {params} layers: {args.layers} compute_ms: {args.compute_ms} steps_per_epoch: {args.steps} }} }}
@@ -177,6 +178,7 @@ consistency {{ mode: {mode.upper()} step_deadline_ms: 600000 }}
 num_workers: {workers}
 partition_bytes: {args.partition_bytes}
 seed: 1
+{args.job_config}
 """
 
 
@@ -327,6 +329,8 @@ def main() -> int:
     ap.add_argument("--worker-config", default="max_request_bytes: 262144",
                     help="extra WorkerdConfig text for every workerd, e.g. "
                     "'max_request_bytes: 524288 max_inflight_per_shard: 2'")
+    ap.add_argument("--job-config", default="",
+                    help="extra JobSpec text for every parameter-server job")
     ap.add_argument("--systems", default="ps allreduce",
                     help="which rows: ps, allreduce or both")
     ap.add_argument("--row-timeout", type=float, default=900)

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <numeric>
+#include <functional>
 
 #include "common/defaults.h"
 #include "core/wire_format.h"
@@ -17,6 +17,32 @@ inline uint32_t MagnitudeKey(float x) {
   uint32_t u;
   std::memcpy(&u, &x, sizeof(u));
   return u & 0x7fffffffu;
+}
+
+// The offsets, ascending, of the k entries of largest |v|, ties to the
+// lower offset. O(length): the k-th largest magnitude by nth_element on a
+// copy of the keys, then one pass in offset order takes every larger entry
+// and the first equal ones.
+std::vector<uint32_t> SelectTopk(const std::vector<float>& v, uint64_t k) {
+  const size_t n = v.size();
+  std::vector<uint32_t> keys(n);
+  for (size_t i = 0; i < n; ++i) keys[i] = MagnitudeKey(v[i]);
+  std::vector<uint32_t> scratch(keys);
+  std::nth_element(scratch.begin(), scratch.begin() + (k - 1), scratch.end(),
+                   std::greater<uint32_t>());
+  const uint32_t threshold = scratch[k - 1];
+  uint64_t above = 0;
+  for (uint32_t key : keys) above += key > threshold;
+  uint64_t ties = k - above;  // entries equal to the threshold to take
+  std::vector<uint32_t> order;
+  order.reserve(k);
+  for (size_t i = 0; i < n; ++i) {
+    if (keys[i] > threshold || (keys[i] == threshold && ties > 0)) {
+      if (keys[i] == threshold) --ties;
+      order.push_back(static_cast<uint32_t>(i));
+    }
+  }
+  return order;
 }
 
 // More than a float's relative rounding error (2^-24 ~ 6e-8).
@@ -67,17 +93,7 @@ void GradientEncoder::EncodeTopk(uint32_t id, absl::Span<const float> gradient,
   for (uint64_t i = 0; i < length; ++i) v[i] += gradient[i];
 
   const uint64_t k = TopkCount(length);
-  std::vector<uint32_t> order(length);
-  std::iota(order.begin(), order.end(), 0u);
-  auto larger = [&v](uint32_t a, uint32_t b) {
-    const uint32_t ka = MagnitudeKey(v[a]), kb = MagnitudeKey(v[b]);
-    return ka != kb ? ka > kb : a < b;
-  };
-  if (k < length) {
-    std::nth_element(order.begin(), order.begin() + k, order.end(), larger);
-  }
-  order.resize(k);
-  std::sort(order.begin(), order.end());
+  const std::vector<uint32_t> order = SelectTopk(v, k);
 
   std::vector<float> picked(k);
   out->indices.clear();

@@ -1,5 +1,6 @@
 #include "worker/gradient_encoder.h"
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -130,6 +131,29 @@ TEST(GradientEncoderTest, Bf16TopkFeedsTheRoundingErrorBack) {
   const std::vector<float> residual = enc.Residual(0);
   for (size_t i = 0; i < n; ++i) {
     EXPECT_NEAR(sum_sent[i] + residual[i], sum_grad[i], 1e-4) << i;
+  }
+}
+
+// Many ties: the selection is the first k of (|v| descending, offset
+// ascending), the same on every run.
+TEST(GradientEncoderTest, SelectionMatchesAFullSortWithManyTies) {
+  const size_t n = 1000;
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<int> small(-3, 3);
+  for (float fraction : {0.001f, 0.05f, 0.5f, 0.999f}) {
+    GradientEncoder enc(Wire(FP32, fraction), {n});
+    std::vector<float> g(n);
+    for (float& x : g) x = static_cast<float>(small(rng));
+    EncodedChunk c;
+    enc.Encode(0, g, &c);
+    std::vector<uint32_t> ref(n);
+    for (uint32_t i = 0; i < n; ++i) ref[i] = i;
+    std::stable_sort(ref.begin(), ref.end(), [&](uint32_t a, uint32_t b) {
+      return std::fabs(g[a]) > std::fabs(g[b]);
+    });
+    ref.resize(enc.TopkCount(n));
+    std::sort(ref.begin(), ref.end());
+    EXPECT_EQ(OffsetsOf(c), ref) << fraction;
   }
 }
 

@@ -52,6 +52,10 @@ inline constexpr float kDefaultAdamBeta1 = 0.9f;
 inline constexpr float kDefaultAdamBeta2 = 0.999f;
 inline constexpr float kDefaultAdamEpsilon = 1e-8f;
 inline constexpr float kDefaultAdagradEpsilon = 1e-10f;
+// WireSpec: the format by name (WireFormat in proto/job.proto; this header
+// does not depend on the protos) and the top-k fraction (1 = dense).
+inline constexpr char kDefaultWireFormat[] = "FP32";
+inline constexpr float kDefaultTopkFraction = 1.0f;
 
 // ---- psctl (tools/psctl.cc) ------------------------------------------------
 // How long psctl waits for the cluster (--connect-timeout, seconds).

@@ -125,6 +125,9 @@ TEST(DefaultsTest, ProtoCommentsDocumentTheConstants) {
        absl::StrCat(kDefaultStepDeadlineMs)},
       {"job.proto", "JobSpec", "partition_bytes",
        absl::StrCat(kDefaultPartitionBytes)},
+      {"job.proto", "WireSpec", "format", kDefaultWireFormat},
+      {"job.proto", "WireSpec", "topk_fraction",
+       absl::StrCat(kDefaultTopkFraction)},
   };
   for (const Case& c : cases) {
     const std::string comment =

@@ -40,33 +40,47 @@ void PutBytesField(uint8_t tag, absl::string_view v, std::string* out) {
 }
 
 void PutChunkDataHead(uint8_t list_tag, uint64_t chunk_id, uint64_t version,
-                      size_t data_bytes, std::string* out) {
+                      size_t data_bytes, std::string* out, size_t tail_bytes) {
   std::string fields;
   PutVarintField(kChunkIdTag, chunk_id, &fields);
   PutVarintField(kChunkVersionTag, version, &fields);
   const size_t data_field =
       data_bytes == 0 ? 0 : 1 + VarintSize(data_bytes) + data_bytes;
   out->push_back(static_cast<char>(list_tag));
-  PutVarint(fields.size() + data_field, out);
+  PutVarint(fields.size() + data_field + tail_bytes, out);
   *out += fields;
   if (data_bytes == 0) return;
   out->push_back(static_cast<char>(kChunkDataTag));
   PutVarint(data_bytes, out);
 }
 
+void PutChunkDataTail(uint64_t format, absl::string_view indices,
+                      std::string* out) {
+  PutVarintField(kChunkFormatTag, format, out);
+  PutBytesField(kChunkIndicesTag, indices, out);
+}
+
+size_t ChunkDataTailSize(uint64_t format, absl::string_view indices) {
+  size_t n = format == 0 ? 0 : 1 + VarintSize(format);
+  if (!indices.empty()) n += 1 + VarintSize(indices.size()) + indices.size();
+  return n;
+}
+
 void EncodeChunkList(uint8_t list_tag, absl::Span<const ChunkDataRef> chunks,
                      size_t copy_below, std::string* head,
                      std::vector<WirePiece>* pieces) {
   for (const ChunkDataRef& c : chunks) {
-    PutChunkDataHead(list_tag, c.chunk_id, c.version, c.data.size(), head);
-    if (c.data.empty()) continue;  // proto3 leaves empty bytes off the wire
-    if (c.data.size() < copy_below) {
+    PutChunkDataHead(list_tag, c.chunk_id, c.version, c.data.size(), head,
+                     ChunkDataTailSize(c.format, c.indices));
+    // proto3 leaves empty bytes off the wire.
+    if (!c.data.empty() && c.data.size() < copy_below) {
       head->append(c.data.data(), c.data.size());
-      continue;
+    } else if (!c.data.empty()) {
+      pieces->push_back(WirePiece{std::move(*head), {}, false});
+      head->clear();
+      pieces->push_back(WirePiece{{}, c.data, true});
     }
-    pieces->push_back(WirePiece{std::move(*head), {}, false});
-    head->clear();
-    pieces->push_back(WirePiece{{}, c.data, true});
+    PutChunkDataTail(c.format, c.indices, head);
   }
 }
 
@@ -141,6 +155,14 @@ void CopyChunkData(const ChunkDataView& view, WireReader* in, char* dst) {
   in->Seek(after);
 }
 
+void CopyChunkIndices(const ChunkDataView& view, WireReader* in, char* dst) {
+  if (view.indices_bytes == 0) return;
+  const WireReader::Mark after = in->mark();
+  in->Seek(view.indices);
+  in->Read(dst, view.indices_bytes);  // checked while decoding
+  in->Seek(after);
+}
+
 namespace {
 
 absl::Status Malformed(absl::string_view what, const WireReader& in) {
@@ -169,6 +191,15 @@ absl::Status DecodeChunkData(uint64_t length, WireReader* in,
       view->data = in->mark();
       if (!in->Read(nullptr, n))
         return Malformed("ChunkData.data (truncated)", *in);
+    } else if (field == kChunkFormatField && wire == kVarint) {
+      if (!in->ReadVarint(&view->format))
+        return Malformed("ChunkData.format", *in);
+    } else if (field == kChunkIndicesField && wire == kLengthDelimited) {
+      if (!in->ReadVarint(&n)) return Malformed("ChunkData.indices", *in);
+      view->indices_bytes = n;
+      view->indices = in->mark();
+      if (!in->Read(nullptr, n))
+        return Malformed("ChunkData.indices (truncated)", *in);
     } else if (!in->SkipField(wire)) {
       return Malformed("ChunkData (field)", *in);
     }

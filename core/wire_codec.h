@@ -68,10 +68,14 @@ inline constexpr uint8_t kReplyDuplicatesTag = Tag(2, kVarint);
 inline constexpr uint8_t kReplyStaleTag = Tag(3, kVarint);
 // ChunkData.
 inline constexpr uint32_t kChunkIdField = 1, kChunkVersionField = 2,
-                          kChunkDataField = 3;
+                          kChunkDataField = 3, kChunkFormatField = 4,
+                          kChunkIndicesField = 5;
 inline constexpr uint8_t kChunkIdTag = Tag(kChunkIdField, kVarint);
 inline constexpr uint8_t kChunkVersionTag = Tag(kChunkVersionField, kVarint);
 inline constexpr uint8_t kChunkDataTag = Tag(kChunkDataField, kLengthDelimited);
+inline constexpr uint8_t kChunkFormatTag = Tag(kChunkFormatField, kVarint);
+inline constexpr uint8_t kChunkIndicesTag =
+    Tag(kChunkIndicesField, kLengthDelimited);
 
 // ---------------------------------------------------------------- encoder
 
@@ -84,15 +88,25 @@ void PutBytesField(uint8_t tag, absl::string_view v, std::string* out);
 
 // A ChunkData as element `list_tag` of the enclosing message, up to the
 // first of its `data_bytes` payload bytes (which the caller sends next);
-// with data_bytes == 0 the element is complete (empty bytes stay off).
+// with data_bytes == 0 the element is complete up to its tail (empty bytes
+// stay off). `tail_bytes`: the size of what PutChunkDataTail writes after
+// the payload (0 for a dense FP32 chunk).
 void PutChunkDataHead(uint8_t list_tag, uint64_t chunk_id, uint64_t version,
-                      size_t data_bytes, std::string* out);
+                      size_t data_bytes, std::string* out,
+                      size_t tail_bytes = 0);
+// The fields after the payload: ChunkData.format and .indices (each left
+// off when 0 / empty), and their encoded size.
+void PutChunkDataTail(uint64_t format, absl::string_view indices,
+                      std::string* out);
+size_t ChunkDataTailSize(uint64_t format, absl::string_view indices);
 
-// One ChunkData to encode; `data` is borrowed.
+// One ChunkData to encode; `data` and `indices` are borrowed.
 struct ChunkDataRef {
   uint64_t chunk_id = 0;
   uint64_t version = 0;
   absl::string_view data;
+  uint64_t format = 0;        // WireFormat; 0 (FP32) stays off the wire
+  absl::string_view indices;  // sparse offsets; copied into the head
 };
 
 // A piece of an encoded message: either bytes the encoder wrote (`owned`)
@@ -152,10 +166,15 @@ struct ChunkDataView {
   uint64_t version = 0;
   size_t data_bytes = 0;
   WireReader::Mark data;  // start of the payload (if data_bytes > 0)
+  uint64_t format = 0;    // WireFormat (unchecked)
+  size_t indices_bytes = 0;
+  WireReader::Mark indices;  // start of the offsets (if indices_bytes > 0)
 };
 
 // Copies a view's payload (view.data_bytes bytes) into `dst`.
 void CopyChunkData(const ChunkDataView& view, WireReader* in, char* dst);
+// Copies a view's offsets (view.indices_bytes bytes) into `dst`.
+void CopyChunkIndices(const ChunkDataView& view, WireReader* in, char* dst);
 
 // Reads the whole message in `in`: each element of the repeated ChunkData
 // field `list_field` goes to `visit` in wire order (a non-OK return stops

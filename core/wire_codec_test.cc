@@ -45,6 +45,10 @@ absl::Status DecodeReply(const std::vector<absl::string_view>& pieces,
     std::string data(v.data_bytes, '\0');
     CopyChunkData(v, &in, data.data());
     c->set_data(data);
+    c->set_format(static_cast<WireFormat>(v.format));
+    std::string indices(v.indices_bytes, '\0');
+    CopyChunkIndices(v, &in, indices.data());
+    c->set_indices(indices);
     return absl::OkStatus();
   });
 }
@@ -63,6 +67,13 @@ PushPullRequest SampleRequest() {
     std::string data(sizes[i], '\0');
     for (size_t k = 0; k < data.size(); ++k) data[k] = static_cast<char>(k);
     c->set_data(data);
+    // Chunks in the narrow formats, one of them sparse (the codec does not
+    // check the payloads, only carries them).
+    if (i == 2) c->set_format(BF16);
+    if (i == 3) {
+      c->set_format(FP16);
+      c->set_indices(std::string("\x01\0\0\0\x05\0\0\0", 8));
+    }
   }
   return r;
 }
@@ -78,7 +89,8 @@ TEST(WireCodecTest, EncoderIsByteIdenticalToProtobuf) {
     PutVarintField(kRequestAttemptTag, r.attempt(), &head);
     std::vector<ChunkDataRef> chunks;
     for (const ChunkData& c : r.gradients()) {
-      chunks.push_back({c.chunk_id(), c.version(), c.data()});
+      chunks.push_back({c.chunk_id(), c.version(), c.data(),
+                        static_cast<uint64_t>(c.format()), c.indices()});
     }
     std::vector<WirePiece> pieces;
     EncodeChunkList(kRequestGradientsTag, chunks, copy_below, &head, &pieces);
@@ -121,6 +133,8 @@ TEST(WireCodecTest, DecoderReadsGradientsOfARequest) {
         const ChunkData& c = r.gradients(seen++);
         EXPECT_EQ(v.chunk_id, c.chunk_id());
         EXPECT_EQ(v.data_bytes, c.data().size());
+        EXPECT_EQ(v.format, static_cast<uint64_t>(c.format()));
+        EXPECT_EQ(v.indices_bytes, c.indices().size());
         return absl::OkStatus();
       }).ok());
   EXPECT_EQ(seen, r.gradients_size());

@@ -30,7 +30,13 @@
 //   * SSP(s): as ASP, but PushPull of step t answers once
 //     (t + 1) - (slowest active worker's pushed steps) <= s, and Pull of step
 //     t once t - slowest <= s.
+//   * Wire formats (core/wire_format.h): each pushed chunk is decoded by
+//     its own ChunkData.format (FP32, BF16, FP16) and, when it has indices
+//     (top-k), scattered into zeros; BSP buffers and sums the dense FP32
+//     result as above. Replies carry parameters in the job's
+//     spec.wire.format, FP32 for a chunk whose values do not fit it.
 //   * Bad input (unknown job or chunk, chunk of another shard, wrong size,
+//     unknown format, offsets out of range or not ascending,
 //     NaN/Inf, worker out of range or not active, step from the future, ...)
 //     fails the whole request, naming the field, before any of it is
 //     applied, and is counted under a reason in the stats.
@@ -239,7 +245,8 @@ class Shard {
   //                     the step as the gradient's version);
   //   rejected          keys: unknown_job, worker_out_of_range,
   //                     inactive_worker, unknown_chunk, chunk_not_on_shard,
-  //                     duplicate_chunk, wrong_size, version_ahead,
+  //                     duplicate_chunk, wrong_size, bad_format,
+  //                     bad_indices, version_ahead,
   //                     future_step, non_finite, bad_membership,
   //                     ahead_of_restore (a push/pull past a restored
   //                     version), no_checkpoint_dir (1: the spec asks for

@@ -49,7 +49,8 @@ std::vector<BadPush> BadAddressCases(const RegisterJobRequest& asp) {
             r->mutable_gradients(1)->mutable_data()->resize(1000);
           },
           C::kInvalidArgument,
-          "gradients[1].data: 1000 bytes, chunk 2 of tensor w holds 100 floats",
+          "gradients[1].data: 1000 bytes, expected 400 (100 elements of "
+          "FP32); chunk 2 of tensor w holds 100 floats",
           "wrong_size"),
       Bad(
           "unknown_job", asp, [](auto* r) { r->set_job_id("nope"); },

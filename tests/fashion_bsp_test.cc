@@ -1,6 +1,7 @@
 // 2 psd + 2 workerd processes train the MLP 784-256-128-10 on Fashion-MNIST
 // for one epoch in BSP: test accuracy >= 0.80, and a second run with the same
-// seed on a fresh cluster ends with bitwise-identical parameters.
+// seed on a fresh cluster ends with bitwise-identical parameters. The same
+// holds on a compressed wire (BF16 values, top-k 1% with error feedback).
 #include <filesystem>
 #include <iostream>
 #include <string>
@@ -35,11 +36,18 @@ struct RunResult {
   uint64_t checksum = 0;
 };
 
-void TrainOnce(const std::string& name, RunResult* result) {
+// The job above on a compressed wire.
+constexpr char kCompressedWire[] =
+    "wire { format: BF16 topk_fraction: 0.01 }\n";
+
+void TrainOnce(const std::string& name, RunResult* result,
+               const std::string& extra_fields = "") {
   std::string dir = TestDir(name);
   LocalCluster cluster(dir, LocalClusterOptions{});
   ASSERT_TRUE(cluster.Start().ok());
-  ASSERT_TRUE(WriteFileAtomically(dir + "/job.pbtxt", kJob).ok());
+  ASSERT_TRUE(
+      WriteFileAtomically(dir + "/job.pbtxt", absl::StrCat(kJob, extra_fields))
+          .ok());
   absl::StatusOr<CommandResult> run =
       cluster.Psctl({"submit", dir + "/job.pbtxt", "--wait", "--timeout=400"},
                     absl::Seconds(420));
@@ -76,6 +84,21 @@ TEST(FashionBspTest, OneEpochReachesEightyPercentAndIsBitwiseReproducible) {
   EXPECT_EQ(first.checksum, second.checksum)
       << "same seed, different parameters";
   EXPECT_EQ(first.test_accuracy, second.test_accuracy);
+}
+
+TEST(FashionBspTest, CompressedWireTrainsAndIsBitwiseReproducible) {
+  if (!std::filesystem::exists(std::string(kDataDir) +
+                               "/train-images-idx3-ubyte.gz")) {
+    GTEST_SKIP() << "Fashion-MNIST not installed at " << kDataDir;
+  }
+  RunResult first, second;
+  ASSERT_NO_FATAL_FAILURE(TrainOnce("wire1", &first, kCompressedWire));
+  std::cout << "bf16 top-k 1%: test accuracy " << first.test_accuracy
+            << ", checksum " << first.checksum << std::endl;
+  EXPECT_GE(first.test_accuracy, 0.75);
+  ASSERT_NO_FATAL_FAILURE(TrainOnce("wire2", &second, kCompressedWire));
+  EXPECT_EQ(first.checksum, second.checksum)
+      << "same seed and wire, different parameters";
 }
 
 }  // namespace

@@ -376,6 +376,54 @@ TEST_F(HardeningTest, MalformedRequestsAreRefusedAndChangeNothing) {
          r->mutable_gradients(0)->mutable_data()->resize(6);
        }),
        grpc::INVALID_ARGUMENT, "gradients[0].data"},
+      // Wire formats (proto/ps.proto ChunkData.format / .indices).
+      {"PushPull: unknown wire format number",
+       push_pull([](PushPullRequest* r) {
+         r->mutable_gradients(0)->set_format(static_cast<WireFormat>(9));
+       }),
+       grpc::INVALID_ARGUMENT, "gradients[0].format: 9"},
+      {"PushPull: BF16 chunk with FP32's byte count",
+       push_pull([](PushPullRequest* r) {
+         r->mutable_gradients(0)->set_format(BF16);
+       }),
+       grpc::INVALID_ARGUMENT, "gradients[0].data"},
+      {"PushPull: FP16 Inf", push_pull([&](PushPullRequest* r) {
+         ChunkData* g = r->mutable_gradients(0);
+         g->set_format(FP16);
+         g->mutable_data()->assign(2 * c0.length(), '\0');
+         (*g->mutable_data())[7] = '\x7c';  // element 3 = 0x7c00
+       }),
+       grpc::INVALID_ARGUMENT, "element 3 is Inf"},
+      {"PushPull: sparse offset out of range",
+       push_pull([&](PushPullRequest* r) {
+         ChunkData* g = r->mutable_gradients(0);
+         g->mutable_data()->assign(8, '\0');
+         const uint32_t offsets[2] = {0, static_cast<uint32_t>(c0.length())};
+         g->set_indices(std::string(reinterpret_cast<const char*>(offsets), 8));
+       }),
+       grpc::INVALID_ARGUMENT, "gradients[0].indices: offset"},
+      {"PushPull: sparse offsets not ascending",
+       push_pull([](PushPullRequest* r) {
+         ChunkData* g = r->mutable_gradients(0);
+         g->mutable_data()->assign(8, '\0');
+         const uint32_t offsets[2] = {5, 5};
+         g->set_indices(std::string(reinterpret_cast<const char*>(offsets), 8));
+       }),
+       grpc::INVALID_ARGUMENT, "at entry 1 (byte 4) is not above"},
+      {"PushPull: sparse values for fewer offsets",
+       push_pull([](PushPullRequest* r) {
+         ChunkData* g = r->mutable_gradients(0);
+         g->mutable_data()->assign(4, '\0');
+         const uint32_t offsets[2] = {1, 2};
+         g->set_indices(std::string(reinterpret_cast<const char*>(offsets), 8));
+       }),
+       grpc::INVALID_ARGUMENT, "gradients[0].data: 4 bytes, expected 8"},
+      {"PushPull: partial sparse offset", push_pull([](PushPullRequest* r) {
+         ChunkData* g = r->mutable_gradients(0);
+         g->mutable_data()->assign(4, '\0');
+         g->set_indices(std::string(6, '\0'));
+       }),
+       grpc::INVALID_ARGUMENT, "gradients[0].indices: 6 bytes"},
       {"PushPull: chunk of the other shard", push_pull([&](PushPullRequest* r) {
          *r->mutable_gradients(0) = Gradient(ChunkOn(1));
        }),
@@ -459,6 +507,17 @@ TEST_F(HardeningTest, MalformedRequestsAreRefusedAndChangeNothing) {
              "name: \"t\" num_workers: 1 tensors { name: \"x\" shape: 1 }\n"));
        },
        grpc::INVALID_ARGUMENT, "tensors"},
+      {"SubmitJob: top-k fraction 1.5",
+       [&] {
+         return Submit(
+             mlp("name: \"k\" num_workers: 1 wire { topk_fraction: 1.5 }\n"));
+       },
+       grpc::INVALID_ARGUMENT, "wire.topk_fraction: 1.5 is outside (0, 1]"},
+      {"SubmitJob: unknown wire format number",
+       [&] {
+         return Submit(mlp("name: \"w\" num_workers: 1 wire { format: 12 }\n"));
+       },
+       grpc::INVALID_ARGUMENT, "wire.format: unknown value 12"},
       {"SubmitJob: empty spec", [&] { return Submit(""); },
        grpc::INVALID_ARGUMENT, "name: must be set"},
       // Coordinator: workers and progress

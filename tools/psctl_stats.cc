@@ -57,16 +57,21 @@ ShardAnswers AskShards(const Connection& c,
   return answers;
 }
 
-// One table row: the shard's totals over its jobs.
+// One table row: the shard's totals over its jobs. WIRE_B/STEP: bytes in
+// and out per worker step (summed over jobs); RATIO: dense FP32 bytes over
+// wire bytes, both directions ("-" before any traffic).
 std::string FormatRow(const ShardStats& s, const std::string& address) {
   uint64_t pushes = 0, pulls = 0, in = 0, outb = 0, dup = 0, stale = 0, rej = 0;
-  double p50 = 0, p99 = 0;
+  uint64_t dense = 0;
+  double p50 = 0, p99 = 0, per_step = 0;
   std::vector<std::string> missing;
   for (const JobStats& j : s.job_stats()) {
     pushes += j.pushes();
     pulls += j.pulls();
     in += j.bytes_in();
     outb += j.bytes_out();
+    dense += j.dense_bytes_in() + j.dense_bytes_out();
+    per_step += j.wire_bytes_in_per_step() + j.wire_bytes_out_per_step();
     dup += j.duplicates();
     stale += j.stale_pushes();
     for (const auto& [reason, count] : j.rejected()) rej += count;
@@ -76,21 +81,27 @@ std::string FormatRow(const ShardStats& s, const std::string& address) {
       missing.push_back(absl::StrCat(j.job_id(), ":w", w));
   }
   for (const auto& [reason, count] : s.rejected()) rej += count;
+  const std::string ratio =
+      in + outb == 0
+          ? "-"
+          : absl::StrFormat("%.2f", static_cast<double>(dense) /
+                                        static_cast<double>(in + outb));
   return absl::StrFormat(
       "%-5d %-21s %8.1f %4d %6d %10d %9d %9d %10d %10d %8.1f %8.1f %5d %5d "
-      "%4d %s\n",
+      "%4d %11.0f %6s %s\n",
       s.shard_id(), address, s.uptime_s(), s.jobs(), s.chunks(), s.bytes_held(),
-      pushes, pulls, in, outb, p50, p99, dup, stale, rej,
+      pushes, pulls, in, outb, p50, p99, dup, stale, rej, per_step, ratio,
       missing.empty() ? "-" : absl::StrJoin(missing, ","));
 }
 
 void PrintTable(const ShardAnswers& answers,
                 const std::vector<std::string>& addresses, std::ostream& out) {
   out << absl::StrFormat(
-      "%-5s %-21s %8s %4s %6s %10s %9s %9s %10s %10s %8s %8s %5s %5s %4s %s\n",
+      "%-5s %-21s %8s %4s %6s %10s %9s %9s %10s %10s %8s %8s %5s %5s %4s %11s "
+      "%6s %s\n",
       "SHARD", "ADDRESS", "UPTIME_S", "JOBS", "CHUNKS", "BYTES", "PUSHES",
       "PULLS", "BYTES_IN", "BYTES_OUT", "P50_US", "P99_US", "DUP", "STALE",
-      "REJ", "MISSING");
+      "REJ", "WIRE_B/STEP", "RATIO", "MISSING");
   for (size_t i = 0; i < addresses.size(); ++i) {
     if (answers.status[i].ok())
       out << FormatRow(answers.stats[i], addresses[i]);

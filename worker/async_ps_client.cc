@@ -7,6 +7,8 @@
 #include "absl/time/clock.h"
 #include "common/grpc_status.h"
 #include "common/status_macros.h"
+#include "core/wire_format.h"
+#include "spdlog/spdlog.h"
 #include "worker/shard_wire.h"
 
 namespace ps {
@@ -74,6 +76,11 @@ struct AsyncPsClient::Call {
   std::unique_ptr<grpc::ClientContext> context;
   grpc::ByteBuffer wire_request;  // PushPullRequest, PushRequest, PullRequest
   grpc::ByteBuffer response;
+  // The group's gradient chunks as encoded by EncodeGradients (empty for
+  // dense FP32), and views of them for EncodePush. Kept across retries.
+  std::vector<EncodedChunk> encoded;
+  std::vector<PushPayload> payloads;
+  uint64_t dense_bytes = 0;  // the group's chunks as dense FP32
 };
 
 absl::StatusOr<std::unique_ptr<AsyncPsClient>> AsyncPsClient::Create(
@@ -102,6 +109,13 @@ AsyncPsClient::AsyncPsClient(const PsClientOptions& options,
                    absl::Milliseconds(
                        assignment.spec().consistency().step_deadline_ms()) +
                        kStepDeadlineMargin)) {
+  std::vector<uint64_t> lengths(plan_.chunks().size(), 0);
+  for (const PlannedChunk& c : plan_.chunks()) {
+    if (c.id >= lengths.size()) lengths.resize(c.id + 1, 0);
+    lengths[c.id] = c.length;
+  }
+  encoder_ = std::make_unique<GradientEncoder>(assignment.spec().wire(),
+                                               std::move(lengths));
   const int channels = std::max(1, options.channels_per_shard);
   for (uint32_t s = 0; s < plan_.num_shards(); ++s) {
     addresses_.push_back(assignment.shard_addresses(s));
@@ -137,7 +151,9 @@ AsyncPsClient::~AsyncPsClient() {
 
 PsClientStats AsyncPsClient::stats() const {
   absl::MutexLock lock(&mu_);
-  return stats_;
+  PsClientStats s = stats_;
+  s.wire_fallbacks = encoder_->fallbacks();
+  return s;
 }
 
 absl::Status AsyncPsClient::Validate(const ParamRequest& r) const {
@@ -172,8 +188,12 @@ RequestHandle AsyncPsClient::Start(ParamRequest args) {
     auto call = std::make_unique<Call>();
     call->request = r.get();
     call->group = std::move(g);
+    for (size_t i : call->group.chunks) {
+      call->dense_bytes += plan_.chunks()[i].length * sizeof(float);
+    }
     r->calls.push_back(std::move(call));
   }
+  if (valid.ok() && Pushes(r->args.op)) EncodeGradients(r.get());
   r->status = valid;
   Request* raw = r.get();
   RequestHandle handle;
@@ -188,6 +208,31 @@ RequestHandle AsyncPsClient::Start(ParamRequest args) {
   }
   Wake();
   return handle;
+}
+
+void AsyncPsClient::EncodeGradients(Request* r) {
+  if (encoder_->passthrough()) return;
+  const uint64_t before = encoder_->fallbacks();
+  for (auto& call : r->calls) {
+    const std::vector<size_t>& chunks = call->group.chunks;
+    call->encoded.resize(chunks.size());
+    call->payloads.resize(chunks.size());
+    for (size_t j = 0; j < chunks.size(); ++j) {
+      const PlannedChunk& c = plan_.chunks()[chunks[j]];
+      EncodedChunk& e = call->encoded[j];
+      encoder_->Encode(c.id, r->args.gradient.subspan(c.flat_offset, c.length),
+                       &e);
+      call->payloads[j] = PushPayload{e.format, e.data, e.indices};
+    }
+  }
+  if (encoder_->fallbacks() > before &&
+      !fallback_logged_.exchange(true, std::memory_order_relaxed)) {
+    spdlog::warn(
+        "job {}: a gradient holds a value beyond the wire format's range; "
+        "such chunks are sent as FP32 (PsClientStats.wire_fallbacks counts "
+        "them)",
+        job_id_);
+  }
 }
 
 void AsyncPsClient::Enqueue(Request* r) {
@@ -245,9 +290,11 @@ void AsyncPsClient::Encode(Call* call) {
     return;
   }
   int borrowed = 0;
+  // Dense FP32 borrows the gradient; other formats the call's buffers.
   grpc::ByteBuffer request =
       EncodePush(head, plan_, call->group, versions_, args.gradient.data(),
-                 &AsyncPsClient::ReleaseBorrowed, call->request, &borrowed);
+                 &AsyncPsClient::ReleaseBorrowed, call->request, &borrowed,
+                 call->payloads);
   {
     absl::MutexLock lock(&borrow_mu_);
     call->request->borrowed += borrowed;
@@ -269,6 +316,7 @@ void AsyncPsClient::Issue(Call* call) {
   stats_.requests++;
   if (call->attempt > 1) stats_.retries++;
   stats_.bytes_sent += call->wire_request.Length();
+  if (Pushes(op)) stats_.dense_bytes_sent += call->dense_bytes;
   call->response.Clear();
   const char* method = op == ParamOp::kPull   ? kPullMethod
                        : op == ParamOp::kPush ? kPushMethod
@@ -296,6 +344,7 @@ void AsyncPsClient::OnDone(Call* call, grpc::Status grpc_status) {
   inflight_[shard]--;
   bool dispatcher_work = false;
   stats_.bytes_received += reply.data_bytes;
+  stats_.dense_bytes_received += reply.dense_bytes;
   if (status.ok()) {
     for (const auto& [id, version] : reply.versions) versions_[id] = version;
     EndCall(call, status);

@@ -29,12 +29,15 @@
 //
 // Borrowed buffers: `gradient` and `params` are the model's flat vectors
 // (num_parameters() floats); a request reads gradient[r] and writes
-// params[r] only for the ranges r of its tensor. The push payload goes to
-// gRPC as slices pointing into `gradient` (zero copy). Both must stay valid
-// and `gradient` unchanged until the request is over: its callback ran or
-// Wait returned its final status; Cancel does not end the borrow earlier.
-// A request is over only once gRPC released every slice of the gradient.
-// Concurrent requests may share the vectors if their tensors differ.
+// params[r] only for the ranges r of its tensor. In the default wire
+// format (dense FP32) the push payload goes to gRPC as slices pointing into
+// `gradient` (zero copy); in BF16/FP16 or with top-k (the job's WireSpec)
+// Start encodes the gradient into buffers the request owns (GradientEncoder,
+// which keeps the top-k residuals) and gRPC's slices point into those. Both
+// must stay valid and `gradient` unchanged until the request is over: its
+// callback ran or Wait returned its final status; Cancel does not end the
+// borrow earlier. A request is over only once gRPC released every slice of the
+// gradient. Concurrent requests may share the vectors if their tensors differ.
 //
 // Life of a request (each of its per-shard calls):
 //
@@ -49,6 +52,7 @@
 #ifndef WORKER_ASYNC_PS_CLIENT_H_
 #define WORKER_ASYNC_PS_CLIENT_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -67,6 +71,7 @@
 #include "common/security.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "proto/coordinator.pb.h"
+#include "worker/gradient_encoder.h"
 #include "worker/request_plan.h"
 
 namespace ps {
@@ -96,6 +101,13 @@ struct PsClientStats {
   uint64_t retries = 0;
   uint64_t bytes_sent = 0;
   uint64_t bytes_received = 0;
+  // The gradient and parameter payloads as dense FP32 (what bytes_sent and
+  // bytes_received would hold, roughly, in the default wire format).
+  uint64_t dense_bytes_sent = 0;
+  uint64_t dense_bytes_received = 0;
+  // Gradient chunks sent as FP32 because a value did not fit the job's
+  // narrow wire format (logged once).
+  uint64_t wire_fallbacks = 0;
 };
 
 enum class ParamOp {
@@ -171,6 +183,9 @@ class AsyncPsClient {
                 const Security* security, RequestPlan plan);
 
   absl::Status Validate(const ParamRequest& r) const;
+  // Encodes the gradient of each call of `r` for the wire (not for dense
+  // FP32). Runs in Start, outside mu_.
+  void EncodeGradients(Request* r);
   // Queues the calls of `r`; puts one that cannot start on ended_.
   void Enqueue(Request* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Issues queued calls while their shard has room.
@@ -212,6 +227,9 @@ class AsyncPsClient {
   std::vector<std::string> addresses_;  // by shard
   // [shard][channel]; generic stubs carry the hand-encoded messages.
   std::vector<std::vector<std::unique_ptr<grpc::GenericStub>>> stubs_;
+  // The job's wire format and the top-k residuals (thread-safe).
+  std::unique_ptr<GradientEncoder> encoder_;
+  std::atomic<bool> fallback_logged_{false};
 
   mutable absl::Mutex mu_;
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;

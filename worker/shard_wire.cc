@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/wire_codec.h"
+#include "core/wire_format.h"
 #include "proto/ps.pb.h"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
@@ -39,7 +40,8 @@ grpc::ByteBuffer EncodePush(const RequestHead& head, const RequestPlan& plan,
                             const RequestGroup& group,
                             absl::Span<const uint64_t> versions,
                             const float* gradient, void (*release)(void*),
-                            void* release_arg, int* borrowed) {
+                            void* release_arg, int* borrowed,
+                            absl::Span<const PushPayload> payloads) {
   std::string fields;
   PutBytesField(kRequestJobIdTag, head.job_id, &fields);
   PutVarintField(kRequestWorkerTag, head.worker, &fields);
@@ -47,12 +49,21 @@ grpc::ByteBuffer EncodePush(const RequestHead& head, const RequestPlan& plan,
   PutVarintField(kRequestAttemptTag, head.attempt, &fields);
   std::vector<ChunkDataRef> refs;
   refs.reserve(group.chunks.size());
-  for (size_t i : group.chunks) {
-    const PlannedChunk& c = plan.chunks()[i];
-    refs.push_back({c.id, versions[c.id],
+  for (size_t j = 0; j < group.chunks.size(); ++j) {
+    const PlannedChunk& c = plan.chunks()[group.chunks[j]];
+    if (!payloads.empty()) {
+      const PushPayload& p = payloads[j];
+      refs.push_back({c.id, versions[c.id], p.data,
+                      static_cast<uint64_t>(p.format), p.indices});
+      continue;
+    }
+    refs.push_back({c.id,
+                    versions[c.id],
                     absl::string_view(
                         reinterpret_cast<const char*>(gradient + c.flat_offset),
-                        c.length * sizeof(float))});
+                        c.length * sizeof(float)),
+                    0,
+                    {}});
   }
   std::vector<WirePiece> pieces;
   EncodeChunkList(kRequestGradientsTag, refs, /*copy_below=*/0, &fields,
@@ -104,15 +115,34 @@ absl::Status DecodeReply(const grpc::ByteBuffer& reply, const RequestPlan& plan,
               absl::StrCat("more than the ", expected, " chunks asked for"));
         }
         const PlannedChunk& c = plan.chunks()[group.chunks[next]];
-        const size_t bytes = c.length * sizeof(float);
+        if (!IsKnownWireFormat(static_cast<int>(v.format)) ||
+            v.indices_bytes != 0) {
+          return lost(absl::StrCat("chunk ", v.chunk_id, " in format ",
+                                   WireFormatName(static_cast<int>(v.format)),
+                                   v.indices_bytes != 0 ? ", sparse" : "",
+                                   "; parameters come dense in FP32, BF16 "
+                                   "or FP16"));
+        }
+        const int format = static_cast<int>(v.format);
+        const size_t bytes = c.length * ElementBytes(format);
         if (v.chunk_id != c.id || v.data_bytes != bytes) {
           return lost(absl::StrCat("chunk ", v.chunk_id, " with ", v.data_bytes,
                                    " bytes; expected chunk ", c.id, " with ",
-                                   bytes));
+                                   bytes, " (", WireFormatName(format), ")"));
         }
-        CopyChunkData(v, &in, reinterpret_cast<char*>(params + c.flat_offset));
+        float* dst = params + c.flat_offset;
+        if (ElementBytes(format) == sizeof(float)) {
+          CopyChunkData(v, &in, reinterpret_cast<char*>(dst));
+        } else {
+          // The 16-bit values into a scratch buffer, widened from there.
+          static thread_local std::string scratch;
+          scratch.resize(v.data_bytes);
+          CopyChunkData(v, &in, scratch.data());
+          DecodePayload(format, scratch, "", absl::MakeSpan(dst, c.length));
+        }
         out->versions.emplace_back(c.id, v.version);
         out->data_bytes += v.data_bytes;
+        out->dense_bytes += c.length * sizeof(float);
         ++next;
         mismatch = false;
         return absl::OkStatus();

@@ -23,6 +23,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "grpcpp/support/byte_buffer.h"
+#include "proto/job.pb.h"
 #include "worker/request_plan.h"
 
 namespace ps {
@@ -44,25 +45,39 @@ std::string Flatten(const grpc::ByteBuffer& b);
 grpc::ByteBuffer EncodePull(const RequestHead& head, const RequestPlan& plan,
                             const RequestGroup& group);
 
+// One chunk's gradient as encoded for the wire (GradientEncoder); the
+// strings are borrowed.
+struct PushPayload {
+  WireFormat format = WIRE_FORMAT_UNSPECIFIED;
+  absl::string_view data;
+  absl::string_view indices;
+};
+
 // A PushPullRequest (or PushRequest) with the group's chunks of the flat
-// `gradient`, each chunk's version from `versions` (by chunk id). Payload
-// slices point into `gradient`; gRPC calls release(release_arg) once per
-// slice when it drops it; `*borrowed` is their number.
+// `gradient`, each chunk's version from `versions` (by chunk id). With
+// `payloads` empty, each chunk goes dense in FP32 and its payload slice
+// points into `gradient`; otherwise payloads[j] is the group's chunk j
+// (its data slice points into that buffer, its indices are copied). gRPC
+// calls release(release_arg) once per borrowing slice when it drops it;
+// `*borrowed` is their number.
 grpc::ByteBuffer EncodePush(const RequestHead& head, const RequestPlan& plan,
                             const RequestGroup& group,
                             absl::Span<const uint64_t> versions,
                             const float* gradient, void (*release)(void*),
-                            void* release_arg, int* borrowed);
+                            void* release_arg, int* borrowed,
+                            absl::Span<const PushPayload> payloads = {});
 
 struct DecodedReply {
-  uint64_t data_bytes = 0;
+  uint64_t data_bytes = 0;   // data bytes received
+  uint64_t dense_bytes = 0;  // the same in dense FP32
   std::vector<std::pair<uint32_t, uint64_t>> versions;  // (chunk id, version)
 };
 
 // Checks a PushPullResponse / PullResponse (has_chunks) or a PushResponse
-// (no chunks) against the group and copies each chunk's values into the
-// flat `params`. A reply that does not match or parse is kDataLoss
-// ("shard S returned ...").
+// (no chunks) against the group and copies each chunk's values, decoded
+// by its own ChunkData.format, into the flat `params` (parameters are
+// always dense). A reply that does not match or parse, or names an
+// unknown format, is kDataLoss ("shard S returned ...").
 absl::Status DecodeReply(const grpc::ByteBuffer& reply, const RequestPlan& plan,
                          const RequestGroup& group, bool has_chunks,
                          float* params, DecodedReply* out);

@@ -4,6 +4,7 @@
 #include "worker/shard_wire.h"
 
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -128,6 +129,84 @@ TEST(ShardWireTest, RepliesLandInTheirChunks) {
   EXPECT_TRUE(DecodeReply(Buffer(push_reply.SerializeAsString(), 1), plan,
                           group, false, nullptr, &got)
                   .ok());
+}
+
+TEST(ShardWireTest, EncodedPushesAreByteIdenticalToProtobuf) {
+  const RequestPlan plan = Plan();
+  const RequestGroup& group = plan.model_groups()[1];  // shard 1: 0, 2
+  const std::vector<uint64_t> versions = {9, 0, 7};
+  const std::string bf16("\x80\x3f\x00\x40\x40\x40", 6);  // 1, 2, 3
+  const std::string sparse_data("\x00\x3c", 2);           // FP16 1.0
+  const std::string sparse_offsets("\x03\0\0\0", 4);      // offset 3
+  const std::vector<PushPayload> payloads = {
+      {BF16, bf16, ""}, {FP16, sparse_data, sparse_offsets}};
+  RequestHead head;
+  head.job_id = "j";
+  head.step = 4;
+  released = 0;
+  int borrowed = 0;
+  {
+    grpc::ByteBuffer push = EncodePush(head, plan, group, versions, nullptr,
+                                       &Release, nullptr, &borrowed, payloads);
+    PushPullRequest expected;
+    expected.set_job_id("j");
+    expected.set_step(4);
+    ChunkData* c = expected.add_gradients();
+    c->set_version(9);
+    c->set_data(bf16);
+    c->set_format(BF16);
+    c = expected.add_gradients();
+    c->set_chunk_id(2);
+    c->set_version(7);
+    c->set_data(sparse_data);
+    c->set_format(FP16);
+    c->set_indices(sparse_offsets);
+    EXPECT_EQ(Flatten(push), expected.SerializeAsString());
+    EXPECT_EQ(borrowed, 2);
+  }
+  EXPECT_EQ(released, 2);
+}
+
+TEST(ShardWireTest, NarrowRepliesAreDecodedByTheirOwnFormat) {
+  const RequestPlan plan = Plan();
+  const RequestGroup& group = plan.model_groups()[1];
+  PullResponse reply;
+  ChunkData* c = reply.add_parameters();
+  c->set_format(FP16);
+  c->set_data(std::string("\x00\x3c\x00\xc0\x00\x38", 6));  // 1 -2 .5
+  c = reply.add_parameters();
+  c->set_chunk_id(2);
+  const std::vector<float> fp32 = {70000, 5, 6, 7};  // an FP16 fallback
+  c->set_data(Bytes(fp32.data(), 4));
+  std::vector<float> params(7, 0.0f);
+  DecodedReply got;
+  absl::Status s = DecodeReply(Buffer(reply.SerializeAsString(), 3), plan,
+                               group, true, params.data(), &got);
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(params, (std::vector<float>{1, -2, 0.5f, 70000, 5, 6, 7}));
+  EXPECT_EQ(got.data_bytes, 22u);
+  EXPECT_EQ(got.dense_bytes, 28u);
+
+  PullResponse bad = reply;
+  bad.mutable_parameters(0)->set_format(static_cast<WireFormat>(5));
+  PullResponse sparse = reply;
+  sparse.mutable_parameters(0)->set_indices(std::string(4, '\0'));
+  PullResponse short_bf16 = reply;
+  short_bf16.mutable_parameters(0)->set_format(BF16);
+  short_bf16.mutable_parameters(0)->mutable_data()->resize(4);
+  for (const auto& [name, msg, error] :
+       std::vector<std::tuple<std::string, PullResponse, std::string>>{
+           {"unknown format", bad, "chunk 0 in format 5"},
+           {"sparse parameters", sparse, "in format FP16, sparse"},
+           {"short", short_bf16,
+            "chunk 0 with 4 bytes; expected chunk 0 with 6 (BF16)"}}) {
+    SCOPED_TRACE(name);
+    DecodedReply ignored;
+    s = DecodeReply(Buffer(msg.SerializeAsString(), 3), plan, group, true,
+                    params.data(), &ignored);
+    EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
+    EXPECT_THAT(std::string(s.message()), HasSubstr(error));
+  }
 }
 
 TEST(ShardWireTest, RefusesRepliesThatDoNotMatch) {

@@ -225,6 +225,20 @@ void CheckOptimizer(const OptimizerSpec& o, Problems& p) {
   CheckAdaptiveFields(o, p);
 }
 
+// wire.format: a WireFormat value (UNSPECIFIED = the default);
+// wire.topk_fraction, when set: in (0, 1].
+void CheckWire(const WireSpec& w, Problems& p) {
+  if (!WireFormat_IsValid(w.format())) {
+    p.Add("wire.format",
+          absl::StrFormat("unknown value %d (FP32, BF16, FP16)", w.format()));
+  }
+  if (w.has_topk_fraction() &&
+      !(w.topk_fraction() > 0 && w.topk_fraction() <= 1)) {
+    p.Add("wire.topk_fraction",
+          absl::StrFormat("%g is outside (0, 1]", w.topk_fraction()));
+  }
+}
+
 void CheckConsistency(const JobSpec& spec, Problems& p) {
   const ConsistencySpec& c = spec.consistency();
   const ConsistencyMode mode = c.mode();
@@ -363,6 +377,7 @@ std::vector<std::string> ValidateJobSpec(const JobSpec& spec,
   CheckModel(spec, ctx, p);
   CheckOptimizer(spec.optimizer(), p);
   CheckConsistency(spec, p);
+  CheckWire(spec.wire(), p);
   if (spec.num_workers() == 0 || spec.num_workers() > kMaxNumWorkers) {
     p.Add("num_workers", absl::StrFormat("must be in [1, %d], got %d",
                                          kMaxNumWorkers, spec.num_workers()));
@@ -397,6 +412,13 @@ JobSpec ApplyJobDefaults(const JobSpec& spec) {
   if (out.on_worker_failure() == WORKER_FAILURE_UNSPECIFIED) {
     out.set_on_worker_failure(FAIL);
   }
+  WireSpec* w = out.mutable_wire();
+  if (w->format() == WIRE_FORMAT_UNSPECIFIED) {
+    WireFormat format = FP32;
+    WireFormat_Parse(kDefaultWireFormat, &format);
+    w->set_format(format);
+  }
+  if (!w->has_topk_fraction()) w->set_topk_fraction(kDefaultTopkFraction);
   OptimizerSpec* o = out.mutable_optimizer();
   if (o->kind() == ADAM || o->kind() == ADAMW) {
     if (!o->has_beta1()) o->set_beta1(kDefaultAdamBeta1);

@@ -77,6 +77,7 @@ TEST(ValidateJobSpecTest, ValidSpecsHaveNoProblems) {
     eval_every: 4000000000
     checkpoint { every_steps: 100 every_seconds: 3600 }
     on_worker_failure: SHRINK
+    wire { format: FP16 topk_fraction: 1 }
   )pb");
   EXPECT_THAT(ValidateJobSpec(adam, Context()), IsEmpty());
 }
@@ -288,6 +289,23 @@ INSTANTIATE_TEST_SUITE_P(
            s.set_on_worker_failure(static_cast<WorkerFailurePolicy>(9));
          },
          {"on_worker_failure: unknown value 9"}},
+        {"WireFormatUnknownValue",
+         [](JobSpec& s) {
+           s.mutable_wire()->set_format(static_cast<WireFormat>(7));
+         },
+         {"wire.format: unknown value 7 (FP32, BF16, FP16)"}},
+        {"TopkFractionAboveOne",
+         [](JobSpec& s) { s.mutable_wire()->set_topk_fraction(1.5f); },
+         {"wire.topk_fraction: 1.5 is outside (0, 1]"}},
+        {"TopkFractionZero",
+         [](JobSpec& s) { s.mutable_wire()->set_topk_fraction(0); },
+         {"wire.topk_fraction: 0 is outside (0, 1]"}},
+        {"TopkFractionNegative",
+         [](JobSpec& s) { s.mutable_wire()->set_topk_fraction(-0.01f); },
+         {"wire.topk_fraction: -0.01 is outside (0, 1]"}},
+        {"TopkFractionNaN",
+         [](JobSpec& s) { s.mutable_wire()->set_topk_fraction(kNaN); },
+         {"wire.topk_fraction: nan is outside (0, 1]"}},
         {"UserSuppliedTensors",
          [](JobSpec& s) { s.add_tensors()->set_name("fc0/w"); },
          {"tensors: derived from model; must be empty, got 1"}},
@@ -351,6 +369,8 @@ TEST(NormalizeJobSpecTest, FillsDefaultsAndTensors) {
   EXPECT_EQ(spec->consistency().step_deadline_ms(), 60000u);
   EXPECT_EQ(spec->on_worker_failure(), FAIL);
   EXPECT_EQ(spec->tensors_size(), 6);
+  EXPECT_EQ(spec->wire().format(), FP32);
+  EXPECT_FLOAT_EQ(spec->wire().topk_fraction(), 1.0f);
   // SGD gets no Adam defaults.
   EXPECT_FALSE(spec->optimizer().has_beta1());
   EXPECT_FALSE(spec->optimizer().has_epsilon());
@@ -364,8 +384,12 @@ TEST(NormalizeJobSpecTest, KeepsExplicitValues) {
   in.set_partition_bytes(65536);
   in.mutable_consistency()->set_step_deadline_ms(5000);
   in.set_on_worker_failure(SHRINK);
+  in.mutable_wire()->set_format(BF16);
+  in.mutable_wire()->set_topk_fraction(0.01f);
   absl::StatusOr<JobSpec> spec = NormalizeJobSpec(in, Context());
   ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->wire().format(), BF16);
+  EXPECT_FLOAT_EQ(spec->wire().topk_fraction(), 0.01f);
   EXPECT_EQ(spec->partition_bytes(), 65536u);
   EXPECT_EQ(spec->consistency().step_deadline_ms(), 5000u);
   EXPECT_EQ(spec->on_worker_failure(), SHRINK);

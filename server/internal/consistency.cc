@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/float_bytes.h"
+#include "core/wire_format.h"
 #include "server/internal/waits.h"
 #include "server/optimizer.h"
 
@@ -23,6 +24,11 @@ uint64_t NowNanos() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
              std::chrono::steady_clock::now().time_since_epoch())
       .count();
+}
+
+// Dense FP32: the payload is the floats themselves (no decoding).
+bool IsPlainFp32(const ChunkData& g) {
+  return g.indices().empty() && Resolved(g.format()) == FP32;
 }
 
 // A push's outcome over its chunks so far.
@@ -62,14 +68,20 @@ void BufferBspGradient(Job& job, Chunk& c, uint32_t worker, uint64_t step,
     return;
   }
   std::string& buf = s.gradients[worker];
-  if (take != nullptr) {
+  if (!IsPlainFp32(g)) {
+    // Decoded (sparse: scattered into zeros) into a dense FP32 buffer, so
+    // the rank-order sum below is the same whatever the format.
+    buf.resize(c.length * sizeof(float));
+    DecodePayload(g.format(), g.data(), g.indices(), AsFloats(buf));
+  } else if (take != nullptr) {
     // The request's buffer becomes this step's gradient, and the previous
     // step's buffer goes back to the request for reuse.
     buf.swap(*take->mutable_data());
+    ToNativeFloats(&buf);
   } else {
     buf.assign(g.data());
+    ToNativeFloats(&buf);
   }
-  ToNativeFloats(&buf);
   s.pushed[worker] = 1;
   ++tally->accepted;
   if (ApplyStepIfReady(job, c, ready)) advanced->push_back(&c);
@@ -95,8 +107,16 @@ void ApplyAspGradient(Job& job, Chunk& c, uint32_t worker, uint64_t step,
       s.version >= g.version() ? s.version - g.version() : 0;
   tally->max_staleness = std::max(tally->max_staleness, staleness);
   job.counters.staleness.Record(staleness);
-  // Straight from the request's bytes (a copy only on big-endian hosts).
-  const float* grad = NativeFloats(g.data(), &scratch);
+  // Straight from the request's bytes (a copy only on big-endian hosts),
+  // or decoded from the narrow or sparse format.
+  const float* grad = nullptr;
+  if (IsPlainFp32(g)) {
+    grad = NativeFloats(g.data(), &scratch);
+  } else {
+    scratch.resize(c.length);
+    DecodePayload(g.format(), g.data(), g.indices(), absl::MakeSpan(scratch));
+    grad = scratch.data();
+  }
   const uint64_t t0 = NowNanos();
   job.optimizer->Apply(absl::MakeSpan(s.values), grad, 1.0f, &s.optimizer);
   job.counters.apply_ns.Record(NowNanos() - t0);
@@ -108,8 +128,11 @@ void ApplyAspGradient(Job& job, Chunk& c, uint32_t worker, uint64_t step,
 
 // Adds a push's outcome to the job's and the worker's counters.
 void RecordPush(Job& job, uint32_t worker, uint64_t step,
-                const PushTally& tally, uint64_t bytes) {
+                const PushTally& tally, uint64_t bytes, uint64_t dense_bytes,
+                uint64_t fallbacks) {
   JobCounters& jc = job.counters;
+  jc.dense_bytes_in.fetch_add(dense_bytes, std::memory_order_relaxed);
+  jc.wire_fallbacks.fetch_add(fallbacks, std::memory_order_relaxed);
   jc.pushes.fetch_add(tally.accepted, std::memory_order_relaxed);
   jc.duplicates.fetch_add(tally.counts.duplicates, std::memory_order_relaxed);
   jc.stale.fetch_add(tally.counts.stale, std::memory_order_relaxed);
@@ -137,12 +160,16 @@ PushCounts ApplyPush(Job& job, const PushArgs& push, ChunkDataList* take,
                      std::vector<Chunk*>* advanced) {
   const std::vector<Chunk*>& chunks = *push.chunks;
   PushTally tally;
-  uint64_t bytes = 0;
+  uint64_t bytes = 0, dense_bytes = 0, fallbacks = 0;
+  const bool narrow = Resolved(job.wire_format) != FP32;
   for (size_t i = 0; i < chunks.size(); ++i) {
     Chunk& c = *chunks[i];
     const int index = static_cast<int>(i);
     const ChunkData& g = (*push.gradients)[index];
-    bytes += g.data().size();
+    bytes += g.data().size() + g.indices().size();
+    dense_bytes += c.length * sizeof(float);
+    // A narrow-format job's worker sends FP32 only when a value did not fit.
+    fallbacks += narrow && Resolved(g.format()) == FP32;
     absl::MutexLock l(&c.mu);
     if (job.mode == BSP) {
       ChunkData* mine = take != nullptr ? take->Mutable(index) : nullptr;
@@ -153,7 +180,7 @@ PushCounts ApplyPush(Job& job, const PushArgs& push, ChunkDataList* take,
                        advanced);
     }
   }
-  RecordPush(job, push.worker, push.step, tally, bytes);
+  RecordPush(job, push.worker, push.step, tally, bytes, dense_bytes, fallbacks);
   if (job.mode == SSP) AdvanceClock(job, push.worker, push.step, ready);
   return tally.counts;
 }

@@ -102,6 +102,9 @@ struct Chunk {
   // a reply holds it; rewritten in place only when nothing else does.
   std::shared_ptr<std::string> encoded ABSL_GUARDED_BY(mu);
   uint64_t encoded_version ABSL_GUARDED_BY(mu) = 0;
+  // The ChunkData.format of `encoded`: the job's wire format, or FP32 (0)
+  // when the values did not fit it.
+  WireFormat encoded_format ABSL_GUARDED_BY(mu) = WIRE_FORMAT_UNSPECIFIED;
   // Guarded by the job's CheckpointSchedule::mu: the checkpoint step this
   // chunk was last counted as having reached (see checkpointer.cc).
   uint64_t counted_for = UINT64_MAX;
@@ -127,8 +130,14 @@ struct WorkerCounters {
 struct JobCounters {
   std::atomic<uint64_t> pushes{0};
   std::atomic<uint64_t> pulls{0};
-  std::atomic<uint64_t> bytes_in{0};
+  std::atomic<uint64_t> bytes_in{0};  // ChunkData data + indices
   std::atomic<uint64_t> bytes_out{0};
+  std::atomic<uint64_t> dense_bytes_in{0};  // the same as dense FP32
+  std::atomic<uint64_t> dense_bytes_out{0};
+  // Chunks that travelled as FP32 because a value did not fit the job's
+  // wire format; `fallback_logged` once the first one was logged.
+  std::atomic<uint64_t> wire_fallbacks{0};
+  std::atomic<bool> fallback_logged{false};
   std::atomic<uint64_t> duplicates{0};
   std::atomic<uint64_t> stale{0};
   std::atomic<uint64_t> applies{0};
@@ -194,6 +203,9 @@ class Job {
   uint32_t staleness_bound = 0;
   uint32_t backup_workers = 0;
   uint32_t deadline_ms = kDefaultStepDeadlineMs;
+  // Parameters are sent in this format (spec.wire.format; UNSPECIFIED and
+  // FP32 alike mean FP32). Pushed gradients say their own.
+  WireFormat wire_format = WIRE_FORMAT_UNSPECIFIED;
   std::unique_ptr<const Optimizer> optimizer;
   std::vector<std::unique_ptr<Chunk>> chunks;  // this shard's chunks
   std::vector<int32_t> local;  // chunk_id -> index in `chunks`, -1 = elsewhere

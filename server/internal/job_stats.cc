@@ -66,6 +66,31 @@ void AddCounters(const Job& job, JobStats* js) {
   js->set_checkpoints(jc.checkpoints.load(std::memory_order_relaxed));
 }
 
+// Wire bytes, their dense FP32 equivalent, per step and the ratio.
+void AddWireCounters(const Job& job, JobStats* js) {
+  const JobCounters& jc = job.counters;
+  const uint64_t in = jc.bytes_in.load(std::memory_order_relaxed);
+  const uint64_t out = jc.bytes_out.load(std::memory_order_relaxed);
+  const uint64_t dense_in = jc.dense_bytes_in.load(std::memory_order_relaxed);
+  const uint64_t dense_out = jc.dense_bytes_out.load(std::memory_order_relaxed);
+  js->set_dense_bytes_in(dense_in);
+  js->set_dense_bytes_out(dense_out);
+  uint64_t steps = 0;  // worker steps pushed, summed over the workers
+  for (uint32_t r = 0; r < job.num_workers; ++r) {
+    steps += jc.workers[r].Steps();
+  }
+  if (steps > 0) {
+    js->set_wire_bytes_in_per_step(static_cast<double>(in) / steps);
+    js->set_wire_bytes_out_per_step(static_cast<double>(out) / steps);
+  }
+  if (in > 0) js->set_compression_ratio_in(static_cast<double>(dense_in) / in);
+  if (out > 0) {
+    js->set_compression_ratio_out(static_cast<double>(dense_out) / out);
+  }
+  js->set_wire_fallback_chunks(
+      jc.wire_fallbacks.load(std::memory_order_relaxed));
+}
+
 }  // namespace
 
 void FillJobStats(const Job& job, JobStats* js) {
@@ -89,6 +114,7 @@ void FillJobStats(const Job& job, JobStats* js) {
   }
   AddWorkers(job, active, js);
   AddCounters(job, js);
+  AddWireCounters(job, js);
   js->set_restored_from_step(job.restored_from_step);
 }
 

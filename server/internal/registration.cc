@@ -8,6 +8,7 @@
 #include "common/status_macros.h"
 #include "core/chunking.h"
 #include "core/init.h"
+#include "core/wire_format.h"
 #include "google/protobuf/util/message_differencer.h"
 
 namespace ps {
@@ -154,6 +155,12 @@ absl::StatusOr<std::shared_ptr<Job>> NewJob(const RegisterJobRequest& req,
   if (!opt.ok()) return Prefixed("spec.", opt.status());
   job->optimizer = *std::move(opt);
   PS_RETURN_IF_ERROR(ApplyConsistency(req.spec().consistency(), *job));
+  job->wire_format = req.spec().wire().format();
+  if (!IsKnownWireFormat(job->wire_format)) {
+    return Invalid("spec.wire.format",
+                   absl::StrCat(static_cast<int>(job->wire_format),
+                                " is not a known wire format"));
+  }
   if (absl::Status st = ValidateTensors(req.spec()); !st.ok()) {
     return Prefixed("spec.", st);
   }

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "core/float_bytes.h"
+#include "core/wire_format.h"
 #include "server/internal/reasons.h"
 
 namespace ps {
@@ -60,11 +61,17 @@ absl::StatusOr<Chunk*> TargetChunk(Job& job, uint32_t shard_id, uint32_t id,
 absl::Status CheckGradient(Job& job, uint32_t shard_id, uint64_t step, int i,
                            const ChunkData& g, const Chunk& c) {
   const std::string field = absl::StrCat("gradients[", i, "]");
-  if (g.data().size() != c.length * sizeof(float)) {
-    return Reject(job, kWrongSize,
-                  absl::InvalidArgumentError(absl::StrCat(
-                      field, ".data: ", g.data().size(), " bytes, ",
-                      ChunkName(c.placement), " holds ", c.length, " floats")));
+  PayloadProblem problem;
+  if (absl::Status st = CheckPayload(g.format(), g.data(), g.indices(),
+                                     c.length, field, &problem);
+      !st.ok()) {
+    const char* reason = problem == PayloadProblem::kFormat ? kBadFormat
+                         : problem == PayloadProblem::kSize ? kWrongSize
+                                                            : kBadIndices;
+    return Reject(job, reason,
+                  absl::InvalidArgumentError(
+                      absl::StrCat(st.message(), "; ", ChunkName(c.placement),
+                                   " holds ", c.length, " floats")));
   }
   const uint64_t version = c.version.load(std::memory_order_acquire);
   if (job.restored && job.mode == BSP &&
@@ -102,17 +109,20 @@ absl::Status CheckGradient(Job& job, uint32_t shard_id, uint64_t step, int i,
 absl::Status CheckFinite(Job& job, const ChunkDataList& gradients,
                          const std::vector<Chunk*>& chunks) {
   for (int i = 0; i < gradients.size(); ++i) {
-    const std::string& data = gradients[i].data();
-    const int64_t at = FirstNonFinite(data);
+    const ChunkData& g = gradients[i];
+    const int64_t at = FirstNonFiniteValue(g.format(), g.data());
     if (at < 0) continue;
-    float x;
-    DecodeFloats(absl::string_view(data.data() + 4 * at, 4),
-                 absl::MakeSpan(&x, 1));
+    const float x = ValueAt(g.format(), g.data(), static_cast<size_t>(at));
+    // Sparse: name the chunk offset too.
+    const std::string offset =
+        g.indices().empty()
+            ? ""
+            : absl::StrCat(" (offset ", OffsetAt(g.indices(), at), ")");
     return Reject(job, kNonFinite,
-                  absl::InvalidArgumentError(
-                      absl::StrCat("gradients[", i, "].data: element ", at,
-                                   " is ", std::isnan(x) ? "NaN" : "Inf", " (",
-                                   ChunkName(chunks[i]->placement), ")")));
+                  absl::InvalidArgumentError(absl::StrCat(
+                      "gradients[", i, "].data: element ", at, offset, " is ",
+                      std::isnan(x) ? "NaN" : "Inf", " (",
+                      ChunkName(chunks[i]->placement), ")")));
   }
   return absl::OkStatus();
 }

@@ -6,6 +6,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/float_bytes.h"
+#include "core/wire_format.h"
+#include "spdlog/spdlog.h"
 
 namespace ps {
 namespace internal {
@@ -24,40 +26,60 @@ void RunDone(const WaiterPtr& w, const absl::Status& status) {
   done(status);
 }
 
+// Encodes `c`'s values in the job's wire format into `out`; returns the
+// ChunkData.format used (FP32, logged once per job, when they do not fit).
+WireFormat EncodeParameters(Job& job, const Chunk& c, std::string* out)
+    ABSL_SHARED_LOCKS_REQUIRED(c.mu) {
+  const WireFormat used = EncodeValues(job.wire_format, c.state.values, out);
+  if (Resolved(used) != Resolved(job.wire_format) &&
+      !job.counters.fallback_logged.exchange(true)) {
+    spdlog::warn(
+        "job {}: {} holds a value beyond {}; parameters of such chunks are "
+        "sent as FP32 (JobStats.wire_fallback_chunks counts them)",
+        job.id, ChunkName(c.placement), WireFormatName(job.wire_format));
+  }
+  return used;
+}
+
 // The chunk's values encoded at its current version, shared by every reply
 // of that version.
-SharedBytes SharedEncoding(Chunk& c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu) {
+SharedBytes SharedEncoding(Job& job, Chunk& c)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu) {
   if (c.encoded == nullptr || c.encoded_version != c.state.version) {
     // use_count() only falls behind our back (replies being released), so
     // 1 means no reply holds the buffer and it may be rewritten.
     if (c.encoded == nullptr || c.encoded.use_count() > 1) {
       c.encoded = std::make_shared<std::string>();
     }
-    EncodeFloats(c.state.values, c.encoded.get());
+    c.encoded_format = EncodeParameters(job, c, c.encoded.get());
     c.encoded_version = c.state.version;
   }
   return c.encoded;
 }
 
 // Writes the answer of `w` into its response; returns the bytes answered.
-uint64_t FillReply(const Waiter& w) {
+uint64_t FillReply(Job& job, const Waiter& w) {
   w.out->Clear();
   w.out->Reserve(static_cast<int>(w.chunks.size()));
-  uint64_t bytes = 0;
+  uint64_t bytes = 0, fallbacks = 0;
+  const bool narrow = Resolved(job.wire_format) != FP32;
   for (Chunk* c : w.chunks) {
     ChunkData* d = w.out->Add();
     absl::MutexLock l(&c->mu);
     d->set_chunk_id(c->placement.chunk_id());
     d->set_version(c->state.version);
     if (w.payloads == nullptr) {
-      EncodeFloats(c->state.values, d->mutable_data());
+      d->set_format(EncodeParameters(job, *c, d->mutable_data()));
       bytes += d->data().size();
-      continue;
+    } else {
+      // Encoded once per version: the other replies of it share the bytes.
+      w.payloads->push_back(SharedEncoding(job, *c));
+      d->set_format(c->encoded_format);
+      bytes += w.payloads->back()->size();
     }
-    // Encoded once per version: the other replies of it share the bytes.
-    w.payloads->push_back(SharedEncoding(*c));
-    bytes += w.payloads->back()->size();
+    fallbacks += narrow && d->format() == WIRE_FORMAT_UNSPECIFIED;
   }
+  job.counters.wire_fallbacks.fetch_add(fallbacks, std::memory_order_relaxed);
   return bytes;
 }
 
@@ -218,9 +240,13 @@ void Complete(const WaiterPtr& w) {
     absl::MutexLock l(&job->waits.mu);
     job->waits.live.erase(w->id);
   }
-  const uint64_t bytes = FillReply(*w);
+  const uint64_t bytes = FillReply(*job, *w);
+  uint64_t dense_bytes = 0;
+  for (const Chunk* c : w->chunks) dense_bytes += c->length * sizeof(float);
   job->counters.pulls.fetch_add(w->chunks.size(), std::memory_order_relaxed);
   job->counters.bytes_out.fetch_add(bytes, std::memory_order_relaxed);
+  job->counters.dense_bytes_out.fetch_add(dense_bytes,
+                                          std::memory_order_relaxed);
   RunDone(w, absl::OkStatus());
 }
 

@@ -125,8 +125,11 @@ void WriteReply(const google::protobuf::RepeatedPtrField<ChunkData>& chunks,
   std::vector<ChunkDataRef> refs;
   refs.reserve(chunks.size());
   for (int i = 0; i < chunks.size(); ++i) {
-    refs.push_back({chunks[i].chunk_id(), chunks[i].version(),
-                    *m->payloads[static_cast<size_t>(i)]});
+    refs.push_back({chunks[i].chunk_id(),
+                    chunks[i].version(),
+                    *m->payloads[static_cast<size_t>(i)],
+                    static_cast<uint64_t>(chunks[i].format()),
+                    {}});
   }
   std::string head;
   std::vector<WirePiece> pieces;

@@ -1,5 +1,6 @@
 #include "core/half_float.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -119,20 +120,37 @@ bool FitsFp16(float f) {
   return a < kFp16OverflowAbs || a >= kF32Inf;
 }
 
-int64_t FloatsToBf16(absl::Span<const float> in, absl::Span<uint16_t> out) {
-  for (size_t i = 0; i < in.size(); ++i) {
-    if (!FitsBf16(in[i])) return static_cast<int64_t>(i);
-    out[i] = FloatToBf16(in[i]);
+namespace {
+
+// Checks a block before converting it, so both loops are branch-free and
+// the compiler vectorizes them; a block that does not fit is scanned again
+// for the index.
+constexpr size_t kConvertBlock = 1024;
+
+template <bool (*kFits)(float), uint16_t (*kConvert)(float)>
+int64_t ConvertChecked(absl::Span<const float> in, absl::Span<uint16_t> out) {
+  for (size_t begin = 0; begin < in.size(); begin += kConvertBlock) {
+    const size_t end = std::min(in.size(), begin + kConvertBlock);
+    bool fits = true;
+    for (size_t i = begin; i < end; ++i) fits &= kFits(in[i]);
+    if (!fits) {
+      for (size_t i = begin; i < end; ++i) {
+        if (!kFits(in[i])) return static_cast<int64_t>(i);
+      }
+    }
+    for (size_t i = begin; i < end; ++i) out[i] = kConvert(in[i]);
   }
   return -1;
 }
 
+}  // namespace
+
+int64_t FloatsToBf16(absl::Span<const float> in, absl::Span<uint16_t> out) {
+  return ConvertChecked<FitsBf16, FloatToBf16>(in, out);
+}
+
 int64_t FloatsToFp16(absl::Span<const float> in, absl::Span<uint16_t> out) {
-  for (size_t i = 0; i < in.size(); ++i) {
-    if (!FitsFp16(in[i])) return static_cast<int64_t>(i);
-    out[i] = FloatToFp16(in[i]);
-  }
-  return -1;
+  return ConvertChecked<FitsFp16, FloatToFp16>(in, out);
 }
 
 void Bf16ToFloats(absl::Span<const uint16_t> in, absl::Span<float> out) {

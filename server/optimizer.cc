@@ -9,6 +9,10 @@
 #include "common/status_macros.h"
 #include "core/float_bytes.h"
 
+#if defined(__SSE__)
+#include <xmmintrin.h>
+#endif
+
 namespace ps {
 namespace {
 
@@ -378,5 +382,20 @@ absl::Status Optimizer::ImportState(absl::string_view bytes, size_t length,
   *state = std::move(parsed);
   return absl::OkStatus();
 }
+
+#if defined(__SSE__)
+// MXCSR bits: flush-to-zero (results) and denormals-are-zero (inputs).
+constexpr unsigned int kFlushToZero = 0x8000;
+constexpr unsigned int kDenormalsAreZero = 0x0040;
+
+ScopedFlushDenormals::ScopedFlushDenormals() : saved_(_mm_getcsr()) {
+  _mm_setcsr(saved_ | kFlushToZero | kDenormalsAreZero);
+}
+
+ScopedFlushDenormals::~ScopedFlushDenormals() { _mm_setcsr(saved_); }
+#else
+ScopedFlushDenormals::ScopedFlushDenormals() = default;
+ScopedFlushDenormals::~ScopedFlushDenormals() = default;
+#endif
 
 }  // namespace ps

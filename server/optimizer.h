@@ -110,6 +110,25 @@ class Optimizer {
 // floats not aliasing acc. Vectorized; never allocates.
 void AddInto(absl::Span<float> acc, const float* x);
 
+// While alive, the calling thread flushes subnormal float results to zero
+// and reads subnormal inputs as zero (x86 MXCSR FTZ + DAZ; a no-op
+// elsewhere), then restores its previous mode. The shard applies updates
+// under it: an entry that gets no gradient for hundreds of steps (top-k
+// pushes, sparse features) decays its momentum into subnormals, which x86
+// computes 10-100x slower. Values at or above FLT_MIN (1.2e-38) compute
+// exactly as before, so BSP stays bitwise reproducible. TensorFlow's
+// ScopedFlushDenormal does the same.
+class ScopedFlushDenormals {
+ public:
+  ScopedFlushDenormals();
+  ~ScopedFlushDenormals();
+  ScopedFlushDenormals(const ScopedFlushDenormals&) = delete;
+  ScopedFlushDenormals& operator=(const ScopedFlushDenormals&) = delete;
+
+ private:
+  unsigned int saved_ = 0;
+};
+
 }  // namespace ps
 
 #endif  // SERVER_OPTIMIZER_H_

@@ -185,6 +185,39 @@ INSTANTIATE_TEST_SUITE_P(AllKinds, ReferenceTest,
                          ::testing::ValuesIn(RefCases()),
                          [](const auto& info) { return info.param.name; });
 
+#if defined(__SSE__)
+// A momentum buffer decaying below FLT_MIN: subnormal without the scope,
+// zero with it; normal values are untouched; the mode is restored after.
+TEST(OptimizerTest, ScopedFlushDenormalsFlushesOnlySubnormals) {
+  OptimizerSpec spec = MakeSpec(SGD, 1.0f);
+  spec.set_momentum(0.5f);
+  auto sgd = Optimizer::Create(spec);
+  ASSERT_TRUE(sgd.ok()) << sgd.status();
+  const float zero_grad[2] = {0.0f, 0.0f};
+  auto run = [&](bool flush) {
+    std::vector<float> p = {1.0f, 1.0f};
+    OptimizerState state = (*sgd)->NewState(2);
+    state.slots[0] = {1.5e-38f, 1.0f};
+    if (flush) {
+      ScopedFlushDenormals scope;
+      (*sgd)->Apply(absl::MakeSpan(p), zero_grad, 1.0f, &state);
+    } else {
+      (*sgd)->Apply(absl::MakeSpan(p), zero_grad, 1.0f, &state);
+    }
+    return state.slots[0];
+  };
+  const std::vector<float> plain = run(false);
+  EXPECT_EQ(plain[0], 0.75e-38f);  // subnormal
+  EXPECT_EQ(plain[1], 0.5f);
+  const std::vector<float> flushed = run(true);
+  EXPECT_EQ(flushed[0], 0.0f);
+  EXPECT_EQ(flushed[1], 0.5f);
+  // The mode came back: subnormal arithmetic works again.
+  volatile float tiny = 1.5e-38f;
+  EXPECT_GT(tiny * 0.5f, 0.0f);
+}
+#endif
+
 TEST(OptimizerTest, FillsDefaults) {
   auto adam = Optimizer::Create(MakeSpec(ADAM, 1e-3f));
   ASSERT_TRUE(adam.ok());

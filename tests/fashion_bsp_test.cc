@@ -55,8 +55,7 @@ void TrainOnce(const std::string& name, bool overlap, RunResult* result) {
   ASSERT_TRUE(absl::SimpleAtod(SummaryField(run->out, "test_accuracy"),
                                &result->test_accuracy));
   std::string job = SummaryField(run->out, "job");
-  EXPECT_EQ(SummaryField(run->out, "overlap"), overlap ? "1" : "0")
-      << run->out;
+  EXPECT_EQ(SummaryField(run->out, "overlap"), overlap ? "1" : "0") << run->out;
 
   // The parameters stay on the shards after success: read them all back
   // with the placement the coordinator reports.

@@ -31,12 +31,16 @@ void ExchangePipeline::LayerReady(uint64_t step, size_t layer) {
   in_[layer] = false;
   held_.push_back(layer);
   held_bytes_ += layers_[layer].bytes;
-  if (held_bytes_ >= options_.fusion_bytes) StartHeld(step);
+  const bool last_allowed =
+      options_.max_exchanges_per_step > 0 &&
+      started_this_step_ + 1 >= options_.max_exchanges_per_step;
+  if (held_bytes_ >= options_.fusion_bytes && !last_allowed) StartHeld(step);
 }
 
 void ExchangePipeline::Flush(uint64_t step) {
   absl::MutexLock lock(&mu_);
   if (!held_.empty()) StartHeld(step);
+  started_this_step_ = 0;
 }
 
 void ExchangePipeline::Discard(absl::Status why) {
@@ -47,6 +51,7 @@ void ExchangePipeline::Discard(absl::Status why) {
   }
   held_.clear();
   held_bytes_ = 0;
+  started_this_step_ = 0;
 }
 
 void ExchangePipeline::StartHeld(uint64_t step) {
@@ -69,6 +74,7 @@ void ExchangePipeline::StartHeld(uint64_t step) {
   x.done = [this, layers](const absl::Status& s) { Done(layers, s); };
   ++in_flight_;
   ++started_;
+  ++started_this_step_;
   // The client may run `done` inside StartExchange, which takes mu_.
   mu_.Unlock();
   client_->StartExchange(std::move(x));

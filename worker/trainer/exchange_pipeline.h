@@ -59,6 +59,14 @@ class ExchangePipeline {
     // cannot deadlock; and while a step's calls all fit in flight nothing
     // queues, so priorities would change nothing anyway.
     bool prioritize = true;
+    // At most this many exchanges a step: the last one takes every layer
+    // still to come (>= 1; 0 = no limit). Set it to the client's
+    // max_inflight_per_shard: then a step's exchanges fit in flight at
+    // once (unless one is cut into several requests), so none waits in
+    // the client's queue behind calls that the shards hold back until all
+    // of the step has arrived (BSP with every_steps: 1 checkpoints holds
+    // every answer until every chunk of the shard is applied).
+    int max_exchanges_per_step = 0;
   };
 
   // `client` (supports_exchange()), `gradient` and `params` are borrowed
@@ -77,7 +85,8 @@ class ExchangePipeline {
   // exchange of what is held once that reaches fusion_bytes. Its
   // parameters are out until that exchange is done.
   void LayerReady(uint64_t step, size_t layer);
-  // Starts an exchange of what is held (end of backward).
+  // Starts an exchange of what is held (end of backward); the next
+  // LayerReady begins a new step.
   void Flush(uint64_t step);
   // Drops what is held without sending it (a failed step): those layers
   // stay out, failed with `why`, until the next LayerReady.
@@ -110,6 +119,7 @@ class ExchangePipeline {
   std::vector<absl::Status> status_ ABSL_GUARDED_BY(mu_);
   std::vector<size_t> held_ ABSL_GUARDED_BY(mu_);  // layers, in order held
   size_t held_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  int started_this_step_ ABSL_GUARDED_BY(mu_) = 0;
   int in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t started_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Status first_error_ ABSL_GUARDED_BY(mu_);

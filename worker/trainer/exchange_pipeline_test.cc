@@ -106,6 +106,29 @@ TEST(ExchangePipelineTest, SmallLayersRideWithTheNext) {
   EXPECT_EQ(f.pipe.exchanges_started(), 2u);
 }
 
+TEST(ExchangePipelineTest, AtMostMaxExchangesPerStep) {
+  HeldClient client;
+  std::vector<float> grad(360), params(360);
+  ExchangePipeline::Options options;
+  options.fusion_bytes = 1;
+  options.max_exchanges_per_step = 2;
+  {
+    ExchangePipeline pipe(&client, Layers(), options, grad,
+                          absl::MakeSpan(params));
+    for (uint64_t step : {0, 1}) {
+      for (size_t l : {2, 1, 0}) pipe.LayerReady(step, l);
+      pipe.Flush(step);
+    }
+    // Per step: fc2 alone, then the rest together.
+    EXPECT_EQ(client.tensors(), (std::vector<std::vector<std::string>>{
+                                    {"fc2/w", "fc2/b"},
+                                    {"fc1/w", "fc1/b", "fc0/w", "fc0/b"},
+                                    {"fc2/w", "fc2/b"},
+                                    {"fc1/w", "fc1/b", "fc0/w", "fc0/b"}}));
+    for (size_t i = 0; i < 4; ++i) client.Finish(i, absl::OkStatus());
+  }
+}
+
 TEST(ExchangePipelineTest, FlushSendsWhatIsHeld) {
   Fixture f(/*fusion_bytes=*/1 << 20);
   for (size_t l : {2, 1, 0}) f.pipe.LayerReady(3, l);

@@ -314,6 +314,7 @@ absl::Status Trainer::Run(const ProgressCallback& on_progress,
     }
     ExchangePipeline::Options pipe;
     pipe.fusion_bytes = options_.fusion_bytes;
+    pipe.max_exchanges_per_step = options_.max_exchanges_per_step;
     // Under BSP/SSP calls wait on the shards for the other workers: start
     // order, the same on every worker (see ExchangePipeline::Options).
     pipe.prioritize = options_.job.consistency().mode() == ASP;

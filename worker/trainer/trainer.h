@@ -149,6 +149,9 @@ struct TrainerOptions {
   // them; and the fusion threshold (ExchangePipeline::Options).
   bool overlap = true;
   size_t fusion_bytes = kDefaultFusionBytes;
+  // The client's requests in flight per shard: a step makes at most this
+  // many exchanges (ExchangePipeline::Options::max_exchanges_per_step).
+  int max_exchanges_per_step = kDefaultMaxInflightPerShard;
 };
 
 // Thread-compatible: one thread calls Run. The callbacks run on that thread.

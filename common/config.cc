@@ -282,6 +282,7 @@ void FillWorkerdDefaults(WorkerdConfig* c) {
   if (c->channels_per_shard() == 0) {
     c->set_channels_per_shard(kDefaultChannelsPerShard);
   }
+  if (c->fusion_bytes() == 0) c->set_fusion_bytes(kDefaultFusionBytes);
   if (c->data_dir().empty()) c->set_data_dir(kDefaultDataDir);
 }
 
@@ -472,6 +473,10 @@ absl::StatusOr<LoadedWorkerdConfig> ParseWorkerdConfig(
   if (c.channels_per_shard() > 16) {
     p.Add("channels_per_shard",
           absl::StrCat(c.channels_per_shard(), " is outside 1..16"));
+  }
+  if (c.fusion_bytes() > (64u << 20)) {
+    p.Add("fusion_bytes",
+          absl::StrCat(c.fusion_bytes(), " is outside 1..67108864"));
   }
   if (!ValidLogLevel(c.log_level())) {
     p.Add("log_level",

@@ -154,6 +154,8 @@ TEST_F(ConfigTest, EmptyWorkerdConfigGetsTheDefaults) {
   EXPECT_EQ(w.max_inflight_per_shard(), kDefaultMaxInflightPerShard);
   EXPECT_EQ(w.max_request_bytes(), kDefaultMaxRequestBytes);
   EXPECT_EQ(w.channels_per_shard(), kDefaultChannelsPerShard);
+  EXPECT_EQ(w.fusion_bytes(), kDefaultFusionBytes);
+  EXPECT_FALSE(w.disable_overlap());
   EXPECT_EQ(w.max_jobs(), 0u);  // serve forever
   EXPECT_EQ(w.name(), "");      // workerd uses host name + pid
 }
@@ -175,7 +177,8 @@ TEST_F(ConfigTest, WorkerdValidation) {
             "cluster_file: \"cluster.pbtxt\"\n"
             "devices: \"cpu:0\" devices: \"tpu:1\" devices: \"cpu:0\"\n"
             "device_weights: 1\n"
-            "max_request_bytes: 512 channels_per_shard: 17\n");
+            "max_request_bytes: 512 channels_per_shard: 17\n"
+            "fusion_bytes: 67108865\n");
   absl::StatusOr<LoadedWorkerdConfig> c = LoadWorkerdConfig(path);
   ASSERT_FALSE(c.ok());
   std::string m(c.status().message());
@@ -184,6 +187,7 @@ TEST_F(ConfigTest, WorkerdValidation) {
   EXPECT_THAT(m, HasSubstr("device_weights: 1 weights for 3 devices"));
   EXPECT_THAT(m, HasSubstr("max_request_bytes: 512 is outside 1024..67108864"));
   EXPECT_THAT(m, HasSubstr("channels_per_shard: 17 is outside 1..16"));
+  EXPECT_THAT(m, HasSubstr("fusion_bytes: 67108865 is outside 1..67108864"));
 }
 
 TEST_F(ConfigTest, ResolvesAddressFilesAndTimesOut) {

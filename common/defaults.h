@@ -39,6 +39,9 @@ inline constexpr uint32_t kDefaultRpcMaxBackoffMs = 2000;
 inline constexpr uint32_t kDefaultMaxInflightPerShard = 4;
 inline constexpr uint32_t kDefaultMaxRequestBytes = 3u << 20;  // 3 MiB
 inline constexpr uint32_t kDefaultChannelsPerShard = 2;
+// Overlapped steps: layers are held until this many gradient bytes are held,
+// then pushed in one request per shard (small tensors fused).
+inline constexpr uint32_t kDefaultFusionBytes = 64u << 10;  // 64 KiB
 // A local (NCCL) gradient reduce that has not finished by then is reported
 // as failed instead of hanging the step.
 inline constexpr uint32_t kDefaultLocalReduceTimeoutMs = 60000;

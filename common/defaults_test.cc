@@ -121,6 +121,8 @@ TEST(DefaultsTest, ProtoCommentsDocumentTheConstants) {
        absl::StrCat(kDefaultMaxRequestBytes)},
       {"cluster.proto", "WorkerdConfig", "channels_per_shard",
        absl::StrCat(kDefaultChannelsPerShard)},
+      {"cluster.proto", "WorkerdConfig", "fusion_bytes",
+       absl::StrCat(kDefaultFusionBytes)},
       {"job.proto", "ConsistencySpec", "step_deadline_ms",
        absl::StrCat(kDefaultStepDeadlineMs)},
       {"job.proto", "JobSpec", "partition_bytes",

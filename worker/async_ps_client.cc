@@ -168,6 +168,13 @@ absl::Status AsyncPsClient::Validate(const ParamRequest& r) const {
   }
   if (!r.tensor.empty())
     PS_RETURN_IF_ERROR(plan_.TensorRange(r.tensor).status());
+  if (!r.tensor.empty() && !r.tensors.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensors: given with tensor \"", r.tensor, "\""));
+  }
+  for (const std::string& t : r.tensors) {
+    PS_RETURN_IF_ERROR(plan_.TensorRange(t).status());
+  }
   return absl::OkStatus();
 }
 
@@ -178,7 +185,9 @@ RequestHandle AsyncPsClient::Start(ParamRequest args) {
   absl::Status valid = Validate(r->args);
   std::vector<RequestGroup> groups;
   if (valid.ok()) {
-    if (r->args.tensor.empty()) {
+    if (!r->args.tensors.empty()) {
+      groups = *plan_.TensorsGroups(r->args.tensors);  // validated above
+    } else if (r->args.tensor.empty()) {
       groups = plan_.model_groups();
     } else {
       groups = *plan_.TensorGroups(r->args.tensor);  // validated above

@@ -119,7 +119,10 @@ enum class ParamOp {
 struct ParamRequest {
   ParamOp op = ParamOp::kPushPull;
   uint64_t step = 0;
-  std::string tensor;                // "" = every parameter of the model
+  std::string tensor;  // "" = every parameter of the model
+  // Several tensors fused into one request per shard (small tensors would
+  // otherwise pay a message each); `tensor` must then be "".
+  std::vector<std::string> tensors;
   absl::Span<const float> gradient;  // kPush, kPushPull: borrowed, see above
   absl::Span<float> params;          // kPull, kPushPull: borrowed
   int priority = 0;                  // higher first; ties in start order

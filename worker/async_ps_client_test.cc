@@ -103,6 +103,32 @@ TEST_F(AsyncPsClientTest, PerTensorPushPullWritesOnlyItsRange) {
   EXPECT_THAT(a[2].chunk_ids, ElementsAre(1));
 }
 
+TEST_F(AsyncPsClientTest, FusedTensorsTravelInOneCall) {
+  Connect();
+  ParamRequest r = Tensor(0);
+  r.tensor.clear();
+  r.tensors = {TensorName(3), TensorName(1)};
+  ASSERT_TRUE(client_->Wait(client_->Start(std::move(r)), Soon()).ok());
+  std::vector<FakeShardServer::Arrival> a = shard_.arrivals();
+  ASSERT_EQ(a.size(), 1u);
+  EXPECT_EQ(a[0].method, "PushPull");
+  EXPECT_THAT(a[0].chunk_ids, ElementsAre(1, 3));
+  for (size_t k = 0; k < kFloats; ++k) {
+    const size_t chunk = k / kLength;
+    // Chunk i started at i + 1 and took one step of -0.5.
+    EXPECT_EQ(params_[k], chunk == 1 || chunk == 3 ? chunk + 0.5f : -1.0f) << k;
+  }
+  ParamRequest both = Tensor(0);
+  both.tensors = {TensorName(1)};
+  EXPECT_EQ(client_->Wait(client_->Start(std::move(both)), Soon()).code(),
+            absl::StatusCode::kInvalidArgument);
+  ParamRequest unknown = Tensor(0);
+  unknown.tensor.clear();
+  unknown.tensors = {TensorName(1), "nope"};
+  EXPECT_EQ(client_->Wait(client_->Start(std::move(unknown)), Soon()).code(),
+            absl::StatusCode::kNotFound);
+}
+
 TEST_F(AsyncPsClientTest, QueuedRequestsGoOutByPriority) {
   PsClientOptions options;
   options.max_inflight_per_shard = 1;

@@ -32,4 +32,16 @@ absl::Status PsClient::PushPull(uint64_t step, absl::Span<const float> gradient,
   return client_->Wait(client_->Start(std::move(r)));
 }
 
+void PsClient::StartExchange(TensorExchange x) {
+  ParamRequest r;
+  r.op = ParamOp::kPushPull;
+  r.step = x.step;
+  r.tensors = std::move(x.tensors);
+  r.gradient = x.gradient;
+  r.params = x.params;
+  r.priority = x.priority;
+  r.done = std::move(x.done);
+  client_->Detach(client_->Start(std::move(r)));
+}
+
 }  // namespace ps

@@ -40,6 +40,10 @@ class PsClient final : public ParameterClient {
   absl::Status Pull(uint64_t step, absl::Span<float> params) override;
   absl::Status PushPull(uint64_t step, absl::Span<const float> gradient,
                         absl::Span<float> params) override;
+  bool supports_exchange() const override { return true; }
+  // One AsyncPsClient request (kPushPull of x.tensors, x.priority),
+  // detached: x.done is its callback (on the client's dispatch thread).
+  void StartExchange(TensorExchange x) override;
 
   size_t num_parameters() const { return client_->num_parameters(); }
   PsClientStats stats() const { return client_->stats(); }

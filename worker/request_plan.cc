@@ -89,6 +89,21 @@ absl::StatusOr<std::vector<RequestGroup>> RequestPlan::TensorGroups(
   return Group(it->second);
 }
 
+absl::StatusOr<std::vector<RequestGroup>> RequestPlan::TensorsGroups(
+    const std::vector<std::string>& tensors) const {
+  std::vector<size_t> chunks;
+  for (const std::string& tensor : tensors) {
+    PS_RETURN_IF_ERROR(TensorRange(tensor).status());
+    auto it = tensor_chunks_.find(tensor);
+    if (it == tensor_chunks_.end()) continue;
+    chunks.insert(chunks.end(), it->second.begin(), it->second.end());
+  }
+  // Group wants them ascending; a tensor named twice travels once.
+  std::sort(chunks.begin(), chunks.end());
+  chunks.erase(std::unique(chunks.begin(), chunks.end()), chunks.end());
+  return Group(chunks);
+}
+
 absl::StatusOr<std::pair<size_t, size_t>> RequestPlan::TensorRange(
     const std::string& tensor) const {
   auto it = tensor_range_.find(tensor);

@@ -64,6 +64,11 @@ class RequestPlan {
   // has no such tensor.
   absl::StatusOr<std::vector<RequestGroup>> TensorGroups(
       const std::string& tensor) const;
+  // The chunks of several tensors fused: per shard, one group (unless it
+  // would pass max_request_bytes) holds chunks of all of them. kNotFound
+  // naming the first unknown tensor.
+  absl::StatusOr<std::vector<RequestGroup>> TensorsGroups(
+      const std::vector<std::string>& tensors) const;
   // [offset, offset + length) of a tensor in the flat vector.
   absl::StatusOr<std::pair<size_t, size_t>> TensorRange(
       const std::string& tensor) const;

@@ -131,5 +131,29 @@ TEST(RequestPlanTest, RefusesPlacementsThatDoNotFit) {
   }
 }
 
+TEST(RequestPlanTest, FusedTensorsShareOneRequestPerShard) {
+  absl::StatusOr<RequestPlan> plan =
+      RequestPlan::Create(TwoTensors(kChunks), RequestPlanOptions());
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  // b's chunk rides with a's chunks of shard 0: 2 requests, not 3.
+  absl::StatusOr<std::vector<RequestGroup>> fused =
+      plan->TensorsGroups({"b", "a"});
+  ASSERT_TRUE(fused.ok()) << fused.status();
+  ASSERT_EQ(fused->size(), 2u);
+  EXPECT_EQ((*fused)[0].shard, 0u);
+  EXPECT_THAT(ChunksOf((*fused)[0]), ElementsAre(0, 2, 3));
+  EXPECT_EQ((*fused)[0].bytes, 32u);
+  EXPECT_EQ((*fused)[1].shard, 1u);
+  EXPECT_THAT(ChunksOf((*fused)[1]), ElementsAre(1));
+  // Still cut at max_request_bytes.
+  RequestPlanOptions small;
+  small.max_request_bytes = 16;
+  plan = RequestPlan::Create(TwoTensors(kChunks), small);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->TensorsGroups({"a", "b"})->size(), 3u);
+  EXPECT_EQ(plan->TensorsGroups({"a", "nope"}).status().code(),
+            absl::StatusCode::kNotFound);
+}
+
 }  // namespace
 }  // namespace ps

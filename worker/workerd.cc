@@ -100,6 +100,9 @@ TrainerOptions TrainerOptionsFor(const Assignment& a, const WorkerdConfig& c) {
   options.loader_threads = c.loader_threads();
   options.prefetch = c.prefetch_batches();
   options.data_dir = c.data_dir();
+  options.overlap = !c.disable_overlap();
+  options.fusion_bytes = c.fusion_bytes();
+  options.max_exchanges_per_step = static_cast<int>(c.max_inflight_per_shard());
   return options;
 }
 

@@ -154,11 +154,18 @@ absl::StatusOr<Model::Params> Model::Prepare(const float* params,
   return Params{call_params_.data(), params};
 }
 
-void Model::Forward(const float* params, const float* upload, const float* x,
-                    int rows) {
+std::pair<size_t, size_t> Model::LayerRange(size_t layer) const {
+  const Layer& l = layers_[layer];
+  return {l.w_offset, l.b_offset + l.out - l.w_offset};
+}
+
+absl::Status Model::Forward(const float* params, const float* upload,
+                            const float* x, int rows,
+                            const std::function<absl::Status(size_t)>* before) {
   const float* h = x;
   for (size_t l = 0; l < layers_.size(); ++l) {
     const Layer& layer = layers_[l];
+    if (before != nullptr) PS_RETURN_IF_ERROR((*before)(l));
     if (upload != nullptr) {
       // Stage while the device runs layer l - 1; the copy skips the wait for
       // that work (nothing pending touches call_params_: every call ends in
@@ -180,10 +187,12 @@ void Model::Forward(const float* params, const float* upload, const float* x,
     }
     h = out;
   }
+  return absl::OkStatus();
 }
 
 void Model::Backward(const float* params, const float* x, int rows, float* grad,
-                     bool accumulate, float* download) {
+                     bool accumulate, float* download,
+                     const std::function<void(size_t)>* after) {
   // delta_[0] holds d(loss)/d(logits) from the softmax cross-entropy.
   int cur = 0;
   const float beta = accumulate ? 1.0f : 0.0f;
@@ -204,12 +213,19 @@ void Model::Backward(const float* params, const float* x, int rows, float* grad,
                            layer.b_offset + layer.out - layer.w_offset,
                            download + layer.w_offset);
     }
-    if (l == 0) break;  // no gradient w.r.t. the input
+    if (l == 0) {  // no gradient w.r.t. the input
+      if (after != nullptr) (*after)(l);
+      break;
+    }
     // d(h) = delta W^T, then through the ReLU that produced h.
     float* next = delta_[1 - cur].data();
     backend_->Gemm(Transpose::kNo, Transpose::kYes, rows, layer.in, layer.out,
                    1.0f, delta, layer.out, params + layer.w_offset, layer.out,
                    0.0f, next, layer.in);
+    // A host backend has written the layer's gradient and read its weights
+    // for the last time this step: the hook may push the one and let the
+    // next step's values overwrite the other.
+    if (after != nullptr) (*after)(l);
     backend_->ReluBackward(static_cast<size_t>(rows) * layer.in, h, next, next);
     cur = 1 - cur;
   }
@@ -217,7 +233,8 @@ void Model::Backward(const float* params, const float* x, int rows, float* grad,
 
 absl::Status Model::Run(Params params, const float* x, const int32_t* labels,
                         size_t n, float* grad, float* download,
-                        float grad_scale, double* loss_sum, size_t* correct) {
+                        float grad_scale, double* loss_sum, size_t* correct,
+                        const LayerHooks* hooks) {
   double total_loss = 0.0;
   size_t total_correct = 0;
   const bool host = backend_->host_memory();
@@ -244,8 +261,19 @@ absl::Status Model::Run(Params params, const float* x, const int32_t* labels,
       cl = labels_.data();
     }
     const int r = static_cast<int>(rows);
-    // Parameters go up once, during the first chunk's forward pass.
-    Forward(params.device, start == 0 ? params.upload : nullptr, cx, r);
+    // Parameters go up once, during the first chunk's forward pass, which
+    // also waits for them (hooks).
+    const std::function<absl::Status(size_t)>* before =
+        start == 0 && hooks != nullptr && hooks->before_forward
+            ? &hooks->before_forward
+            : nullptr;
+    absl::Status forward = Forward(
+        params.device, start == 0 ? params.upload : nullptr, cx, r, before);
+    if (!forward.ok()) {
+      // Nothing may stay pending on the backend after a call.
+      backend_->Synchronize().IgnoreError();
+      return forward;
+    }
     backend_->SoftmaxCrossEntropy(
         r, static_cast<int>(num_classes()), acts_.back().data(), cl, grad_scale,
         grad == nullptr ? nullptr : delta_[0].data(), stats_.data());
@@ -256,8 +284,13 @@ absl::Status Model::Run(Params params, const float* x, const int32_t* labels,
       stats = host_stats_.data();
     }
     if (grad != nullptr) {
+      // Only a host-memory gradient is final when the backend call returns.
+      const std::function<void(size_t)>* after =
+          last && host && hooks != nullptr && hooks->after_backward
+              ? &hooks->after_backward
+              : nullptr;
       Backward(params.device, cx, r, grad, /*accumulate=*/start > 0,
-               last ? download : nullptr);
+               last ? download : nullptr, after);
     }
     // One wait per chunk: the next chunk reuses the staging buffers, and
     // every chunk (and call) starts with nothing pending on the backend.
@@ -274,16 +307,23 @@ absl::Status Model::Run(Params params, const float* x, const int32_t* labels,
 absl::Status Model::ComputeGradient(const float* params, const float* x,
                                     const int32_t* labels, size_t n,
                                     float* grad, double* loss_sum,
-                                    size_t* correct, float grad_scale) {
+                                    size_t* correct, float grad_scale,
+                                    const LayerHooks* hooks) {
   if (grad == nullptr) return absl::InvalidArgumentError("grad is null");
   PS_ASSIGN_OR_RETURN(const Params p, Prepare(params, x, labels, n));
-  if (backend_->host_memory()) {
-    return Run(p, x, labels, n, grad, /*download=*/nullptr, grad_scale,
-               loss_sum, correct);
+  const bool host = backend_->host_memory();
+  if (host) {
+    PS_RETURN_IF_ERROR(Run(p, x, labels, n, grad, /*download=*/nullptr,
+                           grad_scale, loss_sum, correct, hooks));
+  } else {
+    PS_RETURN_IF_ERROR(Run(p, x, labels, n, grad_.data(), host_grad_.data(),
+                           grad_scale, loss_sum, correct, hooks));
+    std::memcpy(grad, host_grad_.data(), num_parameters_ * sizeof(float));
   }
-  PS_RETURN_IF_ERROR(Run(p, x, labels, n, grad_.data(), host_grad_.data(),
-                         grad_scale, loss_sum, correct));
-  std::memcpy(grad, host_grad_.data(), num_parameters_ * sizeof(float));
+  // Run called after_backward itself only for a host gradient with work.
+  if (hooks != nullptr && hooks->after_backward && (!host || n == 0)) {
+    for (size_t l = layers_.size(); l-- > 0;) hooks->after_backward(l);
+  }
   return absl::OkStatus();
 }
 
@@ -292,16 +332,20 @@ absl::Status Model::Evaluate(const float* params, const float* x,
                              size_t* correct) {
   PS_ASSIGN_OR_RETURN(const Params p, Prepare(params, x, labels, n));
   return Run(p, x, labels, n, /*grad=*/nullptr, /*download=*/nullptr,
-             /*grad_scale=*/1.0f, loss_sum, correct);
+             /*grad_scale=*/1.0f, loss_sum, correct, /*hooks=*/nullptr);
 }
 
 absl::Status Model::ComputeDeviceGradient(const float* params, const float* x,
                                           const int32_t* labels, size_t n,
                                           double* loss_sum, size_t* correct,
-                                          float grad_scale) {
+                                          float grad_scale,
+                                          const LayerHooks* hooks) {
   PS_ASSIGN_OR_RETURN(const Params p, Prepare(params, x, labels, n));
+  // The gradient stays on the device: after_backward is the caller's.
+  LayerHooks forward_only;
+  if (hooks != nullptr) forward_only.before_forward = hooks->before_forward;
   return Run(p, x, labels, n, grad_.data(), /*download=*/nullptr, grad_scale,
-             loss_sum, correct);
+             loss_sum, correct, hooks != nullptr ? &forward_only : nullptr);
 }
 
 absl::Status Model::CopyGradientToHost(float* grad) {

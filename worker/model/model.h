@@ -30,7 +30,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -39,6 +41,23 @@
 #include "worker/backend/backend.h"
 
 namespace ps {
+
+// Per-layer callbacks of a gradient computation, for a step pipeline that
+// overlaps communication with compute (worker/trainer/trainer.h). Layer l
+// owns the flat range of tensors fc<l>/w and fc<l>/b.
+struct LayerHooks {
+  // Called before the forward pass reads layer l's parameters (first chunk
+  // only), layers in order 0, 1, ...; may block (until the parameters
+  // arrive). An error ends the computation with it.
+  std::function<absl::Status(size_t layer)> before_forward;
+  // Called once layer l's gradient (W and b) is final in the caller's grad
+  // buffer and backward has read layer l's parameters for the last time
+  // (so they may be overwritten from then on), layers in order L-1, ..., 0. On
+  // a host-memory backend that is while backward goes on with the layers below;
+  // on a GPU (whose gradient comes down at the end) all of them after the last
+  // layer.
+  std::function<void(size_t layer)> after_backward;
+};
 
 class Model {
  public:
@@ -75,11 +94,19 @@ class Model {
   // count of examples whose arg-max logit is the label (either may be
   // null). n == 0 gives a zero gradient. Blocks until done. kInvalidArgument
   // for a null buffer or a label out of range (index named);
-  // kFailedPrecondition for params == nullptr before SetParameters.
+  // kFailedPrecondition for params == nullptr before SetParameters. `hooks`
+  // (nullable, borrowed for the call) see LayerHooks; with n == 0 only
+  // after_backward runs, for every layer.
   absl::Status ComputeGradient(const float* params, const float* x,
                                const int32_t* labels, size_t n, float* grad,
                                double* loss_sum, size_t* correct,
-                               float grad_scale = 1.0f);
+                               float grad_scale = 1.0f,
+                               const LayerHooks* hooks = nullptr);
+
+  size_t num_layers() const { return layers_.size(); }
+  // [offset, offset + length) of layer l's parameters (W then b) in the
+  // flat layout.
+  std::pair<size_t, size_t> LayerRange(size_t layer) const;
 
   // Forward pass only: the summed loss and the correct count, as above.
   absl::Status Evaluate(const float* params, const float* x,
@@ -97,7 +124,8 @@ class Model {
   absl::Status ComputeDeviceGradient(const float* params, const float* x,
                                      const int32_t* labels, size_t n,
                                      double* loss_sum, size_t* correct,
-                                     float grad_scale = 1.0f);
+                                     float grad_scale = 1.0f,
+                                     const LayerHooks* hooks = nullptr);
   // num_parameters() floats of backend memory, in flat layout order.
   float* device_gradient() const { return grad_.data(); }
   // Copies device_gradient() (after any work enqueued on it, e.g. an
@@ -128,16 +156,21 @@ class Model {
   // scaled by grad_scale) over n examples in chunks of max_batch. When download
   // is not null each layer's gradient is copied there (host) as soon as the
   // last chunk has produced it. Blocks until done.
+  // `hooks` (nullable) as ComputeGradient's; after_backward is called only
+  // when grad is host memory (else the caller calls it).
   absl::Status Run(Params params, const float* x, const int32_t* labels,
                    size_t n, float* grad, float* download, float grad_scale,
-                   double* loss_sum, size_t* correct);
+                   double* loss_sum, size_t* correct, const LayerHooks* hooks);
   // Enqueues the forward pass; when `upload` is not null each layer's
   // parameters are uploaded right before that layer, overlapping the
-  // previous layer's compute.
-  void Forward(const float* params, const float* upload, const float* x,
-               int rows);
+  // previous layer's compute. `before` (nullable) runs before each layer.
+  absl::Status Forward(const float* params, const float* upload, const float* x,
+                       int rows,
+                       const std::function<absl::Status(size_t)>* before);
+  // `after` (nullable) runs as each layer's gradient is final.
   void Backward(const float* params, const float* x, int rows, float* grad,
-                bool accumulate, float* download);
+                bool accumulate, float* download,
+                const std::function<void(size_t)>* after);
 
   Backend* const backend_;  // borrowed
   const size_t max_batch_;

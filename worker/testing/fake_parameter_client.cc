@@ -48,6 +48,12 @@ class FakeParameterServer::Client final : public ParameterClient {
                         absl::Span<float> params) override {
     return server_->PushPull(rank_, step, gradient, params);
   }
+  bool supports_exchange() const override {
+    return !server_->options_.tensors.empty();
+  }
+  void StartExchange(TensorExchange x) override {
+    server_->Exchange(rank_, std::move(x));
+  }
 
  private:
   FakeParameterServer* const server_;
@@ -66,7 +72,132 @@ FakeParameterServer::FakeParameterServer(std::vector<float> initial,
       version_(options.initial_version),
       pending_(options.num_workers, std::vector<float>(params_.size())),
       arrived_(options.num_workers),
-      sum_(params_.size()) {}
+      sum_(params_.size()) {
+  size_t offset = 0;
+  for (const TensorSpec& t : options_.tensors) {
+    size_t n = 1;
+    for (uint64_t d : t.shape()) n *= d;
+    tensor_index_[t.name()] = tensors_.size();
+    TensorState state;
+    state.offset = offset;
+    state.length = n;
+    state.version = version_;
+    state.arrived.assign(options_.num_workers, false);
+    tensors_.push_back(std::move(state));
+    offset += n;
+  }
+}
+
+std::vector<FakeParameterServer::ExchangeRecord>
+FakeParameterServer::exchanges() const {
+  absl::MutexLock lock(&mu_);
+  return exchanges_;
+}
+
+void FakeParameterServer::Exchange(uint32_t rank, TensorExchange x) {
+  auto fail = [&x](absl::Status s) { x.done(s); };
+  std::vector<size_t> indexes;
+  for (const std::string& name : x.tensors) {
+    auto it = tensor_index_.find(name);
+    if (it == tensor_index_.end()) {
+      return fail(absl::NotFoundError(absl::StrCat("tensor ", name)));
+    }
+    indexes.push_back(it->second);
+  }
+  std::vector<std::pair<std::function<void(const absl::Status&)>, absl::Status>>
+      done;
+  {
+    absl::MutexLock lock(&mu_);
+    exchanges_.push_back({rank, x.step, x.tensors, x.priority});
+    if (indexes.empty() || rank >= options_.num_workers ||
+        x.gradient.size() != params_.size() ||
+        x.params.size() != params_.size()) {
+      done.push_back({std::move(x.done),
+                      absl::InvalidArgumentError("bad exchange arguments")});
+    } else if (auto failure = failures_.find(FailureKey(rank, x.step));
+               failure != failures_.end()) {
+      done.push_back({std::move(x.done), std::move(failure->second)});
+      failures_.erase(failure);
+    } else {
+      ++pushes_;
+      absl::Status s;
+      for (size_t i : indexes) {
+        TensorState& t = tensors_[i];
+        if (t.version != x.step || t.arrived[rank]) {
+          s = absl::FailedPreconditionError(absl::StrFormat(
+              "exchange of step %d from worker %d: tensor at version %d",
+              x.step, rank, t.version));
+          break;
+        }
+      }
+      if (s.ok()) {
+        for (size_t i : indexes) {
+          TensorState& t = tensors_[i];
+          std::copy(x.gradient.begin() + t.offset,
+                    x.gradient.begin() + t.offset + t.length,
+                    pending_[rank].begin() + t.offset);
+          t.arrived[rank] = true;
+          MaybeApplyTensorLocked(i);
+        }
+        waiting_.push_back({x.step, indexes, x.params, std::move(x.done)});
+        done = TakeDoneLocked();
+      } else {
+        done.push_back({std::move(x.done), s});
+      }
+    }
+  }
+  for (auto& [callback, status] : done) callback(status);
+}
+
+void FakeParameterServer::MaybeApplyTensorLocked(size_t tensor) {
+  TensorState& t = tensors_[tensor];
+  for (bool a : t.arrived) {
+    if (!a) return;
+  }
+  const float inv = 1.0f / static_cast<float>(options_.num_workers);
+  const size_t begin = t.offset, end = t.offset + t.length;
+  // As PushPull, over the tensor's range: the same sums, bit for bit.
+  std::fill(sum_.begin() + begin, sum_.begin() + end, 0.0f);
+  for (uint32_t r = 0; r < options_.num_workers; ++r) {
+    for (size_t i = begin; i < end; ++i) sum_[i] += pending_[r][i];
+  }
+  for (size_t i = begin; i < end; ++i) {
+    const float g = options_.num_workers == 1 ? sum_[i] : sum_[i] * inv;
+    velocity_[i] = options_.momentum * velocity_[i] + g;
+    params_[i] -= options_.learning_rate * velocity_[i];
+  }
+  t.arrived.assign(options_.num_workers, false);
+  ++t.version;
+  uint64_t lowest = t.version;
+  for (const TensorState& other : tensors_) {
+    lowest = std::min(lowest, other.version);
+  }
+  version_ = lowest;
+}
+
+std::vector<std::pair<std::function<void(const absl::Status&)>, absl::Status>>
+FakeParameterServer::TakeDoneLocked() {
+  std::vector<std::pair<std::function<void(const absl::Status&)>, absl::Status>>
+      done;
+  std::vector<Waiting> still;
+  for (Waiting& w : waiting_) {
+    bool ready = true;
+    for (size_t i : w.tensors) ready = ready && tensors_[i].version > w.step;
+    if (!ready) {
+      still.push_back(std::move(w));
+      continue;
+    }
+    for (size_t i : w.tensors) {
+      const TensorState& t = tensors_[i];
+      std::copy(params_.begin() + t.offset,
+                params_.begin() + t.offset + t.length,
+                w.params.begin() + t.offset);
+    }
+    done.push_back({std::move(w.done), absl::OkStatus()});
+  }
+  waiting_.swap(still);
+  return done;
+}
 
 std::unique_ptr<ParameterClient> FakeParameterServer::NewClient(uint32_t rank) {
   return std::make_unique<Client>(this, rank);

@@ -12,11 +12,22 @@
 // when the last arrives, the gradients are summed in rank order, divided by
 // num_workers, and the optimizer applied (version t -> t + 1). PushPull
 // returns the parameters at version t + 1; Pull(t) waits for version >= t.
+//
+// With Options::tensors its clients also support StartExchange: then each
+// tensor keeps its own version and step, as the shards' chunks do; a
+// tensor's step is applied (rank order, over its range) once every worker
+// pushed it, and an exchange is done once all of its tensors are. The
+// model's version() is the lowest tensor version. Every exchange is logged
+// (exchanges()). Whole-model PushPull and exchanges must not be mixed in
+// one run.
 #ifndef WORKER_TESTING_FAKE_PARAMETER_CLIENT_H_
 #define WORKER_TESTING_FAKE_PARAMETER_CLIENT_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -50,6 +61,17 @@ class FakeParameterServer {
     uint64_t initial_version = 0;
     // How long a Pull or PushPull waits for the other workers.
     absl::Duration step_deadline = absl::Seconds(60);
+    // The model's tensors in flat order (their sizes must add up to the
+    // parameter count); empty: no StartExchange.
+    std::vector<TensorSpec> tensors;
+  };
+
+  // One StartExchange, as it arrived.
+  struct ExchangeRecord {
+    uint32_t rank = 0;
+    uint64_t step = 0;
+    std::vector<std::string> tensors;
+    int priority = 0;
   };
 
   FakeParameterServer(std::vector<float> initial, Options options);
@@ -64,6 +86,8 @@ class FakeParameterServer {
   uint64_t version() const;
   // Pushes received, every worker together.
   uint64_t pushes() const;
+  // Every exchange started, in arrival order.
+  std::vector<ExchangeRecord> exchanges() const;
 
  private:
   class Client;
@@ -72,6 +96,12 @@ class FakeParameterServer {
   absl::Status PushPull(uint32_t rank, uint64_t step,
                         absl::Span<const float> gradient,
                         absl::Span<float> params);
+  void Exchange(uint32_t rank, TensorExchange x);
+  // Applies a tensor's step once every worker pushed it.
+  void MaybeApplyTensorLocked(size_t tensor) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The exchanges now done, removed from waiting_, params copied.
+  std::vector<std::pair<std::function<void(const absl::Status&)>, absl::Status>>
+  TakeDoneLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Waits until version_ > step - 1 (>= step) or the deadline.
   absl::Status AwaitVersionLocked(uint64_t version, const char* what)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -87,6 +117,24 @@ class FakeParameterServer {
   std::vector<bool> arrived_ ABSL_GUARDED_BY(mu_);
   std::vector<float> sum_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, absl::Status> failures_ ABSL_GUARDED_BY(mu_);
+
+  // Per-tensor state (Options::tensors).
+  struct TensorState {
+    size_t offset = 0;
+    size_t length = 0;
+    uint64_t version = 0;
+    std::vector<bool> arrived;  // by rank, for step `version`
+  };
+  struct Waiting {
+    uint64_t step = 0;
+    std::vector<size_t> tensors;
+    absl::Span<float> params;
+    std::function<void(const absl::Status&)> done;
+  };
+  absl::flat_hash_map<std::string, size_t> tensor_index_;  // const after ctor
+  std::vector<TensorState> tensors_ ABSL_GUARDED_BY(mu_);
+  std::vector<Waiting> waiting_ ABSL_GUARDED_BY(mu_);
+  std::vector<ExchangeRecord> exchanges_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace ps

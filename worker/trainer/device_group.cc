@@ -193,6 +193,12 @@ size_t DeviceGroup::num_classes() const {
 const std::vector<TensorSpec>& DeviceGroup::tensors() const {
   return devices_[0]->model->tensors();
 }
+size_t DeviceGroup::num_layers() const {
+  return devices_[0]->model->num_layers();
+}
+std::pair<size_t, size_t> DeviceGroup::LayerRange(size_t layer) const {
+  return devices_[0]->model->LayerRange(layer);
+}
 
 void DeviceGroup::DeviceMain(size_t index) {
   uint64_t seen = 0;
@@ -236,9 +242,15 @@ void DeviceGroup::RunOnDevice(size_t index, const Task& task, size_t begin,
   }
   if (task.kind == TaskKind::kGradient) {
     float* grad = index == 0 ? task.grad0 : d.grad.data();
+    LayerHooks hooks;
+    if (task.hooks != nullptr) {
+      hooks.before_forward = task.hooks->before_forward;
+      hooks.after_backward = [this, &task](size_t l) { LayerDone(task, l); };
+    }
     d.status = d.model->ComputeGradient(
         task.params, task.x + begin * dim, task.labels + begin, n, grad,
-        &d.loss_sum, &d.correct, task.grad_scale);
+        &d.loss_sum, &d.correct, task.grad_scale,
+        task.hooks != nullptr ? &hooks : nullptr);
     return;
   }
   // The model runs an n larger than max_batch in chunks of max_batch.
@@ -250,9 +262,11 @@ absl::Status DeviceGroup::DeviceGradient(size_t index, const Task& task,
                                          size_t begin, size_t n) {
   Device& d = *devices_[index];
   const size_t dim = d.model->input_dim();
+  LayerHooks hooks;  // the gradient stays on the GPUs: forward waits only
+  if (task.hooks != nullptr) hooks.before_forward = task.hooks->before_forward;
   PS_RETURN_IF_ERROR(d.model->ComputeDeviceGradient(
       task.params, task.x + begin * dim, task.labels + begin, n, &d.loss_sum,
-      &d.correct, task.grad_scale));
+      &d.correct, task.grad_scale, task.hooks != nullptr ? &hooks : nullptr));
   const int rank = static_cast<int>(index);
   PS_RETURN_IF_ERROR(reducer_->AllReduceSum(rank, d.model->device_gradient(),
                                             d.model->num_parameters()));
@@ -278,6 +292,14 @@ void DeviceGroup::RunTask(const Task& task) {
     }
     begin0 = offsets_[0];
     n0 = counts_[0];
+    if (task.hooks != nullptr) {
+      absl::MutexLock layer_lock(&layer_mu_);
+      layer_devices_ = 0;
+      for (size_t i = 0; i < devices_.size(); ++i) {
+        if (counts_[i] > 0 || task.all_devices) ++layer_devices_;
+      }
+      layer_arrivals_.assign(num_layers(), 0);
+    }
     if (helpers > 0) {
       task_ = task;
       pending_ = helpers;
@@ -296,7 +318,8 @@ void DeviceGroup::RunTask(const Task& task) {
 absl::Status DeviceGroup::ComputeGradient(const float* params, const float* x,
                                           const int32_t* labels, size_t n,
                                           float* grad, double* loss_sum,
-                                          size_t* correct) {
+                                          size_t* correct,
+                                          const GradientHooks* hooks) {
   if (n == 0) {
     return absl::InvalidArgumentError("n: a batch needs at least one example");
   }
@@ -311,11 +334,35 @@ absl::Status DeviceGroup::ComputeGradient(const float* params, const float* x,
   // Model::ComputeGradient), so the reduce below only adds.
   task.grad_scale = 1.0f / static_cast<float>(n);
   task.all_devices = reducer_ != nullptr;
+  task.hooks = hooks;
   RunTask(task);
   PS_RETURN_IF_ERROR(Collect(task.all_devices, loss_sum, correct));
-  // On the devices, device 0 has copied the sum into grad already.
-  if (reducer_ != nullptr) return absl::OkStatus();
+  if (reducer_ != nullptr) {
+    // On the devices, device 0 has copied the sum into grad already.
+    if (hooks != nullptr && hooks->layer_ready) {
+      for (size_t l = num_layers(); l-- > 0;) hooks->layer_ready(l);
+    }
+    return absl::OkStatus();
+  }
+  // With hooks the layers were reduced as they finished (LayerDone).
+  if (hooks == nullptr) ReduceRange(grad, 0, num_parameters());
+  return absl::OkStatus();
+}
 
+void DeviceGroup::LayerDone(const Task& task, size_t layer) {
+  {
+    absl::MutexLock lock(&layer_mu_);
+    if (++layer_arrivals_[layer] < layer_devices_) return;
+  }
+  // Every device with examples has written this layer: the last one here
+  // sums it. The next layer's last arrival comes after this returns (each
+  // device finishes its layers in order), so calls never overlap.
+  const auto [offset, length] = LayerRange(layer);
+  ReduceRange(task.grad0, offset, offset + length);
+  if (task.hooks->layer_ready) task.hooks->layer_ready(layer);
+}
+
+void DeviceGroup::ReduceRange(float* grad, size_t begin, size_t end) const {
   // grad holds device 0's scaled sum; the other replicas' are added to it in
   // device order.
   const float* parts[kMaxDevices];
@@ -323,23 +370,21 @@ absl::Status DeviceGroup::ComputeGradient(const float* params, const float* x,
   for (size_t i = 1; i < devices_.size(); ++i) {
     if (counts_[i] > 0) parts[num_parts++] = devices_[i]->grad.data();
   }
-  const size_t p = num_parameters();
   // A batch smaller than the device count can leave device 0 without work.
-  if (counts_[0] == 0) std::fill(grad, grad + p, 0.0f);
-  // At most one pass over the gradient, in place (none for one device); the
+  if (counts_[0] == 0) std::fill(grad + begin, grad + end, 0.0f);
+  // At most one pass over the range, in place (none for one device); the
   // common case unrolled.
   if (num_parts == 1) {
     float* __restrict g0 = grad;
     const float* __restrict g1 = parts[0];
-    for (size_t j = 0; j < p; ++j) g0[j] += g1[j];
+    for (size_t j = begin; j < end; ++j) g0[j] += g1[j];
   } else if (num_parts > 1) {
-    for (size_t j = 0; j < p; ++j) {
+    for (size_t j = begin; j < end; ++j) {
       float s = grad[j];
       for (size_t k = 0; k < num_parts; ++k) s += parts[k][j];
       grad[j] = s;
     }
   }
-  return absl::OkStatus();
 }
 
 absl::Status DeviceGroup::Collect(bool all, double* loss_sum,

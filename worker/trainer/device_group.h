@@ -32,14 +32,26 @@
 // (CPU replicas, a CPU/GPU mix, one device, no NCCL) the reduce runs on the
 // host as above. The two agree to float rounding (NCCL's summation order is
 // its own).
+//
+// Per-layer pipeline (GradientHooks, for a step that overlaps communication
+// with compute): every device asks before_forward(l) before its forward pass
+// reads layer l's parameters, and the host reduce runs per layer: the device
+// that finishes layer l's backward last (a per-layer barrier that never
+// blocks) adds that layer's slice of every replica's gradient into `grad`,
+// in device order as above (the same sums, bit for bit), and calls
+// layer_ready(l), while the other layers are still being computed. The NCCL
+// reduce stays whole-model: there layer_ready runs for every layer once it
+// is done.
 #ifndef WORKER_TRAINER_DEVICE_GROUP_H_
 #define WORKER_TRAINER_DEVICE_GROUP_H_
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -60,6 +72,22 @@ namespace ps {
 // `counts` (weights.size() elements, summing to n). Every weight must be > 0.
 void SplitBatch(size_t n, absl::Span<const double> weights,
                 absl::Span<size_t> counts);
+
+// Per-layer callbacks of DeviceGroup::ComputeGradient (see the file
+// comment). Layer l owns the flat range LayerRange(l) (fc<l>/w, fc<l>/b).
+struct GradientHooks {
+  // Called on each device's thread before it reads layer l's parameters,
+  // layers in order; must be thread-safe; may block until they arrive. An
+  // error fails the computation.
+  std::function<absl::Status(size_t layer)> before_forward;
+  // Called once layer l's reduced gradient is final in `grad` and no device
+  // reads layer l's parameters any more in this call (they may be
+  // overwritten from then on), layers
+  // L-1, ..., 0, one call at a time, each before the next begins, from the
+  // caller's thread or a device's. Must not block for long: the devices
+  // wait behind it.
+  std::function<void(size_t layer)> layer_ready;
+};
 
 // Thread-compatible: one thread calls ComputeGradient / Evaluate at a time
 // (device 0 runs on it); each call blocks until every device involved has
@@ -107,14 +135,20 @@ class DeviceGroup {
   // True when gradients are summed on the GPUs (NCCL), see the file comment.
   bool reduces_on_devices() const { return reducer_ != nullptr; }
   const std::vector<TensorSpec>& tensors() const;
+  size_t num_layers() const;
+  // [offset, offset + length) of layer l's parameters in the flat layout.
+  std::pair<size_t, size_t> LayerRange(size_t layer) const;
 
   // grad (num_parameters floats) = the MEAN over the n examples of the
   // loss gradient at params; *loss_sum and *correct get the batch's summed
   // loss and correct predictions. x holds n * input_dim features, labels n
-  // labels; n > 0. Errors name the device that failed.
+  // labels; n > 0. Errors name the device that failed. `hooks` (nullable,
+  // borrowed for the call): see GradientHooks; after an error some layers
+  // may have had no layer_ready.
   absl::Status ComputeGradient(const float* params, const float* x,
                                const int32_t* labels, size_t n, float* grad,
-                               double* loss_sum, size_t* correct);
+                               double* loss_sum, size_t* correct,
+                               const GradientHooks* hooks = nullptr);
 
   // Summed loss and correct predictions over n examples (any n), on device
   // 0 alone.
@@ -149,6 +183,7 @@ class DeviceGroup {
     // Every device runs, even with an empty slice (a zero gradient): the
     // NCCL all-reduce needs every rank.
     bool all_devices = false;
+    const GradientHooks* hooks = nullptr;  // kGradient only; nullable
   };
 
   DeviceGroup() = default;
@@ -161,6 +196,12 @@ class DeviceGroup {
   // The device-side gradient: compute, all-reduce, device 0 copies it down.
   absl::Status DeviceGradient(size_t index, const Task& task, size_t begin,
                               size_t n);
+  // A device finished layer l's backward (host reduce with hooks): the last
+  // one reduces the layer and calls layer_ready.
+  void LayerDone(const Task& task, size_t layer);
+  // Adds the other devices' slices of [begin, end) into grad, in device
+  // order (zeroing it first when device 0 had no examples).
+  void ReduceRange(float* grad, size_t begin, size_t end) const;
   // Sums the devices' loss and correct counts (those that ran when `all` is
   // false) into the outputs; the first device error, prefixed with its name
   // (one that is not a deadline first: a peer's timeout follows the cause).
@@ -186,6 +227,11 @@ class DeviceGroup {
   uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
   size_t pending_ ABSL_GUARDED_BY(mu_) = 0;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  // Per-layer barrier of the current task (hooks, host reduce): devices
+  // with examples, and how many have finished each layer's backward.
+  absl::Mutex layer_mu_;
+  size_t layer_devices_ ABSL_GUARDED_BY(layer_mu_) = 0;
+  std::vector<size_t> layer_arrivals_ ABSL_GUARDED_BY(layer_mu_);
 };
 
 }  // namespace ps

@@ -1,12 +1,14 @@
 #include "worker/trainer/device_group.h"
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <numeric>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "core/model_spec.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -229,6 +231,119 @@ TEST(DeviceGroupTest, RejectsBadOptionsNamingTheField) {
   DeviceGroup::Options options;
   options.max_batch = 8;
   EXPECT_FALSE(DeviceGroup::Create(bad, options).ok());
+}
+
+// The per-layer pipeline: the devices' gradient reduced layer by layer as
+// each is done, with the hooks, against the whole-model reduce without.
+struct HookedRun {
+  std::vector<float> grad;
+  std::vector<size_t> ready;                 // layer_ready order
+  std::vector<bool> layer0_unwritten;        // at each layer_ready: fc0 NaN
+  std::vector<std::vector<float>> at_ready;  // the layer's slice then
+  size_t forwards = 0;                       // before_forward calls
+};
+
+HookedRun GradientWithHooks(const std::vector<std::string>& devices, size_t n,
+                            bool hooks_on) {
+  const ModelSpec spec = Mlp(784, {32, 16}, 10);
+  DeviceGroup::Options options;
+  options.devices = devices;
+  options.max_batch = 64;
+  std::unique_ptr<DeviceGroup> group = *DeviceGroup::Create(spec, options);
+  const std::vector<float> params = *InitialParameters(5, ModelTensors(spec));
+  TrainTestData data = MakeSyntheticData(n, 1, 3);
+  std::vector<float> x(n * 784);
+  std::vector<int32_t> y(n);
+  data.train->CopyRange(0, n, x.data(), y.data());
+  HookedRun r;
+  r.grad.assign(group->num_parameters(),
+                std::numeric_limits<float>::quiet_NaN());
+  absl::Mutex mu;
+  GradientHooks hooks;
+  hooks.before_forward = [&](size_t) {
+    absl::MutexLock lock(&mu);
+    ++r.forwards;
+    return absl::OkStatus();
+  };
+  hooks.layer_ready = [&](size_t l) {
+    r.ready.push_back(l);
+    const auto [offset, length] = group->LayerRange(l);
+    r.at_ready.emplace_back(r.grad.begin() + offset,
+                            r.grad.begin() + offset + length);
+    r.layer0_unwritten.push_back(std::isnan(r.grad[0]));
+  };
+  double loss;
+  size_t correct;
+  const absl::Status s = group->ComputeGradient(
+      params.data(), x.data(), y.data(), n, r.grad.data(), &loss, &correct,
+      hooks_on ? &hooks : nullptr);
+  EXPECT_TRUE(s.ok()) << s;
+  return r;
+}
+
+TEST(DeviceGroupHooksTest, LayersReadyLastFirstWhileBackwardGoesOn) {
+  const HookedRun r = GradientWithHooks({"cpu:0"}, 20, true);
+  EXPECT_EQ(r.ready, (std::vector<size_t>{2, 1, 0}));
+  EXPECT_EQ(r.forwards, 3u);
+  // When the last layer was handed over, layer 0's gradient was not even
+  // computed yet: the push starts before backward ends.
+  EXPECT_EQ(r.layer0_unwritten, (std::vector<bool>{true, true, false}));
+}
+
+TEST(DeviceGroupHooksTest, PerLayerReduceIsBitwiseTheWholeModelOne) {
+  for (const std::vector<std::string>& devices :
+       std::vector<std::vector<std::string>>{{"cpu:0", "cpu:1"},
+                                             {"cpu:0", "cpu:1", "cpu:2"}}) {
+    for (size_t n : {2, 20, 64, 130}) {  // 2 < 3 devices: one has none
+      SCOPED_TRACE(testing::Message() << devices.size() << " devices, n=" << n);
+      const HookedRun off = GradientWithHooks(devices, n, false);
+      const HookedRun on = GradientWithHooks(devices, n, true);
+      EXPECT_EQ(on.ready, (std::vector<size_t>{2, 1, 0}));
+      // Bitwise (memcmp: NaN-safe, and -0 vs +0 counts).
+      ASSERT_EQ(on.grad.size(), off.grad.size());
+      EXPECT_EQ(0, std::memcmp(on.grad.data(), off.grad.data(),
+                               on.grad.size() * sizeof(float)));
+      // Each layer was final when handed over.
+      for (size_t i = 0; i < on.ready.size(); ++i) {
+        const size_t l = on.ready[i];
+        const ModelSpec spec = Mlp(784, {32, 16}, 10);
+        size_t offset = 0;
+        const std::vector<uint32_t> w = ModelLayerWidths(spec);
+        for (size_t k = 0; k < l; ++k) offset += (w[k] + 1) * w[k + 1];
+        EXPECT_EQ(0,
+                  std::memcmp(on.at_ready[i].data(), off.grad.data() + offset,
+                              on.at_ready[i].size() * sizeof(float)))
+            << "layer " << l;
+      }
+    }
+  }
+}
+
+TEST(DeviceGroupHooksTest, ForwardWaitErrorFailsTheStep) {
+  const ModelSpec spec = Mlp(784, {32}, 10);
+  DeviceGroup::Options options;
+  options.devices = {"cpu:0", "cpu:1"};
+  options.max_batch = 64;
+  std::unique_ptr<DeviceGroup> group = *DeviceGroup::Create(spec, options);
+  const std::vector<float> params = *InitialParameters(5, ModelTensors(spec));
+  TrainTestData data = MakeSyntheticData(8, 1, 3);
+  std::vector<float> x(8 * 784), grad(group->num_parameters());
+  std::vector<int32_t> y(8);
+  data.train->CopyRange(0, 8, x.data(), y.data());
+  GradientHooks hooks;
+  hooks.before_forward = [](size_t l) {
+    return l == 1 ? absl::UnavailableError("shard 1 gone") : absl::OkStatus();
+  };
+  size_t ready = 0;
+  hooks.layer_ready = [&](size_t) { ++ready; };
+  double loss;
+  size_t correct;
+  const absl::Status s =
+      group->ComputeGradient(params.data(), x.data(), y.data(), 8, grad.data(),
+                             &loss, &correct, &hooks);
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(s.message()), testing::HasSubstr("shard 1 gone"));
+  EXPECT_EQ(ready, 0u);
 }
 
 }  // namespace

@@ -34,4 +34,9 @@ void LabWorkload::Compute() const {
   if (compute_ > absl::ZeroDuration()) absl::SleepFor(compute_);
 }
 
+void LabWorkload::Compute(double fraction) const {
+  const absl::Duration d = compute_ * fraction;
+  if (d > absl::ZeroDuration()) absl::SleepFor(d);
+}
+
 }  // namespace ps

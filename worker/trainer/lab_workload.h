@@ -53,6 +53,9 @@ class LabWorkload {
 
   // One step's compute: sleeps compute_time() (returns at once for 0).
   void Compute() const;
+  // A share of it: sleeps fraction * compute_time() (the overlapped step
+  // spreads a step's compute over its layers).
+  void Compute(double fraction) const;
 
  private:
   LabWorkload(size_t num_parameters, uint64_t steps_per_epoch,

@@ -46,7 +46,9 @@ class ProgressMeter {
   void AddComm(Clock::duration d) { comm_s_ += Seconds(d); }
 
   // One step done: the time it spent waiting for its batch, computing and
-  // in Pull/PushPull, and the summed loss and correct count of its batch.
+  // blocked on the network (exposed communication: Pull/PushPull, or an
+  // overlapped step's waits for parameters), and the summed loss and
+  // correct count of its batch.
   void AddStep(Clock::duration data, Clock::duration compute,
                Clock::duration comm, double loss_sum, size_t correct);
 
@@ -54,6 +56,9 @@ class ProgressMeter {
   // by step count or report interval. Never for the last step: the final
   // report follows it.
   bool ReportDue(uint64_t step_done, Clock::time_point step_end) const;
+
+  // Whether the steps overlap communication with compute (reported).
+  void SetOverlap(bool overlap) { progress_.set_overlap(overlap); }
 
   void SetTestAccuracy(float accuracy) {
     progress_.set_test_accuracy(accuracy);

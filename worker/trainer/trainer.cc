@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
+#include "core/model_spec.h"
 #include "spdlog/spdlog.h"
 
 namespace ps {
@@ -183,6 +185,74 @@ absl::Status Trainer::Step(uint64_t t, BatchLoader& loader,
   return absl::OkStatus();
 }
 
+absl::Status Trainer::OverlapStep(uint64_t t, BatchLoader& loader,
+                                  Clock::time_point* step_end) {
+  const Clock::time_point t0 = Clock::now();
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<Batch> b,
+                      loader.Pop(absl::Now() + options_.data_timeout));
+  const Clock::time_point t1 = Clock::now();
+  // Exposed communication: this thread blocked on a layer's parameters.
+  // Device threads wait too, but under this one's compute or wait.
+  Clock::duration blocked = Clock::duration::zero();
+  const std::thread::id trainer_thread = std::this_thread::get_id();
+  GradientHooks hooks;
+  hooks.before_forward = [&](size_t layer) {
+    if (std::this_thread::get_id() != trainer_thread) {
+      return pipeline_->AwaitLayer(layer);
+    }
+    const Clock::time_point w0 = Clock::now();
+    absl::Status s = pipeline_->AwaitLayer(layer);
+    blocked += Clock::now() - w0;
+    return s;
+  };
+  hooks.layer_ready = [&](size_t layer) { pipeline_->LayerReady(t, layer); };
+  double loss = 0.0;
+  size_t correct = 0;
+  absl::Status s =
+      devices_->ComputeGradient(params_.data(), b->x.data(), b->labels.data(),
+                                b->size, grad_.data(), &loss, &correct, &hooks);
+  loader.Recycle(std::move(b));
+  if (!s.ok()) {
+    pipeline_->Discard(s);
+    return s;
+  }
+  pipeline_->Flush(t);
+  *step_end = Clock::now();
+  meter_->AddStep(t1 - t0, *step_end - t1 - blocked, blocked, loss, correct);
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::OverlapLabStep(uint64_t t, Clock::time_point* step_end) {
+  const Clock::time_point t0 = Clock::now();
+  Clock::duration blocked = Clock::duration::zero();
+  const size_t layers = pipeline_->num_layers();
+  const double share = 1.0 / (3.0 * static_cast<double>(layers));
+  for (size_t l = 0; l < layers; ++l) {
+    const Clock::time_point w0 = Clock::now();
+    absl::Status s = pipeline_->AwaitLayer(l);
+    blocked += Clock::now() - w0;
+    PS_RETURN_IF_ERROR(s);
+    lab_->Compute(share);
+  }
+  for (size_t l = layers; l-- > 0;) {
+    lab_->Compute(2.0 * share);
+    pipeline_->LayerReady(t, l);
+  }
+  pipeline_->Flush(t);
+  *step_end = Clock::now();
+  meter_->AddStep(Clock::duration::zero(), *step_end - t0 - blocked, blocked,
+                  /*loss_sum=*/0.0, /*correct=*/0);
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::Drain() {
+  if (!pipeline_) return absl::OkStatus();
+  const Clock::time_point t0 = Clock::now();
+  absl::Status s = pipeline_->AwaitAll();
+  meter_->AddComm(Clock::now() - t0);
+  return s;
+}
+
 absl::Status Trainer::LabStep(uint64_t t, Clock::time_point* step_end) {
   const Clock::time_point t0 = Clock::now();
   lab_->Compute();
@@ -195,6 +265,8 @@ absl::Status Trainer::LabStep(uint64_t t, Clock::time_point* step_end) {
 }
 
 absl::Status Trainer::Evaluate(uint64_t done) {
+  // The parameters of the last step's exchanges must be in.
+  PS_RETURN_IF_ERROR(Drain());
   PS_ASSIGN_OR_RETURN(float accuracy, evaluator_->Accuracy(params_.data()));
   meter_->SetTestAccuracy(accuracy);
   // One line per evaluation, for time-to-accuracy measurements
@@ -229,7 +301,35 @@ absl::Status Trainer::Run(const ProgressCallback& on_progress,
   meter.report_interval = options_.report_interval;
   meter.report_every_steps = options_.report_every_steps;
   meter_ = std::make_unique<ProgressMeter>(std::move(meter));
+  if (options_.overlap && client_->supports_exchange()) {
+    // Layer l is the tensors 2l and 2l + 1 (fc<l> or lab<l>: w, b; see
+    // core/model_spec.h), in the flat layout's order.
+    const std::vector<TensorSpec> tensors = ModelTensors(options_.job.model());
+    std::vector<ExchangePipeline::Layer> layers(tensors.size() / 2);
+    for (size_t l = 0; l < layers.size(); ++l) {
+      for (const TensorSpec& t : {tensors[2 * l], tensors[2 * l + 1]}) {
+        layers[l].tensors.push_back(t.name());
+        layers[l].bytes += NumParameters({t}) * sizeof(float);
+      }
+    }
+    ExchangePipeline::Options pipe;
+    pipe.fusion_bytes = options_.fusion_bytes;
+    pipe.max_exchanges_per_step = options_.max_exchanges_per_step;
+    // Under BSP/SSP calls wait on the shards for the other workers: start
+    // order, the same on every worker (see ExchangePipeline::Options).
+    pipe.prioritize = options_.job.consistency().mode() == ASP;
+    pipeline_ = std::make_unique<ExchangePipeline>(
+        client_, std::move(layers), pipe, grad_, absl::MakeSpan(params_));
+  }
+  meter_->SetOverlap(pipeline_ != nullptr);
+  absl::Status s = RunSteps(on_progress, should_abort);
+  // Exchanges in flight borrow params_ and grad_: none may outlive Run.
+  if (pipeline_) pipeline_->AwaitAll().IgnoreError();
+  return s;
+}
 
+absl::Status Trainer::RunSteps(const ProgressCallback& on_progress,
+                               const AbortCheck& should_abort) {
   // The loader starts filling batches while the parameters are pulled.
   std::unique_ptr<BatchLoader> loader;
   if (plan_) {
@@ -248,9 +348,19 @@ absl::Status Trainer::Run(const ProgressCallback& on_progress,
       return AtStep(t, absl::CancelledError("job aborted"));
     }
     Clock::time_point step_end;
-    absl::Status s = lab_ ? LabStep(t, &step_end) : Step(t, *loader, &step_end);
+    absl::Status s;
+    if (lab_) {
+      s = pipeline_ ? OverlapLabStep(t, &step_end) : LabStep(t, &step_end);
+    } else {
+      s = pipeline_ ? OverlapStep(t, *loader, &step_end)
+                    : Step(t, *loader, &step_end);
+    }
     if (s.ok()) s = AfterStep(t + 1, step_end, on_progress);
     if (!s.ok()) return AtStep(t, s);
+  }
+  {
+    absl::Status s = Drain();
+    if (!s.ok()) return AtStep(total_steps_ - 1, s);
   }
   if (evaluator_) {
     absl::Status s = Evaluate(total_steps_);

@@ -20,6 +20,21 @@
 //       grad  = devices.ComputeGradient()    compute (mean over the batch)
 //       params = PushPull(t, grad)           communication
 //
+// Overlapped steps (options.overlap, the default, with a client that
+// supports_exchange() and a model trained on data): the same gradients and
+// parameters, but communication runs under compute. Backward hands each
+// layer's gradient, reduced across the devices as soon as all of them have
+// it (DeviceGroup's GradientHooks), to an ExchangePipeline, which pushes it
+// at once (last layer first; small layers fused up to fusion_bytes) and
+// pulls that layer's parameters for the next step in the same exchange
+// (ASP: the first layer's at the highest priority; BSP/SSP: in start order,
+// which cannot deadlock the shards' waits). The next step's forward
+// waits per layer, only for a layer whose parameters are not in yet. BSP
+// stays bitwise the same: the shards sum every chunk in rank order
+// whatever the arrival order, and the devices' per-layer reduce adds the
+// same numbers in the same order. Before an evaluation and at the end the
+// trainer waits for every exchange in flight.
+//
 // total_steps = data.epochs * steps_per_epoch, steps_per_epoch =
 // floor(floor(train_size / num_workers) / batch_size) on every rank (see
 // worker/data/shard.h). Step t reads batch t % steps_per_epoch of epoch
@@ -36,7 +51,11 @@
 //                  always on other ranks)
 //   data_s, compute_s, comm_s  cumulative seconds this run spent waiting for
 //                  batches, computing gradients (split, replicas, reduce) and
-//                  in Pull/PushPull; evaluation is in none of them
+//                  blocked on the network: in Pull/PushPull, or, overlapped,
+//                  the trainer thread's waits for parameters that had not
+//                  arrived (the exposed communication; what ran under
+//                  compute is not in it); evaluation is in none of them
+//   overlap        whether the steps were overlapped
 //   samples_per_s  num_workers * batch_size * steps run / (data_s +
 //                  compute_s + comm_s): the job's rate if every worker ran
 //                  at this one's pace
@@ -58,6 +77,9 @@
 // steps_per_epoch = lab.steps_per_epoch, total_steps = steps_per_epoch *
 // data.epochs, data_s = 0, loss = train_accuracy = 0, test_accuracy = -1, and
 // samples_per_s counts data.batch_size examples per worker per step as above.
+// Overlapped, a lab step spends a third of compute_ms in "forward" and two
+// thirds in "backward", spread evenly over its layers (lab<i>/w, lab<i>/b),
+// with the same per-layer waits and exchanges as a real model.
 //
 // Abort: should_abort is polled before each step, so a cancelled job stops
 // within one step, unless the step is blocked in the client (waiting for
@@ -85,6 +107,7 @@
 #include "worker/parameter_client.h"
 #include "worker/trainer/device_group.h"
 #include "worker/trainer/evaluator.h"
+#include "worker/trainer/exchange_pipeline.h"
 #include "worker/trainer/lab_workload.h"
 #include "worker/trainer/progress_meter.h"
 
@@ -121,6 +144,14 @@ struct TrainerOptions {
   size_t eval_batch = 1000;
   // A step's batch not loaded within this is an error.
   absl::Duration data_timeout = absl::Seconds(60);
+
+  // Overlapped steps (see the file comment), when the client supports
+  // them; and the fusion threshold (ExchangePipeline::Options).
+  bool overlap = true;
+  size_t fusion_bytes = kDefaultFusionBytes;
+  // The client's requests in flight per shard: a step makes at most this
+  // many exchanges (ExchangePipeline::Options::max_exchanges_per_step).
+  int max_exchanges_per_step = kDefaultMaxInflightPerShard;
 };
 
 // Thread-compatible: one thread calls Run. The callbacks run on that thread.
@@ -173,6 +204,18 @@ class Trainer {
   // meter_. `*step_end` is when PushPull returned.
   absl::Status Step(uint64_t t, BatchLoader& loader,
                     Clock::time_point* step_end);
+  // The overlapped step: as Step, with per-layer waits in forward and
+  // exchanges started from backward.
+  absl::Status OverlapStep(uint64_t t, BatchLoader& loader,
+                           Clock::time_point* step_end);
+  // Waits for every exchange in flight (none without overlap), the time as
+  // communication; the first exchange error.
+  absl::Status Drain();
+  // The step loop (Run's body before the final drain).
+  absl::Status RunSteps(const ProgressCallback& on_progress,
+                        const AbortCheck& should_abort);
+  // The overlapped lab step (see the file comment).
+  absl::Status OverlapLabStep(uint64_t t, Clock::time_point* step_end);
   // A lab model's step: its wait, then PushPull of the constant gradient.
   absl::Status LabStep(uint64_t t, Clock::time_point* step_end);
   // After `done` steps: evaluates and reports, or reports, when due.
@@ -195,6 +238,8 @@ class Trainer {
   std::vector<float> params_;
   std::vector<float> grad_;
   std::unique_ptr<ProgressMeter> meter_;  // made by Run
+  // Overlapped steps only (made by Run); borrows params_ and grad_.
+  std::unique_ptr<ExchangePipeline> pipeline_;
 };
 
 }  // namespace ps

@@ -42,7 +42,9 @@ TrainerOptions Options(const JobSpec& job, uint32_t rank) {
   return o;
 }
 
-TEST(TrainerLabTest, TwoWorkersEndWhereTheArithmeticSays) {
+// Overlapped: each layer (lab<i>/w + lab<i>/b) exchanged alone.
+void TwoWorkersEndWhereTheArithmeticSays(bool overlap) {
+  SCOPED_TRACE(overlap ? "overlap" : "blocking PushPull");
   const JobSpec job = LabJob(/*compute_ms=*/10);
   const std::vector<TensorSpec> tensors = ModelTensors(job.model());
   absl::StatusOr<std::vector<float>> initial = InitialParameters(1, tensors);
@@ -51,13 +53,14 @@ TEST(TrainerLabTest, TwoWorkersEndWhereTheArithmeticSays) {
   FakeParameterServer::Options server_options;
   server_options.learning_rate = 0.5f;
   server_options.num_workers = 2;
+  if (overlap) server_options.tensors = tensors;
   FakeParameterServer server(*initial, server_options);
   auto c0 = server.NewClient(0);
   auto c1 = server.NewClient(1);
-  absl::StatusOr<std::unique_ptr<Trainer>> t0 =
-      Trainer::Create(Options(job, 0), c0.get());
-  absl::StatusOr<std::unique_ptr<Trainer>> t1 =
-      Trainer::Create(Options(job, 1), c1.get());
+  TrainerOptions o0 = Options(job, 0), o1 = Options(job, 1);
+  o0.fusion_bytes = o1.fusion_bytes = 1;
+  absl::StatusOr<std::unique_ptr<Trainer>> t0 = Trainer::Create(o0, c0.get());
+  absl::StatusOr<std::unique_ptr<Trainer>> t1 = Trainer::Create(o1, c1.get());
   ASSERT_TRUE(t0.ok()) << t0.status();
   ASSERT_TRUE(t1.ok()) << t1.status();
   EXPECT_EQ((*t0)->steps_per_epoch(), 3u);
@@ -73,7 +76,10 @@ TEST(TrainerLabTest, TwoWorkersEndWhereTheArithmeticSays) {
   ASSERT_TRUE(s0.ok()) << s0;
   ASSERT_TRUE(s1.ok()) << s1;
   EXPECT_EQ(server.version(), 6u);
-  EXPECT_EQ(server.pushes(), 12u);
+  // 2 workers x 6 steps, each one PushPull or 2 per-layer exchanges.
+  EXPECT_EQ(server.pushes(), overlap ? 24u : 12u);
+  EXPECT_EQ(server.exchanges().size(), overlap ? 24u : 0u);
+  EXPECT_EQ(p0.overlap(), overlap);
 
   // Mean gradient (1 + 2) / 2 / 1024 per step; 6 steps at lr 0.5 from zero.
   const float want = -6 * 0.5f * (1.5f / 1024);
@@ -88,6 +94,11 @@ TEST(TrainerLabTest, TwoWorkersEndWhereTheArithmeticSays) {
   EXPECT_GE(p0.compute_s(), 6 * 0.010);  // the waits count as compute
   EXPECT_GT(p0.samples_per_s(), 0.0);
   EXPECT_EQ(p1.step(), 6u);
+}
+
+TEST(TrainerLabTest, TwoWorkersEndWhereTheArithmeticSays) {
+  TwoWorkersEndWhereTheArithmeticSays(false);
+  TwoWorkersEndWhereTheArithmeticSays(true);
 }
 
 TEST(TrainerLabTest, StartStepPastTheEndIsRejected) {

@@ -314,5 +314,118 @@ TEST(TrainerTest, RejectsBadOptionsNamingTheField) {
   EXPECT_FALSE(Trainer::Create(Options(SyntheticJob(1)), nullptr).ok());
 }
 
+// Overlapped steps (a fake that supports per-tensor exchanges).
+struct TwoWorkers {
+  absl::Status s0, s1;
+  std::vector<float> params;
+  Progress last0;
+  std::vector<FakeParameterServer::ExchangeRecord> exchanges;
+};
+
+TwoWorkers TrainTwo(const JobSpec& job, bool overlap, size_t fusion_bytes,
+                    bool server_exchanges) {
+  FakeParameterServer::Options server_options = ServerOptions(job);
+  server_options.num_workers = 2;
+  if (server_exchanges) server_options.tensors = ModelTensors(job.model());
+  FakeParameterServer server(Init(job), server_options);
+  std::vector<std::unique_ptr<ParameterClient>> clients;
+  std::vector<std::unique_ptr<Trainer>> trainers;
+  for (uint32_t rank = 0; rank < 2; ++rank) {
+    TrainerOptions options = Options(job);
+    options.rank = rank;
+    options.num_workers = 2;
+    options.devices = {"cpu:0", "cpu:1"};
+    options.weights = {2, 1};
+    options.overlap = overlap;
+    options.fusion_bytes = fusion_bytes;
+    clients.push_back(server.NewClient(rank));
+    trainers.push_back(*Trainer::Create(options, clients.back().get()));
+  }
+  TwoWorkers r;
+  std::thread other([&] { r.s1 = trainers[1]->Run(nullptr, nullptr); });
+  r.s0 = trainers[0]->Run(nullptr, nullptr);
+  other.join();
+  r.last0 = trainers[0]->last_progress();
+  r.params = server.parameters();
+  if (r.s0.ok()) {
+    EXPECT_EQ(trainers[0]->parameters(), r.params);
+  }
+  r.exchanges = server.exchanges();
+  return r;
+}
+
+TEST(TrainerOverlapTest, BspIsBitwiseTheSameWithOverlapOnAndOff) {
+  JobSpec job = SyntheticJob(2);
+  job.mutable_model()->mutable_mlp()->add_hidden(16);  // 3 layers
+  job.mutable_optimizer()->set_momentum(0.9f);
+  const TwoWorkers off = TrainTwo(job, false, 1, true);
+  ASSERT_TRUE(off.s0.ok() && off.s1.ok()) << off.s0 << " " << off.s1;
+  EXPECT_FALSE(off.last0.overlap());
+  EXPECT_TRUE(off.exchanges.empty());
+  for (size_t fusion : {size_t{1}, size_t{4096}, size_t{1} << 20}) {
+    SCOPED_TRACE(fusion);
+    const TwoWorkers on = TrainTwo(job, true, fusion, true);
+    ASSERT_TRUE(on.s0.ok() && on.s1.ok()) << on.s0 << " " << on.s1;
+    EXPECT_TRUE(on.last0.overlap());
+    EXPECT_EQ(on.params, off.params);  // bitwise: float ==, element by element
+    EXPECT_NE(on.params, Init(job));
+  }
+  // A client without per-tensor exchanges: the blocking step, same result.
+  const TwoWorkers fallback = TrainTwo(job, true, 1, false);
+  ASSERT_TRUE(fallback.s0.ok()) << fallback.s0;
+  EXPECT_FALSE(fallback.last0.overlap());
+  EXPECT_EQ(fallback.params, off.params);
+}
+
+TEST(TrainerOverlapTest, PushesLayerByLayerLastFirstFusingSmallOnes) {
+  JobSpec job = SyntheticJob(1);
+  job.mutable_model()->mutable_mlp()->add_hidden(16);  // 784-32-16-10
+  // fc0 100480 B, fc1 2112 B, fc2 680 B.
+  const TwoWorkers each = TrainTwo(job, true, 1, true);
+  ASSERT_TRUE(each.s0.ok()) << each.s0;
+  std::vector<std::vector<std::string>> step0;
+  std::vector<int> priorities;
+  for (const auto& x : each.exchanges) {
+    if (x.rank != 0 || x.step != 0) continue;
+    step0.push_back(x.tensors);
+    priorities.push_back(x.priority);
+  }
+  EXPECT_EQ(step0,
+            (std::vector<std::vector<std::string>>{
+                {"fc2/w", "fc2/b"}, {"fc1/w", "fc1/b"}, {"fc0/w", "fc0/b"}}));
+  // BSP: start order, no priorities (see ExchangePipeline::Options).
+  EXPECT_EQ(priorities, (std::vector<int>{0, 0, 0}));
+  EXPECT_EQ(each.exchanges.size(), 2u * 3u * 20u);  // workers x layers x steps
+
+  // fc2 (680 B) is held and rides with fc1: 2 exchanges a step.
+  const TwoWorkers fused = TrainTwo(job, true, 1024, true);
+  ASSERT_TRUE(fused.s0.ok()) << fused.s0;
+  step0.clear();
+  for (const auto& x : fused.exchanges) {
+    if (x.rank == 0 && x.step == 0) step0.push_back(x.tensors);
+  }
+  EXPECT_EQ(step0,
+            (std::vector<std::vector<std::string>>{
+                {"fc2/w", "fc2/b", "fc1/w", "fc1/b"}, {"fc0/w", "fc0/b"}}));
+  EXPECT_EQ(fused.exchanges.size(), 2u * 2u * 20u);
+}
+
+TEST(TrainerOverlapTest, AFailedExchangeFailsTheRunNamingIt) {
+  const JobSpec job = SyntheticJob(1);
+  FakeParameterServer::Options server_options = ServerOptions(job);
+  server_options.tensors = ModelTensors(job.model());
+  FakeParameterServer server(Init(job), server_options);
+  // The first exchange of step 3 (the last layer's) fails.
+  server.FailPush(0, 3, absl::UnavailableError("shard 1 gone"));
+  auto client = server.NewClient(0);
+  std::unique_ptr<Trainer> trainer =
+      *Trainer::Create(Options(job), client.get());
+  const absl::Status s = trainer->Run(nullptr, nullptr);
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  EXPECT_THAT(s.message(), HasSubstr("shard 1 gone"));
+  // The next forward that needs that layer reports it.
+  EXPECT_THAT(s.message(), HasSubstr("step 4"));
+}
+
 }  // namespace
 }  // namespace ps

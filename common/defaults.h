@@ -37,7 +37,9 @@ inline constexpr uint32_t kDefaultRpcMaxAttempts = 12;
 inline constexpr uint32_t kDefaultRpcInitialBackoffMs = 50;
 inline constexpr uint32_t kDefaultRpcMaxBackoffMs = 2000;
 inline constexpr uint32_t kDefaultMaxInflightPerShard = 4;
-inline constexpr uint32_t kDefaultMaxRequestBytes = 3u << 20;  // 3 MiB
+// 256 KiB: small requests let a shard answer the first of a step while the
+// rest are on the wire (docs/SCALING.md); not slower on loopback.
+inline constexpr uint32_t kDefaultMaxRequestBytes = 256u << 10;
 inline constexpr uint32_t kDefaultChannelsPerShard = 2;
 // Overlapped steps: layers are held until this many gradient bytes are held,
 // then pushed in one request per shard (small tensors fused).

@@ -209,9 +209,10 @@ TEST(PsClientWireTest, PushPullRequestIsByteIdenticalToProtobufAndRepliesLand) {
     return grpc::Status::OK;
   });
   Security security;
-  auto client = PsClient::Create(PsClientOptions(),
-                                 OneShardAssignment(lengths, server.address()),
-                                 &security);
+  PsClientOptions options;
+  options.max_request_bytes = 3u << 20;  // the whole model in one request
+  auto client = PsClient::Create(
+      options, OneShardAssignment(lengths, server.address()), &security);
   ASSERT_TRUE(client.ok()) << client.status();
   const std::vector<float> grad = Ramp(total, -0.5f);
   std::vector<float> params(total, 0.0f);

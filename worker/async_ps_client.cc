@@ -1,6 +1,7 @@
 #include "worker/async_ps_client.h"
 
 #include <algorithm>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -83,6 +84,23 @@ struct AsyncPsClient::Call {
   uint64_t dense_bytes = 0;  // the group's chunks as dense FP32
 };
 
+namespace {
+
+// A BSP job that checkpoints every step has each shard hold its answers
+// until all of the shard's chunks are durable at the new version
+// (server/internal/registration.cc, gate_replies). Every request of a step
+// must then be on the wire at once: with a window, the first requests would
+// wait on ones that cannot be sent until the step deadline.
+PsClientOptions ForJob(PsClientOptions options, const JobSpec& spec) {
+  if (spec.consistency().mode() == BSP &&
+      spec.checkpoint().every_steps() == 1) {
+    options.max_inflight_per_shard = std::numeric_limits<int>::max();
+  }
+  return options;
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<AsyncPsClient>> AsyncPsClient::Create(
     const PsClientOptions& options, const Assignment& assignment,
     const Security* security) {
@@ -92,7 +110,8 @@ absl::StatusOr<std::unique_ptr<AsyncPsClient>> AsyncPsClient::Create(
   PS_ASSIGN_OR_RETURN(RequestPlan plan,
                       RequestPlan::Create(assignment, plan_options));
   return std::unique_ptr<AsyncPsClient>(
-      new AsyncPsClient(options, assignment, security, std::move(plan)));
+      new AsyncPsClient(ForJob(options, assignment.spec()), assignment,
+                        security, std::move(plan)));
 }
 
 AsyncPsClient::AsyncPsClient(const PsClientOptions& options,

@@ -152,6 +152,37 @@ TEST_F(AsyncPsClientTest, QueuedRequestsGoOutByPriority) {
   EXPECT_THAT(order, ElementsAre(0, 2, 3, 1));
 }
 
+// A BSP job checkpointing every step: the shard answers a step only once all
+// of its chunks are in, so the whole step goes on the wire whatever the
+// window. Any other job keeps the window.
+TEST_F(AsyncPsClientTest, PerStepCheckpointsPutTheWholeStepOnTheWire) {
+  for (const bool gated : {false, true}) {
+    SCOPED_TRACE(gated ? "BSP, every_steps: 1" : "BSP, no checkpoint");
+    FakeShardServer shard(std::vector<uint64_t>(kTensors, kLength));
+    Assignment a = OneShard(shard.address());
+    a.mutable_spec()->mutable_consistency()->set_mode(BSP);
+    if (gated) a.mutable_spec()->mutable_checkpoint()->set_every_steps(1);
+    PsClientOptions options;
+    options.max_inflight_per_shard = 1;
+    options.max_request_bytes = kLength * sizeof(float);  // a chunk each
+    absl::StatusOr<std::unique_ptr<AsyncPsClient>> client =
+        AsyncPsClient::Create(options, a, &security_);
+    ASSERT_TRUE(client.ok()) << client.status();
+    shard.set_hold(true);
+    ParamRequest step = Tensor(0);
+    step.tensor.clear();  // the whole model: kTensors requests
+    RequestHandle h = (*client)->Start(std::move(step));
+    ASSERT_TRUE(shard.AwaitArrivals(1, Soon()));
+    EXPECT_EQ(shard.AwaitArrivals(kTensors, absl::Now() + absl::Seconds(1)),
+              gated);
+    for (int released = 0; released < kTensors; ++released) {
+      ASSERT_TRUE(shard.AwaitArrivals(released + 1, Soon()));
+      ASSERT_TRUE(shard.ReleaseOne());
+    }
+    EXPECT_TRUE((*client)->Wait(h, Soon()).ok());
+  }
+}
+
 TEST_F(AsyncPsClientTest, WaitReturnsDeadlineExceededInBoundedTime) {
   Connect();
   shard_.set_hold(true);

@@ -79,8 +79,8 @@ class Sgd final : public Optimizer {
   explicit Sgd(const OptimizerSpec& spec)
       : Optimizer(spec, spec.momentum() > 0 ? 1 : 0) {}
 
-  void Apply(absl::Span<float> params, const float* grad, float grad_scale,
-             OptimizerState* state) const override {
+  void Update(absl::Span<float> params, const float* grad, float grad_scale,
+              OptimizerState* state) const override {
     const OptimizerSpec& s = spec();
     float* buf = num_slots() > 0 ? state->slots[0].data() : nullptr;
     if (num_slots() == 0) {
@@ -103,8 +103,8 @@ class Adagrad final : public Optimizer {
  public:
   explicit Adagrad(const OptimizerSpec& spec) : Optimizer(spec, 1) {}
 
-  void Apply(absl::Span<float> params, const float* grad, float grad_scale,
-             OptimizerState* state) const override {
+  void Update(absl::Span<float> params, const float* grad, float grad_scale,
+              OptimizerState* state) const override {
     const OptimizerSpec& s = spec();
     AdagradKernel(params.size(), params.data(), grad, state->slots[0].data(),
                   grad_scale, s.learning_rate(), s.weight_decay(), s.epsilon());
@@ -117,8 +117,8 @@ class Adam final : public Optimizer {
   Adam(const OptimizerSpec& spec, bool decoupled)
       : Optimizer(spec, 2), decoupled_(decoupled) {}
 
-  void Apply(absl::Span<float> params, const float* grad, float grad_scale,
-             OptimizerState* state) const override {
+  void Update(absl::Span<float> params, const float* grad, float grad_scale,
+              OptimizerState* state) const override {
     const OptimizerSpec& s = spec();
     const uint64_t t = ++state->steps;
     // Bias corrections in double: b^t underflows gracefully and 1 - b^t keeps
@@ -297,6 +297,12 @@ absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(
     default:
       return std::unique_ptr<Optimizer>(new Adam(s, /*decoupled=*/true));
   }
+}
+
+void Optimizer::Apply(absl::Span<float> params, const float* grad,
+                      float grad_scale, OptimizerState* state) const {
+  ScopedFlushDenormals flush;
+  Update(params, grad, grad_scale, state);
 }
 
 OptimizerState Optimizer::NewState(size_t length) const {

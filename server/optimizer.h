@@ -79,11 +79,12 @@ class Optimizer {
   uint64_t StateBytes(uint64_t length) const;
 
   // Updates `params` in place with gradient `grad[i] * grad_scale` and
-  // advances state->steps. Requires: grad points to params.size() floats that
-  // do not alias params; *state came from NewState(params.size()) or
-  // ImportState(). Does not block; never allocates.
-  virtual void Apply(absl::Span<float> params, const float* grad,
-                     float grad_scale, OptimizerState* state) const = 0;
+  // advances state->steps, with subnormal results flushed to zero
+  // (ScopedFlushDenormals, below). Requires: grad points to params.size()
+  // floats that do not alias params; *state came from NewState(params.size())
+  // or ImportState(). Does not block; never allocates.
+  void Apply(absl::Span<float> params, const float* grad, float grad_scale,
+             OptimizerState* state) const;
 
   // Serializes a state (for checkpoints): a versioned little-endian binary
   // format that records the kind and the length, so a mismatched import is
@@ -100,6 +101,10 @@ class Optimizer {
   Optimizer(const OptimizerSpec& spec, int num_slots)
       : spec_(spec), num_slots_(num_slots) {}
 
+  // The update rule itself (Apply's contract).
+  virtual void Update(absl::Span<float> params, const float* grad,
+                      float grad_scale, OptimizerState* state) const = 0;
+
  private:
   const OptimizerSpec spec_;
   const int num_slots_;
@@ -112,10 +117,10 @@ void AddInto(absl::Span<float> acc, const float* x);
 
 // While alive, the calling thread flushes subnormal float results to zero
 // and reads subnormal inputs as zero (x86 MXCSR FTZ + DAZ; a no-op
-// elsewhere), then restores its previous mode. The shard applies updates
-// under it: an entry that gets no gradient for hundreds of steps (top-k
-// pushes, sparse features) decays its momentum into subnormals, which x86
-// computes 10-100x slower. Values at or above FLT_MIN (1.2e-38) compute
+// elsewhere), then restores its previous mode. Optimizer::Apply runs under
+// it: an entry that gets no gradient for hundreds of steps (top-k pushes,
+// sparse features) decays its momentum into subnormals, which x86 computes
+// 10-100x slower. Values at or above FLT_MIN (1.2e-38) compute
 // exactly as before, so BSP stays bitwise reproducible. TensorFlow's
 // ScopedFlushDenormal does the same.
 class ScopedFlushDenormals {

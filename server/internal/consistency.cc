@@ -118,10 +118,7 @@ void ApplyAspGradient(Job& job, Chunk& c, uint32_t worker, uint64_t step,
     grad = scratch.data();
   }
   const uint64_t t0 = NowNanos();
-  {
-    ScopedFlushDenormals flush;
-    job.optimizer->Apply(absl::MakeSpan(s.values), grad, 1.0f, &s.optimizer);
-  }
+  job.optimizer->Apply(absl::MakeSpan(s.values), grad, 1.0f, &s.optimizer);
   job.counters.apply_ns.Record(NowNanos() - t0);
   job.counters.applies.fetch_add(1, std::memory_order_relaxed);
   ++tally->accepted;
@@ -211,11 +208,8 @@ bool ApplyStepIfReady(Job& job, Chunk& c, std::vector<WaiterPtr>* ready) {
       AddInto(absl::MakeSpan(sum, c.length), AsFloats(s.gradients[r]).data());
     }
   }
-  {
-    ScopedFlushDenormals flush;
-    job.optimizer->Apply(absl::MakeSpan(s.values), sum,
-                         1.0f / static_cast<float>(arrived), &s.optimizer);
-  }
+  job.optimizer->Apply(absl::MakeSpan(s.values), sum,
+                       1.0f / static_cast<float>(arrived), &s.optimizer);
   std::fill(s.pushed.begin(), s.pushed.end(), 0);
   job.counters.apply_ns.Record(NowNanos() - t0);
   job.counters.applies.fetch_add(1, std::memory_order_relaxed);

@@ -8,6 +8,7 @@
 #include "absl/time/clock.h"
 #include "common/grpc_status.h"
 #include "common/status_macros.h"
+#include "core/checkpoint_gate.h"
 #include "core/wire_format.h"
 #include "spdlog/spdlog.h"
 #include "worker/shard_wire.h"
@@ -86,14 +87,9 @@ struct AsyncPsClient::Call {
 
 namespace {
 
-// A BSP job that checkpoints every step has each shard hold its answers
-// until all of the shard's chunks are durable at the new version
-// (server/internal/registration.cc, gate_replies). Every request of a step
-// must then be on the wire at once: with a window, the first requests would
-// wait on ones that cannot be sent until the step deadline.
+// See core/checkpoint_gate.h: such a job's whole step goes on the wire.
 PsClientOptions ForJob(PsClientOptions options, const JobSpec& spec) {
-  if (spec.consistency().mode() == BSP &&
-      spec.checkpoint().every_steps() == 1) {
+  if (StepAnswersAwaitCheckpoint(spec)) {
     options.max_inflight_per_shard = std::numeric_limits<int>::max();
   }
   return options;

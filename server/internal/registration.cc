@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
+#include "core/checkpoint_gate.h"
 #include "core/chunking.h"
 #include "core/init.h"
 #include "core/wire_format.h"
@@ -124,14 +125,13 @@ absl::Status CheckPlacement(const Placement& placement, uint32_t shard_id,
   return absl::OkStatus();
 }
 
-void ApplyCheckpointSpec(const CheckpointSpec& ck, bool can_checkpoint,
-                         Job& job) {
+void ApplyCheckpointSpec(const JobSpec& spec, bool can_checkpoint, Job& job) {
+  const CheckpointSpec& ck = spec.checkpoint();
   job.every_steps = ck.every_steps();
   job.every_seconds = ck.every_seconds();
   job.checkpointing =
       can_checkpoint && (ck.every_steps() > 0 || ck.every_seconds() > 0);
-  job.gate_replies =
-      job.checkpointing && job.mode == BSP && ck.every_steps() == 1;
+  job.gate_replies = job.checkpointing && StepAnswersAwaitCheckpoint(spec);
 }
 
 }  // namespace
@@ -166,7 +166,7 @@ absl::StatusOr<std::shared_ptr<Job>> NewJob(const RegisterJobRequest& req,
   }
   PS_RETURN_IF_ERROR(
       CheckPlacement(req.placement(), shard_id, *job, local_count));
-  ApplyCheckpointSpec(req.spec().checkpoint(), can_checkpoint, *job);
+  ApplyCheckpointSpec(req.spec(), can_checkpoint, *job);
   return job;
 }
 

@@ -61,6 +61,18 @@ inline constexpr float kDefaultAdagradEpsilon = 1e-10f;
 // does not depend on the protos) and the top-k fraction (1 = dense).
 inline constexpr char kDefaultWireFormat[] = "FP32";
 inline constexpr float kDefaultTopkFraction = 1.0f;
+// FTRL's beta (OptimizerSpec.ftrl_beta).
+inline constexpr float kDefaultFtrlBeta = 1.0f;
+// CtrModel: Criteo's 26 categorical and 13 integer features; hidden layers
+// [256, 128] when none are given.
+inline constexpr uint32_t kDefaultCtrFields = 26;
+inline constexpr uint32_t kDefaultCtrDenseFeatures = 13;
+inline constexpr uint32_t kDefaultCtrHidden[] = {256, 128};
+// TableSpec: admission after this many pushes, hottest ids reported, and the
+// initializer when none is given (NORMAL with this scale).
+inline constexpr uint32_t kDefaultTableAdmitAfter = 1;
+inline constexpr uint32_t kDefaultTableHotIds = 10;
+inline constexpr float kDefaultTableInitScale = 0.01f;
 
 // ---- psctl (tools/psctl.cc) ------------------------------------------------
 // How long psctl waits for the cluster (--connect-timeout, seconds).

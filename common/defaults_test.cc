@@ -130,6 +130,14 @@ TEST(DefaultsTest, ProtoCommentsDocumentTheConstants) {
       {"job.proto", "WireSpec", "format", kDefaultWireFormat},
       {"job.proto", "WireSpec", "topk_fraction",
        absl::StrCat(kDefaultTopkFraction)},
+      {"job.proto", "OptimizerSpec", "ftrl_beta",
+       absl::StrCat(kDefaultFtrlBeta)},
+      {"job.proto", "CtrModel", "fields", absl::StrCat(kDefaultCtrFields)},
+      {"job.proto", "CtrModel", "dense_features",
+       absl::StrCat(kDefaultCtrDenseFeatures)},
+      {"job.proto", "TableSpec", "admit_after",
+       absl::StrCat(kDefaultTableAdmitAfter)},
+      {"job.proto", "TableSpec", "hot_ids", absl::StrCat(kDefaultTableHotIds)},
   };
   for (const Case& c : cases) {
     const std::string comment =

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "common/defaults.h"
 #include "common/status_macros.h"
 
 namespace ps {
@@ -67,6 +68,42 @@ std::vector<TensorSpec> LabTensors(const LabModel& m) {
   return tensors;
 }
 
+// A CtrModel's fields with their defaults filled in.
+uint32_t CtrFields(const CtrModel& m) {
+  return m.has_fields() ? m.fields() : kDefaultCtrFields;
+}
+uint32_t CtrDense(const CtrModel& m) {
+  return m.has_dense_features() ? m.dense_features()
+                                : kDefaultCtrDenseFeatures;
+}
+
+absl::Status CheckCtr(const CtrModel& m) {
+  if (m.table().empty()) {
+    return absl::InvalidArgumentError(
+        "model.ctr.table: must name one of the job's tables");
+  }
+  if (m.embedding_dim() < 1 || m.embedding_dim() > kMaxTableDim) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model.ctr.embedding_dim: must be in [1, ", kMaxTableDim,
+                     "], got ", m.embedding_dim()));
+  }
+  if (CtrFields(m) < 1 || CtrFields(m) > kMaxCtrFields) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model.ctr.fields: must be in [1, ", kMaxCtrFields,
+                     "], got ", CtrFields(m)));
+  }
+  if (CtrDense(m) > kMaxModelDim) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model.ctr.dense_features: ", CtrDense(m),
+                     " exceeds the limit of ", kMaxModelDim));
+  }
+  for (int i = 0; i < m.hidden_size(); ++i) {
+    PS_RETURN_IF_ERROR(
+        CheckDim(absl::StrCat("model.ctr.hidden[", i, "]"), m.hidden(i), 1));
+  }
+  return absl::OkStatus();
+}
+
 // Widths without the validity check.
 std::vector<uint32_t> Widths(const ModelSpec& spec) {
   std::vector<uint32_t> widths;
@@ -76,6 +113,14 @@ std::vector<uint32_t> Widths(const ModelSpec& spec) {
     widths.push_back(spec.mlp().input_dim());
     for (uint32_t h : spec.mlp().hidden()) widths.push_back(h);
     widths.push_back(spec.mlp().num_classes());
+  } else if (spec.has_ctr()) {
+    const CtrModel& m = spec.ctr();
+    widths.push_back(CtrFields(m) * m.embedding_dim() + CtrDense(m));
+    if (m.hidden_size() == 0) {
+      for (uint32_t h : kDefaultCtrHidden) widths.push_back(h);
+    }
+    for (uint32_t h : m.hidden()) widths.push_back(h);
+    widths.push_back(1);  // one logit
   }
   return widths;
 }
@@ -98,9 +143,11 @@ absl::Status ValidateModelSpec(const ModelSpec& spec) {
     PS_RETURN_IF_ERROR(CheckDim("model.mlp.num_classes", m.num_classes(), 2));
   } else if (spec.has_lab()) {
     return CheckLab(spec.lab());
+  } else if (spec.has_ctr()) {
+    PS_RETURN_IF_ERROR(CheckCtr(spec.ctr()));
   } else {
     return absl::InvalidArgumentError(
-        "model: no model set (want softmax, mlp or lab)");
+        "model: no model set (want softmax, mlp, lab or ctr)");
   }
   const std::vector<uint32_t> widths = Widths(spec);
   uint64_t params = 0;

@@ -13,6 +13,11 @@
 // "fc<i>/b" [out] (ZEROS). The FLAT LAYOUT concatenates the tensors in that
 // order; a parameter or gradient vector is num_parameters floats in it.
 //
+// The CTR model (ModelSpec.ctr) is an MLP over fields * embedding_dim +
+// dense_features inputs (the sparse table's rows, then the dense features)
+// with hidden layers and one output (a logit): fc0, fc1, ... as above. Its
+// embedding rows live in a sparse table (core/table_spec.h), not here.
+//
 // The lab model (ModelSpec.lab, proto/job.proto) is no stack of dense layers:
 // layer i contributes "lab<i>/w" [parameters / layers - kLabBiasSize] then
 // "lab<i>/b" [kLabBiasSize], both 1-D and ZEROS: tools/allreduce_peer.py's
@@ -37,6 +42,10 @@ inline constexpr uint32_t kMaxModelDim = 1u << 24;
 // Largest accepted parameter count (4 GiB of float32).
 inline constexpr uint64_t kMaxModelParameters = uint64_t{1} << 30;
 
+// The CTR model's and sparse tables' limits.
+inline constexpr uint32_t kMaxCtrFields = 1024;
+inline constexpr uint32_t kMaxTableDim = 4096;
+
 // The lab model's limits (see the file comment).
 inline constexpr uint64_t kLabBiasSize = 1024;
 inline constexpr uint32_t kMaxLabLayers = 1024;
@@ -46,8 +55,9 @@ inline constexpr double kMaxLabComputeMs = 60000;
 // the field, e.g. "model.softmax.num_classes: must be >= 2, got 1".
 absl::Status ValidateModelSpec(const ModelSpec& spec);
 
-// The layer widths [input_dim, hidden..., num_classes] of a valid softmax or
-// MLP spec; empty when ValidateModelSpec(spec) fails and for a lab model.
+// The layer widths [input_dim, hidden..., num_classes] of a valid softmax,
+// MLP or CTR spec (CTR: [fields * embedding_dim + dense_features, hidden...,
+// 1], defaults filled in); empty when ValidateModelSpec(spec) fails and for a lab model.
 std::vector<uint32_t> ModelLayerWidths(const ModelSpec& spec);
 
 // The model's tensors in flat layout order (see the file comment); empty

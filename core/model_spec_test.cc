@@ -1,6 +1,7 @@
 #include "core/model_spec.h"
 
 #include <cmath>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -158,6 +159,45 @@ TEST(ModelSpecTest, ValidSpecsPass) {
         Mlp(3, {}, 2), Lab(4100, 4), Lab(kMaxModelParameters, 1024, 0),
         Lab(10000000, 8, 60000), Lab(1000000, 1, 0.5)}) {
     EXPECT_TRUE(ValidateModelSpec(s).ok()) << s.DebugString();
+  }
+}
+
+TEST(ModelSpecTest, CtrModelIsAnMlpOverEmbeddingsAndDenseFeatures) {
+  ModelSpec spec;
+  spec.mutable_ctr()->set_table("emb");
+  spec.mutable_ctr()->set_embedding_dim(16);
+  ASSERT_TRUE(ValidateModelSpec(spec).ok());
+  // Defaults: 26 fields, 13 dense features, hidden [256, 128], one logit.
+  EXPECT_EQ(ModelLayerWidths(spec),
+            (std::vector<uint32_t>{26 * 16 + 13, 256, 128, 1}));
+  spec.mutable_ctr()->set_fields(3);
+  spec.mutable_ctr()->set_dense_features(0);
+  spec.mutable_ctr()->add_hidden(8);
+  EXPECT_EQ(ModelLayerWidths(spec), (std::vector<uint32_t>{3 * 16, 8, 1}));
+  const std::vector<TensorSpec> tensors = ModelTensors(spec);
+  ASSERT_EQ(tensors.size(), 4u);
+  EXPECT_EQ(tensors[0].name(), "fc0/w");
+  EXPECT_EQ(NumParameters(tensors), 48u * 8 + 8 + 8 + 1);
+
+  struct Bad {
+    std::function<void(CtrModel*)> change;
+    std::string message;
+  };
+  const std::vector<Bad> cases = {
+      {[](CtrModel* m) { m->clear_table(); }, "model.ctr.table: must name"},
+      {[](CtrModel* m) { m->set_embedding_dim(0); },
+       "model.ctr.embedding_dim: must be in [1, 4096], got 0"},
+      {[](CtrModel* m) { m->set_fields(0); },
+       "model.ctr.fields: must be in [1, 1024], got 0"},
+      {[](CtrModel* m) { m->set_hidden(0, 0); },
+       "model.ctr.hidden[0]: must be > 0"},
+  };
+  for (const Bad& c : cases) {
+    ModelSpec bad = spec;
+    c.change(bad.mutable_ctr());
+    const absl::Status s = ValidateModelSpec(bad);
+    EXPECT_NE(s.message().find(c.message), std::string::npos) << s;
+    EXPECT_TRUE(ModelTensors(bad).empty());
   }
 }
 

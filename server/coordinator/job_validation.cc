@@ -11,6 +11,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "core/optimizer_spec.h"
+#include "core/table_spec.h"
 
 namespace ps {
 namespace {
@@ -103,9 +105,10 @@ void CheckModelFields(const JobSpec& spec, const ValidationContext& ctx,
   const ModelSpec& model = spec.model();
   switch (model.model_case()) {
     case ModelSpec::MODEL_NOT_SET:
-      p.Add("model", "must be set (softmax, mlp or lab)");
+      p.Add("model", "must be set (softmax, mlp, lab or ctr)");
       return;
     case ModelSpec::kLab:  // ValidateModelSpec checks every field
+    case ModelSpec::kCtr:  // and TableProblems the table it names
       return;
     case ModelSpec::kSoftmax:
       CheckInputAndClasses("model.softmax", model.softmax().input_dim(),
@@ -137,92 +140,11 @@ void CheckModel(const JobSpec& spec, const ValidationContext& ctx,
   if (!s.ok()) p.Add(s.message());
 }
 
-bool Finite(float v) { return std::isfinite(v); }
-
-// Whether `kind` names an optimizer other than `uses` (and so should not
-// set a field only `uses` reads).
-bool OtherKnownKind(OptimizerKind kind,
-                    std::initializer_list<OptimizerKind> uses) {
-  if (!OptimizerKind_IsValid(kind) || kind == OPTIMIZER_UNSPECIFIED) {
-    return false;
-  }
-  for (OptimizerKind u : uses) {
-    if (kind == u) return false;
-  }
-  return true;
-}
-
-// momentum and nesterov: SGD's fields.
-void CheckSgdFields(const OptimizerSpec& o, Problems& p) {
-  const OptimizerKind kind = o.kind();
-  if (!(o.momentum() >= 0 && o.momentum() < 1)) {
-    p.Add("optimizer.momentum",
-          absl::StrFormat("must be in [0, 1), got %g", o.momentum()));
-  } else if (o.momentum() > 0 && OtherKnownKind(kind, {SGD})) {
-    p.Add("optimizer.momentum", absl::StrCat("only SGD uses momentum (kind is ",
-                                             OptimizerKind_Name(kind), ")"));
-  }
-  if (o.nesterov()) {
-    if (OtherKnownKind(kind, {SGD})) {
-      p.Add("optimizer.nesterov",
-            absl::StrCat("only SGD uses nesterov (kind is ",
-                         OptimizerKind_Name(kind), ")"));
-    } else if (!(o.momentum() > 0)) {
-      p.Add("optimizer.nesterov", "requires momentum > 0");
-    }
-  }
-}
-
-// beta1, beta2, epsilon and initial_accumulator: the adaptive optimizers'.
-void CheckAdaptiveFields(const OptimizerSpec& o, Problems& p) {
-  const OptimizerKind kind = o.kind();
-  auto check_beta = [&](absl::string_view field, bool has, float v) {
-    if (!has) return;
-    if (!(v >= 0 && v < 1)) {
-      p.Add(field, absl::StrFormat("must be in [0, 1), got %g", v));
-    } else if (OtherKnownKind(kind, {ADAM, ADAMW})) {
-      p.Add(field, absl::StrCat("only ADAM and ADAMW use it (kind is ",
-                                OptimizerKind_Name(kind), ")"));
-    }
-  };
-  check_beta("optimizer.beta1", o.has_beta1(), o.beta1());
-  check_beta("optimizer.beta2", o.has_beta2(), o.beta2());
-  if (o.has_epsilon()) {
-    if (!(o.epsilon() > 0) || !Finite(o.epsilon())) {
-      p.Add("optimizer.epsilon",
-            absl::StrFormat("must be finite and > 0, got %g", o.epsilon()));
-    } else if (kind == SGD) {
-      p.Add("optimizer.epsilon", "SGD does not use epsilon");
-    }
-  }
-  if (!(o.initial_accumulator() >= 0) || !Finite(o.initial_accumulator())) {
-    p.Add("optimizer.initial_accumulator",
-          absl::StrFormat("must be finite and >= 0, got %g",
-                          o.initial_accumulator()));
-  } else if (o.initial_accumulator() > 0 && OtherKnownKind(kind, {ADAGRAD})) {
-    p.Add("optimizer.initial_accumulator",
-          absl::StrCat("only ADAGRAD uses it (kind is ",
-                       OptimizerKind_Name(kind), ")"));
-  }
-}
-
 void CheckOptimizer(const OptimizerSpec& o, Problems& p) {
-  const OptimizerKind kind = o.kind();
-  if (kind == OPTIMIZER_UNSPECIFIED) {
-    p.Add("optimizer.kind", "must be set (SGD, ADAGRAD, ADAM, ADAMW)");
-  } else if (!OptimizerKind_IsValid(kind)) {
-    p.Add("optimizer.kind", absl::StrFormat("unknown value %d", kind));
-  }
-  if (!(o.learning_rate() > 0) || !Finite(o.learning_rate())) {
-    p.Add("optimizer.learning_rate",
-          absl::StrFormat("must be finite and > 0, got %g", o.learning_rate()));
-  }
-  CheckSgdFields(o, p);
-  if (!(o.weight_decay() >= 0) || !Finite(o.weight_decay())) {
-    p.Add("optimizer.weight_decay",
-          absl::StrFormat("must be finite and >= 0, got %g", o.weight_decay()));
-  }
-  CheckAdaptiveFields(o, p);
+  std::vector<std::string> found;
+  AppendOptimizerProblems(o, "optimizer", {SGD, ADAGRAD, ADAM, ADAMW},
+                          &found);
+  for (const std::string& problem : found) p.Add(problem);
 }
 
 // wire.format: a WireFormat value (UNSPECIFIED = the default);
@@ -378,6 +300,7 @@ std::vector<std::string> ValidateJobSpec(const JobSpec& spec,
   CheckOptimizer(spec.optimizer(), p);
   CheckConsistency(spec, p);
   CheckWire(spec.wire(), p);
+  for (const std::string& problem : TableProblems(spec)) p.Add(problem);
   if (spec.num_workers() == 0 || spec.num_workers() > kMaxNumWorkers) {
     p.Add("num_workers", absl::StrFormat("must be in [1, %d], got %d",
                                          kMaxNumWorkers, spec.num_workers()));
@@ -419,14 +342,8 @@ JobSpec ApplyJobDefaults(const JobSpec& spec) {
     w->set_format(format);
   }
   if (!w->has_topk_fraction()) w->set_topk_fraction(kDefaultTopkFraction);
-  OptimizerSpec* o = out.mutable_optimizer();
-  if (o->kind() == ADAM || o->kind() == ADAMW) {
-    if (!o->has_beta1()) o->set_beta1(kDefaultAdamBeta1);
-    if (!o->has_beta2()) o->set_beta2(kDefaultAdamBeta2);
-    if (!o->has_epsilon()) o->set_epsilon(kDefaultAdamEpsilon);
-  } else if (o->kind() == ADAGRAD) {
-    if (!o->has_epsilon()) o->set_epsilon(kDefaultAdagradEpsilon);
-  }
+  ApplyOptimizerDefaults(out.mutable_optimizer());
+  for (TableSpec& t : *out.mutable_tables()) ApplyTableDefaults(&t);
   out.clear_tensors();
   for (TensorSpec& t : ModelTensors(out.model())) {
     *out.add_tensors() = std::move(t);

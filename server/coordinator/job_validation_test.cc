@@ -115,7 +115,7 @@ INSTANTIATE_TEST_SUITE_P(
          {"name: 129 characters, at most 128 allowed"}},
         {"ModelMissing",
          [](JobSpec& s) { s.clear_model(); },
-         {"model: must be set (softmax, mlp or lab)"}},
+         {"model: must be set (softmax, mlp, lab or ctr)"}},
         {"SoftmaxInputDimMismatch",
          [](JobSpec& s) {
            s.mutable_model()->mutable_softmax()->set_input_dim(100);

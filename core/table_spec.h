@@ -1,0 +1,37 @@
+// The checks on a job's sparse tables (JobSpec.tables, proto/job.proto) and
+// their defaults: the coordinator runs both at submit, the shard checks
+// again at registration, so a table reaches neither in a shape it cannot
+// serve.
+//
+//   std::vector<std::string> problems = TableProblems(spec);
+//   // "tables[0].dim: must be in [1, 4096], got 0"
+//   for (TableSpec& t : *spec.mutable_tables()) ApplyTableDefaults(&t);
+#ifndef CORE_TABLE_SPEC_H_
+#define CORE_TABLE_SPEC_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "proto/job.pb.h"
+
+namespace ps {
+
+inline constexpr size_t kMaxTableNameLength = 64;
+inline constexpr uint32_t kMaxTables = 64;
+inline constexpr uint32_t kMaxTableAdmitAfter = 1000000;
+inline constexpr uint32_t kMaxTableHotIds = 1000;
+
+// Every problem with spec.tables, each "tables[i].field: reason", and with
+// the CTR model's reference to its table ("model.ctr.table: ...",
+// "model.ctr.embedding_dim: ..."). Empty means valid. Fields left at zero
+// that have defaults are fine.
+std::vector<std::string> TableProblems(const JobSpec& spec);
+
+// `t` with the documented defaults filled in: admit_after, hot_ids, the
+// initializer (NORMAL, kDefaultTableInitScale) and the optimizer's.
+void ApplyTableDefaults(TableSpec* t);
+
+}  // namespace ps
+
+#endif  // CORE_TABLE_SPEC_H_

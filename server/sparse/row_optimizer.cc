@@ -3,6 +3,7 @@
 #include <cfloat>
 #include <cmath>
 #include <cstddef>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -171,12 +172,29 @@ class FtrlRows final : public RowOptimizer {
   const float inv_lr_;
 };
 
+// Adam's bias corrections for steps 1..kMaxCachedAdamSteps are computed
+// once per optimizer (256 KiB at most): two expm1 per row would double the
+// cost of a dim-16 update.
+constexpr int kMaxCachedAdamSteps = 1 << 15;
+
 class AdamRows final : public RowOptimizer {
  public:
   explicit AdamRows(const RowOptimizerOptions& o)
       : RowOptimizer(o),
         log_b1_(std::log(static_cast<double>(*o.beta1))),
-        log_b2_(std::log(static_cast<double>(*o.beta2))) {}
+        log_b2_(std::log(static_cast<double>(*o.beta2))) {
+    // Both factors fall monotonically toward (lr, 1) as t grows; once float
+    // rounding reaches them they stay, so the last entry serves every later
+    // t and the cache changes no result.
+    const Corrections limit{o.learning_rate, 1.0f};
+    for (int t = 1; t <= kMaxCachedAdamSteps; ++t) {
+      cache_.push_back(Compute(t));
+      if (cache_.back() == limit) {
+        cache_covers_all_ = true;
+        break;
+      }
+    }
+  }
 
   int StateFloatsPerRow(int dim) const override { return 2 * dim + 1; }
 
@@ -185,14 +203,12 @@ class AdamRows final : public RowOptimizer {
     const RowOptimizerOptions& o = options();
     const float t = state[2 * dim] + 1.0f;  // saturates at kMaxAdamStep
     state[2 * dim] = t;
-    // 1 - b^t in double via expm1: keeps its digits for small t, and b = 0
-    // (log -inf) gives exactly 1.
-    const double bc1 = -std::expm1(t * log_b1_);
-    const double bc2 = -std::expm1(t * log_b2_);
-    const float step_size = static_cast<float>(o.learning_rate / bc1);
-    const float inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
+    const size_t cached = cache_.size();
+    const Corrections c = t <= cached ? cache_[static_cast<size_t>(t) - 1]
+                          : cache_covers_all_ ? cache_.back()
+                                              : Compute(t);
     AdamKernel(dim, row, grad, state, state + dim, *o.beta1, *o.beta2,
-               *o.epsilon, step_size, inv_sqrt_bc2, o.weight_decay);
+               *o.epsilon, c.step_size, c.inv_sqrt_bc2, o.weight_decay);
   }
 
   absl::Status CheckState(const float* state, int dim) const override {
@@ -206,8 +222,28 @@ class AdamRows final : public RowOptimizer {
   }
 
  private:
+  // lr / (1 - b1^t) and 1 / sqrt(1 - b2^t).
+  struct Corrections {
+    float step_size;
+    float inv_sqrt_bc2;
+    bool operator==(const Corrections& o) const {
+      return step_size == o.step_size && inv_sqrt_bc2 == o.inv_sqrt_bc2;
+    }
+  };
+
+  Corrections Compute(double t) const {
+    // 1 - b^t in double via expm1: keeps its digits for small t, and b = 0
+    // (log -inf) gives exactly 1.
+    const double bc1 = -std::expm1(t * log_b1_);
+    const double bc2 = -std::expm1(t * log_b2_);
+    return {static_cast<float>(options().learning_rate / bc1),
+            static_cast<float>(1.0 / std::sqrt(bc2))};
+  }
+
   const double log_b1_;
   const double log_b2_;
+  std::vector<Corrections> cache_;  // cache_[t - 1]; filled by the constructor
+  bool cache_covers_all_ = false;   // cache_.back() holds for every larger t
 };
 
 // ---- Validation -------------------------------------------------------------

@@ -117,6 +117,7 @@ struct RowOptimizerOptions {
 class RowOptimizer {
  public:
   // Validates `options` and fills the defaults of the kind's unset fields.
+  // An Adam optimizer precomputes its bias corrections (256 KiB at most).
   // Bad values return kInvalidArgument naming the field, e.g.
   // "optimizer.learning_rate: must be > 0 and finite, got -1".
   static absl::StatusOr<std::unique_ptr<RowOptimizer>> Create(

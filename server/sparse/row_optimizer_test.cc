@@ -364,6 +364,45 @@ TEST(RowOptimizerTest, AdamStepCountSaturates) {
   EXPECT_TRUE(opt->CheckState(state.data(), 2).ok());
 }
 
+// One Adam update from a row whose t is already large (bias corrections
+// cached, constant, or computed past the cache when beta2 is near 1)
+// matches the float64 formula.
+TEST(RowOptimizerTest, AdamBiasCorrectionAtAnyStep) {
+  for (float beta2 : {0.999f, 0.99999f}) {
+    RowOptimizerOptions o = Opts(K::kAdam, 0.01f);
+    o.beta2 = beta2;
+    std::unique_ptr<RowOptimizer> opt = MustCreate(o);
+    for (float t0 : {0.0f, 4.0f, 20000.0f, 100000.0f, 5e6f, 16777216.0f}) {
+      constexpr int kDim = 5;
+      TestRng rng(static_cast<uint64_t>(t0) + 3);
+      std::vector<float> row(kDim), state(2 * kDim + 1), grad(kDim);
+      for (float& x : row) x = rng.Bell(0.2);
+      for (int i = 0; i < kDim; ++i) {
+        state[i] = rng.Bell(0.01);
+        state[kDim + i] = 1e-4f * static_cast<float>(rng.Uniform());
+        grad[i] = rng.Bell(0.05);
+      }
+      state[2 * kDim] = t0;
+      const double t = std::min(t0 + 1.0, 16777216.0);
+      const double b1 = 0.9, b2 = beta2;
+      std::vector<double> want(kDim);
+      for (int i = 0; i < kDim; ++i) {
+        const double m = b1 * state[i] + (1 - b1) * grad[i];
+        const double v = b2 * state[kDim + i] + (1 - b2) * grad[i] * grad[i];
+        want[i] = row[i] - 0.01 * (m / (1 - std::pow(b1, t))) /
+                               (std::sqrt(v / (1 - std::pow(b2, t))) + 1e-8);
+      }
+      const std::vector<float> before = row;
+      opt->Update(row.data(), state.data(), grad.data(), kDim);
+      for (int i = 0; i < kDim; ++i) {
+        // Float rounding of the weight and of a step of about lr.
+        EXPECT_NEAR(row[i], want[i], 1e-6 * (std::fabs(before[i]) + 0.01))
+            << "beta2 " << beta2 << " t0 " << t0 << " i " << i;
+      }
+    }
+  }
+}
+
 #if defined(__SSE__)
 // Update flushes a decaying moment that goes subnormal to 0, and restores
 // the caller's floating-point mode.

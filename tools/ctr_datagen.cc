@@ -9,8 +9,9 @@
 // CtrSyntheticGenerator, base = 0 for --split=train and kCtrTestBegin for
 // --split=test, and records in the sidecar the teacher's AUC and logloss
 // over exactly those examples: the best a model can reach on them.
-// --unseen_train=T also reports which of them hold ids never seen in the
-// training range [0, T), and the teacher's AUC with those ids' terms dropped.
+// --unseen_train=T also reports which of them hold ids never seen (or seen
+// fewer than --unseen_below times) in the training range [0, T), and the
+// teacher's AUC with those ids' terms dropped.
 // TSV mode converts a Criteo TSV file (rows [start, start + count), count 0
 // for all); the sidecar then has no teacher.
 //
@@ -33,7 +34,7 @@
 #include <utility>
 #include <vector>
 
-#include "absl/container/flat_hash_set.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
@@ -66,6 +67,9 @@ ABSL_FLAG(bool, skip_bad_rows, false,
 ABSL_FLAG(bool, progress, true, "print progress to stderr every 2 s");
 ABSL_FLAG(uint64_t, unseen_train, 0,
           "synthetic: report ids unseen in training examples [0, N); 0 = off");
+ABSL_FLAG(uint32_t, unseen_below, 1,
+          "with --unseen_train: ids seen fewer than this many times count as "
+          "unseen (a model learns little from a handful of examples), >= 1");
 // Generator parameters: defaults and ranges as CtrSyntheticConfig's.
 ABSL_FLAG(uint64_t, seed, ps::CtrSyntheticConfig{}.seed, "generator seed");
 ABSL_FLAG(std::string, cardinalities, "",
@@ -104,6 +108,7 @@ struct Options {
   bool skip_bad_rows = false;
   bool progress = true;
   uint64_t unseen_train = 0;
+  uint32_t unseen_below = 1;
   CtrSyntheticConfig config;
 };
 
@@ -117,6 +122,10 @@ absl::StatusOr<Options> ParseFlags() {
   o.skip_bad_rows = absl::GetFlag(FLAGS_skip_bad_rows);
   o.progress = absl::GetFlag(FLAGS_progress);
   o.unseen_train = absl::GetFlag(FLAGS_unseen_train);
+  o.unseen_below = absl::GetFlag(FLAGS_unseen_below);
+  if (o.unseen_below < 1) {
+    return absl::InvalidArgumentError("--unseen_below must be >= 1");
+  }
   if (o.threads < 1)
     return absl::InvalidArgumentError("--threads must be >= 1");
   const std::string split = absl::GetFlag(FLAGS_split);
@@ -275,19 +284,18 @@ std::string JsonString(const std::string& s) {
 }
 
 std::string JsonNumber(double v) {
-  return std::isfinite(v) ? absl::StrFormat("%.17g", v) : "null";
+  return std::isfinite(v) ? absl::StrFormat("%.15g", v) : "null";
 }
 
-// The ids of training examples [0, n): what a model trained on them has
-// seen.
-absl::flat_hash_set<uint64_t> SeenIds(const CtrSyntheticGenerator& gen,
-                                      uint64_t n, bool progress) {
-  absl::flat_hash_set<uint64_t> seen;
+// How often each id occurs in training examples [0, n).
+absl::flat_hash_map<uint64_t, uint32_t> TrainCounts(
+    const CtrSyntheticGenerator& gen, uint64_t n, bool progress) {
+  absl::flat_hash_map<uint64_t, uint32_t> seen;
   Progress meter(progress, n);
   CtrExample e;
   for (uint64_t i = 0; i < n; ++i) {
     gen.Generate(i, &e);
-    for (uint64_t id : e.ids) seen.insert(id);
+    for (uint64_t id : e.ids) ++seen[id];
     if (i % kChunk == 0) meter.Update(i);
   }
   return seen;
@@ -313,19 +321,22 @@ absl::Status FillChunk(const CtrSyntheticGenerator& gen, uint64_t begin,
   return absl::OkStatus();
 }
 
-// The sidecar's "unseen" object: examples with at least one id unseen in
-// training, per-field fractions, and the teacher with those ids dropped.
+// The sidecar's "unseen" object: examples with at least one id seen fewer
+// than `below` times in training, per-field fractions, and the teacher with
+// those ids' terms dropped (an oracle that knows only the other ids).
 class UnseenReport {
  public:
   UnseenReport(const CtrSyntheticGenerator* gen,
-               absl::flat_hash_set<uint64_t> seen, uint64_t train)
-      : gen_(gen), seen_(std::move(seen)), train_(train) {}
+               absl::flat_hash_map<uint64_t, uint32_t> counts, uint64_t train,
+               uint32_t below)
+      : gen_(gen), counts_(std::move(counts)), train_(train), below_(below) {}
 
   absl::Status Add(const CtrExample& e) {
     std::array<bool, kCtrCategoricalFields> known;
     bool any = false;
     for (int f = 0; f < kCtrCategoricalFields; ++f) {
-      known[f] = seen_.contains(e.ids[f]);
+      const auto it = counts_.find(e.ids[f]);
+      known[f] = it != counts_.end() && it->second >= below_;
       if (!known[f]) {
         any = true;
         ++per_field_[f];
@@ -345,11 +356,12 @@ class UnseenReport {
     const CtrMetrics m = seen_teacher_.Summary();
     return absl::StrFormat(
         "{\"train_examples\": %d, \"distinct_train_ids\": %d, "
+        "\"unseen_below\": %d, "
         "\"examples_with_unseen_id\": %.6f, \"unseen_per_field\": [%s], "
         "\"teacher_auc_seen_ids_only\": %s, "
         "\"teacher_logloss_seen_ids_only\": %s}",
-        train_, seen_.size(), Fraction(any_), absl::StrJoin(fields, ", "),
-        JsonNumber(m.auc), JsonNumber(m.logloss));
+        train_, counts_.size(), below_, Fraction(any_),
+        absl::StrJoin(fields, ", "), JsonNumber(m.auc), JsonNumber(m.logloss));
   }
 
  private:
@@ -357,8 +369,9 @@ class UnseenReport {
     return examples_ == 0 ? 0.0 : static_cast<double>(c) / examples_;
   }
   const CtrSyntheticGenerator* gen_;
-  const absl::flat_hash_set<uint64_t> seen_;
+  const absl::flat_hash_map<uint64_t, uint32_t> counts_;
   const uint64_t train_;
+  const uint32_t below_;
   uint64_t examples_ = 0;
   uint64_t any_ = 0;
   std::array<uint64_t, kCtrCategoricalFields> per_field_{};
@@ -390,7 +403,8 @@ absl::Status RunSynthetic(const Options& o) {
   std::unique_ptr<UnseenReport> unseen;
   if (o.unseen_train > 0) {
     unseen = std::make_unique<UnseenReport>(
-        &gen, SeenIds(gen, o.unseen_train, o.progress), o.unseen_train);
+        &gen, TrainCounts(gen, o.unseen_train, o.progress), o.unseen_train,
+        o.unseen_below);
   }
   PS_ASSIGN_OR_RETURN(std::unique_ptr<RecordWriter> writer,
                       RecordWriter::Open(o.out));

@@ -28,16 +28,24 @@
 //
 // The planted teacher (nothing stored; every parameter is a hash of the
 // seed, the field and the rank):
-//   logit = bias + sum_f w_f(r_f) + sum_j u_j * dense[j]
-//         + sum_{(a, b) in pairs} c * <e_a(r_a), e_b(r_b)> / sqrt(k)
-//   w_f(r) = weight_stddev * g_f * s(r) * N,   g_f in [0.5, 1.5] per field,
-//   e_f(r) = s(r) * (k unit-variance uniforms),  s(r) = (1 + r /
-//   rank_scale)^-1/2 u_j = dense_weight_stddev * N,   c = interaction_stddev,
+//   logit  = bias + sum_f w_f(r_f) + sum_j u_j * dense[j]
+//            + sum_{(a, b) in pairs} c * <e_a(r_a), e_b(r_b)> / sqrt(k)
+//   w_f(r) = weight_stddev * g_f * s(r) * N,  g_f in [0.5, 1.5] per field
+//   e_f(r) = s(r) * (k unit-variance uniforms)
+//   s(r)   = (1 + r / rank_scale)^(-1/2)
+//   u_j    = dense_weight_stddev * N,  c = interaction_stddev,
 // with N approximately N(0, 1) and `pairs` interaction_pairs distinct field
 // pairs drawn from the seed. s(r) makes rare values matter less, so most of
 // the signal sits on values a model sees often in training. The bias is
 // solved on calibration_examples examples (a stream of their own) so the
-// mean teacher probability is positive_rate. label ~ Bernoulli(sigmoid(logit)).
+// mean teacher probability is positive_rate; label ~ Bernoulli(sigmoid(logit)).
+//
+// The default config (tools/ctr_datagen, 1M test examples from kCtrTestBegin):
+// teacher AUC 0.8337, logloss 0.4152, 25.09% positives. With 4M training
+// examples, 41% of test examples hold an id never seen in training, yet
+// dropping those ids' terms leaves the teacher's AUC at 0.8337 (-0.00001);
+// dropping every id seen fewer than 30 times (85% of test examples hold one)
+// leaves 0.8333 (-0.0004): the signal is on ids a model can learn.
 #ifndef WORKER_DATA_CTR_SYNTHETIC_H_
 #define WORKER_DATA_CTR_SYNTHETIC_H_
 
@@ -137,8 +145,7 @@ class CtrSyntheticGenerator {
   explicit CtrSyntheticGenerator(const CtrSyntheticConfig& config);
 
   // Features of example `index` of `stream` into *out (label untouched) and
-  // its zero-based
-  // ranks; returns the uniform its label is drawn with.
+  // its zero-based ranks; returns the uniform its label is drawn with.
   double Features(uint64_t stream, uint64_t index, CtrExample* out,
                   uint64_t* ranks) const;
   // Logit without the bias from ranks and dense features; fields with

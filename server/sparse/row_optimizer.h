@@ -81,9 +81,6 @@ enum class RowOptimizerKind {
 // "SGD", "ADAGRAD", "FTRL", "ADAM" (or the number for an unknown value).
 std::string RowOptimizerKindName(RowOptimizerKind kind);
 
-// FTRL's beta when unset: McMahan et al. find 1 "usually good enough".
-inline constexpr float kDefaultFtrlBeta = 1.0f;
-
 // The kind and its hyper-parameters. A field that the kind does not use must
 // keep its default (a config that sets it expects an effect it would not
 // get). Unset optional fields take the defaults named beside them.

@@ -7,7 +7,7 @@
 //            rows u64, counters u64, CRC32C u32 of these 16 bytes
 //            rows x   {id u64, last_step u64, (dim + state_floats) x f32},
 //                     least recently pushed first
-//            counters x {id u64, count u32}
+//            counters x {id u64, count u32}, ascending id
 //            CRC32C u32 of the rows and counters
 //   trailer  magic "PSSPEND\n", rows u64, counters u64, CRC32C u32 of these
 //
@@ -65,9 +65,12 @@ char* StoreU64(char* p, uint64_t v) {
   return p + 8;
 }
 
-// Appends one stripe's section, encoded from its snapshot.
-void EncodeSection(const StripeImage& image, uint32_t floats_per_row,
+// Appends one stripe's section, encoded from its snapshot. Counters are
+// written in id order, so equal tables give equal streams whatever their
+// hash tables' history.
+void EncodeSection(StripeImage& image, uint32_t floats_per_row,
                    std::string* out) {
+  std::sort(image.counters.begin(), image.counters.end());
   const size_t record_bytes = RowStore::RecordBytes(floats_per_row);
   const size_t row_bytes = 16 + size_t{floats_per_row} * 4;
   const size_t start = out->size();

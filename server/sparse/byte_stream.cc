@@ -13,9 +13,8 @@ absl::Status StringSink::Write(absl::string_view bytes) {
 
 absl::Status StringSource::Read(size_t n, char* out) {
   if (n > bytes_.size()) {
-    return absl::DataLossError(absl::StrCat("truncated: wanted ", n,
-                                            " bytes, ", bytes_.size(),
-                                            " left"));
+    return absl::DataLossError(absl::StrCat("truncated: wanted ", n, " bytes, ",
+                                            bytes_.size(), " left"));
   }
   std::memcpy(out, bytes_.data(), n);
   bytes_.remove_prefix(n);

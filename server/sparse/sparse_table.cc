@@ -44,14 +44,14 @@ absl::Status ValidateOptions(const SparseTable::Options& o) {
   PS_RETURN_IF_ERROR(o.init.Validate());
   if (o.admission_count == 0) return Invalid("admission_count", "must be >= 1");
   if (!IsPowerOfTwo(o.num_stripes) || o.num_stripes > kMaxStripes) {
-    return Invalid("num_stripes", absl::StrCat("must be a power of two <= ",
-                                               kMaxStripes, ", got ",
-                                               o.num_stripes));
+    return Invalid("num_stripes",
+                   absl::StrCat("must be a power of two <= ", kMaxStripes,
+                                ", got ", o.num_stripes));
   }
   if (!IsPowerOfTwo(o.slab_rows) || o.slab_rows > kMaxSlabRows) {
-    return Invalid("slab_rows", absl::StrCat("must be a power of two <= ",
-                                             kMaxSlabRows, ", got ",
-                                             o.slab_rows));
+    return Invalid("slab_rows",
+                   absl::StrCat("must be a power of two <= ", kMaxSlabRows,
+                                ", got ", o.slab_rows));
   }
   if (o.hot_ids > kMaxHotIds) {
     return Invalid("hot_ids", absl::StrCat("must be <= ", kMaxHotIds));
@@ -64,9 +64,8 @@ absl::Status ValidateOptions(const SparseTable::Options& o) {
     const uint64_t slab =
         RowStore::RecordBytes(o.dim + o.state_floats_per_row) * o.slab_rows +
         sizeof(void*);
-    const uint64_t floor =
-        slab + kMinTableBuckets * sizeof(uint64_t) +
-        (o.admission_count > 1 ? kMinTableBuckets * 12 : 0);
+    const uint64_t floor = slab + kMinTableBuckets * sizeof(uint64_t) +
+                           (o.admission_count > 1 ? kMinTableBuckets * 12 : 0);
     if (share < floor) {
       return Invalid("memory_budget_bytes",
                      absl::StrCat("the share of each of the ", o.num_stripes,
@@ -115,17 +114,17 @@ sparse_internal::StripeConfig SparseTable::StripeConfigFor() const {
 
 absl::Status SparseTable::Error(absl::StatusCode code,
                                 absl::string_view what) const {
-  return absl::Status(code,
-                      absl::StrCat("sparse table '", options_.name, "': ", what));
+  return absl::Status(
+      code, absl::StrCat("sparse table '", options_.name, "': ", what));
 }
 
 absl::Status SparseTable::CheckId(uint64_t id, size_t index,
                                   absl::string_view field) const {
   if (options_.id_bound == 0 || id < options_.id_bound) return absl::OkStatus();
-  return Error(absl::StatusCode::kInvalidArgument,
-               absl::StrCat(field, "[", index, "] = ", id,
-                            " is out of range (id_bound ", options_.id_bound,
-                            ")"));
+  return Error(
+      absl::StatusCode::kInvalidArgument,
+      absl::StrCat(field, "[", index, "] = ", id, " is out of range (id_bound ",
+                   options_.id_bound, ")"));
 }
 
 absl::Status SparseTable::Pull(absl::Span<const uint64_t> ids,
@@ -153,7 +152,8 @@ absl::Status SparseTable::Pull(absl::Span<const uint64_t> ids,
       absl::ReaderMutexLock lock(&stripe.mu);
       for (uint32_t k = g.begin[s]; k < g.begin[s + 1]; ++k) {
         const uint32_t i = g.order[k];
-        if (!stripe.data.Read(ids[i], hashes[i], out.data() + size_t{i} * dim)) {
+        if (!stripe.data.Read(ids[i], hashes[i],
+                              out.data() + size_t{i} * dim)) {
           missing.push_back(i);
         }
       }
@@ -189,10 +189,10 @@ absl::Status SparseTable::Push(absl::Span<const uint64_t> ids,
       sparse_internal::MergePush(ids, grads, dim, stripe_mask_);
   for (size_t k = 0; k < m.grads.size(); ++k) {
     if (Finite(m.grads[k])) continue;
-    return Error(absl::StatusCode::kInvalidArgument,
-                 absl::StrCat("the summed gradient of duplicate id ",
-                              m.ids[k / dim], " overflows (element ", k % dim,
-                              ")"));
+    return Error(
+        absl::StatusCode::kInvalidArgument,
+        absl::StrCat("the summed gradient of duplicate id ", m.ids[k / dim],
+                     " overflows (element ", k % dim, ")"));
   }
   auto rows = [&](uint32_t s) {
     return absl::MakeConstSpan(m.ids).subspan(m.begin[s],
@@ -216,8 +216,8 @@ absl::Status SparseTable::Push(absl::Span<const uint64_t> ids,
   return PushAllOrNothing(m, step, update);
 }
 
-absl::Status SparseTable::PushAllOrNothing(
-    const sparse_internal::MergedPush& m, uint64_t step, UpdateFn update)
+absl::Status SparseTable::PushAllOrNothing(const sparse_internal::MergedPush& m,
+                                           uint64_t step, UpdateFn update)
     ABSL_NO_THREAD_SAFETY_ANALYSIS {
   const uint32_t dim = options_.dim;
   const uint64_t share = options_.memory_budget_bytes / options_.num_stripes;
@@ -236,12 +236,13 @@ absl::Status SparseTable::PushAllOrNothing(
     const size_t after =
         stripes_[s]->data.BytesAfterPush(span(m.ids, s), span(m.hashes, s));
     if (after > share) {
-      status = Error(
-          absl::StatusCode::kResourceExhausted,
-          absl::StrCat("memory budget reached: the push needs ", after,
-                       " bytes in stripe ", s, ", whose share of "
-                       "memory_budget_bytes ", options_.memory_budget_bytes,
-                       " is ", share, " (no lru eviction; table unchanged)"));
+      status = Error(absl::StatusCode::kResourceExhausted,
+                     absl::StrCat("memory budget reached: the push needs ",
+                                  after, " bytes in stripe ", s,
+                                  ", whose share of "
+                                  "memory_budget_bytes ",
+                                  options_.memory_budget_bytes, " is ", share,
+                                  " (no lru eviction; table unchanged)"));
       break;
     }
   }

@@ -7,10 +7,10 @@
 //   o.name = "user_emb"; o.dim = 16; o.state_floats_per_row = 16;
 //   o.init = {RowInitializer::Kind::kNormal, 0, 0.01f, seed};
 //   o.admission_count = 3; o.ttl_steps = 1000;
-//   PS_ASSIGN_OR_RETURN(std::unique_ptr<SparseTable> t, SparseTable::Create(o));
-//   PS_RETURN_IF_ERROR(t->Pull(ids, absl::MakeSpan(rows)));
-//   PS_RETURN_IF_ERROR(t->Push(ids, grads, step, adagrad_update));
-//   t->EvictExpired(step);
+//   PS_ASSIGN_OR_RETURN(std::unique_ptr<SparseTable> t,
+//   SparseTable::Create(o)); PS_RETURN_IF_ERROR(t->Pull(ids,
+//   absl::MakeSpan(rows))); PS_RETURN_IF_ERROR(t->Push(ids, grads, step,
+//   adagrad_update)); t->EvictExpired(step);
 //
 // Rows live in stripes chosen by a salted hash of the id (RowHash, not
 // ShardForId's bits), each stripe with its own absl::Mutex: rows in slabs of
@@ -77,7 +77,7 @@ class SparseTable {
     uint64_t lru_evictions = 0;
     uint64_t dropped = 0;  // lru: rows that could not fit even alone
     uint64_t rows_pulled = 0;
-    uint64_t rows_pushed = 0;  // unique ids per push
+    uint64_t rows_pushed = 0;    // unique ids per push
     std::vector<HotId> hottest;  // top-K by pushes, highest first
   };
 
@@ -144,7 +144,8 @@ class SparseTable {
       ByteSource& source, uint32_t sections,
       std::vector<std::unique_ptr<sparse_internal::Stripe>>& staged) const;
   absl::Status CheckStoredId(uint64_t id, absl::string_view where) const;
-  absl::Status CheckId(uint64_t id, size_t index, absl::string_view field) const;
+  absl::Status CheckId(uint64_t id, size_t index,
+                       absl::string_view field) const;
   absl::Status Error(absl::StatusCode code, absl::string_view what) const;
 
   const Options options_;

@@ -83,7 +83,8 @@ void EncodeSection(StripeImage& image, uint32_t floats_per_row,
   p = StoreU32(p, Crc32c(absl::string_view(p - 16, 16)));
   char* const body = p;
   for (uint32_t slot = image.oldest; slot != RowStore::kNil;) {
-    const RowMeta m = RowStore::MetaAt(image.records.data(), record_bytes, slot);
+    const RowMeta m =
+        RowStore::MetaAt(image.records.data(), record_bytes, slot);
     p = StoreU64(p, m.id);
     p = StoreU64(p, m.last_step);
     const char* rec = image.records.data() + size_t{slot} * record_bytes;
@@ -187,10 +188,10 @@ absl::Status SparseTable::Restore(ByteSource& source) {
   }
   if (name != options_.name || dim != options_.dim ||
       state != options_.state_floats_per_row) {
-    return fail(absl::InvalidArgumentError(absl::StrCat(
-        "stream holds table '", name, "' (dim ", dim, ", state_floats ", state,
-        "), want dim ", options_.dim, ", state_floats ",
-        options_.state_floats_per_row)));
+    return fail(absl::InvalidArgumentError(
+        absl::StrCat("stream holds table '", name, "' (dim ", dim,
+                     ", state_floats ", state, "), want dim ", options_.dim,
+                     ", state_floats ", options_.state_floats_per_row)));
   }
   std::vector<std::unique_ptr<Stripe>> staged;
   const sparse_internal::StripeConfig config = StripeConfigFor();
@@ -232,7 +233,8 @@ absl::Status SparseTable::RestoreSections(
     const uint64_t rows = GetU64(sh), counters = GetU64(sh + 8);
     crc = 0;
     for (uint64_t done = 0; done < rows;) {
-      const size_t n = static_cast<size_t>(std::min<uint64_t>(rows - done, kRowsPerRead));
+      const size_t n =
+          static_cast<size_t>(std::min<uint64_t>(rows - done, kRowsPerRead));
       buf.resize(n * row_bytes);
       PS_RETURN_IF_ERROR(ReadCrc(source, buf.size(), buf.data(), &crc));
       for (size_t r = 0; r < n; ++r) {
@@ -244,13 +246,14 @@ absl::Status SparseTable::RestoreSections(
           std::memcpy(&values[e], &bits, 4);
         }
         const uint64_t hash = sparse_internal::RowHash(id);
-        PS_RETURN_IF_ERROR(staged[StripeOf(hash)]->RestoreRow(
-            id, GetU64(p + 8), values.data()));
+        PS_RETURN_IF_ERROR(staged[StripeOf(hash)]->RestoreRow(id, GetU64(p + 8),
+                                                              values.data()));
       }
       done += n;
     }
     for (uint64_t done = 0; done < counters;) {
-      const size_t n = static_cast<size_t>(std::min<uint64_t>(counters - done, kRowsPerRead));
+      const size_t n = static_cast<size_t>(
+          std::min<uint64_t>(counters - done, kRowsPerRead));
       buf.resize(n * kCounterBytes);
       PS_RETURN_IF_ERROR(ReadCrc(source, buf.size(), buf.data(), &crc));
       for (size_t r = 0; r < n; ++r) {

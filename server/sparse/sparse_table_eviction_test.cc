@@ -116,7 +116,8 @@ TEST(SparseTableLruTest, BudgetHoldsUnderSustainedInsertsWithAdmission) {
   CountingSgd sgd(o.dim);
   for (uint64_t step = 0; step < 200; ++step) {
     std::vector<uint64_t> ids;
-    for (uint64_t k = 0; k < 64; ++k) ids.push_back((step * 37 + k * 11) % 5000);
+    for (uint64_t k = 0; k < 64; ++k)
+      ids.push_back((step * 37 + k * 11) % 5000);
     ASSERT_TRUE(PushConst(*t, ids, 1.0f, step, sgd).ok());
     ASSERT_LE(t->bytes_used(), o.memory_budget_bytes) << "step " << step;
   }

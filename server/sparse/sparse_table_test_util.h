@@ -60,8 +60,7 @@ inline auto Fn(CountingSgd& sgd) {
   };
 }
 
-inline std::vector<float> PullRows(SparseTable& t,
-                                   std::vector<uint64_t> ids) {
+inline std::vector<float> PullRows(SparseTable& t, std::vector<uint64_t> ids) {
   std::vector<float> out(ids.size() * t.options().dim);
   if (!t.Pull(ids, absl::MakeSpan(out)).ok()) return {};
   return out;

@@ -75,8 +75,8 @@ void AdmissionCounts::Erase(uint64_t id) {
   if (counts_[hole] == 0) return;
   for (size_t j = (hole + 1) & mask_; counts_[j] != 0; j = (j + 1) & mask_) {
     const size_t home = Home(ids_[j]);
-    const bool stays = hole <= j ? (hole < home && home <= j)
-                                 : (hole < home || home <= j);
+    const bool stays =
+        hole <= j ? (hole < home && home <= j) : (hole < home || home <= j);
     if (stays) continue;
     ids_[hole] = ids_[j];
     counts_[hole] = counts_[j];

@@ -68,8 +68,8 @@ void RowIndex::Erase(uint64_t hash, uint32_t slot) {
   // home lies cyclically in (hole, j].
   for (size_t j = (hole + 1) & mask_; buckets_[j] != 0; j = (j + 1) & mask_) {
     const size_t home = (buckets_[j] >> 32) & mask_;
-    const bool stays = hole <= j ? (hole < home && home <= j)
-                                 : (hole < home || home <= j);
+    const bool stays =
+        hole <= j ? (hole < home && home <= j) : (hole < home || home <= j);
     if (stays) continue;
     buckets_[hole] = buckets_[j];
     hole = j;

@@ -2,8 +2,8 @@
 // 8 bytes per bucket, no tombstones (backward-shift deletion).
 //
 //   const uint64_t h = RowHash(id);
-//   int64_t slot = index.Find(h, [&](uint32_t s) { return store.Id(s) == id; });
-//   if (slot < 0) index.Insert(h, store.Append(...));
+//   int64_t slot = index.Find(h, [&](uint32_t s) { return store.Id(s) == id;
+//   }); if (slot < 0) index.Insert(h, store.Append(...));
 //
 // A bucket holds (upper 32 bits of the hash, slot + 1); 0 is empty. The home
 // bucket is derived from the stored hash bits, so growing and deleting never

@@ -6,7 +6,8 @@ namespace ps {
 namespace sparse_internal {
 
 size_t RowStore::RecordBytes(uint32_t floats_per_row) {
-  const size_t values = (size_t{floats_per_row} * sizeof(float) + 7) & ~size_t{7};
+  const size_t values =
+      (size_t{floats_per_row} * sizeof(float) + 7) & ~size_t{7};
   return values + sizeof(RowMeta);
 }
 
@@ -24,10 +25,14 @@ size_t RowStore::BytesFor(size_t rows) const {
 
 void RowStore::Unlink(uint32_t slot) {
   RowMeta* m = MetaPtr(slot);
-  if (m->newer != kNil) MetaPtr(m->newer)->older = m->older;
-  else newest_ = m->older;
-  if (m->older != kNil) MetaPtr(m->older)->newer = m->newer;
-  else oldest_ = m->newer;
+  if (m->newer != kNil)
+    MetaPtr(m->newer)->older = m->older;
+  else
+    newest_ = m->older;
+  if (m->older != kNil)
+    MetaPtr(m->older)->newer = m->newer;
+  else
+    oldest_ = m->newer;
 }
 
 void RowStore::LinkNewest(uint32_t slot) {
@@ -66,10 +71,14 @@ uint32_t RowStore::Remove(uint32_t slot) {
   if (slot != last) {
     std::memcpy(Record(slot), Record(last), record_bytes_);
     RowMeta* m = MetaPtr(slot);
-    if (m->newer != kNil) MetaPtr(m->newer)->older = slot;
-    else newest_ = slot;
-    if (m->older != kNil) MetaPtr(m->older)->newer = slot;
-    else oldest_ = slot;
+    if (m->newer != kNil)
+      MetaPtr(m->newer)->older = slot;
+    else
+      newest_ = slot;
+    if (m->older != kNil)
+      MetaPtr(m->older)->newer = slot;
+    else
+      oldest_ = slot;
   }
   size_ = last;
   if ((last & slab_mask_) == 0) slabs_.pop_back();  // the last slab emptied

@@ -50,7 +50,9 @@ class RowStore {
   // bytes() once the store holds `rows` rows.
   size_t BytesFor(size_t rows) const;
 
-  float* Values(uint32_t slot) { return reinterpret_cast<float*>(Record(slot)); }
+  float* Values(uint32_t slot) {
+    return reinterpret_cast<float*>(Record(slot));
+  }
   const float* Values(uint32_t slot) const {
     return reinterpret_cast<const float*>(Record(slot));
   }
@@ -81,10 +83,12 @@ class RowStore {
 
  private:
   char* Record(uint32_t slot) {
-    return slabs_[slot >> slab_log2_].get() + (slot & slab_mask_) * record_bytes_;
+    return slabs_[slot >> slab_log2_].get() +
+           (slot & slab_mask_) * record_bytes_;
   }
   const char* Record(uint32_t slot) const {
-    return slabs_[slot >> slab_log2_].get() + (slot & slab_mask_) * record_bytes_;
+    return slabs_[slot >> slab_log2_].get() +
+           (slot & slab_mask_) * record_bytes_;
   }
   RowMeta* MetaPtr(uint32_t slot) {
     return reinterpret_cast<RowMeta*>(Record(slot) + meta_offset_);

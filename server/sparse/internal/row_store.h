@@ -64,6 +64,12 @@ class RowStore {
   // Marks a push at `step`: last_step = max(last_step, step), and the row
   // becomes the most recently pushed.
   void Touch(uint32_t slot, uint64_t step);
+  // Only last_step = max(last_step, step): for tables without LRU, where
+  // relinking (two random neighbour accesses) would be wasted.
+  void MarkStep(uint32_t slot, uint64_t step) {
+    RowMeta* m = MetaPtr(slot);
+    if (step > m->last_step) m->last_step = step;
+  }
 
   uint32_t newest() const { return newest_; }  // kNil when empty
   uint32_t oldest() const { return oldest_; }

@@ -95,7 +95,11 @@ void Stripe::Push(absl::Span<const uint64_t> ids,
     if (slot >= 0) {
       float* row = store_.Values(static_cast<uint32_t>(slot));
       update(row, row + dim, grad, id);
-      store_.Touch(static_cast<uint32_t>(slot), step);
+      if (config_.lru) {
+        store_.Touch(static_cast<uint32_t>(slot), step);
+      } else {
+        store_.MarkStep(static_cast<uint32_t>(slot), step);
+      }
       continue;
     }
     if (config_.admission_count > 1) {

@@ -7,6 +7,9 @@
 //   s.Push(ids, hashes, summed_grads, step, update);   // unique ids
 //   s.Read(id, hash, out);                              // false: not stored
 //
+// The LRU list is kept in push order only with config.lru (otherwise it
+// stays in creation order, which is also the order Save writes rows in).
+//
 // Memory (bytes()): slabs + index + admission counters, exactly what they
 // allocate. With a budget (config.budget_bytes, this stripe's share):
 //   lru: before anything grows past the share the least recently pushed

@@ -150,13 +150,9 @@ absl::Status SparseTable::Pull(absl::Span<const uint64_t> ids,
     LockedStripe& stripe = *stripes_[s];
     {
       absl::ReaderMutexLock lock(&stripe.mu);
-      for (uint32_t k = g.begin[s]; k < g.begin[s + 1]; ++k) {
-        const uint32_t i = g.order[k];
-        if (!stripe.data.Read(ids[i], hashes[i],
-                              out.data() + size_t{i} * dim)) {
-          missing.push_back(i);
-        }
-      }
+      stripe.data.ReadMany(ids.data(), hashes.data(),
+                           g.order.data() + g.begin[s],
+                           g.begin[s + 1] - g.begin[s], out.data(), &missing);
     }
     stripe.rows_pulled.fetch_add(g.begin[s + 1] - g.begin[s],
                                  std::memory_order_relaxed);

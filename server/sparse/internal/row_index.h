@@ -62,6 +62,23 @@ class RowIndex {
     }
   }
 
+  // Latency hiding for batches: prefetch the home bucket of `hash`, and
+  // guess its slot (the first tag match in its run; -1 if none) so the
+  // caller can prefetch the row. Hints only: never a substitute for Find.
+  void Prefetch(uint64_t hash) const {
+    if (capacity_ != 0) __builtin_prefetch(&buckets_[(hash >> 32) & mask_]);
+  }
+  int64_t GuessSlot(uint64_t hash) const {
+    if (capacity_ == 0) return -1;
+    const uint32_t tag = static_cast<uint32_t>(hash >> 32);
+    for (size_t i = tag & mask_;; i = (i + 1) & mask_) {
+      const uint64_t b = buckets_[i];
+      if (b == 0) return -1;
+      if (static_cast<uint32_t>(b >> 32) == tag)
+        return static_cast<uint32_t>(b) - 1;
+    }
+  }
+
   // Adds hash -> slot. Requires: the id is not present, slot <= kMaxSlot.
   // Grows (allocates) when the load would pass 3/4.
   void Insert(uint64_t hash, uint32_t slot);

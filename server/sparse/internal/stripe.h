@@ -84,6 +84,13 @@ class Stripe {
   // Copies the stored values of `id` into out[0, dim); false if not stored.
   bool Read(uint64_t id, uint64_t hash, float* out) const;
 
+  // Read() for ids[order[k]], k in [0, n), into out + order[k] * dim, with
+  // the memory accesses of later ids prefetched; appends the positions not
+  // stored to `missing`.
+  void ReadMany(const uint64_t* ids, const uint64_t* hashes,
+                const uint32_t* order, size_t n, float* out,
+                std::vector<uint32_t>* missing) const;
+
   // An upper bound of bytes() after Push(ids, ...): ids unique.
   size_t BytesAfterPush(absl::Span<const uint64_t> ids,
                         absl::Span<const uint64_t> hashes) const;
@@ -109,6 +116,17 @@ class Stripe {
 
  private:
   int64_t Find(uint64_t id, uint64_t hash) const;
+  // Prefetch for the k-th of n hashes: buckets kFar ahead, rows kNear ahead.
+  template <typename HashAt>
+  void PrefetchAhead(size_t k, size_t n, HashAt hash_at) const {
+    if (k + kFar < n) index_.Prefetch(hash_at(k + kFar));
+    if (k + kNear < n) {
+      const int64_t slot = index_.GuessSlot(hash_at(k + kNear));
+      if (slot >= 0) store_.Prefetch(static_cast<uint32_t>(slot));
+    }
+  }
+  static constexpr size_t kFar = 16;
+  static constexpr size_t kNear = 8;
   void RemoveRow(uint32_t slot);
   // Budget with lru: evict the least recently pushed rows until one more row
   // (counter) fits; false when it cannot fit even with no rows left.

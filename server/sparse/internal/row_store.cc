@@ -1,0 +1,116 @@
+#include "server/sparse/internal/row_store.h"
+
+#include <cstring>
+
+namespace ps {
+namespace sparse_internal {
+
+size_t RowStore::RecordBytes(uint32_t floats_per_row) {
+  const size_t values =
+      (size_t{floats_per_row} * sizeof(float) + 7) & ~size_t{7};
+  return values + sizeof(RowMeta);
+}
+
+RowStore::RowStore(uint32_t floats_per_row, uint32_t slab_rows_log2)
+    : meta_offset_(RecordBytes(floats_per_row) - sizeof(RowMeta)),
+      record_bytes_(RecordBytes(floats_per_row)),
+      slab_log2_(slab_rows_log2),
+      slab_mask_((1u << slab_rows_log2) - 1),
+      slab_bytes_(record_bytes_ << slab_rows_log2) {}
+
+size_t RowStore::BytesFor(size_t rows) const {
+  const size_t slabs = (rows + slab_mask_) >> slab_log2_;
+  return slabs * (slab_bytes_ + sizeof(void*));
+}
+
+void RowStore::Unlink(uint32_t slot) {
+  RowMeta* m = MetaPtr(slot);
+  if (m->newer != kNil)
+    MetaPtr(m->newer)->older = m->older;
+  else
+    newest_ = m->older;
+  if (m->older != kNil)
+    MetaPtr(m->older)->newer = m->newer;
+  else
+    oldest_ = m->newer;
+}
+
+void RowStore::LinkNewest(uint32_t slot) {
+  RowMeta* m = MetaPtr(slot);
+  m->newer = kNil;
+  m->older = newest_;
+  if (newest_ != kNil) MetaPtr(newest_)->newer = slot;
+  newest_ = slot;
+  if (oldest_ == kNil) oldest_ = slot;
+}
+
+uint32_t RowStore::Append(uint64_t id, uint64_t step) {
+  const uint32_t slot = size_;
+  if ((slot >> slab_log2_) >= slabs_.size()) {
+    slabs_.emplace_back(new char[slab_bytes_]);
+  }
+  ++size_;
+  RowMeta* m = MetaPtr(slot);
+  m->id = id;
+  m->last_step = step;
+  LinkNewest(slot);
+  return slot;
+}
+
+void RowStore::Touch(uint32_t slot, uint64_t step) {
+  RowMeta* m = MetaPtr(slot);
+  if (step > m->last_step) m->last_step = step;
+  if (newest_ == slot) return;
+  Unlink(slot);
+  LinkNewest(slot);
+}
+
+uint32_t RowStore::Remove(uint32_t slot) {
+  Unlink(slot);
+  const uint32_t last = size_ - 1;
+  if (slot != last) {
+    std::memcpy(Record(slot), Record(last), record_bytes_);
+    RowMeta* m = MetaPtr(slot);
+    if (m->newer != kNil)
+      MetaPtr(m->newer)->older = slot;
+    else
+      newest_ = slot;
+    if (m->older != kNil)
+      MetaPtr(m->older)->newer = slot;
+    else
+      oldest_ = slot;
+  }
+  size_ = last;
+  if ((last & slab_mask_) == 0) slabs_.pop_back();  // the last slab emptied
+  return last;
+}
+
+void RowStore::Clear() {
+  slabs_.clear();
+  slabs_.shrink_to_fit();
+  size_ = 0;
+  newest_ = oldest_ = kNil;
+}
+
+void RowStore::CopyRecords(std::string* out) const {
+  const size_t start = out->size();
+  out->resize(start + size_t{size_} * record_bytes_);
+  char* dst = out->data() + start;
+  const uint32_t per_slab = slab_mask_ + 1;
+  for (uint32_t s = 0; s < size_; s += per_slab) {
+    const uint32_t n = size_ - s < per_slab ? size_ - s : per_slab;
+    std::memcpy(dst, slabs_[s >> slab_log2_].get(), size_t{n} * record_bytes_);
+    dst += size_t{n} * record_bytes_;
+  }
+}
+
+RowMeta RowStore::MetaAt(const char* records, size_t record_bytes,
+                         uint32_t slot) {
+  RowMeta m;
+  std::memcpy(&m, records + (size_t{slot} + 1) * record_bytes - sizeof(m),
+              sizeof(m));
+  return m;
+}
+
+}  // namespace sparse_internal
+}  // namespace ps

@@ -1,0 +1,59 @@
+#include "server/sparse/internal/row_store.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace ps {
+namespace sparse_internal {
+namespace {
+
+std::vector<uint64_t> NewestFirst(const RowStore& s) {
+  std::vector<uint64_t> ids;
+  for (uint32_t slot = s.newest(); slot != RowStore::kNil;
+       slot = s.Meta(slot).older) {
+    ids.push_back(s.Meta(slot).id);
+  }
+  return ids;
+}
+
+TEST(RowStoreTest, AppendTouchRemoveKeepSlotsDenseAndLruOrdered) {
+  RowStore s(/*floats_per_row=*/3, /*slab_rows_log2=*/2);
+  EXPECT_EQ(s.record_bytes(), 16u + sizeof(RowMeta));
+  for (uint64_t id = 10; id < 16; ++id) {
+    const uint32_t slot = s.Append(id, id);
+    s.Values(slot)[0] = static_cast<float>(id);
+  }
+  EXPECT_EQ(s.bytes(), 2 * (4 * s.record_bytes() + sizeof(void*)));
+  EXPECT_EQ(NewestFirst(s), (std::vector<uint64_t>{15, 14, 13, 12, 11, 10}));
+  s.Touch(0, 3);  // id 10: newest, last_step stays 10 (max)
+  EXPECT_EQ(s.Meta(0).last_step, 10u);
+  s.Touch(1, 20);
+  EXPECT_EQ(s.Meta(1).last_step, 20u);
+  EXPECT_EQ(NewestFirst(s), (std::vector<uint64_t>{11, 10, 15, 14, 13, 12}));
+  // Remove id 12 (slot 2): the last row (id 15, slot 5) moves into slot 2.
+  EXPECT_EQ(s.Remove(2), 5u);
+  EXPECT_EQ(s.Meta(2).id, 15u);
+  EXPECT_EQ(s.Values(2)[0], 15.0f);
+  EXPECT_EQ(NewestFirst(s), (std::vector<uint64_t>{11, 10, 15, 14, 13}));
+  // Remove the last row itself (id 14, slot 4): the second slab empties.
+  EXPECT_EQ(s.Remove(4), 4u);
+  EXPECT_EQ(s.bytes(), 4 * s.record_bytes() + sizeof(void*));
+  EXPECT_EQ(NewestFirst(s), (std::vector<uint64_t>{11, 10, 15, 13}));
+  EXPECT_EQ(s.Meta(s.oldest()).id, 13u);
+  // A snapshot keeps the links.
+  std::string copy;
+  s.CopyRecords(&copy);
+  ASSERT_EQ(copy.size(), 4 * s.record_bytes());
+  EXPECT_EQ(RowStore::MetaAt(copy.data(), s.record_bytes(), s.newest()).id,
+            11u);
+  while (s.size() > 0) s.Remove(s.oldest());
+  EXPECT_EQ(s.bytes(), 0u);
+  EXPECT_EQ(s.newest(), RowStore::kNil);
+}
+
+}  // namespace
+}  // namespace sparse_internal
+}  // namespace ps

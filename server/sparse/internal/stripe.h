@@ -1,0 +1,147 @@
+// One stripe of a SparseTable: the rows whose RowHash falls in it, their
+// index, the admission counters of its not-yet-stored ids, its counters and
+// its hottest-ids sketch. SparseTable owns one per stripe, each beside its
+// own absl::Mutex; a Stripe itself is not thread-safe.
+//
+//   Stripe s(config);
+//   s.Push(ids, hashes, summed_grads, step, update);   // unique ids
+//   s.Read(id, hash, out);                              // false: not stored
+//
+// The LRU list is kept in push order only with config.lru (otherwise it
+// stays in creation order, which is also the order Save writes rows in).
+//
+// Memory (bytes()): slabs + index + admission counters, exactly what they
+// allocate. With a budget (config.budget_bytes, this stripe's share):
+//   lru: before anything grows past the share the least recently pushed
+//        rows are evicted; what cannot fit even with no rows left is dropped
+//        (counted in `dropped`).
+//   no lru: the caller checks BytesAfterPush() <= budget under the lock
+//        before Push (so a push that does not fit changes nothing).
+#ifndef SERVER_SPARSE_INTERNAL_STRIPE_H_
+#define SERVER_SPARSE_INTERNAL_STRIPE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "server/sparse/internal/admission_counts.h"
+#include "server/sparse/internal/hot_ids.h"
+#include "server/sparse/internal/row_index.h"
+#include "server/sparse/internal/row_store.h"
+#include "server/sparse/row_initializer.h"
+
+namespace ps {
+namespace sparse_internal {
+
+// update(row values, row state, summed gradient, id): the caller's optimizer.
+using UpdateFn = absl::FunctionRef<void(float* row, float* state,
+                                        const float* grad, uint64_t row_id)>;
+
+struct StripeConfig {
+  uint32_t dim = 0;
+  uint32_t state_floats = 0;
+  uint32_t admission_count = 1;
+  bool lru = false;
+  uint64_t budget_bytes = 0;  // this stripe's share; 0 = unbounded
+  uint32_t slab_rows_log2 = 0;
+  size_t hot_ids = 0;
+  const RowInitializer* init = nullptr;  // borrowed; outlives the stripe
+};
+
+struct StripeCounters {
+  uint64_t admissions = 0;  // rows created
+  uint64_t ttl_evictions = 0;
+  uint64_t lru_evictions = 0;
+  uint64_t rows_pushed = 0;  // unique ids per push, stored or not
+  uint64_t dropped = 0;      // lru only: pushes that could not fit at all
+};
+
+// A copy of a stripe's data taken under its lock, encoded after it.
+struct StripeImage {
+  std::string records;  // RowStore records, slot order
+  uint32_t rows = 0;
+  uint32_t oldest = RowStore::kNil;  // follow RowMeta::newer from here
+  std::vector<std::pair<uint64_t, uint32_t>> counters;  // admission
+};
+
+class Stripe {
+ public:
+  explicit Stripe(const StripeConfig& config);
+
+  size_t bytes() const {
+    return store_.bytes() + index_.bytes() + admission_.bytes();
+  }
+  uint32_t rows() const { return store_.size(); }
+  size_t pending() const { return admission_.size(); }
+  const StripeCounters& counters() const { return counters_; }
+  std::vector<HotId> Hottest() const { return hot_.Top(); }
+
+  // Copies the stored values of `id` into out[0, dim); false if not stored.
+  bool Read(uint64_t id, uint64_t hash, float* out) const;
+
+  // Read() for ids[order[k]], k in [0, n), into out + order[k] * dim, with
+  // the memory accesses of later ids prefetched; appends the positions not
+  // stored to `missing`.
+  void ReadMany(const uint64_t* ids, const uint64_t* hashes,
+                const uint32_t* order, size_t n, float* out,
+                std::vector<uint32_t>* missing) const;
+
+  // An upper bound of bytes() after Push(ids, ...): ids unique.
+  size_t BytesAfterPush(absl::Span<const uint64_t> ids,
+                        absl::Span<const uint64_t> hashes) const;
+
+  // Applies one push of unique `ids` (hashes[i] = RowHash(ids[i])) with
+  // summed gradients grads[i * dim, (i + 1) * dim).
+  void Push(absl::Span<const uint64_t> ids, absl::Span<const uint64_t> hashes,
+            const float* grads, uint64_t step, UpdateFn update);
+
+  // Removes rows with now_step - last_step >= ttl; returns how many.
+  size_t EvictExpired(uint64_t now_step, uint64_t ttl);
+
+  void Snapshot(StripeImage* image) const;
+
+  // Restore: add a row as the newest (values_and_state: dim + state_floats
+  // floats) or an admission counter. kDataLoss on a duplicate id.
+  absl::Status RestoreRow(uint64_t id, uint64_t last_step,
+                          const float* values_and_state);
+  absl::Status RestoreCounter(uint64_t id, uint32_t count);
+
+  // Exchanges the rows, index and counters (not the statistics) with `other`.
+  void SwapData(Stripe& other);
+
+ private:
+  int64_t Find(uint64_t id, uint64_t hash) const;
+  // Prefetch for the k-th of n hashes: buckets kFar ahead, rows kNear ahead.
+  template <typename HashAt>
+  void PrefetchAhead(size_t k, size_t n, HashAt hash_at) const {
+    if (k + kFar < n) index_.Prefetch(hash_at(k + kFar));
+    if (k + kNear < n) {
+      const int64_t slot = index_.GuessSlot(hash_at(k + kNear));
+      if (slot >= 0) store_.Prefetch(static_cast<uint32_t>(slot));
+    }
+  }
+  static constexpr size_t kFar = 16;
+  static constexpr size_t kNear = 8;
+  void RemoveRow(uint32_t slot);
+  // Budget with lru: evict the least recently pushed rows until one more row
+  // (counter) fits; false when it cannot fit even with no rows left.
+  bool RoomForRow();
+  bool RoomForCounter();
+
+  StripeConfig config_;
+  RowStore store_;
+  RowIndex index_;
+  AdmissionCounts admission_;
+  StripeCounters counters_;
+  HotIds hot_;
+};
+
+}  // namespace sparse_internal
+}  // namespace ps
+
+#endif  // SERVER_SPARSE_INTERNAL_STRIPE_H_

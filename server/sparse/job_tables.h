@@ -1,0 +1,177 @@
+// One job's sparse tables on one shard (JobSpec.tables) and the consistency
+// rules for them: what the ParameterServer's SparseExchange call does
+// (proto/ps.proto). Transport-free; the Shard owns one per job that has
+// tables and forwards the calls.
+//
+//   PS_ASSIGN_OR_RETURN(std::unique_ptr<JobTables> t,
+//                       JobTables::Create(spec, {.shard_id = 0,
+//                                                .num_shards = 2,
+//                                                .num_workers = 4}));
+//   t->Exchange(request, &response, [](absl::Status s) { ... });
+//
+// Semantics (the dense tensors' rules, per row instead of per chunk):
+//   * The tables share one version: the steps (BSP) or pushes (ASP/SSP)
+//     applied on this shard.
+//   * BSP: worker w's step-t push is buffered while the version is t; once
+//     the quorum (every active worker, or all but backup_workers) pushed,
+//     each table receives the pushes concatenated in rank order, so a row
+//     pushed by several workers is summed in rank order (bitwise
+//     reproducible), divided by the number of pushes and applied once; the
+//     version becomes t + 1 and TTL eviction runs. A second push of (w, t)
+//     is a duplicate, a push for t < version is stale (both answered as
+//     usual, not applied), t > version is INVALID_ARGUMENT. The pull part
+//     answers once the version is >= t + 1 (>= t without a push).
+//   * ASP: a push is applied on arrival, undivided; a (w, t) at or below the
+//     worker's last pushed step is a duplicate. SSP(s): as ASP, and the pull
+//     part of step t waits until (t + 1) - (slowest active worker's pushed
+//     steps) <= s (t - slowest <= s without a push).
+//   * Admission counts a row once per apply that touches it (BSP: once per
+//     step however many workers pushed it).
+//   * Bad input (unknown table, a table named twice, ids not a whole number
+//     of uint64, wrong number of values, an id of another shard or beyond
+//     num_ids, NaN or inf, worker out of range or inactive, ...) fails the
+//     call naming the field before anything changes. A push over a table's
+//     memory budget without evict_lru fails RESOURCE_EXHAUSTED naming the
+//     table; the tables and the step's other pushes are unchanged.
+//
+// Thread safety: every method may be called concurrently. One mutex orders
+// the pushes, the version and the waits; applies run under it (a table's
+// own locks let Stats and checkpoints read beside them). `done` never runs
+// under it.
+#ifndef SERVER_SPARSE_JOB_TABLES_H_
+#define SERVER_SPARSE_JOB_TABLES_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "proto/job.pb.h"
+#include "proto/ps.pb.h"
+#include "server/sparse/byte_stream.h"
+#include "server/sparse/row_optimizer.h"
+#include "server/sparse/sparse_table.h"
+
+namespace ps {
+
+class JobTables {
+ public:
+  struct Placement {
+    uint32_t shard_id = 0;
+    uint32_t num_shards = 1;
+    uint32_t num_workers = 1;
+  };
+
+  // The tables of `spec` (defaults applied, core/table_spec.h) for this
+  // shard. INVALID_ARGUMENT naming the field for a bad table spec.
+  static absl::StatusOr<std::unique_ptr<JobTables>> Create(const JobSpec& spec,
+                                                           Placement where);
+  ~JobTables();
+
+  // A worker's sparse step (see the file comment). Never blocks: calls
+  // `done` exactly once, on this thread or later on the one that completes
+  // the wait (an Exchange, SetMembership, CheckDeadlines or Close). `req`
+  // and `resp` must stay valid until then.
+  void Exchange(const SparseExchangeRequest& req,
+                SparseExchangeResponse* resp,
+                std::function<void(absl::Status)> done);
+
+  // The ranks that count toward the BSP quorum and SSP's slowest worker.
+  // May complete a BSP step and waits.
+  void SetMembership(const std::vector<uint8_t>& active);
+
+  // Fails waits older than the job's step_deadline_ms, naming the workers
+  // the step misses.
+  void CheckDeadlines(absl::Time now);
+
+  // Fails every pending wait and every later call with `why` (DropJob,
+  // Shutdown).
+  void Close(const absl::Status& why);
+
+  // Bytes of every table (rows, state, index, admission counters) and of
+  // the buffered BSP pushes.
+  uint64_t bytes_used() const;
+  uint64_t version() const;
+  // TableStats per table, and tables_version.
+  void FillStats(JobStats* out) const;
+
+  // The version, the consistency state (buffered BSP pushes, ASP/SSP
+  // pushed steps) and every table, restored exactly by Restore (which
+  // replaces everything, or changes nothing on an error).
+  absl::Status Save(ByteSink& sink) const;
+  // No other call may be in progress (the shard restores before serving).
+  absl::Status Restore(ByteSource& source);
+
+ private:
+  struct Table;
+  struct Waiter;
+  // One worker's pushed rows for one step, per table index.
+  struct Pushed {
+    std::vector<std::vector<uint64_t>> ids;
+    std::vector<std::vector<float>> grads;
+    uint64_t bytes = 0;
+  };
+
+  JobTables(const JobSpec& spec, Placement where);
+
+  absl::Status CheckRequest(const SparseExchangeRequest& req) const;
+  absl::Status CheckRows(const SparseRows& rows, bool push,
+                         const std::string& at) const;
+  absl::StatusOr<Pushed> DecodePush(const SparseExchangeRequest& req) const;
+  const Table* FindTable(const std::string& name) const;
+
+  // Under mu_: buffer or apply; sets resp->duplicate / stale.
+  absl::Status PushLocked(const SparseExchangeRequest& req, Pushed pushed,
+                          SparseExchangeResponse* resp)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status ApplyLocked(const std::vector<const Pushed*>& pushes,
+                           float scale) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // BSP: applies the step once its quorum pushed. An error (a table's
+  // budget) drops the step's pushes and leaves the version.
+  absl::Status MaybeCompleteStepLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Moves the waits that need a version beyond `version` to `out`.
+  void TakeWaitsBeyondLocked(uint64_t version,
+                             std::vector<std::shared_ptr<Waiter>>* out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  uint64_t SlowestLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool SatisfiedLocked(const Waiter& w) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void CollectReadyLocked(std::vector<std::shared_ptr<Waiter>>* ready)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::vector<uint32_t> MissingWorkersLocked() const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Reads the rows `w` asks for and runs its callback. No lock held.
+  void Answer(Waiter& w);
+
+  const std::string job_id_;
+  const Placement where_;
+  const ConsistencyMode mode_;
+  const uint32_t staleness_;
+  const uint32_t backup_workers_;
+  const absl::Duration step_deadline_;
+  std::vector<std::unique_ptr<Table>> tables_;
+  absl::flat_hash_map<std::string, size_t> table_index_;
+  const absl::Time created_;
+
+  mutable absl::Mutex mu_;
+  uint64_t version_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<uint8_t> active_ ABSL_GUARDED_BY(mu_);
+  // BSP: the pushes buffered for step version_ (empty = not pushed).
+  std::vector<std::unique_ptr<Pushed>> pending_ ABSL_GUARDED_BY(mu_);
+  uint64_t pending_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  // ASP/SSP: per worker, its highest pushed step + 1 (0 = none).
+  std::vector<uint64_t> pushed_steps_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::shared_ptr<Waiter>> waiters_ ABSL_GUARDED_BY(mu_);
+  absl::Status closed_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace ps
+
+#endif  // SERVER_SPARSE_JOB_TABLES_H_

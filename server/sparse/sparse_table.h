@@ -1,0 +1,158 @@
+// A shard's sparse embedding table: 64-bit ids -> rows of `dim` floats plus
+// opaque per-row optimizer state, created on demand (after an admission
+// count), evicted by TTL and/or LRU under a memory budget, checkpointed
+// exactly. Transport-free; the shard maps requests onto it.
+//
+//   SparseTable::Options o;
+//   o.name = "user_emb"; o.dim = 16; o.state_floats_per_row = 16;
+//   o.init = {RowInitializer::Kind::kNormal, 0, 0.01f, seed};
+//   o.admission_count = 3; o.ttl_steps = 1000;
+//   PS_ASSIGN_OR_RETURN(std::unique_ptr<SparseTable> t,
+//   SparseTable::Create(o)); PS_RETURN_IF_ERROR(t->Pull(ids,
+//   absl::MakeSpan(rows))); PS_RETURN_IF_ERROR(t->Push(ids, grads, step,
+//   adagrad_update)); t->EvictExpired(step);
+//
+// Rows live in stripes chosen by a salted hash of the id (RowHash, not
+// ShardForId's bits), each stripe with its own absl::Mutex: rows in slabs of
+// fixed-size records (no allocation per row), an open-addressing id index and
+// the admission counters (see internal/stripe.h). Pulls take stripe reader
+// locks; pushes take writer locks one stripe at a time, except with a budget
+// and no LRU, where a push holds the locks of every stripe it touches (in
+// stripe order) so that a push that does not fit changes nothing.
+//
+// Memory budget: split evenly over the stripes (each keeps its share);
+// with num_stripes = 1 LRU is exact over the table, otherwise per stripe
+// (ids hash uniformly over stripes, so it approximates a global LRU).
+//
+// Thread-safety: every method is thread-safe. Save() copies one stripe at a
+// time under its reader lock (a memcpy of its slabs), so a pull never waits
+// for it and a push waits at most for one stripe's copy.
+#ifndef SERVER_SPARSE_SPARSE_TABLE_H_
+#define SERVER_SPARSE_SPARSE_TABLE_H_
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
+#include "server/sparse/byte_stream.h"
+#include "server/sparse/internal/batch.h"
+#include "server/sparse/internal/hot_ids.h"
+#include "server/sparse/internal/stripe.h"
+#include "server/sparse/row_initializer.h"
+
+namespace ps {
+
+class SparseTable {
+ public:
+  struct Options {
+    std::string name;                   // for errors and stats; non-empty
+    uint32_t dim = 0;                   // >= 1
+    uint32_t state_floats_per_row = 0;  // optimizer state, zero-initialised
+    RowInitializer init;
+    uint64_t id_bound = 0;         // ids must be < id_bound; 0 = any 64-bit
+    uint32_t admission_count = 1;  // pushes before a row is stored; >= 1
+    uint64_t ttl_steps = 0;        // EvictExpired removes rows idle this long
+    bool lru = false;              // evict least recently pushed over budget
+    uint64_t memory_budget_bytes = 0;  // 0 = unbounded
+    uint32_t num_stripes = 64;         // power of two in [1, 4096]
+    uint32_t slab_rows = 512;          // rows per slab: power of two <= 2^20
+    uint32_t hot_ids = 10;             // K of the hottest-ids sketch
+  };
+
+  struct Stats {
+    uint64_t rows = 0;
+    uint64_t pending_admission = 0;  // ids with a counter, not stored
+    uint64_t bytes_used = 0;
+    uint64_t budget_bytes = 0;
+    uint64_t admissions = 0;  // rows created
+    uint64_t ttl_evictions = 0;
+    uint64_t lru_evictions = 0;
+    uint64_t dropped = 0;  // lru: rows that could not fit even alone
+    uint64_t rows_pulled = 0;
+    uint64_t rows_pushed = 0;    // unique ids per push
+    std::vector<HotId> hottest;  // top-K by pushes, highest first
+  };
+
+  // update(row[dim], state[state_floats_per_row], summed grad[dim], id).
+  using UpdateFn = sparse_internal::UpdateFn;
+
+  // kInvalidArgument naming the field when `options` are bad.
+  static absl::StatusOr<std::unique_ptr<SparseTable>> Create(Options options);
+
+  const Options& options() const { return options_; }
+
+  // out[i * dim, (i + 1) * dim) = row ids[i] (its initial value when not
+  // stored). ids may repeat. Errors (nothing written): out.size() !=
+  // ids.size() * dim, an id >= id_bound.
+  absl::Status Pull(absl::Span<const uint64_t> ids, absl::Span<float> out);
+
+  // Applies grads[i * dim, (i + 1) * dim) to row ids[i] at `step`. Duplicate
+  // ids are summed (in first-occurrence order) and `update` runs once per
+  // unique id, under that id's stripe lock (it must not call the table).
+  // Everything is validated first; on an error nothing changed:
+  //   kInvalidArgument: grads.size() != ids.size() * dim, an id >= id_bound,
+  //     a NaN or infinite gradient;
+  //   kResourceExhausted: a budget without lru that the push would exceed.
+  absl::Status Push(absl::Span<const uint64_t> ids,
+                    absl::Span<const float> grads, uint64_t step,
+                    UpdateFn update);
+
+  // Removes rows whose last push is >= ttl_steps before `now_step`; returns
+  // how many. No-op when ttl_steps == 0. Locks one stripe at a time.
+  size_t EvictExpired(uint64_t now_step);
+
+  // Writes the rows, optimizer state, metadata and admission counters (see
+  // sparse_table_checkpoint.cc for the format). Errors come from the sink.
+  absl::Status Save(ByteSink& sink) const;
+
+  // Replaces the contents with a Save() stream (same name, dim and
+  // state_floats_per_row). kDataLoss on a corrupt or truncated stream,
+  // kInvalidArgument on a mismatch, kResourceExhausted over the budget: the
+  // table is unchanged on every error. Statistics are kept.
+  absl::Status Restore(ByteSource& source);
+
+  uint64_t bytes_used() const;
+  Stats GetStats() const;
+
+ private:
+  struct LockedStripe {
+    explicit LockedStripe(const sparse_internal::StripeConfig& c) : data(c) {}
+    mutable absl::Mutex mu;
+    sparse_internal::Stripe data ABSL_GUARDED_BY(mu);
+    std::atomic<uint64_t> rows_pulled{0};
+  };
+
+  explicit SparseTable(Options options);
+  sparse_internal::StripeConfig StripeConfigFor() const;
+  uint32_t StripeOf(uint64_t hash) const {
+    return static_cast<uint32_t>(hash) & stripe_mask_;
+  }
+  // Push with a budget and no lru: every touched stripe locked, checked,
+  // then changed (or none).
+  absl::Status PushAllOrNothing(const sparse_internal::MergedPush& m,
+                                uint64_t step, UpdateFn update);
+  // Restore's body: every section and the trailer into `staged`.
+  absl::Status RestoreSections(
+      ByteSource& source, uint32_t sections,
+      std::vector<std::unique_ptr<sparse_internal::Stripe>>& staged) const;
+  absl::Status CheckStoredId(uint64_t id, absl::string_view where) const;
+  absl::Status CheckId(uint64_t id, size_t index,
+                       absl::string_view field) const;
+  absl::Status Error(absl::StatusCode code, absl::string_view what) const;
+
+  const Options options_;
+  const uint32_t stripe_mask_;
+  std::vector<std::unique_ptr<LockedStripe>> stripes_;
+};
+
+}  // namespace ps
+
+#endif  // SERVER_SPARSE_SPARSE_TABLE_H_

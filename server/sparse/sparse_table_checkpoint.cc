@@ -1,0 +1,292 @@
+// SparseTable::Save and Restore. Stream layout (integers little-endian,
+// floats as their IEEE-754 bits, little-endian):
+//
+//   header   magic "PSSPARSE", version u32 (1), dim u32, state_floats u32,
+//            sections u32, name_bytes u32, name, CRC32C u32 of the above
+//   section  (one per stripe of the saving table)
+//            rows u64, counters u64, CRC32C u32 of these 16 bytes
+//            rows x   {id u64, last_step u64, (dim + state_floats) x f32},
+//                     least recently pushed first
+//            counters x {id u64, count u32}, ascending id
+//            CRC32C u32 of the rows and counters
+//   trailer  magic "PSSPEND\n", rows u64, counters u64, CRC32C u32 of these
+//
+// Restore re-stripes rows by their id, so a stream restores into a table
+// with another num_stripes (the LRU order is then kept per saving stripe).
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "server/checkpoint.h"
+#include "server/sparse/internal/row_index.h"
+#include "server/sparse/sparse_table.h"
+
+namespace ps {
+namespace {
+
+using sparse_internal::RowMeta;
+using sparse_internal::RowStore;
+using sparse_internal::Stripe;
+using sparse_internal::StripeImage;
+
+constexpr char kMagic[8] = {'P', 'S', 'S', 'P', 'A', 'R', 'S', 'E'};
+constexpr char kEndMagic[8] = {'P', 'S', 'S', 'P', 'E', 'N', 'D', '\n'};
+constexpr uint32_t kVersion = 1;
+constexpr uint32_t kMaxNameBytes = 4096;
+constexpr uint32_t kMaxSections = 1u << 20;
+// Rows decoded per read while restoring (bounds the staging buffer).
+constexpr size_t kRowsPerRead = 4096;
+constexpr size_t kCounterBytes = 12;
+
+void PutU32(std::string* out, uint32_t v) {
+  for (int i = 0; i < 4; ++i) out->push_back(static_cast<char>(v >> (8 * i)));
+}
+void PutU64(std::string* out, uint64_t v) {
+  for (int i = 0; i < 8; ++i) out->push_back(static_cast<char>(v >> (8 * i)));
+}
+uint32_t GetU32(const char* p) {
+  uint32_t v = 0;
+  for (int i = 3; i >= 0; --i) v = (v << 8) | static_cast<unsigned char>(p[i]);
+  return v;
+}
+uint64_t GetU64(const char* p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = (v << 8) | static_cast<unsigned char>(p[i]);
+  return v;
+}
+char* StoreU32(char* p, uint32_t v) {
+  for (int i = 0; i < 4; ++i) p[i] = static_cast<char>(v >> (8 * i));
+  return p + 4;
+}
+char* StoreU64(char* p, uint64_t v) {
+  for (int i = 0; i < 8; ++i) p[i] = static_cast<char>(v >> (8 * i));
+  return p + 8;
+}
+
+// Appends one stripe's section, encoded from its snapshot. Counters are
+// written in id order, so equal tables give equal streams whatever their
+// hash tables' history.
+void EncodeSection(StripeImage& image, uint32_t floats_per_row,
+                   std::string* out) {
+  std::sort(image.counters.begin(), image.counters.end());
+  const size_t record_bytes = RowStore::RecordBytes(floats_per_row);
+  const size_t row_bytes = 16 + size_t{floats_per_row} * 4;
+  const size_t start = out->size();
+  const size_t body_bytes =
+      image.rows * row_bytes + image.counters.size() * kCounterBytes;
+  out->resize(start + 20 + body_bytes + 4);
+  char* p = out->data() + start;
+  p = StoreU64(p, image.rows);
+  p = StoreU64(p, image.counters.size());
+  p = StoreU32(p, Crc32c(absl::string_view(p - 16, 16)));
+  char* const body = p;
+  for (uint32_t slot = image.oldest; slot != RowStore::kNil;) {
+    const RowMeta m =
+        RowStore::MetaAt(image.records.data(), record_bytes, slot);
+    p = StoreU64(p, m.id);
+    p = StoreU64(p, m.last_step);
+    const char* rec = image.records.data() + size_t{slot} * record_bytes;
+    for (uint32_t e = 0; e < floats_per_row; ++e) {
+      uint32_t bits;
+      std::memcpy(&bits, rec + 4 * size_t{e}, 4);
+      p = StoreU32(p, bits);
+    }
+    slot = m.newer;
+  }
+  for (const auto& [id, count] : image.counters) {
+    p = StoreU64(p, id);
+    p = StoreU32(p, count);
+  }
+  StoreU32(p, Crc32c(absl::string_view(body, body_bytes)));
+}
+
+// Reads n bytes, extending a running CRC.
+absl::Status ReadCrc(ByteSource& src, size_t n, char* out, uint32_t* crc) {
+  PS_RETURN_IF_ERROR(src.Read(n, out));
+  *crc = Crc32c(absl::string_view(out, n), *crc);
+  return absl::OkStatus();
+}
+
+absl::Status CheckCrc(ByteSource& src, uint32_t crc, absl::string_view what) {
+  char b[4];
+  PS_RETURN_IF_ERROR(src.Read(4, b));
+  if (GetU32(b) != crc) {
+    return absl::DataLossError(absl::StrCat("checksum mismatch in ", what));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status SparseTable::Save(ByteSink& sink) const {
+  const uint32_t floats = options_.dim + options_.state_floats_per_row;
+  std::string out;
+  out.append(kMagic, 8);
+  PutU32(&out, kVersion);
+  PutU32(&out, options_.dim);
+  PutU32(&out, options_.state_floats_per_row);
+  PutU32(&out, options_.num_stripes);
+  PutU32(&out, static_cast<uint32_t>(options_.name.size()));
+  out.append(options_.name);
+  PutU32(&out, Crc32c(out));
+  PS_RETURN_IF_ERROR(sink.Write(out));
+  uint64_t rows = 0, counters = 0;
+  StripeImage image;
+  for (const auto& stripe : stripes_) {
+    {
+      // The only pause Save causes: pushes to this one stripe wait for a
+      // copy of its slabs (pulls share the reader lock).
+      absl::ReaderMutexLock lock(&stripe->mu);
+      stripe->data.Snapshot(&image);
+    }
+    out.clear();
+    EncodeSection(image, floats, &out);
+    rows += image.rows;
+    counters += image.counters.size();
+    PS_RETURN_IF_ERROR(sink.Write(out));
+  }
+  out.clear();
+  out.append(kEndMagic, 8);
+  PutU64(&out, rows);
+  PutU64(&out, counters);
+  PutU32(&out, Crc32c(out));
+  return sink.Write(out);
+}
+
+absl::Status SparseTable::Restore(ByteSource& source) {
+  auto fail = [&](absl::Status st) {
+    return absl::Status(st.code(), absl::StrCat("sparse table '", options_.name,
+                                                "': restore: ", st.message()));
+  };
+  char h[28];
+  uint32_t crc = 0;
+  if (absl::Status st = ReadCrc(source, sizeof(h), h, &crc); !st.ok()) {
+    return fail(st);
+  }
+  if (std::memcmp(h, kMagic, 8) != 0) {
+    return fail(absl::DataLossError("not a sparse table stream (bad magic)"));
+  }
+  const uint32_t version = GetU32(h + 8), dim = GetU32(h + 12),
+                 state = GetU32(h + 16), sections = GetU32(h + 20),
+                 name_bytes = GetU32(h + 24);
+  if (version != kVersion) {
+    return fail(absl::DataLossError(
+        absl::StrCat("format version ", version, ", want ", kVersion)));
+  }
+  if (name_bytes > kMaxNameBytes || sections > kMaxSections) {
+    return fail(absl::DataLossError("corrupt header"));
+  }
+  std::string name(name_bytes, '\0');
+  if (absl::Status st = ReadCrc(source, name_bytes, name.data(), &crc);
+      !st.ok()) {
+    return fail(st);
+  }
+  if (absl::Status st = CheckCrc(source, crc, "header"); !st.ok()) {
+    return fail(st);
+  }
+  if (name != options_.name || dim != options_.dim ||
+      state != options_.state_floats_per_row) {
+    return fail(absl::InvalidArgumentError(
+        absl::StrCat("stream holds table '", name, "' (dim ", dim,
+                     ", state_floats ", state, "), want dim ", options_.dim,
+                     ", state_floats ", options_.state_floats_per_row)));
+  }
+  std::vector<std::unique_ptr<Stripe>> staged;
+  const sparse_internal::StripeConfig config = StripeConfigFor();
+  for (uint32_t s = 0; s < options_.num_stripes; ++s) {
+    staged.push_back(std::make_unique<Stripe>(config));
+  }
+  if (absl::Status st = RestoreSections(source, sections, staged); !st.ok()) {
+    return fail(st);
+  }
+  const uint64_t share = options_.memory_budget_bytes / options_.num_stripes;
+  for (uint32_t s = 0; s < options_.num_stripes; ++s) {
+    if (share > 0 && staged[s]->bytes() > share) {
+      return fail(absl::ResourceExhaustedError(absl::StrCat(
+          "stripe ", s, " would hold ", staged[s]->bytes(),
+          " bytes, over its share ", share, " of memory_budget_bytes")));
+    }
+  }
+  for (uint32_t s = 0; s < options_.num_stripes; ++s) {
+    absl::MutexLock lock(&stripes_[s]->mu);
+    stripes_[s]->data.SwapData(*staged[s]);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SparseTable::RestoreSections(
+    ByteSource& source, uint32_t sections,
+    std::vector<std::unique_ptr<sparse_internal::Stripe>>& staged) const {
+  const uint32_t floats = options_.dim + options_.state_floats_per_row;
+  const size_t row_bytes = 16 + size_t{floats} * 4;
+  std::vector<char> buf;
+  std::vector<float> values(floats);
+  uint64_t total_rows = 0, total_counters = 0;
+  for (uint32_t sec = 0; sec < sections; ++sec) {
+    const std::string where = absl::StrCat("section ", sec);
+    char sh[16];
+    uint32_t crc = 0;
+    PS_RETURN_IF_ERROR(ReadCrc(source, sizeof(sh), sh, &crc));
+    PS_RETURN_IF_ERROR(CheckCrc(source, crc, where + " header"));
+    const uint64_t rows = GetU64(sh), counters = GetU64(sh + 8);
+    crc = 0;
+    for (uint64_t done = 0; done < rows;) {
+      const size_t n =
+          static_cast<size_t>(std::min<uint64_t>(rows - done, kRowsPerRead));
+      buf.resize(n * row_bytes);
+      PS_RETURN_IF_ERROR(ReadCrc(source, buf.size(), buf.data(), &crc));
+      for (size_t r = 0; r < n; ++r) {
+        const char* p = buf.data() + r * row_bytes;
+        const uint64_t id = GetU64(p);
+        PS_RETURN_IF_ERROR(CheckStoredId(id, where));
+        for (uint32_t e = 0; e < floats; ++e) {
+          const uint32_t bits = GetU32(p + 16 + 4 * size_t{e});
+          std::memcpy(&values[e], &bits, 4);
+        }
+        const uint64_t hash = sparse_internal::RowHash(id);
+        PS_RETURN_IF_ERROR(staged[StripeOf(hash)]->RestoreRow(id, GetU64(p + 8),
+                                                              values.data()));
+      }
+      done += n;
+    }
+    for (uint64_t done = 0; done < counters;) {
+      const size_t n = static_cast<size_t>(
+          std::min<uint64_t>(counters - done, kRowsPerRead));
+      buf.resize(n * kCounterBytes);
+      PS_RETURN_IF_ERROR(ReadCrc(source, buf.size(), buf.data(), &crc));
+      for (size_t r = 0; r < n; ++r) {
+        const char* p = buf.data() + r * kCounterBytes;
+        const uint64_t id = GetU64(p);
+        PS_RETURN_IF_ERROR(CheckStoredId(id, where));
+        const uint64_t hash = sparse_internal::RowHash(id);
+        PS_RETURN_IF_ERROR(
+            staged[StripeOf(hash)]->RestoreCounter(id, GetU32(p + 8)));
+      }
+      done += n;
+    }
+    PS_RETURN_IF_ERROR(CheckCrc(source, crc, where));
+    total_rows += rows;
+    total_counters += counters;
+  }
+  char t[24];
+  uint32_t crc = 0;
+  PS_RETURN_IF_ERROR(ReadCrc(source, sizeof(t), t, &crc));
+  PS_RETURN_IF_ERROR(CheckCrc(source, crc, "trailer"));
+  if (std::memcmp(t, kEndMagic, 8) != 0 || GetU64(t + 8) != total_rows ||
+      GetU64(t + 16) != total_counters) {
+    return absl::DataLossError("trailer does not match the sections");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SparseTable::CheckStoredId(uint64_t id,
+                                        absl::string_view where) const {
+  if (options_.id_bound == 0 || id < options_.id_bound) return absl::OkStatus();
+  return absl::DataLossError(absl::StrCat(where, ": id ", id,
+                                          " is out of range (id_bound ",
+                                          options_.id_bound, ")"));
+}
+
+}  // namespace ps

@@ -1,0 +1,155 @@
+// Save/Restore: bitwise round trips, re-striping, and rejected streams that
+// leave the table unchanged.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/sparse/byte_stream.h"
+#include "server/sparse/sparse_table.h"
+#include "server/sparse/sparse_table_test_util.h"
+
+namespace ps {
+namespace {
+
+using sparse_test::CountingSgd;
+using sparse_test::MustCreate;
+using sparse_test::PullRows;
+using sparse_test::PushConst;
+using sparse_test::SaveBytes;
+using sparse_test::SmallOptions;
+using ::testing::HasSubstr;
+
+SparseTable::Options CheckpointOptions() {
+  SparseTable::Options o = SmallOptions();
+  o.admission_count = 2;
+  o.ttl_steps = 5;
+  return o;
+}
+
+// 300 rows with distinct states and steps, plus 100 pending admissions.
+void Fill(SparseTable& t) {
+  CountingSgd sgd(t.options().dim);
+  for (uint64_t step = 0; step < 3; ++step) {
+    std::vector<uint64_t> ids;
+    for (uint64_t id = 0; id < 300; id += 1 + step) ids.push_back(id * 977);
+    ASSERT_TRUE(PushConst(t, ids, 0.25f * (step + 1), step, sgd).ok());
+    ASSERT_TRUE(PushConst(t, ids, -0.5f, step + 1, sgd).ok());
+  }
+  std::vector<uint64_t> pending;
+  for (uint64_t id = 1; id <= 100; ++id) pending.push_back(id * 1000003);
+  ASSERT_TRUE(PushConst(t, pending, 1.0f, 9, sgd).ok());
+}
+
+absl::Status RestoreFrom(SparseTable& t, const std::string& bytes) {
+  StringSource src(bytes);
+  return t.Restore(src);
+}
+
+TEST(SparseTableCheckpointTest, RoundTripIsBitwise) {
+  auto a = MustCreate(CheckpointOptions());
+  Fill(*a);
+  const std::string saved = SaveBytes(*a);
+  auto b = MustCreate(CheckpointOptions());
+  ASSERT_TRUE(RestoreFrom(*b, saved).ok());
+  // Rows, state, steps, LRU order, counters.
+  EXPECT_TRUE(SaveBytes(*b) == saved);
+  const SparseTable::Stats sa = a->GetStats(), sb = b->GetStats();
+  EXPECT_EQ(sb.rows, sa.rows);
+  EXPECT_EQ(sb.pending_admission, 100u);
+  EXPECT_GT(sb.bytes_used, 0u);
+  EXPECT_LE(sb.bytes_used, sa.bytes_used);  // hash tables sized for content
+  // Metadata and counters restored: same TTL evictions, same admissions.
+  EXPECT_EQ(a->EvictExpired(8), b->EvictExpired(8));
+  CountingSgd sa_sgd(4), sb_sgd(4);
+  ASSERT_TRUE(PushConst(*a, {1000003, 5}, 1.0f, 10, sa_sgd).ok());
+  ASSERT_TRUE(PushConst(*b, {1000003, 5}, 1.0f, 10, sb_sgd).ok());
+  EXPECT_TRUE(SaveBytes(*a) == SaveBytes(*b));
+}
+
+TEST(SparseTableCheckpointTest, RestoresIntoAnotherStripeCount) {
+  auto a = MustCreate(CheckpointOptions());
+  Fill(*a);
+  SparseTable::Options o = CheckpointOptions();
+  o.num_stripes = 16;
+  auto b = MustCreate(o);
+  ASSERT_TRUE(RestoreFrom(*b, SaveBytes(*a)).ok());
+  std::vector<uint64_t> ids;
+  for (uint64_t id = 0; id < 300; ++id) ids.push_back(id * 977);
+  EXPECT_EQ(PullRows(*b, ids), PullRows(*a, ids));
+  EXPECT_EQ(b->GetStats().rows, a->GetStats().rows);
+  EXPECT_EQ(b->GetStats().pending_admission, 100u);
+}
+
+TEST(SparseTableCheckpointTest, LruOrderSurvives) {
+  SparseTable::Options o = SmallOptions();
+  o.num_stripes = 1;
+  o.slab_rows = 4;
+  o.lru = true;
+  o.memory_budget_bytes = 2 * (4 * 48 + 8) + 16 * 8;  // 8 rows
+  auto a = MustCreate(o);
+  CountingSgd sgd(o.dim);
+  for (uint64_t id : {5, 3, 7, 1, 2, 8, 6, 4}) {
+    ASSERT_TRUE(PushConst(*a, {id}, 1.0f, 1, sgd).ok());
+  }
+  auto b = MustCreate(o);
+  ASSERT_TRUE(RestoreFrom(*b, SaveBytes(*a)).ok());
+  ASSERT_TRUE(PushConst(*b, {100, 101}, 1.0f, 2, sgd).ok());
+  const std::vector<float> gone = PullRows(*b, {5, 3});
+  EXPECT_EQ(b->GetStats().lru_evictions, 2u);
+  EXPECT_NE(PullRows(*a, {5, 3}), gone);  // a still holds 5 and 3
+  EXPECT_EQ(PullRows(*b, {7}), PullRows(*a, {7}));
+}
+
+TEST(SparseTableCheckpointTest, CorruptOrTruncatedStreamsLeaveTableUnchanged) {
+  auto a = MustCreate(CheckpointOptions());
+  Fill(*a);
+  const std::string saved = SaveBytes(*a);
+  auto b = MustCreate(CheckpointOptions());
+  CountingSgd sgd(4);
+  ASSERT_TRUE(PushConst(*b, {11, 12}, 3.0f, 1, sgd).ok());
+  const std::string before = SaveBytes(*b);
+  // Every byte of the header, then a stride through the body.
+  for (size_t at = 0; at < saved.size(); at += at < 64 ? 1 : 97) {
+    std::string bad = saved;
+    bad[at] ^= 0x20;
+    const absl::Status st = RestoreFrom(*b, bad);
+    ASSERT_FALSE(st.ok()) << "flipped byte " << at;
+    EXPECT_THAT(std::string(st.message()), HasSubstr("sparse table 'emb'"));
+  }
+  for (size_t len = 0; len < saved.size(); len += len < 64 ? 1 : 101) {
+    const absl::Status st = RestoreFrom(*b, saved.substr(0, len));
+    ASSERT_EQ(st.code(), absl::StatusCode::kDataLoss) << "length " << len;
+  }
+  EXPECT_TRUE(SaveBytes(*b) == before);
+}
+
+TEST(SparseTableCheckpointTest, MismatchesAreRejected) {
+  auto a = MustCreate(CheckpointOptions());
+  Fill(*a);
+  const std::string saved = SaveBytes(*a);
+  SparseTable::Options o = CheckpointOptions();
+  o.dim = 5;
+  absl::Status st = RestoreFrom(*MustCreate(o), saved);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(st.message()), HasSubstr("dim 4"));
+  o = CheckpointOptions();
+  o.name = "other";
+  EXPECT_EQ(RestoreFrom(*MustCreate(o), saved).code(),
+            absl::StatusCode::kInvalidArgument);
+  o = CheckpointOptions();
+  o.id_bound = 1000;
+  st = RestoreFrom(*MustCreate(o), saved);
+  EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(std::string(st.message()), HasSubstr("out of range"));
+  o = CheckpointOptions();
+  o.num_stripes = 1;
+  o.slab_rows = 4;
+  o.memory_budget_bytes = 4096;
+  st = RestoreFrom(*MustCreate(o), saved);
+  EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted);
+}
+
+}  // namespace
+}  // namespace ps

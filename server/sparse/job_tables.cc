@@ -606,7 +606,7 @@ void JobTables::FillStats(JobStats* out) const {
     ts->set_rows_pulled_per_s(s.rows_pulled / seconds);
     ts->set_rows_pushed_per_s(s.rows_pushed / seconds);
     for (const HotId& h : s.hottest) {
-      ps::HotId* out_h = ts->add_hottest();
+      TableHotId* out_h = ts->add_hottest();
       out_h->set_id(h.id);
       out_h->set_pushes(h.count > h.error ? h.count - h.error : 0);
     }

@@ -230,8 +230,13 @@ TEST(JobTablesTest, MembershipCompletesAStepWithoutTheLostWorker) {
 }
 
 TEST(JobTablesTest, BudgetWithoutEvictionFailsTheStepNamingTheTable) {
-  auto t = Make(Spec("BSP", "memory_budget_bytes: 1"), 1);
-  auto a = Exchange(0, 0, true, {2}, {2, 2}, {2});
+  // The smallest budget a table takes: one slab and index per stripe (64 x
+  // 16520 bytes at dim 2); 40000 new rows cannot fit it.
+  auto t = Make(Spec("BSP", "memory_budget_bytes: 1057280"), 1);
+  std::vector<uint64_t> ids(40000);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = i + 10;
+  auto a = Exchange(0, 0, true, ids, std::vector<float>(ids.size() * 2, 1),
+                    {2});
   a->Start(*t);
   ASSERT_TRUE(a->status.has_value());
   EXPECT_EQ(a->status->code(), absl::StatusCode::kResourceExhausted);

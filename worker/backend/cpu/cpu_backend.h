@@ -22,6 +22,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -61,6 +62,12 @@ class CpuBackend final : public Backend {
   void Axpy(size_t n, float alpha, const float* x, float* y) override;
   void Scale(size_t n, float alpha, float* x) override;
   void Fill(size_t n, float value, float* x) override;
+  void EmbeddingBagForward(Pooling pooling, const EmbeddingBatch& batch,
+                           int dim, const float* rows, int bags_per_row,
+                           int out_stride, float* out) override;
+  void EmbeddingBagBackward(Pooling pooling, const EmbeddingBatch& batch,
+                            int dim, const float* grad_out, int bags_per_row,
+                            int grad_out_stride, float* grad_rows) override;
   absl::Status Synchronize() override;
 
  protected:
@@ -81,6 +88,9 @@ class CpuBackend final : public Backend {
 
   const std::string device_;
   absl::Status error_;
+  // EmbeddingBagBackward's occurrence -> bag map; kept to avoid a
+  // per-batch allocation.
+  std::vector<int32_t> bag_of_;
 };
 
 }  // namespace ps

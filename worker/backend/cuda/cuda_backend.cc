@@ -230,14 +230,15 @@ bool CudaBackend::EnsureEmbeddingFlags() {
 void CudaBackend::CollectEmbeddingErrors() {
   embedding_pending_ = false;
   int32_t flags = 0;
-  if (!Ok(cudaMemcpy(&flags, embedding_flags_.data(), sizeof(flags),
-                     cudaMemcpyDeviceToHost),
-          "cudaMemcpy(embedding flags)") ||
-      flags == 0) {
+  if (!Ok(cudaMemcpyAsync(&flags, embedding_flags_.data(), sizeof(flags),
+                          cudaMemcpyDeviceToHost, compute_),
+          "cudaMemcpyAsync(embedding flags)") ||
+      !Ok(cudaStreamSynchronize(compute_), "compute stream") || flags == 0) {
     return;
   }
-  Ok(cudaMemset(embedding_flags_.data(), 0, sizeof(flags)),
-     "cudaMemset(embedding flags)");
+  // On compute_, so the next embedding call's check runs after it.
+  Ok(cudaMemsetAsync(embedding_flags_.data(), 0, sizeof(flags), compute_),
+     "cudaMemsetAsync(embedding flags)");
   Record(absl::InvalidArgumentError(
       absl::StrCat(device_, ": ", cuda::EmbeddingErrorMessage(flags))));
 }

@@ -150,10 +150,15 @@ __global__ void EmbeddingBagCheckKernel(int num_bags, int num_rows,
                                         const int32_t* row_offsets,
                                         const int32_t* row_occurrences,
                                         bool inverse, int32_t* flags) {
-  const int n = max(max(num_bags, num_rows), num_indices) + 1;
+  // Elements 0..max count inclusive (offsets have count + 1); 64-bit so the
+  // loop cannot overflow at INT32_MAX.
+  const long long n =
+      static_cast<long long>(max(max(num_bags, num_rows), num_indices)) + 1;
   int32_t bad = 0;
-  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n;
-       i += gridDim.x * blockDim.x) {
+  for (long long j =
+           blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x;
+       j < n; j += static_cast<long long>(gridDim.x) * blockDim.x) {
+    const int i = static_cast<int>(j);  // <= every count used below
     if (num_bags > 0) {
       bad |= CheckCsrElement(offsets, num_bags, num_indices, i,
                              kEmbeddingBadOffsets);

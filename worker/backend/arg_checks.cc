@@ -139,6 +139,42 @@ absl::Status CheckRowInverse(EmbeddingOp op, const EmbeddingBatch& b) {
   return absl::OkStatus();
 }
 
+// Branch-free scans for the common case of a good batch (a step checks
+// every batch, so they are on the hot path); the loops above run only to
+// name a failure.
+bool CsrOffsetsOk(const int32_t* offsets, int n, int end) {
+  bool bad = offsets[0] != 0 || offsets[n] != end;
+  for (int i = 1; i <= n; ++i) bad |= offsets[i] < offsets[i - 1];
+  return !bad;
+}
+
+bool IndicesOk(const EmbeddingBatch& b) {
+  bool bad = false;
+  for (int p = 0; p < b.num_indices; ++p) {
+    bad |= static_cast<uint32_t>(b.indices[p]) >=
+           static_cast<uint32_t>(b.num_rows);
+  }
+  return !bad;
+}
+
+// Requires IndicesOk and num_rows > 0.
+bool RowInverseOk(const EmbeddingBatch& b) {
+  if (!CsrOffsetsOk(b.row_offsets, b.num_rows, b.num_indices)) return false;
+  bool bad = false;
+  const uint32_t last = static_cast<uint32_t>(b.num_indices) - 1;
+  for (int u = 0; u < b.num_rows; ++u) {
+    int32_t previous = -1;
+    for (int k = b.row_offsets[u]; k < b.row_offsets[u + 1]; ++k) {
+      const uint32_t p = static_cast<uint32_t>(b.row_occurrences[k]);
+      const uint32_t clamped = p < last ? p : last;  // never read past indices
+      bad |= p != clamped || b.indices[clamped] != u ||
+             static_cast<int32_t>(p) <= previous;
+      previous = static_cast<int32_t>(p);
+    }
+  }
+  return !bad;
+}
+
 }  // namespace
 
 absl::Status CheckEmbeddingBagArgs(EmbeddingOp op, const EmbeddingBatch& batch,
@@ -195,6 +231,13 @@ absl::Status CheckEmbeddingBagArgs(EmbeddingOp op, const EmbeddingBatch& batch,
 
 absl::Status CheckEmbeddingBatchContents(EmbeddingOp op,
                                          const EmbeddingBatch& batch) {
+  const bool backward = op == EmbeddingOp::kBackward;
+  if ((batch.num_bags == 0 ||
+       CsrOffsetsOk(batch.offsets, batch.num_bags, batch.num_indices)) &&
+      IndicesOk(batch) &&
+      (!backward || batch.num_rows == 0 || RowInverseOk(batch))) {
+    return absl::OkStatus();
+  }
   if (batch.num_bags > 0) {
     PS_RETURN_IF_ERROR(CheckCsrOffsets(op, "offsets", batch.offsets,
                                        batch.num_bags, batch.num_indices));

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "worker/backend/arg_checks.h"
+#include "worker/backend/cpu/embedding_loops.h"
 #include "worker/backend/elementwise.h"
 
 // OpenBLAS's thread-count controls. <cblas.h> from OpenBLAS declares them too;
@@ -186,25 +187,8 @@ void CpuBackend::EmbeddingBagForward(Pooling pooling,
                                          rows, bags_per_row, out_stride, out);
   if (s.ok()) s = CheckEmbeddingBatchContents(EmbeddingOp::kForward, batch);
   if (!s.ok()) return Record(std::move(s));
-  const bool mean = pooling == Pooling::kMean;
-  for (int bag = 0; bag < batch.num_bags; ++bag) {
-    float* __restrict dst =
-        out + elementwise::BagOutputOffset(bag, bags_per_row, out_stride, dim);
-    const int begin = batch.offsets[bag];
-    const int end = batch.offsets[bag + 1];
-    // Per element: 0.0f, then the rows in occurrence order, as the GPU does.
-    std::fill(dst, dst + dim, 0.0f);
-    for (int p = begin; p < end; ++p) {
-      const float* __restrict src =
-          rows + static_cast<size_t>(batch.indices[p]) * dim;
-      for (int c = 0; c < dim; ++c) dst[c] += src[c];
-    }
-    if (mean) {
-      for (int c = 0; c < dim; ++c) {
-        dst[c] = elementwise::PoolBag(dst[c], end - begin, mean);
-      }
-    }
-  }
+  cpu_internal::EmbeddingForwardLoop(pooling == Pooling::kMean, batch, dim,
+                                     rows, bags_per_row, out_stride, out);
 }
 
 void CpuBackend::EmbeddingBagBackward(Pooling pooling,
@@ -216,30 +200,9 @@ void CpuBackend::EmbeddingBagBackward(Pooling pooling,
                             bags_per_row, grad_out_stride, grad_rows);
   if (s.ok()) s = CheckEmbeddingBatchContents(EmbeddingOp::kBackward, batch);
   if (!s.ok()) return Record(std::move(s));
-  const bool mean = pooling == Pooling::kMean;
-  bag_of_.resize(static_cast<size_t>(batch.num_indices));
-  for (int bag = 0; bag < batch.num_bags; ++bag) {
-    std::fill(bag_of_.begin() + batch.offsets[bag],
-              bag_of_.begin() + batch.offsets[bag + 1], bag);
-  }
-  for (int u = 0; u < batch.num_rows; ++u) {
-    float* __restrict dst = grad_rows + static_cast<size_t>(u) * dim;
-    std::fill(dst, dst + dim, 0.0f);
-    for (int k = batch.row_offsets[u]; k < batch.row_offsets[u + 1]; ++k) {
-      const int bag = bag_of_[batch.row_occurrences[k]];
-      const int count = batch.offsets[bag + 1] - batch.offsets[bag];
-      const float* __restrict src =
-          grad_out +
-          elementwise::BagOutputOffset(bag, bags_per_row, grad_out_stride, dim);
-      if (mean) {
-        for (int c = 0; c < dim; ++c) {
-          dst[c] += elementwise::BagGradShare(src[c], count, /*mean=*/true);
-        }
-      } else {
-        for (int c = 0; c < dim; ++c) dst[c] += src[c];
-      }
-    }
-  }
+  cpu_internal::EmbeddingBackwardLoop(pooling == Pooling::kMean, batch, dim,
+                                      grad_out, bags_per_row, grad_out_stride,
+                                      &sources_, grad_rows);
 }
 
 absl::Status CpuBackend::Synchronize() {

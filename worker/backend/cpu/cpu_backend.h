@@ -27,6 +27,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "worker/backend/backend.h"
+#include "worker/backend/cpu/embedding_loops.h"
 
 namespace ps {
 
@@ -88,9 +89,9 @@ class CpuBackend final : public Backend {
 
   const std::string device_;
   absl::Status error_;
-  // EmbeddingBagBackward's occurrence -> bag map; kept to avoid a
+  // EmbeddingBagBackward's per-occurrence gradient sources; kept to avoid a
   // per-batch allocation.
-  std::vector<int32_t> bag_of_;
+  std::vector<cpu_internal::OccurrenceSource> sources_;
 };
 
 }  // namespace ps

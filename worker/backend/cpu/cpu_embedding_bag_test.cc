@@ -320,5 +320,67 @@ TEST(CpuEmbeddingTest, BackwardMatchesNumericalGradient) {
   }
 }
 
+// Every width the CPU backend specialises (4, 8, 16, 32, 64) and a generic
+// one, against a plain loop in the documented order: the same bits.
+TEST(CpuEmbeddingTest, SpecialisedWidthsKeepTheDocumentedOrder) {
+  std::unique_ptr<CpuBackend> cpu = MakeBackend();
+  std::mt19937 rng(9);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> bag_size(0, 5);
+  const int num_rows = 40, num_bags = 60, bags_per_row = 3;
+  std::vector<int32_t> offsets = {0}, indices;
+  for (int b = 0; b < num_bags; ++b) {
+    for (int i = bag_size(rng); i > 0; --i) {
+      indices.push_back(static_cast<int32_t>(rng() % num_rows));
+    }
+    offsets.push_back(static_cast<int32_t>(indices.size()));
+  }
+  const HostBags bags(offsets, indices, num_rows);
+  for (int dim : {4, 8, 16, 32, 64, 7}) {
+    const int stride = bags_per_row * dim + 1;
+    std::vector<float> rows(num_rows * dim);
+    for (float& x : rows) x = u(rng);
+    std::vector<float> grad_out(num_bags / bags_per_row * stride);
+    for (float& x : grad_out) x = u(rng);
+    for (Pooling pooling : {Pooling::kSum, Pooling::kMean}) {
+      const bool mean = pooling == Pooling::kMean;
+      std::vector<float> want_out(grad_out.size(), 0.0f), out = want_out;
+      std::vector<float> want_grad(rows.size(), 0.0f), grad = want_grad;
+      for (int b = 0; b < num_bags; ++b) {
+        const int n = offsets[b + 1] - offsets[b];
+        for (int c = 0; c < dim; ++c) {
+          float sum = 0.0f;
+          for (int p = offsets[b]; p < offsets[b + 1]; ++p) {
+            sum += rows[indices[p] * dim + c];
+          }
+          want_out[b / bags_per_row * stride + b % bags_per_row * dim + c] =
+              mean && n > 0 ? sum / n : sum;
+        }
+      }
+      for (int r = 0; r < num_rows; ++r) {
+        for (int c = 0; c < dim; ++c) {
+          float sum = 0.0f;
+          for (int k = bags.row_offsets[r]; k < bags.row_offsets[r + 1]; ++k) {
+            const int p = bags.row_occurrences[k];
+            int b = 0;
+            while (offsets[b + 1] <= p) ++b;
+            const float g = grad_out[b / bags_per_row * stride +
+                                     b % bags_per_row * dim + c];
+            sum += mean ? g / (offsets[b + 1] - offsets[b]) : g;
+          }
+          want_grad[r * dim + c] = sum;
+        }
+      }
+      cpu->EmbeddingBagForward(pooling, bags.Batch(), dim, rows.data(),
+                               bags_per_row, stride, out.data());
+      cpu->EmbeddingBagBackward(pooling, bags.Batch(), dim, grad_out.data(),
+                                bags_per_row, stride, grad.data());
+      ASSERT_TRUE(cpu->Synchronize().ok());
+      EXPECT_EQ(out, want_out) << "dim " << dim << " mean " << mean;
+      EXPECT_EQ(grad, want_grad) << "dim " << dim << " mean " << mean;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace ps

@@ -1,43 +1,104 @@
 #include "worker/backend/cpu/embedding_loops.h"
 
+#include <cstring>
+#include <type_traits>
+
 #include "worker/backend/elementwise.h"
 
 namespace ps {
 namespace cpu_internal {
 namespace {
 
-// kDim > 0: the width is a compile-time constant, so a bag's sums stay in
-// registers; kDim == 0: any width, summed in place in the output.
+// Row helpers: restrict on parameters (which GCC keeps through inlining)
+// lets it vectorise the fixed-width loops; on block-scope pointers it would
+// not. `dim` is a compile-time constant after inlining for kDim > 0.
+inline void ZeroRow(int dim, float* __restrict dst) {
+  for (int c = 0; c < dim; ++c) dst[c] = 0.0f;
+}
+
+inline void AddRow(int dim, const float* __restrict src,
+                   float* __restrict dst) {
+  for (int c = 0; c < dim; ++c) dst[c] += src[c];
+}
+
+inline void AddRowShare(int dim, const float* __restrict src, int count,
+                        float* __restrict dst) {
+  for (int c = 0; c < dim; ++c) {
+    dst[c] += elementwise::BagGradShare(src[c], count, /*mean=*/true);
+  }
+}
+
+inline void PoolRow(int dim, int count, float* __restrict dst) {
+  for (int c = 0; c < dim; ++c) {
+    dst[c] = elementwise::PoolBag(dst[c], count, /*mean=*/true);
+  }
+}
+
+// A fixed-width row (kDim > 0) as chunks of a GCC vector type, so its sums
+// are whole-vector adds held in registers (plain loops over a constant
+// width get split into scalars by GCC's SLP pass). Lane-wise IEEE adds and
+// divides: the same bits as the scalar order per element.
+typedef float Floats4 __attribute__((vector_size(4 * sizeof(float))));
+typedef float Floats8 __attribute__((vector_size(8 * sizeof(float))));
+typedef float Floats16 __attribute__((vector_size(16 * sizeof(float))));
+
 template <int kDim>
-void Forward(bool mean, const EmbeddingBatch& b, int dim, const float* rows,
-             int bags_per_row, int stride, float* out) {
+struct FixedRow {
+  static_assert(kDim % 4 == 0, "widths are whole 4-float chunks");
+  static constexpr int kLanes = kDim < 16 ? kDim : 16;
+  static constexpr int kChunks = kDim / kLanes;
+  // vector_size cannot depend on a template parameter: pick a fixed type.
+  using Chunk =
+      std::conditional_t<kLanes == 16, Floats16,
+                         std::conditional_t<kLanes == 8, Floats8, Floats4>>;
+
+  Chunk v[kChunks] = {};
+
+  void Add(const float* src) {
+    for (int j = 0; j < kChunks; ++j) {
+      Chunk x;
+      std::memcpy(&x, src + j * kLanes, sizeof(x));
+      v[j] += x;
+    }
+  }
+  // Adds src / count lane by lane (BagGradShare for the mean).
+  void AddShare(const float* src, int count) {
+    Chunk divisor;
+    for (int i = 0; i < kLanes; ++i) divisor[i] = static_cast<float>(count);
+    for (int j = 0; j < kChunks; ++j) {
+      Chunk x;
+      std::memcpy(&x, src + j * kLanes, sizeof(x));
+      v[j] += x / divisor;
+    }
+  }
+  void Store(float* dst) const { std::memcpy(dst, v, sizeof(v)); }
+};
+
+// kDim > 0: a compile-time width (FixedRow); kDim == 0: any width, summed
+// in place in the output row.
+template <int kDim>
+void Forward(bool mean, const EmbeddingBatch& b, int runtime_dim,
+             const float* rows, int bags_per_row, int stride, float* out) {
+  const int dim = kDim > 0 ? kDim : runtime_dim;
   int column = 0;  // bag % bags_per_row, without a division per bag
   float* row_start = out;
   for (int bag = 0; bag < b.num_bags; ++bag) {
-    float* __restrict dst = row_start + static_cast<size_t>(column) * dim;
+    float* dst = row_start + static_cast<size_t>(column) * dim;
     const int begin = b.offsets[bag];
     const int end = b.offsets[bag + 1];
     if constexpr (kDim > 0) {
-      float sum[kDim] = {};
+      FixedRow<kDim> sum;
       for (int p = begin; p < end; ++p) {
-        const float* __restrict src =
-            rows + static_cast<size_t>(b.indices[p]) * kDim;
-        for (int c = 0; c < kDim; ++c) sum[c] += src[c];
+        sum.Add(rows + static_cast<size_t>(b.indices[p]) * kDim);
       }
-      for (int c = 0; c < kDim; ++c) {
-        dst[c] = elementwise::PoolBag(sum[c], end - begin, mean);
-      }
+      sum.Store(dst);
     } else {
-      for (int c = 0; c < dim; ++c) dst[c] = 0.0f;
+      ZeroRow(dim, dst);
       for (int p = begin; p < end; ++p) {
-        const float* __restrict src =
-            rows + static_cast<size_t>(b.indices[p]) * dim;
-        for (int c = 0; c < dim; ++c) dst[c] += src[c];
-      }
-      for (int c = 0; c < dim; ++c) {
-        dst[c] = elementwise::PoolBag(dst[c], end - begin, mean);
+        AddRow(dim, rows + static_cast<size_t>(b.indices[p]) * dim, dst);
       }
     }
+    if (mean) PoolRow(dim, end - begin, dst);
     if (++column == bags_per_row) {
       column = 0;
       row_start += stride;
@@ -45,33 +106,41 @@ void Forward(bool mean, const EmbeddingBatch& b, int dim, const float* rows,
   }
 }
 
+// How many occurrences ahead Backward prefetches its random gradient reads.
+constexpr int kPrefetchDistance = 4;
+
 template <int kDim>
-void Backward(bool mean, const EmbeddingBatch& b, int dim,
+void Backward(bool mean, const EmbeddingBatch& b, int runtime_dim,
               const float* grad_out, const OccurrenceSource* sources,
               float* grad_rows) {
-  constexpr int kMax = kDim > 0 ? kDim : 1;
+  const int dim = kDim > 0 ? kDim : runtime_dim;
+  const int32_t* occurrences = b.row_occurrences;
   for (int u = 0; u < b.num_rows; ++u) {
     float* dst = grad_rows + static_cast<size_t>(u) * dim;
-    float fixed[kMax] = {};
-    float* __restrict sum = kDim > 0 ? fixed : dst;
-    const int width = kDim > 0 ? kDim : dim;
-    if (kDim == 0) {
-      for (int c = 0; c < width; ++c) sum[c] = 0.0f;
-    }
-    for (int k = b.row_offsets[u]; k < b.row_offsets[u + 1]; ++k) {
-      const OccurrenceSource s = sources[b.row_occurrences[k]];
-      const float* __restrict src = grad_out + s.offset;
-      if (mean) {
-        for (int c = 0; c < width; ++c) {
-          sum[c] += elementwise::BagGradShare(src[c], s.count, /*mean=*/true);
+    [[maybe_unused]] FixedRow<(kDim > 0 ? kDim : 4)> sum;
+    if constexpr (kDim == 0) ZeroRow(dim, dst);
+    const int end = b.row_offsets[u + 1];
+    for (int k = b.row_offsets[u]; k < end; ++k) {
+      // Rows run consecutively through row_occurrences, so look ahead
+      // across row boundaries.
+      if (k + kPrefetchDistance < b.num_indices) {
+        __builtin_prefetch(grad_out +
+                           sources[occurrences[k + kPrefetchDistance]].offset);
+      }
+      const OccurrenceSource s = sources[occurrences[k]];
+      if constexpr (kDim > 0) {
+        if (mean) {
+          sum.AddShare(grad_out + s.offset, s.count);
+        } else {
+          sum.Add(grad_out + s.offset);
         }
+      } else if (mean) {
+        AddRowShare(dim, grad_out + s.offset, s.count, dst);
       } else {
-        for (int c = 0; c < width; ++c) sum[c] += src[c];
+        AddRow(dim, grad_out + s.offset, dst);
       }
     }
-    if (kDim > 0) {
-      for (int c = 0; c < width; ++c) dst[c] = sum[c];
-    }
+    if constexpr (kDim > 0) sum.Store(dst);
   }
 }
 

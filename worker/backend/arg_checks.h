@@ -8,6 +8,7 @@
 #define WORKER_BACKEND_ARG_CHECKS_H_
 
 #include <cstddef>
+#include <cstdint>
 
 #include "absl/status/status.h"
 #include "worker/backend/backend.h"
@@ -30,6 +31,26 @@ absl::Status CheckMatrixArgs(const char* op, int rows, int cols, const void* p0,
 // and a non-null stats pointer.
 absl::Status CheckXentArgs(int rows, int classes, const float* logits,
                            const int32_t* labels, const XentStats* stats);
+
+// Which EmbeddingBag op a check is for: the message names it, and Backward
+// also needs the row CSR and checks it.
+enum class EmbeddingOp { kForward, kBackward };
+
+// OK when the sizes and pointers of an EmbeddingBagForward/Backward call are
+// consistent: counts >= 0, num_bags == 0 implies num_indices == 0, dim >= 1,
+// bags_per_row >= 1, stride >= bags_per_row * dim, and every array with
+// elements non-null. `in` is rows (Forward) or grad_out (Backward), `out` is
+// out or grad_rows. Reads no backend memory.
+absl::Status CheckEmbeddingBagArgs(EmbeddingOp op, const EmbeddingBatch& batch,
+                                   int dim, const void* in, int bags_per_row,
+                                   int stride, const void* out);
+
+// OK when the batch's arrays hold what EmbeddingBatch requires: offsets and
+// indices, plus (kBackward) the row CSR being exactly the inverse of indices.
+// The arrays must be host-readable and CheckEmbeddingBagArgs must have
+// passed. The message names the first bad element.
+absl::Status CheckEmbeddingBatchContents(EmbeddingOp op,
+                                         const EmbeddingBatch& batch);
 
 }  // namespace ps
 

@@ -101,6 +101,35 @@ class HostBuffer {
   size_t size_ = 0;
 };
 
+// How EmbeddingBagForward pools the rows of a bag.
+enum class Pooling {
+  kSum,   // the sum of the bag's rows
+  kMean,  // that sum divided by the bag's size; an empty bag gives 0
+};
+
+// One batch of embedding bags over `num_rows` unique rows, in backend memory
+// (worker/model/id_dedup.h builds the host side). All int32:
+//   offsets [num_bags + 1]: bag b holds occurrences [offsets[b],
+//       offsets[b + 1]); offsets[0] == 0, non-decreasing, offsets[num_bags]
+//       == num_indices (a bag may be empty).
+//   indices [num_indices]: occurrence p reads unique row indices[p], in
+//       [0, num_rows).
+//   row_offsets [num_rows + 1], row_occurrences [num_indices]: the inverse of
+//       indices in CSR form: unique row u is read by the occurrences
+//       row_occurrences[row_offsets[u] .. row_offsets[u + 1]), ascending.
+//       Only EmbeddingBagBackward reads them (they may be null for Forward).
+// num_bags == 0 requires num_indices == 0; arrays of zero elements may be
+// null.
+struct EmbeddingBatch {
+  int num_bags = 0;
+  int num_rows = 0;
+  int num_indices = 0;
+  const int32_t* offsets = nullptr;
+  const int32_t* indices = nullptr;
+  const int32_t* row_offsets = nullptr;
+  const int32_t* row_occurrences = nullptr;
+};
+
 // One device. All matrices are ROW-MAJOR with a leading dimension (the
 // distance between rows, >= the stored column count). Pointers passed to the
 // compute calls are backend memory. Preconditions that the backend cannot
@@ -202,6 +231,41 @@ class Backend {
 
   // x[i] = value.
   virtual void Fill(size_t n, float value, float* x) = 0;
+
+  // Embedding-bag pooling. `rows` is [batch.num_rows x dim] dense. Bag i's
+  // dim outputs go to row i / bags_per_row, columns from
+  // (i % bags_per_row) * dim, of the row-major matrix `out` with row stride
+  // out_stride (>= bags_per_row * dim): with bags ordered (example, field)
+  // and bags_per_row = fields, the fields' embeddings land side by side in
+  // one [examples x out_stride] activation, at any column offset the caller
+  // gives `out`. Other columns of out are not touched; out must not overlap
+  // rows. Each output element sums its bag's rows in occurrence order from
+  // 0.0f, then kMean divides by the bag's size (a division, never a
+  // multiplication by the reciprocal, so no backend can fuse it into an FMA):
+  // every backend gives the same bits. Bad sizes or pointers, and bad
+  // contents of offsets or indices (see EmbeddingBatch), make the call a no-op
+  // and the next Synchronize() return kInvalidArgument; on a device the
+  // contents are checked there, and after such an error later embedding
+  // calls up to that Synchronize() are no-ops too.
+  virtual void EmbeddingBagForward(Pooling pooling, const EmbeddingBatch& batch,
+                                   int dim, const float* rows, int bags_per_row,
+                                   int out_stride, float* out) = 0;
+
+  // The gradient of EmbeddingBagForward with respect to `rows`:
+  // grad_rows[u] ([batch.num_rows x dim] dense) = the sum over u's
+  // occurrences p, in ascending p (batch.row_offsets/row_occurrences), of
+  // grad_out's entry for p's bag (laid out as Forward's out, with
+  // grad_out_stride), divided by the bag's size for kMean. Each element is
+  // summed from 0.0f in that order by one thread, never with atomics, so the
+  // result is deterministic and the same bits on every backend, for kSum and
+  // kMean alike. A row with no occurrences gets 0. Reads the whole batch and
+  // also checks that the row CSR is exactly the inverse of indices (strictly
+  // ascending per row, indices[row_occurrences[k]] == its row); errors as
+  // for Forward. grad_rows must not overlap grad_out.
+  virtual void EmbeddingBagBackward(Pooling pooling,
+                                    const EmbeddingBatch& batch, int dim,
+                                    const float* grad_out, int bags_per_row,
+                                    int grad_out_stride, float* grad_rows) = 0;
 
   // Blocks until all enqueued work and copies are done. Returns the first
   // error since the previous Synchronize() (and clears it), else OK.

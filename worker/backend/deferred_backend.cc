@@ -15,6 +15,20 @@ size_t Extent(int rows, int cols, int ld) {
   return ((static_cast<size_t>(rows) - 1) * ld + cols) * sizeof(float);
 }
 
+// Bytes of n int32 elements (0 for n <= 0).
+size_t Int32Bytes(int64_t n) {
+  return n > 0 ? static_cast<size_t>(n) * sizeof(int32_t) : 0;
+}
+
+// Bytes an embedding-bag output of num_bags bags spans (its last bag's end).
+size_t BagOutputBytes(int num_bags, int bags_per_row, int stride, int dim) {
+  if (num_bags <= 0) return 0;
+  return (elementwise::BagOutputOffset(num_bags - 1, bags_per_row, stride,
+                                       dim) +
+          dim) *
+         sizeof(float);
+}
+
 }  // namespace
 
 DeferredBackend::DeferredBackend(std::string device)
@@ -166,6 +180,77 @@ void DeferredBackend::Fill(size_t n, float value, float* x) {
              "x outside device allocations"))
     return;
   Enqueue([=] { cpu_->Fill(n, value, x); });
+}
+
+bool DeferredBackend::CheckEmbeddingBatch(EmbeddingOp op,
+                                          const EmbeddingBatch& batch, int dim,
+                                          const void* in, int bags_per_row,
+                                          int stride, const void* out) {
+  absl::Status s =
+      CheckEmbeddingBagArgs(op, batch, dim, in, bags_per_row, stride, out);
+  if (!s.ok()) {
+    if (error_.ok()) error_ = std::move(s);
+    return false;
+  }
+  const bool backward = op == EmbeddingOp::kBackward;
+  const char* name = backward ? "EmbeddingBagBackward" : "EmbeddingBagForward";
+  const size_t table =
+      static_cast<size_t>(batch.num_rows) * dim * sizeof(float);
+  const size_t bags = BagOutputBytes(batch.num_bags, bags_per_row, stride, dim);
+  return Check(
+             OnDevice(batch.offsets,
+                      batch.num_bags > 0 ? Int32Bytes(batch.num_bags + 1) : 0),
+             name, "offsets outside device allocations") &&
+         Check(OnDevice(batch.indices, Int32Bytes(batch.num_indices)), name,
+               "indices outside device allocations") &&
+         Check(
+             !backward || OnDevice(batch.row_offsets,
+                                   batch.num_rows > 0
+                                       ? Int32Bytes(int64_t{batch.num_rows} + 1)
+                                       : 0),
+             name, "row_offsets outside device allocations") &&
+         Check(!backward || OnDevice(batch.row_occurrences,
+                                     Int32Bytes(batch.num_indices)),
+               name, "row_occurrences outside device allocations") &&
+         Check(OnDevice(in,
+                        backward ? bags : (batch.num_indices > 0 ? table : 0)),
+               name,
+               backward ? "grad_out outside device allocations"
+                        : "rows outside device allocations") &&
+         Check(OnDevice(out, backward ? table : bags), name,
+               backward ? "grad_rows outside device allocations"
+                        : "out outside device allocations");
+}
+
+void DeferredBackend::EmbeddingBagForward(Pooling pooling,
+                                          const EmbeddingBatch& batch, int dim,
+                                          const float* rows, int bags_per_row,
+                                          int out_stride, float* out) {
+  if (!CheckEmbeddingBatch(EmbeddingOp::kForward, batch, dim, rows,
+                           bags_per_row, out_stride, out)) {
+    return;
+  }
+  // `batch` by value: its arrays are read when the call runs.
+  Enqueue([=] {
+    cpu_->EmbeddingBagForward(pooling, batch, dim, rows, bags_per_row,
+                              out_stride, out);
+  });
+}
+
+void DeferredBackend::EmbeddingBagBackward(Pooling pooling,
+                                           const EmbeddingBatch& batch, int dim,
+                                           const float* grad_out,
+                                           int bags_per_row,
+                                           int grad_out_stride,
+                                           float* grad_rows) {
+  if (!CheckEmbeddingBatch(EmbeddingOp::kBackward, batch, dim, grad_out,
+                           bags_per_row, grad_out_stride, grad_rows)) {
+    return;
+  }
+  Enqueue([=] {
+    cpu_->EmbeddingBagBackward(pooling, batch, dim, grad_out, bags_per_row,
+                               grad_out_stride, grad_rows);
+  });
 }
 
 absl::Status DeferredBackend::Synchronize() {

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "worker/backend/arg_checks.h"
 #include "worker/backend/backend.h"
 #include "worker/backend/cpu/cpu_backend.h"
 
@@ -59,6 +60,12 @@ class DeferredBackend final : public Backend {
   void Axpy(size_t n, float alpha, const float* x, float* y) override;
   void Scale(size_t n, float alpha, float* x) override;
   void Fill(size_t n, float value, float* x) override;
+  void EmbeddingBagForward(Pooling pooling, const EmbeddingBatch& batch,
+                           int dim, const float* rows, int bags_per_row,
+                           int out_stride, float* out) override;
+  void EmbeddingBagBackward(Pooling pooling, const EmbeddingBatch& batch,
+                            int dim, const float* grad_out, int bags_per_row,
+                            int grad_out_stride, float* grad_rows) override;
   absl::Status Synchronize() override;
 
  protected:
@@ -79,6 +86,11 @@ class DeferredBackend final : public Backend {
   // Records "<device>: <op>: <what>" as the error unless `ok`.
   bool Check(bool ok, const char* op, const char* what);
   void Enqueue(std::function<void()> call);
+  // Checks the sizes, then that every array of `batch` (the row CSR only
+  // for kBackward) lies in device memory; records the error unless OK.
+  bool CheckEmbeddingBatch(EmbeddingOp op, const EmbeddingBatch& batch, int dim,
+                           const void* in, int bags_per_row, int stride,
+                           const void* out);
 
   const std::string device_;
   std::unique_ptr<CpuBackend> cpu_;

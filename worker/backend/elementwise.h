@@ -14,6 +14,7 @@
 #define WORKER_BACKEND_ELEMENTWISE_H_
 
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 
 #ifdef __CUDACC__
@@ -91,6 +92,27 @@ PS_HD RowXent SoftmaxXentRow(const float* logits, int classes, int label,
   r.loss = valid ? logf(sum) - (logits[label] - max_logit) : INFINITY;
   r.correct = (valid && arg_max == label) ? 1 : 0;
   return r;
+}
+
+// Where bag `bag` starts in an embedding-bag output laid out as
+// Backend::EmbeddingBagForward describes: row bag / bags_per_row of stride
+// `stride` floats, column (bag % bags_per_row) * dim.
+PS_HD size_t BagOutputOffset(size_t bag, int bags_per_row, int stride,
+                             int dim) {
+  return bag / bags_per_row * static_cast<size_t>(stride) +
+         bag % bags_per_row * static_cast<size_t>(dim);
+}
+
+// A bag's pooled output from the in-order sum of its `count` rows. A
+// division, not a multiplication by 1/count: nvcc (and GCC with FMA) would
+// fuse the latter into neighbouring adds, and the backends would disagree.
+PS_HD float PoolBag(float sum, int count, bool mean) {
+  return mean && count > 0 ? sum / static_cast<float>(count) : sum;
+}
+
+// One occurrence's share of its bag's output gradient g (count >= 1).
+PS_HD float BagGradShare(float g, int count, bool mean) {
+  return mean ? g / static_cast<float>(count) : g;
 }
 
 }  // namespace elementwise

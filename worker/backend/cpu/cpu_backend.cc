@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "worker/backend/arg_checks.h"
+#include "worker/backend/cpu/embedding_loops.h"
 #include "worker/backend/elementwise.h"
 
 // OpenBLAS's thread-count controls. <cblas.h> from OpenBLAS declares them too;
@@ -176,6 +177,32 @@ void CpuBackend::Fill(size_t n, float value, float* x) {
     return Record(absl::InvalidArgumentError("Fill: null pointer"));
   }
   std::fill(x, x + n, value);
+}
+
+void CpuBackend::EmbeddingBagForward(Pooling pooling,
+                                     const EmbeddingBatch& batch, int dim,
+                                     const float* rows, int bags_per_row,
+                                     int out_stride, float* out) {
+  absl::Status s = CheckEmbeddingBagArgs(EmbeddingOp::kForward, batch, dim,
+                                         rows, bags_per_row, out_stride, out);
+  if (s.ok()) s = CheckEmbeddingBatchContents(EmbeddingOp::kForward, batch);
+  if (!s.ok()) return Record(std::move(s));
+  cpu_internal::EmbeddingForwardLoop(pooling == Pooling::kMean, batch, dim,
+                                     rows, bags_per_row, out_stride, out);
+}
+
+void CpuBackend::EmbeddingBagBackward(Pooling pooling,
+                                      const EmbeddingBatch& batch, int dim,
+                                      const float* grad_out, int bags_per_row,
+                                      int grad_out_stride, float* grad_rows) {
+  absl::Status s =
+      CheckEmbeddingBagArgs(EmbeddingOp::kBackward, batch, dim, grad_out,
+                            bags_per_row, grad_out_stride, grad_rows);
+  if (s.ok()) s = CheckEmbeddingBatchContents(EmbeddingOp::kBackward, batch);
+  if (!s.ok()) return Record(std::move(s));
+  cpu_internal::EmbeddingBackwardLoop(pooling == Pooling::kMean, batch, dim,
+                                      grad_out, bags_per_row, grad_out_stride,
+                                      &sources_, grad_rows);
 }
 
 absl::Status CpuBackend::Synchronize() {

@@ -22,10 +22,12 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "worker/backend/backend.h"
+#include "worker/backend/cpu/embedding_loops.h"
 
 namespace ps {
 
@@ -61,6 +63,12 @@ class CpuBackend final : public Backend {
   void Axpy(size_t n, float alpha, const float* x, float* y) override;
   void Scale(size_t n, float alpha, float* x) override;
   void Fill(size_t n, float value, float* x) override;
+  void EmbeddingBagForward(Pooling pooling, const EmbeddingBatch& batch,
+                           int dim, const float* rows, int bags_per_row,
+                           int out_stride, float* out) override;
+  void EmbeddingBagBackward(Pooling pooling, const EmbeddingBatch& batch,
+                            int dim, const float* grad_out, int bags_per_row,
+                            int grad_out_stride, float* grad_rows) override;
   absl::Status Synchronize() override;
 
  protected:
@@ -81,6 +89,9 @@ class CpuBackend final : public Backend {
 
   const std::string device_;
   absl::Status error_;
+  // EmbeddingBagBackward's per-occurrence gradient sources; kept to avoid a
+  // per-batch allocation.
+  std::vector<cpu_internal::OccurrenceSource> sources_;
 };
 
 }  // namespace ps

@@ -45,6 +45,7 @@ CudaBackend::~CudaBackend() {
   if (copy_ != nullptr) cudaStreamSynchronize(copy_);
   row_loss_.reset();
   row_correct_.reset();
+  embedding_flags_.reset();
   cuda::BlasDestroy(cublas_);
   if (copy_ != nullptr) cudaStreamDestroy(copy_);
   if (compute_ != nullptr) cudaStreamDestroy(compute_);
@@ -211,10 +212,93 @@ void CudaBackend::Fill(size_t n, float value, float* x) {
   Ok(cuda::LaunchFill(compute_, n, value, x), "Fill");
 }
 
+bool CudaBackend::EnsureEmbeddingFlags() {
+  if (!embedding_flags_.empty()) return true;
+  absl::StatusOr<DeviceBuffer<int32_t>> flags = Allocate<int32_t>(1);
+  if (!flags.ok()) {
+    Record(flags.status());
+    return false;
+  }
+  if (!Ok(cudaMemsetAsync(flags->data(), 0, sizeof(int32_t), compute_),
+          "cudaMemsetAsync")) {
+    return false;
+  }
+  embedding_flags_ = *std::move(flags);
+  return true;
+}
+
+void CudaBackend::CollectEmbeddingErrors() {
+  embedding_pending_ = false;
+  int32_t flags = 0;
+  if (!Ok(cudaMemcpyAsync(&flags, embedding_flags_.data(), sizeof(flags),
+                          cudaMemcpyDeviceToHost, compute_),
+          "cudaMemcpyAsync(embedding flags)") ||
+      !Ok(cudaStreamSynchronize(compute_), "compute stream") || flags == 0) {
+    return;
+  }
+  // On compute_, so the next embedding call's check runs after it.
+  Ok(cudaMemsetAsync(embedding_flags_.data(), 0, sizeof(flags), compute_),
+     "cudaMemsetAsync(embedding flags)");
+  Record(absl::InvalidArgumentError(
+      absl::StrCat(device_, ": ", cuda::EmbeddingErrorMessage(flags))));
+}
+
+void CudaBackend::EmbeddingBagForward(Pooling pooling,
+                                      const EmbeddingBatch& batch, int dim,
+                                      const float* rows, int bags_per_row,
+                                      int out_stride, float* out) {
+  absl::Status s = CheckEmbeddingBagArgs(EmbeddingOp::kForward, batch, dim,
+                                         rows, bags_per_row, out_stride, out);
+  if (!s.ok()) return Record(std::move(s));
+  if (!Ok(cudaSetDevice(ordinal_), "cudaSetDevice")) return;
+  if (!EnsureEmbeddingFlags()) return;
+  embedding_pending_ = true;
+  // The contents are checked on the device, where they are; the kernel that
+  // follows on the same stream does nothing if the check failed.
+  if (!Ok(cuda::LaunchEmbeddingBagCheck(
+              compute_, batch.num_bags, batch.num_rows, batch.num_indices,
+              batch.offsets, batch.indices, nullptr, nullptr,
+              /*inverse=*/false, embedding_flags_.data()),
+          "EmbeddingBagForward check")) {
+    return;
+  }
+  Ok(cuda::LaunchEmbeddingBagForward(compute_, pooling == Pooling::kMean,
+                                     batch.num_bags, dim, batch.offsets,
+                                     batch.indices, rows, bags_per_row,
+                                     out_stride, out, embedding_flags_.data()),
+     "EmbeddingBagForward");
+}
+
+void CudaBackend::EmbeddingBagBackward(Pooling pooling,
+                                       const EmbeddingBatch& batch, int dim,
+                                       const float* grad_out, int bags_per_row,
+                                       int grad_out_stride, float* grad_rows) {
+  absl::Status s =
+      CheckEmbeddingBagArgs(EmbeddingOp::kBackward, batch, dim, grad_out,
+                            bags_per_row, grad_out_stride, grad_rows);
+  if (!s.ok()) return Record(std::move(s));
+  if (!Ok(cudaSetDevice(ordinal_), "cudaSetDevice")) return;
+  if (!EnsureEmbeddingFlags()) return;
+  embedding_pending_ = true;
+  if (!Ok(cuda::LaunchEmbeddingBagCheck(
+              compute_, batch.num_bags, batch.num_rows, batch.num_indices,
+              batch.offsets, batch.indices, batch.row_offsets,
+              batch.row_occurrences, /*inverse=*/true, embedding_flags_.data()),
+          "EmbeddingBagBackward check")) {
+    return;
+  }
+  Ok(cuda::LaunchEmbeddingBagBackward(
+         compute_, pooling == Pooling::kMean, batch.num_bags, batch.num_rows,
+         dim, batch.offsets, batch.row_offsets, batch.row_occurrences, grad_out,
+         bags_per_row, grad_out_stride, grad_rows, embedding_flags_.data()),
+     "EmbeddingBagBackward");
+}
+
 absl::Status CudaBackend::Synchronize() {
   if (Ok(cudaSetDevice(ordinal_), "cudaSetDevice")) {
     Ok(cudaStreamSynchronize(copy_), "copy stream");
     Ok(cudaStreamSynchronize(compute_), "compute stream");
+    if (embedding_pending_) CollectEmbeddingErrors();
   }
   return std::exchange(error_, absl::OkStatus());
 }

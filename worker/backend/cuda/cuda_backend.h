@@ -73,6 +73,12 @@ class CudaBackend final : public Backend {
   void Axpy(size_t n, float alpha, const float* x, float* y) override;
   void Scale(size_t n, float alpha, float* x) override;
   void Fill(size_t n, float value, float* x) override;
+  void EmbeddingBagForward(Pooling pooling, const EmbeddingBatch& batch,
+                           int dim, const float* rows, int bags_per_row,
+                           int out_stride, float* out) override;
+  void EmbeddingBagBackward(Pooling pooling, const EmbeddingBatch& batch,
+                            int dim, const float* grad_out, int bags_per_row,
+                            int grad_out_stride, float* grad_rows) override;
   absl::Status Synchronize() override;
 
  protected:
@@ -96,6 +102,11 @@ class CudaBackend final : public Backend {
   bool StreamWait(cudaStream_t waiter, cudaStream_t signaller);
   // Grows the per-row scratch of SoftmaxCrossEntropy to >= rows.
   bool EnsureXentScratch(int rows);
+  // Allocates and zeroes the embedding check flags on first use.
+  bool EnsureEmbeddingFlags();
+  // After the streams are idle: turns set embedding check flags into the
+  // recorded error and clears them.
+  void CollectEmbeddingErrors();
 
   const int ordinal_;
   const std::string device_;
@@ -105,6 +116,10 @@ class CudaBackend final : public Backend {
   absl::Status error_;
   DeviceBuffer<float> row_loss_;
   DeviceBuffer<int32_t> row_correct_;
+  // One int32 of cuda::EmbeddingErrorBits, set by the device-side contents
+  // checks; read and cleared by Synchronize() when an embedding call ran.
+  DeviceBuffer<int32_t> embedding_flags_;
+  bool embedding_pending_ = false;
 };
 
 }  // namespace ps

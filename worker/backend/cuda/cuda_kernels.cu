@@ -117,7 +117,208 @@ __global__ void FillKernel(size_t n, float value, float* x) {
   }
 }
 
+// The last b in [0, n) with offsets[b] <= p: the CSR segment holding p (the
+// last of several equal offsets, so empty segments are skipped). Stays in
+// [0, n) for any contents of offsets.
+__device__ int SegmentOf(const int32_t* offsets, int n, int p) {
+  int lo = 0, hi = n - 1;
+  while (lo < hi) {
+    const int mid = lo + (hi - lo + 1) / 2;
+    if (offsets[mid] <= p) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  return lo;
+}
+
+// 0 when offsets[0..n] is 0-based, non-decreasing and ends at `end`,
+// checking element i only (the grid covers all i).
+__device__ int32_t CheckCsrElement(const int32_t* offsets, int n, int end,
+                                   int i, int32_t bit) {
+  if (i > n) return 0;
+  if (i == 0 && offsets[0] != 0) return bit;
+  if (i == n && offsets[n] != end) return bit;
+  if (i > 0 && offsets[i] < offsets[i - 1]) return bit;
+  return 0;
+}
+
+__global__ void EmbeddingBagCheckKernel(int num_bags, int num_rows,
+                                        int num_indices, const int32_t* offsets,
+                                        const int32_t* indices,
+                                        const int32_t* row_offsets,
+                                        const int32_t* row_occurrences,
+                                        bool inverse, int32_t* flags) {
+  // Elements 0..max count inclusive (offsets have count + 1); 64-bit so the
+  // loop cannot overflow at INT32_MAX.
+  const long long n =
+      static_cast<long long>(max(max(num_bags, num_rows), num_indices)) + 1;
+  int32_t bad = 0;
+  for (long long j =
+           blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x;
+       j < n; j += static_cast<long long>(gridDim.x) * blockDim.x) {
+    const int i = static_cast<int>(j);  // <= every count used below
+    if (num_bags > 0) {
+      bad |= CheckCsrElement(offsets, num_bags, num_indices, i,
+                             kEmbeddingBadOffsets);
+    }
+    if (i < num_indices && (indices[i] < 0 || indices[i] >= num_rows)) {
+      bad |= kEmbeddingBadIndex;
+    }
+    // num_rows == 0 with occurrences already fails the index check.
+    if (!inverse || num_rows == 0) continue;
+    bad |= CheckCsrElement(row_offsets, num_rows, num_indices, i,
+                           kEmbeddingBadRowOffsets);
+    if (i >= num_indices) continue;
+    const int32_t p = row_occurrences[i];
+    if (p < 0 || p >= num_indices) {
+      bad |= kEmbeddingBadRowOccurrences;
+      continue;
+    }
+    const int u = SegmentOf(row_offsets, num_rows, i);
+    if (indices[p] != u ||
+        (i > 0 && i > row_offsets[u] && row_occurrences[i - 1] >= p)) {
+      bad |= kEmbeddingBadRowOccurrences;
+    }
+  }
+  if (bad != 0) atomicOr(flags, bad);
+}
+
+__global__ void EmbeddingBagForwardKernel(bool mean, int num_bags, int dim,
+                                          int team, const int32_t* offsets,
+                                          const int32_t* indices,
+                                          const float* rows, int bags_per_row,
+                                          int out_stride, float* out,
+                                          const int32_t* flags) {
+  if (*flags != 0) return;
+  const size_t thread =
+      blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
+  const int lane = static_cast<int>(thread % team);
+  const size_t teams = static_cast<size_t>(gridDim.x) * blockDim.x / team;
+  for (size_t bag = thread / team; bag < static_cast<size_t>(num_bags);
+       bag += teams) {
+    const int begin = offsets[bag];
+    const int end = offsets[bag + 1];
+    float* dst =
+        out + elementwise::BagOutputOffset(bag, bags_per_row, out_stride, dim);
+    for (int c = lane; c < dim; c += team) {
+      float sum = 0.0f;
+      for (int p = begin; p < end; ++p) {
+        sum += rows[static_cast<size_t>(indices[p]) * dim + c];
+      }
+      dst[c] = elementwise::PoolBag(sum, end - begin, mean);
+    }
+  }
+}
+
+__global__ void EmbeddingBagBackwardKernel(
+    bool mean, int num_bags, int num_rows, int dim, int team,
+    const int32_t* offsets, const int32_t* row_offsets,
+    const int32_t* row_occurrences, const float* grad_out, int bags_per_row,
+    int grad_out_stride, float* grad_rows, const int32_t* flags) {
+  if (*flags != 0) return;
+  const size_t thread =
+      blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
+  const int lane = static_cast<int>(thread % team);
+  const size_t teams = static_cast<size_t>(gridDim.x) * blockDim.x / team;
+  for (size_t u = thread / team; u < static_cast<size_t>(num_rows);
+       u += teams) {
+    const int begin = row_offsets[u];
+    const int end = row_offsets[u + 1];
+    float* dst = grad_rows + u * dim;
+    for (int c = lane; c < dim; c += team) {
+      float sum = 0.0f;
+      for (int k = begin; k < end; ++k) {
+        const int bag = SegmentOf(offsets, num_bags, row_occurrences[k]);
+        const int count = offsets[bag + 1] - offsets[bag];
+        const float g = grad_out[elementwise::BagOutputOffset(
+                                     bag, bags_per_row, grad_out_stride, dim) +
+                                 c];
+        sum += elementwise::BagGradShare(g, count, mean);
+      }
+      dst[c] = sum;
+    }
+  }
+}
+
+// Threads per bag (or row): dim rounded up to a power of two, at most a warp,
+// so a warp's lanes read consecutive floats of one or more rows.
+int TeamSize(int dim) {
+  int team = 1;
+  while (team < dim && team < 32) team *= 2;
+  return team;
+}
+
+// Blocks for `items` teams of `team` threads (kThreads is a multiple of any
+// team size, so teams never straddle blocks).
+int TeamBlocks(size_t items, int team) {
+  return Blocks(items * static_cast<size_t>(team));
+}
+
 }  // namespace
+
+const char* EmbeddingErrorMessage(int32_t flags) {
+  if (flags & kEmbeddingBadOffsets) {
+    return "EmbeddingBag: offsets are not 0-based, non-decreasing and ending "
+           "at num_indices";
+  }
+  if (flags & kEmbeddingBadIndex) {
+    return "EmbeddingBag: an index is outside [0, num_rows)";
+  }
+  if (flags & kEmbeddingBadRowOffsets) {
+    return "EmbeddingBagBackward: row_offsets are not 0-based, non-decreasing "
+           "and ending at num_indices";
+  }
+  if (flags & kEmbeddingBadRowOccurrences) {
+    return "EmbeddingBagBackward: row_occurrences are not the ascending "
+           "inverse of indices";
+  }
+  return "EmbeddingBag: unknown check failure";
+}
+
+cudaError_t LaunchEmbeddingBagCheck(
+    cudaStream_t stream, int num_bags, int num_rows, int num_indices,
+    const int32_t* offsets, const int32_t* indices, const int32_t* row_offsets,
+    const int32_t* row_occurrences, bool inverse, int32_t* flags) {
+  const size_t n =
+      static_cast<size_t>(std::max(std::max(num_bags, num_rows), num_indices)) +
+      1;
+  EmbeddingBagCheckKernel<<<Blocks(n), kThreads, 0, stream>>>(
+      num_bags, num_rows, num_indices, offsets, indices, row_offsets,
+      row_occurrences, inverse, flags);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchEmbeddingBagForward(cudaStream_t stream, bool mean,
+                                      int num_bags, int dim,
+                                      const int32_t* offsets,
+                                      const int32_t* indices, const float* rows,
+                                      int bags_per_row, int out_stride,
+                                      float* out, const int32_t* flags) {
+  if (num_bags == 0) return cudaSuccess;
+  const int team = TeamSize(dim);
+  EmbeddingBagForwardKernel<<<TeamBlocks(num_bags, team), kThreads, 0,
+                              stream>>>(mean, num_bags, dim, team, offsets,
+                                        indices, rows, bags_per_row, out_stride,
+                                        out, flags);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchEmbeddingBagBackward(
+    cudaStream_t stream, bool mean, int num_bags, int num_rows, int dim,
+    const int32_t* offsets, const int32_t* row_offsets,
+    const int32_t* row_occurrences, const float* grad_out, int bags_per_row,
+    int grad_out_stride, float* grad_rows, const int32_t* flags) {
+  if (num_rows == 0) return cudaSuccess;
+  const int team = TeamSize(dim);
+  EmbeddingBagBackwardKernel<<<TeamBlocks(num_rows, team), kThreads, 0,
+                               stream>>>(mean, num_bags, num_rows, dim, team,
+                                         offsets, row_offsets, row_occurrences,
+                                         grad_out, bags_per_row,
+                                         grad_out_stride, grad_rows, flags);
+  return cudaGetLastError();
+}
 
 cudaError_t LaunchBiasAdd(cudaStream_t stream, int rows, int cols,
                           const float* bias, float* x, bool relu) {

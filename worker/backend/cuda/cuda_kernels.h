@@ -56,6 +56,47 @@ cudaError_t LaunchScale(cudaStream_t stream, size_t n, float alpha, float* x);
 // x[i] = value.
 cudaError_t LaunchFill(cudaStream_t stream, size_t n, float value, float* x);
 
+// Bits a failed embedding-bag contents check ORs into the backend's flag
+// word (see LaunchEmbeddingBagCheck).
+enum EmbeddingErrorBits : int32_t {
+  kEmbeddingBadOffsets = 1,         // offsets not 0, ..., num_indices sorted
+  kEmbeddingBadIndex = 2,           // an index outside [0, num_rows)
+  kEmbeddingBadRowOffsets = 4,      // row_offsets likewise
+  kEmbeddingBadRowOccurrences = 8,  // the row CSR is not indices' inverse
+};
+
+// A message for a non-zero flag word (its lowest set bit).
+const char* EmbeddingErrorMessage(int32_t flags);
+
+// Checks the contents of an embedding batch on the device, as
+// CheckEmbeddingBatchContents does on the host (the row CSR only when
+// `inverse`), and ORs the EmbeddingErrorBits found into *flags (one int32 of
+// device memory). Sizes and pointers must have been checked. Never reads
+// outside the arrays, whatever they hold.
+cudaError_t LaunchEmbeddingBagCheck(
+    cudaStream_t stream, int num_bags, int num_rows, int num_indices,
+    const int32_t* offsets, const int32_t* indices, const int32_t* row_offsets,
+    const int32_t* row_occurrences, bool inverse, int32_t* flags);
+
+// Backend::EmbeddingBagForward: a team of threads (dim rounded up to a power
+// of two, at most a warp) per bag, one output element per thread, rows summed
+// in occurrence order. Does nothing when *flags != 0 (a failed check).
+cudaError_t LaunchEmbeddingBagForward(cudaStream_t stream, bool mean,
+                                      int num_bags, int dim,
+                                      const int32_t* offsets,
+                                      const int32_t* indices, const float* rows,
+                                      int bags_per_row, int out_stride,
+                                      float* out, const int32_t* flags);
+
+// Backend::EmbeddingBagBackward: a team per unique row, one gradient element
+// per thread, the row's occurrences summed in ascending order (each finds its
+// bag by binary search in offsets). No atomics. Does nothing when *flags != 0.
+cudaError_t LaunchEmbeddingBagBackward(
+    cudaStream_t stream, bool mean, int num_bags, int num_rows, int dim,
+    const int32_t* offsets, const int32_t* row_offsets,
+    const int32_t* row_occurrences, const float* grad_out, int bags_per_row,
+    int grad_out_stride, float* grad_rows, const int32_t* flags);
+
 }  // namespace cuda
 }  // namespace ps
 

@@ -14,7 +14,7 @@ NVCC_ARCH = [
 ]
 
 def cuda_backend_targets():
-    """Declares :cuda_kernels (kernels + cuBLAS/NCCL wrappers), :cuda_backend, :gpu_reducer and the gpu test."""
+    """Declares :cuda_kernels (kernels + cuBLAS/NCCL wrappers), :cuda_backend, :gpu_reducer and the gpu tests."""
     if not CUDA_ENABLED:
         return
     cuda_library(
@@ -73,6 +73,21 @@ def cuda_backend_targets():
             "//third_party:absl",
             "//third_party:gtest_main",
             "//worker/backend",
+            "//worker/backend/cpu:cpu_backend",
+        ],
+    )
+
+    native.cc_test(
+        name = "cuda_embedding_bag_test",
+        size = "small",
+        srcs = ["cuda_embedding_bag_test.cc"],
+        tags = ["gpu"],
+        deps = [
+            ":cuda_backend",
+            "//third_party:absl",
+            "//third_party:gtest_main",
+            "//worker/backend",
+            "//worker/backend:embedding_bag_test_util",
             "//worker/backend/cpu:cpu_backend",
         ],
     )

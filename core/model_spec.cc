@@ -73,8 +73,7 @@ uint32_t CtrFields(const CtrModel& m) {
   return m.has_fields() ? m.fields() : kDefaultCtrFields;
 }
 uint32_t CtrDense(const CtrModel& m) {
-  return m.has_dense_features() ? m.dense_features()
-                                : kDefaultCtrDenseFeatures;
+  return m.has_dense_features() ? m.dense_features() : kDefaultCtrDenseFeatures;
 }
 
 absl::Status CheckCtr(const CtrModel& m) {

@@ -57,7 +57,8 @@ absl::Status ValidateModelSpec(const ModelSpec& spec);
 
 // The layer widths [input_dim, hidden..., num_classes] of a valid softmax,
 // MLP or CTR spec (CTR: [fields * embedding_dim + dense_features, hidden...,
-// 1], defaults filled in); empty when ValidateModelSpec(spec) fails and for a lab model.
+// 1], defaults filled in); empty when ValidateModelSpec(spec) fails and for a
+// lab model.
 std::vector<uint32_t> ModelLayerWidths(const ModelSpec& spec);
 
 // The model's tensors in flat layout order (see the file comment); empty

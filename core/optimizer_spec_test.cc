@@ -13,9 +13,9 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::IsEmpty;
 
-std::vector<std::string> Problems(const OptimizerSpec& o,
-                                  std::initializer_list<OptimizerKind> allowed =
-                                      {SGD, ADAGRAD, ADAM, ADAMW}) {
+std::vector<std::string> Problems(
+    const OptimizerSpec& o, std::initializer_list<OptimizerKind> allowed = {
+                                SGD, ADAGRAD, ADAM, ADAMW}) {
   std::vector<std::string> p;
   AppendOptimizerProblems(o, "t.optimizer", allowed, &p);
   return p;

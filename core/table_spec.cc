@@ -15,8 +15,7 @@ namespace {
 
 bool ValidTableNameChar(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-         (c >= '0' && c <= '9') || c == '-' || c == '_' || c == '.' ||
-         c == '/';
+         (c >= '0' && c <= '9') || c == '-' || c == '_' || c == '.' || c == '/';
 }
 
 void CheckName(const TableSpec& t, const std::string& at,
@@ -55,15 +54,15 @@ void CheckInit(const InitSpec& init, const std::string& at,
                                "CONSTANT, UNIFORM or NORMAL"));
       break;
     default:
-      p.push_back(absl::StrFormat("%s.init.kind: unknown value %d", at,
-                                  init.kind()));
+      p.push_back(
+          absl::StrFormat("%s.init.kind: unknown value %d", at, init.kind()));
   }
   if (!std::isfinite(init.value())) {
     p.push_back(absl::StrCat(at, ".init.value: must be finite"));
   }
   if (!std::isfinite(init.scale()) || init.scale() < 0) {
-    p.push_back(absl::StrFormat("%s.init.scale: must be finite and >= 0, got %g",
-                                at, init.scale()));
+    p.push_back(absl::StrFormat(
+        "%s.init.scale: must be finite and >= 0, got %g", at, init.scale()));
   }
 }
 

@@ -77,7 +77,11 @@ TEST(TableSpecTest, EachBadFieldIsNamed) {
 
 TEST(TableSpecTest, DuplicateNamesAndModelReferences) {
   JobSpec spec = Parse(std::string(kValid) + R"pb(
-    tables { name: "emb" dim: 8 optimizer { kind: SGD learning_rate: 1 } }
+    tables {
+      name: "emb"
+      dim: 8
+      optimizer { kind: SGD learning_rate: 1 }
+    }
   )pb");
   EXPECT_THAT(TableProblems(spec),
               ElementsAre("tables[1].name: \"emb\" is used by another table"));

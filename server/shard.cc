@@ -187,6 +187,7 @@ absl::Status Shard::SetMembership(const SetMembershipRequest& req) {
   std::vector<Chunk*> advanced;
   internal::ChangeMembership(*job, active, &ready, &advanced);
   internal::CompleteAll(&ready);
+  if (job->tables != nullptr) job->tables->SetMembership(active);
   checkpointer_->MaybeQueue(job, advanced, absl::InfinitePast());
   return absl::OkStatus();
 }
@@ -359,6 +360,34 @@ void Shard::Pull(const PullRequest& req, PullResponse* resp,
       std::move(done));
   internal::SetPullConditions(**job, req.step(), req.min_version(), w.get());
   internal::StartWait(*job, std::move(w));
+}
+
+void Shard::SparseExchange(const SparseExchangeRequest& req,
+                           SparseExchangeResponse* resp,
+                           std::function<void(absl::Status)> done) {
+  resp->Clear();
+  absl::StatusOr<JobPtr> job = FindJob(req.job_id());
+  if (!job.ok()) return done(job.status());
+  if ((*job)->tables == nullptr) {
+    (*job)->rejected.Add(internal::kNoTables);
+    return done(absl::InvalidArgumentError(
+        absl::StrCat("job_id: job \"", req.job_id(),
+                     "\" has no sparse tables (JobSpec.tables)")));
+  }
+  // The job stays alive while the call waits: `done` holds a reference.
+  JobTables* tables = (*job)->tables.get();
+  tables->Exchange(
+      req, resp,
+      [job = *std::move(job), done = std::move(done)](absl::Status s) mutable {
+        if (absl::IsInvalidArgument(s)) {
+          job->rejected.Add(internal::kSparseBadRequest);
+        } else if (absl::IsFailedPrecondition(s)) {
+          job->rejected.Add(internal::kInactiveWorker);
+        } else if (absl::IsResourceExhausted(s)) {
+          job->rejected.Add(internal::kSparseOverBudget);
+        }
+        done(std::move(s));
+      });
 }
 
 // ---------------------------------------------------------------------------

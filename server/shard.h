@@ -226,6 +226,13 @@ class Shard {
             std::function<void(absl::Status)> done,
             std::vector<SharedBytes>* payloads = nullptr);
 
+  // A worker's sparse step with this shard's part of the job's tables
+  // (server/sparse/job_tables.h has the rules). INVALID_ARGUMENT for a job
+  // without tables. Same callback contract as PushPull; `req` must stay
+  // valid until `done` runs too.
+  void SparseExchange(const SparseExchangeRequest& req,
+                      SparseExchangeResponse* resp,
+                      std::function<void(absl::Status)> done);
   // Pushes gradients without waiting for anything. May complete other
   // calls' waits (their callbacks run on this thread before it returns).
   absl::Status Push(const PushRequest& req, PushResponse* resp);
@@ -251,7 +258,9 @@ class Shard {
   //                     ahead_of_restore (a push/pull past a restored
   //                     version), no_checkpoint_dir (1: the spec asks for
   //                     checkpoints, this shard has none), checkpoint_failed
-  //                     (writes that failed) (per job); unknown_job,
+  //                     (writes that failed), no_tables,
+  //                     sparse_bad_request, sparse_over_budget
+  //                     (SparseExchange) (per job); unknown_job,
   //                     bad_spec, spec_mismatch, over_budget, shutdown
   //                     (ShardStats.rejected);
   //   checkpoints       written by this process for the job (the one at

@@ -142,8 +142,7 @@ void CheckModel(const JobSpec& spec, const ValidationContext& ctx,
 
 void CheckOptimizer(const OptimizerSpec& o, Problems& p) {
   std::vector<std::string> found;
-  AppendOptimizerProblems(o, "optimizer", {SGD, ADAGRAD, ADAM, ADAMW},
-                          &found);
+  AppendOptimizerProblems(o, "optimizer", {SGD, ADAGRAD, ADAM, ADAMW}, &found);
   for (const std::string& problem : found) p.Add(problem);
 }
 

@@ -5,6 +5,8 @@
 //   Job                immutable configuration and the chunks
 //   ├─ Chunk           one chunk's values and aggregation state (Chunk::mu)
 //   ├─ WaitState       membership, SSP clocks, registry of waits (mu)
+//   ├─ JobTables       the sparse tables, their consistency and waits
+//   │                  (own locks, never held with the others)
 //   ├─ JobCounters     statistics, lock-free
 //   ├─ ReasonCounts    rejections (a leaf mutex)
 //   ├─ CheckpointSchedule  when the next checkpoint is due (a leaf mutex)
@@ -36,6 +38,7 @@
 #include "proto/ps.pb.h"
 #include "server/chunk_state.h"
 #include "server/optimizer.h"
+#include "server/sparse/job_tables.h"
 #include "server/stats.h"
 
 namespace ps {
@@ -208,6 +211,9 @@ class Job {
   WireFormat wire_format = WIRE_FORMAT_UNSPECIFIED;
   std::unique_ptr<const Optimizer> optimizer;
   std::vector<std::unique_ptr<Chunk>> chunks;  // this shard's chunks
+  // The job's sparse tables on this shard (null without JobSpec.tables):
+  // their own rows, versions and waits (server/sparse/job_tables.h).
+  std::unique_ptr<JobTables> tables;
   std::vector<int32_t> local;  // chunk_id -> index in `chunks`, -1 = elsewhere
   uint64_t bytes = 0;          // accounted against the memory budget
   // What a checkpoint stores to re-create the job (num_workers resolved).

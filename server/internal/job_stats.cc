@@ -97,7 +97,9 @@ void FillJobStats(const Job& job, JobStats* js) {
   js->set_job_id(job.id);
   js->set_mode(job.mode);
   js->set_chunks(job.chunks.size());
-  js->set_bytes_held(job.bytes);
+  js->set_bytes_held(job.bytes +
+                     (job.tables != nullptr ? job.tables->bytes_used() : 0));
+  if (job.tables != nullptr) job.tables->FillStats(js);
   const uint64_t version = job.LowestVersion();
   js->set_version(version);
   std::vector<uint8_t> active;

@@ -26,6 +26,11 @@ inline constexpr char kShutdown[] = "shutdown";
 inline constexpr char kAheadOfRestore[] = "ahead_of_restore";
 inline constexpr char kNoCheckpointDir[] = "no_checkpoint_dir";
 inline constexpr char kCheckpointFailed[] = "checkpoint_failed";
+// SparseExchange: a job without tables, a bad request (unknown table, an id
+// of another shard, a wrong size, NaN, ...), a table's budget reached.
+inline constexpr char kNoTables[] = "no_tables";
+inline constexpr char kSparseBadRequest[] = "sparse_bad_request";
+inline constexpr char kSparseOverBudget[] = "sparse_over_budget";
 
 }  // namespace internal
 }  // namespace ps

@@ -9,6 +9,7 @@
 #include "core/checkpoint_gate.h"
 #include "core/chunking.h"
 #include "core/init.h"
+#include "core/table_spec.h"
 #include "core/wire_format.h"
 #include "google/protobuf/util/message_differencer.h"
 
@@ -136,6 +137,26 @@ void ApplyCheckpointSpec(const JobSpec& spec, bool can_checkpoint, Job& job) {
 
 }  // namespace
 
+// The job's sparse tables on this shard, checked as at submit (a spec that
+// bypassed the coordinator gets the same errors).
+absl::Status NewTables(const JobSpec& spec, uint32_t shard_id, Job& job) {
+  if (spec.tables_size() == 0) return absl::OkStatus();
+  const std::vector<std::string> problems = TableProblems(spec);
+  if (!problems.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("spec.", problems[0]));
+  }
+  JobSpec filled = spec;
+  for (TableSpec& t : *filled.mutable_tables()) ApplyTableDefaults(&t);
+  filled.set_name(job.id);
+  absl::StatusOr<std::unique_ptr<JobTables>> tables =
+      JobTables::Create(filled, {.shard_id = shard_id,
+                                 .num_shards = job.placement.num_shards(),
+                                 .num_workers = job.num_workers});
+  if (!tables.ok()) return Prefixed("spec.", tables.status());
+  job.tables = *std::move(tables);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::shared_ptr<Job>> NewJob(const RegisterJobRequest& req,
                                             uint32_t shard_id,
                                             bool can_checkpoint,
@@ -166,6 +187,7 @@ absl::StatusOr<std::shared_ptr<Job>> NewJob(const RegisterJobRequest& req,
   }
   PS_RETURN_IF_ERROR(
       CheckPlacement(req.placement(), shard_id, *job, local_count));
+  PS_RETURN_IF_ERROR(NewTables(req.spec(), shard_id, *job));
   ApplyCheckpointSpec(req.spec(), can_checkpoint, *job);
   return job;
 }

@@ -281,6 +281,7 @@ void CloseJob(Job& job, const absl::Status& status) {
     c->waiters.clear();
   }
   for (const WaiterPtr& w : waiters) Fail(w, status);
+  if (job.tables != nullptr) job.tables->Close(status);
 }
 
 void FailExpiredWaits(Job& job, absl::Time now) {
@@ -288,6 +289,7 @@ void FailExpiredWaits(Job& job, absl::Time now) {
     if (e.w->claimed.load(std::memory_order_acquire)) continue;
     Fail(e.w, DeadlineError(job, e));
   }
+  if (job.tables != nullptr) job.tables->CheckDeadlines(now);
 }
 
 void ReleaseClockWaiters(Job& job, std::vector<WaiterPtr>* ready) {

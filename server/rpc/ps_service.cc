@@ -265,6 +265,17 @@ grpc::ServerUnaryReactor* PsService::Stats(grpc::CallbackServerContext* ctx,
   return Done(ctx, absl::OkStatus());
 }
 
+grpc::ServerUnaryReactor* PsService::SparseExchange(
+    grpc::CallbackServerContext* ctx, const SparseExchangeRequest* req,
+    SparseExchangeResponse* resp) {
+  PS_AUTHENTICATE(ctx);
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  shard_->SparseExchange(*req, resp, [reactor](absl::Status s) {
+    reactor->Finish(ToGrpcStatus(s));
+  });
+  return reactor;
+}
+
 void ApplyTransportSettings(int max_message_bytes,
                             grpc::ServerBuilder* builder) {
   builder->SetMaxReceiveMessageSize(max_message_bytes);

@@ -67,6 +67,11 @@ class PsService final : public ParameterServer::WithRawCallbackMethod_PushPull<
   grpc::ServerUnaryReactor* Stats(grpc::CallbackServerContext* ctx,
                                   const StatsRequest* req,
                                   ShardStats* resp) override;
+  // gRPC keeps `req` and `resp` until the reactor finishes, which is when
+  // the Shard calls back.
+  grpc::ServerUnaryReactor* SparseExchange(
+      grpc::CallbackServerContext* ctx, const SparseExchangeRequest* req,
+      SparseExchangeResponse* resp) override;
 
  private:
   Shard* const shard_;

@@ -120,8 +120,8 @@ std::vector<uint64_t> DecodeIds(const std::string& bytes) {
 // Little-endian fixed-width fields of the save stream.
 template <typename T>
 absl::Status Put(ByteSink& sink, T v) {
-  return sink.Write(absl::string_view(reinterpret_cast<const char*>(&v),
-                                      sizeof(v)));
+  return sink.Write(
+      absl::string_view(reinterpret_cast<const char*>(&v), sizeof(v)));
 }
 template <typename T>
 absl::Status Get(ByteSource& source, T* v) {
@@ -156,11 +156,10 @@ JobTables::JobTables(const JobSpec& spec, Placement where)
                 : spec.consistency().mode()),
       staleness_(spec.consistency().staleness()),
       backup_workers_(spec.consistency().backup_workers()),
-      step_deadline_(absl::Milliseconds(spec.consistency().step_deadline_ms() >
-                                                0
-                                            ? spec.consistency()
-                                                  .step_deadline_ms()
-                                            : kDefaultStepDeadlineMs)),
+      step_deadline_(
+          absl::Milliseconds(spec.consistency().step_deadline_ms() > 0
+                                 ? spec.consistency().step_deadline_ms()
+                                 : kDefaultStepDeadlineMs)),
       created_(absl::Now()) {
   absl::MutexLock l(&mu_);
   active_.assign(where.num_workers, 1);
@@ -221,8 +220,7 @@ absl::Status JobTables::CheckRows(const SparseRows& rows, bool push,
   const Table* t = FindTable(rows.table());
   if (t == nullptr) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "%s.table: unknown table \"%s\" in job %s", at, rows.table(),
-        job_id_));
+        "%s.table: unknown table \"%s\" in job %s", at, rows.table(), job_id_));
   }
   if (rows.ids().size() % 8 != 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -239,16 +237,16 @@ absl::Status JobTables::CheckRows(const SparseRows& rows, bool push,
   }
   const std::vector<uint64_t> ids = DecodeIds(rows.ids());
   for (size_t i = 0; i < ids.size(); ++i) {
+    if (t->spec.num_ids() != 0 && ids[i] >= t->spec.num_ids()) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s.ids[%d]: id %d is outside table %s (num_ids %d)",
+                          at, i, ids[i], rows.table(), t->spec.num_ids()));
+    }
     const uint32_t shard = ShardForId(ids[i], where_.num_shards);
     if (shard != where_.shard_id) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "%s.ids[%d]: id %d belongs to shard %d, not %d (table %s)", at, i,
           ids[i], shard, where_.shard_id, rows.table()));
-    }
-    if (t->spec.num_ids() != 0 && ids[i] >= t->spec.num_ids()) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "%s.ids[%d]: id %d is outside table %s (num_ids %d)", at, i, ids[i],
-          rows.table(), t->spec.num_ids()));
     }
   }
   if (push) {
@@ -256,8 +254,8 @@ absl::Status JobTables::CheckRows(const SparseRows& rows, bool push,
     for (size_t i = 0; i < n * t->spec.dim(); ++i) {
       if (!std::isfinite(v[i])) {
         return absl::InvalidArgumentError(absl::StrFormat(
-            "%s.values[%d]: %g for id %d is not finite (table %s)", at, i,
-            v[i], ids[i / t->spec.dim()], rows.table()));
+            "%s.values[%d]: %g for id %d is not finite (table %s)", at, i, v[i],
+            ids[i / t->spec.dim()], rows.table()));
       }
     }
   }
@@ -287,8 +285,8 @@ absl::Status JobTables::CheckRequest(const SparseExchangeRequest& req) const {
     seen[k] = true;
   }
   for (int i = 0; i < req.pull_size(); ++i) {
-    PS_RETURN_IF_ERROR(CheckRows(req.pull(i), false, absl::StrCat("pull[", i,
-                                                                   "]")));
+    PS_RETURN_IF_ERROR(
+        CheckRows(req.pull(i), false, absl::StrCat("pull[", i, "]")));
   }
   return absl::OkStatus();
 }
@@ -355,8 +353,7 @@ absl::Status JobTables::MaybeCompleteStepLocked() {
       active > backup_workers_ ? active - backup_workers_ : 1;
   if (active == 0 || pushed < quorum) return absl::OkStatus();
   // Pushes of ranks no longer active stay out of the sum.
-  const absl::Status s =
-      ApplyLocked(order, 1.0f / static_cast<float>(pushed));
+  const absl::Status s = ApplyLocked(order, 1.0f / static_cast<float>(pushed));
   // Either way the step's pushes are done with: applied, or dropped when
   // the step cannot complete (the tables are as before it).
   for (auto& p : pending_) p.reset();
@@ -436,13 +433,13 @@ bool JobTables::SatisfiedLocked(const Waiter& w) const {
 
 void JobTables::CollectReadyLocked(
     std::vector<std::shared_ptr<Waiter>>* ready) {
-  auto keep = std::remove_if(
-      waiters_.begin(), waiters_.end(), [&](const std::shared_ptr<Waiter>& w) {
-        if (!SatisfiedLocked(*w)) return false;
-        w->answered_version = version_;
-        ready->push_back(w);
-        return true;
-      });
+  auto keep = std::remove_if(waiters_.begin(), waiters_.end(),
+                             [&](const std::shared_ptr<Waiter>& w) {
+                               if (!SatisfiedLocked(*w)) return false;
+                               w->answered_version = version_;
+                               ready->push_back(w);
+                               return true;
+                             });
   waiters_.erase(keep, waiters_.end());
 }
 

@@ -79,8 +79,7 @@ class JobTables {
   // `done` exactly once, on this thread or later on the one that completes
   // the wait (an Exchange, SetMembership, CheckDeadlines or Close). `req`
   // and `resp` must stay valid until then.
-  void Exchange(const SparseExchangeRequest& req,
-                SparseExchangeResponse* resp,
+  void Exchange(const SparseExchangeRequest& req, SparseExchangeResponse* resp,
                 std::function<void(absl::Status)> done);
 
   // The ranks that count toward the BSP quorum and SSP's slowest worker.

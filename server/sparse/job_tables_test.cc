@@ -34,17 +34,14 @@ JobSpec Spec(const std::string& mode, const std::string& table_extra = "") {
 
 std::unique_ptr<JobTables> Make(const JobSpec& spec, uint32_t workers,
                                 uint32_t shards = 1) {
-  absl::StatusOr<std::unique_ptr<JobTables>> t =
-      JobTables::Create(spec, {.shard_id = 0,
-                               .num_shards = shards,
-                               .num_workers = workers});
+  absl::StatusOr<std::unique_ptr<JobTables>> t = JobTables::Create(
+      spec, {.shard_id = 0, .num_shards = shards, .num_workers = workers});
   EXPECT_TRUE(t.ok()) << t.status();
   return std::move(*t);
 }
 
 std::string Ids(const std::vector<uint64_t>& ids) {
-  return std::string(reinterpret_cast<const char*>(ids.data()),
-                     ids.size() * 8);
+  return std::string(reinterpret_cast<const char*>(ids.data()), ids.size() * 8);
 }
 std::string Floats(const std::vector<float>& v) {
   return std::string(reinterpret_cast<const char*>(v.data()), v.size() * 4);
@@ -153,7 +150,9 @@ TEST(JobTablesTest, BadInputFailsNamingTheFieldAndChangesNothing) {
   };
   const float nan = std::nanf("");
   const std::vector<Case> cases = {
-      {[](SparseExchangeRequest* r) { r->mutable_gradients(0)->set_table("x"); },
+      {[](SparseExchangeRequest* r) {
+         r->mutable_gradients(0)->set_table("x");
+       },
        "gradients[0].table: unknown table \"x\""},
       {[&](SparseExchangeRequest* r) {
          r->mutable_gradients(0)->set_ids(Ids({other}));
@@ -235,8 +234,8 @@ TEST(JobTablesTest, BudgetWithoutEvictionFailsTheStepNamingTheTable) {
   auto t = Make(Spec("BSP", "memory_budget_bytes: 1057280"), 1);
   std::vector<uint64_t> ids(40000);
   for (size_t i = 0; i < ids.size(); ++i) ids[i] = i + 10;
-  auto a = Exchange(0, 0, true, ids, std::vector<float>(ids.size() * 2, 1),
-                    {2});
+  auto a =
+      Exchange(0, 0, true, ids, std::vector<float>(ids.size() * 2, 1), {2});
   a->Start(*t);
   ASSERT_TRUE(a->status.has_value());
   EXPECT_EQ(a->status->code(), absl::StatusCode::kResourceExhausted);

@@ -226,6 +226,30 @@ void CheckDataset(const JobSpec& spec, const ValidationContext& ctx,
   }
 }
 
+// A ctr model trains on CTR examples, and only it does; its generated sets
+// need their sizes.
+void CheckCtrData(const JobSpec& spec, Problems& p) {
+  const DataSpec& d = spec.data();
+  const bool ctr_data = d.dataset() == kCtrSyntheticDataset;
+  if (spec.model().has_ctr() && !ctr_data && !d.dataset().empty()) {
+    p.Add("data.dataset", absl::StrCat("a ctr model trains on \"",
+                                       kCtrSyntheticDataset, "\", not \"",
+                                       d.dataset(), "\""));
+  }
+  if (ctr_data && !spec.model().has_ctr()) {
+    p.Add("data.dataset", absl::StrCat("\"", kCtrSyntheticDataset,
+                                       "\" is for a ctr model"));
+  }
+  if (ctr_data) {
+    if (d.synthetic_train() == 0) {
+      p.Add("data.synthetic_train", "must be > 0 for ctr-synthetic");
+    }
+    if (d.synthetic_test() == 0) {
+      p.Add("data.synthetic_test", "must be > 0 for ctr-synthetic");
+    }
+  }
+}
+
 void CheckData(const JobSpec& spec, const ValidationContext& ctx, Problems& p) {
   const DataSpec& d = spec.data();
   if (spec.model().has_lab()) {
@@ -239,14 +263,17 @@ void CheckData(const JobSpec& spec, const ValidationContext& ctx, Problems& p) {
                                              kMaxBatchSize, d.batch_size()));
   }
   if (d.epochs() == 0) p.Add("data.epochs", "must be >= 1");
-  if (!spec.model().has_lab() && d.dataset() != "synthetic") {
+  const bool generated =
+      d.dataset() == "synthetic" || d.dataset() == kCtrSyntheticDataset;
+  if (!spec.model().has_lab() && !generated) {
     if (d.synthetic_train() > 0) {
-      p.Add("data.synthetic_train", "only the synthetic dataset uses it");
+      p.Add("data.synthetic_train", "only the synthetic datasets use it");
     }
     if (d.synthetic_test() > 0) {
-      p.Add("data.synthetic_test", "only the synthetic dataset uses it");
+      p.Add("data.synthetic_test", "only the synthetic datasets use it");
     }
   }
+  CheckCtrData(spec, p);
 }
 
 void CheckPartitioning(const JobSpec& spec, Problems& p) {
@@ -287,6 +314,7 @@ std::map<std::string, DatasetShape> KnownDatasets() {
       {"fashion-mnist", DatasetShape{784, 10}},
       {"mnist", DatasetShape{784, 10}},
       {"synthetic", DatasetShape{0, 0}},
+      {"ctr-synthetic", DatasetShape{0, 0}},
   };
 }
 

@@ -47,7 +47,11 @@ struct DatasetShape {
   uint32_t num_classes = 0;
 };
 
-// "fashion-mnist" and "mnist" (784 inputs, 10 classes) and "synthetic" (any).
+// The generated CTR data set (a ctr model's).
+inline constexpr char kCtrSyntheticDataset[] = "ctr-synthetic";
+
+// "fashion-mnist" and "mnist" (784 inputs, 10 classes), "synthetic" (any)
+// and "ctr-synthetic" (a ctr model's).
 std::map<std::string, DatasetShape> KnownDatasets();
 
 // What the validator needs to know beyond the spec itself.

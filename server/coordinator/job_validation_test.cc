@@ -266,18 +266,18 @@ INSTANTIATE_TEST_SUITE_P(
          {"model: more than 1073741824 parameters (the limit) by layer fc0"}},
         {"DatasetUnknown",
          [](JobSpec& s) { s.mutable_data()->set_dataset("cifar10"); },
-         {"data.dataset: unknown dataset \"cifar10\" (known: fashion-mnist, "
-          "mnist, synthetic)"}},
+         {"data.dataset: unknown dataset \"cifar10\" (known: ctr-synthetic, "
+          "fashion-mnist, mnist, synthetic)"}},
         {"DatasetEmpty",
          [](JobSpec& s) { s.mutable_data()->clear_dataset(); },
-         {"data.dataset: must be set (one of fashion-mnist, mnist, "
-          "synthetic)"}},
+         {"data.dataset: must be set (one of ctr-synthetic, "
+          "fashion-mnist, mnist, synthetic)"}},
         {"DataDirMissing",
          [](JobSpec& s) { s.mutable_data()->set_data_dir("/nonexistent"); },
          {"data.data_dir: directory \"/nonexistent\" does not exist"}},
         {"SyntheticSizesOnRealDataset",
          [](JobSpec& s) { s.mutable_data()->set_synthetic_train(100); },
-         {"data.synthetic_train: only the synthetic dataset uses it"}},
+         {"data.synthetic_train: only the synthetic datasets use it"}},
         {"CheckpointSecondsLookLikeMillis",
          [](JobSpec& s) {
            s.mutable_checkpoint()->set_every_seconds(30 * 24 * 3600);
@@ -453,6 +453,65 @@ TEST(ValidateJobSpecTest, LabSpecIsValidAndGetsThePeersTensors) {
   EXPECT_EQ(spec->tensors(0).shape(0), 1248976u);
   EXPECT_EQ(spec->tensors(15).name(), "lab7/b");
   EXPECT_EQ(spec->tensors(15).shape(0), 1024u);
+}
+
+JobSpec CtrSpec() {
+  return ParseSpec(R"pb(
+    name: "ctr"
+    model { ctr { table: "emb" embedding_dim: 16 } }
+    tables { name: "emb" dim: 16 optimizer { kind: ADAGRAD learning_rate: 0.05 } }
+    data {
+      dataset: "ctr-synthetic"
+      batch_size: 512
+      epochs: 1
+      synthetic_train: 100000
+      synthetic_test: 10000
+    }
+    optimizer { kind: ADAGRAD learning_rate: 0.01 }
+    consistency { mode: BSP }
+    num_workers: 2
+  )pb");
+}
+
+TEST(ValidateJobSpecTest, CtrSpecIsValidAndGetsItsTablesDefaults) {
+  EXPECT_THAT(ValidateJobSpec(CtrSpec(), Context()), IsEmpty());
+  absl::StatusOr<JobSpec> spec = NormalizeJobSpec(CtrSpec(), Context());
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  ASSERT_EQ(spec->tensors_size(), 6);  // fc0..fc2, w and b
+  EXPECT_EQ(spec->tensors(0).shape(0), 26u * 16 + 13);
+  EXPECT_EQ(spec->tables(0).admit_after(), 1u);
+  EXPECT_EQ(spec->tables(0).init().kind(), NORMAL);
+}
+
+TEST(ValidateJobSpecTest, CtrSpecProblemsNameTheField) {
+  JobSpec wrong_data = CtrSpec();
+  wrong_data.mutable_data()->set_dataset("fashion-mnist");
+  wrong_data.mutable_data()->clear_synthetic_train();
+  wrong_data.mutable_data()->clear_synthetic_test();
+  EXPECT_THAT(ValidateJobSpec(wrong_data, Context()),
+              ElementsAre("data.dataset: a ctr model trains on "
+                          "\"ctr-synthetic\", not \"fashion-mnist\""));
+  JobSpec no_sizes = CtrSpec();
+  no_sizes.mutable_data()->clear_synthetic_test();
+  EXPECT_THAT(ValidateJobSpec(no_sizes, Context()),
+              ElementsAre("data.synthetic_test: must be > 0 for ctr-synthetic"));
+  JobSpec bad_table = CtrSpec();
+  bad_table.mutable_tables(0)->mutable_optimizer()->set_kind(ADAMW);
+  EXPECT_THAT(ValidateJobSpec(bad_table, Context()),
+              ElementsAre("tables[0].optimizer.kind: ADAMW is not available "
+                          "here (SGD, ADAGRAD, ADAM, FTRL)"));
+  JobSpec ftrl_dense = CtrSpec();
+  ftrl_dense.mutable_optimizer()->set_kind(FTRL);
+  EXPECT_THAT(ValidateJobSpec(ftrl_dense, Context()),
+              ElementsAre("optimizer.kind: FTRL is not available here (SGD, "
+                          "ADAGRAD, ADAM, ADAMW)"));
+  JobSpec mnist_ctr = CtrSpec();
+  mnist_ctr.mutable_model()->clear_ctr();
+  mnist_ctr.mutable_model()->mutable_mlp()->set_input_dim(4);
+  mnist_ctr.mutable_model()->mutable_mlp()->set_num_classes(2);
+  EXPECT_THAT(ValidateJobSpec(mnist_ctr, Context()),
+              testing::Contains("data.dataset: \"ctr-synthetic\" is for a "
+                                "ctr model"));
 }
 
 struct LabCase {

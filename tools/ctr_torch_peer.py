@@ -35,7 +35,9 @@ checked to work on torch 1.13 + gloo; the JSON says so in "grad_exchange".
 
 Timing (rank 0): a step is slicing the batch, forward, backward and the
 optimizer steps. samples_per_s = global batch x steps / time in those steps,
-leaving out the first --warmup-steps and every evaluation; time_to_auc_s is
+leaving out the first --warmup-steps and every evaluation (steady_s); the
+process CPU time of those steps is steady_cpu_s: well below steady_s, on a
+single process, means other load took the core. time_to_auc_s is
 wall time from the first step to the end of the first evaluation whose AUC
 reaches --target-auc (evaluations included). Evaluation runs every
 --eval-every steps (0: only at the end of each epoch) on the whole test set,
@@ -319,6 +321,7 @@ def train(rank: int, args, port: int) -> None:
     time_to_auc = None
     step_s = 0.0
     warm_s = 0.0
+    cpu_s = 0.0  # process CPU time in the steady steps (all its threads)
     step = 0
     start = time.perf_counter()
 
@@ -340,6 +343,7 @@ def train(rank: int, args, port: int) -> None:
         order = gen.permutation(n_batches)  # same on every rank
         for s in range(steps_per_epoch):
             t0 = time.perf_counter()
+            c0 = time.process_time()
             lo = int(order[s * world + rank]) * args.batch
             rows, dense, y = batcher(train_recs[lo:lo + args.batch])
             for o in opts:
@@ -352,6 +356,8 @@ def train(rank: int, args, port: int) -> None:
             step_s += dt
             if step <= args.warmup_steps:
                 warm_s += dt
+            else:
+                cpu_s += time.process_time() - c0
             if (evaluates and args.eval_every > 0 and
                     step % args.eval_every == 0):
                 run_eval(epoch)
@@ -386,7 +392,8 @@ def train(rank: int, args, port: int) -> None:
         "samples_per_s": (steady * global_batch / (step_s - warm_s)
                           if steady else None),
         "samples_per_s_incl_warmup": step * global_batch / step_s,
-        "train_s": step_s, "wall_s": wall,
+        "train_s": step_s, "steady_s": step_s - warm_s,
+        "steady_cpu_s": cpu_s, "wall_s": wall,
         "test_auc": last["auc"], "test_logloss": last["logloss"],
         "auc_impl": last["auc_impl"], "target_auc": args.target_auc,
         "time_to_auc_s": time_to_auc, "eval_every": args.eval_every,

@@ -27,6 +27,7 @@ TIMEOUT_S = 240
 RESULT_FIELDS = (
     "mode", "procs", "grad_exchange", "global_batch", "steps",
     "samples_per_s", "samples_per_s_incl_warmup", "wall_s", "train_s",
+    "steady_s", "steady_cpu_s",
     "test_auc", "test_logloss", "time_to_auc_s", "target_auc", "evals",
     "cardinalities", "table_rows", "teacher_auc", "torch")
 

@@ -179,7 +179,7 @@ class Batcher:
 # --------------------------------------------------------------- model ----
 
 class CtrModel(nn.Module):
-    """Shared embedding table + MLP; forward(rows[B,26], dense[B,13]) -> [B]."""
+    """Shared table + MLP: forward(rows[B, 26], dense[B, 13]) -> logits[B]."""
 
     def __init__(self, table_rows: int, dim: int, hidden: Sequence[int],
                  emb_init: str, emb_scale: float, seed: int):

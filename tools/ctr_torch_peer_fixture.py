@@ -27,6 +27,7 @@ This is NOT ctr_datagen's distribution; it only shares the file layout.
 import argparse
 import json
 import os
+import sys
 from typing import Dict, List, Sequence
 
 import numpy as np
@@ -38,12 +39,13 @@ CHUNK = 65536  # examples generated per chunk (bounds peak memory)
 
 
 def cardinalities(max_card: int, min_card: int) -> List[int]:
-    """Geometric cardinalities from max_card (field 0) to min_card (field 25)."""
+    """Geometric cardinalities from max_card (field 0) to min_card (last)."""
     if not 1 <= min_card <= max_card < MISSING_VALUE:
         raise ValueError(f"cardinalities: need 1 <= min ({min_card}) <= max "
                          f"({max_card}) < 2^32")
     ratio = (min_card / max_card) ** (1.0 / (NUM_FIELDS - 1))
-    return [max(1, int(round(max_card * ratio ** f))) for f in range(NUM_FIELDS)]
+    return [max(1, int(round(max_card * ratio ** f)))
+            for f in range(NUM_FIELDS)]
 
 
 def _mix64(x: np.ndarray) -> np.ndarray:
@@ -79,10 +81,16 @@ def generate(path: str, examples: int, seed: int, teacher_seed: int,
         raise ValueError(f"examples: must be > 0, got {examples}")
     if len(cards) != NUM_FIELDS:
         raise ValueError(f"cardinalities: need {NUM_FIELDS}, got {len(cards)}")
+    if alpha == 1.0:
+        raise ValueError("alpha: must not be 1 (the inverse CDF divides by "
+                         "1 - alpha)")
+    if not 0.0 <= missing <= 1.0:
+        raise ValueError(f"missing: must be in [0, 1], got {missing}")
     rng = np.random.default_rng(seed)
     dense_w = np.random.default_rng(teacher_seed).normal(0.0, 0.3, NUM_DENSE)
     card = np.asarray(cards, np.float64)
-    field_bits = (np.arange(NUM_FIELDS, dtype=np.uint64) << np.uint64(VALUE_BITS))
+    field_bits = np.arange(NUM_FIELDS, dtype=np.uint64) << np.uint64(
+        VALUE_BITS)
     all_p = np.empty(examples, np.float64)
     all_y = np.empty(examples, np.float32)
     with open(path, "wb") as f:
@@ -93,7 +101,8 @@ def generate(path: str, examples: int, seed: int, teacher_seed: int,
             # Inverse CDF of the continuous power law on [1, card + 1).
             top = (card + 1.0) ** (1.0 - alpha)
             x = ((top - 1.0) * u + 1.0) ** (1.0 / (1.0 - alpha))
-            values = np.minimum(np.floor(x) - 1.0, card - 1.0).astype(np.uint64)
+            values = np.minimum(np.floor(x) - 1.0, card - 1.0).astype(
+                np.uint64)
             values[rng.random((n, NUM_FIELDS)) < missing] = MISSING_VALUE
             ids = field_bits | values
             dense = rng.normal(0.0, 1.0, (n, NUM_DENSE)).astype(np.float32)
@@ -140,11 +149,15 @@ def main() -> None:
                     help="teacher weights are uniform(-s, s) per id")
     args = ap.parse_args()
     teacher = args.seed if args.teacher_seed is None else args.teacher_seed
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    meta = generate(args.out, args.examples, args.seed, teacher,
-                    cardinalities(args.max_cardinality, args.min_cardinality),
-                    alpha=args.alpha, missing=args.missing,
-                    weight_scale=args.weight_scale)
+    try:
+        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+        meta = generate(args.out, args.examples, args.seed, teacher,
+                        cardinalities(args.max_cardinality,
+                                      args.min_cardinality),
+                        alpha=args.alpha, missing=args.missing,
+                        weight_scale=args.weight_scale)
+    except (OSError, ValueError) as e:
+        sys.exit(f"ctr_torch_peer_fixture: {e}")
     print(json.dumps(meta))
 
 

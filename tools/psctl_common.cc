@@ -129,6 +129,19 @@ std::string FormatProgress(const JobStatus& j) {
   const Progress& p = j.progress();
   std::string acc =
       p.test_accuracy() < 0 ? "-" : absl::StrFormat("%.4f", p.test_accuracy());
+  // A ctr model reports AUC and logloss (and the teacher's AUC) instead.
+  if (j.spec().model().has_ctr()) {
+    acc = p.test_auc() <= 0
+              ? "-"
+              : absl::StrFormat("%.4f (teacher %.4f) logloss %.4f",
+                                p.test_auc(), p.teacher_auc(),
+                                p.test_logloss());
+    return absl::StrFormat(
+        "%s %s step %d/%d epoch %d loss %.4f test_auc %s %.0f samples/s "
+        "%.1fs",
+        j.job_id(), JobState_Name(j.state()), p.step(), p.total_steps(),
+        p.epoch(), p.loss(), acc, p.samples_per_s(), p.elapsed_s());
+  }
   return absl::StrFormat(
       "%s %s step %d/%d epoch %d loss %.4f test_acc %s %.0f samples/s %.1fs",
       j.job_id(), JobState_Name(j.state()), p.step(), p.total_steps(),

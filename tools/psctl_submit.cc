@@ -28,10 +28,12 @@ std::string Summary(const JobStatus& j) {
       "job=%s state=%s test_accuracy=%.4f loss=%.4f steps=%d "
       "samples_per_s=%.0f "
       "data_s=%.2f compute_s=%.2f comm_s=%.2f overlap=%d train_s=%.2f "
-      "wall_s=%.2f reason=\"%s\"",
+      "wall_s=%.2f test_auc=%.4f test_logloss=%.4f teacher_auc=%.4f "
+      "reason=\"%s\"",
       j.job_id(), JobState_Name(j.state()), p.test_accuracy(), p.loss(),
       p.step(), p.samples_per_s(), p.data_s(), p.compute_s(), p.comm_s(),
-      p.overlap() ? 1 : 0, p.elapsed_s(), wall, reason);
+      p.overlap() ? 1 : 0, p.elapsed_s(), wall, p.test_auc(),
+      p.test_logloss(), p.teacher_auc(), reason);
 }
 
 bool Ended(JobState s) {

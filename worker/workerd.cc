@@ -15,6 +15,8 @@
 #include "spdlog/spdlog.h"
 #include "worker/backend/backend_factory.h"
 #include "worker/ps_client.h"
+#include "worker/sparse_client.h"
+#include "worker/trainer/ctr_trainer.h"
 #include "worker/trainer/trainer.h"
 
 namespace ps {
@@ -309,12 +311,37 @@ absl::StatusOr<TrainTestData> Workerd::DataFor(const JobSpec& spec) {
   return data_;
 }
 
+absl::Status Workerd::TrainCtr(
+    const Assignment& a, PsClient* dense,
+    const std::function<void(const Progress&)>& report, Progress* last) {
+  PS_ASSIGN_OR_RETURN(
+      std::unique_ptr<GrpcSparseClient> sparse,
+      GrpcSparseClient::Create(ClientOptions(config_.workerd), a, &security_));
+  const WorkerdConfig& c = config_.workerd;
+  CtrTrainer::Options options;
+  options.job = a.spec();
+  options.rank = a.rank();
+  options.num_workers = a.num_workers();
+  options.start_step = a.start_step();
+  options.device = c.devices_size() > 0 ? c.devices(0) : kDefaultDevice;
+  options.threads_per_device = static_cast<int>(c.threads_per_device());
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<CtrTrainer> trainer,
+                      CtrTrainer::Create(options, dense, sparse.get()));
+  absl::Status status =
+      trainer->Run(report, [this] { return abort_job_.load(); });
+  *last = trainer->last_progress();
+  return status;
+}
+
 absl::Status Workerd::Train(const Assignment& a,
                             const std::function<void(const Progress&)>& report,
                             Progress* last) {
   PS_ASSIGN_OR_RETURN(
       std::unique_ptr<PsClient> client,
       PsClient::Create(ClientOptions(config_.workerd), a, &security_));
+  if (a.spec().model().has_ctr()) {
+    return TrainCtr(a, client.get(), report, last);
+  }
   TrainerOptions options = TrainerOptionsFor(a, config_.workerd);
   // A lab model reads no data (worker/trainer/lab_workload.h).
   if (!a.spec().model().has_lab()) {

@@ -34,6 +34,8 @@
 
 namespace ps {
 
+class PsClient;
+
 // Checks every device of `config` against this build and machine before
 // anything starts: "gpu:N" needs CUDA in the build and N below the number of
 // visible GPUs. kFailedPrecondition naming the first bad device, e.g.
@@ -68,6 +70,11 @@ class Workerd {
   absl::Status Train(const Assignment& assignment,
                      const std::function<void(const Progress&)>& report,
                      Progress* last);
+  // A ctr model's run: the dense MLP through `dense`, the table's rows
+  // through a sparse client (worker/trainer/ctr_trainer.h).
+  absl::Status TrainCtr(const Assignment& assignment, PsClient* dense,
+                        const std::function<void(const Progress&)>& report,
+                        Progress* last);
   absl::StatusOr<TrainTestData> DataFor(const JobSpec& spec);
   std::unique_ptr<grpc::ClientContext> NewContext(
       absl::Duration deadline) const;

@@ -12,6 +12,9 @@ ProgressMeter::ProgressMeter(Options options)
       last_report_(run_start_) {
   progress_.set_total_steps(options_.total_steps);
   progress_.set_test_accuracy(-1.0f);
+  progress_.set_test_auc(-1.0f);
+  progress_.set_test_logloss(-1.0f);
+  progress_.set_teacher_auc(-1.0f);
 }
 
 void ProgressMeter::AddStep(Clock::duration data, Clock::duration compute,

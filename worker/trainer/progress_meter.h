@@ -63,6 +63,12 @@ class ProgressMeter {
   void SetTestAccuracy(float accuracy) {
     progress_.set_test_accuracy(accuracy);
   }
+  // A ctr model's evaluation (-1 until the first).
+  void SetCtrMetrics(float auc, float logloss, float teacher_auc) {
+    progress_.set_test_auc(auc);
+    progress_.set_test_logloss(logloss);
+    progress_.set_teacher_auc(teacher_auc);
+  }
 
   // Fills the progress after `step_done` steps, hands it to `on_progress`
   // (may be empty) and starts a new report window.

@@ -1,0 +1,269 @@
+#include "worker/trainer/ctr_trainer.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/synchronization/notification.h"
+#include "common/status_macros.h"
+#include "core/model_spec.h"
+#include "spdlog/spdlog.h"
+#include "worker/backend/backend_factory.h"
+#include "worker/trainer/ctr_metrics.h"
+
+namespace ps {
+namespace {
+
+using Clock = ProgressMeter::Clock;
+
+absl::Status AtStep(uint64_t step, const absl::Status& s) {
+  return absl::Status(s.code(), absl::StrCat("step ", step, ": ", s.message()));
+}
+
+const TableSpec* FindTable(const JobSpec& job, const std::string& name) {
+  for (const TableSpec& t : job.tables()) {
+    if (t.name() == name) return &t;
+  }
+  return nullptr;
+}
+
+absl::Status Validate(const CtrTrainer::Options& o) {
+  const JobSpec& job = o.job;
+  if (!job.model().has_ctr()) {
+    return absl::InvalidArgumentError("model: not a ctr model");
+  }
+  PS_RETURN_IF_ERROR(ValidateModelSpec(job.model()));
+  if (FindTable(job, job.model().ctr().table()) == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model.ctr.table: \"", job.model().ctr().table(),
+                     "\" is not in tables"));
+  }
+  if (job.data().dataset() != "ctr-synthetic") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("data.dataset: a ctr model trains on \"ctr-synthetic\", "
+                     "not \"",
+                     job.data().dataset(), "\""));
+  }
+  if (job.data().batch_size() == 0 || job.data().epochs() == 0) {
+    return absl::InvalidArgumentError(
+        "data: batch_size and epochs must be >= 1");
+  }
+  if (o.num_workers == 0 || o.rank >= o.num_workers) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "rank: %d is not below num_workers %d", o.rank, o.num_workers));
+  }
+  if (o.eval_batch == 0) {
+    return absl::InvalidArgumentError("eval_batch: must be >= 1");
+  }
+  const uint64_t per_worker = job.data().synthetic_train() / o.num_workers;
+  if (per_worker < job.data().batch_size()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "data.synthetic_train: %d examples over %d workers is less than one "
+        "batch of %d each",
+        job.data().synthetic_train(), o.num_workers,
+        job.data().batch_size()));
+  }
+  if (job.data().synthetic_test() == 0) {
+    return absl::InvalidArgumentError("data.synthetic_test: must be > 0");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CtrTrainer>> CtrTrainer::Create(
+    Options options, ParameterClient* dense, SparseClient* sparse) {
+  if (dense == nullptr || sparse == nullptr) {
+    return absl::InvalidArgumentError("client: null parameter client");
+  }
+  PS_RETURN_IF_ERROR(Validate(options));
+  CtrSyntheticConfig config;
+  config.seed = options.job.seed();
+  PS_ASSIGN_OR_RETURN(CtrSyntheticGenerator generator,
+                      CtrSyntheticGenerator::Create(config));
+  PS_ASSIGN_OR_RETURN(
+      std::unique_ptr<Backend> backend,
+      CreateBackend(options.device, options.threads_per_device));
+  const size_t batch = options.job.data().batch_size();
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<CtrReplica> model,
+                      CtrReplica::Create(options.job.model(), backend.get(),
+                                       batch));
+  std::unique_ptr<CtrReplica> eval_model;
+  if (options.rank == 0) {
+    PS_ASSIGN_OR_RETURN(eval_model,
+                        CtrReplica::Create(options.job.model(), backend.get(),
+                                         options.eval_batch));
+  }
+  return std::unique_ptr<CtrTrainer>(new CtrTrainer(
+      std::move(options), dense, sparse, std::move(generator),
+      std::move(backend), std::move(model), std::move(eval_model)));
+}
+
+CtrTrainer::CtrTrainer(Options options, ParameterClient* dense,
+                       SparseClient* sparse, CtrSyntheticGenerator generator,
+                       std::unique_ptr<Backend> backend,
+                       std::unique_ptr<CtrReplica> model,
+                       std::unique_ptr<CtrReplica> eval_model)
+    : options_(std::move(options)),
+      dense_(dense),
+      sparse_(sparse),
+      generator_(std::move(generator)),
+      table_(options_.job.model().ctr().table()),
+      dim_(FindTable(options_.job, table_)->dim()),
+      batch_size_(options_.job.data().batch_size()),
+      per_worker_(options_.job.data().synthetic_train() /
+                  options_.num_workers),
+      steps_per_epoch_(per_worker_ / batch_size_),
+      total_steps_(steps_per_epoch_ * options_.job.data().epochs()),
+      backend_(std::move(backend)),
+      model_(std::move(model)),
+      eval_model_(std::move(eval_model)) {
+  const size_t n = model_->num_parameters();
+  params_.assign(n, 0.0f);
+  grad_.assign(n, 0.0f);
+}
+
+absl::Status CtrTrainer::LoadBatch(uint64_t t) {
+  const uint64_t begin = options_.rank * per_worker_ +
+                         (t % steps_per_epoch_) * batch_size_;
+  generator_.GenerateBatch(begin, batch_size_, &batch_);
+  PS_RETURN_IF_ERROR(model_->Prepare(batch_));
+  const absl::Span<const uint64_t> ids = model_->unique_ids();
+  next_ids_.assign(ids.begin(), ids.end());
+  return absl::OkStatus();
+}
+
+absl::Status CtrTrainer::PullRows(uint64_t step,
+                                  absl::Span<const uint64_t> ids,
+                                  std::vector<float>* rows) {
+  rows->resize(ids.size() * dim_);
+  SparseTableStep s;
+  s.table = table_;
+  s.pull_ids = ids;
+  s.pull_rows = absl::MakeSpan(*rows);
+  return sparse_->Exchange(step, /*push=*/false, {s});
+}
+
+absl::Status CtrTrainer::Step(uint64_t t) {
+  const Clock::time_point start = Clock::now();
+  // Batch t is prepared (its ids pulled with the previous step).
+  ids_.swap(next_ids_);
+  rows_.swap(next_rows_);
+  row_grads_.resize(rows_.size());
+  double loss_sum = 0.0;
+  PS_RETURN_IF_ERROR(model_->ComputeGradient(
+      params_.data(), rows_.data(), grad_.data(), row_grads_.data(),
+      &loss_sum, 1.0f / static_cast<float>(batch_size_)));
+  const Clock::time_point computed = Clock::now();
+  // The next batch's ids ride with this step's push.
+  const bool last = t + 1 >= total_steps_;
+  if (!last) PS_RETURN_IF_ERROR(LoadBatch(t + 1));
+  if (last) next_ids_.clear();
+  next_rows_.resize(next_ids_.size() * dim_);
+  const Clock::time_point loaded = Clock::now();
+
+  // The sparse exchange runs beside the dense PushPull.
+  SparseStep step;
+  step.step = t;
+  step.push = true;
+  SparseTableStep& s = step.tables.emplace_back();
+  s.table = table_;
+  s.push_ids = ids_;
+  s.push_grads = row_grads_;
+  s.pull_ids = next_ids_;
+  s.pull_rows = absl::MakeSpan(next_rows_);
+  absl::Status sparse_status;
+  absl::Notification sparse_done;
+  step.done = [&](const absl::Status& st) {
+    sparse_status = st;
+    sparse_done.Notify();
+  };
+  sparse_->Start(std::move(step));
+  absl::Status dense_status =
+      dense_->PushPull(t, grad_, absl::MakeSpan(params_));
+  // Bounded: every attempt of the sparse client has a deadline.
+  sparse_done.WaitForNotification();
+  PS_RETURN_IF_ERROR(dense_status);
+  PS_RETURN_IF_ERROR(sparse_status);
+  const Clock::time_point end = Clock::now();
+  meter_->AddStep(loaded - computed, computed - start, end - loaded, loss_sum,
+                  /*correct=*/0);
+  return absl::OkStatus();
+}
+
+absl::Status CtrTrainer::Evaluate(uint64_t done) {
+  if (eval_model_ == nullptr) return absl::OkStatus();
+  const uint64_t n = options_.job.data().synthetic_test();
+  CtrMetricsAccumulator model_metrics, teacher_metrics;
+  CtrBatch batch;
+  std::vector<double> teacher(options_.eval_batch);
+  std::vector<float> probs(options_.eval_batch), rows;
+  for (uint64_t begin = 0; begin < n; begin += options_.eval_batch) {
+    const size_t count = std::min<uint64_t>(options_.eval_batch, n - begin);
+    generator_.GenerateBatch(kCtrTestBegin + begin, count, &batch,
+                             teacher.data());
+    PS_RETURN_IF_ERROR(eval_model_->Prepare(batch));
+    PS_RETURN_IF_ERROR(PullRows(done, eval_model_->unique_ids(), &rows));
+    PS_RETURN_IF_ERROR(
+        eval_model_->Predict(params_.data(), rows.data(), probs.data()));
+    for (size_t i = 0; i < count; ++i) {
+      PS_RETURN_IF_ERROR(model_metrics.Add(probs[i], batch.labels[i]));
+      if (!teacher_auc_) {
+        PS_RETURN_IF_ERROR(teacher_metrics.Add(teacher[i], batch.labels[i]));
+      }
+    }
+  }
+  if (!teacher_auc_) teacher_auc_ = teacher_metrics.Summary().auc;
+  const CtrMetrics m = model_metrics.Summary();
+  meter_->SetCtrMetrics(m.auc, m.logloss, *teacher_auc_);
+  spdlog::info(
+      "eval job={} step={} epoch={} test_auc={:.4f} test_logloss={:.4f} "
+      "teacher_auc={:.4f} elapsed_s={:.2f} train_s={:.2f}",
+      options_.job.name(), done, done / steps_per_epoch_, m.auc, m.logloss,
+      *teacher_auc_, meter_->elapsed_s(), meter_->train_s());
+  return absl::OkStatus();
+}
+
+absl::Status CtrTrainer::Run(const ProgressCallback& on_progress,
+                             const AbortCheck& should_abort) {
+  ProgressMeter::Options meter;
+  meter.total_steps = total_steps_;
+  meter.steps_per_epoch = steps_per_epoch_;
+  meter.batch_size = batch_size_;
+  meter.num_workers = options_.num_workers;
+  meter.report_interval = options_.report_interval;
+  meter.report_every_steps = options_.report_every_steps;
+  meter_ = std::make_unique<ProgressMeter>(std::move(meter));
+  const uint64_t start = options_.start_step;
+  if (start > total_steps_) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "start_step: %d is past the job's %d steps", start, total_steps_));
+  }
+  const Clock::time_point pull_start = Clock::now();
+  PS_RETURN_IF_ERROR(AtStep(start, dense_->Pull(start, absl::MakeSpan(params_))));
+  if (start < total_steps_) {
+    PS_RETURN_IF_ERROR(AtStep(start, LoadBatch(start)));
+    PS_RETURN_IF_ERROR(AtStep(start, PullRows(start, next_ids_, &next_rows_)));
+  }
+  meter_->AddComm(Clock::now() - pull_start);
+  const uint64_t eval_every = options_.job.eval_every();
+  for (uint64_t t = start; t < total_steps_; ++t) {
+    if (should_abort && should_abort()) {
+      return absl::CancelledError(absl::StrCat("aborted before step ", t));
+    }
+    PS_RETURN_IF_ERROR(AtStep(t, Step(t)));
+    const uint64_t done = t + 1;
+    if (eval_every > 0 && done % eval_every == 0 && done < total_steps_) {
+      PS_RETURN_IF_ERROR(AtStep(done, Evaluate(done)));
+      meter_->Report(done, on_progress);
+    } else if (done < total_steps_ && meter_->ReportDue(done, Clock::now())) {
+      meter_->Report(done, on_progress);
+    }
+  }
+  PS_RETURN_IF_ERROR(AtStep(total_steps_, Evaluate(total_steps_)));
+  meter_->Report(total_steps_, on_progress);
+  return absl::OkStatus();
+}
+
+}  // namespace ps

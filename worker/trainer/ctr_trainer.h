@@ -1,0 +1,146 @@
+// CtrTrainer: one worker's training loop for a ctr model (ModelSpec.ctr):
+// dense MLP parameters through the ParameterClient, embedding rows through
+// the SparseClient (the job's sparse table), examples from the
+// ctr-synthetic generator (worker/data/ctr_synthetic.h).
+//
+//   CtrTrainer::Options options;
+//   options.job = assignment.spec();  options.rank = ...;  ...
+//   PS_ASSIGN_OR_RETURN(std::unique_ptr<CtrTrainer> t,
+//                       CtrTrainer::Create(options, dense.get(), sparse.get()));
+//   PS_RETURN_IF_ERROR(t->Run(on_progress, should_abort));
+//
+// The step (the same for BSP, ASP and SSP; the shards differ):
+//
+//   Pull(start) dense; rows(start) = Exchange(start, no push, ids(start))
+//   for t in [start, total):
+//     grads = model.ComputeGradient(params, rows(t))     compute
+//     ids(t + 1) = the unique ids of batch t + 1          data
+//     in parallel:  params = PushPull(t, dense grad)     communication
+//                   rows(t + 1) = Exchange(t, push ids(t), row grads,
+//                                          pull ids(t + 1))
+//
+// so a step costs one dense and one sparse round trip, and the next batch's
+// rows come back with this step's push (BSP: at version t + 1, as the
+// dense parameters). Both gradients are this worker's batch mean (grad_scale
+// 1 / batch); the shards average over the workers. BSP is bitwise
+// reproducible: the model is deterministic, and each shard sums a row's
+// gradients in rank order.
+//
+// Data: example i of the training set is generator example i, i in
+// [0, synthetic_train); rank r of W takes, in step t of an epoch, the
+// batch_size examples from r * floor(N / W) + (t % steps_per_epoch) *
+// batch_size, steps_per_epoch = floor(floor(N / W) / batch_size). The test
+// set is examples [kCtrTestBegin, + synthetic_test), disjoint from it.
+//
+// Evaluation (rank 0, every job.eval_every steps and at the end): the test
+// set's AUC and logloss with the parameters and rows after that step, and,
+// once, the planted teacher's AUC on the same set (the best reachable),
+// reported in Progress.test_auc / test_logloss / teacher_auc and logged as
+// "eval job=NAME step=S epoch=E test_auc=A test_logloss=L teacher_auc=T
+// elapsed_s=E train_s=T".
+//
+// Progress: as Trainer's (worker/trainer/trainer.h), loss the training
+// logloss; train_accuracy is not measured (0): AUC is the metric. One
+// device: options.device.
+#ifndef WORKER_TRAINER_CTR_TRAINER_H_
+#define WORKER_TRAINER_CTR_TRAINER_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/defaults.h"
+#include "proto/coordinator.pb.h"
+#include "proto/job.pb.h"
+#include "worker/backend/backend.h"
+#include "worker/data/ctr_example.h"
+#include "worker/data/ctr_synthetic.h"
+#include "worker/model/ctr_model.h"
+#include "worker/parameter_client.h"
+#include "worker/sparse_client.h"
+#include "worker/trainer/progress_meter.h"
+
+namespace ps {
+
+class CtrTrainer {
+ public:
+  struct Options {
+    JobSpec job;  // normalized (tables' defaults and tensors filled)
+    uint32_t rank = 0;
+    uint32_t num_workers = 1;
+    uint64_t start_step = 0;
+    std::string device = kDefaultDevice;
+    int threads_per_device = kDefaultThreadsPerDevice;
+    absl::Duration report_interval = absl::Seconds(1);
+    uint64_t report_every_steps = 0;
+    // Test examples per evaluation call (their rows must fit one message
+    // per shard).
+    size_t eval_batch = 2048;
+  };
+  using ProgressCallback = std::function<void(const Progress&)>;
+  using AbortCheck = std::function<bool()>;
+
+  // `dense` and `sparse` are borrowed and must outlive the trainer.
+  // kInvalidArgument naming the field for a job that is not a ctr model on
+  // ctr-synthetic data, or whose table is missing.
+  static absl::StatusOr<std::unique_ptr<CtrTrainer>> Create(
+      Options options, ParameterClient* dense, SparseClient* sparse);
+
+  // Trains from start_step to total_steps(); OK, kCancelled (should_abort,
+  // polled before each step) or the first error prefixed with its step.
+  absl::Status Run(const ProgressCallback& on_progress,
+                   const AbortCheck& should_abort);
+
+  uint64_t steps_per_epoch() const { return steps_per_epoch_; }
+  uint64_t total_steps() const { return total_steps_; }
+  const std::vector<float>& parameters() const { return params_; }
+  const Progress& last_progress() const { return meter_->progress(); }
+
+ private:
+  CtrTrainer(Options options, ParameterClient* dense, SparseClient* sparse,
+             CtrSyntheticGenerator generator, std::unique_ptr<Backend> backend,
+             std::unique_ptr<CtrReplica> model,
+             std::unique_ptr<CtrReplica> eval_model);
+
+  // Batch t of this rank into batch_, and the model's unique ids for it.
+  absl::Status LoadBatch(uint64_t t);
+  // Rows of `ids` at the version step `step` reads, without a push.
+  absl::Status PullRows(uint64_t step, absl::Span<const uint64_t> ids,
+                        std::vector<float>* rows);
+  absl::Status Step(uint64_t t);
+  absl::Status Evaluate(uint64_t done);
+
+  const Options options_;
+  ParameterClient* const dense_;  // borrowed
+  SparseClient* const sparse_;    // borrowed
+  const CtrSyntheticGenerator generator_;
+  const std::string table_;
+  const uint32_t dim_;
+  const uint64_t batch_size_;
+  const uint64_t per_worker_;
+  const uint64_t steps_per_epoch_;
+  const uint64_t total_steps_;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<CtrReplica> model_;
+  std::unique_ptr<CtrReplica> eval_model_;  // rank 0 only
+  std::unique_ptr<ProgressMeter> meter_;
+
+  CtrBatch batch_;
+  std::vector<float> params_, grad_;
+  std::vector<uint64_t> ids_;     // the current batch's unique ids
+  std::vector<float> rows_;       // their rows
+  std::vector<float> row_grads_;  // their gradients
+  std::vector<uint64_t> next_ids_;
+  std::vector<float> next_rows_;
+  std::optional<double> teacher_auc_;
+};
+
+}  // namespace ps
+
+#endif  // WORKER_TRAINER_CTR_TRAINER_H_

@@ -95,8 +95,8 @@ absl::StatusOr<std::vector<int>> CheckSparseStep(
           t.pull_ids.size(), " ids x dim ", dim));
     }
     if (t.pull_ids.size() > std::numeric_limits<uint32_t>::max()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(at, ".pull_ids: ", t.pull_ids.size(), " ids, over 2^32"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          at, ".pull_ids: ", t.pull_ids.size(), " ids, over 2^32"));
     }
     const uint64_t num_ids = spec.tables(k).num_ids();
     PS_RETURN_IF_ERROR(CheckIds(t.push_ids, num_ids, at + ".push_ids"));
@@ -236,9 +236,8 @@ GrpcSparseClient::~GrpcSparseClient() {
   Settle(std::move(outcome));
   {
     absl::MutexLock lock(&mu_);
-    auto idle = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-      return active_ == 0;
-    };
+    auto idle = [this]()
+                    ABSL_SHARED_LOCKS_REQUIRED(mu_) { return active_ == 0; };
     mu_.Await(absl::Condition(&idle));
     quit_ = true;
   }
@@ -344,9 +343,9 @@ absl::Status GrpcSparseClient::Plan(Step* step,
     size_t reply_bytes = 0;
     for (const Call::Pull& p : c->pulls) {
       const SparseTableStep& t = a.tables[p.entry];
-      reply_bytes += p.positions.size() *
-                         (sizeof(uint64_t) + step->dims[p.entry] * 4) +
-                     t.table.size() + kRowsOverheadBytes;
+      reply_bytes +=
+          p.positions.size() * (sizeof(uint64_t) + step->dims[p.entry] * 4) +
+          t.table.size() + kRowsOverheadBytes;
     }
     if (c->request_bytes > limit || reply_bytes > limit) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -406,8 +405,8 @@ void GrpcSparseClient::ArmLocked(Call* call) {
       absl::ToChronoTime(absl::Now() + attempt_deadline_));
   security_->Authorize(call->context.get());
   // Successive attempts and steps alternate over the shard's channels.
-  call->channel = static_cast<uint32_t>(stats_.requests %
-                                        stubs_[call->shard].size());
+  call->channel =
+      static_cast<uint32_t>(stats_.requests % stubs_[call->shard].size());
   stats_.requests++;
   if (call->attempt > 1) stats_.retries++;
   stats_.bytes_sent += call->request_bytes;
@@ -435,11 +434,11 @@ absl::Status GrpcSparseClient::Scatter(Call* call) const {
     if (rows.table() != t.table ||
         rows.ids() != call->request.pull(static_cast<int>(j)).ids() ||
         rows.values().size() != p.positions.size() * row_bytes) {
-      return absl::InternalError(absl::StrCat(
-          "reply rows[", j, "] (table \"", rows.table(), "\", ",
-          rows.ids().size(), " id bytes, ", rows.values().size(),
-          " value bytes) does not answer pull of ", p.positions.size(),
-          " ids of \"", t.table, "\""));
+      return absl::InternalError(
+          absl::StrCat("reply rows[", j, "] (table \"", rows.table(), "\", ",
+                       rows.ids().size(), " id bytes, ", rows.values().size(),
+                       " value bytes) does not answer pull of ",
+                       p.positions.size(), " ids of \"", t.table, "\""));
     }
     const char* in = rows.values().data();
     float* out = t.pull_rows.data();
@@ -481,9 +480,9 @@ void GrpcSparseClient::OnDone(Call* call, const grpc::Status& grpc_status) {
     } else {
       status = absl::Status(
           status.code(),
-          absl::StrCat("sparse step ", step->args.step, ": shard ",
-                       call->shard, " at ", addresses_[call->shard],
-                       " (attempt ", call->attempt, "): ", status.message()));
+          absl::StrCat("sparse step ", step->args.step, ": shard ", call->shard,
+                       " at ", addresses_[call->shard], " (attempt ",
+                       call->attempt, "): ", status.message()));
     }
     EndCallLocked(call, std::move(status), &outcome);
   }

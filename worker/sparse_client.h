@@ -60,11 +60,11 @@ namespace ps {
 // returned). Ids need not be unique: a pushed id that repeats is summed
 // once by the shard; a pulled id that repeats is filled at each position.
 struct SparseTableStep {
-  std::string table;                     // a name from JobSpec.tables
-  absl::Span<const uint64_t> push_ids;   // only with push
-  absl::Span<const float> push_grads;    // push_ids.size() x dim
-  absl::Span<const uint64_t> pull_ids;   // rows to read
-  absl::Span<float> pull_rows;           // pull_ids.size() x dim, row-major
+  std::string table;                    // a name from JobSpec.tables
+  absl::Span<const uint64_t> push_ids;  // only with push
+  absl::Span<const float> push_grads;   // push_ids.size() x dim
+  absl::Span<const uint64_t> pull_ids;  // rows to read
+  absl::Span<float> pull_rows;          // pull_ids.size() x dim, row-major
 };
 
 // One step's exchange with every table it names (each at most once).
@@ -162,8 +162,8 @@ class GrpcSparseClient final : public SparseClient {
   struct Step;
   struct Call;
 
-  GrpcSparseClient(const PsClientOptions& options,
-                   const Assignment& assignment, const Security* security);
+  GrpcSparseClient(const PsClientOptions& options, const Assignment& assignment,
+                   const Security* security);
 
   // Splits `step` into its calls (one per shard that gets one); fails
   // kInvalidArgument if one would not fit a message.

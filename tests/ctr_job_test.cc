@@ -19,7 +19,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-// CI-sized: 80 steps of 2 x 256 examples, a 16k-example test set.
+// CI-sized: 160 steps of 2 x 256 examples, a 16k-example test set.
 constexpr char kCtrJob[] = R"pb(
   name: "ctr-small"
   model { ctr { table: "emb" embedding_dim: 8 hidden: 64 hidden: 32 } }
@@ -33,7 +33,7 @@ constexpr char kCtrJob[] = R"pb(
     dataset: "ctr-synthetic"
     batch_size: 256
     epochs: 1
-    synthetic_train: 40960
+    synthetic_train: 81920
     synthetic_test: 16384
   }
   optimizer { kind: ADAGRAD learning_rate: 0.01 }
@@ -43,13 +43,13 @@ constexpr char kCtrJob[] = R"pb(
   seed: 11
 )pb";
 
-struct Run {
+struct CtrRun {
   double auc = 0, teacher_auc = 0, logloss = 0;
   uint64_t checksum = 0;
   std::string stats;
 };
 
-void TrainOnce(const std::string& dir, Run* out) {
+void TrainOnce(const std::string& dir, CtrRun* out) {
   LocalCluster cluster(dir, LocalClusterOptions{});
   ASSERT_TRUE(cluster.Start().ok());
   const std::string spec = dir + "/ctr.pbtxt";
@@ -77,14 +77,15 @@ void TrainOnce(const std::string& dir, Run* out) {
 }
 
 TEST(CtrJobTest, TrainsNearTheTeacherAndBspIsReproducible) {
-  Run a, b;
+  CtrRun a, b;
   TrainOnce(TestDir("ctr_a"), &a);
   if (HasFatalFailure()) return;
   // The teacher's AUC is the best reachable; this small run sees each id
-  // only a few times, so it gets within a few points of it.
+  // only a few times (0.756 vs 0.812 measured), so it stays a few points
+  // below; docs/SPARSE.md has the full-size run.
   EXPECT_GT(a.teacher_auc, 0.75);
-  EXPECT_GT(a.auc, 0.70) << "teacher " << a.teacher_auc;
-  EXPECT_LT(a.teacher_auc - a.auc, 0.06);
+  EXPECT_GT(a.auc, 0.74) << "teacher " << a.teacher_auc;
+  EXPECT_LT(a.teacher_auc - a.auc, 0.07) << a.auc << " vs " << a.teacher_auc;
   EXPECT_GT(a.logloss, 0);
   EXPECT_LT(a.logloss, 0.6);
   EXPECT_THAT(a.stats, HasSubstr("emb")) << a.stats;

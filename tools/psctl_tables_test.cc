@@ -127,18 +127,17 @@ TEST(FormatTableStatsTest, HotIdsFlagShowsMoreOrNone) {
   TableStats t = Table("emb", 10, 960, 0);
   for (uint64_t id = 1; id <= 6; ++id) AddHot(&t, id, 100 - id);
   ShardStats s0 = Shard(0, {Job("j", {t})});
-  EXPECT_EQ(Col(LineOf(FormatTableStats({&s0}, {.hot_ids = 5}), "j", "emb",
-                       "0"),
-                14),
-            "1:99,2:98,3:97,4:96,5:95");
+  EXPECT_EQ(
+      Col(LineOf(FormatTableStats({&s0}, {.hot_ids = 5}), "j", "emb", "0"), 14),
+      "1:99,2:98,3:97,4:96,5:95");
   const std::string none = FormatTableStats({&s0}, {.hot_ids = 0});
   EXPECT_THAT(none, Not(HasSubstr("HOTTEST")));
   EXPECT_EQ(Col(LineOf(none, "j", "emb", "0"), 14), "");
   // More than the shard reports: what there is.
-  EXPECT_EQ(Col(LineOf(FormatTableStats({&s0}, {.hot_ids = 50}), "j", "emb",
-                       "0"),
-                14),
-            "1:99,2:98,3:97,4:96,5:95,6:94");
+  EXPECT_EQ(
+      Col(LineOf(FormatTableStats({&s0}, {.hot_ids = 50}), "j", "emb", "0"),
+          14),
+      "1:99,2:98,3:97,4:96,5:95,6:94");
 }
 
 TEST(FormatTableStatsTest, NoBudgetNoRowsNoHotIds) {
@@ -159,9 +158,9 @@ TEST(FormatTableStatsTest, NoBudgetNoRowsNoHotIds) {
 }
 
 TEST(FormatTableStatsTest, JobsInIdOrderTablesInSpecOrderSingleShardNoSum) {
-  ShardStats s0 = Shard(0, {Job("b-job", {Table("zeta", 1, 96, 0),
-                                          Table("alpha", 1, 96, 0)}),
-                            Job("a-job", {Table("t", 1, 96, 0)})});
+  ShardStats s0 = Shard(
+      0, {Job("b-job", {Table("zeta", 1, 96, 0), Table("alpha", 1, 96, 0)}),
+          Job("a-job", {Table("t", 1, 96, 0)})});
   const std::string out = FormatTableStats({&s0}, TableViewOptions());
   const size_t a = out.find(LineOf(out, "a-job", "t", "0"));
   const size_t zeta = out.find(LineOf(out, "b-job", "zeta", "0"));

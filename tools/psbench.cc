@@ -1,15 +1,19 @@
-// psbench: transport, optimizer-apply and load benchmarks of the parameter
-// server (see tools/psbench_transport.h,
-// psbench_apply.h and psbench_load.h for what each mode measures).
+// psbench: transport, optimizer-apply, load and sparse-table benchmarks of
+// the parameter server (see tools/psbench_transport.h, psbench_apply.h,
+// psbench_load.h and psbench_sparse.h for what each mode measures).
 //
 //   psbench --mode=transport [--sizes=4K,64K,1M,4M,16M,64M] [--modes=asp,bsp]
 //           [--clients=2] [--shards=2 | --cluster=FILE] [--seconds=3]
 //   psbench --mode=apply [--floats=1M,4M,16M,64M]
 //   psbench --mode=load [--clients=64] [--seconds=60] [--warmup_seconds=5]
+//   psbench --mode=sparse [--rows=4K,16K,64K] [--dim=16] [--shards=2]
+//           [--table_optimizer=adagrad] [--universe=1M] [--populate=true]
+//           [--repetitions=5] [--clients=2] [--seconds=2]
 //   common: --json (one JSON object on stdout), --time_limit_seconds
 //
 // Exit codes: 0 done; 1 the run failed its bar (load: errors or resident
-// memory growth >= 10%; transport: any step error); 2 bad flags; 3 setup
+// memory growth >= 10%; transport, sparse: any step error); 2 bad flags;
+// 3 setup
 // failed (cannot start or reach the shards); 4 the time limit passed.
 #include <cstdio>
 #include <cstdlib>
@@ -33,23 +37,24 @@
 #include "tools/psbench_apply.h"
 #include "tools/psbench_cluster.h"
 #include "tools/psbench_load.h"
+#include "tools/psbench_sparse.h"
 #include "tools/psbench_transport.h"
 
-ABSL_FLAG(std::string, mode, "transport", "transport, apply or load");
+ABSL_FLAG(std::string, mode, "transport", "transport, apply, load or sparse");
 ABSL_FLAG(std::string, cluster, "",
           "cluster file of a running cluster (default: start shards in this "
           "process)");
-ABSL_FLAG(int, shards, 2, "in-process shards (transport, load)");
-ABSL_FLAG(
-    int, clients, 0,
-    "client threads, each its own PsClient (default: transport 2, load 64)");
+ABSL_FLAG(int, shards, 2, "in-process shards (transport, load, sparse)");
+ABSL_FLAG(int, clients, 0,
+          "client threads, each its own PsClient (default: transport 2, load "
+          "64, sparse 2)");
 ABSL_FLAG(std::string, sizes, "4K,64K,1M,4M,16M,64M",
           "transport: tensor sizes in bytes (K/M suffixes)");
 ABSL_FLAG(std::string, modes, "asp,bsp",
           "transport: consistency modes, asp and/or bsp");
 ABSL_FLAG(double, seconds, 0,
-          "measured seconds per transport point (default 3) or of the load run "
-          "(default 60)");
+          "measured seconds per transport point (default 3), of the load run "
+          "(default 60) or of each sparse and dense run (default 2)");
 ABSL_FLAG(double, warmup_seconds, 5,
           "load: unmeasured traffic before the start RSS");
 ABSL_FLAG(std::string, load_bytes, "256K", "load: tensor size in bytes");
@@ -72,6 +77,18 @@ ABSL_FLAG(std::string, tcp_buffer_bytes, "0",
           "(0: one 1 MiB write, cache-hot like iperf3)");
 ABSL_FLAG(bool, iperf3, true,
           "transport: use iperf3 for the raw TCP reference when on PATH");
+ABSL_FLAG(std::string, rows, "4K,16K,64K",
+          "sparse: unique rows per client step (K/M suffixes)");
+ABSL_FLAG(int, dim, 16, "sparse: floats per table row");
+ABSL_FLAG(std::string, table_optimizer, "adagrad",
+          "sparse: sgd or adagrad (the table's and the dense tensor's)");
+ABSL_FLAG(std::string, universe, "1M",
+          "sparse: ids are drawn from [0, universe)");
+ABSL_FLAG(bool, populate, true,
+          "sparse: push every id once before measuring (false: the measured "
+          "pushes create the rows, admit_after 1)");
+ABSL_FLAG(int, repetitions, 5,
+          "sparse: dense/sparse measurement rounds per point");
 ABSL_FLAG(bool, json, false, "print one JSON object instead of tables");
 ABSL_FLAG(double, time_limit_seconds, 0,
           "abort (exit 4) after this long (default: from the mode's options)");
@@ -165,6 +182,7 @@ struct Plan {
   TransportOptions transport;
   ApplyOptions apply;
   LoadOptions load;
+  SparseBenchOptions sparse;
   absl::Duration limit;
 };
 
@@ -216,6 +234,40 @@ absl::Status ParseLoadFlags(int clients, double seconds, Plan* plan) {
   return absl::OkStatus();
 }
 
+absl::Status ParseSparseFlags(int clients, double seconds, Plan* plan) {
+  SparseBenchOptions& o = plan->sparse;
+  PS_ASSIGN_OR_RETURN(o.rows, ParseSizes("rows", absl::GetFlag(FLAGS_rows)));
+  PS_ASSIGN_OR_RETURN(o.universe,
+                      ParseOneSize("universe", absl::GetFlag(FLAGS_universe)));
+  if (absl::GetFlag(FLAGS_dim) < 1) {
+    return absl::InvalidArgumentError("--dim: must be >= 1");
+  }
+  o.dim = static_cast<uint32_t>(absl::GetFlag(FLAGS_dim));
+  const std::string opt = absl::GetFlag(FLAGS_table_optimizer);
+  if (opt == "sgd") {
+    o.optimizer = SGD;
+  } else if (opt == "adagrad") {
+    o.optimizer = ADAGRAD;
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--table_optimizer: \"", opt, "\" is not sgd or adagrad"));
+  }
+  o.populate = absl::GetFlag(FLAGS_populate);
+  if (absl::GetFlag(FLAGS_repetitions) < 1) {
+    return absl::InvalidArgumentError("--repetitions: must be >= 1");
+  }
+  o.repetitions = absl::GetFlag(FLAGS_repetitions);
+  if (clients > 0) o.clients = clients;
+  if (seconds > 0) o.duration = absl::Seconds(seconds);
+  PS_RETURN_IF_ERROR(ParseClientFlags(&o.client));
+  // Per point: registration and populating, then every run bounded by its
+  // duration plus a step's deadline.
+  plan->limit =
+      o.rows.size() * (2 * o.repetitions * (o.duration + absl::Seconds(30)) +
+                       absl::Seconds(120));
+  return absl::OkStatus();
+}
+
 // kInvalidArgument naming the flag when a flag is bad.
 absl::StatusOr<Plan> ParseFlags() {
   Plan plan;
@@ -231,9 +283,11 @@ absl::StatusOr<Plan> ParseFlags() {
     PS_RETURN_IF_ERROR(ParseApplyFlags(&plan));
   } else if (plan.mode == "load") {
     PS_RETURN_IF_ERROR(ParseLoadFlags(clients, seconds, &plan));
+  } else if (plan.mode == "sparse") {
+    PS_RETURN_IF_ERROR(ParseSparseFlags(clients, seconds, &plan));
   } else {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--mode: \"", plan.mode, "\" is not transport, apply or load"));
+        "--mode: \"", plan.mode, "\" is not transport, apply, load or sparse"));
   }
   if (absl::GetFlag(FLAGS_time_limit_seconds) > 0) {
     plan.limit = absl::Seconds(absl::GetFlag(FLAGS_time_limit_seconds));
@@ -295,6 +349,17 @@ int RunLoadMode(const BenchCluster& cluster, const LoadOptions& options,
   return r->pass ? 0 : kExitBar;
 }
 
+int RunSparseMode(const BenchCluster& cluster,
+                  const SparseBenchOptions& options, bool json) {
+  absl::StatusOr<SparseBenchReport> r = RunSparseBench(cluster, options);
+  if (!r.ok()) return SetupFailed(r.status());
+  std::cout << (json ? SparseBenchJson(*r) + "\n" : FormatSparseBench(*r));
+  for (const SparseBenchPoint& p : r->points) {
+    if (p.sparse.errors > 0 || p.dense.errors > 0) return kExitBar;
+  }
+  return 0;
+}
+
 int Run() {
   absl::StatusOr<Plan> plan = ParseFlags();
   if (!plan.ok()) {
@@ -313,6 +378,9 @@ int Run() {
   if (plan->mode == "transport") {
     return RunTransportMode(**cluster, plan->transport, json);
   }
+  if (plan->mode == "sparse") {
+    return RunSparseMode(**cluster, plan->sparse, json);
+  }
   return RunLoadMode(**cluster, plan->load, json);
 }
 
@@ -322,7 +390,7 @@ int Run() {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "parameter-server benchmarks: --mode=transport|apply|load (see "
+      "parameter-server benchmarks: --mode=transport|apply|load|sparse (see "
       "tools/psbench.cc)");
   ps::TuneProcessForThroughput();  // as psd and workerd do
   absl::ParseCommandLine(argc, argv);

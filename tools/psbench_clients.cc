@@ -6,6 +6,8 @@
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/blocking_counter.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
@@ -167,6 +169,28 @@ ClientRun Fleet::Collect(int64_t start_ns) {
 }
 
 }  // namespace
+
+CpuMeter::CpuMeter(const BenchCluster& cluster) {
+  if (cluster.in_process()) {
+    scope_ = "this process (clients and shards)";
+  } else if (absl::StatusOr<std::vector<pid_t>> pids = cluster.ServerPids();
+             pids.ok()) {
+    servers_ = *pids;
+    scope_ = absl::StrCat("this process and psd pids ",
+                          absl::StrJoin(servers_, ","));
+  } else {
+    scope_ = absl::StrCat("this process only (", pids.status().message(), ")");
+  }
+}
+
+double CpuMeter::Now() const {
+  double total = CpuSeconds();
+  for (pid_t pid : servers_) {
+    absl::StatusOr<double> s = ProcessCpuSeconds(pid);
+    if (s.ok()) total += *s;
+  }
+  return total;
+}
 
 absl::StatusOr<ClientRun> RunClients(
     const BenchCluster& cluster, const Assignment& assignment, int clients,

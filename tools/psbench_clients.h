@@ -1,5 +1,6 @@
-// The client fleet of psbench's transport and load modes: W threads, each
-// with its own PsClient (rank = index), run PushPull steps on one job.
+// The client fleet of psbench's transport, load and sparse modes: W
+// threads, each with its own PsClient (rank = index), run PushPull steps on
+// one job; and the CPU meter the modes read around their measurements.
 //
 //   ClientPhases phases;
 //   phases.measure = absl::Seconds(3);
@@ -9,6 +10,8 @@
 //                                  nullptr));
 #ifndef TOOLS_PSBENCH_CLIENTS_H_
 #define TOOLS_PSBENCH_CLIENTS_H_
+
+#include <sys/types.h>
 
 #include <cstdint>
 #include <functional>
@@ -24,6 +27,22 @@
 
 namespace ps {
 namespace bench {
+
+// CPU time of the clients (this process) and of the shards: this process
+// when they run in it, else this process plus the psd processes serving the
+// shards (those visible through /proc). Thread-safe after construction.
+class CpuMeter {
+ public:
+  explicit CpuMeter(const BenchCluster& cluster);
+  // Whose CPU time Now() counts.
+  const std::string& scope() const { return scope_; }
+  // CPU-seconds used so far by those processes.
+  double Now() const;
+
+ private:
+  std::vector<pid_t> servers_;
+  std::string scope_;
+};
 
 // Gradients and initial parameters: N(0, 0.01^2), like a trained model's.
 inline constexpr float kGradStddev = 0.01f;

@@ -127,6 +127,7 @@ absl::StatusOr<Assignment> BenchCluster::RegisterJob(
   t->add_shape(job.floats);
   t->mutable_init()->set_kind(NORMAL);
   t->mutable_init()->set_scale(0.01f);
+  for (const TableSpec& table : job.tables) *spec.add_tables() = table;
   PS_ASSIGN_OR_RETURN(
       Placement placement,
       PlaceChunks(spec, static_cast<uint32_t>(addresses_.size())));
@@ -169,6 +170,23 @@ absl::Status BenchCluster::DropJob(const std::string& job_id) const {
     }
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<ShardStats>> BenchCluster::Stats(
+    const std::string& job_id) const {
+  StatsRequest req;
+  req.set_job_id(job_id);
+  std::vector<ShardStats> out(stubs_.size());
+  for (size_t s = 0; s < stubs_.size(); ++s) {
+    auto ctx = AdminContext(security_);
+    grpc::Status st = stubs_[s]->Stats(ctx.get(), req, &out[s]);
+    if (!st.ok()) {
+      absl::Status a = FromGrpcStatus(st);
+      return absl::Status(
+          a.code(), absl::StrCat("Stats on shard ", s, ": ", a.message()));
+    }
+  }
+  return out;
 }
 
 absl::StatusOr<std::vector<pid_t>> BenchCluster::ServerPids() const {

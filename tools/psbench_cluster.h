@@ -34,7 +34,8 @@
 namespace ps {
 namespace bench {
 
-// A benchmark job: one dense tensor "w" of `floats` floats.
+// A benchmark job: one dense tensor "w" of `floats` floats, and the sparse
+// tables in `tables` (JobSpec.tables, validated by the shards as at submit).
 struct BenchJob {
   std::string job_id;
   uint64_t floats = 0;
@@ -47,6 +48,7 @@ struct BenchJob {
   // BSP/SSP: a step missing a worker this long fails instead of hanging.
   uint32_t step_deadline_ms = 20000;
   uint64_t seed = 1;
+  std::vector<TableSpec> tables;
 };
 
 // Whether "host:port" names this machine's loopback interface (127.0.0.0/8,
@@ -84,6 +86,12 @@ class BenchCluster {
 
   // Drops the job on every shard.
   absl::Status DropJob(const std::string& job_id) const;
+
+  // Every shard's statistics of `job_id` ("" = every job), in shard order.
+  // Blocks for one call per shard; the first failure is returned, naming
+  // the shard.
+  absl::StatusOr<std::vector<ShardStats>> Stats(
+      const std::string& job_id) const;
 
   // Resident memory (VmRSS) of the processes serving the shards: this one
   // when in-process, else the psd processes that listen on the shards'

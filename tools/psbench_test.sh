@@ -42,6 +42,21 @@ growth=$(( rss_end - rss_start ))
 [ "$growth" -le "$allowed" ] ||
   fail "load: RSS grew ${growth} B over ${steps} steps (bound ${allowed} B: 1 MiB + 32 B/step)"
 
+# Sparse: a populated table (every id of the universe pushed once), dense
+# and sparse runs alternating; both paths move bytes, the table holds every
+# id, and the ratio is their quotient.
+"$PSBENCH" --mode=sparse --rows=1K,4K --universe=16K --repetitions=2 --seconds=0.5 \
+  --json > "$out" || fail "sparse exited $?"
+grep -q '"mode":"sparse"' "$out" || fail "sparse: no JSON object"
+[ "$(grep -o '"errors":0,' "$out" | wc -l)" -eq 4 ] || fail "sparse: want 2 points x 2 paths without errors"
+[ "$(grep -o '"table_rows":16384,' "$out" | wc -l)" -eq 2 ] || fail "sparse: table not populated"
+grep -q '"median":0.0,' "$out" && fail "sparse: a path moved nothing"
+grep -q '"ratio_median":0.0000,' "$out" && fail "sparse: no ratio"
+"$PSBENCH" --mode=sparse --rows=32K --universe=16K > "$out" 2>&1
+[ $? -eq 3 ] || fail "sparse: rows beyond the universe: want exit 3"
+"$PSBENCH" --mode=sparse --table_optimizer=ftrl > "$out" 2>&1
+[ $? -eq 2 ] || fail "sparse: bad --table_optimizer: want exit 2"
+
 "$PSBENCH" --mode=bogus > "$out" 2>&1
 [ $? -eq 2 ] || fail "bad --mode: want exit 2"
 "$PSBENCH" --mode=transport --sizes=3 > "$out" 2>&1

@@ -39,38 +39,6 @@ std::string Bytes(double b) {
   return absl::StrCat(static_cast<uint64_t>(b), " B");
 }
 
-// CPU time of the clients (this process) and of the shards.
-class CpuMeter {
- public:
-  explicit CpuMeter(const BenchCluster& cluster) {
-    if (cluster.in_process()) {
-      scope_ = "this process (clients and shards)";
-    } else if (absl::StatusOr<std::vector<pid_t>> pids = cluster.ServerPids();
-               pids.ok()) {
-      servers_ = *pids;
-      scope_ = absl::StrCat("this process and psd pids ",
-                            absl::StrJoin(servers_, ","));
-    } else {
-      scope_ =
-          absl::StrCat("this process only (", pids.status().message(), ")");
-    }
-  }
-  // Whose CPU time Now() counts.
-  const std::string& scope() const { return scope_; }
-  double Now() const {
-    double total = CpuSeconds();
-    for (pid_t pid : servers_) {
-      absl::StatusOr<double> s = ProcessCpuSeconds(pid);
-      if (s.ok()) total += *s;
-    }
-    return total;
-  }
-
- private:
-  std::vector<pid_t> servers_;
-  std::string scope_;
-};
-
 // Registers the point's job, runs the clients and drops the job.
 absl::StatusOr<TransportPoint> MeasurePoint(const BenchCluster& cluster,
                                             const TransportOptions& options,

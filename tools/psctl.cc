@@ -20,6 +20,9 @@ Commands:
   list               every job the coordinator knows     [--json]
   cancel JOB         cancel a pending or running job
   stats              per-shard statistics                 [--json] [--job=JOB]
+                     and per sparse table and shard (rows, bytes vs budget,
+                     admissions, evictions, rows/s, hottest ids)
+      --hot=N          hottest ids per table line (default 3, 0 = none)
 
 Flags (every command):
   --cluster=FILE          cluster file (default configs/local/cluster.pbtxt)

@@ -4,15 +4,16 @@
 //   psctl status JOB [--json]
 //   psctl list [--json]
 //   psctl cancel JOB
-//   psctl stats [--json] [--job=JOB]
+//   psctl stats [--json] [--job=JOB] [--hot=N]
 //   common: --cluster=FILE | --coordinator=HOST:PORT, --help
 //
 // Exit codes: 0 success, 1 job failed or cancelled, 2 usage or validation
 // error, 3 cluster unreachable (psctl::kExit* in tools/psctl_common.h).
 //
 // One file per command group: psctl_submit (submit, --dry-run, --wait),
-// psctl_jobs (status, list, cancel), psctl_stats; psctl_common holds the
-// flags, the connection and the exit codes.
+// psctl_jobs (status, list, cancel), psctl_stats (with psctl_tables, its
+// sparse-table view); psctl_common holds the flags, the connection and the
+// exit codes.
 #ifndef TOOLS_PSCTL_H_
 #define TOOLS_PSCTL_H_
 

@@ -13,8 +13,8 @@ namespace psctl {
 namespace {
 
 const char* const kKnownFlags[] = {
-    "--cluster", "--coordinator", "--json", "--dry-run",        "--wait",
-    "--timeout", "--job",         "--help", "--connect-timeout"};
+    "--cluster", "--coordinator", "--json", "--dry-run",         "--wait",
+    "--timeout", "--job",         "--help", "--connect-timeout", "--hot"};
 
 // A failure of the user's flags or files: exit code kExitUsage.
 absl::Status AsUsage(const absl::Status& s) {

@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "proto/ps.grpc.pb.h"
+#include "tools/psctl_tables.h"
 
 namespace ps {
 namespace psctl {
@@ -95,17 +96,21 @@ std::string FormatRow(const ShardStats& s, const std::string& address) {
 }
 
 void PrintTable(const ShardAnswers& answers,
-                const std::vector<std::string>& addresses, std::ostream& out) {
+                const std::vector<std::string>& addresses,
+                const TableViewOptions& tables, std::ostream& out) {
   out << absl::StrFormat(
       "%-5s %-21s %8s %4s %6s %10s %9s %9s %10s %10s %8s %8s %5s %5s %4s %11s "
       "%6s %s\n",
       "SHARD", "ADDRESS", "UPTIME_S", "JOBS", "CHUNKS", "BYTES", "PUSHES",
       "PULLS", "BYTES_IN", "BYTES_OUT", "P50_US", "P99_US", "DUP", "STALE",
       "REJ", "WIRE_B/STEP", "RATIO", "MISSING");
+  std::vector<const ShardStats*> answered;
   for (size_t i = 0; i < addresses.size(); ++i) {
-    if (answers.status[i].ok())
-      out << FormatRow(answers.stats[i], addresses[i]);
+    if (!answers.status[i].ok()) continue;
+    out << FormatRow(answers.stats[i], addresses[i]);
+    answered.push_back(&answers.stats[i]);
   }
+  out << FormatTableStats(answered, tables);
 }
 
 void PrintJson(const ShardAnswers& answers, std::ostream& out) {
@@ -120,6 +125,14 @@ void PrintJson(const ShardAnswers& answers, std::ostream& out) {
 }  // namespace
 
 int Stats(const Args& a, std::ostream& out, std::ostream& err) {
+  TableViewOptions tables;
+  absl::StatusOr<uint32_t> hot =
+      ParseHotIds(FlagOr(a, "--hot", ""), kDefaultHotIdsShown);
+  if (!hot.ok()) {
+    err << "psctl stats: " << hot.status().message() << "\n";
+    return kExitUsage;
+  }
+  tables.hot_ids = *hot;
   absl::StatusOr<Connection> c = Connect(a, /*need_cluster=*/true);
   if (!c.ok()) return ReportConnectFailure(c.status(), err);
   absl::StatusOr<std::vector<std::string>> addresses =
@@ -142,7 +155,7 @@ int Stats(const Args& a, std::ostream& out, std::ostream& err) {
   if (Has(a, "--json")) {
     PrintJson(answers, out);
   } else {
-    PrintTable(answers, *addresses, out);
+    PrintTable(answers, *addresses, tables, out);
   }
   return rc;
 }

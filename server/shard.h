@@ -365,7 +365,8 @@ class Shard {
   // Re-creates job `job_id` from its newest intact checkpoint, reporting
   // the outcome.
   void RestoreFromCheckpoint(const std::string& job_id, RestoreReport* report);
-  absl::Status RestoreJob(JobCheckpoint checkpoint);
+  // Adds a restored job to the map, within the budget.
+  absl::Status AdmitRestored(const JobPtr& job, int local_count);
 
   const ShardOptions options_;
   const absl::Time start_time_;

@@ -111,11 +111,18 @@ void CheckpointEncoder::AddChunk(const ChunkState& s) {
   }
 }
 
-std::string CheckpointEncoder::Finish(uint64_t sequence, uint64_t step) && {
+std::string CheckpointEncoder::Finish(uint64_t sequence, uint64_t step,
+                                      std::optional<TablesRef> tables) && {
   SetLe(num_chunks_, 4, &out_[num_chunks_at_]);
+  if (tables.has_value()) {
+    PutLe(tables->bytes, 8, &out_);
+    PutLe(tables->crc, 4, &out_);
+  }
   std::memcpy(&out_[0], internal::kCheckpointMagic,
               sizeof(internal::kCheckpointMagic));
-  SetLe(internal::kCheckpointFormat, 4, &out_[internal::kFormatAt]);
+  SetLe(tables.has_value() ? internal::kCheckpointFormatWithTables
+                           : internal::kCheckpointFormat,
+        4, &out_[internal::kFormatAt]);
   SetLe(shard_id_, 4, &out_[internal::kShardAt]);
   SetLe(sequence, 8, &out_[internal::kSequenceAt]);
   SetLe(step, 8, &out_[internal::kStepAt]);
@@ -138,7 +145,8 @@ absl::StatusOr<std::string> EncodeCheckpoint(const JobCheckpoint& checkpoint) {
   CheckpointEncoder enc(checkpoint.shard_id, checkpoint.registration,
                         checkpoint.active, **opt);
   for (const ChunkState& c : checkpoint.chunks) enc.AddChunk(c);
-  return std::move(enc).Finish(checkpoint.sequence, checkpoint.step);
+  return std::move(enc).Finish(checkpoint.sequence, checkpoint.step,
+                               checkpoint.tables);
 }
 
 }  // namespace ps

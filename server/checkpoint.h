@@ -30,7 +30,20 @@
 //                 active worker's applied steps)
 //       32     8  payload bytes
 //       40     4  CRC32C of bytes [0, 40) followed by the payload
-//       44     -  payload: registration, membership, chunks
+//       44     -  payload: registration, membership, chunks; format 2
+//                 adds the tables reference: bytes u64, CRC32C u32 of the
+//                 companion tables file
+//
+// Sparse tables (a job with JobSpec.tables): format 2, and a companion file
+// <dir>/<job>.shard<N>.<sequence>.tables holding a 24-byte header (magic
+// "PSTABLE\n", format u32 = 1, shard u32, sequence u64) and then the
+// JobTables::Save stream. It is written (atomically, as below) before the
+// .ckpt file, which names its size and CRC: the .ckpt is the commit point.
+// A crash between the two leaves a tables file without its .ckpt, which
+// loading ignores and the next write deletes; a tables file that does not
+// match its .ckpt (size, CRC, header, or a stream its job rejects) makes
+// that checkpoint unusable, and loading falls back to the previous pair.
+// Jobs without tables write format 1, byte for byte as before.
 //
 // Writes are atomic: "<file>.tmp", fsync, rename, fsync of the directory; a
 // crash leaves either the old or the new file, never a partial one. Reads
@@ -42,17 +55,21 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/functional/function_ref.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "proto/ps.pb.h"
 #include "server/chunk_state.h"
 #include "server/optimizer.h"
+#include "server/sparse/byte_stream.h"
 
 namespace ps {
 
@@ -66,6 +83,12 @@ inline constexpr size_t kCheckpointHeaderBytes = 44;
 // CRC32C (Castagnoli) of `data`, continuing from `crc` (0 to start).
 uint32_t Crc32c(absl::string_view data, uint32_t crc = 0);
 
+// What a checkpoint says about its companion tables file.
+struct TablesRef {
+  uint64_t bytes = 0;  // the whole file, header included
+  uint32_t crc = 0;    // CRC32C of the whole file
+};
+
 // One job's state on one shard, decoded.
 struct JobCheckpoint {
   uint32_t shard_id = 0;
@@ -78,6 +101,8 @@ struct JobCheckpoint {
   // This shard's chunks, in placement order. `placement` is the
   // registration's entry; BSP gradients are sized only for pushed workers.
   std::vector<ChunkState> chunks;
+  // Set when the job's sparse tables are in the companion file.
+  std::optional<TablesRef> tables;
 };
 
 // Builds a checkpoint file chunk by chunk, so that the shard copies each
@@ -96,8 +121,10 @@ class CheckpointEncoder {
   // Call once per local chunk, in placement order.
   void AddChunk(const ChunkState& chunk);
 
-  // Fills in the header and returns the whole file.
-  std::string Finish(uint64_t sequence, uint64_t step) &&;
+  // Fills in the header and returns the whole file: format 2 naming the
+  // companion tables file when `tables` is set, else format 1.
+  std::string Finish(uint64_t sequence, uint64_t step,
+                     std::optional<TablesRef> tables = std::nullopt) &&;
 
  private:
   const uint32_t shard_id_;
@@ -141,6 +168,49 @@ class CheckpointStore {
   absl::StatusOr<std::string> Write(absl::string_view job_id, uint64_t sequence,
                                     absl::string_view bytes) const;
 
+  // Where the tables file of checkpoint `sequence` of `job_id` lives.
+  std::string TablesPathFor(absl::string_view job_id, uint64_t sequence) const;
+
+  // Writes the companion tables file of checkpoint `sequence` of `job_id`
+  // atomically (".tmp", fsync, rename, fsync of the directory), `save`
+  // streaming the tables into it. Call before Write() of the same
+  // sequence and pass the result to the encoder's Finish. On error nothing
+  // is left behind (errors of `save` are returned as they are).
+  absl::StatusOr<TablesRef> WriteTables(
+      absl::string_view job_id, uint64_t sequence,
+      absl::FunctionRef<absl::Status(ByteSink&)> save) const;
+
+  // Reads a tables file front to back, checking its header at open and
+  // its size and CRC at Finish. Blocks on file I/O.
+  class TablesReader : public ByteSource {
+   public:
+    ~TablesReader() override;
+    // kDataLoss naming the file past its end.
+    absl::Status Read(size_t n, char* out) override;
+    // OK when every byte was read and the CRC is the one the .ckpt names;
+    // DATA_LOSS naming the file otherwise.
+    absl::Status Finish();
+
+   private:
+    friend class CheckpointStore;
+    TablesReader(std::string path, int fd, TablesRef ref);
+    absl::Status Fill();
+
+    const std::string path_;
+    const int fd_;
+    const TablesRef ref_;
+    std::string buf_;
+    size_t at_ = 0;        // next unread byte of buf_
+    uint64_t read_ = 0;    // bytes read from the file
+    uint32_t crc_ = 0;     // of the bytes read from the file
+  };
+  // Opens the tables file of `checkpoint` (of `job_id`, which must have
+  // checkpoint.tables set) positioned after its header. DATA_LOSS naming
+  // the file when it is missing, of another size than the .ckpt says, or
+  // its header does not match.
+  absl::StatusOr<std::unique_ptr<TablesReader>> OpenTables(
+      absl::string_view job_id, const JobCheckpoint& checkpoint) const;
+
   // Ids of the jobs with at least one checkpoint of this shard, sorted.
   absl::StatusOr<std::vector<std::string>> ListJobs() const;
 
@@ -150,25 +220,37 @@ class CheckpointStore {
     // Newer files that were rejected, each error naming its file.
     std::vector<absl::Status> rejected;
   };
+  // Called on each candidate, newest first; an error rejects it like a
+  // corrupt file. It may move the contents out of `checkpoint` (Loaded's
+  // copy then holds what it left). The shard restores the job here, so a
+  // bad tables file falls back to the previous checkpoint.
+  using Accept =
+      std::function<absl::Status(JobCheckpoint& checkpoint,
+                                 const std::string& path)>;
   // The newest checkpoint of `job_id` that reads back intact, also checking
-  // that it belongs to this shard and to this job. NOT_FOUND when there is
-  // none; otherwise, when every file is bad, DATA_LOSS listing each file
-  // and what is wrong with it.
-  absl::StatusOr<Loaded> LoadLatest(absl::string_view job_id) const;
+  // that it belongs to this shard and to this job, and that `accept` (when
+  // set) takes it. NOT_FOUND when there is none; otherwise, when every
+  // file is bad, DATA_LOSS listing each file and what is wrong with it.
+  absl::StatusOr<Loaded> LoadLatest(absl::string_view job_id,
+                                    const Accept& accept = nullptr) const;
 
   // Reads and decodes one file; errors name it.
   absl::StatusOr<JobCheckpoint> ReadFile(const std::string& path) const;
 
-  // Deletes every checkpoint of `job_id` (of this shard).
+  // Deletes every checkpoint of `job_id` (of this shard), tables files
+  // included.
   absl::Status Remove(absl::string_view job_id) const;
 
  private:
   CheckpointStore(std::string dir, uint32_t shard_id)
       : dir_(std::move(dir)), shard_id_(shard_id) {}
 
-  // The job's files of this shard, by sequence, oldest first.
+  // The job's files of this shard named "...<suffix>" (default: the
+  // checkpoints), by sequence, oldest first.
   absl::StatusOr<std::vector<std::pair<uint64_t, std::string>>> Files(
-      absl::string_view job_id) const;
+      absl::string_view job_id, absl::string_view suffix = ".ckpt") const;
+  // Deletes the job's tables files that no kept checkpoint names.
+  void RemoveOrphanTables(absl::string_view job_id) const;
 
   const std::string dir_;
   const uint32_t shard_id_;

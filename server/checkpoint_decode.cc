@@ -40,9 +40,11 @@ absl::Status CheckHeader(absl::string_view bytes) {
     return Invalid("bad magic (not a psd checkpoint)");
   }
   const uint64_t format = GetLe(bytes.data() + internal::kFormatAt, 4);
-  if (format != internal::kCheckpointFormat) {
+  if (format != internal::kCheckpointFormat &&
+      format != internal::kCheckpointFormatWithTables) {
     return Invalid(absl::StrCat("format version ", format, ", this psd reads ",
-                                internal::kCheckpointFormat));
+                                internal::kCheckpointFormat, " and ",
+                                internal::kCheckpointFormatWithTables));
   }
   const uint64_t payload_bytes =
       GetLe(bytes.data() + internal::kPayloadBytesAt, 8);
@@ -238,6 +240,19 @@ absl::StatusOr<JobCheckpoint> DecodeCheckpoint(absl::string_view bytes) {
   for (uint32_t i = 0; i < num_chunks; ++i) {
     PS_ASSIGN_OR_RETURN(ChunkState s, ReadChunk(r, ck, **opt, i, &last_id));
     ck.chunks.push_back(std::move(s));
+  }
+  if (GetLe(bytes.data() + internal::kFormatAt, 4) ==
+      internal::kCheckpointFormatWithTables) {
+    TablesRef ref;
+    if (!r.U64("the tables file's size", &ref.bytes) ||
+        !r.U32("the tables file's CRC", &ref.crc)) {
+      return Truncated(r);
+    }
+    if (ref.bytes < internal::kTablesHeaderBytes) {
+      return Invalid(absl::StrCat("tables file size ", ref.bytes,
+                                  ", shorter than its header"));
+    }
+    ck.tables = ref;
   }
   if (r.remaining() != 0) {
     return Invalid(absl::StrCat(r.remaining(), " bytes after the last chunk"));

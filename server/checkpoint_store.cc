@@ -21,12 +21,19 @@
 #include "absl/strings/str_split.h"
 #include "common/status_macros.h"
 #include "server/checkpoint.h"
+#include "server/internal/checkpoint_format.h"
 
 namespace ps {
 namespace {
 
+using internal::GetLe;
+using internal::PutLe;
+
 constexpr char kSuffix[] = ".ckpt";
+constexpr char kTablesSuffix[] = ".tables";
 constexpr char kTempSuffix[] = ".tmp";
+// Tables files are streamed through a buffer of this size.
+constexpr size_t kIoBufferBytes = size_t{1} << 20;
 
 absl::Status ErrnoError(absl::string_view what, const std::string& path) {
   return absl::InternalError(
@@ -107,6 +114,77 @@ absl::Status SyncDirectory(const std::string& dir) {
   return s;
 }
 
+// Writes all of `bytes` to `fd`.
+absl::Status WriteAll(int fd, absl::string_view bytes,
+                      const std::string& path) {
+  size_t written = 0;
+  while (written < bytes.size()) {
+    const ssize_t n =
+        ::write(fd, bytes.data() + written, bytes.size() - written);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoError("cannot write", path);
+    }
+    written += static_cast<size_t>(n);
+  }
+  return absl::OkStatus();
+}
+
+// fsync, close and rename `tmp` to `path` (unlinking `tmp` on failure),
+// then fsync the directory. Takes `fd`.
+absl::Status Commit(int fd, const std::string& tmp, const std::string& path,
+                    const std::string& dir) {
+  if (::fsync(fd) != 0) {
+    absl::Status s = ErrnoError("cannot fsync", tmp);
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    return s;
+  }
+  if (::close(fd) != 0) {
+    absl::Status s = ErrnoError("cannot close", tmp);
+    ::unlink(tmp.c_str());
+    return s;
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    absl::Status s = ErrnoError(absl::StrCat("cannot rename to ", path), tmp);
+    ::unlink(tmp.c_str());
+    return s;
+  }
+  // The rename is durable only once the directory entry is.
+  return SyncDirectory(dir);
+}
+
+// Buffers writes to a file, counting its bytes and their CRC32C.
+class FileSink : public ByteSink {
+ public:
+  FileSink(int fd, const std::string& path) : fd_(fd), path_(path) {
+    buf_.reserve(kIoBufferBytes);
+  }
+  absl::Status Write(absl::string_view bytes) override {
+    crc_ = Crc32c(bytes, crc_);
+    bytes_ += bytes.size();
+    if (buf_.size() + bytes.size() > kIoBufferBytes) {
+      PS_RETURN_IF_ERROR(Flush());
+      if (bytes.size() >= kIoBufferBytes) return WriteAll(fd_, bytes, path_);
+    }
+    buf_.append(bytes.data(), bytes.size());
+    return absl::OkStatus();
+  }
+  absl::Status Flush() {
+    absl::Status s = WriteAll(fd_, buf_, path_);
+    buf_.clear();
+    return s;
+  }
+  TablesRef ref() const { return {bytes_, crc_}; }
+
+ private:
+  const int fd_;
+  const std::string& path_;
+  std::string buf_;
+  uint64_t bytes_ = 0;
+  uint32_t crc_ = 0;
+};
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<CheckpointStore>> CheckpointStore::Open(
@@ -128,9 +206,13 @@ absl::StatusOr<std::unique_ptr<CheckpointStore>> CheckpointStore::Open(
       new CheckpointStore(std::move(dir), shard_id));
   // A crash in the middle of a write leaves "<file>.tmp": never valid.
   const std::string temp_suffix = absl::StrCat(kSuffix, kTempSuffix);
+  const std::string tables_temp_suffix =
+      absl::StrCat(kTablesSuffix, kTempSuffix);
   for (const auto& e : std::filesystem::directory_iterator(store->dir_, ec)) {
     FileName f;
-    if (ParseFileName(e.path().filename().string(), temp_suffix, &f) &&
+    const std::string name = e.path().filename().string();
+    if ((ParseFileName(name, temp_suffix, &f) ||
+         ParseFileName(name, tables_temp_suffix, &f)) &&
         f.shard == shard_id) {
       std::filesystem::remove(e.path(), ec);
     }
@@ -148,13 +230,20 @@ std::string CheckpointStore::PathFor(absl::string_view job_id,
                          shard_id_, sequence, kSuffix);
 }
 
+std::string CheckpointStore::TablesPathFor(absl::string_view job_id,
+                                           uint64_t sequence) const {
+  return absl::StrFormat("%s/%s.shard%d.%012d%s", dir_, EscapeJobId(job_id),
+                         shard_id_, sequence, kTablesSuffix);
+}
+
 absl::StatusOr<std::vector<std::pair<uint64_t, std::string>>>
-CheckpointStore::Files(absl::string_view job_id) const {
+CheckpointStore::Files(absl::string_view job_id,
+                       absl::string_view suffix) const {
   std::vector<std::pair<uint64_t, std::string>> files;
   std::error_code ec;
   for (const auto& e : std::filesystem::directory_iterator(dir_, ec)) {
     FileName f;
-    if (ParseFileName(e.path().filename().string(), kSuffix, &f) &&
+    if (ParseFileName(e.path().filename().string(), suffix, &f) &&
         f.shard == shard_id_ && f.job_id == job_id) {
       files.emplace_back(f.sequence, e.path().string());
     }
@@ -175,34 +264,12 @@ absl::StatusOr<std::string> CheckpointStore::Write(
   const int fd =
       ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return ErrnoError("cannot create", tmp);
-  auto fail = [&](absl::Status s) {
+  if (absl::Status s = WriteAll(fd, bytes, tmp); !s.ok()) {
     ::close(fd);
     ::unlink(tmp.c_str());
     return s;
-  };
-  size_t written = 0;
-  while (written < bytes.size()) {
-    const ssize_t n =
-        ::write(fd, bytes.data() + written, bytes.size() - written);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return fail(ErrnoError("cannot write", tmp));
-    }
-    written += static_cast<size_t>(n);
   }
-  if (::fsync(fd) != 0) return fail(ErrnoError("cannot fsync", tmp));
-  if (::close(fd) != 0) {
-    absl::Status s = ErrnoError("cannot close", tmp);
-    ::unlink(tmp.c_str());
-    return s;
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    absl::Status s = ErrnoError(absl::StrCat("cannot rename to ", path), tmp);
-    ::unlink(tmp.c_str());
-    return s;
-  }
-  // The rename is durable only once the directory entry is.
-  PS_RETURN_IF_ERROR(SyncDirectory(dir_));
+  PS_RETURN_IF_ERROR(Commit(fd, tmp, path, dir_));
 
   absl::StatusOr<std::vector<std::pair<uint64_t, std::string>>> files =
       Files(job_id);
@@ -216,7 +283,148 @@ absl::StatusOr<std::string> CheckpointStore::Write(
       }
     }
   }
+  RemoveOrphanTables(job_id);
   return path;
+}
+
+void CheckpointStore::RemoveOrphanTables(absl::string_view job_id) const {
+  absl::StatusOr<std::vector<std::pair<uint64_t, std::string>>> kept =
+      Files(job_id);
+  absl::StatusOr<std::vector<std::pair<uint64_t, std::string>>> tables =
+      Files(job_id, kTablesSuffix);
+  if (!kept.ok() || !tables.ok()) return;  // the next write tries again
+  std::set<uint64_t> named;
+  for (const auto& [seq, path] : *kept) named.insert(seq);
+  std::error_code ec;
+  for (const auto& [seq, path] : *tables) {
+    if (named.count(seq) == 0) std::filesystem::remove(path, ec);
+  }
+}
+
+absl::StatusOr<TablesRef> CheckpointStore::WriteTables(
+    absl::string_view job_id, uint64_t sequence,
+    absl::FunctionRef<absl::Status(ByteSink&)> save) const {
+  const std::string path = TablesPathFor(job_id, sequence);
+  const std::string tmp = path + kTempSuffix;
+  const int fd =
+      ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoError("cannot create", tmp);
+  FileSink sink(fd, tmp);
+  std::string header(internal::kTablesMagic, sizeof(internal::kTablesMagic));
+  PutLe(internal::kTablesFormat, 4, &header);
+  PutLe(shard_id_, 4, &header);
+  PutLe(sequence, 8, &header);
+  absl::Status s = sink.Write(header);
+  if (s.ok()) s = save(sink);
+  if (s.ok()) s = sink.Flush();
+  if (!s.ok()) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    return s;
+  }
+  PS_RETURN_IF_ERROR(Commit(fd, tmp, path, dir_));
+  return sink.ref();
+}
+
+CheckpointStore::TablesReader::TablesReader(std::string path, int fd,
+                                            TablesRef ref)
+    : path_(std::move(path)), fd_(fd), ref_(ref) {}
+
+CheckpointStore::TablesReader::~TablesReader() { ::close(fd_); }
+
+absl::Status CheckpointStore::TablesReader::Fill() {
+  buf_.resize(kIoBufferBytes);
+  while (true) {
+    const ssize_t n = ::read(fd_, buf_.data(), buf_.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      return absl::DataLossError(absl::StrCat(
+          "tables file ", path_, ": read error: ", std::strerror(errno)));
+    }
+    buf_.resize(static_cast<size_t>(n));
+    at_ = 0;
+    read_ += static_cast<uint64_t>(n);
+    crc_ = Crc32c(buf_, crc_);
+    return absl::OkStatus();
+  }
+}
+
+absl::Status CheckpointStore::TablesReader::Read(size_t n, char* out) {
+  while (n > 0) {
+    if (at_ == buf_.size()) {
+      PS_RETURN_IF_ERROR(Fill());
+      if (buf_.empty()) {
+        return absl::DataLossError(
+            absl::StrCat("tables file ", path_, ": ends early (", read_,
+                         " bytes, the checkpoint names ", ref_.bytes, ")"));
+      }
+    }
+    const size_t k = std::min(n, buf_.size() - at_);
+    std::memcpy(out, buf_.data() + at_, k);
+    at_ += k;
+    out += k;
+    n -= k;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckpointStore::TablesReader::Finish() {
+  if (at_ != buf_.size()) {
+    return absl::DataLossError(absl::StrCat(
+        "tables file ", path_, ": bytes after the tables' stream"));
+  }
+  PS_RETURN_IF_ERROR(Fill());
+  if (!buf_.empty() || read_ != ref_.bytes) {
+    return absl::DataLossError(
+        absl::StrCat("tables file ", path_, ": ", read_,
+                     " bytes or more, the checkpoint names ", ref_.bytes));
+  }
+  if (crc_ != ref_.crc) {
+    return absl::DataLossError(absl::StrFormat(
+        "tables file %s: checksum mismatch (the checkpoint names CRC32C "
+        "%08x, the file has %08x): the file is corrupt",
+        path_, ref_.crc, crc_));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<CheckpointStore::TablesReader>>
+CheckpointStore::OpenTables(absl::string_view job_id,
+                            const JobCheckpoint& checkpoint) const {
+  if (!checkpoint.tables.has_value()) {
+    return absl::InvalidArgumentError("the checkpoint has no tables file");
+  }
+  const std::string path = TablesPathFor(job_id, checkpoint.sequence);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return absl::DataLossError(absl::StrCat("tables file ", path,
+                                            ": cannot open: ",
+                                            std::strerror(errno)));
+  }
+  std::unique_ptr<TablesReader> r(
+      new TablesReader(path, fd, *checkpoint.tables));
+  std::error_code ec;
+  const uint64_t size = std::filesystem::file_size(path, ec);
+  if (ec || size != checkpoint.tables->bytes) {
+    return absl::DataLossError(
+        absl::StrCat("tables file ", path, ": ", ec ? ec.message() : "",
+                     ec ? "" : absl::StrCat(size, " bytes, the checkpoint "
+                                            "names ",
+                                            checkpoint.tables->bytes)));
+  }
+  char h[internal::kTablesHeaderBytes];
+  PS_RETURN_IF_ERROR(r->Read(sizeof(h), h));
+  if (std::memcmp(h, internal::kTablesMagic, sizeof(internal::kTablesMagic)) !=
+          0 ||
+      GetLe(h + 8, 4) != internal::kTablesFormat ||
+      GetLe(h + 12, 4) != shard_id_ ||
+      GetLe(h + 16, 8) != checkpoint.sequence) {
+    return absl::DataLossError(absl::StrCat(
+        "tables file ", path, ": its header is not that of format ",
+        internal::kTablesFormat, ", shard ", shard_id_, ", sequence ",
+        checkpoint.sequence));
+  }
+  return r;
 }
 
 absl::StatusOr<std::vector<std::string>> CheckpointStore::ListJobs() const {
@@ -259,7 +467,7 @@ absl::StatusOr<JobCheckpoint> CheckpointStore::ReadFile(
 }
 
 absl::StatusOr<CheckpointStore::Loaded> CheckpointStore::LoadLatest(
-    absl::string_view job_id) const {
+    absl::string_view job_id, const Accept& accept) const {
   PS_ASSIGN_OR_RETURN(const auto files, Files(job_id));
   if (files.empty()) {
     return absl::NotFoundError(absl::StrCat("no checkpoint of job \"", job_id,
@@ -282,6 +490,12 @@ absl::StatusOr<CheckpointStore::Loaded> CheckpointStore::LoadLatest(
           absl::StrCat("checkpoint ", it->second, ": holds sequence ",
                        ck->sequence, ", the name says ", it->first));
     }
+    if (ck.ok() && accept) {
+      if (absl::Status st = accept(*ck, it->second); !st.ok()) {
+        ck = absl::Status(st.code(), absl::StrCat("checkpoint ", it->second,
+                                                  ": ", st.message()));
+      }
+    }
     if (ck.ok()) {
       loaded.checkpoint = *std::move(ck);
       loaded.path = it->second;
@@ -299,7 +513,9 @@ absl::StatusOr<CheckpointStore::Loaded> CheckpointStore::LoadLatest(
 }
 
 absl::Status CheckpointStore::Remove(absl::string_view job_id) const {
-  PS_ASSIGN_OR_RETURN(const auto files, Files(job_id));
+  PS_ASSIGN_OR_RETURN(auto files, Files(job_id));
+  PS_ASSIGN_OR_RETURN(const auto tables, Files(job_id, kTablesSuffix));
+  files.insert(files.end(), tables.begin(), tables.end());
   for (const auto& [seq, path] : files) {
     std::error_code ec;
     std::filesystem::remove(path, ec);

@@ -218,7 +218,23 @@ absl::Status Shard::OpenCheckpoints(RestoreReport* report) {
 
 void Shard::RestoreFromCheckpoint(const std::string& id,
                                   RestoreReport* report) {
-  absl::StatusOr<CheckpointStore::Loaded> loaded = checkpointer_->Load(id);
+  // Each candidate, newest first, is restored into a fresh job; one that
+  // fails (a bad tables file, a checkpoint that does not fit its
+  // registration) is reported and the previous one tried.
+  JobPtr job;
+  int local_count = 0;
+  uint64_t step = 0;
+  auto accept = [&](JobCheckpoint& ck, const std::string&) -> absl::Status {
+    job = nullptr;
+    PS_ASSIGN_OR_RETURN(JobPtr fresh, NewJob(ck.registration, &local_count));
+    step = ck.step;
+    PS_RETURN_IF_ERROR(
+        checkpointer_->Restore(std::move(ck), local_count, *fresh));
+    job = std::move(fresh);
+    return absl::OkStatus();
+  };
+  absl::StatusOr<CheckpointStore::Loaded> loaded =
+      checkpointer_->Load(id, accept);
   if (!loaded.ok()) {
     report->problems.push_back(std::string(loaded.status().message()));
     return;
@@ -227,8 +243,7 @@ void Shard::RestoreFromCheckpoint(const std::string& id,
     report->problems.push_back(absl::StrCat(
         s.message(), "; using the previous checkpoint ", loaded->path));
   }
-  const uint64_t step = loaded->checkpoint.step;
-  if (absl::Status st = RestoreJob(std::move(loaded->checkpoint)); !st.ok()) {
+  if (absl::Status st = AdmitRestored(job, local_count); !st.ok()) {
     report->problems.push_back(absl::StrCat("checkpoint ", loaded->path,
                                             ": job \"", id,
                                             "\" not restored: ", st.message()));
@@ -238,11 +253,7 @@ void Shard::RestoreFromCheckpoint(const std::string& id,
       absl::StrCat("job \"", id, "\" at step ", step, " from ", loaded->path));
 }
 
-absl::Status Shard::RestoreJob(JobCheckpoint ck) {
-  int local_count = 0;
-  PS_ASSIGN_OR_RETURN(JobPtr job, NewJob(ck.registration, &local_count));
-  PS_RETURN_IF_ERROR(internal::RestoreJobState(std::move(ck), options_.shard_id,
-                                               local_count, *job));
+absl::Status Shard::AdmitRestored(const JobPtr& job, int local_count) {
   absl::MutexLock l(&mu_);
   if (jobs_.contains(job->id)) {
     return absl::AlreadyExistsError("the job is already registered");
@@ -376,9 +387,15 @@ void Shard::SparseExchange(const SparseExchangeRequest& req,
   }
   // The job stays alive while the call waits: `done` holds a reference.
   JobTables* tables = (*job)->tables.get();
+  // Read now: `req` may be gone once `done` ran.
+  const bool push = req.push();
+  const JobPtr keep = *job;
   tables->Exchange(
       req, resp,
-      [job = *std::move(job), done = std::move(done)](absl::Status s) mutable {
+      [this, resp, job = *std::move(job),
+       done = std::move(done)](absl::Status s) mutable {
+        // Before `done`, while `resp` is valid.
+        if (s.ok()) checkpointer_->AfterExchange(job, resp->version());
         if (absl::IsInvalidArgument(s)) {
           job->rejected.Add(internal::kSparseBadRequest);
         } else if (absl::IsFailedPrecondition(s)) {
@@ -388,6 +405,9 @@ void Shard::SparseExchange(const SparseExchangeRequest& req,
         }
         done(std::move(s));
       });
+  // Counted once the push is buffered or applied (or refused), so that a
+  // snapshot which saw the count holds the push.
+  if (push) checkpointer_->CountSparsePush(*keep);
 }
 
 // ---------------------------------------------------------------------------

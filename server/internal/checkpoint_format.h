@@ -18,7 +18,15 @@ namespace internal {
 
 inline constexpr char kCheckpointMagic[8] = {'P', 'S', 'C',  'K',
                                              'P', 'T', '\r', '\n'};
+// Format 1: no sparse tables. Format 2: the same payload followed by the
+// reference to the companion tables file (checkpoint.h).
 inline constexpr uint32_t kCheckpointFormat = 1;
+inline constexpr uint32_t kCheckpointFormatWithTables = 2;
+// The companion tables file's header: magic, format, shard, sequence.
+inline constexpr char kTablesMagic[8] = {'P', 'S', 'T', 'A',
+                                         'B', 'L', 'E', '\n'};
+inline constexpr uint32_t kTablesFormat = 1;
+inline constexpr size_t kTablesHeaderBytes = 24;
 // Header offsets (see the table in server/checkpoint.h).
 inline constexpr size_t kFormatAt = 8;
 inline constexpr size_t kShardAt = 12;

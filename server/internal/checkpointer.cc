@@ -1,6 +1,7 @@
 #include "server/internal/checkpointer.h"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -25,20 +26,34 @@ void NoteVersion(Job& job, Chunk& c)
   }
 }
 
-// Whether a checkpoint is due (not counting `queued`).
+// Whether anything was pushed (dense or sparse) since the last snapshot.
+bool PushedSince(const Job& job)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(job.schedule.mu) {
+  const CheckpointSchedule& due = job.schedule;
+  return job.counters.pushes.load(std::memory_order_relaxed) !=
+             due.pushes_at_snapshot ||
+         due.table_pushes.load(std::memory_order_relaxed) !=
+             due.table_pushes_at_snapshot;
+}
+
+// Whether a checkpoint is due (not counting `queued`). BSP: every local
+// chunk and the tables (their version counts steps) at next_due_step.
 bool Due(const Job& job, absl::Time now)
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(job.schedule.mu) {
   const CheckpointSchedule& due = job.schedule;
-  if (job.chunks.empty()) return false;  // nothing here ever changes
+  // Nothing here ever changes.
+  if (job.chunks.empty() && job.tables == nullptr) return false;
   if (job.every_steps > 0) {
-    if (job.mode == BSP ? due.reached == job.chunks.size()
-                        : job.SlowestWorkerSteps() >= due.next_due_step) {
+    if (job.mode == BSP
+            ? due.reached == job.chunks.size() &&
+                  (job.tables == nullptr ||
+                   job.tables->version() >= due.next_due_step)
+            : !job.chunks.empty() &&
+                  job.SlowestWorkerSteps() >= due.next_due_step) {
       return true;
     }
   }
-  return job.every_seconds > 0 && now >= due.next_due_time &&
-         job.counters.pushes.load(std::memory_order_relaxed) !=
-             due.pushes_at_snapshot;
+  return job.every_seconds > 0 && now >= due.next_due_time && PushedSince(job);
 }
 
 // Most pushes (BSP: those that complete no step here): whether a
@@ -56,20 +71,28 @@ bool MaybeDue(const Job& job, absl::Time now) {
   return steps_due || time_due;
 }
 
-// A checkpoint's bytes and what it covers.
+// A checkpoint's content and what it covers: the dense part encoded but
+// for its header, and the tables' copy still to be written.
 struct Snapshot {
-  std::string bytes;
+  std::optional<CheckpointEncoder> dense;
+  std::optional<JobTables::Snapshot> tables;
   uint64_t sequence = 0;
   uint64_t step = 0;
   uint64_t min_version = 0;  // the lowest chunk version it holds
 };
 
-// BSP: the lowest chunk version; ASP/SSP: the slowest active worker's
-// applied steps (`steps`: per rank, over the chunks).
+// BSP: the lowest chunk version, or the tables' version when lower;
+// ASP/SSP: the slowest active worker's applied (dense) steps (`steps`: per
+// rank, over the chunks).
 uint64_t CheckpointStep(const Job& job, const std::vector<uint8_t>& active,
                         const std::vector<uint64_t>& steps,
-                        uint64_t min_version) {
-  if (job.mode == BSP) return min_version;
+                        uint64_t min_version,
+                        const std::optional<JobTables::Snapshot>& tables) {
+  if (job.mode == BSP) {
+    if (!tables.has_value()) return min_version;
+    return job.chunks.empty() ? tables->version()
+                              : std::min(min_version, tables->version());
+  }
   uint64_t slowest = UINT64_MAX;
   for (uint32_t r = 0; r < job.num_workers; ++r) {
     if (active[r]) slowest = std::min(slowest, steps[r]);
@@ -77,8 +100,10 @@ uint64_t CheckpointStep(const Job& job, const std::vector<uint8_t>& active,
   return slowest == UINT64_MAX ? 0 : slowest;
 }
 
-// The membership and every chunk as one state: each chunk is copied under
-// its own lock alone, so pushes to other chunks go on.
+// The membership, every chunk and the tables as one state: each chunk is
+// copied under its own lock alone, so pushes to other chunks go on; the
+// tables are copied in memory under their mutex (JobTables::TakeSnapshot:
+// sparse exchanges wait for that copy only).
 Snapshot TakeSnapshot(uint32_t shard_id, Job& j)
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(j.files.mu) {
   absl::MutexLock m(&j.membership_update_mu);
@@ -87,23 +112,43 @@ Snapshot TakeSnapshot(uint32_t shard_id, Job& j)
     absl::MutexLock l(&j.waits.mu);
     active = j.waits.active;
   }
-  CheckpointEncoder enc(shard_id, j.registration, active, *j.optimizer);
+  Snapshot snap;
+  snap.dense.emplace(shard_id, j.registration, active, *j.optimizer);
   std::vector<uint64_t> steps(j.num_workers, 0);
   uint64_t min_version = UINT64_MAX;
   for (const std::unique_ptr<Chunk>& c : j.chunks) {
     absl::MutexLock l(&c->mu);
-    enc.AddChunk(c->state);
+    snap.dense->AddChunk(c->state);
     min_version = std::min(min_version, c->state.version);
     for (uint32_t r = 0; r < j.num_workers; ++r) {
       steps[r] = std::max(steps[r], c->state.next_step[r]);
     }
   }
-  Snapshot snap;
+  if (j.tables != nullptr) snap.tables.emplace(j.tables->TakeSnapshot());
   snap.min_version = min_version == UINT64_MAX ? 0 : min_version;
-  snap.step = CheckpointStep(j, active, steps, snap.min_version);
+  snap.step = CheckpointStep(j, active, steps, snap.min_version, snap.tables);
   snap.sequence = ++j.files.sequence;
-  snap.bytes = std::move(enc).Finish(snap.sequence, snap.step);
   return snap;
+}
+
+// The tables file (if any), then the .ckpt naming it; the .ckpt's path.
+absl::StatusOr<std::string> WriteFiles(const CheckpointStore& store,
+                                       const std::string& job_id,
+                                       Snapshot& snap) {
+  // The tables file first: the .ckpt naming it commits the pair.
+  std::optional<TablesRef> tables;
+  if (snap.tables.has_value()) {
+    absl::StatusOr<TablesRef> ref =
+        store.WriteTables(job_id, snap.sequence, [&](ByteSink& sink) {
+          return std::move(*snap.tables).WriteTo(sink);
+        });
+    snap.tables.reset();  // frees the copy
+    if (!ref.ok()) return ref.status();
+    tables = *ref;
+  }
+  return store.Write(
+      job_id, snap.sequence,
+      std::move(*snap.dense).Finish(snap.sequence, snap.step, tables));
 }
 
 // gate_replies: the answers up to `min_version` may go. A failed write
@@ -123,9 +168,10 @@ void ReleaseDurable(Job& j, uint64_t min_version) {
 }  // namespace
 
 void ScheduleNext(Job& job, uint64_t step, uint64_t pushes_then,
-                  absl::Time now) {
+                  absl::Time now, uint64_t table_pushes_then) {
   CheckpointSchedule& due = job.schedule;
   due.pushes_at_snapshot = pushes_then;
+  due.table_pushes_at_snapshot = table_pushes_then;
   due.next_due_step = job.every_steps > 0 ? step + job.every_steps : UINT64_MAX;
   due.next_due_step_hint.store(due.next_due_step, std::memory_order_relaxed);
   due.next_due_time = job.every_seconds > 0
@@ -159,8 +205,8 @@ absl::StatusOr<std::vector<std::string>> Checkpointer::Open(
 }
 
 absl::StatusOr<CheckpointStore::Loaded> Checkpointer::Load(
-    const std::string& job_id) const {
-  return store_->LoadLatest(job_id);
+    const std::string& job_id, const CheckpointStore::Accept& accept) const {
+  return store_->LoadLatest(job_id, accept);
 }
 
 void Checkpointer::Start() {
@@ -184,6 +230,19 @@ void Checkpointer::MaybeQueue(const std::shared_ptr<Job>& job,
   absl::MutexLock l(&writer_mu_);
   // After Shutdown stopped the writer, its final pass covers the job.
   if (!writer_stop_) writer_queue_.push_back(job);
+}
+
+void Checkpointer::AfterExchange(const std::shared_ptr<Job>& job,
+                                 uint64_t version) {
+  if (!job->checkpointing) return;
+  const absl::Time now =
+      job->every_seconds > 0 ? absl::Now() : absl::InfinitePast();
+  const bool steps_due =
+      job->mode == BSP && job->every_steps > 0 &&
+      version >=
+          job->schedule.next_due_step_hint.load(std::memory_order_relaxed);
+  if (!steps_due && !MaybeDue(*job, now)) return;
+  MaybeQueue(job, {}, now, /*recheck=*/true);
 }
 
 void Checkpointer::WriterLoop() {
@@ -228,15 +287,17 @@ absl::Status Checkpointer::Write(const std::shared_ptr<Job>& job) {
     }
     const uint64_t pushes_before =
         j.counters.pushes.load(std::memory_order_relaxed);
+    const uint64_t table_pushes_before =
+        j.schedule.table_pushes.load(std::memory_order_relaxed);
     Snapshot snap = TakeSnapshot(shard_id_, j);
     min_version = snap.min_version;
     {
       absl::MutexLock l(&j.schedule.mu);
       j.schedule.queued = false;
-      ScheduleNext(j, snap.step, pushes_before, absl::Now());
+      ScheduleNext(j, snap.step, pushes_before, absl::Now(),
+                   table_pushes_before);
     }
-    absl::StatusOr<std::string> path =
-        store_->Write(j.id, snap.sequence, snap.bytes);
+    absl::StatusOr<std::string> path = WriteFiles(*store_, j.id, snap);
     if (path.ok()) {
       j.counters.checkpoints.fetch_add(1, std::memory_order_relaxed);
       spdlog::debug("job {}: checkpoint of step {} written to {}", j.id,
@@ -274,9 +335,7 @@ void Checkpointer::Shutdown(const std::vector<std::shared_ptr<Job>>& jobs) {
     bool changed;
     {
       absl::MutexLock l(&job->schedule.mu);
-      changed = job->schedule.queued ||
-                job->counters.pushes.load(std::memory_order_relaxed) !=
-                    job->schedule.pushes_at_snapshot;
+      changed = job->schedule.queued || PushedSince(*job);
     }
     if (changed) (void)Write(job);
   }
@@ -290,6 +349,37 @@ void Checkpointer::Remove(Job& job) {
     spdlog::error("job {}: dropped, but its checkpoints remain: {}", job.id,
                   std::string(st.message()));
   }
+}
+
+absl::Status Checkpointer::Restore(JobCheckpoint ck, int local_count,
+                                  Job& job) const {
+  if (job.tables != nullptr && !ck.tables.has_value()) {
+    return absl::InvalidArgumentError(
+        "the registration has sparse tables, the checkpoint holds none");
+  }
+  if (job.tables == nullptr && ck.tables.has_value()) {
+    return absl::InvalidArgumentError(
+        "the checkpoint holds sparse tables, the registration has none");
+  }
+  if (job.tables != nullptr) {
+    // First, so that a bad tables file costs no dense restore.
+    PS_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointStore::TablesReader> reader,
+                        store_->OpenTables(job.id, ck));
+    absl::Status st = job.tables->Restore(*reader);
+    if (st.ok()) st = reader->Finish();
+    if (!st.ok()) {
+      return absl::Status(
+          st.code(), absl::StrCat("tables file ",
+                                  store_->TablesPathFor(job.id, ck.sequence),
+                                  ": ", st.message()));
+    }
+  }
+  const std::vector<uint8_t> active = ck.active;
+  PS_RETURN_IF_ERROR(
+      RestoreJobState(std::move(ck), shard_id_, local_count, job));
+  // The tables follow the job's membership (as SetMembership keeps them).
+  if (job.tables != nullptr) job.tables->SetMembership(active);
+  return absl::OkStatus();
 }
 
 absl::Status RestoreJobState(JobCheckpoint ck, uint32_t shard_id,

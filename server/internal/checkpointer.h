@@ -52,8 +52,11 @@ class Checkpointer {
   absl::StatusOr<std::vector<std::string>> Open(const std::string& dir);
   // Open succeeded: jobs asking for checkpoints get them.
   bool enabled() const { return store_ != nullptr; }
-  // The newest intact checkpoint of `job_id` (CheckpointStore::LoadLatest).
-  absl::StatusOr<CheckpointStore::Loaded> Load(const std::string& job_id) const;
+  // The newest intact checkpoint of `job_id` that `accept` takes
+  // (CheckpointStore::LoadLatest).
+  absl::StatusOr<CheckpointStore::Loaded> Load(
+      const std::string& job_id,
+      const CheckpointStore::Accept& accept = nullptr) const;
 
   // Starts the background writer (after Open and the restores).
   void Start();
@@ -66,10 +69,30 @@ class Checkpointer {
                   absl::Span<Chunk* const> advanced, absl::Time now,
                   bool recheck = false) ABSL_LOCKS_EXCLUDED(writer_mu_);
 
+  // After a SparseExchange of `job` answered at tables version `version`:
+  // queues a checkpoint if one is due (BSP: the tables' version counts
+  // steps). Never blocks on I/O.
+  void AfterExchange(const std::shared_ptr<Job>& job, uint64_t version)
+      ABSL_LOCKS_EXCLUDED(writer_mu_);
+  // A sparse push of `job` was handled (every_seconds and Shutdown write
+  // only when something was pushed since the last checkpoint).
+  void CountSparsePush(Job& job) {
+    job.schedule.table_pushes.fetch_add(1, std::memory_order_relaxed);
+  }
+
   // Snapshots and writes one checkpoint of `job` (which must be
   // checkpointing) on this thread, then releases the answers it makes
-  // durable. Returns once it is durable, or the write's error.
+  // durable. Returns once it is durable, or the write's error. With
+  // tables: the tables file, then the .ckpt naming it.
   absl::Status Write(const std::shared_ptr<Job>& job);
+
+  // Re-creates `job` (built by NewJob from ck.registration, `local_count`
+  // chunks here, nothing restored yet) from checkpoint `ck`: its tables
+  // from the companion file (when the job has tables; restored first, and
+  // the file's size and CRC checked), then RestoreJobState, then the
+  // tables get the checkpoint's membership. An error (INVALID_ARGUMENT,
+  // DATA_LOSS naming the file) leaves `job` unusable: discard it.
+  absl::Status Restore(JobCheckpoint ck, int local_count, Job& job) const;
 
   // Blocks until the writer has written every checkpoint queued so far.
   void Flush() ABSL_LOCKS_EXCLUDED(writer_mu_);
@@ -101,8 +124,10 @@ class Checkpointer {
 };
 
 // Sets when the next checkpoint of `job` is due after one of step `step`,
-// taken when its pushes counted `pushes_then`.
-void ScheduleNext(Job& job, uint64_t step, uint64_t pushes_then, absl::Time now)
+// taken when its pushes counted `pushes_then` (sparse ones
+// `table_pushes_then`).
+void ScheduleNext(Job& job, uint64_t step, uint64_t pushes_then, absl::Time now,
+                  uint64_t table_pushes_then = 0)
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(job.schedule.mu);
 
 // Re-creates the state of `job` (built by NewJob from ck.registration,

@@ -14,7 +14,10 @@
 //
 // Lock order: CheckpointFiles::mu, then Job::membership_update_mu, then
 // WaitState::mu or one Chunk::mu (never WaitState::mu with a chunk's, never
-// two chunks'). CheckpointSchedule::mu and ReasonCounts are leaves.
+// two chunks') or JobTables' mutex (a checkpoint's copy of the tables).
+// CheckpointSchedule::mu comes before JobTables' mutex only (deciding
+// whether a BSP checkpoint is due reads the tables' version); it and
+// ReasonCounts are otherwise leaves.
 // Who does what with it: registration.h builds it, validation.h checks
 // requests against it, consistency.h applies pushes, waits.h answers and
 // fails waits, checkpointer.h saves and restores it, job_stats.h reports it.
@@ -161,6 +164,10 @@ struct CheckpointSchedule {
   uint64_t pushes_at_snapshot ABSL_GUARDED_BY(mu) = 0;
   // BSP: chunks known to be at version >= next_due_step.
   size_t reached ABSL_GUARDED_BY(mu) = 0;
+  // Sparse pushes accepted (every_seconds: whether anything changed), and
+  // their count at the last snapshot.
+  std::atomic<uint64_t> table_pushes{0};
+  uint64_t table_pushes_at_snapshot ABSL_GUARDED_BY(mu) = 0;
   // Lock-free mirrors for the ASP/SSP pre-check on every push.
   std::atomic<uint64_t> next_due_step_hint{0};
   std::atomic<int64_t> next_due_time_ns{INT64_MAX};

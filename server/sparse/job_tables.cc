@@ -390,8 +390,14 @@ absl::Status JobTables::PushLocked(const SparseExchangeRequest& req,
     }
     if (req.step() > version_) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "step: %d is ahead of the sparse tables' step %d on shard %d",
-          req.step(), version_, where_.shard_id));
+          "step: %d is ahead of the sparse tables' step %d on shard %d%s",
+          req.step(), version_, where_.shard_id,
+          restored_ ? absl::StrFormat(
+                          " (the shard restarted and restored the tables "
+                          "from their checkpoint of step %d; the updates "
+                          "after it are lost)",
+                          restored_version_)
+                    : ""));
     }
     if (pending_[w] != nullptr) {
       resp->set_duplicate(true);
@@ -611,25 +617,67 @@ void JobTables::FillStats(JobStats* out) const {
   out->set_tables_version(version());
 }
 
-absl::Status JobTables::Save(ByteSink& sink) const {
+struct JobTables::Snapshot::Data {
+  const JobTables* owner = nullptr;
+  uint64_t version = 0;
+  std::vector<uint64_t> pushed_steps;
+  std::vector<std::unique_ptr<Pushed>> pending;  // copies
+  std::vector<SparseTable::Snapshot> tables;
+};
+
+JobTables::Snapshot::Snapshot(std::unique_ptr<Data> data)
+    : data_(std::move(data)) {}
+JobTables::Snapshot::Snapshot(Snapshot&&) noexcept = default;
+JobTables::Snapshot& JobTables::Snapshot::operator=(Snapshot&&) noexcept =
+    default;
+JobTables::Snapshot::~Snapshot() = default;
+
+uint64_t JobTables::Snapshot::version() const { return data_->version; }
+
+JobTables::Snapshot JobTables::TakeSnapshot() const {
+  auto d = std::make_unique<Snapshot::Data>();
+  d->owner = this;
   absl::MutexLock l(&mu_);
+  d->version = version_;
+  d->pushed_steps = pushed_steps_;
+  d->pending.resize(pending_.size());
+  for (size_t w = 0; w < pending_.size(); ++w) {
+    if (pending_[w] != nullptr) {
+      d->pending[w] = std::make_unique<Pushed>(*pending_[w]);
+    }
+  }
+  // Under mu_ no apply runs (pulls may): every table is at version_.
+  for (const auto& t : tables_) d->tables.push_back(t->rows->TakeSnapshot());
+  return Snapshot(std::move(d));
+}
+
+absl::Status JobTables::Snapshot::WriteTo(ByteSink& sink) && {
+  Data& d = *data_;
+  const JobTables& owner = *d.owner;
+  const size_t num_tables = owner.tables_.size();
   PS_RETURN_IF_ERROR(sink.Write(absl::string_view(kMagic, 4)));
   PS_RETURN_IF_ERROR(Put<uint32_t>(sink, kFormat));
-  PS_RETURN_IF_ERROR(Put<uint64_t>(sink, version_));
-  PS_RETURN_IF_ERROR(Put<uint32_t>(sink, where_.num_workers));
-  PS_RETURN_IF_ERROR(Put<uint32_t>(sink, tables_.size()));
-  PS_RETURN_IF_ERROR(PutVector(sink, pushed_steps_));
-  for (const auto& p : pending_) {
+  PS_RETURN_IF_ERROR(Put<uint64_t>(sink, d.version));
+  PS_RETURN_IF_ERROR(Put<uint32_t>(sink, owner.where_.num_workers));
+  PS_RETURN_IF_ERROR(Put<uint32_t>(sink, num_tables));
+  PS_RETURN_IF_ERROR(PutVector(sink, d.pushed_steps));
+  for (const auto& p : d.pending) {
     PS_RETURN_IF_ERROR(Put<uint8_t>(sink, p != nullptr));
     if (p == nullptr) continue;
-    for (size_t k = 0; k < tables_.size(); ++k) {
+    for (size_t k = 0; k < num_tables; ++k) {
       PS_RETURN_IF_ERROR(PutVector(sink, p->ids[k]));
       PS_RETURN_IF_ERROR(PutVector(sink, p->grads[k]));
     }
   }
-  // Under mu_, no apply runs: the tables are at version_.
-  for (const auto& t : tables_) PS_RETURN_IF_ERROR(t->rows->Save(sink));
+  for (size_t k = 0; k < num_tables; ++k) {
+    PS_RETURN_IF_ERROR(owner.tables_[k]->rows->WriteSnapshot(
+        std::move(d.tables[k]), sink));
+  }
   return absl::OkStatus();
+}
+
+absl::Status JobTables::Save(ByteSink& sink) const {
+  return TakeSnapshot().WriteTo(sink);
 }
 
 absl::Status JobTables::Restore(ByteSource& source) {
@@ -691,6 +739,8 @@ absl::Status JobTables::Restore(ByteSource& source) {
     tables_[k]->rows = std::move(restored[k]);
   }
   version_ = version;
+  restored_version_ = version;
+  restored_ = true;
   pushed_steps_ = std::move(pushed_steps);
   pending_ = std::move(pending);
   pending_bytes_ = pending_bytes;

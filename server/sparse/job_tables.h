@@ -103,10 +103,40 @@ class JobTables {
 
   // The version, the consistency state (buffered BSP pushes, ASP/SSP
   // pushed steps) and every table, restored exactly by Restore (which
-  // replaces everything, or changes nothing on an error).
+  // replaces everything, or changes nothing on an error). Save() =
+  // TakeSnapshot() then WriteTo().
   absl::Status Save(ByteSink& sink) const;
   // No other call may be in progress (the shard restores before serving).
+  // After it, a BSP push of a step beyond the restored version fails
+  // INVALID_ARGUMENT saying that the tables were restored (the updates
+  // after the checkpoint are lost), like any step from the future.
   absl::Status Restore(ByteSource& source);
+
+  // The state Save writes, captured at one instant: under the mutex (so
+  // no apply runs; exchanges wait meanwhile) the consistency state is
+  // copied and each table's stripes are memcpy'd (SparseTable::
+  // TakeSnapshot). That copy is the whole pause a checkpoint causes; it
+  // holds about bytes_used() of extra memory until the Snapshot is
+  // written or destroyed. WriteTo encodes and writes it with no lock held,
+  // so exchanges and applies go on during the I/O. Thread-compatible; it
+  // must not outlive this JobTables.
+  class Snapshot {
+   public:
+    Snapshot(Snapshot&&) noexcept;
+    Snapshot& operator=(Snapshot&&) noexcept;
+    ~Snapshot();
+    // The tables' version at the instant it was taken.
+    uint64_t version() const;
+    // Writes the Save() stream; call once.
+    absl::Status WriteTo(ByteSink& sink) &&;
+
+   private:
+    friend class JobTables;
+    struct Data;
+    explicit Snapshot(std::unique_ptr<Data> data);
+    std::unique_ptr<Data> data_;
+  };
+  Snapshot TakeSnapshot() const;
 
  private:
   struct Table;
@@ -169,6 +199,10 @@ class JobTables {
   std::vector<uint64_t> pushed_steps_ ABSL_GUARDED_BY(mu_);
   std::vector<std::shared_ptr<Waiter>> waiters_ ABSL_GUARDED_BY(mu_);
   absl::Status closed_ ABSL_GUARDED_BY(mu_);
+  // The version Restore set (0 = never restored), for the error of a push
+  // beyond it.
+  uint64_t restored_version_ ABSL_GUARDED_BY(mu_) = 0;
+  bool restored_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace ps

@@ -113,6 +113,19 @@ class SparseTable {
   // sparse_table_checkpoint.cc for the format). Errors come from the sink.
   absl::Status Save(ByteSink& sink) const;
 
+  // Save() in two parts, for a caller that must capture the table at one
+  // instant (JobTables: while no apply runs) but not hold up pushes for
+  // the encoding and the I/O: TakeSnapshot copies every stripe's slabs and
+  // counters into memory (one stripe at a time under its reader lock: a
+  // memcpy, about bytes_used() of extra memory until the snapshot is
+  // freed), WriteSnapshot encodes the copy with no lock held and writes
+  // exactly what Save would have written at that instant.
+  struct Snapshot {
+    std::vector<sparse_internal::StripeImage> stripes;
+  };
+  Snapshot TakeSnapshot() const;
+  absl::Status WriteSnapshot(Snapshot snapshot, ByteSink& sink) const;
+
   // Replaces the contents with a Save() stream (same name, dim and
   // state_floats_per_row). kDataLoss on a corrupt or truncated stream,
   // kInvalidArgument on a mismatch, kResourceExhausted over the budget: the

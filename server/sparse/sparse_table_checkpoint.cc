@@ -120,19 +120,37 @@ absl::Status CheckCrc(ByteSource& src, uint32_t crc, absl::string_view what) {
 
 }  // namespace
 
-absl::Status SparseTable::Save(ByteSink& sink) const {
-  const uint32_t floats = options_.dim + options_.state_floats_per_row;
+namespace {
+
+std::string EncodeHeader(const SparseTable::Options& o) {
   std::string out;
   out.append(kMagic, 8);
   PutU32(&out, kVersion);
-  PutU32(&out, options_.dim);
-  PutU32(&out, options_.state_floats_per_row);
-  PutU32(&out, options_.num_stripes);
-  PutU32(&out, static_cast<uint32_t>(options_.name.size()));
-  out.append(options_.name);
+  PutU32(&out, o.dim);
+  PutU32(&out, o.state_floats_per_row);
+  PutU32(&out, o.num_stripes);
+  PutU32(&out, static_cast<uint32_t>(o.name.size()));
+  out.append(o.name);
   PutU32(&out, Crc32c(out));
-  PS_RETURN_IF_ERROR(sink.Write(out));
+  return out;
+}
+
+std::string EncodeTrailer(uint64_t rows, uint64_t counters) {
+  std::string out;
+  out.append(kEndMagic, 8);
+  PutU64(&out, rows);
+  PutU64(&out, counters);
+  PutU32(&out, Crc32c(out));
+  return out;
+}
+
+}  // namespace
+
+absl::Status SparseTable::Save(ByteSink& sink) const {
+  const uint32_t floats = options_.dim + options_.state_floats_per_row;
+  PS_RETURN_IF_ERROR(sink.Write(EncodeHeader(options_)));
   uint64_t rows = 0, counters = 0;
+  std::string out;
   StripeImage image;
   for (const auto& stripe : stripes_) {
     {
@@ -147,12 +165,35 @@ absl::Status SparseTable::Save(ByteSink& sink) const {
     counters += image.counters.size();
     PS_RETURN_IF_ERROR(sink.Write(out));
   }
-  out.clear();
-  out.append(kEndMagic, 8);
-  PutU64(&out, rows);
-  PutU64(&out, counters);
-  PutU32(&out, Crc32c(out));
-  return sink.Write(out);
+  return sink.Write(EncodeTrailer(rows, counters));
+}
+
+SparseTable::Snapshot SparseTable::TakeSnapshot() const {
+  Snapshot snap;
+  snap.stripes.resize(stripes_.size());
+  for (size_t s = 0; s < stripes_.size(); ++s) {
+    absl::ReaderMutexLock lock(&stripes_[s]->mu);
+    stripes_[s]->data.Snapshot(&snap.stripes[s]);
+  }
+  return snap;
+}
+
+absl::Status SparseTable::WriteSnapshot(Snapshot snapshot,
+                                        ByteSink& sink) const {
+  const uint32_t floats = options_.dim + options_.state_floats_per_row;
+  PS_RETURN_IF_ERROR(sink.Write(EncodeHeader(options_)));
+  uint64_t rows = 0, counters = 0;
+  std::string out;
+  for (StripeImage& image : snapshot.stripes) {
+    out.clear();
+    EncodeSection(image, floats, &out);
+    rows += image.rows;
+    counters += image.counters.size();
+    // Free each stripe's copy as soon as it is written.
+    image = StripeImage();
+    PS_RETURN_IF_ERROR(sink.Write(out));
+  }
+  return sink.Write(EncodeTrailer(rows, counters));
 }
 
 absl::Status SparseTable::Restore(ByteSource& source) {

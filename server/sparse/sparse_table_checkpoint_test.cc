@@ -47,6 +47,22 @@ absl::Status RestoreFrom(SparseTable& t, const std::string& bytes) {
   return t.Restore(src);
 }
 
+TEST(SparseTableCheckpointTest, SnapshotWritesTheStateOfItsInstant) {
+  auto a = MustCreate(CheckpointOptions());
+  Fill(*a);
+  const std::string before = SaveBytes(*a);
+  SparseTable::Snapshot snap = a->TakeSnapshot();
+  // Pushes after the snapshot (new rows, counters, updates) are not in it.
+  CountingSgd sgd(a->options().dim);
+  ASSERT_TRUE(PushConst(*a, {977, 5, 6, 7}, 3.0f, 10, sgd).ok());
+  ASSERT_TRUE(PushConst(*a, {5, 6, 7}, 3.0f, 11, sgd).ok());
+  ASSERT_NE(SaveBytes(*a), before);
+  std::string written;
+  StringSink sink(&written);
+  ASSERT_TRUE(a->WriteSnapshot(std::move(snap), sink).ok());
+  EXPECT_TRUE(written == before);
+}
+
 TEST(SparseTableCheckpointTest, RoundTripIsBitwise) {
   auto a = MustCreate(CheckpointOptions());
   Fill(*a);

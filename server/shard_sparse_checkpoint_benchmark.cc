@@ -1,0 +1,219 @@
+// Measures the pause a shard checkpoint of a large sparse table causes: a
+// BSP job with one worker fills a --rows x --dim Adagrad table, then one
+// thread runs SparseExchange steps (push + pull of --probe_ids random
+// stored rows) back to back, first alone for --baseline_s, then while the
+// main thread takes CheckpointNow. Prints the exchange latencies (p50,
+// p99, max) of both phases, the checkpoint's duration and file sizes.
+//
+//   bazel run //server:shard_sparse_checkpoint_benchmark --
+//       --rows=10000000 --dir=/tmp/ps_ckpt_bench
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/synchronization/notification.h"
+#include "core/sparse_ids.h"
+#include "server/shard.h"
+#include "server/shard_test_util.h"
+
+ABSL_FLAG(uint64_t, rows, 10000000, "rows in the table");
+ABSL_FLAG(uint32_t, dim, 16, "embedding dim");
+ABSL_FLAG(uint32_t, fill_batch, 4096, "new ids per fill step");
+ABSL_FLAG(uint32_t, probe_ids, 256, "ids pushed and pulled per probe step");
+ABSL_FLAG(double, baseline_s, 3, "seconds of probing without a checkpoint");
+ABSL_FLAG(std::string, dir, "/tmp/ps_sparse_ckpt_bench",
+          "checkpoint directory (emptied first)");
+
+namespace ps {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+uint64_t IdOf(uint64_t i) { return MixId64(i + 1); }
+
+std::string Bytes(const void* p, size_t n) {
+  return std::string(static_cast<const char*>(p), n);
+}
+
+// One BSP step of worker 0: push grads for `ids`, pull them when `pull`.
+absl::Status Step(Shard& shard, uint64_t step,
+                  const std::vector<uint64_t>& ids, bool pull) {
+  const uint32_t dim = absl::GetFlag(FLAGS_dim);
+  SparseExchangeRequest req;
+  req.set_job_id("bench");
+  req.set_step(step);
+  req.set_push(true);
+  SparseRows* g = req.add_gradients();
+  g->set_table("emb");
+  g->set_ids(Bytes(ids.data(), ids.size() * 8));
+  const std::vector<float> grads(ids.size() * dim, 0.001f);
+  g->set_values(Bytes(grads.data(), grads.size() * 4));
+  if (pull) {
+    SparseRows* p = req.add_pull();
+    p->set_table("emb");
+    p->set_ids(g->ids());
+  }
+  SparseExchangeResponse resp;
+  absl::Notification done;
+  absl::Status status;
+  shard.SparseExchange(req, &resp, [&](absl::Status s) {
+    status = std::move(s);
+    done.Notify();
+  });
+  done.WaitForNotification();
+  return status;
+}
+
+struct Latencies {
+  std::vector<double> ms;
+  void Print(const char* what) {
+    std::sort(ms.begin(), ms.end());
+    auto at = [&](double q) {
+      return ms.empty() ? 0.0 : ms[static_cast<size_t>(q * (ms.size() - 1))];
+    };
+    std::printf("%-22s %6zu steps: p50 %7.2f ms  p99 %7.2f ms  max %7.2f ms\n",
+                what, ms.size(), at(0.5), at(0.99), ms.empty() ? 0 : ms.back());
+  }
+};
+
+// Steps from `*step` on until `stop`, recording each step's latency.
+void Probe(Shard& shard, uint64_t* step, const std::atomic<bool>& stop,
+           Latencies* out) {
+  const uint64_t rows = absl::GetFlag(FLAGS_rows);
+  std::vector<uint64_t> ids(absl::GetFlag(FLAGS_probe_ids));
+  uint64_t x = 12345;
+  while (!stop.load(std::memory_order_relaxed)) {
+    for (uint64_t& id : ids) id = IdOf((x = MixId64(x)) % rows);
+    const auto a = Clock::now();
+    const absl::Status st = Step(shard, (*step)++, ids, true);
+    out->ms.push_back(Seconds(a, Clock::now()) * 1e3);
+    if (!st.ok()) std::fprintf(stderr, "probe: %s\n", st.ToString().c_str());
+  }
+}
+
+uint64_t DirBytes(const std::string& dir, const std::string& suffix) {
+  uint64_t n = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    if (name.size() > suffix.size() &&
+        name.compare(name.size() - suffix.size(), suffix.size(), suffix) ==
+            0) {
+      n = std::max<uint64_t>(n, e.file_size());
+    }
+  }
+  return n;
+}
+
+int Main() {
+  const std::string dir = absl::GetFlag(FLAGS_dir);
+  std::filesystem::remove_all(dir);
+  ShardOptions options = shard_test::Options(0, 64ull << 30);
+  options.checkpoint_dir = dir;
+  Shard shard(options);
+  Shard::RestoreReport report;
+  if (absl::Status st = shard.OpenCheckpoints(&report); !st.ok()) {
+    std::fprintf(stderr, "%s\n", st.ToString().c_str());
+    return 1;
+  }
+  JobSpec spec = shard_test::Spec(BSP, 1);
+  spec.mutable_checkpoint()->set_every_seconds(3600);  // on, not triggered
+  TableSpec* t = spec.add_tables();
+  t->set_name("emb");
+  t->set_dim(absl::GetFlag(FLAGS_dim));
+  t->mutable_init()->set_kind(UNIFORM);
+  t->mutable_init()->set_scale(0.01f);
+  t->mutable_optimizer()->set_kind(ADAGRAD);
+  t->mutable_optimizer()->set_learning_rate(0.01f);
+  RegisterJobResponse resp;
+  if (absl::Status st =
+          shard.RegisterJob(shard_test::Registration("bench", spec), &resp);
+      !st.ok()) {
+    std::fprintf(stderr, "%s\n", st.ToString().c_str());
+    return 1;
+  }
+
+  const uint64_t rows = absl::GetFlag(FLAGS_rows);
+  const uint32_t batch = absl::GetFlag(FLAGS_fill_batch);
+  uint64_t step = 0;
+  auto a = Clock::now();
+  std::vector<uint64_t> ids;
+  for (uint64_t i = 0; i < rows; i += batch) {
+    ids.clear();
+    for (uint64_t k = i; k < std::min<uint64_t>(rows, i + batch); ++k) {
+      ids.push_back(IdOf(k));
+    }
+    if (absl::Status st = Step(shard, step++, ids, false); !st.ok()) {
+      std::fprintf(stderr, "fill: %s\n", st.ToString().c_str());
+      return 1;
+    }
+  }
+  StatsRequest sreq;
+  ShardStats stats;
+  shard.Stats(sreq, &stats);
+  const TableStats& ts = stats.job_stats(0).tables(0);
+  std::printf("filled %lu rows (dim %u, Adagrad) in %.1f s: %.1f MB used\n",
+              static_cast<unsigned long>(ts.rows()), absl::GetFlag(FLAGS_dim),
+              Seconds(a, Clock::now()), ts.bytes_used() / 1e6);
+
+  Latencies base, during;
+  {
+    std::atomic<bool> stop{false};
+    std::thread p([&] { Probe(shard, &step, stop, &base); });
+    std::this_thread::sleep_for(
+        std::chrono::duration<double>(absl::GetFlag(FLAGS_baseline_s)));
+    stop = true;
+    p.join();
+  }
+  double ckpt_s = 0;
+  {
+    std::atomic<bool> stop{false};
+    std::thread p([&] { Probe(shard, &step, stop, &during); });
+    // Let the probe run a moment before the checkpoint starts.
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    a = Clock::now();
+    const absl::Status st = shard.CheckpointNow("bench");
+    ckpt_s = Seconds(a, Clock::now());
+    stop = true;
+    p.join();
+    if (!st.ok()) {
+      std::fprintf(stderr, "checkpoint: %s\n", st.ToString().c_str());
+      return 1;
+    }
+  }
+  base.Print("without checkpoint");
+  during.Print("during checkpoint");
+  rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  std::printf(
+      "checkpoint: %.2f s; files: .tables %.1f MB, .ckpt %.1f KB; peak RSS "
+      "%.1f MB\n",
+      ckpt_s, DirBytes(dir, ".tables") / 1e6, DirBytes(dir, ".ckpt") / 1e3,
+      ru.ru_maxrss / 1e3);
+  DropJobRequest drop;  // deletes its files, and no last checkpoint
+  drop.set_job_id("bench");
+  (void)shard.DropJob(drop);
+  std::filesystem::remove_all(dir);
+  return 0;
+}
+
+}  // namespace
+}  // namespace ps
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return ps::Main();
+}

@@ -390,21 +390,21 @@ void Shard::SparseExchange(const SparseExchangeRequest& req,
   // Read now: `req` may be gone once `done` ran.
   const bool push = req.push();
   const JobPtr keep = *job;
-  tables->Exchange(
-      req, resp,
-      [this, resp, job = *std::move(job),
-       done = std::move(done)](absl::Status s) mutable {
-        // Before `done`, while `resp` is valid.
-        if (s.ok()) checkpointer_->AfterExchange(job, resp->version());
-        if (absl::IsInvalidArgument(s)) {
-          job->rejected.Add(internal::kSparseBadRequest);
-        } else if (absl::IsFailedPrecondition(s)) {
-          job->rejected.Add(internal::kInactiveWorker);
-        } else if (absl::IsResourceExhausted(s)) {
-          job->rejected.Add(internal::kSparseOverBudget);
-        }
-        done(std::move(s));
-      });
+  tables->Exchange(req, resp,
+                   [this, resp, job = *std::move(job),
+                    done = std::move(done)](absl::Status s) mutable {
+                     // Before `done`, while `resp` is valid.
+                     if (s.ok())
+                       checkpointer_->AfterExchange(job, resp->version());
+                     if (absl::IsInvalidArgument(s)) {
+                       job->rejected.Add(internal::kSparseBadRequest);
+                     } else if (absl::IsFailedPrecondition(s)) {
+                       job->rejected.Add(internal::kInactiveWorker);
+                     } else if (absl::IsResourceExhausted(s)) {
+                       job->rejected.Add(internal::kSparseOverBudget);
+                     }
+                     done(std::move(s));
+                   });
   // Counted once the push is buffered or applied (or refused), so that a
   // snapshot which saw the count holds the push.
   if (push) checkpointer_->CountSparsePush(*keep);

@@ -72,8 +72,9 @@
 //     pushed previous + every_steps dense steps (a job without dense
 //     chunks here then checkpoints on every_seconds only); and
 //     every_seconds after the previous one if anything (dense or sparse)
-//     was pushed since; on Shutdown, a last one if anything changed. Each chunk is copied under its own lock (pushes to
-//     the others go on); the file is written by a background thread.
+//     was pushed since; on Shutdown, a last one if anything changed. Each chunk
+//     is copied under its own lock (pushes to the others go on); the file is
+//     written by a background thread.
 //   * Restart: OpenCheckpoints re-creates every job from its newest intact
 //     checkpoint (a corrupt or truncated newer file is reported by name and
 //     the previous one used). The restored chunks behave as before the

@@ -232,13 +232,13 @@ void CheckCtrData(const JobSpec& spec, Problems& p) {
   const DataSpec& d = spec.data();
   const bool ctr_data = d.dataset() == kCtrSyntheticDataset;
   if (spec.model().has_ctr() && !ctr_data && !d.dataset().empty()) {
-    p.Add("data.dataset", absl::StrCat("a ctr model trains on \"",
-                                       kCtrSyntheticDataset, "\", not \"",
-                                       d.dataset(), "\""));
+    p.Add("data.dataset",
+          absl::StrCat("a ctr model trains on \"", kCtrSyntheticDataset,
+                       "\", not \"", d.dataset(), "\""));
   }
   if (ctr_data && !spec.model().has_ctr()) {
-    p.Add("data.dataset", absl::StrCat("\"", kCtrSyntheticDataset,
-                                       "\" is for a ctr model"));
+    p.Add("data.dataset",
+          absl::StrCat("\"", kCtrSyntheticDataset, "\" is for a ctr model"));
   }
   if (ctr_data) {
     if (d.synthetic_train() == 0) {

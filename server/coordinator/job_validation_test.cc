@@ -459,7 +459,11 @@ JobSpec CtrSpec() {
   return ParseSpec(R"pb(
     name: "ctr"
     model { ctr { table: "emb" embedding_dim: 16 } }
-    tables { name: "emb" dim: 16 optimizer { kind: ADAGRAD learning_rate: 0.05 } }
+    tables {
+      name: "emb"
+      dim: 16
+      optimizer { kind: ADAGRAD learning_rate: 0.05 }
+    }
     data {
       dataset: "ctr-synthetic"
       batch_size: 512
@@ -493,8 +497,9 @@ TEST(ValidateJobSpecTest, CtrSpecProblemsNameTheField) {
                           "\"ctr-synthetic\", not \"fashion-mnist\""));
   JobSpec no_sizes = CtrSpec();
   no_sizes.mutable_data()->clear_synthetic_test();
-  EXPECT_THAT(ValidateJobSpec(no_sizes, Context()),
-              ElementsAre("data.synthetic_test: must be > 0 for ctr-synthetic"));
+  EXPECT_THAT(
+      ValidateJobSpec(no_sizes, Context()),
+      ElementsAre("data.synthetic_test: must be > 0 for ctr-synthetic"));
   JobSpec bad_table = CtrSpec();
   bad_table.mutable_tables(0)->mutable_optimizer()->set_kind(ADAMW);
   EXPECT_THAT(ValidateJobSpec(bad_table, Context()),

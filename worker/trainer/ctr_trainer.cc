@@ -35,9 +35,9 @@ absl::Status Validate(const CtrTrainer::Options& o) {
   }
   PS_RETURN_IF_ERROR(ValidateModelSpec(job.model()));
   if (FindTable(job, job.model().ctr().table()) == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("model.ctr.table: \"", job.model().ctr().table(),
-                     "\" is not in tables"));
+    return absl::InvalidArgumentError(absl::StrCat("model.ctr.table: \"",
+                                                   job.model().ctr().table(),
+                                                   "\" is not in tables"));
   }
   if (job.data().dataset() != "ctr-synthetic") {
     return absl::InvalidArgumentError(
@@ -61,8 +61,7 @@ absl::Status Validate(const CtrTrainer::Options& o) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "data.synthetic_train: %d examples over %d workers is less than one "
         "batch of %d each",
-        job.data().synthetic_train(), o.num_workers,
-        job.data().batch_size()));
+        job.data().synthetic_train(), o.num_workers, job.data().batch_size()));
   }
   if (job.data().synthetic_test() == 0) {
     return absl::InvalidArgumentError("data.synthetic_test: must be > 0");
@@ -86,14 +85,14 @@ absl::StatusOr<std::unique_ptr<CtrTrainer>> CtrTrainer::Create(
       std::unique_ptr<Backend> backend,
       CreateBackend(options.device, options.threads_per_device));
   const size_t batch = options.job.data().batch_size();
-  PS_ASSIGN_OR_RETURN(std::unique_ptr<CtrReplica> model,
-                      CtrReplica::Create(options.job.model(), backend.get(),
-                                       batch));
+  PS_ASSIGN_OR_RETURN(
+      std::unique_ptr<CtrReplica> model,
+      CtrReplica::Create(options.job.model(), backend.get(), batch));
   std::unique_ptr<CtrReplica> eval_model;
   if (options.rank == 0) {
     PS_ASSIGN_OR_RETURN(eval_model,
                         CtrReplica::Create(options.job.model(), backend.get(),
-                                         options.eval_batch));
+                                           options.eval_batch));
   }
   return std::unique_ptr<CtrTrainer>(new CtrTrainer(
       std::move(options), dense, sparse, std::move(generator),
@@ -112,8 +111,7 @@ CtrTrainer::CtrTrainer(Options options, ParameterClient* dense,
       table_(options_.job.model().ctr().table()),
       dim_(FindTable(options_.job, table_)->dim()),
       batch_size_(options_.job.data().batch_size()),
-      per_worker_(options_.job.data().synthetic_train() /
-                  options_.num_workers),
+      per_worker_(options_.job.data().synthetic_train() / options_.num_workers),
       steps_per_epoch_(per_worker_ / batch_size_),
       total_steps_(steps_per_epoch_ * options_.job.data().epochs()),
       backend_(std::move(backend)),
@@ -125,8 +123,8 @@ CtrTrainer::CtrTrainer(Options options, ParameterClient* dense,
 }
 
 absl::Status CtrTrainer::LoadBatch(uint64_t t) {
-  const uint64_t begin = options_.rank * per_worker_ +
-                         (t % steps_per_epoch_) * batch_size_;
+  const uint64_t begin =
+      options_.rank * per_worker_ + (t % steps_per_epoch_) * batch_size_;
   generator_.GenerateBatch(begin, batch_size_, &batch_);
   PS_RETURN_IF_ERROR(model_->Prepare(batch_));
   const absl::Span<const uint64_t> ids = model_->unique_ids();
@@ -134,8 +132,7 @@ absl::Status CtrTrainer::LoadBatch(uint64_t t) {
   return absl::OkStatus();
 }
 
-absl::Status CtrTrainer::PullRows(uint64_t step,
-                                  absl::Span<const uint64_t> ids,
+absl::Status CtrTrainer::PullRows(uint64_t step, absl::Span<const uint64_t> ids,
                                   std::vector<float>* rows) {
   rows->resize(ids.size() * dim_);
   SparseTableStep s;
@@ -153,8 +150,8 @@ absl::Status CtrTrainer::Step(uint64_t t) {
   row_grads_.resize(rows_.size());
   double loss_sum = 0.0;
   PS_RETURN_IF_ERROR(model_->ComputeGradient(
-      params_.data(), rows_.data(), grad_.data(), row_grads_.data(),
-      &loss_sum, 1.0f / static_cast<float>(batch_size_)));
+      params_.data(), rows_.data(), grad_.data(), row_grads_.data(), &loss_sum,
+      1.0f / static_cast<float>(batch_size_)));
   const Clock::time_point computed = Clock::now();
   // The next batch's ids ride with this step's push.
   const bool last = t + 1 >= total_steps_;
@@ -241,7 +238,8 @@ absl::Status CtrTrainer::Run(const ProgressCallback& on_progress,
         "start_step: %d is past the job's %d steps", start, total_steps_));
   }
   const Clock::time_point pull_start = Clock::now();
-  PS_RETURN_IF_ERROR(AtStep(start, dense_->Pull(start, absl::MakeSpan(params_))));
+  PS_RETURN_IF_ERROR(
+      AtStep(start, dense_->Pull(start, absl::MakeSpan(params_))));
   if (start < total_steps_) {
     PS_RETURN_IF_ERROR(AtStep(start, LoadBatch(start)));
     PS_RETURN_IF_ERROR(AtStep(start, PullRows(start, next_ids_, &next_rows_)));

@@ -6,7 +6,8 @@
 //   CtrTrainer::Options options;
 //   options.job = assignment.spec();  options.rank = ...;  ...
 //   PS_ASSIGN_OR_RETURN(std::unique_ptr<CtrTrainer> t,
-//                       CtrTrainer::Create(options, dense.get(), sparse.get()));
+//                       CtrTrainer::Create(options, dense.get(),
+//                       sparse.get()));
 //   PS_RETURN_IF_ERROR(t->Run(on_progress, should_abort));
 //
 // The step (the same for BSP, ASP and SSP; the shards differ):

@@ -3,6 +3,7 @@
 // of K counters cannot hold them there: their frequency is far below
 // total / K).
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <random>
 #include <unordered_map>

@@ -684,7 +684,7 @@ void JobTables::FillStats(JobStats* out) const {
     for (const HotId& h : s.hottest) {
       TableHotId* out_h = ts->add_hottest();
       out_h->set_id(h.id);
-      out_h->set_pushes(h.count > h.error ? h.count - h.error : 0);
+      out_h->set_pushes(h.pushes);
     }
   }
   out->set_tables_version(version());

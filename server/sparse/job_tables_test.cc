@@ -231,8 +231,8 @@ TEST(JobTablesTest, MembershipCompletesAStepWithoutTheLostWorker) {
 
 TEST(JobTablesTest, BudgetWithoutEvictionFailsTheStepNamingTheTable) {
   // The smallest budget a table takes: one slab and index per stripe (64 x
-  // 16520 bytes at dim 2); 40000 new rows cannot fit it.
-  auto t = Make(Spec("BSP", "memory_budget_bytes: 1057280"), 1);
+  // 20616 bytes at dim 2); 40000 new rows cannot fit it.
+  auto t = Make(Spec("BSP", "memory_budget_bytes: 1319424"), 1);
   std::vector<uint64_t> ids(40000);
   for (size_t i = 0; i < ids.size(); ++i) ids[i] = i + 10;
   auto a =

@@ -182,7 +182,7 @@ struct ChunkDataView {
   WireReader::Mark data;  // start of the payload (if data_bytes > 0)
   uint64_t format = 0;    // WireFormat (unchecked)
   size_t indices_bytes = 0;
-  WireReader::Mark indices;  // start of the offsets (if indices_bytes > 0)
+  WireReader::Mark indices;       // start of the offsets (if indices_bytes > 0)
   bool has_base_version = false;  // a delta on top of `base_version`
   uint64_t base_version = 0;
 };

@@ -174,7 +174,8 @@ TEST(ShardDeltaTest, PlainSgdAnswersDeltasThatMatchFullRepliesBitwise) {
     // the entries: offsets and values of a fifth, under 0.6 of the full
     // chunk in 16 bits, 0.4 in 32.
     EXPECT_EQ(got.stats_bytes_out, got.wire_bytes);
-    const uint64_t full = got.dense_bytes / sizeof(float) * ElementBytes(format);
+    const uint64_t full =
+        got.dense_bytes / sizeof(float) * ElementBytes(format);
     EXPECT_LE(got.wire_bytes * 10, full * (format == FP32 ? 4 : 6));
   }
 }
@@ -321,9 +322,7 @@ TEST(ShardDeltaTest, BadHeldEntriesAreRefusedNamingTheFieldAndApplyNothing) {
       {"twice", "j", "held[4].chunk_id: chunk 2 listed twice",
        [](PushPullRequest* r) { *r->add_held() = r->held(2); }},
       {"reserved version", "j", "held[1].chunk_id: version",
-       [](PushPullRequest* r) {
-         r->mutable_held(1)->set_version(UINT64_MAX);
-       }},
+       [](PushPullRequest* r) { r->mutable_held(1)->set_version(UINT64_MAX); }},
       {"pushed delta", "j", "gradients[3].base_version: set on a pushed",
        [](PushPullRequest* r) {
          r->mutable_gradients(3)->set_base_version(0);

@@ -61,8 +61,12 @@ grpc::ByteBuffer EncodePush(const RequestHead& head, const RequestPlan& plan,
     const PlannedChunk& c = plan.chunks()[group.chunks[j]];
     if (!payloads.empty()) {
       const PushPayload& p = payloads[j];
-      refs.push_back({c.id, versions[c.id], p.data,
-                      static_cast<uint64_t>(p.format), p.indices, {}});
+      refs.push_back({c.id,
+                      versions[c.id],
+                      p.data,
+                      static_cast<uint64_t>(p.format),
+                      p.indices,
+                      {}});
       continue;
     }
     refs.push_back({c.id,
@@ -187,8 +191,8 @@ absl::Status DecodeReply(const grpc::ByteBuffer& reply, const RequestPlan& plan,
           const std::string field = absl::StrCat("parameters[", next, "]");
           if (v.base_version != held) {
             return lost(absl::StrCat(
-                field, ".base_version: a delta of chunk ", c.id,
-                " on version ", v.base_version, ", but this worker ",
+                field, ".base_version: a delta of chunk ", c.id, " on version ",
+                v.base_version, ", but this worker ",
                 held == kNotHeld ? std::string("asked for it in full")
                                  : absl::StrCat("holds version ", held)));
           }

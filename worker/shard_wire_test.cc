@@ -7,9 +7,9 @@
 #include <tuple>
 #include <vector>
 
+#include "core/wire_format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "core/wire_format.h"
 #include "proto/ps.pb.h"
 
 namespace ps {
@@ -331,20 +331,28 @@ TEST(ShardWireTest, RefusesBadDeltasAndLeavesParamsUntouched) {
   cases[0].error =
       "parameters[0].base_version: a delta of chunk 0 on version 9, but this "
       "worker asked for it in full";
-  cases[1] = {"another base", cases[0].reply, {8, kNotHeld},
+  cases[1] = {"another base",
+              cases[0].reply,
+              {8, kNotHeld},
               "parameters[0].base_version: a delta of chunk 0 on version 9, "
               "but this worker holds version 8"};
-  cases[2] = {"offset out of range", {}, {9, kNotHeld},
+  cases[2] = {"offset out of range",
+              {},
+              {9, kNotHeld},
               "parameters[0].indices: offset 3 at entry 0"};
   AddDelta(&cases[2].reply, 0, 9, {3}, {42});
-  cases[3] = {"offsets not ascending", {}, {9, kNotHeld},
+  cases[3] = {"offsets not ascending",
+              {},
+              {9, kNotHeld},
               "parameters[0].indices: offset 0 at entry 1"};
   AddDelta(&cases[3].reply, 0, 9, {1, 0}, {42, 43});
-  cases[4] = {"values and offsets disagree", {}, {9, kNotHeld},
-              "parameters[0].data"};
+  cases[4] = {
+      "values and offsets disagree", {}, {9, kNotHeld}, "parameters[0].data"};
   AddDelta(&cases[4].reply, 0, 9, {0, 1}, {42});
   // A good delta first, a bad one after: neither is written.
-  cases[5] = {"second chunk bad", {}, {9, 0},
+  cases[5] = {"second chunk bad",
+              {},
+              {9, 0},
               "parameters[1].indices: offset 4 at entry 0"};
   AddDelta(&cases[5].reply, 0, 9, {1}, {42});
   AddDelta(&cases[5].reply, 2, 0, {4}, {1});

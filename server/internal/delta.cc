@@ -83,7 +83,8 @@ std::shared_ptr<DeltaEncoding> EncodeDelta(
   const size_t element = ElementBytes(format);
   // Smaller than dense: n * (offset + element) < length * element.
   const size_t dense = values.size() * element;
-  const size_t max = dense == 0 ? 0 : (dense - 1) / (sizeof(uint32_t) + element);
+  const size_t max =
+      dense == 0 ? 0 : (dense - 1) / (sizeof(uint32_t) + element);
   static thread_local std::vector<uint32_t> offsets;
   static thread_local std::vector<float> changed;
   offsets.clear();

@@ -97,12 +97,10 @@ struct DeltaEncoding {
 // changed value does not fit `format` (the full reply then goes as FP32).
 // `reuse`: a previous encoding that no reply holds any more, rewritten in
 // place (may be null).
-std::shared_ptr<DeltaEncoding> EncodeDelta(const ChangeLog& log,
-                                           uint32_t worker,
-                                           absl::Span<const float> values,
-                                           uint64_t base, uint64_t version,
-                                           WireFormat format,
-                                           std::shared_ptr<DeltaEncoding> reuse);
+std::shared_ptr<DeltaEncoding> EncodeDelta(
+    const ChangeLog& log, uint32_t worker, absl::Span<const float> values,
+    uint64_t base, uint64_t version, WireFormat format,
+    std::shared_ptr<DeltaEncoding> reuse);
 
 }  // namespace internal
 }  // namespace ps

@@ -76,8 +76,9 @@ absl::Status CheckGradient(Job& job, uint32_t shard_id, uint64_t step, int i,
   if (g.has_base_version()) {
     return Reject(job, kBadDelta,
                   absl::InvalidArgumentError(absl::StrCat(
-                      field, ".base_version: set on a pushed gradient; only "
-                             "parameter replies are deltas")));
+                      field,
+                      ".base_version: set on a pushed gradient; only "
+                      "parameter replies are deltas")));
   }
   const uint64_t version = c.version.load(std::memory_order_acquire);
   if (job.restored && job.mode == BSP &&

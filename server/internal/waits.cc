@@ -64,12 +64,14 @@ std::shared_ptr<DeltaEncoding> SharedDelta(Job& job, Chunk& c, uint32_t worker,
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu) {
   const uint64_t version = c.state.version;
   if (c.delta != nullptr && c.delta->base == base &&
-      c.delta->version == version && c.changes.CanServe(worker, base, version)) {
+      c.delta->version == version &&
+      c.changes.CanServe(worker, base, version)) {
     return c.delta;
   }
   // As SharedEncoding: rewritten in place when no reply holds it.
   std::shared_ptr<DeltaEncoding> reuse;
-  if (c.delta != nullptr && c.delta.use_count() == 1) reuse = std::move(c.delta);
+  if (c.delta != nullptr && c.delta.use_count() == 1)
+    reuse = std::move(c.delta);
   std::shared_ptr<DeltaEncoding> d =
       EncodeDelta(c.changes, worker, c.state.values, base, version,
                   job.wire_format, std::move(reuse));
@@ -119,8 +121,7 @@ void FillChunk(Job& job, const Waiter& w, size_t i, ChunkData* d,
     d->set_format(c.encoded_format);
     tally->bytes += w.payloads->back()->size();
   }
-  const bool in_job_format =
-      Resolved(d->format()) == Resolved(job.wire_format);
+  const bool in_job_format = Resolved(d->format()) == Resolved(job.wire_format);
   tally->fallbacks += !in_job_format;
   // The next delta for this worker builds on what it now holds; a reply in
   // FP32 instead of the job's narrow format is no base for one.

@@ -19,26 +19,48 @@ inline uint32_t MagnitudeKey(float x) {
   return u & 0x7fffffffu;
 }
 
+// Magnitude keys are bucketed by their top bits (sign excluded): exponent
+// and the leading mantissa bits, 2^11 buckets, a histogram that fits L1.
+constexpr int kBucketShift = 20;
+constexpr size_t kBuckets = size_t{1} << (31 - kBucketShift);
+
 // The offsets, ascending, of the k entries of largest |v|, ties to the
-// lower offset. O(length): the k-th largest magnitude by nth_element on a
-// copy of the keys, then one pass in offset order takes every larger entry
-// and the first equal ones.
+// lower offset. O(length) in three passes and no copy of `v`: a histogram
+// of the keys' top bits finds the bucket that holds the k-th largest, an
+// nth_element over that bucket's keys alone finds it exactly, and one pass
+// in offset order takes every larger entry and the first equal ones.
 std::vector<uint32_t> SelectTopk(const std::vector<float>& v, uint64_t k) {
   const size_t n = v.size();
-  std::vector<uint32_t> keys(n);
-  for (size_t i = 0; i < n; ++i) keys[i] = MagnitudeKey(v[i]);
-  std::vector<uint32_t> scratch(keys);
-  std::nth_element(scratch.begin(), scratch.begin() + (k - 1), scratch.end(),
-                   std::greater<uint32_t>());
-  const uint32_t threshold = scratch[k - 1];
-  uint64_t above = 0;
-  for (uint32_t key : keys) above += key > threshold;
+  static thread_local std::vector<uint64_t> histogram;
+  histogram.assign(kBuckets, 0);
+  for (size_t i = 0; i < n; ++i)
+    ++histogram[MagnitudeKey(v[i]) >> kBucketShift];
+  // The bucket of the k-th largest, and how many entries lie above it.
+  size_t bucket = kBuckets;
+  uint64_t above_bucket = 0;
+  while (above_bucket + histogram[bucket - 1] < k) {
+    above_bucket += histogram[--bucket];
+  }
+  --bucket;
+  static thread_local std::vector<uint32_t> candidates;
+  candidates.clear();
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t key = MagnitudeKey(v[i]);
+    if ((key >> kBucketShift) == bucket) candidates.push_back(key);
+  }
+  const size_t nth = k - above_bucket - 1;  // within the bucket, largest first
+  std::nth_element(candidates.begin(), candidates.begin() + nth,
+                   candidates.end(), std::greater<uint32_t>());
+  const uint32_t threshold = candidates[nth];
+  uint64_t above = above_bucket;
+  for (uint32_t key : candidates) above += key > threshold;
   uint64_t ties = k - above;  // entries equal to the threshold to take
   std::vector<uint32_t> order;
   order.reserve(k);
   for (size_t i = 0; i < n; ++i) {
-    if (keys[i] > threshold || (keys[i] == threshold && ties > 0)) {
-      if (keys[i] == threshold) --ties;
+    const uint32_t key = MagnitudeKey(v[i]);
+    if (key > threshold || (key == threshold && ties > 0)) {
+      if (key == threshold) --ties;
       order.push_back(static_cast<uint32_t>(i));
     }
   }

@@ -7,34 +7,13 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "core/model_spec.h"
+#include "worker/model/internal/buffer_alloc.h"
 
 namespace ps {
 namespace {
 
-// Allocates n elements into *out, keeping the first failure in *status.
-template <typename T>
-void AllocInto(Backend* backend, size_t n, DeviceBuffer<T>* out,
-               absl::Status* status) {
-  if (!status->ok()) return;
-  absl::StatusOr<DeviceBuffer<T>> b = backend->Allocate<T>(n);
-  if (!b.ok()) {
-    *status = b.status();
-    return;
-  }
-  *out = *std::move(b);
-}
-
-template <typename T>
-void AllocHostInto(Backend* backend, size_t n, HostBuffer<T>* out,
-                   absl::Status* status) {
-  if (!status->ok()) return;
-  absl::StatusOr<HostBuffer<T>> b = backend->AllocateHost<T>(n);
-  if (!b.ok()) {
-    *status = b.status();
-    return;
-  }
-  *out = *std::move(b);
-}
+using model_internal::AllocHostInto;
+using model_internal::AllocInto;
 
 }  // namespace
 

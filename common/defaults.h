@@ -41,6 +41,8 @@ inline constexpr uint32_t kDefaultMaxInflightPerShard = 4;
 // rest are on the wire (docs/SCALING.md); not slower on loopback.
 inline constexpr uint32_t kDefaultMaxRequestBytes = 256u << 10;
 inline constexpr uint32_t kDefaultChannelsPerShard = 2;
+// PsClientOptions.delta_pulls (WorkerdConfig.disable_delta_pulls negates).
+inline constexpr bool kDefaultDeltaPulls = true;
 // Overlapped steps: layers are held until this many gradient bytes are held,
 // then pushed in one request per shard (small tensors fused).
 inline constexpr uint32_t kDefaultFusionBytes = 64u << 10;  // 64 KiB

@@ -55,15 +55,30 @@ void PutChunkDataHead(uint8_t list_tag, uint64_t chunk_id, uint64_t version,
 }
 
 void PutChunkDataTail(uint64_t format, absl::string_view indices,
-                      std::string* out) {
+                      std::string* out, std::optional<uint64_t> base_version) {
   PutVarintField(kChunkFormatTag, format, out);
   PutBytesField(kChunkIndicesTag, indices, out);
+  if (base_version.has_value()) {
+    out->push_back(static_cast<char>(kChunkBaseVersionTag));
+    PutVarint(*base_version, out);
+  }
 }
 
-size_t ChunkDataTailSize(uint64_t format, absl::string_view indices) {
+size_t ChunkDataTailSize(uint64_t format, absl::string_view indices,
+                         std::optional<uint64_t> base_version) {
   size_t n = format == 0 ? 0 : 1 + VarintSize(format);
   if (!indices.empty()) n += 1 + VarintSize(indices.size()) + indices.size();
+  if (base_version.has_value()) n += 1 + VarintSize(*base_version);
   return n;
+}
+
+void PutHeldChunk(uint64_t chunk_id, uint64_t version, std::string* out) {
+  std::string fields;
+  PutVarintField(kHeldChunkIdTag, chunk_id, &fields);
+  PutVarintField(kHeldVersionTag, version, &fields);
+  out->push_back(static_cast<char>(kRequestHeldTag));
+  PutVarint(fields.size(), out);
+  *out += fields;
 }
 
 void EncodeChunkList(uint8_t list_tag, absl::Span<const ChunkDataRef> chunks,
@@ -71,7 +86,7 @@ void EncodeChunkList(uint8_t list_tag, absl::Span<const ChunkDataRef> chunks,
                      std::vector<WirePiece>* pieces) {
   for (const ChunkDataRef& c : chunks) {
     PutChunkDataHead(list_tag, c.chunk_id, c.version, c.data.size(), head,
-                     ChunkDataTailSize(c.format, c.indices));
+                     ChunkDataTailSize(c.format, c.indices, c.base_version));
     // proto3 leaves empty bytes off the wire.
     if (!c.data.empty() && c.data.size() < copy_below) {
       head->append(c.data.data(), c.data.size());
@@ -80,7 +95,7 @@ void EncodeChunkList(uint8_t list_tag, absl::Span<const ChunkDataRef> chunks,
       head->clear();
       pieces->push_back(WirePiece{{}, c.data, true});
     }
-    PutChunkDataTail(c.format, c.indices, head);
+    PutChunkDataTail(c.format, c.indices, head, c.base_version);
   }
 }
 
@@ -200,6 +215,10 @@ absl::Status DecodeChunkData(uint64_t length, WireReader* in,
       view->indices = in->mark();
       if (!in->Read(nullptr, n))
         return Malformed("ChunkData.indices (truncated)", *in);
+    } else if (field == kChunkBaseVersionField && wire == kVarint) {
+      if (!in->ReadVarint(&view->base_version))
+        return Malformed("ChunkData.base_version", *in);
+      view->has_base_version = true;
     } else if (!in->SkipField(wire)) {
       return Malformed("ChunkData (field)", *in);
     }

@@ -26,6 +26,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -69,13 +70,19 @@ inline constexpr uint8_t kReplyStaleTag = Tag(3, kVarint);
 // ChunkData.
 inline constexpr uint32_t kChunkIdField = 1, kChunkVersionField = 2,
                           kChunkDataField = 3, kChunkFormatField = 4,
-                          kChunkIndicesField = 5;
+                          kChunkIndicesField = 5, kChunkBaseVersionField = 6;
 inline constexpr uint8_t kChunkIdTag = Tag(kChunkIdField, kVarint);
 inline constexpr uint8_t kChunkVersionTag = Tag(kChunkVersionField, kVarint);
 inline constexpr uint8_t kChunkDataTag = Tag(kChunkDataField, kLengthDelimited);
 inline constexpr uint8_t kChunkFormatTag = Tag(kChunkFormatField, kVarint);
 inline constexpr uint8_t kChunkIndicesTag =
     Tag(kChunkIndicesField, kLengthDelimited);
+inline constexpr uint8_t kChunkBaseVersionTag =
+    Tag(kChunkBaseVersionField, kVarint);
+// HeldChunk, as element `held` (field 6) of PushPullRequest / PullRequest.
+inline constexpr uint8_t kRequestHeldTag = Tag(6, kLengthDelimited);
+inline constexpr uint8_t kHeldChunkIdTag = Tag(1, kVarint);
+inline constexpr uint8_t kHeldVersionTag = Tag(2, kVarint);
 
 // ---------------------------------------------------------------- encoder
 
@@ -95,10 +102,16 @@ void PutChunkDataHead(uint8_t list_tag, uint64_t chunk_id, uint64_t version,
                       size_t data_bytes, std::string* out,
                       size_t tail_bytes = 0);
 // The fields after the payload: ChunkData.format and .indices (each left
-// off when 0 / empty), and their encoded size.
+// off when 0 / empty) and .base_version (written when given, 0 included:
+// the field has presence), and their encoded size.
 void PutChunkDataTail(uint64_t format, absl::string_view indices,
-                      std::string* out);
-size_t ChunkDataTailSize(uint64_t format, absl::string_view indices);
+                      std::string* out,
+                      std::optional<uint64_t> base_version = std::nullopt);
+size_t ChunkDataTailSize(uint64_t format, absl::string_view indices,
+                         std::optional<uint64_t> base_version = std::nullopt);
+
+// A HeldChunk {chunk_id, version} as element `held` of a request.
+void PutHeldChunk(uint64_t chunk_id, uint64_t version, std::string* out);
 
 // One ChunkData to encode; `data` and `indices` are borrowed.
 struct ChunkDataRef {
@@ -107,6 +120,7 @@ struct ChunkDataRef {
   absl::string_view data;
   uint64_t format = 0;        // WireFormat; 0 (FP32) stays off the wire
   absl::string_view indices;  // sparse offsets; copied into the head
+  std::optional<uint64_t> base_version;  // set: a delta reply
 };
 
 // A piece of an encoded message: either bytes the encoder wrote (`owned`)
@@ -168,7 +182,9 @@ struct ChunkDataView {
   WireReader::Mark data;  // start of the payload (if data_bytes > 0)
   uint64_t format = 0;    // WireFormat (unchecked)
   size_t indices_bytes = 0;
-  WireReader::Mark indices;  // start of the offsets (if indices_bytes > 0)
+  WireReader::Mark indices;       // start of the offsets (if indices_bytes > 0)
+  bool has_base_version = false;  // a delta on top of `base_version`
+  uint64_t base_version = 0;
 };
 
 // Copies a view's payload (view.data_bytes bytes) into `dst`.

@@ -49,6 +49,7 @@ absl::Status DecodeReply(const std::vector<absl::string_view>& pieces,
     std::string indices(v.indices_bytes, '\0');
     CopyChunkIndices(v, &in, indices.data());
     c->set_indices(indices);
+    if (v.has_base_version) c->set_base_version(v.base_version);
     return absl::OkStatus();
   });
 }
@@ -73,8 +74,18 @@ PushPullRequest SampleRequest() {
     if (i == 3) {
       c->set_format(FP16);
       c->set_indices(std::string("\x01\0\0\0\x05\0\0\0", 8));
+      c->set_base_version(999);
     }
+    // A delta on version 0: the field has presence, so 0 is on the wire.
+    if (i == 1) c->set_base_version(0);
   }
+  // Delta pulls: chunks the worker holds (one at version 0).
+  HeldChunk* h = r.add_held();
+  h->set_chunk_id(300);
+  h->set_version(0);
+  h = r.add_held();
+  h->set_chunk_id(0);
+  h->set_version(1ull << 35);
   return r;
 }
 
@@ -89,11 +100,16 @@ TEST(WireCodecTest, EncoderIsByteIdenticalToProtobuf) {
     PutVarintField(kRequestAttemptTag, r.attempt(), &head);
     std::vector<ChunkDataRef> chunks;
     for (const ChunkData& c : r.gradients()) {
+      std::optional<uint64_t> base;
+      if (c.has_base_version()) base = c.base_version();
       chunks.push_back({c.chunk_id(), c.version(), c.data(),
-                        static_cast<uint64_t>(c.format()), c.indices()});
+                        static_cast<uint64_t>(c.format()), c.indices(), base});
     }
     std::vector<WirePiece> pieces;
     EncodeChunkList(kRequestGradientsTag, chunks, copy_below, &head, &pieces);
+    for (const HeldChunk& h : r.held()) {
+      PutHeldChunk(h.chunk_id(), h.version(), &head);
+    }
     EXPECT_EQ(Join(pieces, head), r.SerializeAsString());
     size_t borrowed = 0;
     for (const WirePiece& p : pieces) borrowed += p.is_borrowed;
@@ -135,6 +151,8 @@ TEST(WireCodecTest, DecoderReadsGradientsOfARequest) {
         EXPECT_EQ(v.data_bytes, c.data().size());
         EXPECT_EQ(v.format, static_cast<uint64_t>(c.format()));
         EXPECT_EQ(v.indices_bytes, c.indices().size());
+        EXPECT_EQ(v.has_base_version, c.has_base_version());
+        EXPECT_EQ(v.base_version, c.base_version());
         return absl::OkStatus();
       }).ok());
   EXPECT_EQ(seen, r.gradients_size());
@@ -190,7 +208,13 @@ TEST(WireCodecTest, MalformedInputNamesWhatBroke) {
   std::string truncated_data;
   PutChunkDataHead(kReplyChunksTag, 1, 0, 8, &truncated_data);
   truncated_data += "abc";
+  std::string bad_base;  // base_version's varint cut short
+  bad_base.push_back(static_cast<char>(kReplyChunksTag));
+  bad_base.push_back(2);
+  bad_base.push_back(static_cast<char>(kChunkBaseVersionTag));
+  bad_base.push_back('\x80');
   const std::vector<Case> cases = {
+      {"truncated base_version", bad_base, "malformed ChunkData.base_version"},
       {"group wire type", group, "malformed message (field) at byte 1"},
       {"over-long varint", overlong, "malformed message (tag)"},
       {"overrun", overrun, "malformed ChunkData (overrun)"},

@@ -61,9 +61,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/functional/function_ref.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "proto/ps.pb.h"
@@ -200,9 +200,9 @@ class CheckpointStore {
     const int fd_;
     const TablesRef ref_;
     std::string buf_;
-    size_t at_ = 0;        // next unread byte of buf_
-    uint64_t read_ = 0;    // bytes read from the file
-    uint32_t crc_ = 0;     // of the bytes read from the file
+    size_t at_ = 0;      // next unread byte of buf_
+    uint64_t read_ = 0;  // bytes read from the file
+    uint32_t crc_ = 0;   // of the bytes read from the file
   };
   // Opens the tables file of `checkpoint` (of `job_id`, which must have
   // checkpoint.tables set) positioned after its header. DATA_LOSS naming
@@ -224,9 +224,8 @@ class CheckpointStore {
   // corrupt file. It may move the contents out of `checkpoint` (Loaded's
   // copy then holds what it left). The shard restores the job here, so a
   // bad tables file falls back to the previous checkpoint.
-  using Accept =
-      std::function<absl::Status(JobCheckpoint& checkpoint,
-                                 const std::string& path)>;
+  using Accept = std::function<absl::Status(JobCheckpoint& checkpoint,
+                                            const std::string& path)>;
   // The newest checkpoint of `job_id` that reads back intact, also checking
   // that it belongs to this shard and to this job, and that `accept` (when
   // set) takes it. NOT_FOUND when there is none; otherwise, when every

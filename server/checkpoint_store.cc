@@ -397,9 +397,8 @@ CheckpointStore::OpenTables(absl::string_view job_id,
   const std::string path = TablesPathFor(job_id, checkpoint.sequence);
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
-    return absl::DataLossError(absl::StrCat("tables file ", path,
-                                            ": cannot open: ",
-                                            std::strerror(errno)));
+    return absl::DataLossError(absl::StrCat(
+        "tables file ", path, ": cannot open: ", std::strerror(errno)));
   }
   std::unique_ptr<TablesReader> r(
       new TablesReader(path, fd, *checkpoint.tables));
@@ -408,9 +407,11 @@ CheckpointStore::OpenTables(absl::string_view job_id,
   if (ec || size != checkpoint.tables->bytes) {
     return absl::DataLossError(
         absl::StrCat("tables file ", path, ": ", ec ? ec.message() : "",
-                     ec ? "" : absl::StrCat(size, " bytes, the checkpoint "
-                                            "names ",
-                                            checkpoint.tables->bytes)));
+                     ec ? ""
+                        : absl::StrCat(size,
+                                       " bytes, the checkpoint "
+                                       "names ",
+                                       checkpoint.tables->bytes)));
   }
   char h[internal::kTablesHeaderBytes];
   PS_RETURN_IF_ERROR(r->Read(sizeof(h), h));

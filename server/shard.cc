@@ -337,6 +337,18 @@ void Shard::PushPull(const PushPullRequest& req, ChunkDataList* take,
   if (payloads != nullptr) payloads->clear();
   absl::StatusOr<JobPtr> job = FindJob(req.job_id());
   if (!job.ok()) return done(job.status());
+  // Delta pulls: checked before anything of the push is applied.
+  std::vector<uint64_t> bases;
+  {
+    std::vector<uint32_t> ids;
+    ids.reserve(req.gradients_size());
+    for (const ChunkData& g : req.gradients()) ids.push_back(g.chunk_id());
+    if (absl::Status st =
+            internal::ValidateHeld(**job, req.held(), ids, "gradients", &bases);
+        !st.ok()) {
+      return done(std::move(st));
+    }
+  }
   std::vector<Chunk*> chunks;
   absl::StatusOr<PushCounts> counts =
       ApplyPush(*job, req.worker(), req.step(), req.gradients(), take, &chunks);
@@ -348,6 +360,8 @@ void Shard::PushPull(const PushPullRequest& req, ChunkDataList* take,
       *job, next_waiter_id_.fetch_add(1, std::memory_order_relaxed),
       std::move(chunks), req.step(), resp->mutable_parameters(), payloads,
       std::move(done));
+  w->worker = req.worker();
+  w->bases = std::move(bases);
   internal::SetPushPullConditions(**job, req.step(), w.get());
   internal::StartWait(*job, std::move(w));
 }
@@ -360,8 +374,9 @@ void Shard::Pull(const PullRequest& req, PullResponse* resp,
   absl::StatusOr<JobPtr> job = FindJob(req.job_id());
   if (!job.ok()) return done(job.status());
   std::vector<Chunk*> chunks;
-  if (absl::Status st =
-          internal::ValidatePull(**job, options_.shard_id, req, &chunks);
+  std::vector<uint64_t> bases;
+  if (absl::Status st = internal::ValidatePull(**job, options_.shard_id, req,
+                                               &chunks, &bases);
       !st.ok()) {
     return done(std::move(st));
   }
@@ -369,6 +384,8 @@ void Shard::Pull(const PullRequest& req, PullResponse* resp,
       *job, next_waiter_id_.fetch_add(1, std::memory_order_relaxed),
       std::move(chunks), req.step(), resp->mutable_parameters(), payloads,
       std::move(done));
+  w->worker = req.worker();
+  w->bases = std::move(bases);
   internal::SetPullConditions(**job, req.step(), req.min_version(), w.get());
   internal::StartWait(*job, std::move(w));
 }
@@ -390,21 +407,21 @@ void Shard::SparseExchange(const SparseExchangeRequest& req,
   // Read now: `req` may be gone once `done` ran.
   const bool push = req.push();
   const JobPtr keep = *job;
-  tables->Exchange(
-      req, resp,
-      [this, resp, job = *std::move(job),
-       done = std::move(done)](absl::Status s) mutable {
-        // Before `done`, while `resp` is valid.
-        if (s.ok()) checkpointer_->AfterExchange(job, resp->version());
-        if (absl::IsInvalidArgument(s)) {
-          job->rejected.Add(internal::kSparseBadRequest);
-        } else if (absl::IsFailedPrecondition(s)) {
-          job->rejected.Add(internal::kInactiveWorker);
-        } else if (absl::IsResourceExhausted(s)) {
-          job->rejected.Add(internal::kSparseOverBudget);
-        }
-        done(std::move(s));
-      });
+  tables->Exchange(req, resp,
+                   [this, resp, job = *std::move(job),
+                    done = std::move(done)](absl::Status s) mutable {
+                     // Before `done`, while `resp` is valid.
+                     if (s.ok())
+                       checkpointer_->AfterExchange(job, resp->version());
+                     if (absl::IsInvalidArgument(s)) {
+                       job->rejected.Add(internal::kSparseBadRequest);
+                     } else if (absl::IsFailedPrecondition(s)) {
+                       job->rejected.Add(internal::kInactiveWorker);
+                     } else if (absl::IsResourceExhausted(s)) {
+                       job->rejected.Add(internal::kSparseOverBudget);
+                     }
+                     done(std::move(s));
+                   });
   // Counted once the push is buffered or applied (or refused), so that a
   // snapshot which saw the count holds the push.
   if (push) checkpointer_->CountSparsePush(*keep);

@@ -35,6 +35,14 @@
 //     (top-k), scattered into zeros; BSP buffers and sums the dense FP32
 //     result as above. Replies carry parameters in the job's
 //     spec.wire.format, FP32 for a chunk whose values do not fit it.
+//   * Delta pulls (jobs whose spec.wire.topk_fraction < 1): each chunk
+//     records, after every update, which entries' bits changed
+//     (internal/delta.h). A PushPull or Pull that names a chunk in `held`
+//     at the version this shard last answered that worker gets only the
+//     entries changed since (ChunkData.base_version), when that is smaller
+//     than the full chunk; otherwise (another version, an optimizer that
+//     changed most entries, a restarted shard) the full chunk. Applied
+//     onto the worker's copy, a delta gives bitwise the full reply.
 //   * Bad input (unknown job or chunk, chunk of another shard, wrong size,
 //     unknown format, offsets out of range or not ascending,
 //     NaN/Inf, worker out of range or not active, step from the future, ...)
@@ -72,8 +80,9 @@
 //     pushed previous + every_steps dense steps (a job without dense
 //     chunks here then checkpoints on every_seconds only); and
 //     every_seconds after the previous one if anything (dense or sparse)
-//     was pushed since; on Shutdown, a last one if anything changed. Each chunk is copied under its own lock (pushes to
-//     the others go on); the file is written by a background thread.
+//     was pushed since; on Shutdown, a last one if anything changed. Each chunk
+//     is copied under its own lock (pushes to the others go on); the file is
+//     written by a background thread.
 //   * Restart: OpenCheckpoints re-creates every job from its newest intact
 //     checkpoint (a corrupt or truncated newer file is reported by name and
 //     the previous one used). The restored chunks behave as before the
@@ -278,7 +287,8 @@ class Shard {
   //   rejected          keys: unknown_job, worker_out_of_range,
   //                     inactive_worker, unknown_chunk, chunk_not_on_shard,
   //                     duplicate_chunk, wrong_size, bad_format,
-  //                     bad_indices, version_ahead,
+  //                     bad_indices, bad_delta (a bad `held` entry, a
+  //                     pushed base_version), version_ahead,
   //                     future_step, non_finite, bad_membership,
   //                     ahead_of_restore (a push/pull past a restored
   //                     version), no_checkpoint_dir (1: the spec asks for

@@ -50,8 +50,8 @@ std::string Bytes(const void* p, size_t n) {
 }
 
 // One BSP step of worker 0: push grads for `ids`, pull them when `pull`.
-absl::Status Step(Shard& shard, uint64_t step,
-                  const std::vector<uint64_t>& ids, bool pull) {
+absl::Status Step(Shard& shard, uint64_t step, const std::vector<uint64_t>& ids,
+                  bool pull) {
   const uint32_t dim = absl::GetFlag(FLAGS_dim);
   SparseExchangeRequest req;
   req.set_job_id("bench");
@@ -110,8 +110,7 @@ uint64_t DirBytes(const std::string& dir, const std::string& suffix) {
   for (const auto& e : std::filesystem::directory_iterator(dir)) {
     const std::string name = e.path().filename().string();
     if (name.size() > suffix.size() &&
-        name.compare(name.size() - suffix.size(), suffix.size(), suffix) ==
-            0) {
+        name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) {
       n = std::max<uint64_t>(n, e.file_size());
     }
   }

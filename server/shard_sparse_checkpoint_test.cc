@@ -82,8 +82,8 @@ std::unique_ptr<Exchange> Start(Shard& shard, uint32_t w, uint64_t step,
     g->set_ids(IdBytes(ids));
     std::vector<float> grads(ids.size() * kDim);
     for (size_t i = 0; i < grads.size(); ++i) {
-      grads[i] = 0.01f * static_cast<float>((i * 7 + w * 13 + step) % 17) -
-                 0.07f;
+      grads[i] =
+          0.01f * static_cast<float>((i * 7 + w * 13 + step) % 17) - 0.07f;
     }
     g->set_values(std::string(reinterpret_cast<const char*>(grads.data()),
                               grads.size() * 4));
@@ -186,7 +186,8 @@ TEST(ShardSparseCheckpointTest, RestartRestoresTablesExactly) {
     for (uint64_t t = 4; t < 6; ++t) SparseStep(*s, t);
   }
   EXPECT_TRUE(AllRows(*b, 6) == AllRows(reference, 6));
-  EXPECT_EQ(Table(StatsOf(*b, "j")).rows(), Table(StatsOf(reference, "j")).rows());
+  EXPECT_EQ(Table(StatsOf(*b, "j")).rows(),
+            Table(StatsOf(reference, "j")).rows());
 
   // A push beyond the restored version fails naming the restore.
   std::unique_ptr<Shard> c = CheckpointingShard(image, &report);
@@ -204,8 +205,8 @@ class DamagedTablesTest : public ::testing::TestWithParam<Damage> {};
 
 TEST_P(DamagedTablesTest, FallsBackToThePreviousCheckpoint) {
   const RegisterJobRequest reg = SparseRegistration(1000);
-  const std::string dir =
-      CheckpointDir(absl::StrCat("sparse_damaged_", static_cast<int>(GetParam())));
+  const std::string dir = CheckpointDir(
+      absl::StrCat("sparse_damaged_", static_cast<int>(GetParam())));
   std::string rows_at_zero;
   {
     Shard::RestoreReport report;
@@ -250,8 +251,7 @@ TEST_P(DamagedTablesTest, FallsBackToThePreviousCheckpoint) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Damages, DamagedTablesTest,
-                         ::testing::Values(Damage::kFlipByte,
-                                           Damage::kTruncate,
+                         ::testing::Values(Damage::kFlipByte, Damage::kTruncate,
                                            Damage::kDelete));
 
 // BSP every_steps 2: a checkpoint is due once the chunks AND the tables

@@ -33,20 +33,24 @@ class AsyncClientTest : public ::testing::Test {
   }
 
   // A job of kFloats floats (same seed, so the same initial values).
-  Assignment Job(const std::string& id, ConsistencyMode mode) {
+  Assignment Job(const std::string& id, ConsistencyMode mode,
+                 const WireSpec& wire = WireSpec()) {
     bench::BenchJob job;
     job.job_id = id;
     job.floats = kFloats;
     job.mode = mode;
     job.partition_bytes = 256 << 10;
+    job.wire = wire;
     absl::StatusOr<Assignment> a = cluster_->RegisterJob(job);
     EXPECT_TRUE(a.ok()) << a.status();
     return a.ok() ? *a : Assignment();
   }
 
-  std::unique_ptr<AsyncPsClient> Async(const Assignment& a) {
+  std::unique_ptr<AsyncPsClient> Async(const Assignment& a,
+                                       bool delta_pulls = true) {
     PsClientOptions options;
     options.max_request_bytes = 400 << 10;  // several requests per shard
+    options.delta_pulls = delta_pulls;
     absl::StatusOr<std::unique_ptr<AsyncPsClient>> c =
         AsyncPsClient::Create(options, a, &cluster_->security());
     EXPECT_TRUE(c.ok()) << c.status();
@@ -109,6 +113,54 @@ TEST_F(AsyncClientTest, PushThenPullMatchesPushPull) {
   pull.params = absl::MakeSpan(params);
   ASSERT_TRUE(client->Wait(client->Start(std::move(pull))).ok());
   for (size_t i = 0; i < kFloats; ++i) ASSERT_EQ(params[i], expected[i]) << i;
+}
+
+// Delta pulls: one request of `op` on the whole model into `params`.
+absl::Status Exchange(AsyncPsClient& client, ParamOp op, uint64_t step,
+                      const std::vector<float>& grad,
+                      std::vector<float>* params) {
+  ParamRequest r;
+  r.op = op;
+  r.step = step;
+  if (op != ParamOp::kPull) r.gradient = grad;
+  r.params = absl::MakeSpan(*params);
+  return client.Wait(client.Start(std::move(r)));
+}
+
+TEST_F(AsyncClientTest, DeltaPullsLandBitwiseOnTheBufferThatHoldsTheBase) {
+  WireSpec topk;
+  topk.set_topk_fraction(0.01f);
+  const Assignment a = Job("delta", ASP, topk);
+  std::unique_ptr<AsyncPsClient> client = Async(a);
+  std::unique_ptr<AsyncPsClient> reader = Async(a, /*delta_pulls=*/false);
+  ASSERT_NE(client, nullptr);
+  ASSERT_NE(reader, nullptr);
+  std::vector<float> params(kFloats), other(kFloats), full(kFloats);
+  ASSERT_TRUE(Exchange(*client, ParamOp::kPull, 0, grad_, &params).ok());
+  EXPECT_EQ(client->stats().delta_chunks, 0u);  // held nothing yet
+  for (uint64_t step = 0; step < 3; ++step) {
+    ASSERT_TRUE(
+        Exchange(*client, ParamOp::kPushPull, step, grad_, &params).ok());
+    ASSERT_TRUE(Exchange(*reader, ParamOp::kPull, 0, grad_, &full).ok());
+    EXPECT_EQ(params, full) << "step " << step;
+  }
+  const PsClientStats s = client->stats();
+  const size_t chunks = client->plan().chunks().size();
+  EXPECT_EQ(s.delta_chunks, 3 * chunks);
+  // 1% of the entries as offset + value, instead of every value.
+  EXPECT_LT(s.bytes_received, s.dense_bytes_received / 2);
+  EXPECT_EQ(reader->stats().delta_chunks, 0u);
+  // Another buffer holds nothing: in full; then it holds the base. The
+  // first buffer is no longer what the client last wrote: in full.
+  ASSERT_TRUE(Exchange(*client, ParamOp::kPull, 0, grad_, &other).ok());
+  EXPECT_EQ(client->stats().delta_chunks, 3 * chunks);
+  EXPECT_EQ(other, full);
+  ASSERT_TRUE(Exchange(*client, ParamOp::kPull, 0, grad_, &other).ok());
+  EXPECT_EQ(client->stats().delta_chunks, 4 * chunks);
+  EXPECT_EQ(other, full);
+  ASSERT_TRUE(Exchange(*client, ParamOp::kPull, 0, grad_, &params).ok());
+  EXPECT_EQ(client->stats().delta_chunks, 4 * chunks);
+  EXPECT_EQ(params, full);
 }
 
 }  // namespace

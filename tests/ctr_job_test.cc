@@ -64,8 +64,8 @@ void TrainOnce(const std::string& dir, CtrRun* out) {
       << run->out;
   ASSERT_TRUE(absl::SimpleAtod(SummaryField(run->out, "teacher_auc"),
                                &out->teacher_auc));
-  ASSERT_TRUE(absl::SimpleAtod(SummaryField(run->out, "test_logloss"),
-                               &out->logloss));
+  ASSERT_TRUE(
+      absl::SimpleAtod(SummaryField(run->out, "test_logloss"), &out->logloss));
   const std::string job = SummaryField(run->out, "job");
   absl::StatusOr<JobParameters> params = ReadJobParameters(cluster, job, 2);
   ASSERT_TRUE(params.ok()) << params.status();

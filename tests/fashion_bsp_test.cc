@@ -5,7 +5,10 @@
 // while backward runs), the second does not (workerd disable_overlap): the
 // shards sum every chunk in rank order whatever the arrival order, so the
 // two agree bit for bit. The same holds on a compressed wire (BF16 values,
-// top-k 1% with error feedback: per-chunk residuals).
+// top-k 1% with error feedback: per-chunk residuals), and, with plain SGD
+// (a step changes only the entries some worker pushed), whether the workers
+// pull deltas (only the entries changed since the version they hold) or
+// every chunk in full (workerd disable_delta_pulls).
 #include <filesystem>
 #include <iostream>
 #include <string>
@@ -38,22 +41,51 @@ constexpr char kJob[] = R"pb(
 struct RunResult {
   double test_accuracy = 0;
   uint64_t checksum = 0;
+  uint64_t delta_pulls = 0;  // chunk reads answered as deltas, all shards
 };
+
+// The sum of every `"field": "N"` in psctl's JSON (uint64 fields print as
+// strings).
+uint64_t SumJsonField(const std::string& json, const std::string& field) {
+  uint64_t sum = 0;
+  const std::string key = absl::StrCat("\"", field, "\": \"");
+  for (size_t at = json.find(key); at != std::string::npos;
+       at = json.find(key, at + 1)) {
+    uint64_t v = 0;
+    const size_t start = at + key.size();
+    if (absl::SimpleAtoi(json.substr(start, json.find('"', start) - start),
+                         &v)) {
+      sum += v;
+    }
+  }
+  return sum;
+}
 
 // The job above on a compressed wire.
 constexpr char kCompressedWire[] =
     "wire { format: BF16 topk_fraction: 0.01 }\n";
 
+// The job above with plain SGD (no momentum).
+std::string PlainSgdJob() {
+  std::string job = kJob;
+  const std::string momentum = " momentum: 0.9";
+  job.erase(job.find(momentum), momentum.size());
+  return job;
+}
+
 void TrainOnce(const std::string& name, bool overlap, RunResult* result,
-               const std::string& extra_fields = "") {
+               const std::string& extra_fields = "",
+               const std::string& job_text = kJob,
+               const std::string& workerd_extra = "") {
   std::string dir = TestDir(name);
   LocalClusterOptions options;
-  if (!overlap) options.workerd_extra = "disable_overlap: true";
+  options.workerd_extra = workerd_extra;
+  if (!overlap) options.workerd_extra += "\ndisable_overlap: true";
   LocalCluster cluster(dir, options);
   ASSERT_TRUE(cluster.Start().ok());
-  ASSERT_TRUE(
-      WriteFileAtomically(dir + "/job.pbtxt", absl::StrCat(kJob, extra_fields))
-          .ok());
+  ASSERT_TRUE(WriteFileAtomically(dir + "/job.pbtxt",
+                                  absl::StrCat(job_text, extra_fields))
+                  .ok());
   absl::StatusOr<CommandResult> run =
       cluster.Psctl({"submit", dir + "/job.pbtxt", "--wait", "--timeout=400"},
                     absl::Seconds(420));
@@ -72,6 +104,10 @@ void TrainOnce(const std::string& name, bool overlap, RunResult* result,
   ASSERT_GT(read->status.progress().step(), 0u);
   const std::vector<float>& params = read->values;
   result->checksum = ParamChecksum(params);
+  absl::StatusOr<CommandResult> stats =
+      cluster.Psctl({"stats", "--job=" + job, "--json"}, absl::Seconds(30));
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  result->delta_pulls = SumJsonField(stats->out, "delta_pulls");
   absl::Status stopped = cluster.Stop();
   EXPECT_TRUE(stopped.ok()) << stopped;
 }
@@ -108,6 +144,28 @@ TEST(FashionBspTest, CompressedWireTrainsAndIsBitwiseReproducible) {
       TrainOnce("wire2", /*overlap=*/false, &second, kCompressedWire));
   EXPECT_EQ(first.checksum, second.checksum)
       << "same seed and wire, overlap on and off, different parameters";
+}
+
+TEST(FashionBspTest, DeltaPullsGiveBitwiseTheParametersOfFullPulls) {
+  if (!std::filesystem::exists(std::string(kDataDir) +
+                               "/train-images-idx3-ubyte.gz")) {
+    GTEST_SKIP() << "Fashion-MNIST not installed at " << kDataDir;
+  }
+  RunResult delta, full;
+  ASSERT_NO_FATAL_FAILURE(TrainOnce("delta1", /*overlap=*/true, &delta,
+                                    kCompressedWire, PlainSgdJob()));
+  std::cout << "bf16 top-k 1%, plain SGD, delta pulls: test accuracy "
+            << delta.test_accuracy << ", checksum " << delta.checksum
+            << ", delta pulls " << delta.delta_pulls << std::endl;
+  EXPECT_GE(delta.test_accuracy, 0.70);
+  EXPECT_GT(delta.delta_pulls, 0u);
+  ASSERT_NO_FATAL_FAILURE(TrainOnce("delta2", /*overlap=*/true, &full,
+                                    kCompressedWire, PlainSgdJob(),
+                                    "disable_delta_pulls: true"));
+  EXPECT_EQ(full.delta_pulls, 0u);
+  EXPECT_EQ(delta.checksum, full.checksum)
+      << "same seed and wire, delta pulls on and off, different parameters";
+  EXPECT_EQ(delta.test_accuracy, full.test_accuracy);
 }
 
 }  // namespace

@@ -424,6 +424,28 @@ TEST_F(HardeningTest, MalformedRequestsAreRefusedAndChangeNothing) {
          g->set_indices(std::string(6, '\0'));
        }),
        grpc::INVALID_ARGUMENT, "gradients[0].indices: 6 bytes"},
+      // Delta pulls (proto/ps.proto HeldChunk, ChunkData.base_version).
+      {"PushPull: held chunks for a job without top-k",
+       push_pull([&](PushPullRequest* r) {
+         HeldChunk* h = r->add_held();
+         h->set_chunk_id(c0.chunk_id());
+       }),
+       grpc::INVALID_ARGUMENT, "held: job"},
+      {"PushPull: a pushed gradient that claims to be a delta",
+       push_pull([](PushPullRequest* r) {
+         r->mutable_gradients(0)->set_base_version(0);
+       }),
+       grpc::INVALID_ARGUMENT, "gradients[0].base_version"},
+      {"Pull: held chunks for a job without top-k",
+       [&] {
+         PullRequest r;
+         r.set_job_id(job);
+         r.add_chunk_ids(c0.chunk_id());
+         r.add_held()->set_chunk_id(c0.chunk_id());
+         PullResponse resp;
+         return FromStatus(ps_[0]->Pull(Context().get(), r, &resp));
+       },
+       grpc::INVALID_ARGUMENT, "held: job"},
       {"PushPull: chunk of the other shard", push_pull([&](PushPullRequest* r) {
          *r->mutable_gradients(0) = Gradient(ChunkOn(1));
        }),

@@ -122,6 +122,7 @@ absl::StatusOr<Assignment> BenchCluster::RegisterJob(
   spec.mutable_optimizer()->set_learning_rate(job.learning_rate);
   spec.mutable_consistency()->set_mode(job.mode);
   spec.mutable_consistency()->set_step_deadline_ms(job.step_deadline_ms);
+  *spec.mutable_wire() = job.wire;
   TensorSpec* t = spec.add_tensors();
   t->set_name("w");
   t->add_shape(job.floats);

@@ -49,6 +49,7 @@ struct BenchJob {
   uint32_t step_deadline_ms = 20000;
   uint64_t seed = 1;
   std::vector<TableSpec> tables;
+  WireSpec wire;  // the spec's wire formats (default: dense FP32)
 };
 
 // Whether "host:port" names this machine's loopback interface (127.0.0.0/8,

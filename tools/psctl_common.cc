@@ -131,11 +131,11 @@ std::string FormatProgress(const JobStatus& j) {
       p.test_accuracy() < 0 ? "-" : absl::StrFormat("%.4f", p.test_accuracy());
   // A ctr model reports AUC and logloss (and the teacher's AUC) instead.
   if (j.spec().model().has_ctr()) {
-    acc = p.test_auc() <= 0
-              ? "-"
-              : absl::StrFormat("%.4f (teacher %.4f) logloss %.4f",
-                                p.test_auc(), p.teacher_auc(),
-                                p.test_logloss());
+    acc =
+        p.test_auc() <= 0
+            ? "-"
+            : absl::StrFormat("%.4f (teacher %.4f) logloss %.4f", p.test_auc(),
+                              p.teacher_auc(), p.test_logloss());
     return absl::StrFormat(
         "%s %s step %d/%d epoch %d loss %.4f test_auc %s %.0f samples/s "
         "%.1fs",

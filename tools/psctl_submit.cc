@@ -32,8 +32,8 @@ std::string Summary(const JobStatus& j) {
       "reason=\"%s\"",
       j.job_id(), JobState_Name(j.state()), p.test_accuracy(), p.loss(),
       p.step(), p.samples_per_s(), p.data_s(), p.compute_s(), p.comm_s(),
-      p.overlap() ? 1 : 0, p.elapsed_s(), wall, p.test_auc(),
-      p.test_logloss(), p.teacher_auc(), reason);
+      p.overlap() ? 1 : 0, p.elapsed_s(), wall, p.test_auc(), p.test_logloss(),
+      p.teacher_auc(), reason);
 }
 
 bool Ended(JobState s) {

@@ -223,9 +223,12 @@ def run_ps(lab: Lab, args, bindir: str, shards: int, workers: int,
         stats = json.loads(lab.run(1, [psctl, "stats", "--json",
                                        f"--cluster={d}/cluster.pbtxt"], 60))
         moved = 0  # psctl stats --json: a list of ShardStats
+        deltas = refused = 0  # chunk pulls answered as deltas / in full
         for shard in stats:  # proto field names; uint64 as strings
             for job in (shard or {}).get("job_stats", []):
                 moved += int(job.get("bytes_in", 0)) + int(job.get("bytes_out", 0))
+                deltas += int(job.get("delta_pulls", 0))
+                refused += int(job.get("delta_refused", 0))
         steps = int(summary["steps"])
         step_s = float(summary["train_s"]) / max(1, steps)
         real_params = (MLP_PARAMS if args.model == "mlp" else
@@ -242,7 +245,8 @@ def run_ps(lab: Lab, args, bindir: str, shards: int, workers: int,
                 "model": args.model,
                 "test_accuracy": float(summary.get("test_accuracy", -1)),
                 "bytes_per_step": moved / max(1, steps),
-                "bound_s": bound, "of_bound": bound / step_s, "cpu_busy": cpu}
+                "bound_s": bound, "of_bound": bound / step_s, "cpu_busy": cpu,
+                "delta_pulls": deltas, "delta_refused": refused}
     finally:
         stop(procs)
         if not args.keep_logs:

@@ -83,6 +83,9 @@ struct AsyncPsClient::Call {
   std::vector<EncodedChunk> encoded;
   std::vector<PushPayload> payloads;
   uint64_t dense_bytes = 0;  // the group's chunks as dense FP32
+  // The versions held of the group's chunks that the attempt on the wire
+  // named (delta pulls; empty: none). Set by Encode.
+  std::vector<uint64_t> bases;
 };
 
 namespace {
@@ -123,7 +126,10 @@ AsyncPsClient::AsyncPsClient(const PsClientOptions& options,
           std::max(options.rpc_deadline,
                    absl::Milliseconds(
                        assignment.spec().consistency().step_deadline_ms()) +
-                       kStepDeadlineMargin)) {
+                       kStepDeadlineMargin)),
+      delta_pulls_(options.delta_pulls &&
+                   assignment.spec().wire().has_topk_fraction() &&
+                   assignment.spec().wire().topk_fraction() < 1.0f) {
   std::vector<uint64_t> lengths(plan_.chunks().size(), 0);
   for (const PlannedChunk& c : plan_.chunks()) {
     if (c.id >= lengths.size()) lengths.resize(c.id + 1, 0);
@@ -147,6 +153,7 @@ AsyncPsClient::AsyncPsClient(const PsClientOptions& options,
     queues_.resize(plan_.num_shards());
     inflight_.assign(plan_.num_shards(), 0);
     versions_.assign(plan_.chunks().size(), 0);
+    held_.assign(plan_.chunks().size(), Held{});
   }
   dispatcher_ = std::thread([this] { Dispatch(); });
 }
@@ -309,8 +316,16 @@ void AsyncPsClient::Encode(Call* call) {
   head.step = args.step;
   head.attempt = static_cast<uint32_t>(call->attempt);
   head.min_version = mode_ == BSP ? args.step : 0;
+  call->bases.clear();
+  if (delta_pulls_ && Pulls(args.op)) {
+    for (size_t i : call->group.chunks) {
+      const Held& h = held_[plan_.chunks()[i].id];
+      call->bases.push_back(h.params == args.params.data() ? h.version
+                                                           : kNotHeld);
+    }
+  }
   if (!Pushes(args.op)) {
-    call->wire_request = EncodePull(head, plan_, call->group);
+    call->wire_request = EncodePull(head, plan_, call->group, call->bases);
     return;
   }
   int borrowed = 0;
@@ -318,7 +333,7 @@ void AsyncPsClient::Encode(Call* call) {
   grpc::ByteBuffer request =
       EncodePush(head, plan_, call->group, versions_, args.gradient.data(),
                  &AsyncPsClient::ReleaseBorrowed, call->request, &borrowed,
-                 call->payloads);
+                 call->payloads, call->bases);
   {
     absl::MutexLock lock(&borrow_mu_);
     call->request->borrowed += borrowed;
@@ -357,10 +372,12 @@ void AsyncPsClient::OnDone(Call* call, grpc::Status grpc_status) {
   absl::Status status = FromGrpcStatus(grpc_status);
   Request* r = call->request;
   DecodedReply reply;
+  bool bad_reply = false;
   if (status.ok()) {
     // Each call owns its chunks' part of params: no lock needed.
     status = DecodeReply(call->response, plan_, call->group, Pulls(r->args.op),
-                         r->args.params.data(), &reply);
+                         r->args.params.data(), &reply, call->bases);
+    bad_reply = !status.ok();
   }
   call->response.Clear();
   const uint32_t shard = call->group.shard;
@@ -369,8 +386,17 @@ void AsyncPsClient::OnDone(Call* call, grpc::Status grpc_status) {
   bool dispatcher_work = false;
   stats_.bytes_received += reply.data_bytes;
   stats_.dense_bytes_received += reply.dense_bytes;
+  stats_.delta_chunks += reply.deltas;
+  if (bad_reply) {
+    // DecodeReply wrote nothing, but the shard's idea of what this worker
+    // holds is in doubt: the next pulls of these chunks go in full.
+    for (size_t i : call->group.chunks) held_[plan_.chunks()[i].id] = Held{};
+  }
   if (status.ok()) {
-    for (const auto& [id, version] : reply.versions) versions_[id] = version;
+    for (const auto& [id, version] : reply.versions) {
+      versions_[id] = version;
+      if (Pulls(r->args.op)) held_[id] = Held{version, r->args.params.data()};
+    }
     EndCall(call, status);
   } else if (status.code() == absl::StatusCode::kUnavailable &&
              call->attempt < options_.max_attempts && r->status.ok()) {

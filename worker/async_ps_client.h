@@ -93,6 +93,15 @@ struct PsClientOptions {
   // written by one thread at a time, so a second one lets a large exchange
   // use both directions of two connections at once.
   int channels_per_shard = kDefaultChannelsPerShard;
+  // Delta pulls, for jobs whose workers push top-k (wire.topk_fraction <
+  // 1): a pull of a chunk into the same `params` buffer that the previous
+  // successful pull of it wrote names the version it brought
+  // (PullRequest/PushPullRequest `held`), and the shard may answer with
+  // only the entries changed since; applied onto the buffer they give
+  // bitwise the full reply. The caller must then leave those values as the
+  // client wrote them (the trainer does); a pull into another buffer, and
+  // every chunk after a reply that failed to decode, goes in full.
+  bool delta_pulls = kDefaultDeltaPulls;
 };
 
 // Traffic counters (cumulative).
@@ -108,6 +117,8 @@ struct PsClientStats {
   // Gradient chunks sent as FP32 because a value did not fit the job's
   // narrow wire format (logged once).
   uint64_t wire_fallbacks = 0;
+  // Parameter chunks received as deltas (PsClientOptions.delta_pulls).
+  uint64_t delta_chunks = 0;
 };
 
 enum class ParamOp {
@@ -245,6 +256,14 @@ class AsyncPsClient {
   std::vector<Call*> backoff_ ABSL_GUARDED_BY(mu_);
   std::vector<Request*> ended_ ABSL_GUARDED_BY(mu_);     // for Dispatch
   std::vector<uint64_t> versions_ ABSL_GUARDED_BY(mu_);  // by chunk id
+  // Delta pulls: per chunk id, the version the last successful pull wrote
+  // into which params buffer (kNotHeld: none).
+  struct Held {
+    uint64_t version = UINT64_MAX;
+    const float* params = nullptr;
+  };
+  const bool delta_pulls_;
+  std::vector<Held> held_ ABSL_GUARDED_BY(mu_);
   PsClientStats stats_ ABSL_GUARDED_BY(mu_);
   int active_ ABSL_GUARDED_BY(mu_) = 0;  // requests not yet over
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

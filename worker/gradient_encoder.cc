@@ -19,28 +19,58 @@ inline uint32_t MagnitudeKey(float x) {
   return u & 0x7fffffffu;
 }
 
+// Magnitude keys are bucketed by their top bits (sign excluded): exponent
+// and the leading mantissa bits, 2^11 buckets, a histogram that fits L1.
+constexpr int kBucketShift = 20;
+constexpr size_t kBuckets = size_t{1} << (31 - kBucketShift);
+
 // The offsets, ascending, of the k entries of largest |v|, ties to the
-// lower offset. O(length): the k-th largest magnitude by nth_element on a
-// copy of the keys, then one pass in offset order takes every larger entry
-// and the first equal ones.
-std::vector<uint32_t> SelectTopk(const std::vector<float>& v, uint64_t k) {
-  const size_t n = v.size();
-  std::vector<uint32_t> keys(n);
-  for (size_t i = 0; i < n; ++i) keys[i] = MagnitudeKey(v[i]);
-  std::vector<uint32_t> scratch(keys);
-  std::nth_element(scratch.begin(), scratch.begin() + (k - 1), scratch.end(),
-                   std::greater<uint32_t>());
-  const uint32_t threshold = scratch[k - 1];
-  uint64_t above = 0;
-  for (uint32_t key : keys) above += key > threshold;
-  uint64_t ties = k - above;  // entries equal to the threshold to take
-  std::vector<uint32_t> order;
-  order.reserve(k);
+// lower offset. O(length) in three passes and no copy of `v`: a histogram
+// of the keys' top bits finds the bucket that holds the k-th largest, an
+// nth_element over that bucket's keys alone finds it exactly, and one pass
+// in offset order takes every larger entry and the first equal ones.
+std::vector<uint32_t> SelectTopk(const float* v, size_t n, uint64_t k) {
+  // Plain pointers and locals in the loops: a thread_local or a vector
+  // member there is reloaded on every element.
+  static thread_local std::vector<uint64_t> histogram_storage;
+  static thread_local std::vector<uint32_t> candidate_storage;
+  std::vector<uint64_t>& histogram = histogram_storage;
+  histogram.assign(kBuckets, 0);
+  uint64_t* h = histogram.data();
+  for (size_t i = 0; i < n; ++i) ++h[MagnitudeKey(v[i]) >> kBucketShift];
+  // The bucket of the k-th largest, and how many entries lie above it.
+  size_t bucket = kBuckets;
+  uint64_t above_bucket = 0;
+  while (above_bucket + h[bucket - 1] < k) above_bucket += h[--bucket];
+  --bucket;
+  std::vector<uint32_t>& candidates = candidate_storage;
+  // One slot more: the branch-free append writes every key, keeping it
+  // only when it is in the bucket.
+  candidates.resize(h[bucket] + 1);
+  uint32_t* c = candidates.data();
   for (size_t i = 0; i < n; ++i) {
-    if (keys[i] > threshold || (keys[i] == threshold && ties > 0)) {
-      if (keys[i] == threshold) --ties;
-      order.push_back(static_cast<uint32_t>(i));
+    const uint32_t key = MagnitudeKey(v[i]);
+    *c = key;
+    c += (key >> kBucketShift) == bucket;
+  }
+  candidates.pop_back();
+  const size_t nth = k - above_bucket - 1;  // within the bucket, largest first
+  std::nth_element(candidates.begin(), candidates.begin() + nth,
+                   candidates.end(), std::greater<uint32_t>());
+  const uint32_t threshold = candidates[nth];
+  uint64_t above = above_bucket;
+  for (uint32_t key : candidates) above += key > threshold;
+  uint64_t ties = k - above;  // entries equal to the threshold to take
+  std::vector<uint32_t> order(k);
+  uint32_t* o = order.data();
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t key = MagnitudeKey(v[i]);
+    if (key < threshold) continue;
+    if (key == threshold) {
+      if (ties == 0) continue;
+      --ties;
     }
+    *o++ = static_cast<uint32_t>(i);
   }
   return order;
 }
@@ -90,10 +120,12 @@ void GradientEncoder::EncodeTopk(uint32_t id, absl::Span<const float> gradient,
   std::vector<float>& v = r.values;
   if (v.empty()) v.assign(length, 0.0f);
   // v = gradient + residual: what this step owes the shard.
-  for (uint64_t i = 0; i < length; ++i) v[i] += gradient[i];
+  float* sum = v.data();
+  const float* g = gradient.data();
+  for (uint64_t i = 0; i < length; ++i) sum[i] += g[i];
 
   const uint64_t k = TopkCount(length);
-  const std::vector<uint32_t> order = SelectTopk(v, k);
+  const std::vector<uint32_t> order = SelectTopk(v.data(), v.size(), k);
 
   std::vector<float> picked(k);
   out->indices.clear();

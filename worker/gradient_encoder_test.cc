@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -144,6 +145,31 @@ TEST(GradientEncoderTest, SelectionMatchesAFullSortWithManyTies) {
     GradientEncoder enc(Wire(FP32, fraction), {n});
     std::vector<float> g(n);
     for (float& x : g) x = static_cast<float>(small(rng));
+    EncodedChunk c;
+    enc.Encode(0, g, &c);
+    std::vector<uint32_t> ref(n);
+    for (uint32_t i = 0; i < n; ++i) ref[i] = i;
+    std::stable_sort(ref.begin(), ref.end(), [&](uint32_t a, uint32_t b) {
+      return std::fabs(g[a]) > std::fabs(g[b]);
+    });
+    ref.resize(enc.TopkCount(n));
+    std::sort(ref.begin(), ref.end());
+    EXPECT_EQ(OffsetsOf(c), ref) << fraction;
+  }
+}
+
+TEST(GradientEncoderTest, SelectionMatchesAFullSortOverManyMagnitudes) {
+  // Magnitudes over 40 decades, so the k-th largest falls in one bucket of
+  // the selection's histogram with entries on both sides of it.
+  const size_t n = 20000;
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_real_distribution<float> decade(-20.0f, 20.0f);
+  for (float fraction : {0.0001f, 0.01f, 0.3f}) {
+    GradientEncoder enc(Wire(FP32, fraction), {n});
+    std::vector<float> g(n);
+    for (float& x : g) x = normal(rng) * std::pow(10.0f, decade(rng));
+    g[7] = g[9] = std::numeric_limits<float>::infinity();
     EncodedChunk c;
     enc.Encode(0, g, &c);
     std::vector<uint32_t> ref(n);

@@ -23,13 +23,20 @@ std::string Flatten(const grpc::ByteBuffer& b) {
 }
 
 grpc::ByteBuffer EncodePull(const RequestHead& head, const RequestPlan& plan,
-                            const RequestGroup& group) {
+                            const RequestGroup& group,
+                            absl::Span<const uint64_t> bases) {
   PullRequest r;
   r.set_job_id(std::string(head.job_id));
   r.set_worker(head.worker);
   r.set_step(head.step);
   r.set_min_version(head.min_version);
   for (size_t i : group.chunks) r.add_chunk_ids(plan.chunks()[i].id);
+  for (size_t j = 0; j < bases.size(); ++j) {
+    if (bases[j] == kNotHeld) continue;
+    HeldChunk* h = r.add_held();
+    h->set_chunk_id(plan.chunks()[group.chunks[j]].id);
+    h->set_version(bases[j]);
+  }
   grpc::Slice slice(r.SerializeAsString());
   return grpc::ByteBuffer(&slice, 1);
 }
@@ -41,7 +48,8 @@ grpc::ByteBuffer EncodePush(const RequestHead& head, const RequestPlan& plan,
                             absl::Span<const uint64_t> versions,
                             const float* gradient, void (*release)(void*),
                             void* release_arg, int* borrowed,
-                            absl::Span<const PushPayload> payloads) {
+                            absl::Span<const PushPayload> payloads,
+                            absl::Span<const uint64_t> bases) {
   std::string fields;
   PutBytesField(kRequestJobIdTag, head.job_id, &fields);
   PutVarintField(kRequestWorkerTag, head.worker, &fields);
@@ -53,8 +61,12 @@ grpc::ByteBuffer EncodePush(const RequestHead& head, const RequestPlan& plan,
     const PlannedChunk& c = plan.chunks()[group.chunks[j]];
     if (!payloads.empty()) {
       const PushPayload& p = payloads[j];
-      refs.push_back({c.id, versions[c.id], p.data,
-                      static_cast<uint64_t>(p.format), p.indices});
+      refs.push_back({c.id,
+                      versions[c.id],
+                      p.data,
+                      static_cast<uint64_t>(p.format),
+                      p.indices,
+                      {}});
       continue;
     }
     refs.push_back({c.id,
@@ -63,11 +75,17 @@ grpc::ByteBuffer EncodePush(const RequestHead& head, const RequestPlan& plan,
                         reinterpret_cast<const char*>(gradient + c.flat_offset),
                         c.length * sizeof(float)),
                     0,
+                    {},
                     {}});
   }
   std::vector<WirePiece> pieces;
   EncodeChunkList(kRequestGradientsTag, refs, /*copy_below=*/0, &fields,
                   &pieces);
+  // Field 6 after the gradients (5), where protobuf writes it.
+  for (size_t j = 0; j < bases.size(); ++j) {
+    if (bases[j] == kNotHeld) continue;
+    PutHeldChunk(plan.chunks()[group.chunks[j]].id, bases[j], &fields);
+  }
   std::vector<grpc::Slice> slices;
   slices.reserve(pieces.size() + 1);
   *borrowed = 0;
@@ -86,9 +104,40 @@ grpc::ByteBuffer EncodePush(const RequestHead& head, const RequestPlan& plan,
   return grpc::ByteBuffer(slices.data(), slices.size());
 }
 
+namespace {
+
+// A reply chunk that passed the checks, for the group's chunk `c`.
+struct CheckedChunk {
+  const PlannedChunk* c = nullptr;
+  ChunkDataView view;
+  int format = 0;
+  std::string indices, data;  // a delta's, copied out while checking
+};
+
+// Writes a checked chunk into the flat `params`.
+void Store(const CheckedChunk& k, WireReader* in, float* params) {
+  float* dst = params + k.c->flat_offset;
+  if (k.view.has_base_version) {
+    for (size_t e = 0; e < k.indices.size() / sizeof(uint32_t); ++e) {
+      dst[OffsetAt(k.indices, e)] = ValueAt(k.format, k.data, e);
+    }
+  } else if (ElementBytes(k.format) == sizeof(float)) {
+    CopyChunkData(k.view, in, reinterpret_cast<char*>(dst));
+  } else {
+    // The 16-bit values into a scratch buffer, widened from there.
+    static thread_local std::string scratch;
+    scratch.resize(k.view.data_bytes);
+    CopyChunkData(k.view, in, scratch.data());
+    DecodePayload(k.format, scratch, "", absl::MakeSpan(dst, k.c->length));
+  }
+}
+
+}  // namespace
+
 absl::Status DecodeReply(const grpc::ByteBuffer& reply, const RequestPlan& plan,
                          const RequestGroup& group, bool has_chunks,
-                         float* params, DecodedReply* out) {
+                         float* params, DecodedReply* out,
+                         absl::Span<const uint64_t> bases) {
   const uint32_t shard = group.shard;
   auto lost = [shard](absl::string_view what) {
     return absl::DataLossError(
@@ -104,46 +153,68 @@ absl::Status DecodeReply(const grpc::ByteBuffer& reply, const RequestPlan& plan,
     pieces.emplace_back(reinterpret_cast<const char*>(s.begin()), s.size());
   }
   const size_t expected = has_chunks ? group.chunks.size() : 0;
-  size_t next = 0;  // index into the group of the next expected chunk
+  std::vector<CheckedChunk> checked;
+  checked.reserve(expected);
   bool mismatch = false;
   WireReader in(pieces);
+  // Every chunk is checked before any is written.
   absl::Status s =
       DecodeChunkList(kReplyChunksField, &in, [&](const ChunkDataView& v) {
         mismatch = true;
+        const size_t next = checked.size();
         if (next >= expected) {
           return lost(
               absl::StrCat("more than the ", expected, " chunks asked for"));
         }
-        const PlannedChunk& c = plan.chunks()[group.chunks[next]];
+        CheckedChunk k;
+        k.c = &plan.chunks()[group.chunks[next]];
+        k.view = v;
+        const PlannedChunk& c = *k.c;
+        const bool delta = v.has_base_version;
         if (!IsKnownWireFormat(static_cast<int>(v.format)) ||
-            v.indices_bytes != 0) {
+            (v.indices_bytes != 0 && !delta)) {
           return lost(absl::StrCat("chunk ", v.chunk_id, " in format ",
                                    WireFormatName(static_cast<int>(v.format)),
                                    v.indices_bytes != 0 ? ", sparse" : "",
                                    "; parameters come dense in FP32, BF16 "
-                                   "or FP16"));
+                                   "or FP16, or as a delta"));
         }
-        const int format = static_cast<int>(v.format);
-        const size_t bytes = c.length * ElementBytes(format);
-        if (v.chunk_id != c.id || v.data_bytes != bytes) {
+        k.format = static_cast<int>(v.format);
+        const size_t bytes = c.length * ElementBytes(k.format);
+        if (v.chunk_id != c.id || (!delta && v.data_bytes != bytes)) {
           return lost(absl::StrCat("chunk ", v.chunk_id, " with ", v.data_bytes,
                                    " bytes; expected chunk ", c.id, " with ",
-                                   bytes, " (", WireFormatName(format), ")"));
+                                   bytes, " (", WireFormatName(k.format), ")"));
         }
-        float* dst = params + c.flat_offset;
-        if (ElementBytes(format) == sizeof(float)) {
-          CopyChunkData(v, &in, reinterpret_cast<char*>(dst));
-        } else {
-          // The 16-bit values into a scratch buffer, widened from there.
-          static thread_local std::string scratch;
-          scratch.resize(v.data_bytes);
-          CopyChunkData(v, &in, scratch.data());
-          DecodePayload(format, scratch, "", absl::MakeSpan(dst, c.length));
+        if (delta) {
+          const uint64_t held = bases.empty() ? kNotHeld : bases[next];
+          const std::string field = absl::StrCat("parameters[", next, "]");
+          if (v.base_version != held) {
+            return lost(absl::StrCat(
+                field, ".base_version: a delta of chunk ", c.id, " on version ",
+                v.base_version, ", but this worker ",
+                held == kNotHeld ? std::string("asked for it in full")
+                                 : absl::StrCat("holds version ", held)));
+          }
+          k.indices.resize(v.indices_bytes);
+          k.data.resize(v.data_bytes);
+          CopyChunkIndices(v, &in, k.indices.data());
+          CopyChunkData(v, &in, k.data.data());
+          PayloadProblem problem;
+          // Offsets as a sparse payload's; none at all: nothing changed.
+          if (!k.indices.empty() || !k.data.empty()) {
+            if (absl::Status st = CheckPayload(k.format, k.data, k.indices,
+                                               c.length, field, &problem);
+                !st.ok()) {
+              return lost(absl::StrCat("a bad delta: ", st.message()));
+            }
+          }
         }
         out->versions.emplace_back(c.id, v.version);
-        out->data_bytes += v.data_bytes;
+        out->data_bytes += v.data_bytes + v.indices_bytes;
         out->dense_bytes += c.length * sizeof(float);
-        ++next;
+        out->deltas += delta;
+        checked.push_back(std::move(k));
         mismatch = false;
         return absl::OkStatus();
       });
@@ -151,9 +222,10 @@ absl::Status DecodeReply(const grpc::ByteBuffer& reply, const RequestPlan& plan,
     return mismatch ? s
                     : lost(absl::StrCat("a malformed reply: ", s.message()));
   }
-  if (next != expected) {
-    return lost(absl::StrCat(next, " chunks, asked for ", expected));
+  if (checked.size() != expected) {
+    return lost(absl::StrCat(checked.size(), " chunks, asked for ", expected));
   }
+  for (const CheckedChunk& k : checked) Store(k, &in, params);
   return absl::OkStatus();
 }
 

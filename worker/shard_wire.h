@@ -41,9 +41,16 @@ struct RequestHead {
 // and fakes that parse a hand-encoded message with protobuf.
 std::string Flatten(const grpc::ByteBuffer& b);
 
+// Delta pulls: bases[j] is the version the worker holds of the group's
+// chunk j, exactly as a reply left it (kNotHeld: none); an empty span holds
+// none. The request names each held chunk (PullRequest/PushPullRequest
+// `held`), and DecodeReply applies a delta only onto that version.
+inline constexpr uint64_t kNotHeld = UINT64_MAX;
+
 // A PullRequest for the group's chunks.
 grpc::ByteBuffer EncodePull(const RequestHead& head, const RequestPlan& plan,
-                            const RequestGroup& group);
+                            const RequestGroup& group,
+                            absl::Span<const uint64_t> bases = {});
 
 // One chunk's gradient as encoded for the wire (GradientEncoder); the
 // strings are borrowed.
@@ -65,22 +72,28 @@ grpc::ByteBuffer EncodePush(const RequestHead& head, const RequestPlan& plan,
                             absl::Span<const uint64_t> versions,
                             const float* gradient, void (*release)(void*),
                             void* release_arg, int* borrowed,
-                            absl::Span<const PushPayload> payloads = {});
+                            absl::Span<const PushPayload> payloads = {},
+                            absl::Span<const uint64_t> bases = {});
 
 struct DecodedReply {
-  uint64_t data_bytes = 0;   // data bytes received
+  uint64_t data_bytes = 0;   // data (+ delta offsets) bytes received
   uint64_t dense_bytes = 0;  // the same in dense FP32
   std::vector<std::pair<uint32_t, uint64_t>> versions;  // (chunk id, version)
+  uint64_t deltas = 0;  // chunks that came as deltas
 };
 
 // Checks a PushPullResponse / PullResponse (has_chunks) or a PushResponse
 // (no chunks) against the group and copies each chunk's values, decoded
-// by its own ChunkData.format, into the flat `params` (parameters are
-// always dense). A reply that does not match or parse, or names an
-// unknown format, is kDataLoss ("shard S returned ...").
+// by its own ChunkData.format, into the flat `params`: in full, or (a
+// delta, ChunkData.base_version) the changed entries onto the copy that
+// `bases` says is there. A reply that does not match or parse, names an
+// unknown format, or carries a delta on another version than bases[j] or
+// with bad offsets, is kDataLoss ("shard S returned ...", naming the
+// field) and leaves `params` untouched: every chunk is checked first.
 absl::Status DecodeReply(const grpc::ByteBuffer& reply, const RequestPlan& plan,
                          const RequestGroup& group, bool has_chunks,
-                         float* params, DecodedReply* out);
+                         float* params, DecodedReply* out,
+                         absl::Span<const uint64_t> bases = {});
 
 }  // namespace ps
 

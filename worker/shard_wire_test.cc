@@ -7,6 +7,7 @@
 #include <tuple>
 #include <vector>
 
+#include "core/wire_format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/ps.pb.h"
@@ -239,6 +240,138 @@ TEST(ShardWireTest, RefusesRepliesThatDoNotMatch) {
                                  params.data(), &got);
     EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
     EXPECT_THAT(std::string(s.message()), HasSubstr(c.error));
+  }
+}
+
+TEST(ShardWireTest, HeldChunksAreByteIdenticalToProtobuf) {
+  const RequestPlan plan = Plan();
+  const RequestGroup& group = plan.model_groups()[1];  // shard 1: 0, 2
+  const std::vector<float> grad = {1, 2, 3, 4, 5, 6, 7};
+  const std::vector<uint64_t> versions = {9, 0, 0};
+  const std::vector<uint64_t> bases = {0, kNotHeld};  // holds chunk 0 at v0
+  RequestHead head;
+  head.job_id = "j";
+  head.step = 1;
+  int borrowed = 0;
+  PushPullRequest push;
+  push.set_job_id("j");
+  push.set_step(1);
+  ChunkData* c = push.add_gradients();
+  c->set_version(9);
+  c->set_data(Bytes(grad.data(), 3));
+  c = push.add_gradients();
+  c->set_chunk_id(2);
+  c->set_data(Bytes(grad.data() + 3, 4));
+  push.add_held()->set_chunk_id(0);  // version 0 stays off the wire
+  EXPECT_EQ(Flatten(EncodePush(head, plan, group, versions, grad.data(),
+                               &Release, nullptr, &borrowed, {}, bases)),
+            push.SerializeAsString());
+  PullRequest pull;
+  pull.set_job_id("j");
+  pull.set_step(1);
+  pull.add_chunk_ids(0);
+  pull.add_chunk_ids(2);
+  HeldChunk* h = pull.add_held();
+  h->set_chunk_id(2);
+  h->set_version(1ull << 40);
+  EXPECT_EQ(Flatten(EncodePull(head, plan, group, {kNotHeld, 1ull << 40})),
+            pull.SerializeAsString());
+}
+
+// A delta of chunk `id` on `base`: `values` at `offsets`, in `format`.
+void AddDelta(PullResponse* r, uint32_t id, uint64_t base,
+              const std::vector<uint32_t>& offsets,
+              const std::vector<float>& values, WireFormat format = FP32) {
+  ChunkData* c = r->add_parameters();
+  c->set_chunk_id(id);
+  c->set_version(base + 1);
+  c->set_base_version(base);
+  c->set_format(EncodeValues(format, values, c->mutable_data()));
+  for (uint32_t o : offsets) AppendOffset(o, c->mutable_indices());
+}
+
+TEST(ShardWireTest, DeltasLandOnTheHeldCopy) {
+  const RequestPlan plan = Plan();
+  const RequestGroup& group = plan.model_groups()[1];  // chunks 0 (3), 2 (4)
+  PullResponse reply;
+  AddDelta(&reply, 0, 9, {1}, {42});
+  AddDelta(&reply, 2, 0, {0, 3}, {1.5f, -2.0f}, BF16);
+  std::vector<float> params = {1, 2, 3, 4, 5, 6, 7};
+  DecodedReply got;
+  absl::Status s = DecodeReply(Buffer(reply.SerializeAsString(), 2), plan,
+                               group, true, params.data(), &got, {9, 0});
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(params, (std::vector<float>{1, 42, 3, 1.5f, 5, 6, -2.0f}));
+  EXPECT_EQ(got.deltas, 2u);
+  EXPECT_EQ(got.data_bytes, 4u + 4 + 2 * 2 + 2 * 4);  // values + offsets
+  EXPECT_EQ(got.versions[1], std::make_pair(2u, uint64_t{1}));
+  // Nothing changed: an empty delta.
+  PullResponse empty;
+  AddDelta(&empty, 0, 10, {}, {});
+  AddDelta(&empty, 2, 1, {}, {});
+  const std::vector<float> before = params;
+  s = DecodeReply(Buffer(empty.SerializeAsString(), 3), plan, group, true,
+                  params.data(), &got, {10, 1});
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(params, before);
+}
+
+TEST(ShardWireTest, RefusesBadDeltasAndLeavesParamsUntouched) {
+  const RequestPlan plan = Plan();
+  const RequestGroup& group = plan.model_groups()[1];
+  struct Case {
+    std::string name;
+    PullResponse reply;
+    std::vector<uint64_t> bases;
+    std::string error;
+  };
+  std::vector<Case> cases(6);
+  cases[0] = {"not asked for", {}, {}, ""};
+  AddDelta(&cases[0].reply, 0, 9, {1}, {42});
+  cases[0].error =
+      "parameters[0].base_version: a delta of chunk 0 on version 9, but this "
+      "worker asked for it in full";
+  cases[1] = {"another base",
+              cases[0].reply,
+              {8, kNotHeld},
+              "parameters[0].base_version: a delta of chunk 0 on version 9, "
+              "but this worker holds version 8"};
+  cases[2] = {"offset out of range",
+              {},
+              {9, kNotHeld},
+              "parameters[0].indices: offset 3 at entry 0"};
+  AddDelta(&cases[2].reply, 0, 9, {3}, {42});
+  cases[3] = {"offsets not ascending",
+              {},
+              {9, kNotHeld},
+              "parameters[0].indices: offset 0 at entry 1"};
+  AddDelta(&cases[3].reply, 0, 9, {1, 0}, {42, 43});
+  cases[4] = {
+      "values and offsets disagree", {}, {9, kNotHeld}, "parameters[0].data"};
+  AddDelta(&cases[4].reply, 0, 9, {0, 1}, {42});
+  // A good delta first, a bad one after: neither is written.
+  cases[5] = {"second chunk bad",
+              {},
+              {9, 0},
+              "parameters[1].indices: offset 4 at entry 0"};
+  AddDelta(&cases[5].reply, 0, 9, {1}, {42});
+  AddDelta(&cases[5].reply, 2, 0, {4}, {1});
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    std::vector<float> params = {1, 2, 3, 4, 5, 6, 7};
+    const std::vector<float> before = params;
+    PullResponse reply = c.reply;
+    if (reply.parameters_size() == 1) {  // chunk 2 in full
+      ChunkData* full = reply.add_parameters();
+      full->set_chunk_id(2);
+      full->set_data(Bytes(before.data(), 4));
+    }
+    DecodedReply got;
+    absl::Status s = DecodeReply(Buffer(reply.SerializeAsString(), 3), plan,
+                                 group, true, params.data(), &got, c.bases);
+    EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
+    EXPECT_THAT(std::string(s.message()), HasSubstr(c.error));
+    EXPECT_EQ(params, before);
   }
 }
 

@@ -87,6 +87,7 @@ PsClientOptions ClientOptions(const WorkerdConfig& c) {
   options.max_inflight_per_shard = static_cast<int>(c.max_inflight_per_shard());
   options.max_request_bytes = c.max_request_bytes();
   options.channels_per_shard = static_cast<int>(c.channels_per_shard());
+  options.delta_pulls = !c.disable_delta_pulls();
   return options;
 }
 

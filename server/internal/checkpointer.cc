@@ -44,12 +44,11 @@ bool Due(const Job& job, absl::Time now)
   // Nothing here ever changes.
   if (job.chunks.empty() && job.tables == nullptr) return false;
   if (job.every_steps > 0) {
-    if (job.mode == BSP
-            ? due.reached == job.chunks.size() &&
-                  (job.tables == nullptr ||
-                   job.tables->version() >= due.next_due_step)
-            : !job.chunks.empty() &&
-                  job.SlowestWorkerSteps() >= due.next_due_step) {
+    if (job.mode == BSP ? due.reached == job.chunks.size() &&
+                              (job.tables == nullptr ||
+                               job.tables->version() >= due.next_due_step)
+                        : !job.chunks.empty() &&
+                              job.SlowestWorkerSteps() >= due.next_due_step) {
       return true;
     }
   }
@@ -138,10 +137,9 @@ absl::StatusOr<std::string> WriteFiles(const CheckpointStore& store,
   // The tables file first: the .ckpt naming it commits the pair.
   std::optional<TablesRef> tables;
   if (snap.tables.has_value()) {
-    absl::StatusOr<TablesRef> ref =
-        store.WriteTables(job_id, snap.sequence, [&](ByteSink& sink) {
-          return std::move(*snap.tables).WriteTo(sink);
-        });
+    absl::StatusOr<TablesRef> ref = store.WriteTables(
+        job_id, snap.sequence,
+        [&](ByteSink& sink) { return std::move(*snap.tables).WriteTo(sink); });
     snap.tables.reset();  // frees the copy
     if (!ref.ok()) return ref.status();
     tables = *ref;
@@ -167,8 +165,8 @@ void ReleaseDurable(Job& j, uint64_t min_version) {
 
 }  // namespace
 
-void ScheduleNext(Job& job, uint64_t step, uint64_t pushes_then,
-                  absl::Time now, uint64_t table_pushes_then) {
+void ScheduleNext(Job& job, uint64_t step, uint64_t pushes_then, absl::Time now,
+                  uint64_t table_pushes_then) {
   CheckpointSchedule& due = job.schedule;
   due.pushes_at_snapshot = pushes_then;
   due.table_pushes_at_snapshot = table_pushes_then;
@@ -237,10 +235,9 @@ void Checkpointer::AfterExchange(const std::shared_ptr<Job>& job,
   if (!job->checkpointing) return;
   const absl::Time now =
       job->every_seconds > 0 ? absl::Now() : absl::InfinitePast();
-  const bool steps_due =
-      job->mode == BSP && job->every_steps > 0 &&
-      version >=
-          job->schedule.next_due_step_hint.load(std::memory_order_relaxed);
+  const bool steps_due = job->mode == BSP && job->every_steps > 0 &&
+                         version >= job->schedule.next_due_step_hint.load(
+                                        std::memory_order_relaxed);
   if (!steps_due && !MaybeDue(*job, now)) return;
   MaybeQueue(job, {}, now, /*recheck=*/true);
 }
@@ -352,7 +349,7 @@ void Checkpointer::Remove(Job& job) {
 }
 
 absl::Status Checkpointer::Restore(JobCheckpoint ck, int local_count,
-                                  Job& job) const {
+                                   Job& job) const {
   if (job.tables != nullptr && !ck.tables.has_value()) {
     return absl::InvalidArgumentError(
         "the registration has sparse tables, the checkpoint holds none");

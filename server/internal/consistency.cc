@@ -31,6 +31,22 @@ bool IsPlainFp32(const ChunkData& g) {
   return g.indices().empty() && Resolved(g.format()) == FP32;
 }
 
+// Applies `grad` * scale to c's values with the job's optimizer; with delta
+// pulls, records which entries changed (c is at the new version next).
+void ApplyToValues(Job& job, Chunk& c, const float* grad, float scale)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu) {
+  ChunkState& s = c.state;
+  if (!c.changes.enabled()) {
+    job.optimizer->Apply(absl::MakeSpan(s.values), grad, scale, &s.optimizer);
+    return;
+  }
+  // Reused by every apply on this thread (a chunk's length at most).
+  static thread_local std::vector<float> before;
+  before.assign(s.values.begin(), s.values.end());
+  job.optimizer->Apply(absl::MakeSpan(s.values), grad, scale, &s.optimizer);
+  c.changes.Record(before.data(), s.values, s.version + 1);
+}
+
 // A push's outcome over its chunks so far.
 struct PushTally {
   PushCounts counts;
@@ -118,7 +134,7 @@ void ApplyAspGradient(Job& job, Chunk& c, uint32_t worker, uint64_t step,
     grad = scratch.data();
   }
   const uint64_t t0 = NowNanos();
-  job.optimizer->Apply(absl::MakeSpan(s.values), grad, 1.0f, &s.optimizer);
+  ApplyToValues(job, c, grad, 1.0f);
   job.counters.apply_ns.Record(NowNanos() - t0);
   job.counters.applies.fetch_add(1, std::memory_order_relaxed);
   ++tally->accepted;
@@ -208,8 +224,7 @@ bool ApplyStepIfReady(Job& job, Chunk& c, std::vector<WaiterPtr>* ready) {
       AddInto(absl::MakeSpan(sum, c.length), AsFloats(s.gradients[r]).data());
     }
   }
-  job.optimizer->Apply(absl::MakeSpan(s.values), sum,
-                       1.0f / static_cast<float>(arrived), &s.optimizer);
+  ApplyToValues(job, c, sum, 1.0f / static_cast<float>(arrived));
   std::fill(s.pushed.begin(), s.pushed.end(), 0);
   job.counters.apply_ns.Record(NowNanos() - t0);
   job.counters.applies.fetch_add(1, std::memory_order_relaxed);

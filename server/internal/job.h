@@ -40,6 +40,7 @@
 #include "proto/job.pb.h"
 #include "proto/ps.pb.h"
 #include "server/chunk_state.h"
+#include "server/internal/delta.h"
 #include "server/optimizer.h"
 #include "server/sparse/job_tables.h"
 #include "server/stats.h"
@@ -73,6 +74,10 @@ struct Waiter {
   std::vector<SharedBytes>* payloads = nullptr;
   // False when it completed at once without entering WaitState::live.
   bool registered = true;
+  // Delta pulls: the asking worker and, per entry of `chunks`, the version
+  // it holds (kNoBase: none); empty = every chunk in full.
+  uint32_t worker = 0;
+  std::vector<uint64_t> bases;
 
   std::atomic<int> pending{1};
   std::atomic<bool> claimed{false};
@@ -111,6 +116,10 @@ struct Chunk {
   // The ChunkData.format of `encoded`: the job's wire format, or FP32 (0)
   // when the values did not fit it.
   WireFormat encoded_format ABSL_GUARDED_BY(mu) = WIRE_FORMAT_UNSPECIFIED;
+  // Delta pulls (Job::delta_pulls): which entries changed when, and the
+  // last delta encoded for replies (shared like `encoded`).
+  ChangeLog changes ABSL_GUARDED_BY(mu);
+  std::shared_ptr<DeltaEncoding> delta ABSL_GUARDED_BY(mu);
   // Guarded by the job's CheckpointSchedule::mu: the checkpoint step this
   // chunk was last counted as having reached (see checkpointer.cc).
   uint64_t counted_for = UINT64_MAX;
@@ -144,6 +153,9 @@ struct JobCounters {
   // wire format; `fallback_logged` once the first one was logged.
   std::atomic<uint64_t> wire_fallbacks{0};
   std::atomic<bool> fallback_logged{false};
+  // Chunk reads answered with a delta / asked for one, answered in full.
+  std::atomic<uint64_t> delta_pulls{0};
+  std::atomic<uint64_t> delta_refused{0};
   std::atomic<uint64_t> duplicates{0};
   std::atomic<uint64_t> stale{0};
   std::atomic<uint64_t> applies{0};
@@ -216,6 +228,9 @@ class Job {
   // Parameters are sent in this format (spec.wire.format; UNSPECIFIED and
   // FP32 alike mean FP32). Pushed gradients say their own.
   WireFormat wire_format = WIRE_FORMAT_UNSPECIFIED;
+  // The chunks track their changes and answer HeldChunks with deltas
+  // (WantsDeltaPulls: the spec asks for top-k pushes).
+  bool delta_pulls = false;
   std::unique_ptr<const Optimizer> optimizer;
   std::vector<std::unique_ptr<Chunk>> chunks;  // this shard's chunks
   // The job's sparse tables on this shard (null without JobSpec.tables):

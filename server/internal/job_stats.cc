@@ -89,6 +89,8 @@ void AddWireCounters(const Job& job, JobStats* js) {
   }
   js->set_wire_fallback_chunks(
       jc.wire_fallbacks.load(std::memory_order_relaxed));
+  js->set_delta_pulls(jc.delta_pulls.load(std::memory_order_relaxed));
+  js->set_delta_refused(jc.delta_refused.load(std::memory_order_relaxed));
 }
 
 }  // namespace

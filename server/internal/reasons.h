@@ -15,6 +15,7 @@ inline constexpr char kDuplicateChunk[] = "duplicate_chunk";
 inline constexpr char kWrongSize[] = "wrong_size";
 inline constexpr char kBadFormat[] = "bad_format";
 inline constexpr char kBadIndices[] = "bad_indices";
+inline constexpr char kBadDelta[] = "bad_delta";
 inline constexpr char kVersionAhead[] = "version_ahead";
 inline constexpr char kFutureStep[] = "future_step";
 inline constexpr char kNonFinite[] = "non_finite";

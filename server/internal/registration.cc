@@ -95,6 +95,7 @@ uint64_t ChunkBytes(const Job& job, uint64_t length) {
                    job.optimizer->StateBytes(length) + sizeof(Chunk);
   // BSP keeps one gradient per worker until the quorum arrives.
   if (job.mode == BSP) bytes += uint64_t{job.num_workers} * length * 4;
+  if (job.delta_pulls) bytes += ChangeLog::Bytes(length, job.num_workers);
   return bytes;
 }
 
@@ -177,6 +178,7 @@ absl::StatusOr<std::shared_ptr<Job>> NewJob(const RegisterJobRequest& req,
   job->optimizer = *std::move(opt);
   PS_RETURN_IF_ERROR(ApplyConsistency(req.spec().consistency(), *job));
   job->wire_format = req.spec().wire().format();
+  job->delta_pulls = WantsDeltaPulls(req.spec());
   if (!IsKnownWireFormat(job->wire_format)) {
     return Invalid("spec.wire.format",
                    absl::StrCat(static_cast<int>(job->wire_format),
@@ -216,6 +218,12 @@ void InitJobState(Job& job, const std::vector<uint8_t>& active) {
   job.is_active = std::make_unique<std::atomic<bool>[]>(job.num_workers);
   for (uint32_t r = 0; r < job.num_workers; ++r) {
     job.is_active[r].store(active[r] != 0);
+  }
+  if (job.delta_pulls) {
+    for (const std::unique_ptr<Chunk>& c : job.chunks) {
+      absl::MutexLock l(&c->mu);
+      c->changes.Start(c->state.version, c->length, job.num_workers);
+    }
   }
   absl::MutexLock l(&job.waits.mu);
   job.waits.active = active;

@@ -34,7 +34,8 @@ absl::StatusOr<std::shared_ptr<Job>> NewJob(const RegisterJobRequest& req,
 // (from spec.seed), every worker active.
 absl::Status InitChunks(uint32_t shard_id, Job& job);
 
-// Worker counters and membership of a new job (one flag per rank).
+// Worker counters and membership of a new job (one flag per rank), and
+// (delta pulls) its chunks' change logs, from their current versions.
 void InitJobState(Job& job, const std::vector<uint8_t>& active);
 
 // "" when `job` registers the same as `existing`, else the first

@@ -73,6 +73,13 @@ absl::Status CheckGradient(Job& job, uint32_t shard_id, uint64_t step, int i,
                       absl::StrCat(st.message(), "; ", ChunkName(c.placement),
                                    " holds ", c.length, " floats")));
   }
+  if (g.has_base_version()) {
+    return Reject(job, kBadDelta,
+                  absl::InvalidArgumentError(absl::StrCat(
+                      field,
+                      ".base_version: set on a pushed gradient; only "
+                      "parameter replies are deltas")));
+  }
   const uint64_t version = c.version.load(std::memory_order_acquire);
   if (job.restored && job.mode == BSP &&
       (step > version || g.version() > version)) {
@@ -176,8 +183,49 @@ absl::Status ValidatePush(Job& job, uint32_t shard_id, uint32_t worker,
   return CheckFinite(job, gradients, *chunks);
 }
 
+absl::Status ValidateHeld(
+    Job& job, const google::protobuf::RepeatedPtrField<HeldChunk>& held,
+    absl::Span<const uint32_t> ids, const char* list,
+    std::vector<uint64_t>* bases) {
+  bases->clear();
+  if (held.empty()) return absl::OkStatus();
+  auto bad = [&](const std::string& field, absl::string_view why) {
+    return Reject(job, kBadDelta,
+                  absl::InvalidArgumentError(absl::StrCat(field, ": ", why)));
+  };
+  if (!job.delta_pulls) {
+    return bad("held", absl::StrCat("job \"", job.id,
+                                    "\" has no delta pulls (its spec's "
+                                    "wire.topk_fraction is not below 1)"));
+  }
+  if (ids.empty()) {
+    return bad("held", absl::StrCat("given without ", list,
+                                    " (name the chunks the worker holds)"));
+  }
+  absl::flat_hash_map<uint32_t, size_t> at;
+  for (size_t j = 0; j < ids.size(); ++j) at.emplace(ids[j], j);
+  bases->assign(ids.size(), kNoBase);
+  for (int i = 0; i < held.size(); ++i) {
+    const std::string field = absl::StrCat("held[", i, "].chunk_id");
+    auto it = at.find(held[i].chunk_id());
+    if (it == at.end()) {
+      return bad(field, absl::StrCat("chunk ", held[i].chunk_id(),
+                                     " is not in ", list));
+    }
+    if ((*bases)[it->second] != kNoBase || held[i].version() == kNoBase) {
+      return bad(field, held[i].version() == kNoBase
+                            ? absl::StrCat("version ", kNoBase, " is reserved")
+                            : absl::StrCat("chunk ", held[i].chunk_id(),
+                                           " listed twice"));
+    }
+    (*bases)[it->second] = held[i].version();
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ValidatePull(Job& job, uint32_t shard_id, const PullRequest& req,
-                          std::vector<Chunk*>* chunks) {
+                          std::vector<Chunk*>* chunks,
+                          std::vector<uint64_t>* bases) {
   PS_RETURN_IF_ERROR(CheckWorkerInRange(job, req.worker()));
   chunks->clear();
   if (req.chunk_ids().empty()) {
@@ -193,6 +241,11 @@ absl::Status ValidatePull(Job& job, uint32_t shard_id, const PullRequest& req,
                     absl::StrCat("chunk_ids[", i, "]"), "chunk_ids", i, &seen));
     chunks->push_back(c);
   }
+  PS_RETURN_IF_ERROR(ValidateHeld(
+      job, req.held(),
+      absl::MakeConstSpan(req.chunk_ids().data(),
+                          static_cast<size_t>(req.chunk_ids_size())),
+      "chunk_ids", bases));
   return CheckPullNotAheadOfRestore(job, shard_id, req.min_version(), *chunks);
 }
 

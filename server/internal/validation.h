@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/types/span.h"
 #include "proto/ps.pb.h"
 #include "server/internal/job.h"
 
@@ -25,9 +26,22 @@ absl::Status ValidatePush(Job& job, uint32_t shard_id, uint32_t worker,
                           std::vector<Chunk*>* chunks);
 
 // Checks a pull; on success `chunks` lists the chunks to answer with
-// (req.chunk_ids, or every local chunk when empty).
+// (req.chunk_ids, or every local chunk when empty) and `bases` the version
+// the worker holds of each (ValidateHeld).
 absl::Status ValidatePull(Job& job, uint32_t shard_id, const PullRequest& req,
-                          std::vector<Chunk*>* chunks);
+                          std::vector<Chunk*>* chunks,
+                          std::vector<uint64_t>* bases);
+
+// Checks a request's `held` chunks (delta pulls) against the chunk ids its
+// answer carries (`ids`, in order, from the request's field `list`): a job
+// with delta pulls, each entry one of `ids`, none twice. On success
+// `bases` is empty when `held` is, else bases[i] is the version held of
+// ids[i] (kNoBase: none). Versions are not checked: one the shard does
+// not know is answered in full.
+absl::Status ValidateHeld(
+    Job& job, const google::protobuf::RepeatedPtrField<HeldChunk>& held,
+    absl::Span<const uint32_t> ids, const char* list,
+    std::vector<uint64_t>* bases);
 
 // Checks a membership change; on success `active` has one flag per rank.
 absl::Status ValidateMembership(Job& job, const SetMembershipRequest& req,

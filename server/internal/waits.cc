@@ -57,30 +57,90 @@ SharedBytes SharedEncoding(Job& job, Chunk& c)
   return c.encoded;
 }
 
-// Writes the answer of `w` into its response; returns the bytes answered.
-uint64_t FillReply(Job& job, const Waiter& w) {
+// The delta of `c` on top of `base` for `worker` (null: answer in full),
+// shared by every reply of the same (base, version).
+std::shared_ptr<DeltaEncoding> SharedDelta(Job& job, Chunk& c, uint32_t worker,
+                                           uint64_t base)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu) {
+  const uint64_t version = c.state.version;
+  if (c.delta != nullptr && c.delta->base == base &&
+      c.delta->version == version &&
+      c.changes.CanServe(worker, base, version)) {
+    return c.delta;
+  }
+  // As SharedEncoding: rewritten in place when no reply holds it.
+  std::shared_ptr<DeltaEncoding> reuse;
+  if (c.delta != nullptr && c.delta.use_count() == 1)
+    reuse = std::move(c.delta);
+  std::shared_ptr<DeltaEncoding> d =
+      EncodeDelta(c.changes, worker, c.state.values, base, version,
+                  job.wire_format, std::move(reuse));
+  if (d != nullptr) c.delta = d;
+  return d;
+}
+
+// What FillReply answered, for the job's counters.
+struct ReplyTally {
+  uint64_t bytes = 0;  // ChunkData data + indices
+  uint64_t fallbacks = 0;
+  uint64_t deltas = 0;
+  uint64_t refused = 0;
+};
+
+// Chunk `i` of `w`'s answer into `d`: a delta on the version the worker
+// holds when it asked for one and that is smaller, else in full.
+void FillChunk(Job& job, const Waiter& w, size_t i, ChunkData* d,
+               ReplyTally* tally) {
+  Chunk& c = *w.chunks[i];
+  absl::MutexLock l(&c.mu);
+  d->set_chunk_id(c.placement.chunk_id());
+  d->set_version(c.state.version);
+  const uint64_t base = w.bases.empty() ? kNoBase : w.bases[i];
+  std::shared_ptr<DeltaEncoding> delta;
+  if (base != kNoBase) {
+    delta = SharedDelta(job, c, w.worker, base);
+    ++(delta != nullptr ? tally->deltas : tally->refused);
+  }
+  if (delta != nullptr) {
+    d->set_base_version(base);
+    d->set_format(delta->format);
+    d->set_indices(delta->indices);
+    if (w.payloads == nullptr) {
+      d->set_data(delta->data);
+    } else {
+      // Shares the encoding (the aliasing constructor keeps it alive).
+      w.payloads->push_back(SharedBytes(delta, &delta->data));
+    }
+    tally->bytes += delta->data.size() + delta->indices.size();
+  } else if (w.payloads == nullptr) {
+    d->set_format(EncodeParameters(job, c, d->mutable_data()));
+    tally->bytes += d->data().size();
+  } else {
+    // Encoded once per version: the other replies of it share the bytes.
+    w.payloads->push_back(SharedEncoding(job, c));
+    d->set_format(c.encoded_format);
+    tally->bytes += w.payloads->back()->size();
+  }
+  const bool in_job_format = Resolved(d->format()) == Resolved(job.wire_format);
+  tally->fallbacks += !in_job_format;
+  // The next delta for this worker builds on what it now holds; a reply in
+  // FP32 instead of the job's narrow format is no base for one.
+  c.changes.SetAnswered(w.worker, in_job_format ? c.state.version : kNoBase);
+}
+
+// Writes the answer of `w` into its response; returns what it answered.
+ReplyTally FillReply(Job& job, const Waiter& w) {
   w.out->Clear();
   w.out->Reserve(static_cast<int>(w.chunks.size()));
-  uint64_t bytes = 0, fallbacks = 0;
-  const bool narrow = Resolved(job.wire_format) != FP32;
-  for (Chunk* c : w.chunks) {
-    ChunkData* d = w.out->Add();
-    absl::MutexLock l(&c->mu);
-    d->set_chunk_id(c->placement.chunk_id());
-    d->set_version(c->state.version);
-    if (w.payloads == nullptr) {
-      d->set_format(EncodeParameters(job, *c, d->mutable_data()));
-      bytes += d->data().size();
-    } else {
-      // Encoded once per version: the other replies of it share the bytes.
-      w.payloads->push_back(SharedEncoding(job, *c));
-      d->set_format(c->encoded_format);
-      bytes += w.payloads->back()->size();
-    }
-    fallbacks += narrow && d->format() == WIRE_FORMAT_UNSPECIFIED;
+  ReplyTally tally;
+  for (size_t i = 0; i < w.chunks.size(); ++i) {
+    FillChunk(job, w, i, w.out->Add(), &tally);
   }
-  job.counters.wire_fallbacks.fetch_add(fallbacks, std::memory_order_relaxed);
-  return bytes;
+  JobCounters& jc = job.counters;
+  jc.wire_fallbacks.fetch_add(tally.fallbacks, std::memory_order_relaxed);
+  jc.delta_pulls.fetch_add(tally.deltas, std::memory_order_relaxed);
+  jc.delta_refused.fetch_add(tally.refused, std::memory_order_relaxed);
+  return tally;
 }
 
 // Files `w` under each condition that does not hold yet.
@@ -240,7 +300,7 @@ void Complete(const WaiterPtr& w) {
     absl::MutexLock l(&job->waits.mu);
     job->waits.live.erase(w->id);
   }
-  const uint64_t bytes = FillReply(*job, *w);
+  const uint64_t bytes = FillReply(*job, *w).bytes;
   uint64_t dense_bytes = 0;
   for (const Chunk* c : w->chunks) dense_bytes += c->length * sizeof(float);
   job->counters.pulls.fetch_add(w->chunks.size(), std::memory_order_relaxed);

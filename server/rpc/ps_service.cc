@@ -1,6 +1,7 @@
 #include "server/rpc/ps_service.h"
 
 #include <atomic>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -125,11 +126,13 @@ void WriteReply(const google::protobuf::RepeatedPtrField<ChunkData>& chunks,
   std::vector<ChunkDataRef> refs;
   refs.reserve(chunks.size());
   for (int i = 0; i < chunks.size(); ++i) {
-    refs.push_back({chunks[i].chunk_id(),
-                    chunks[i].version(),
+    // A delta's offsets are in the ChunkData (the codec copies them).
+    const ChunkData& c = chunks[i];
+    std::optional<uint64_t> base;
+    if (c.has_base_version()) base = c.base_version();
+    refs.push_back({c.chunk_id(), c.version(),
                     *m->payloads[static_cast<size_t>(i)],
-                    static_cast<uint64_t>(chunks[i].format()),
-                    {}});
+                    static_cast<uint64_t>(c.format()), c.indices(), base});
   }
   std::string head;
   std::vector<WirePiece> pieces;

@@ -39,6 +39,8 @@ struct JobTables::Waiter {
 namespace {
 
 constexpr char kMagic[] = "PSJT";
+// TTL eviction scans a table this many times per evict_after_steps.
+constexpr uint64_t kEvictionScansPerTtl = 16;
 constexpr uint32_t kFormat = 1;
 
 // FNV-1a: a table's name into its initializer's seed, the same everywhere.
@@ -165,6 +167,7 @@ JobTables::JobTables(const JobSpec& spec, Placement where)
   active_.assign(where.num_workers, 1);
   pending_.resize(where.num_workers);
   pushed_steps_.assign(where.num_workers, 0);
+  claimed_steps_.assign(where.num_workers, 0);
 }
 
 JobTables::~JobTables() { Close(absl::UnavailableError("shutting down")); }
@@ -309,15 +312,26 @@ absl::StatusOr<JobTables::Pushed> JobTables::DecodePush(
   return p;
 }
 
-absl::Status JobTables::ApplyLocked(const std::vector<const Pushed*>& pushes,
-                                    float scale) {
+absl::Status JobTables::Apply(const std::vector<const Pushed*>& pushes,
+                              float scale, uint64_t step) {
   for (size_t k = 0; k < tables_.size(); ++k) {
     Table& t = *tables_[k];
-    std::vector<uint64_t> ids;
-    std::vector<float> grads;
-    for (const Pushed* p : pushes) {
-      ids.insert(ids.end(), p->ids[k].begin(), p->ids[k].end());
-      grads.insert(grads.end(), p->grads[k].begin(), p->grads[k].end());
+    // One push is applied from its own buffers; several concatenated.
+    std::vector<uint64_t> joined_ids;
+    std::vector<float> joined_grads;
+    absl::Span<const uint64_t> ids;
+    absl::Span<const float> grads;
+    if (pushes.size() == 1) {
+      ids = pushes[0]->ids[k];
+      grads = pushes[0]->grads[k];
+    } else {
+      for (const Pushed* p : pushes) {
+        joined_ids.insert(joined_ids.end(), p->ids[k].begin(), p->ids[k].end());
+        joined_grads.insert(joined_grads.end(), p->grads[k].begin(),
+                            p->grads[k].end());
+      }
+      ids = joined_ids;
+      grads = joined_grads;
     }
     if (ids.empty()) continue;
     const int dim = static_cast<int>(t.spec.dim());
@@ -325,7 +339,7 @@ absl::Status JobTables::ApplyLocked(const std::vector<const Pushed*>& pushes,
     const RowOptimizer& opt = *t.optimizer;
     ScopedFlushDenormals flush;
     PS_RETURN_IF_ERROR(t.rows->Push(
-        ids, grads, version_,
+        ids, grads, step,
         [&](float* row, float* state, const float* grad, uint64_t) {
           const float* g = grad;
           if (scale != 1.0f) {
@@ -353,14 +367,15 @@ absl::Status JobTables::MaybeCompleteStepLocked() {
       active > backup_workers_ ? active - backup_workers_ : 1;
   if (active == 0 || pushed < quorum) return absl::OkStatus();
   // Pushes of ranks no longer active stay out of the sum.
-  const absl::Status s = ApplyLocked(order, 1.0f / static_cast<float>(pushed));
+  const absl::Status s =
+      Apply(order, 1.0f / static_cast<float>(pushed), version_);
   // Either way the step's pushes are done with: applied, or dropped when
   // the step cannot complete (the tables are as before it).
   for (auto& p : pending_) p.reset();
   pending_bytes_ = 0;
   if (!s.ok()) return s;
   ++version_;
-  for (const auto& t : tables_) t->rows->EvictExpired(version_);
+  EvictExpired(version_);
   return absl::OkStatus();
 }
 
@@ -392,12 +407,12 @@ absl::Status JobTables::PushLocked(const SparseExchangeRequest& req,
       return absl::InvalidArgumentError(absl::StrFormat(
           "step: %d is ahead of the sparse tables' step %d on shard %d%s",
           req.step(), version_, where_.shard_id,
-          restored_ ? absl::StrFormat(
-                          " (the shard restarted and restored the tables "
-                          "from their checkpoint of step %d; the updates "
-                          "after it are lost)",
-                          restored_version_)
-                    : ""));
+          restored_
+              ? absl::StrFormat(" (the shard restarted and restored the tables "
+                                "from their checkpoint of step %d; the updates "
+                                "after it are lost)",
+                                restored_version_)
+              : ""));
     }
     if (pending_[w] != nullptr) {
       resp->set_duplicate(true);
@@ -407,15 +422,64 @@ absl::Status JobTables::PushLocked(const SparseExchangeRequest& req,
     pending_[w] = std::make_unique<Pushed>(std::move(pushed));
     return MaybeCompleteStepLocked();
   }
-  if (req.step() < pushed_steps_[w]) {
-    resp->set_duplicate(true);
-    return absl::OkStatus();
+  return absl::InternalError("PushLocked is for BSP");
+}
+
+absl::Status JobTables::PushUnordered(
+    const SparseExchangeRequest& req, Pushed pushed,
+    SparseExchangeResponse* resp, const std::shared_ptr<Waiter>& waiter,
+    std::vector<std::shared_ptr<Waiter>>* ready) {
+  const uint32_t w = req.worker();
+  const uint64_t next = req.step() + 1;
+  absl::ReaderMutexLock applying(&apply_mu_);
+  uint64_t claimed_before = 0;
+  {
+    absl::MutexLock l(&mu_);
+    PS_RETURN_IF_ERROR(closed_);
+    if (!active_[w]) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "worker %d is not an active member of job %s", w, job_id_));
+    }
+    if (req.step() < claimed_steps_[w]) {
+      resp->set_duplicate(true);
+      waiters_.push_back(waiter);
+      CollectReadyLocked(ready);
+      return absl::OkStatus();
+    }
+    claimed_before = claimed_steps_[w];
+    claimed_steps_[w] = next;
   }
-  PS_RETURN_IF_ERROR(ApplyLocked({&pushed}, 1.0f));
-  pushed_steps_[w] = req.step() + 1;
-  ++version_;
-  for (const auto& t : tables_) t->rows->EvictExpired(SlowestLocked());
+  const absl::Status applied = Apply({&pushed}, 1.0f, req.step());
+  uint64_t evict_at = 0;
+  {
+    absl::MutexLock l(&mu_);
+    if (!applied.ok()) {
+      // Not applied: a retry of this step may try again.
+      if (claimed_steps_[w] == next) claimed_steps_[w] = claimed_before;
+      return applied;
+    }
+    pushed_steps_[w] = std::max(pushed_steps_[w], next);
+    ++version_;
+    const uint64_t slowest = SlowestLocked();
+    if (slowest > evicted_at_) evict_at = evicted_at_ = slowest;
+    waiters_.push_back(waiter);
+    CollectReadyLocked(ready);
+  }
+  // Once per advance of the slowest clock, not per push.
+  if (evict_at > 0) EvictExpired(evict_at);
   return absl::OkStatus();
+}
+
+void JobTables::EvictExpired(uint64_t now) {
+  for (const auto& t : tables_) {
+    // A scan of the table: every T / 16 steps, so a row idle for T steps
+    // goes within T + T / 16.
+    const uint64_t period = std::max<uint64_t>(
+        1, t->spec.evict_after_steps() / kEvictionScansPerTtl);
+    if (t->spec.evict_after_steps() > 0 && now % period == 0) {
+      t->rows->EvictExpired(now);
+    }
+  }
 }
 
 uint64_t JobTables::SlowestLocked() const {
@@ -490,6 +554,15 @@ void JobTables::Exchange(const SparseExchangeRequest& req,
   waiter->deadline = absl::Now() + step_deadline_;
   std::vector<std::shared_ptr<Waiter>> ready, failed_waits;
   absl::Status failed;
+  if (req.push() && mode_ != BSP) {
+    failed = PushUnordered(req, std::move(*pushed), resp, waiter, &ready);
+    if (!failed.ok()) {
+      waiter->done(failed);
+      return;
+    }
+    for (auto& w : ready) Answer(*w);
+    return;
+  }
   {
     absl::MutexLock l(&mu_);
     if (!closed_.ok()) {
@@ -611,7 +684,7 @@ void JobTables::FillStats(JobStats* out) const {
     for (const HotId& h : s.hottest) {
       TableHotId* out_h = ts->add_hottest();
       out_h->set_id(h.id);
-      out_h->set_pushes(h.count > h.error ? h.count - h.error : 0);
+      out_h->set_pushes(h.pushes);
     }
   }
   out->set_tables_version(version());
@@ -637,6 +710,7 @@ uint64_t JobTables::Snapshot::version() const { return data_->version; }
 JobTables::Snapshot JobTables::TakeSnapshot() const {
   auto d = std::make_unique<Snapshot::Data>();
   d->owner = this;
+  absl::WriterMutexLock no_applies(&apply_mu_);
   absl::MutexLock l(&mu_);
   d->version = version_;
   d->pushed_steps = pushed_steps_;
@@ -670,8 +744,8 @@ absl::Status JobTables::Snapshot::WriteTo(ByteSink& sink) && {
     }
   }
   for (size_t k = 0; k < num_tables; ++k) {
-    PS_RETURN_IF_ERROR(owner.tables_[k]->rows->WriteSnapshot(
-        std::move(d.tables[k]), sink));
+    PS_RETURN_IF_ERROR(
+        owner.tables_[k]->rows->WriteSnapshot(std::move(d.tables[k]), sink));
   }
   return absl::OkStatus();
 }
@@ -734,6 +808,7 @@ absl::Status JobTables::Restore(ByteSource& source) {
     PS_RETURN_IF_ERROR(fresh->Restore(source));
     restored.push_back(std::move(fresh));
   }
+  absl::WriterMutexLock no_applies(&apply_mu_);
   absl::MutexLock l(&mu_);
   for (size_t k = 0; k < tables_.size(); ++k) {
     tables_[k]->rows = std::move(restored[k]);
@@ -741,6 +816,7 @@ absl::Status JobTables::Restore(ByteSource& source) {
   version_ = version;
   restored_version_ = version;
   restored_ = true;
+  claimed_steps_ = pushed_steps;
   pushed_steps_ = std::move(pushed_steps);
   pending_ = std::move(pending);
   pending_bytes_ = pending_bytes;

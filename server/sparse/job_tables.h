@@ -26,7 +26,9 @@
 //     part of step t waits until (t + 1) - (slowest active worker's pushed
 //     steps) <= s (t - slowest <= s without a push).
 //   * Admission counts a row once per apply that touches it (BSP: once per
-//     step however many workers pushed it).
+//     step however many workers pushed it). TTL (evict_after_steps T):
+//     rows not pushed for T steps (BSP: versions; ASP/SSP: the slowest
+//     worker's steps) are dropped within T / 16 more steps.
 //   * Bad input (unknown table, a table named twice, ids not a whole number
 //     of uint64, wrong number of values, an id of another shard or beyond
 //     num_ids, NaN or inf, worker out of range or inactive, ...) fails the
@@ -35,9 +37,10 @@
 //     table; the tables and the step's other pushes are unchanged.
 //
 // Thread safety: every method may be called concurrently. One mutex orders
-// the pushes, the version and the waits; applies run under it (a table's
-// own locks let Stats and checkpoints read beside them). `done` never runs
-// under it.
+// the pushes, the version and the waits. A BSP step is applied under it
+// (nothing else pushes until it is answered); ASP/SSP pushes are applied
+// outside it, concurrently, under the tables' own stripe locks. `done`
+// never runs under it.
 #ifndef SERVER_SPARSE_JOB_TABLES_H_
 #define SERVER_SPARSE_JOB_TABLES_H_
 
@@ -156,12 +159,26 @@ class JobTables {
   absl::StatusOr<Pushed> DecodePush(const SparseExchangeRequest& req) const;
   const Table* FindTable(const std::string& name) const;
 
-  // Under mu_: buffer or apply; sets resp->duplicate / stale.
+  // BSP, under mu_: buffers the push, applies the step once complete; sets
+  // resp->duplicate / stale.
   absl::Status PushLocked(const SparseExchangeRequest& req, Pushed pushed,
                           SparseExchangeResponse* resp)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status ApplyLocked(const std::vector<const Pushed*>& pushes,
-                           float scale) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // ASP/SSP: the push is claimed under mu_ (duplicates), applied with no
+  // JobTables lock (the tables lock their stripes), then counted under mu_.
+  // Fills `ready` with the waits it completes, the caller's own included.
+  absl::Status PushUnordered(const SparseExchangeRequest& req, Pushed pushed,
+                             SparseExchangeResponse* resp,
+                             const std::shared_ptr<Waiter>& waiter,
+                             std::vector<std::shared_ptr<Waiter>>* ready);
+  // The pushes' rows, concatenated in order (a row pushed several times is
+  // summed in that order), times `scale`, into every table, tagged `step`
+  // for TTL. Thread-safe; the caller orders it against snapshots.
+  absl::Status Apply(const std::vector<const Pushed*>& pushes, float scale,
+                     uint64_t step);
+  // TTL: drops rows idle evict_after_steps at step `now`, scanning a table
+  // every evict_after_steps / 16 steps (so within 1/16 more).
+  void EvictExpired(uint64_t now);
   // BSP: applies the step once its quorum pushed. An error (a table's
   // budget) drops the step's pushes and leaves the version.
   absl::Status MaybeCompleteStepLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -189,14 +206,22 @@ class JobTables {
   absl::flat_hash_map<std::string, size_t> table_index_;
   const absl::Time created_;
 
-  mutable absl::Mutex mu_;
+  // ASP/SSP applies run holding it shared; snapshots and Restore hold it
+  // exclusively, so they never see a push half applied. Before mu_.
+  mutable absl::Mutex apply_mu_;
+  mutable absl::Mutex mu_ ABSL_ACQUIRED_AFTER(apply_mu_);
   uint64_t version_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<uint8_t> active_ ABSL_GUARDED_BY(mu_);
   // BSP: the pushes buffered for step version_ (empty = not pushed).
   std::vector<std::unique_ptr<Pushed>> pending_ ABSL_GUARDED_BY(mu_);
   uint64_t pending_bytes_ ABSL_GUARDED_BY(mu_) = 0;
-  // ASP/SSP: per worker, its highest pushed step + 1 (0 = none).
+  // ASP/SSP: per worker, its highest applied step + 1 (0 = none): the SSP
+  // clock; and its highest claimed step + 1 (applied or being applied):
+  // what makes a retry a duplicate.
   std::vector<uint64_t> pushed_steps_ ABSL_GUARDED_BY(mu_);
+  std::vector<uint64_t> claimed_steps_ ABSL_GUARDED_BY(mu_);
+  // ASP/SSP: the slowest clock TTL eviction last ran at.
+  uint64_t evicted_at_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<std::shared_ptr<Waiter>> waiters_ ABSL_GUARDED_BY(mu_);
   absl::Status closed_ ABSL_GUARDED_BY(mu_);
   // The version Restore set (0 = never restored), for the error of a push

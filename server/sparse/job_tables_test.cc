@@ -4,6 +4,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -230,8 +231,8 @@ TEST(JobTablesTest, MembershipCompletesAStepWithoutTheLostWorker) {
 
 TEST(JobTablesTest, BudgetWithoutEvictionFailsTheStepNamingTheTable) {
   // The smallest budget a table takes: one slab and index per stripe (64 x
-  // 16520 bytes at dim 2); 40000 new rows cannot fit it.
-  auto t = Make(Spec("BSP", "memory_budget_bytes: 1057280"), 1);
+  // 20616 bytes at dim 2); 40000 new rows cannot fit it.
+  auto t = Make(Spec("BSP", "memory_budget_bytes: 1319424"), 1);
   std::vector<uint64_t> ids(40000);
   for (size_t i = 0; i < ids.size(); ++i) ids[i] = i + 10;
   auto a =
@@ -275,6 +276,52 @@ TEST(JobTablesTest, SaveRestoreKeepsRowsVersionAndBufferedPushes) {
   StringSource cut(absl::string_view(bytes).substr(0, bytes.size() - 3));
   EXPECT_FALSE(other->Restore(cut).ok());
   EXPECT_EQ(other->version(), 0u);
+}
+
+TEST(JobTablesTest, AspPushesFromManyThreadsAreEachAppliedOnce) {
+  // SGD at 0.5 from 1: after every worker pushed gradient 1 for row 3 in
+  // each of its steps, the row is 1 - 0.5 * workers * steps.
+  constexpr uint32_t kWorkers = 4;
+  constexpr uint64_t kSteps = 50;
+  auto t = Make(Spec("ASP"), kWorkers);
+  std::vector<std::thread> threads;
+  for (uint32_t w = 0; w < kWorkers; ++w) {
+    threads.emplace_back([&t, w] {
+      for (uint64_t step = 0; step < kSteps; ++step) {
+        // Each step twice: the retry is a duplicate.
+        for (int attempt = 0; attempt < 2; ++attempt) {
+          auto c = Exchange(w, step, true, {3}, {1, 1}, {3});
+          c->Start(*t);
+          ASSERT_TRUE(c->status.has_value() && c->status->ok());
+          EXPECT_EQ(c->resp.duplicate(), attempt == 1);
+        }
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  EXPECT_EQ(t->version(), kWorkers * kSteps);
+  const float want = 1.0f - 0.5f * kWorkers * kSteps;
+  EXPECT_EQ(Pull(*t, {3}), (std::vector<float>{want, want}));
+}
+
+TEST(JobTablesTest, BspEvictsRowsIdleForTheTtl) {
+  auto t = Make(Spec("BSP", "evict_after_steps: 2"), 1);
+  auto rows = [&] {
+    JobStats stats;
+    t->FillStats(&stats);
+    return stats.tables(0).rows();
+  };
+  auto first = Exchange(0, 0, true, {1}, {1, 1}, {1});
+  first->Start(*t);
+  EXPECT_EQ(rows(), 1u);
+  for (uint64_t step = 1; step < 4; ++step) {
+    auto c = Exchange(0, step, true, {2}, {1, 1}, {2});
+    c->Start(*t);
+    ASSERT_TRUE(c->status->ok());
+  }
+  // Row 1 was last pushed at step 0; by version 4 it is gone, row 2 stays.
+  EXPECT_EQ(rows(), 1u);
+  EXPECT_EQ(Pull(*t, {1}, 4), (std::vector<float>{1, 1})) << "initial value";
 }
 
 }  // namespace

@@ -107,7 +107,6 @@ sparse_internal::StripeConfig SparseTable::StripeConfigFor() const {
   c.lru = options_.lru;
   c.budget_bytes = options_.memory_budget_bytes / options_.num_stripes;
   c.slab_rows_log2 = Log2(options_.slab_rows);
-  c.hot_ids = options_.hot_ids;
   c.init = &options_.init;
   return c;
 }
@@ -277,7 +276,7 @@ uint64_t SparseTable::bytes_used() const {
 SparseTable::Stats SparseTable::GetStats() const {
   Stats st;
   st.budget_bytes = options_.memory_budget_bytes;
-  std::vector<HotId> hot;
+  sparse_internal::TopHotIds hot(options_.hot_ids);
   for (const auto& stripe : stripes_) {
     st.rows_pulled += stripe->rows_pulled.load(std::memory_order_relaxed);
     absl::ReaderMutexLock lock(&stripe->mu);
@@ -291,9 +290,9 @@ SparseTable::Stats SparseTable::GetStats() const {
     st.lru_evictions += c.lru_evictions;
     st.dropped += c.dropped;
     st.rows_pushed += c.rows_pushed;
-    for (const HotId& h : d.Hottest()) hot.push_back(h);
+    if (options_.hot_ids > 0) d.OfferHottest(&hot);
   }
-  st.hottest = sparse_internal::MergeTop(std::move(hot), options_.hot_ids);
+  st.hottest = std::move(hot).Take();
   return st;
 }
 

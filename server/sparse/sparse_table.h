@@ -64,7 +64,7 @@ class SparseTable {
     uint64_t memory_budget_bytes = 0;  // 0 = unbounded
     uint32_t num_stripes = 64;         // power of two in [1, 4096]
     uint32_t slab_rows = 512;          // rows per slab: power of two <= 2^20
-    uint32_t hot_ids = 10;             // K of the hottest-ids sketch
+    uint32_t hot_ids = 10;             // rows in Stats::hottest; <= 1024
   };
 
   struct Stats {
@@ -77,8 +77,15 @@ class SparseTable {
     uint64_t lru_evictions = 0;
     uint64_t dropped = 0;  // lru: rows that could not fit even alone
     uint64_t rows_pulled = 0;
-    uint64_t rows_pushed = 0;    // unique ids per push
-    std::vector<HotId> hottest;  // top-K by pushes, highest first
+    uint64_t rows_pushed = 0;  // unique ids per push
+    // The hot_ids stored rows with the most pushes (ties: lower id first),
+    // hottest first, with exact counts: each row counts every push applied
+    // to it plus the pushes its admission counter saw (admission_count
+    // when it was admitted). Covers stored rows only: ids still waiting
+    // for admission are not rows (they have < admission_count pushes), and
+    // a row evicted (TTL or LRU) loses its count; if readmitted it starts
+    // over. Counts survive Save/Restore.
+    std::vector<HotId> hottest;
   };
 
   // update(row[dim], state[state_floats_per_row], summed grad[dim], id).
@@ -133,6 +140,9 @@ class SparseTable {
   absl::Status Restore(ByteSource& source);
 
   uint64_t bytes_used() const;
+  // Takes each stripe's reader lock in turn. With hot_ids > 0 it also scans
+  // that stripe's rows for the hottest (one cache line per row: about
+  // rows / num_stripes lines under each lock; a pull never waits for it).
   Stats GetStats() const;
 
  private:

@@ -1,18 +1,21 @@
 // SparseTable::Save and Restore. Stream layout (integers little-endian,
 // floats as their IEEE-754 bits, little-endian):
 //
-//   header   magic "PSSPARSE", version u32 (1), dim u32, state_floats u32,
+//   header   magic "PSSPARSE", version u32 (2), dim u32, state_floats u32,
 //            sections u32, name_bytes u32, name, CRC32C u32 of the above
 //   section  (one per stripe of the saving table)
 //            rows u64, counters u64, CRC32C u32 of these 16 bytes
-//            rows x   {id u64, last_step u64, (dim + state_floats) x f32},
-//                     least recently pushed first
+//            rows x   {id u64, last_step u64, pushes u64,
+//                      (dim + state_floats) x f32}, least recently pushed
+//                     first
 //            counters x {id u64, count u32}, ascending id
 //            CRC32C u32 of the rows and counters
 //   trailer  magic "PSSPEND\n", rows u64, counters u64, CRC32C u32 of these
 //
 // Restore re-stripes rows by their id, so a stream restores into a table
 // with another num_stripes (the LRU order is then kept per saving stripe).
+// Version 1 (rows without pushes) is rejected: it predates the per-row push
+// counts and was never deployed.
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -33,12 +36,14 @@ using sparse_internal::StripeImage;
 
 constexpr char kMagic[8] = {'P', 'S', 'S', 'P', 'A', 'R', 'S', 'E'};
 constexpr char kEndMagic[8] = {'P', 'S', 'S', 'P', 'E', 'N', 'D', '\n'};
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;
 constexpr uint32_t kMaxNameBytes = 4096;
 constexpr uint32_t kMaxSections = 1u << 20;
 // Rows decoded per read while restoring (bounds the staging buffer).
 constexpr size_t kRowsPerRead = 4096;
 constexpr size_t kCounterBytes = 12;
+// A row's bytes in the stream besides its floats: id, last_step, pushes.
+constexpr size_t kRowMetaBytes = 24;
 
 void PutU32(std::string* out, uint32_t v) {
   for (int i = 0; i < 4; ++i) out->push_back(static_cast<char>(v >> (8 * i)));
@@ -72,7 +77,7 @@ void EncodeSection(StripeImage& image, uint32_t floats_per_row,
                    std::string* out) {
   std::sort(image.counters.begin(), image.counters.end());
   const size_t record_bytes = RowStore::RecordBytes(floats_per_row);
-  const size_t row_bytes = 16 + size_t{floats_per_row} * 4;
+  const size_t row_bytes = kRowMetaBytes + size_t{floats_per_row} * 4;
   const size_t start = out->size();
   const size_t body_bytes =
       image.rows * row_bytes + image.counters.size() * kCounterBytes;
@@ -87,6 +92,7 @@ void EncodeSection(StripeImage& image, uint32_t floats_per_row,
         RowStore::MetaAt(image.records.data(), record_bytes, slot);
     p = StoreU64(p, m.id);
     p = StoreU64(p, m.last_step);
+    p = StoreU64(p, m.pushes);
     const char* rec = image.records.data() + size_t{slot} * record_bytes;
     for (uint32_t e = 0; e < floats_per_row; ++e) {
       uint32_t bits;
@@ -214,7 +220,10 @@ absl::Status SparseTable::Restore(ByteSource& source) {
                  name_bytes = GetU32(h + 24);
   if (version != kVersion) {
     return fail(absl::DataLossError(
-        absl::StrCat("format version ", version, ", want ", kVersion)));
+        absl::StrCat("format version ", version, ", want ", kVersion,
+                     version < kVersion ? " (older streams lack per-row push "
+                                          "counts and are not read)"
+                                        : "")));
   }
   if (name_bytes > kMaxNameBytes || sections > kMaxSections) {
     return fail(absl::DataLossError("corrupt header"));
@@ -261,7 +270,7 @@ absl::Status SparseTable::RestoreSections(
     ByteSource& source, uint32_t sections,
     std::vector<std::unique_ptr<sparse_internal::Stripe>>& staged) const {
   const uint32_t floats = options_.dim + options_.state_floats_per_row;
-  const size_t row_bytes = 16 + size_t{floats} * 4;
+  const size_t row_bytes = kRowMetaBytes + size_t{floats} * 4;
   std::vector<char> buf;
   std::vector<float> values(floats);
   uint64_t total_rows = 0, total_counters = 0;
@@ -283,12 +292,13 @@ absl::Status SparseTable::RestoreSections(
         const uint64_t id = GetU64(p);
         PS_RETURN_IF_ERROR(CheckStoredId(id, where));
         for (uint32_t e = 0; e < floats; ++e) {
-          const uint32_t bits = GetU32(p + 16 + 4 * size_t{e});
+          const uint32_t bits = GetU32(p + kRowMetaBytes + 4 * size_t{e});
           std::memcpy(&values[e], &bits, 4);
         }
         const uint64_t hash = sparse_internal::RowHash(id);
-        PS_RETURN_IF_ERROR(staged[StripeOf(hash)]->RestoreRow(id, GetU64(p + 8),
-                                                              values.data()));
+        PS_RETURN_IF_ERROR(staged[StripeOf(hash)]->RestoreRow(
+            id, /*last_step=*/GetU64(p + 8), /*pushes=*/GetU64(p + 16),
+            values.data()));
       }
       done += n;
     }

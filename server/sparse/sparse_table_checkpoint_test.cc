@@ -6,6 +6,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/checkpoint.h"
 #include "server/sparse/byte_stream.h"
 #include "server/sparse/sparse_table.h"
 #include "server/sparse/sparse_table_test_util.h"
@@ -84,6 +85,40 @@ TEST(SparseTableCheckpointTest, RoundTripIsBitwise) {
   EXPECT_TRUE(SaveBytes(*a) == SaveBytes(*b));
 }
 
+TEST(SparseTableCheckpointTest, PushCountsSurvive) {
+  SparseTable::Options o = CheckpointOptions();
+  o.hot_ids = 1024;  // every row
+  auto a = MustCreate(o);
+  Fill(*a);
+  const std::vector<HotId> want = a->GetStats().hottest;
+  ASSERT_EQ(want.size(), 300u);
+  // Fill pushes index i twice in each step s with i % (s + 1) == 0: i = 0
+  // (id 0) is among the 50 rows with 6 pushes, admission's 2 included.
+  EXPECT_EQ(want[0].id, 0u);
+  EXPECT_EQ(want[0].pushes, 6u);
+  EXPECT_EQ(want[49].pushes, 6u);
+  EXPECT_EQ(want[50].pushes, 4u);
+  EXPECT_EQ(want[299].pushes, 2u);
+  for (uint32_t stripes : {4u, 16u}) {
+    o.num_stripes = stripes;
+    auto b = MustCreate(o);
+    ASSERT_TRUE(RestoreFrom(*b, SaveBytes(*a)).ok());
+    const std::vector<HotId> got = b->GetStats().hottest;
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+      EXPECT_EQ(got[i].id, want[i].id) << i;
+      EXPECT_EQ(got[i].pushes, want[i].pushes) << i;
+    }
+    // And they go on counting: index 1 (id 977, 2 pushes) overtakes.
+    CountingSgd sgd(o.dim);
+    for (uint64_t step = 9; step < 14; ++step) {
+      ASSERT_TRUE(PushConst(*b, {977}, 1.0f, step, sgd).ok());
+    }
+    EXPECT_EQ(b->GetStats().hottest[0].id, 977u);
+    EXPECT_EQ(b->GetStats().hottest[0].pushes, 7u);
+  }
+}
+
 TEST(SparseTableCheckpointTest, RestoresIntoAnotherStripeCount) {
   auto a = MustCreate(CheckpointOptions());
   Fill(*a);
@@ -103,7 +138,7 @@ TEST(SparseTableCheckpointTest, LruOrderSurvives) {
   o.num_stripes = 1;
   o.slab_rows = 4;
   o.lru = true;
-  o.memory_budget_bytes = 2 * (4 * 48 + 8) + 16 * 8;  // 8 rows
+  o.memory_budget_bytes = 2 * (4 * 56 + 8) + 16 * 8;  // 8 rows
   auto a = MustCreate(o);
   CountingSgd sgd(o.dim);
   for (uint64_t id : {5, 3, 7, 1, 2, 8, 6, 4}) {
@@ -138,6 +173,41 @@ TEST(SparseTableCheckpointTest, CorruptOrTruncatedStreamsLeaveTableUnchanged) {
     const absl::Status st = RestoreFrom(*b, saved.substr(0, len));
     ASSERT_EQ(st.code(), absl::StatusCode::kDataLoss) << "length " << len;
   }
+  EXPECT_TRUE(SaveBytes(*b) == before);
+}
+
+void StoreLe(std::string* s, size_t at, uint64_t v, int bytes) {
+  for (int i = 0; i < bytes; ++i) (*s)[at + i] = static_cast<char>(v >> 8 * i);
+}
+
+TEST(SparseTableCheckpointTest, OldVersionAndZeroPushesAreRejected) {
+  SparseTable::Options o = SmallOptions();
+  o.num_stripes = 1;
+  auto a = MustCreate(o);
+  CountingSgd sgd(o.dim);
+  ASSERT_TRUE(PushConst(*a, {5}, 1.0f, 1, sgd).ok());
+  const std::string saved = SaveBytes(*a);
+  auto b = MustCreate(o);
+  const std::string before = SaveBytes(*b);
+
+  std::string v1 = saved;
+  StoreLe(&v1, 8, 1, 4);  // the version, checked before the header's CRC
+  absl::Status st = RestoreFrom(*b, v1);
+  EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(std::string(st.message()),
+              HasSubstr("format version 1, want 2 (older streams lack"));
+
+  // header: 28 bytes + name "emb" + CRC; section: 20 bytes, then the row
+  // {id, last_step, pushes, 6 floats} and the body's CRC.
+  const size_t body = 28 + 3 + 4 + 20, row_bytes = 24 + 6 * 4;
+  std::string zero = saved;
+  ASSERT_EQ(zero.substr(body + 16, 8), std::string("\1\0\0\0\0\0\0\0", 8));
+  StoreLe(&zero, body + 16, 0, 8);
+  StoreLe(&zero, body + row_bytes,
+          Crc32c(absl::string_view(zero.data() + body, row_bytes)), 4);
+  st = RestoreFrom(*b, zero);
+  EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(std::string(st.message()), HasSubstr("row id 5 has 0 pushes"));
   EXPECT_TRUE(SaveBytes(*b) == before);
 }
 

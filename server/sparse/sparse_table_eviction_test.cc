@@ -75,8 +75,8 @@ SparseTable::Options LruOptions() {
   o.num_stripes = 1;
   o.slab_rows = 4;
   o.lru = true;
-  // 2 slabs of 4 records (48 bytes each) + pointers, index of 16 buckets.
-  o.memory_budget_bytes = 2 * (4 * 48 + 8) + 16 * 8;
+  // 2 slabs of 4 records (56 bytes each) + pointers, index of 16 buckets.
+  o.memory_budget_bytes = 2 * (4 * 56 + 8) + 16 * 8;
   return o;
 }
 
@@ -150,7 +150,7 @@ TEST(SparseTableBudgetTest, NoEvictionRuleIsAllOrNothingAcrossStripes) {
   SparseTable::Options o = SmallOptions();
   o.num_stripes = 4;
   o.slab_rows = 4;
-  o.memory_budget_bytes = 4 * (4 * 48 + 8 + 16 * 8);  // 4 rows per stripe
+  o.memory_budget_bytes = 4 * (4 * 56 + 8 + 16 * 8);  // 4 rows per stripe
   auto t = MustCreate(o);
   CountingSgd sgd(o.dim);
   std::vector<uint64_t> ids;

@@ -198,9 +198,9 @@ TEST(SparseTableTest, StatsCountPullsPushesAndHottestIds) {
   EXPECT_EQ(st.bytes_used, t->bytes_used());
   ASSERT_EQ(st.hottest.size(), 2u);
   EXPECT_EQ(st.hottest[0].id, 8u);
-  EXPECT_EQ(st.hottest[0].count, 15u);
+  EXPECT_EQ(st.hottest[0].pushes, 15u);
   EXPECT_EQ(st.hottest[1].id, 7u);
-  EXPECT_EQ(st.hottest[1].count, 10u);
+  EXPECT_EQ(st.hottest[1].pushes, 10u);
 }
 
 TEST(SparseTableTest, InitializerIsAPureFunctionOfSeedIdAndElement) {

@@ -1,14 +1,14 @@
-// A bounded space-saving sketch (Metwally et al. 2005) of the ids pushed most
-// often: K counters; an id without one takes the smallest counter's place
-// with that count + 1, so any id pushed more than total/K times is held, and
-// a held id's count overestimates its true count by at most `error`.
+// The hottest rows of a sparse table: each stored row counts its own pushes
+// exactly (RowMeta::pushes, one increment on a line the push writes anyway),
+// and at Stats time a scan of the rows offers every (id, pushes) to a
+// TopHotIds, which keeps the K largest.
 //
-//   HotIds hot(10);
-//   hot.Add(id);                      // once per push of a row
-//   std::vector<HotId> top = hot.Top();
+//   TopHotIds top(10);
+//   for (each row) top.Offer(row.id, row.pushes);   // O(1) unless it enters
+//   std::vector<HotId> hottest = std::move(top).Take();
 //
-// Cost O(K) per Add (a linear scan; K is small, 10 by default).
-// Not thread-safe: the stripe's mutex guards it.
+// Not thread-safe: the caller holds each stripe's lock while it offers that
+// stripe's rows.
 #ifndef SERVER_SPARSE_INTERNAL_HOT_IDS_H_
 #define SERVER_SPARSE_INTERNAL_HOT_IDS_H_
 
@@ -18,32 +18,44 @@
 
 namespace ps {
 
-// One entry of a hottest-ids report: `count` pushes counted for `id`, of
-// which at most `error` may belong to ids it replaced in the sketch.
+// One entry of a hottest-ids report: row `id` was pushed `pushes` times
+// (exact; see SparseTable::Stats::hottest for what is counted).
 struct HotId {
   uint64_t id = 0;
-  uint64_t count = 0;
-  uint64_t error = 0;
+  uint64_t pushes = 0;
 };
 
 namespace sparse_internal {
 
-class HotIds {
- public:
-  explicit HotIds(size_t k) : k_(k) { entries_.reserve(k); }
+// The report order: more pushes first, ties broken by the lower id, so a
+// report is a function of the counts alone.
+inline bool Hotter(const HotId& a, const HotId& b) {
+  return a.pushes != b.pushes ? a.pushes > b.pushes : a.id < b.id;
+}
 
-  void Add(uint64_t id);
-  // The held entries, highest count first (ties: lower id first).
-  std::vector<HotId> Top() const;
-  size_t bytes() const { return entries_.capacity() * sizeof(HotId); }
+// Keeps the k hottest of the entries offered (ids distinct).
+// Cost: O(1) for an offer that does not enter the top k, O(log k) for one
+// that does; O(k) memory.
+class TopHotIds {
+ public:
+  explicit TopHotIds(size_t k) : k_(k) { heap_.reserve(k); }
+
+  void Offer(uint64_t id, uint64_t pushes) {
+    const HotId h{id, pushes};
+    if (heap_.size() == k_ && (k_ == 0 || !Hotter(h, heap_.front()))) return;
+    Enter(h);
+  }
+
+  // The kept entries, hottest first.
+  std::vector<HotId> Take() &&;
 
  private:
-  size_t k_;
-  std::vector<HotId> entries_;
-};
+  void Enter(const HotId& h);
 
-// Merges per-stripe reports (disjoint id sets) into the top `k`.
-std::vector<HotId> MergeTop(std::vector<HotId> all, size_t k);
+  size_t k_;
+  // A heap whose front is the coldest kept entry.
+  std::vector<HotId> heap_;
+};
 
 }  // namespace sparse_internal
 }  // namespace ps

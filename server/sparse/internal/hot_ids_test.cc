@@ -1,6 +1,9 @@
 #include "server/sparse/internal/hot_ids.h"
 
+#include <algorithm>
 #include <cstdint>
+#include <random>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -8,40 +11,47 @@ namespace ps {
 namespace sparse_internal {
 namespace {
 
-// Heavy hitters over a long tail of one-off ids are found (any id with more
-// than total/K = 3500/8 pushes is guaranteed), with counts that overestimate
-// by at most `error`.
-TEST(HotIdsTest, FindsHeavyHittersInALongTail) {
-  HotIds hot(8);
-  uint64_t tail = 1000;
-  for (int round = 0; round < 1000; ++round) {
-    hot.Add(1);
-    if (round % 2 == 0) hot.Add(2);
-    hot.Add(tail++);
-    hot.Add(tail++);
-  }
-  const std::vector<HotId> top = hot.Top();
-  ASSERT_EQ(top.size(), 8u);
-  EXPECT_EQ(top[0].id, 1u);
-  EXPECT_GE(top[0].count, 1000u);
-  EXPECT_LE(top[0].count - top[0].error, 1000u);
-  bool found = false;
-  for (const HotId& h : top) {
-    if (h.id != 2) continue;
-    found = true;
-    EXPECT_GE(h.count, 500u);
-    EXPECT_LE(h.count - h.error, 500u);
-  }
-  EXPECT_TRUE(found);
+std::vector<uint64_t> Ids(const std::vector<HotId>& v) {
+  std::vector<uint64_t> ids;
+  for (const HotId& h : v) ids.push_back(h.id);
+  return ids;
 }
 
-TEST(HotIdsTest, MergeKeepsTheTopAcrossStripes) {
-  const std::vector<HotId> merged =
-      MergeTop({{5, 3, 0}, {6, 9, 1}, {7, 3, 0}, {8, 1, 0}}, 3);
-  ASSERT_EQ(merged.size(), 3u);
-  EXPECT_EQ(merged[0].id, 6u);
-  EXPECT_EQ(merged[1].id, 5u);  // tie on count: lower id first
-  EXPECT_EQ(merged[2].id, 7u);
+TEST(TopHotIdsTest, KeepsTheKHottestWithTiesToTheLowerId) {
+  TopHotIds top(3);
+  top.Offer(5, 3);
+  top.Offer(6, 9);
+  top.Offer(7, 3);
+  top.Offer(8, 1);
+  top.Offer(4, 3);  // ties 5 and 7 at 3 pushes, lower id: in, 7 out
+  const std::vector<HotId> got = std::move(top).Take();
+  EXPECT_EQ(Ids(got), (std::vector<uint64_t>{6, 4, 5}));
+  EXPECT_EQ(got[0].pushes, 9u);
+  EXPECT_EQ(got[2].pushes, 3u);
+}
+
+TEST(TopHotIdsTest, FewerThanKOrZero) {
+  TopHotIds two(5);
+  two.Offer(1, 1);
+  two.Offer(2, 2);
+  EXPECT_EQ(Ids(std::move(two).Take()), (std::vector<uint64_t>{2, 1}));
+  TopHotIds none(0);
+  none.Offer(1, 100);
+  EXPECT_TRUE(std::move(none).Take().empty());
+}
+
+// Whatever the offer order, the result is the sorted prefix of everything.
+TEST(TopHotIdsTest, MatchesAFullSortOnRandomInput) {
+  std::mt19937_64 rng(42);
+  std::vector<HotId> all;
+  for (uint64_t id = 0; id < 5000; ++id) all.push_back({id, rng() % 300});
+  std::shuffle(all.begin(), all.end(), rng);
+  TopHotIds top(64);
+  for (const HotId& h : all) top.Offer(h.id, h.pushes);
+  std::sort(all.begin(), all.end(), Hotter);
+  all.resize(64);
+  const std::vector<HotId> got = std::move(top).Take();
+  EXPECT_EQ(Ids(got), Ids(all));
 }
 
 }  // namespace

@@ -44,7 +44,7 @@ void RowStore::LinkNewest(uint32_t slot) {
   if (oldest_ == kNil) oldest_ = slot;
 }
 
-uint32_t RowStore::Append(uint64_t id, uint64_t step) {
+uint32_t RowStore::Append(uint64_t id, uint64_t step, uint64_t pushes) {
   const uint32_t slot = size_;
   if ((slot >> slab_log2_) >= slabs_.size()) {
     slabs_.emplace_back(new char[slab_bytes_]);
@@ -53,13 +53,13 @@ uint32_t RowStore::Append(uint64_t id, uint64_t step) {
   RowMeta* m = MetaPtr(slot);
   m->id = id;
   m->last_step = step;
+  m->pushes = pushes;
   LinkNewest(slot);
   return slot;
 }
 
 void RowStore::Touch(uint32_t slot, uint64_t step) {
-  RowMeta* m = MetaPtr(slot);
-  if (step > m->last_step) m->last_step = step;
+  MarkPush(slot, step);
   if (newest_ == slot) return;
   Unlink(slot);
   LinkNewest(slot);

@@ -3,7 +3,7 @@
 // an intrusive least-recently-pushed list threaded through the records.
 //
 //   record = [values: dim floats][state: state_floats floats][pad to 8]
-//            [id u64][last_step u64][newer u32][older u32]
+//            [id u64][last_step u64][pushes u64][newer u32][older u32]
 //
 // Removing a row moves the last row into its slot, so the slots stay dense,
 // a freed slot is reused by the next row and a slab that empties is freed at
@@ -26,6 +26,7 @@ namespace sparse_internal {
 struct RowMeta {
   uint64_t id;
   uint64_t last_step;  // the highest step a push of this row carried
+  uint64_t pushes;     // pushes counted for this id (see Stripe::Push)
   uint32_t newer;      // LRU neighbours (slots), kNil at the ends
   uint32_t older;
 };
@@ -67,16 +68,19 @@ class RowStore {
     }
   }
 
-  // A new most-recently-pushed row with uninitialised floats; returns its
-  // slot (== size() before the call). May allocate a slab.
-  uint32_t Append(uint64_t id, uint64_t step);
-  // Marks a push at `step`: last_step = max(last_step, step), and the row
-  // becomes the most recently pushed.
+  // A new most-recently-pushed row with uninitialised floats and `pushes`
+  // pushes counted; returns its slot (== size() before the call). May
+  // allocate a slab.
+  uint32_t Append(uint64_t id, uint64_t step, uint64_t pushes);
+  // Marks a push at `step` (MarkPush) and makes the row the most recently
+  // pushed.
   void Touch(uint32_t slot, uint64_t step);
-  // Only last_step = max(last_step, step): for tables without LRU, where
-  // relinking (two random neighbour accesses) would be wasted.
-  void MarkStep(uint32_t slot, uint64_t step) {
+  // Counts a push at `step`: ++pushes, last_step = max(last_step, step).
+  // Alone (no relinking) for tables without LRU, where two random neighbour
+  // accesses would be wasted.
+  void MarkPush(uint32_t slot, uint64_t step) {
     RowMeta* m = MetaPtr(slot);
+    ++m->pushes;
     if (step > m->last_step) m->last_step = step;
   }
 

@@ -23,19 +23,26 @@ TEST(RowStoreTest, AppendTouchRemoveKeepSlotsDenseAndLruOrdered) {
   RowStore s(/*floats_per_row=*/3, /*slab_rows_log2=*/2);
   EXPECT_EQ(s.record_bytes(), 16u + sizeof(RowMeta));
   for (uint64_t id = 10; id < 16; ++id) {
-    const uint32_t slot = s.Append(id, id);
+    const uint32_t slot = s.Append(id, id, /*pushes=*/id - 9);
     s.Values(slot)[0] = static_cast<float>(id);
   }
   EXPECT_EQ(s.bytes(), 2 * (4 * s.record_bytes() + sizeof(void*)));
   EXPECT_EQ(NewestFirst(s), (std::vector<uint64_t>{15, 14, 13, 12, 11, 10}));
   s.Touch(0, 3);  // id 10: newest, last_step stays 10 (max)
   EXPECT_EQ(s.Meta(0).last_step, 10u);
+  EXPECT_EQ(s.Meta(0).pushes, 2u);
   s.Touch(1, 20);
   EXPECT_EQ(s.Meta(1).last_step, 20u);
+  // MarkPush counts and steps without relinking.
+  s.MarkPush(5, 30);
+  s.MarkPush(5, 1);
+  EXPECT_EQ(s.Meta(5).pushes, 8u);
+  EXPECT_EQ(s.Meta(5).last_step, 30u);
   EXPECT_EQ(NewestFirst(s), (std::vector<uint64_t>{11, 10, 15, 14, 13, 12}));
   // Remove id 12 (slot 2): the last row (id 15, slot 5) moves into slot 2.
   EXPECT_EQ(s.Remove(2), 5u);
   EXPECT_EQ(s.Meta(2).id, 15u);
+  EXPECT_EQ(s.Meta(2).pushes, 8u);  // the metadata moves with the row
   EXPECT_EQ(s.Values(2)[0], 15.0f);
   EXPECT_EQ(NewestFirst(s), (std::vector<uint64_t>{11, 10, 15, 14, 13}));
   // Remove the last row itself (id 14, slot 4): the second slab empties.

@@ -10,8 +10,7 @@ namespace sparse_internal {
 
 Stripe::Stripe(const StripeConfig& config)
     : config_(config),
-      store_(config.dim + config.state_floats, config.slab_rows_log2),
-      hot_(config.hot_ids) {}
+      store_(config.dim + config.state_floats, config.slab_rows_log2) {}
 
 int64_t Stripe::Find(uint64_t id, uint64_t hash) const {
   return index_.Find(hash,
@@ -105,7 +104,6 @@ void Stripe::Push(absl::Span<const uint64_t> ids,
     const uint64_t id = ids[i];
     const float* grad = grads + i * dim;
     ++counters_.rows_pushed;
-    hot_.Add(id);
     int64_t slot = Find(id, hashes[i]);
     if (slot >= 0) {
       float* row = store_.Values(static_cast<uint32_t>(slot));
@@ -113,12 +111,14 @@ void Stripe::Push(absl::Span<const uint64_t> ids,
       if (config_.lru) {
         store_.Touch(static_cast<uint32_t>(slot), step);
       } else {
-        store_.MarkStep(static_cast<uint32_t>(slot), step);
+        store_.MarkPush(static_cast<uint32_t>(slot), step);
       }
       continue;
     }
+    uint64_t pushes = 1;
     if (config_.admission_count > 1) {
       const uint32_t seen = admission_.Get(id) + 1;
+      pushes = seen;
       if (seen < config_.admission_count) {
         if (seen == 1 && lru_budget && !RoomForCounter()) {
           ++counters_.dropped;
@@ -133,7 +133,7 @@ void Stripe::Push(absl::Span<const uint64_t> ids,
       ++counters_.dropped;
       continue;
     }
-    const uint32_t s = store_.Append(id, step);
+    const uint32_t s = store_.Append(id, step, pushes);
     index_.Insert(hashes[i], s);
     float* row = store_.Values(s);
     config_.init->Fill(id, absl::MakeSpan(row, dim));
@@ -157,6 +157,13 @@ size_t Stripe::EvictExpired(uint64_t now_step, uint64_t ttl) {
   return evicted;
 }
 
+void Stripe::OfferHottest(TopHotIds* top) const {
+  for (uint32_t slot = 0; slot < store_.size(); ++slot) {
+    const RowMeta& m = store_.Meta(slot);
+    top->Offer(m.id, m.pushes);
+  }
+}
+
 void Stripe::Snapshot(StripeImage* image) const {
   image->records.clear();
   image->rows = store_.size();
@@ -170,12 +177,17 @@ void Stripe::Snapshot(StripeImage* image) const {
 }
 
 absl::Status Stripe::RestoreRow(uint64_t id, uint64_t last_step,
+                                uint64_t pushes,
                                 const float* values_and_state) {
+  if (pushes == 0) {
+    return absl::DataLossError(
+        absl::StrCat("row id ", id, " has 0 pushes (a stored row has >= 1)"));
+  }
   const uint64_t hash = RowHash(id);
   if (Find(id, hash) >= 0 || admission_.Get(id) != 0) {
     return absl::DataLossError(absl::StrCat("row id ", id, " appears twice"));
   }
-  const uint32_t slot = store_.Append(id, last_step);
+  const uint32_t slot = store_.Append(id, last_step, pushes);
   index_.Insert(hash, slot);
   std::memcpy(store_.Values(slot), values_and_state,
               (config_.dim + config_.state_floats) * sizeof(float));

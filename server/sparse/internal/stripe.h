@@ -1,7 +1,7 @@
-// One stripe of a SparseTable: the rows whose RowHash falls in it, their
-// index, the admission counters of its not-yet-stored ids, its counters and
-// its hottest-ids sketch. SparseTable owns one per stripe, each beside its
-// own absl::Mutex; a Stripe itself is not thread-safe.
+// One stripe of a SparseTable: the rows whose RowHash falls in it (each with
+// its exact push count), their index, the admission counters of its
+// not-yet-stored ids and its counters. SparseTable owns one per stripe, each
+// beside its own absl::Mutex; a Stripe itself is not thread-safe.
 //
 //   Stripe s(config);
 //   s.Push(ids, hashes, summed_grads, step, update);   // unique ids
@@ -49,7 +49,6 @@ struct StripeConfig {
   bool lru = false;
   uint64_t budget_bytes = 0;  // this stripe's share; 0 = unbounded
   uint32_t slab_rows_log2 = 0;
-  size_t hot_ids = 0;
   const RowInitializer* init = nullptr;  // borrowed; outlives the stripe
 };
 
@@ -79,7 +78,9 @@ class Stripe {
   uint32_t rows() const { return store_.size(); }
   size_t pending() const { return admission_.size(); }
   const StripeCounters& counters() const { return counters_; }
-  std::vector<HotId> Hottest() const { return hot_.Top(); }
+  // Offers every row's (id, pushes) to `top`: one pass over the slabs,
+  // O(rows) (a cache line per row, read in slot order).
+  void OfferHottest(TopHotIds* top) const;
 
   // Copies the stored values of `id` into out[0, dim); false if not stored.
   bool Read(uint64_t id, uint64_t hash, float* out) const;
@@ -96,7 +97,9 @@ class Stripe {
                         absl::Span<const uint64_t> hashes) const;
 
   // Applies one push of unique `ids` (hashes[i] = RowHash(ids[i])) with
-  // summed gradients grads[i * dim, (i + 1) * dim).
+  // summed gradients grads[i * dim, (i + 1) * dim). Each stored row counts
+  // the push (RowMeta::pushes); a row created by it starts at the pushes
+  // its admission counter saw, this one included (1 without admission).
   void Push(absl::Span<const uint64_t> ids, absl::Span<const uint64_t> hashes,
             const float* grads, uint64_t step, UpdateFn update);
 
@@ -106,12 +109,14 @@ class Stripe {
   void Snapshot(StripeImage* image) const;
 
   // Restore: add a row as the newest (values_and_state: dim + state_floats
-  // floats) or an admission counter. kDataLoss on a duplicate id.
-  absl::Status RestoreRow(uint64_t id, uint64_t last_step,
+  // floats) or an admission counter. kDataLoss on a duplicate id, a row
+  // with 0 pushes or a counter of 0.
+  absl::Status RestoreRow(uint64_t id, uint64_t last_step, uint64_t pushes,
                           const float* values_and_state);
   absl::Status RestoreCounter(uint64_t id, uint32_t count);
 
-  // Exchanges the rows, index and counters (not the statistics) with `other`.
+  // Exchanges the rows (with their push counts), index and admission
+  // counters, not the StripeCounters, with `other`.
   void SwapData(Stripe& other);
 
  private:
@@ -138,7 +143,6 @@ class Stripe {
   RowIndex index_;
   AdmissionCounts admission_;
   StripeCounters counters_;
-  HotIds hot_;
 };
 
 }  // namespace sparse_internal

@@ -280,6 +280,10 @@ TEST_F(TsvSourceTest, FileChangedAfterCountIsDataLoss) {
   absl::Status s = (*source)->TrainBatch(1, &batch);
   EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
   EXPECT_THAT(s.message(), HasSubstr(train_));
+  // The file restored, the failed step reads again from the top.
+  WriteFile(train_, FileText(20, {3, 6, 7}));
+  ASSERT_TRUE((*source)->TrainBatch(1, &batch).ok());
+  EXPECT_THAT(RowsOf(batch), ElementsAre(11, 13, 15));
 }
 
 TEST(SyntheticSourceTest, IsTheGeneratorsSlice) {

@@ -149,6 +149,14 @@ absl::Status CtrTsvSource::NextOwnRow(CtrExample* out) {
 }
 
 absl::Status CtrTsvSource::TrainBatch(uint64_t t, CtrBatch* batch) {
+  absl::Status s = ReadBatch(t, batch);
+  // After a failure the stream's position is unknown: the next call starts
+  // over from the top.
+  next_step_ = s.ok() ? t + 1 : kNoStep;
+  return s;
+}
+
+absl::Status CtrTsvSource::ReadBatch(uint64_t t, CtrBatch* batch) {
   const uint64_t b = options_.batch_size;
   const uint64_t k = t % steps_per_epoch_;
   if (train_ == nullptr || t != next_step_ || k == 0) {
@@ -158,7 +166,6 @@ absl::Status CtrTsvSource::TrainBatch(uint64_t t, CtrBatch* batch) {
       PS_RETURN_IF_ERROR(NextOwnRow(&example_));
     }
   }
-  next_step_ = t + 1;
   batch->Resize(b);
   for (uint64_t i = 0; i < b; ++i) {
     PS_RETURN_IF_ERROR(NextOwnRow(&example_));

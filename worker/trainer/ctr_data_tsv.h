@@ -98,6 +98,9 @@ class CtrTsvSource : public CtrDataSource {
   CtrTsvSource(Options options, CtrTsvCount train_count, uint64_t test_rows,
                uint64_t steps_per_epoch);
 
+  static constexpr uint64_t kNoStep = ~uint64_t{0};
+
+  absl::Status ReadBatch(uint64_t t, CtrBatch* batch);
   // Opens the training file at its top.
   absl::Status Reopen();
   // The next good row this rank owns into *out.
@@ -107,8 +110,8 @@ class CtrTsvSource : public CtrDataSource {
   const CtrTsvCount train_count_;
   const uint64_t test_rows_;
   const uint64_t steps_per_epoch_;
-  std::unique_ptr<CtrTsvReader> train_;  // null before the first batch
-  uint64_t next_step_ = 0;               // the step train_ is positioned for
+  std::unique_ptr<CtrTsvReader> train_;
+  uint64_t next_step_ = kNoStep;  // the step train_ is positioned for
   CtrExample example_;
 };
 

@@ -29,6 +29,12 @@ bool DefaultPathExists(const std::string& path) {
   return std::filesystem::is_directory(path, ec);
 }
 
+bool DefaultFileExists(const std::string& path) {
+  std::error_code ec;
+  return std::filesystem::exists(path, ec) &&
+         !std::filesystem::is_directory(path, ec);
+}
+
 std::string KnownDatasetList(const ValidationContext& ctx) {
   std::vector<std::string> names;
   for (const auto& [name, shape] : ctx.datasets) names.push_back(name);
@@ -199,6 +205,8 @@ void CheckNoData(const JobSpec& spec, Problems& p) {
   if (d.synthetic_train() > 0) p.Add("data.synthetic_train", why);
   if (d.synthetic_test() > 0) p.Add("data.synthetic_test", why);
   if (d.max_train_examples() > 0) p.Add("data.max_train_examples", why);
+  if (!d.train_file().empty()) p.Add("data.train_file", why);
+  if (!d.test_file().empty()) p.Add("data.test_file", why);
   if (spec.eval_every() > 0) {
     p.Add("eval_every", "a lab model has no test set; leave it unset");
   }
@@ -226,21 +234,62 @@ void CheckDataset(const JobSpec& spec, const ValidationContext& ctx,
   }
 }
 
-// A ctr model trains on CTR examples, and only it does; its generated sets
-// need their sizes.
-void CheckCtrData(const JobSpec& spec, Problems& p) {
+// criteo-tsv's files: set, absolute or relative to data.data_dir (the
+// coordinator cannot know the workers' own data_dir), and present.
+void CheckTsvFiles(const DataSpec& d, const ValidationContext& ctx,
+                   Problems& p) {
+  const std::pair<const char*, const std::string*> files[] = {
+      {"data.train_file", &d.train_file()}, {"data.test_file", &d.test_file()}};
+  for (const auto& [field, file] : files) {
+    if (file->empty()) {
+      p.Add(field, absl::StrCat("must be set for ", kCriteoTsvDataset));
+      continue;
+    }
+    std::string path = *file;
+    if (path[0] != '/') {
+      if (d.data_dir().empty()) {
+        p.Add(field, absl::StrCat("\"", path,
+                                  "\" is relative; make it absolute or set "
+                                  "data.data_dir"));
+        continue;
+      }
+      path = absl::StrCat(d.data_dir(), d.data_dir().back() == '/' ? "" : "/",
+                          path);
+    }
+    const bool exists =
+        ctx.path_exists ? ctx.path_exists(path) : DefaultFileExists(path);
+    if (!exists) {
+      p.Add(field, absl::StrCat("file \"", path, "\" does not exist"));
+    }
+  }
+}
+
+// A ctr model trains on CTR examples, and only it does; the generated set
+// needs its sizes, the TSV set its files.
+void CheckCtrData(const JobSpec& spec, const ValidationContext& ctx,
+                  Problems& p) {
   const DataSpec& d = spec.data();
-  const bool ctr_data = d.dataset() == kCtrSyntheticDataset;
-  if (spec.model().has_ctr() && !ctr_data && !d.dataset().empty()) {
+  const bool synthetic = d.dataset() == kCtrSyntheticDataset;
+  const bool tsv = d.dataset() == kCriteoTsvDataset;
+  if (spec.model().has_ctr() && !synthetic && !tsv && !d.dataset().empty()) {
     p.Add("data.dataset",
           absl::StrCat("a ctr model trains on \"", kCtrSyntheticDataset,
-                       "\", not \"", d.dataset(), "\""));
+                       "\" or \"", kCriteoTsvDataset, "\", not \"", d.dataset(),
+                       "\""));
   }
-  if (ctr_data && !spec.model().has_ctr()) {
+  if ((synthetic || tsv) && !spec.model().has_ctr()) {
     p.Add("data.dataset",
-          absl::StrCat("\"", kCtrSyntheticDataset, "\" is for a ctr model"));
+          absl::StrCat("\"", d.dataset(), "\" is for a ctr model"));
   }
-  if (ctr_data) {
+  if (tsv) {
+    CheckTsvFiles(d, ctx, p);
+  } else if (!spec.model().has_lab()) {
+    const std::string why =
+        absl::StrCat("only ", kCriteoTsvDataset, " uses it");
+    if (!d.train_file().empty()) p.Add("data.train_file", why);
+    if (!d.test_file().empty()) p.Add("data.test_file", why);
+  }
+  if (synthetic) {
     if (d.synthetic_train() == 0) {
       p.Add("data.synthetic_train", "must be > 0 for ctr-synthetic");
     }
@@ -273,7 +322,7 @@ void CheckData(const JobSpec& spec, const ValidationContext& ctx, Problems& p) {
       p.Add("data.synthetic_test", "only the synthetic datasets use it");
     }
   }
-  CheckCtrData(spec, p);
+  CheckCtrData(spec, ctx, p);
 }
 
 void CheckPartitioning(const JobSpec& spec, Problems& p) {
@@ -314,7 +363,8 @@ std::map<std::string, DatasetShape> KnownDatasets() {
       {"fashion-mnist", DatasetShape{784, 10}},
       {"mnist", DatasetShape{784, 10}},
       {"synthetic", DatasetShape{0, 0}},
-      {"ctr-synthetic", DatasetShape{0, 0}},
+      {kCtrSyntheticDataset, DatasetShape{0, 0}},
+      {kCriteoTsvDataset, DatasetShape{0, 0}},
   };
 }
 

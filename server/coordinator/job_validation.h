@@ -47,11 +47,13 @@ struct DatasetShape {
   uint32_t num_classes = 0;
 };
 
-// The generated CTR data set (a ctr model's).
+// The CTR data sets (a ctr model's): generated, and Criteo TSV files
+// (DataSpec.train_file / test_file).
 inline constexpr char kCtrSyntheticDataset[] = "ctr-synthetic";
+inline constexpr char kCriteoTsvDataset[] = "criteo-tsv";
 
-// "fashion-mnist" and "mnist" (784 inputs, 10 classes), "synthetic" (any)
-// and "ctr-synthetic" (a ctr model's).
+// "fashion-mnist" and "mnist" (784 inputs, 10 classes), "synthetic" (any),
+// "ctr-synthetic" and "criteo-tsv" (a ctr model's).
 std::map<std::string, DatasetShape> KnownDatasets();
 
 // What the validator needs to know beyond the spec itself.
@@ -63,8 +65,11 @@ struct ValidationContext {
   uint32_t num_registered_workers = 0;
   // Datasets a job may name.
   std::map<std::string, DatasetShape> datasets = KnownDatasets();
-  // Whether `data.data_dir` exists. Unset: std::filesystem::is_directory on
-  // this machine. Set it to accept any path when workers run elsewhere.
+  // Whether a path the job names exists: data.data_dir (a directory) and
+  // criteo-tsv's data.train_file and data.test_file (files, after joining a
+  // relative one to data_dir). Unset: std::filesystem on this machine
+  // (is_directory for data_dir, exists and not a directory for a file). Set
+  // it to accept any path when workers run elsewhere.
   std::function<bool(const std::string& path)> path_exists;
 };
 

@@ -266,12 +266,12 @@ INSTANTIATE_TEST_SUITE_P(
          {"model: more than 1073741824 parameters (the limit) by layer fc0"}},
         {"DatasetUnknown",
          [](JobSpec& s) { s.mutable_data()->set_dataset("cifar10"); },
-         {"data.dataset: unknown dataset \"cifar10\" (known: ctr-synthetic, "
-          "fashion-mnist, mnist, synthetic)"}},
+         {"data.dataset: unknown dataset \"cifar10\" (known: criteo-tsv, "
+          "ctr-synthetic, fashion-mnist, mnist, synthetic)"}},
         {"DatasetEmpty",
          [](JobSpec& s) { s.mutable_data()->clear_dataset(); },
-         {"data.dataset: must be set (one of ctr-synthetic, "
-          "fashion-mnist, mnist, synthetic)"}},
+         {"data.dataset: must be set (one of criteo-tsv, "
+          "ctr-synthetic, fashion-mnist, mnist, synthetic)"}},
         {"DataDirMissing",
          [](JobSpec& s) { s.mutable_data()->set_data_dir("/nonexistent"); },
          {"data.data_dir: directory \"/nonexistent\" does not exist"}},
@@ -494,7 +494,8 @@ TEST(ValidateJobSpecTest, CtrSpecProblemsNameTheField) {
   wrong_data.mutable_data()->clear_synthetic_test();
   EXPECT_THAT(ValidateJobSpec(wrong_data, Context()),
               ElementsAre("data.dataset: a ctr model trains on "
-                          "\"ctr-synthetic\", not \"fashion-mnist\""));
+                          "\"ctr-synthetic\" or \"criteo-tsv\", not "
+                          "\"fashion-mnist\""));
   JobSpec no_sizes = CtrSpec();
   no_sizes.mutable_data()->clear_synthetic_test();
   EXPECT_THAT(
@@ -517,6 +518,112 @@ TEST(ValidateJobSpecTest, CtrSpecProblemsNameTheField) {
   EXPECT_THAT(ValidateJobSpec(mnist_ctr, Context()),
               testing::Contains("data.dataset: \"ctr-synthetic\" is for a "
                                 "ctr model"));
+}
+
+JobSpec CriteoSpec() {
+  JobSpec spec = CtrSpec();
+  DataSpec* d = spec.mutable_data();
+  d->set_dataset("criteo-tsv");
+  d->clear_synthetic_train();
+  d->clear_synthetic_test();
+  d->set_train_file("/data/criteo/train.tsv.gz");
+  d->set_test_file("test.tsv");
+  d->set_data_dir("/data/criteo");
+  return spec;
+}
+
+ValidationContext CriteoContext() {
+  ValidationContext ctx = Context();
+  ctx.path_exists = [](const std::string& path) {
+    return path == "/data/criteo" || path == "/data/criteo/train.tsv.gz" ||
+           path == "/data/criteo/test.tsv";
+  };
+  return ctx;
+}
+
+TEST(ValidateJobSpecTest, CriteoSpecIsValid) {
+  EXPECT_THAT(ValidateJobSpec(CriteoSpec(), CriteoContext()), IsEmpty());
+  JobSpec capped = CriteoSpec();
+  capped.mutable_data()->set_max_train_examples(1000000);
+  EXPECT_THAT(ValidateJobSpec(capped, CriteoContext()), IsEmpty());
+}
+
+struct CriteoCase {
+  std::string name;
+  std::function<void(JobSpec&)> mutate;
+  std::vector<std::string> problems;
+};
+
+TEST(ValidateJobSpecTest, CriteoProblemsNameTheField) {
+  const std::vector<CriteoCase> cases = {
+      {"files unset",
+       [](JobSpec& s) {
+         s.mutable_data()->clear_train_file();
+         s.mutable_data()->clear_test_file();
+       },
+       {"data.train_file: must be set for criteo-tsv",
+        "data.test_file: must be set for criteo-tsv"}},
+      {"relative without data_dir",
+       [](JobSpec& s) {
+         s.mutable_data()->clear_data_dir();
+         s.mutable_data()->set_train_file("/data/criteo/train.tsv.gz");
+       },
+       {"data.test_file: \"test.tsv\" is relative; make it absolute or set "
+        "data.data_dir"}},
+      {"missing files",
+       [](JobSpec& s) {
+         s.mutable_data()->set_train_file("/data/criteo/day_0.gz");
+         s.mutable_data()->set_test_file("sub/test.tsv");
+       },
+       {"data.train_file: file \"/data/criteo/day_0.gz\" does not exist",
+        "data.test_file: file \"/data/criteo/sub/test.tsv\" does not "
+        "exist"}},
+      {"synthetic sizes",
+       [](JobSpec& s) { s.mutable_data()->set_synthetic_train(100); },
+       {"data.synthetic_train: only the synthetic datasets use it"}},
+      {"not a ctr model",
+       [](JobSpec& s) {
+         s.mutable_model()->clear_ctr();
+         s.mutable_model()->mutable_mlp()->set_input_dim(4);
+         s.mutable_model()->mutable_mlp()->set_num_classes(2);
+       },
+       {"data.dataset: \"criteo-tsv\" is for a ctr model"}},
+  };
+  for (const CriteoCase& c : cases) {
+    JobSpec spec = CriteoSpec();
+    c.mutate(spec);
+    std::vector<std::string> problems = ValidateJobSpec(spec, CriteoContext());
+    if (c.name == "not a ctr model") {
+      EXPECT_THAT(problems, testing::Contains(c.problems[0])) << c.name;
+    } else {
+      EXPECT_THAT(problems, ElementsAreArray(c.problems)) << c.name;
+    }
+  }
+  // Files belong to criteo-tsv alone.
+  JobSpec synthetic = CtrSpec();
+  synthetic.mutable_data()->set_train_file("/data/criteo/train.tsv.gz");
+  EXPECT_THAT(ValidateJobSpec(synthetic, CriteoContext()),
+              ElementsAre("data.train_file: only criteo-tsv uses it"));
+}
+
+TEST(ValidateJobSpecTest, DefaultFileCheckUsesTheFileSystem) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  ASSERT_NE(tmp, nullptr);
+  const std::string file = std::string(tmp) + "/train.tsv";
+  {
+    std::FILE* f = std::fopen(file.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fclose(f);
+  }
+  ValidationContext ctx;  // path_exists unset: std::filesystem
+  JobSpec spec = CriteoSpec();
+  spec.mutable_data()->set_data_dir(tmp);
+  spec.mutable_data()->set_train_file("train.tsv");
+  spec.mutable_data()->set_test_file(file);
+  EXPECT_THAT(ValidateJobSpec(spec, ctx), IsEmpty());
+  spec.mutable_data()->set_test_file(tmp);  // a directory is not a file
+  EXPECT_THAT(ValidateJobSpec(spec, ctx),
+              ElementsAre(HasSubstr("data.test_file: file")));
 }
 
 struct LabCase {
@@ -575,6 +682,8 @@ INSTANTIATE_TEST_SUITE_P(
            s.mutable_data()->set_synthetic_train(10);
            s.mutable_data()->set_synthetic_test(10);
            s.mutable_data()->set_max_train_examples(10);
+           s.mutable_data()->set_train_file("/data/train.tsv");
+           s.mutable_data()->set_test_file("/data/test.tsv");
            s.set_eval_every(5);
          },
          {"data.dataset: a lab model reads no data; leave it unset",
@@ -583,6 +692,8 @@ INSTANTIATE_TEST_SUITE_P(
           "data.synthetic_test: a lab model reads no data; leave it unset",
           "data.max_train_examples: a lab model reads no data; leave it "
           "unset",
+          "data.train_file: a lab model reads no data; leave it unset",
+          "data.test_file: a lab model reads no data; leave it unset",
           "eval_every: a lab model has no test set; leave it unset"}},
         {"BatchSizeStillCounts",
          [](JobSpec& s) { s.mutable_data()->set_batch_size(0); },

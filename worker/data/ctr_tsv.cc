@@ -183,4 +183,11 @@ absl::StatusOr<bool> CtrTsvReader::Next(CtrExample* out) {
   return true;
 }
 
+absl::StatusOr<bool> CtrTsvReader::Skip() {
+  if (!failed_.ok()) return failed_;
+  absl::StatusOr<bool> got = ReadLine();
+  if (!got.ok() && absl::IsInvalidArgument(got.status())) return true;
+  return got;  // a line, the end, or a read error
+}
+
 }  // namespace ps

@@ -68,6 +68,11 @@ class CtrTsvReader {
   // line, and every later call returns it again.
   absl::StatusOr<bool> Next(CtrExample* out);
 
+  // Moves past the next line without parsing it: true for a line (even one
+  // Next would reject), false at the end of the file; read errors as Next.
+  // For readers that take every W-th row.
+  absl::StatusOr<bool> Skip();
+
   // Lines read so far (the line of the last row returned or rejected).
   uint64_t line() const { return line_; }
   const std::string& path() const { return path_; }

@@ -122,6 +122,24 @@ TEST(CtrTsvTest, BadRowsNameFileLineColumn) {
   EXPECT_FALSE(*(*reader)->Next(&e));
 }
 
+// Skip moves past any line, good or bad, and keeps the line count.
+TEST(CtrTsvTest, SkipPassesEveryLine) {
+  absl::StatusOr<std::unique_ptr<CtrTsvReader>> reader =
+      CtrTsvReader::Open(TestData("criteo_bad.tsv"));
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  for (int i = 1; i <= 8; ++i) {
+    absl::StatusOr<bool> got = (*reader)->Skip();
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_TRUE(*got);
+    EXPECT_EQ((*reader)->line(), static_cast<uint64_t>(i));
+  }
+  CtrExample e;
+  ASSERT_TRUE(*(*reader)->Next(&e));  // line 9
+  EXPECT_EQ(e.ids[0], CtrId(0, 0x68fd1e64));
+  EXPECT_FALSE(*(*reader)->Skip());
+  EXPECT_EQ((*reader)->line(), 9u);
+}
+
 TEST(CtrTsvTest, RowTable) {
   std::vector<std::string> good(kCtrTsvColumns, "");
   good[0] = "1";

@@ -39,12 +39,6 @@ absl::Status Validate(const CtrTrainer::Options& o) {
                                                    job.model().ctr().table(),
                                                    "\" is not in tables"));
   }
-  if (job.data().dataset() != "ctr-synthetic") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("data.dataset: a ctr model trains on \"ctr-synthetic\", "
-                     "not \"",
-                     job.data().dataset(), "\""));
-  }
   if (job.data().batch_size() == 0 || job.data().epochs() == 0) {
     return absl::InvalidArgumentError(
         "data: batch_size and epochs must be >= 1");
@@ -55,16 +49,6 @@ absl::Status Validate(const CtrTrainer::Options& o) {
   }
   if (o.eval_batch == 0) {
     return absl::InvalidArgumentError("eval_batch: must be >= 1");
-  }
-  const uint64_t per_worker = job.data().synthetic_train() / o.num_workers;
-  if (per_worker < job.data().batch_size()) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "data.synthetic_train: %d examples over %d workers is less than one "
-        "batch of %d each",
-        job.data().synthetic_train(), o.num_workers, job.data().batch_size()));
-  }
-  if (job.data().synthetic_test() == 0) {
-    return absl::InvalidArgumentError("data.synthetic_test: must be > 0");
   }
   return absl::OkStatus();
 }
@@ -77,10 +61,14 @@ absl::StatusOr<std::unique_ptr<CtrTrainer>> CtrTrainer::Create(
     return absl::InvalidArgumentError("client: null parameter client");
   }
   PS_RETURN_IF_ERROR(Validate(options));
-  CtrSyntheticConfig config;
-  config.seed = options.job.seed();
-  PS_ASSIGN_OR_RETURN(CtrSyntheticGenerator generator,
-                      CtrSyntheticGenerator::Create(config));
+  CtrDataOptions data_options;
+  data_options.rank = options.rank;
+  data_options.num_workers = options.num_workers;
+  data_options.test_set = options.rank == 0;
+  data_options.count_log_interval = options.count_log_interval;
+  data_options.logged_bad_rows = options.logged_bad_rows;
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<CtrDataSource> data,
+                      CreateCtrDataSource(options.job, data_options));
   PS_ASSIGN_OR_RETURN(
       std::unique_ptr<Backend> backend,
       CreateBackend(options.device, options.threads_per_device));
@@ -95,24 +83,24 @@ absl::StatusOr<std::unique_ptr<CtrTrainer>> CtrTrainer::Create(
                                            options.eval_batch));
   }
   return std::unique_ptr<CtrTrainer>(new CtrTrainer(
-      std::move(options), dense, sparse, std::move(generator),
-      std::move(backend), std::move(model), std::move(eval_model)));
+      std::move(options), dense, sparse, std::move(data), std::move(backend),
+      std::move(model), std::move(eval_model)));
 }
 
 CtrTrainer::CtrTrainer(Options options, ParameterClient* dense,
-                       SparseClient* sparse, CtrSyntheticGenerator generator,
+                       SparseClient* sparse,
+                       std::unique_ptr<CtrDataSource> data,
                        std::unique_ptr<Backend> backend,
                        std::unique_ptr<CtrReplica> model,
                        std::unique_ptr<CtrReplica> eval_model)
     : options_(std::move(options)),
       dense_(dense),
       sparse_(sparse),
-      generator_(std::move(generator)),
+      data_(std::move(data)),
       table_(options_.job.model().ctr().table()),
       dim_(FindTable(options_.job, table_)->dim()),
       batch_size_(options_.job.data().batch_size()),
-      per_worker_(options_.job.data().synthetic_train() / options_.num_workers),
-      steps_per_epoch_(per_worker_ / batch_size_),
+      steps_per_epoch_(data_->steps_per_epoch()),
       total_steps_(steps_per_epoch_ * options_.job.data().epochs()),
       backend_(std::move(backend)),
       model_(std::move(model)),
@@ -123,9 +111,7 @@ CtrTrainer::CtrTrainer(Options options, ParameterClient* dense,
 }
 
 absl::Status CtrTrainer::LoadBatch(uint64_t t) {
-  const uint64_t begin =
-      options_.rank * per_worker_ + (t % steps_per_epoch_) * batch_size_;
-  generator_.GenerateBatch(begin, batch_size_, &batch_);
+  PS_RETURN_IF_ERROR(data_->TrainBatch(t, &batch_));
   PS_RETURN_IF_ERROR(model_->Prepare(batch_));
   const absl::Span<const uint64_t> ids = model_->unique_ids();
   next_ids_.assign(ids.begin(), ids.end());
@@ -191,27 +177,30 @@ absl::Status CtrTrainer::Step(uint64_t t) {
 
 absl::Status CtrTrainer::Evaluate(uint64_t done) {
   if (eval_model_ == nullptr) return absl::OkStatus();
-  const uint64_t n = options_.job.data().synthetic_test();
   CtrMetricsAccumulator model_metrics, teacher_metrics;
-  CtrBatch batch;
-  std::vector<double> teacher(options_.eval_batch);
+  bool has_teacher = false;
   std::vector<float> probs(options_.eval_batch), rows;
-  for (uint64_t begin = 0; begin < n; begin += options_.eval_batch) {
-    const size_t count = std::min<uint64_t>(options_.eval_batch, n - begin);
-    generator_.GenerateBatch(kCtrTestBegin + begin, count, &batch,
-                             teacher.data());
-    PS_RETURN_IF_ERROR(eval_model_->Prepare(batch));
-    PS_RETURN_IF_ERROR(PullRows(done, eval_model_->unique_ids(), &rows));
-    PS_RETURN_IF_ERROR(
-        eval_model_->Predict(params_.data(), rows.data(), probs.data()));
-    for (size_t i = 0; i < count; ++i) {
-      PS_RETURN_IF_ERROR(model_metrics.Add(probs[i], batch.labels[i]));
-      if (!teacher_auc_) {
-        PS_RETURN_IF_ERROR(teacher_metrics.Add(teacher[i], batch.labels[i]));
-      }
-    }
+  PS_RETURN_IF_ERROR(data_->ForEachTestBatch(
+      options_.eval_batch,
+      [&](const CtrBatch& batch, const double* teacher) -> absl::Status {
+        PS_RETURN_IF_ERROR(eval_model_->Prepare(batch));
+        PS_RETURN_IF_ERROR(PullRows(done, eval_model_->unique_ids(), &rows));
+        PS_RETURN_IF_ERROR(
+            eval_model_->Predict(params_.data(), rows.data(), probs.data()));
+        has_teacher = teacher != nullptr;
+        for (size_t i = 0; i < batch.size; ++i) {
+          PS_RETURN_IF_ERROR(model_metrics.Add(probs[i], batch.labels[i]));
+          if (has_teacher && !teacher_auc_) {
+            PS_RETURN_IF_ERROR(
+                teacher_metrics.Add(teacher[i], batch.labels[i]));
+          }
+        }
+        return absl::OkStatus();
+      }));
+  // No teacher (criteo-tsv): -1, as Progress.teacher_auc documents.
+  if (!teacher_auc_) {
+    teacher_auc_ = has_teacher ? teacher_metrics.Summary().auc : -1.0;
   }
-  if (!teacher_auc_) teacher_auc_ = teacher_metrics.Summary().auc;
   const CtrMetrics m = model_metrics.Summary();
   meter_->SetCtrMetrics(m.auc, m.logloss, *teacher_auc_);
   spdlog::info(

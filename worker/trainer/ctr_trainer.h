@@ -1,7 +1,8 @@
 // CtrTrainer: one worker's training loop for a ctr model (ModelSpec.ctr):
 // dense MLP parameters through the ParameterClient, embedding rows through
-// the SparseClient (the job's sparse table), examples from the
-// ctr-synthetic generator (worker/data/ctr_synthetic.h).
+// the SparseClient (the job's sparse table), examples from the job's data
+// set through a CtrDataSource (worker/trainer/ctr_data.h): "ctr-synthetic"
+// (the generator) or "criteo-tsv" (Criteo TSV files).
 //
 //   CtrTrainer::Options options;
 //   options.job = assignment.spec();  options.rank = ...;  ...
@@ -27,16 +28,15 @@
 // reproducible: the model is deterministic, and each shard sums a row's
 // gradients in rank order.
 //
-// Data: example i of the training set is generator example i, i in
-// [0, synthetic_train); rank r of W takes, in step t of an epoch, the
-// batch_size examples from r * floor(N / W) + (t % steps_per_epoch) *
-// batch_size, steps_per_epoch = floor(floor(N / W) / batch_size). The test
-// set is examples [kCtrTestBegin, + synthetic_test), disjoint from it.
+// Data: step t reads this rank's batch t of the source, epoch t /
+// steps_per_epoch; ctr_data.h (synthetic) and ctr_data_tsv.h (criteo-tsv,
+// which counts the training file's rows in Create) say which examples.
 //
 // Evaluation (rank 0, every job.eval_every steps and at the end): the test
 // set's AUC and logloss with the parameters and rows after that step, and,
-// once, the planted teacher's AUC on the same set (the best reachable),
-// reported in Progress.test_auc / test_logloss / teacher_auc and logged as
+// once, the planted teacher's AUC on the same set (the best reachable; -1
+// for criteo-tsv, which has no teacher), reported in Progress.test_auc /
+// test_logloss / teacher_auc and logged as
 // "eval job=NAME step=S epoch=E test_auc=A test_logloss=L teacher_auc=T
 // elapsed_s=E train_s=T".
 //
@@ -61,10 +61,10 @@
 #include "proto/job.pb.h"
 #include "worker/backend/backend.h"
 #include "worker/data/ctr_example.h"
-#include "worker/data/ctr_synthetic.h"
 #include "worker/model/ctr_model.h"
 #include "worker/parameter_client.h"
 #include "worker/sparse_client.h"
+#include "worker/trainer/ctr_data.h"
 #include "worker/trainer/progress_meter.h"
 
 namespace ps {
@@ -83,13 +83,18 @@ class CtrTrainer {
     // Test examples per evaluation call (their rows must fit one message
     // per shard).
     size_t eval_batch = 2048;
+    // criteo-tsv: the count pass's logging (ctr_data.h).
+    absl::Duration count_log_interval = absl::Seconds(10);
+    int logged_bad_rows = 5;
   };
   using ProgressCallback = std::function<void(const Progress&)>;
   using AbortCheck = std::function<bool()>;
 
   // `dense` and `sparse` are borrowed and must outlive the trainer.
   // kInvalidArgument naming the field for a job that is not a ctr model on
-  // ctr-synthetic data, or whose table is missing.
+  // ctr-synthetic or criteo-tsv data, or whose table is missing; the data
+  // source's errors (ctr_data.h). criteo-tsv: reads the training file (and
+  // on rank 0 the test file) once to count its rows; see ctr_data_tsv.h.
   static absl::StatusOr<std::unique_ptr<CtrTrainer>> Create(
       Options options, ParameterClient* dense, SparseClient* sparse);
 
@@ -105,7 +110,8 @@ class CtrTrainer {
 
  private:
   CtrTrainer(Options options, ParameterClient* dense, SparseClient* sparse,
-             CtrSyntheticGenerator generator, std::unique_ptr<Backend> backend,
+             std::unique_ptr<CtrDataSource> data,
+             std::unique_ptr<Backend> backend,
              std::unique_ptr<CtrReplica> model,
              std::unique_ptr<CtrReplica> eval_model);
 
@@ -120,11 +126,10 @@ class CtrTrainer {
   const Options options_;
   ParameterClient* const dense_;  // borrowed
   SparseClient* const sparse_;    // borrowed
-  const CtrSyntheticGenerator generator_;
+  std::unique_ptr<CtrDataSource> data_;
   const std::string table_;
   const uint32_t dim_;
   const uint64_t batch_size_;
-  const uint64_t per_worker_;
   const uint64_t steps_per_epoch_;
   const uint64_t total_steps_;
   std::unique_ptr<Backend> backend_;

@@ -1,7 +1,6 @@
 #include "server/sparse/job_tables.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstring>
 #include <utility>
 
@@ -9,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
+#include "core/float_bytes.h"
 #include "core/sparse_ids.h"
 #include "server/optimizer.h"  // ScopedFlushDenormals
 
@@ -43,7 +43,9 @@ constexpr char kMagic[] = "PSJT";
 constexpr uint64_t kEvictionScansPerTtl = 16;
 constexpr uint32_t kFormat = 1;
 
-// FNV-1a: a table's name into its initializer's seed, the same everywhere.
+// A table's name into its initializer's seed, the same everywhere: FNV-1a's
+// loop, with tests/checksum.h's offset basis (not core/init.cc's Fnv1a, whose
+// basis differs: switching would change every table's initial rows).
 uint64_t NameHash(absl::string_view name) {
   uint64_t h = 1469598103934665603ull;
   for (unsigned char c : name) {
@@ -112,6 +114,12 @@ absl::Status InField(const absl::Status& s, absl::string_view at) {
 }
 
 size_t IdCount(const SparseRows& r) { return r.ids().size() / 8; }
+
+uint64_t IdAt(const std::string& bytes, size_t i) {
+  uint64_t id;
+  std::memcpy(&id, bytes.data() + i * sizeof(id), sizeof(id));
+  return id;
+}
 
 std::vector<uint64_t> DecodeIds(const std::string& bytes) {
   std::vector<uint64_t> ids(bytes.size() / 8);
@@ -238,29 +246,28 @@ absl::Status JobTables::CheckRows(const SparseRows& rows, bool push,
         rows.values().size(), want, n, t->spec.dim(),
         push ? "" : ", none in a pull", rows.table()));
   }
-  const std::vector<uint64_t> ids = DecodeIds(rows.ids());
-  for (size_t i = 0; i < ids.size(); ++i) {
-    if (t->spec.num_ids() != 0 && ids[i] >= t->spec.num_ids()) {
+  // Read in place: the push and the reply decode the ids once each.
+  for (size_t i = 0; i < n; ++i) {
+    const uint64_t id = IdAt(rows.ids(), i);
+    if (t->spec.num_ids() != 0 && id >= t->spec.num_ids()) {
       return absl::InvalidArgumentError(
           absl::StrFormat("%s.ids[%d]: id %d is outside table %s (num_ids %d)",
-                          at, i, ids[i], rows.table(), t->spec.num_ids()));
+                          at, i, id, rows.table(), t->spec.num_ids()));
     }
-    const uint32_t shard = ShardForId(ids[i], where_.num_shards);
+    const uint32_t shard = ShardForId(id, where_.num_shards);
     if (shard != where_.shard_id) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "%s.ids[%d]: id %d belongs to shard %d, not %d (table %s)", at, i,
-          ids[i], shard, where_.shard_id, rows.table()));
+          "%s.ids[%d]: id %d belongs to shard %d, not %d (table %s)", at, i, id,
+          shard, where_.shard_id, rows.table()));
     }
   }
-  if (push) {
-    const float* v = reinterpret_cast<const float*>(rows.values().data());
-    for (size_t i = 0; i < n * t->spec.dim(); ++i) {
-      if (!std::isfinite(v[i])) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "%s.values[%d]: %g for id %d is not finite (table %s)", at, i, v[i],
-            ids[i / t->spec.dim()], rows.table()));
-      }
-    }
+  const int64_t bad = push ? FirstNonFinite(rows.values()) : -1;
+  if (bad >= 0) {
+    float v;
+    std::memcpy(&v, rows.values().data() + bad * sizeof(float), sizeof(v));
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s.values[%d]: %g for id %d is not finite (table %s)", at, bad, v,
+        IdAt(rows.ids(), bad / t->spec.dim()), rows.table()));
   }
   return absl::OkStatus();
 }

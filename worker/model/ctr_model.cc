@@ -85,20 +85,11 @@ CtrReplica::CtrReplica(Backend* backend, size_t max_batch, int fields, int dim,
       dense_features_(dense_features),
       widths_(std::move(widths)),
       tensors_(std::move(tensors)) {
-  size_t offset = 0;
+  layers_ = model_internal::DenseLayers(widths_, &num_parameters_);
   max_width_ = widths_.front();
-  for (size_t i = 0; i + 1 < widths_.size(); ++i) {
-    Layer layer;
-    layer.in = static_cast<int>(widths_[i]);
-    layer.out = static_cast<int>(widths_[i + 1]);
-    layer.w_offset = offset;
-    offset += static_cast<size_t>(layer.in) * layer.out;
-    layer.b_offset = offset;
-    offset += layer.out;
-    layers_.push_back(layer);
+  for (const Layer& layer : layers_) {
     max_width_ = std::max<size_t>(max_width_, layer.out);
   }
-  num_parameters_ = offset;
   max_rows_ = max_batch_ * static_cast<size_t>(fields_);
 }
 

@@ -60,6 +60,7 @@
 #include "worker/backend/backend.h"
 #include "worker/data/ctr_example.h"
 #include "worker/model/id_dedup.h"
+#include "worker/model/internal/dense_layers.h"
 
 namespace ps {
 
@@ -132,13 +133,7 @@ class CtrReplica {
                        float* probs);
 
  private:
-  // One dense layer; offsets index the flat parameter layout.
-  struct Layer {
-    int in;
-    int out;
-    size_t w_offset;  // in * out floats, then the bias
-    size_t b_offset;  // out floats
-  };
+  using Layer = model_internal::DenseLayer;
   // Backend pointers of one call's inputs.
   struct Inputs {
     const float* params;

@@ -46,19 +46,10 @@ Model::Model(Backend* backend, size_t max_batch, std::vector<uint32_t> widths,
       max_batch_(max_batch),
       widths_(std::move(widths)),
       tensors_(std::move(tensors)) {
-  size_t offset = 0;
-  for (size_t i = 0; i + 1 < widths_.size(); ++i) {
-    Layer layer;
-    layer.in = static_cast<int>(widths_[i]);
-    layer.out = static_cast<int>(widths_[i + 1]);
-    layer.w_offset = offset;
-    offset += static_cast<size_t>(layer.in) * layer.out;
-    layer.b_offset = offset;
-    offset += layer.out;
-    layers_.push_back(layer);
+  layers_ = model_internal::DenseLayers(widths_, &num_parameters_);
+  for (const Layer& layer : layers_) {
     max_width_ = std::max<size_t>(max_width_, layer.out);
   }
-  num_parameters_ = offset;
 }
 
 absl::Status Model::Allocate() {

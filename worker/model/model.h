@@ -39,6 +39,7 @@
 #include "absl/status/statusor.h"
 #include "proto/job.pb.h"
 #include "worker/backend/backend.h"
+#include "worker/model/internal/dense_layers.h"
 
 namespace ps {
 
@@ -133,13 +134,7 @@ class Model {
   absl::Status CopyGradientToHost(float* grad);
 
  private:
-  // One dense layer; offsets index the flat parameter layout.
-  struct Layer {
-    int in;
-    int out;
-    size_t w_offset;  // in * out floats, then the bias
-    size_t b_offset;  // out floats
-  };
+  using Layer = model_internal::DenseLayer;
 
   Model(Backend* backend, size_t max_batch, std::vector<uint32_t> widths,
         std::vector<TensorSpec> tensors);

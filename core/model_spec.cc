@@ -145,16 +145,18 @@ absl::Status CheckConv(const ConvLayerShape& s, int i) {
     return absl::InvalidArgumentError(absl::StrCat(
         field, ".kernel: must be odd (\"same\" padding), got ", s.kernel));
   }
-  // in_c <= kMaxCnnFilters and kernel^2 * in_c bounded: no overflow below.
-  if (s.kernel > s.in_h && s.kernel > s.in_w) {
-    return absl::InvalidArgumentError(absl::StrCat(field, ".kernel: ", s.kernel,
-                                                   " exceeds the ", s.in_h,
-                                                   " x ", s.in_w, " input"));
-  }
   if (uint64_t{s.kernel} * s.kernel * s.in_c > kMaxModelDim) {
     return absl::InvalidArgumentError(absl::StrCat(
         field, ".kernel: k * k * c_in = ", s.kernel, " * ", s.kernel, " * ",
         s.in_c, " exceeds the limit of ", kMaxModelDim));
+  }
+  // k^2 * in_c <= 2^24 and in_h * in_w <= 2^24: no overflow in uint64.
+  if (uint64_t{s.in_h} * s.in_w * s.kernel * s.kernel * s.in_c >
+      kMaxCnnPatchFloats) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, ".kernel: the im2col patches of one example (", s.in_h, " * ",
+        s.in_w, " * ", s.kernel, " * ", s.kernel, " * ", s.in_c,
+        " floats) exceed the limit of ", kMaxCnnPatchFloats));
   }
   if (uint64_t{s.in_h} * s.in_w * s.filters > kMaxModelDim) {
     return absl::InvalidArgumentError(

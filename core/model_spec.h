@@ -61,6 +61,9 @@ inline constexpr double kMaxLabComputeMs = 60000;
 // The CNN's limit on a conv layer's output channels (and so on each of
 // its tensors' rows, k * k * c_in <= kMaxModelDim as well).
 inline constexpr uint32_t kMaxCnnFilters = 1u << 16;
+// The CNN's limit on one example's im2col patches (height * width * k * k *
+// c_in floats of a conv layer): keeps the workers' GEMM sizes within int.
+inline constexpr uint64_t kMaxCnnPatchFloats = uint64_t{1} << 28;
 
 // One conv layer of a CNN: a k x k "same" convolution of an in_h x in_w x
 // in_c image (zero padding (k - 1) / 2, stride 1), ReLU, then pool x pool max

@@ -268,7 +268,13 @@ TEST(ModelSpecTest, InvalidCnnSpecsNameTheField) {
       {[](ps::Cnn* m) { m->mutable_conv(1)->set_pool(15); },
        "model.cnn.conv[1].pool: must be >= 1 and at most the 14 x 14"},
       {[](ps::Cnn* m) { m->mutable_conv(0)->set_kernel(4097); },
-       "model.cnn.conv[0].kernel"},
+       "model.cnn.conv[0].kernel: k * k * c_in"},
+      {[](ps::Cnn* m) {
+         m->set_height(4096);
+         m->set_width(4096);
+         m->mutable_conv(0)->set_kernel(5);
+       },
+       "model.cnn.conv[0].kernel: the im2col patches of one example"},
       {[](ps::Cnn* m) { m->set_hidden(0, 0); },
        "model.cnn.hidden[0]: must be > 0"},
       {[](ps::Cnn* m) { m->set_num_classes(1); },

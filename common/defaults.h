@@ -70,6 +70,8 @@ inline constexpr float kDefaultFtrlBeta = 1.0f;
 inline constexpr uint32_t kDefaultCtrFields = 26;
 inline constexpr uint32_t kDefaultCtrDenseFeatures = 13;
 inline constexpr uint32_t kDefaultCtrHidden[] = {256, 128};
+// ConvLayer.pool: 2 x 2 max pooling after each conv layer.
+inline constexpr uint32_t kDefaultCnnPool = 2;
 // TableSpec: admission after this many pushes, hottest ids reported, and the
 // initializer when none is given (NORMAL with this scale).
 inline constexpr uint32_t kDefaultTableAdmitAfter = 1;

@@ -178,6 +178,119 @@ absl::Status CheckCtr(const CtrModel& m) {
   return absl::OkStatus();
 }
 
+uint32_t CnnPool(const ConvLayer& c) {
+  return c.has_pool() ? c.pool() : kDefaultCnnPool;
+}
+
+// Conv layer shapes without the validity check (sizes may be 0).
+std::vector<ConvLayerShape> ConvShapes(const Cnn& m) {
+  std::vector<ConvLayerShape> layers;
+  uint32_t h = m.height(), w = m.width(), c = m.channels();
+  for (const ConvLayer& conv : m.conv()) {
+    ConvLayerShape s;
+    s.in_h = h;
+    s.in_w = w;
+    s.in_c = c;
+    s.kernel = conv.kernel();
+    s.filters = conv.filters();
+    s.pool = CnnPool(conv);
+    s.out_h = s.pool == 0 ? 0 : h / s.pool;
+    s.out_w = s.pool == 0 ? 0 : w / s.pool;
+    layers.push_back(s);
+    h = s.out_h;
+    w = s.out_w;
+    c = s.filters;
+  }
+  return layers;
+}
+
+// Floats of one conv layer's tensors (k * k * c_in * filters + filters).
+uint64_t ConvParameters(const ConvLayerShape& s) {
+  return uint64_t{s.kernel} * s.kernel * s.in_c * s.filters + s.filters;
+}
+
+absl::Status CheckConv(const ConvLayerShape& s, int i) {
+  const std::string field = absl::StrCat("model.cnn.conv[", i, "]");
+  if (s.filters < 1 || s.filters > kMaxCnnFilters) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ".filters: must be in [1, ", kMaxCnnFilters,
+                     "], got ", s.filters));
+  }
+  if (s.kernel % 2 == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, ".kernel: must be odd (\"same\" padding), got ", s.kernel));
+  }
+  if (uint64_t{s.kernel} * s.kernel * s.in_c > kMaxModelDim) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, ".kernel: k * k * c_in = ", s.kernel, " * ", s.kernel, " * ",
+        s.in_c, " exceeds the limit of ", kMaxModelDim));
+  }
+  // k^2 * in_c <= 2^24 and in_h * in_w <= 2^24: no overflow in uint64.
+  if (uint64_t{s.in_h} * s.in_w * s.kernel * s.kernel * s.in_c >
+      kMaxCnnPatchFloats) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, ".kernel: the im2col patches of one example (", s.in_h, " * ",
+        s.in_w, " * ", s.kernel, " * ", s.kernel, " * ", s.in_c,
+        " floats) exceed the limit of ", kMaxCnnPatchFloats));
+  }
+  if (uint64_t{s.in_h} * s.in_w * s.filters > kMaxModelDim) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ".filters: an output of ", s.in_h, " x ", s.in_w,
+                     " x ", s.filters, " exceeds the limit of ", kMaxModelDim,
+                     " floats per example"));
+  }
+  if (s.pool < 1 || s.out_h < 1 || s.out_w < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ".pool: must be >= 1 and at most the ", s.in_h,
+                     " x ", s.in_w, " input, got ", s.pool));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckCnn(const Cnn& m) {
+  PS_RETURN_IF_ERROR(CheckDim("model.cnn.height", m.height(), 1));
+  PS_RETURN_IF_ERROR(CheckDim("model.cnn.width", m.width(), 1));
+  PS_RETURN_IF_ERROR(CheckDim("model.cnn.channels", m.channels(), 1));
+  if (uint64_t{m.height()} * m.width() * m.channels() > kMaxModelDim) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model.cnn: an image of ", m.height(), " x ", m.width(), " x ",
+        m.channels(), " exceeds the limit of ", kMaxModelDim, " floats"));
+  }
+  if (m.conv_size() == 0) {
+    return absl::InvalidArgumentError(
+        "model.cnn.conv: must hold at least one layer");
+  }
+  const std::vector<ConvLayerShape> layers = ConvShapes(m);
+  for (int i = 0; i < m.conv_size(); ++i) {
+    PS_RETURN_IF_ERROR(CheckConv(layers[i], i));
+  }
+  for (int i = 0; i < m.hidden_size(); ++i) {
+    PS_RETURN_IF_ERROR(
+        CheckDim(absl::StrCat("model.cnn.hidden[", i, "]"), m.hidden(i), 1));
+  }
+  return CheckDim("model.cnn.num_classes", m.num_classes(), 2);
+}
+
+std::vector<TensorSpec> ConvTensors(const Cnn& m) {
+  std::vector<TensorSpec> tensors;
+  const std::vector<ConvLayerShape> layers = ConvShapes(m);
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const ConvLayerShape& s = layers[i];
+    TensorSpec w;
+    w.set_name(absl::StrCat("conv", i, "/w"));
+    w.add_shape(uint64_t{s.kernel} * s.kernel * s.in_c);  // fan_in
+    w.add_shape(s.filters);
+    w.mutable_init()->set_kind(HE_NORMAL);
+    tensors.push_back(std::move(w));
+    TensorSpec b;
+    b.set_name(absl::StrCat("conv", i, "/b"));
+    b.add_shape(s.filters);
+    b.mutable_init()->set_kind(ZEROS);
+    tensors.push_back(std::move(b));
+  }
+  return tensors;
+}
+
 // Widths without the validity check.
 std::vector<uint32_t> Widths(const ModelSpec& spec) {
   std::vector<uint32_t> widths;
@@ -195,6 +308,14 @@ std::vector<uint32_t> Widths(const ModelSpec& spec) {
     }
     for (uint32_t h : m.hidden()) widths.push_back(h);
     widths.push_back(1);  // one logit
+  } else if (spec.has_cnn()) {
+    const Cnn& m = spec.cnn();
+    const std::vector<ConvLayerShape> layers = ConvShapes(m);
+    if (layers.empty()) return widths;
+    const ConvLayerShape& last = layers.back();
+    widths.push_back(last.out_h * last.out_w * last.filters);
+    for (uint32_t h : m.hidden()) widths.push_back(h);
+    widths.push_back(m.num_classes());
   }
   return widths;
 }
@@ -219,14 +340,27 @@ absl::Status ValidateModelSpec(const ModelSpec& spec) {
     return CheckLab(spec.lab());
   } else if (spec.has_ctr()) {
     PS_RETURN_IF_ERROR(CheckCtr(spec.ctr()));
+  } else if (spec.has_cnn()) {
+    PS_RETURN_IF_ERROR(CheckCnn(spec.cnn()));
   } else if (spec.has_custom()) {
     return CheckCustom(spec.custom());
   } else {
     return absl::InvalidArgumentError(
-        "model: no model set (want softmax, mlp, lab, ctr or custom)");
+        "model: no model set (want softmax, mlp, cnn, lab, ctr or custom)");
+  }
+  uint64_t params = 0;
+  if (spec.has_cnn()) {
+    const std::vector<ConvLayerShape> layers = ConvShapes(spec.cnn());
+    for (size_t i = 0; i < layers.size(); ++i) {
+      params += ConvParameters(layers[i]);  // each < 2^41 (checked sizes)
+      if (params > kMaxModelParameters) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("model: more than ", kMaxModelParameters,
+                         " parameters (the limit) by layer conv", i));
+      }
+    }
   }
   const std::vector<uint32_t> widths = Widths(spec);
-  uint64_t params = 0;
   for (size_t i = 0; i + 1 < widths.size(); ++i) {
     // Each term is < 2^48 + 2^24 (dims <= 2^24), the running sum stays far
     // from overflow because it is checked after every layer.
@@ -256,6 +390,7 @@ std::vector<TensorSpec> ModelTensors(const ModelSpec& spec) {
   }
   const std::vector<uint32_t> widths = ModelLayerWidths(spec);
   std::vector<TensorSpec> tensors;
+  if (spec.has_cnn() && !widths.empty()) tensors = ConvTensors(spec.cnn());
   for (size_t i = 0; i + 1 < widths.size(); ++i) {
     TensorSpec w;
     w.set_name(absl::StrCat("fc", i, "/w"));
@@ -270,6 +405,10 @@ std::vector<TensorSpec> ModelTensors(const ModelSpec& spec) {
     tensors.push_back(std::move(b));
   }
   return tensors;
+}
+
+std::vector<ConvLayerShape> CnnConvLayers(const Cnn& cnn) {
+  return ConvShapes(cnn);
 }
 
 uint64_t NumParameters(const std::vector<TensorSpec>& tensors) {

@@ -18,6 +18,13 @@
 // with hidden layers and one output (a logit): fc0, fc1, ... as above. Its
 // embedding rows live in a sparse table (core/table_spec.h), not here.
 //
+// The CNN (ModelSpec.cnn) puts conv layers conv0, conv1, ... before such a
+// stack: conv layer i contributes "conv<i>/w" [k * k * c_in, filters]
+// (HE_NORMAL, fan_in k * k * c_in) then "conv<i>/b" [filters] (ZEROS), ahead
+// of the fc tensors in the flat layout. Images and activations are NHWC
+// (row, column, channel); the last conv layer's pooled output, flattened in
+// that order, is the input of fc0. CnnConvLayers gives each layer's shapes.
+//
 // The lab model (ModelSpec.lab, proto/job.proto) is no stack of dense layers:
 // layer i contributes "lab<i>/w" [parameters / layers - kLabBiasSize] then
 // "lab<i>/b" [kLabBiasSize], both 1-D and ZEROS: tools/allreduce_peer.py's
@@ -58,14 +65,35 @@ inline constexpr uint64_t kLabBiasSize = 1024;
 inline constexpr uint32_t kMaxLabLayers = 1024;
 inline constexpr double kMaxLabComputeMs = 60000;
 
+// The CNN's limit on a conv layer's output channels (and so on each of
+// its tensors' rows, k * k * c_in <= kMaxModelDim as well).
+inline constexpr uint32_t kMaxCnnFilters = 1u << 16;
+// The CNN's limit on one example's im2col patches (height * width * k * k *
+// c_in floats of a conv layer): keeps the workers' GEMM sizes within int.
+inline constexpr uint64_t kMaxCnnPatchFloats = uint64_t{1} << 28;
+
+// One conv layer of a CNN: a k x k "same" convolution of an in_h x in_w x
+// in_c image (zero padding (k - 1) / 2, stride 1), ReLU, then pool x pool max
+// pooling with stride pool to out_h x out_w x filters (floor: rows and
+// columns past the last whole window are dropped).
+struct ConvLayerShape {
+  uint32_t in_h, in_w, in_c;
+  uint32_t kernel, filters, pool;
+  uint32_t out_h, out_w;
+};
+
+// The conv layers of a valid CNN spec (ValidateModelSpec OK), in order.
+std::vector<ConvLayerShape> CnnConvLayers(const Cnn& cnn);
+
 // OK when `spec` names a model with sane sizes; else kInvalidArgument naming
 // the field, e.g. "model.softmax.num_classes: must be >= 2, got 1".
 absl::Status ValidateModelSpec(const ModelSpec& spec);
 
 // The layer widths [input_dim, hidden..., num_classes] of a valid softmax,
 // MLP or CTR spec (CTR: [fields * embedding_dim + dense_features, hidden...,
-// 1], defaults filled in); empty when ValidateModelSpec(spec) fails and for a
-// lab model.
+// 1], defaults filled in; CNN: the dense layers after the convs, [out_h *
+// out_w * filters of the last conv, hidden..., num_classes]); empty when
+// ValidateModelSpec(spec) fails and for a lab model.
 std::vector<uint32_t> ModelLayerWidths(const ModelSpec& spec);
 
 // The model's tensors in flat layout order (see the file comment); empty

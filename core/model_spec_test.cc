@@ -271,5 +271,104 @@ TEST(ModelSpecTest, CustomModelIsItsTensorsInOrder) {
   }
 }
 
+ModelSpec Cnn(std::vector<std::pair<uint32_t, uint32_t>> convs,
+              std::vector<uint32_t> hidden = {64}) {
+  ModelSpec s;
+  ps::Cnn* m = s.mutable_cnn();
+  m->set_height(28);
+  m->set_width(28);
+  m->set_channels(1);
+  for (auto [filters, kernel] : convs) {
+    ConvLayer* c = m->add_conv();
+    c->set_filters(filters);
+    c->set_kernel(kernel);
+  }
+  for (uint32_t h : hidden) m->add_hidden(h);
+  m->set_num_classes(10);
+  return s;
+}
+
+TEST(ModelSpecTest, CnnTensorsAreConvsThenDenseLayers) {
+  const ModelSpec spec = Cnn({{32, 5}, {64, 5}}, {1024});
+  ExpectTensors(spec, {{"conv0/w", {25, 32}, HE_NORMAL},
+                       {"conv0/b", {32}, ZEROS},
+                       {"conv1/w", {800, 64}, HE_NORMAL},
+                       {"conv1/b", {64}, ZEROS},
+                       {"fc0/w", {7 * 7 * 64, 1024}, GLOROT_UNIFORM},
+                       {"fc0/b", {1024}, ZEROS},
+                       {"fc1/w", {1024, 10}, GLOROT_UNIFORM},
+                       {"fc1/b", {10}, ZEROS}});
+  EXPECT_EQ(ModelLayerWidths(spec),
+            (std::vector<uint32_t>{7 * 7 * 64, 1024, 10}));
+  const std::vector<ConvLayerShape> layers = CnnConvLayers(spec.cnn());
+  ASSERT_EQ(layers.size(), 2u);
+  EXPECT_EQ(layers[1].in_h, 14u);
+  EXPECT_EQ(layers[1].in_c, 32u);
+  EXPECT_EQ(layers[1].pool, 2u);  // the default
+  EXPECT_EQ(layers[1].out_w, 7u);
+}
+
+TEST(ModelSpecTest, CnnPoolOfOneKeepsTheSizeAndOddSizesRoundDown) {
+  ModelSpec spec = Cnn({{4, 3}, {2, 1}}, {});
+  spec.mutable_cnn()->set_height(7);
+  spec.mutable_cnn()->mutable_conv(0)->set_pool(1);
+  spec.mutable_cnn()->mutable_conv(1)->set_pool(3);
+  ASSERT_TRUE(ValidateModelSpec(spec).ok());
+  // conv1 sees 7 x 28 x 4 and pools to 2 x 9.
+  EXPECT_EQ(ModelLayerWidths(spec), (std::vector<uint32_t>{2 * 9 * 2, 10}));
+}
+
+TEST(ModelSpecTest, InvalidCnnSpecsNameTheField) {
+  struct Case {
+    std::function<void(ps::Cnn*)> edit;
+    std::string message;
+  };
+  const Case cases[] = {
+      {[](ps::Cnn* m) { m->set_height(0); }, "model.cnn.height: must be > 0"},
+      {[](ps::Cnn* m) { m->set_channels(0); }, "model.cnn.channels"},
+      {[](ps::Cnn* m) { m->clear_conv(); }, "model.cnn.conv: must hold"},
+      {[](ps::Cnn* m) { m->mutable_conv(1)->set_kernel(4); },
+       "model.cnn.conv[1].kernel: must be odd"},
+      {[](ps::Cnn* m) { m->mutable_conv(0)->set_kernel(0); },
+       "model.cnn.conv[0].kernel: must be odd"},
+      {[](ps::Cnn* m) { m->mutable_conv(0)->set_filters(0); },
+       "model.cnn.conv[0].filters: must be in [1, "},
+      {[](ps::Cnn* m) { m->mutable_conv(1)->set_pool(0); },
+       "model.cnn.conv[1].pool"},
+      {[](ps::Cnn* m) { m->mutable_conv(1)->set_pool(15); },
+       "model.cnn.conv[1].pool: must be >= 1 and at most the 14 x 14"},
+      {[](ps::Cnn* m) { m->mutable_conv(0)->set_kernel(4097); },
+       "model.cnn.conv[0].kernel: k * k * c_in"},
+      {[](ps::Cnn* m) {
+         m->set_height(4096);
+         m->set_width(4096);
+         m->mutable_conv(0)->set_kernel(5);
+       },
+       "model.cnn.conv[0].kernel: the im2col patches of one example"},
+      {[](ps::Cnn* m) { m->set_hidden(0, 0); },
+       "model.cnn.hidden[0]: must be > 0"},
+      {[](ps::Cnn* m) { m->set_num_classes(1); },
+       "model.cnn.num_classes: must be >= 2"},
+      {[](ps::Cnn* m) { m->mutable_conv(0)->set_filters(1u << 16); },
+       "model.cnn.conv[0].filters: an output of 28 x 28 x 65536"},
+      {[](ps::Cnn* m) {
+         m->mutable_conv(0)->set_pool(1);
+         m->mutable_conv(1)->set_pool(1);
+         m->mutable_conv(1)->set_filters(20000);
+         m->set_hidden(0, 100000);
+       },
+       "parameters (the limit) by layer fc0"},
+  };
+  for (const Case& c : cases) {
+    ModelSpec spec = Cnn({{32, 5}, {64, 5}});
+    c.edit(spec.mutable_cnn());
+    const absl::Status s = ValidateModelSpec(spec);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.message;
+    EXPECT_NE(s.message().find(c.message), std::string::npos)
+        << "got: " << s.message();
+    EXPECT_TRUE(ModelTensors(spec).empty()) << c.message;
+  }
+}
+
 }  // namespace
 }  // namespace ps

@@ -9,7 +9,14 @@
 #                      [--psd-extra=TEXT] [--workerd-extra=TEXT]
 #                      [--daemon-env=NAME=VALUE]... [--nice=N]
 #                      [--torch-blas-threads=N] [--worker-cores="0 1"]
-#                      [--psd-cores="2 3"]
+#                      [--psd-cores="2 3"] [--model=mlp|cnn] [--steps=N]
+#
+# --model=cnn runs every row on the built-in CNN of
+# configs/jobs/fashion_cnn.pbtxt instead (tools/torch_peer.py --model cnn
+# for rows d and e). --steps=N caps each epoch at N steps for a fixed-step
+# throughput run: the job trains on the first 2BN images
+# (data.max_train_examples; rows b and e: N steps of B per worker) and
+# PyTorch gets --steps-per-epoch N. docs/BENCHMARKS.md, "Built-in CNN".
 #
 # Rows, for each B in --batches (B = examples per compute replica per step,
 # so every row trains on a GLOBAL batch of 2B per step and takes the same
@@ -106,6 +113,8 @@ WORKER_CORES=""
 PSD_CORES=""
 PY=/usr/bin/python3
 DATA_DIR=/usr/share/datasets/fashion-mnist
+MODEL=mlp
+STEPS=0
 
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
 for arg in "$@"; do
@@ -131,6 +140,8 @@ for arg in "$@"; do
     --worker-cores=*) WORKER_CORES=${arg#*=} ;;
     --psd-cores=*) PSD_CORES=${arg#*=} ;;
     --output-base=*) OUTPUT_BASE=${arg#*=} ;;
+    --model=mlp | --model=cnn) MODEL=${arg#*=} ;;
+    --steps=*) STEPS=${arg#*=} ;;
     -h | --help) usage; exit 0 ;;
     *) echo "bench_e2e: unknown argument $arg (see --help)" >&2; exit 2 ;;
   esac
@@ -316,6 +327,7 @@ ours() {
   rm -rf "$dir"
   mkdir -p "$dir"
   spe=$((30000 / B))
+  ((STEPS > 0)) && spe=$STEPS
   local cores=()  # workerd i runs on cores[i]
   case $row in
     a) workers=1; devices='devices: "cpu:0" devices: "cpu:1"'; batch=$((2 * B)); mode=BSP
@@ -343,10 +355,16 @@ ours() {
       "$BIN/worker/workerd" "--config=$dir/worker$i.pbtxt"
     worker_pids+=("$STARTED")
   done
+  local model_text='mlp { input_dim: 784 hidden: 256 hidden: 128 num_classes: 10 }'
+  if [[ $MODEL == cnn ]]; then
+    model_text='cnn { height: 28 width: 28 channels: 1 conv { filters: 32 kernel: 5 } conv { filters: 64 kernel: 5 } hidden: 1024 num_classes: 10 }'
+  fi
+  local limit=""
+  ((STEPS > 0)) && limit="max_train_examples: $((2 * B * STEPS))"
   cat >"$dir/job.pbtxt" <<EOF
 name: "bench-$row-b$B"
-model { mlp { input_dim: 784 hidden: 256 hidden: 128 num_classes: 10 } }
-data { dataset: "fashion-mnist" batch_size: $batch epochs: $EPOCHS }
+model { $model_text }
+data { dataset: "fashion-mnist" batch_size: $batch epochs: $EPOCHS $limit }
 optimizer { kind: SGD learning_rate: $lr momentum: 0.9 }
 consistency { mode: $mode step_deadline_ms: 60000 }
 num_workers: $workers
@@ -413,7 +431,7 @@ torch_row() {
   mkdir -p "$dir"
   ROW_PIDS=()
   local common=(--epochs "$EPOCHS" --lr "$lr" --target "$TARGET" --data-dir "$DATA_DIR"
-    --seed "$SEED")
+    --seed "$SEED" --model "$MODEL" --steps-per-epoch "$STEPS")
   [[ -n "$TORCH_BLAS" ]] && common+=(--blas-threads "$TORCH_BLAS")
   local t0=$SECONDS
   if [[ $row == d ]]; then

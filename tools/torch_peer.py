@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""PyTorch reference rows for tools/bench_e2e.sh: the same MLP, data, init,
+"""PyTorch reference rows for tools/bench_e2e.sh: the same MLP (or, with
+--model cnn, the built-in CNN of configs/jobs/fashion_cnn.pbtxt), data, init,
 optimizer and schedule as the parameter-server job, in plain PyTorch.
 
   # (d) one process, 2 intra-op threads, global batch 2*B:
@@ -18,6 +19,10 @@ and one "eval epoch=E test_accuracy=A elapsed_s=T" line per epoch.
 What matches the parameter-server job (see worker/data, server/init.cc):
   - Fashion-MNIST IDX files, pixels mapped to (p / 255 - 0.2860) / 0.3530;
   - 784-256-128-10, ReLU, Glorot-uniform weights, zero biases;
+  - --model cnn: conv5x5-32 (padding 2), ReLU, 2x2 max pool, conv5x5-64,
+    ReLU, 2x2 max pool, fc 3136-1024, ReLU, fc 1024-10 (ModelSpec.cnn):
+    He-normal conv weights (fan_in k*k*c_in), Glorot-uniform fc weights, zero
+    biases; --steps-per-epoch caps the steps for a fixed-step timing run;
   - mean softmax cross-entropy over the GLOBAL batch, SGD with momentum 0.9
     (PyTorch's momentum form v = m v + g; p -= lr v, the same as the shard's);
   - steps per epoch floor(floor(60000 / world) / batch) (single: world is 1
@@ -65,11 +70,28 @@ def find(data_dir, name):
     sys.exit(f"torch_peer: {name}(.gz) not found in {data_dir}")
 
 
-def load_split(data_dir, images, labels):
-    x = load_idx(find(data_dir, images)).reshape(-1, 784).astype(np.float32)
+def load_split(data_dir, images, labels, image_shape=False):
+    shape = (-1, 1, 28, 28) if image_shape else (-1, 784)
+    x = load_idx(find(data_dir, images)).reshape(shape).astype(np.float32)
     x = (x / 255.0 - MEAN) / STD
     y = load_idx(find(data_dir, labels)).astype(np.int64)
     return torch.from_numpy(x), torch.from_numpy(y)
+
+
+def make_cnn(seed):
+    torch.manual_seed(seed)
+    model = nn.Sequential(
+        nn.Conv2d(1, 32, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(32, 64, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Flatten(), nn.Linear(3136, 1024), nn.ReLU(), nn.Linear(1024, 10))
+    for m in model:
+        if isinstance(m, nn.Conv2d):
+            nn.init.kaiming_normal_(m.weight, nonlinearity="relu")
+            nn.init.zeros_(m.bias)
+        elif isinstance(m, nn.Linear):
+            nn.init.xavier_uniform_(m.weight)
+            nn.init.zeros_(m.bias)
+    return model
 
 
 def make_model(seed):
@@ -97,14 +119,23 @@ def set_blas_threads(n):
     return lib.openblas_get_num_threads()
 
 
-def accuracy(model, x, y):
+def accuracy(model, x, y, chunk=1000):
+    model.eval()
+    correct = 0
     with torch.no_grad():
-        return (model(x).argmax(dim=1) == y).float().mean().item()
+        for i in range(0, x.shape[0], chunk):
+            out = model(x[i:i + chunk])
+            correct += (out.argmax(dim=1) == y[i:i + chunk]).sum().item()
+    model.train()
+    return correct / x.shape[0]
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--mode", choices=["single", "ddp"], required=True)
+    ap.add_argument("--model", choices=["mlp", "cnn"], default="mlp")
+    ap.add_argument("--steps-per-epoch", type=int, default=0,
+                    help="at most this many steps per epoch (0 = all)")
     ap.add_argument("--batch", type=int, required=True,
                     help="examples per step in this process")
     ap.add_argument("--epochs", type=int, default=5)
@@ -126,12 +157,13 @@ def main():
     torch.set_num_interop_threads(1)
     blas = set_blas_threads(args.threads if args.blas_threads is None
                             else args.blas_threads)
+    cnn = args.model == "cnn"
     x_train, y_train = load_split(args.data_dir, "train-images-idx3-ubyte",
-                                  "train-labels-idx1-ubyte")
+                                  "train-labels-idx1-ubyte", cnn)
     x_test, y_test = load_split(args.data_dir, "t10k-images-idx3-ubyte",
-                                "t10k-labels-idx1-ubyte")
+                                "t10k-labels-idx1-ubyte", cnn)
 
-    model = make_model(args.seed)
+    model = make_cnn(args.seed) if cnn else make_model(args.seed)
     net = model
     world = 1
     if args.mode == "ddp":
@@ -146,6 +178,8 @@ def main():
     n = x_train.shape[0]
     # single: --batch is already the global batch (2 * B for bench_e2e.sh).
     steps = (n // world) // args.batch
+    if args.steps_per_epoch > 0:
+        steps = min(steps, args.steps_per_epoch)
     evaluates = args.rank == 0
 
     gen = torch.Generator()
@@ -183,7 +217,7 @@ def main():
         dist.destroy_process_group()
     if evaluates:
         print("RESULT " + json.dumps({
-            "mode": args.mode, "batch": args.batch, "world": world,
+            "mode": args.mode, "model": args.model, "batch": args.batch, "world": world,
             "threads": args.threads, "blas_threads": blas,
             "epochs": args.epochs, "lr": args.lr,
             "steps_per_epoch": steps, "samples_per_s": samples / train_s,

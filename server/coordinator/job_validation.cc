@@ -106,17 +106,41 @@ void CheckInputAndClasses(absl::string_view prefix, uint32_t input_dim,
   }
 }
 
+// A CNN reads the dataset's examples as height x width x channels images:
+// their size must match the dataset's (fashion-mnist: 28 x 28 x 1), as must
+// the classes. The layers themselves are ValidateModelSpec's.
+void CheckCnnImages(const Cnn& cnn, const JobSpec& spec,
+                    const ValidationContext& ctx, Problems& p) {
+  auto dataset = ctx.datasets.find(spec.data().dataset());
+  if (dataset == ctx.datasets.end()) return;  // CheckData names the dataset
+  const DatasetShape& shape = dataset->second;
+  const uint64_t image = uint64_t{cnn.height()} * cnn.width() * cnn.channels();
+  if (image != 0 && shape.input_dim != 0 && image != shape.input_dim) {
+    p.Add("model.cnn",
+          absl::StrFormat("height * width * channels = %d * %d * %d = %d "
+                          "does not match dataset %s (%d floats per example)",
+                          cnn.height(), cnn.width(), cnn.channels(), image,
+                          dataset->first, shape.input_dim));
+  }
+  if (cnn.num_classes() >= 2 && shape.num_classes != 0 &&
+      cnn.num_classes() != shape.num_classes) {
+    p.Add(
+        "model.cnn.num_classes",
+        absl::StrFormat("%d does not match dataset %s (%d)", cnn.num_classes(),
+                        dataset->first, shape.num_classes));
+  }
+}
+
 void CheckModelFields(const JobSpec& spec, const ValidationContext& ctx,
                       Problems& p) {
   const ModelSpec& model = spec.model();
   switch (model.model_case()) {
     case ModelSpec::MODEL_NOT_SET:
-      p.Add("model", "must be set (softmax, mlp, lab, ctr or custom)");
+      p.Add("model", "must be set (softmax, mlp, cnn, lab, ctr or custom)");
       return;
     case ModelSpec::kLab:     // ValidateModelSpec checks every field
     case ModelSpec::kCtr:     // and TableProblems the table it names
     case ModelSpec::kCustom:  // and every tensor
-    case ModelSpec::kCnn:
       return;
     case ModelSpec::kSoftmax:
       CheckInputAndClasses("model.softmax", model.softmax().input_dim(),
@@ -133,6 +157,9 @@ void CheckModelFields(const JobSpec& spec, const ValidationContext& ctx,
               absl::StrFormat("must be in [1, %d], got %d", kMaxLayerWidth, h));
         }
       }
+      return;
+    case ModelSpec::kCnn:
+      CheckCnnImages(model.cnn(), spec, ctx, p);
       return;
   }
 }

@@ -115,7 +115,7 @@ INSTANTIATE_TEST_SUITE_P(
          {"name: 129 characters, at most 128 allowed"}},
         {"ModelMissing",
          [](JobSpec& s) { s.clear_model(); },
-         {"model: must be set (softmax, mlp, lab, ctr or custom)"}},
+         {"model: must be set (softmax, mlp, cnn, lab, ctr or custom)"}},
         {"SoftmaxInputDimMismatch",
          [](JobSpec& s) {
            s.mutable_model()->mutable_softmax()->set_input_dim(100);
@@ -127,6 +127,43 @@ INSTANTIATE_TEST_SUITE_P(
          [](JobSpec& s) { s.mutable_model()->mutable_softmax(); },
          {"model.softmax.input_dim: must be > 0",
           "model.softmax.num_classes: must be >= 2, got 0"}},
+        {"CnnImageMismatch",
+         [](JobSpec& s) {
+           Cnn* m = s.mutable_model()->mutable_cnn();
+           m->set_height(28);
+           m->set_width(28);
+           m->set_channels(3);
+           m->add_conv()->set_filters(8);
+           m->mutable_conv(0)->set_kernel(5);
+           m->set_num_classes(10);
+         },
+         {"model.cnn: height * width * channels = 28 * 28 * 3 = 2352 does "
+          "not match dataset fashion-mnist (784 floats per example)"}},
+        {"CnnClassesMismatch",
+         [](JobSpec& s) {
+           Cnn* m = s.mutable_model()->mutable_cnn();
+           m->set_height(28);
+           m->set_width(28);
+           m->set_channels(1);
+           m->add_conv()->set_filters(8);
+           m->mutable_conv(0)->set_kernel(5);
+           m->set_num_classes(7);
+         },
+         {"model.cnn.num_classes: 7 does not match dataset fashion-mnist "
+          "(10)"}},
+        {"CnnEvenKernel",
+         [](JobSpec& s) {
+           Cnn* m = s.mutable_model()->mutable_cnn();
+           m->set_height(28);
+           m->set_width(28);
+           m->set_channels(1);
+           m->add_conv()->set_filters(8);
+           m->mutable_conv(0)->set_kernel(5);
+           m->add_conv()->set_filters(8);
+           m->mutable_conv(1)->set_kernel(4);
+           m->set_num_classes(10);
+         },
+         {"model.cnn.conv[1].kernel: must be odd (\"same\" padding), got 4"}},
         {"MlpClassesMismatch",
          [](JobSpec& s) {
            s.mutable_model()->mutable_mlp()->set_num_classes(7);
@@ -442,6 +479,38 @@ JobSpec LabSpec() {
     consistency { mode: BSP }
     num_workers: 4
   )pb");
+}
+
+// configs/jobs/fashion_cnn.pbtxt's model, on fashion-mnist and on the
+// synthetic set (784 floats per example, whatever the model says).
+TEST(ValidateJobSpecTest, CnnSpecIsValidAndGetsConvTensorsFirst) {
+  JobSpec spec = ValidSpec();
+  *spec.mutable_model() = ParseSpec(R"pb(
+                            model {
+                              cnn {
+                                height: 28
+                                width: 28
+                                channels: 1
+                                conv { filters: 32 kernel: 5 }
+                                conv { filters: 64 kernel: 5 }
+                                hidden: 1024
+                                num_classes: 10
+                              }
+                            }
+                          )pb")
+                              .model();
+  EXPECT_THAT(ValidateJobSpec(spec, Context()), IsEmpty());
+  absl::StatusOr<JobSpec> normalized = NormalizeJobSpec(spec, Context());
+  ASSERT_TRUE(normalized.ok()) << normalized.status();
+  ASSERT_EQ(normalized->tensors_size(), 8);
+  EXPECT_EQ(normalized->tensors(0).name(), "conv0/w");
+  EXPECT_EQ(normalized->tensors(2).shape(0), 800u);
+  EXPECT_EQ(normalized->tensors(4).name(), "fc0/w");
+  EXPECT_EQ(normalized->tensors(4).shape(0), 3136u);
+  spec.mutable_data()->set_dataset("synthetic");
+  spec.mutable_data()->set_synthetic_train(100);
+  spec.mutable_data()->set_synthetic_test(10);
+  EXPECT_THAT(ValidateJobSpec(spec, Context()), IsEmpty());
 }
 
 TEST(ValidateJobSpecTest, LabSpecIsValidAndGetsThePeersTensors) {

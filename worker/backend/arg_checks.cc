@@ -1,6 +1,8 @@
 #include "worker/backend/arg_checks.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
@@ -53,6 +55,58 @@ absl::Status CheckMatrixArgs(const char* op, int rows, int cols, const void* p0,
     return absl::InvalidArgumentError(absl::StrCat(op, ": null pointer"));
   }
   return absl::OkStatus();
+}
+
+absl::Status CheckWindowArgs(const char* op, WindowOp kind,
+                             const ImageShape& shape, int window,
+                             const void* p0, const void* p1, const void* p2) {
+  const struct {
+    const char* name;
+    int value;
+  } sizes[] = {{"batch", shape.batch},
+               {"height", shape.height},
+               {"width", shape.width},
+               {"channels", shape.channels}};
+  for (const auto& size : sizes) {
+    if (size.value < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(op, ": ", size.name, " = ", size.value));
+    }
+  }
+  const char* name = kind == WindowOp::kConv ? "kernel" : "pool";
+  if (window < 1 || (kind == WindowOp::kConv && window % 2 == 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": ", name, " = ", window,
+        kind == WindowOp::kConv ? " (must be odd, >= 1)" : " (must be >= 1)"));
+  }
+  constexpr int64_t kMaxInt = std::numeric_limits<int>::max();
+  const int64_t pixels = int64_t{shape.batch} * shape.height * shape.width;
+  if (shape.height > 0 && shape.width > 0 &&
+      (pixels > kMaxInt ||
+       int64_t{window} * window * shape.channels > kMaxInt ||
+       static_cast<uint64_t>(pixels) * window * window * shape.channels >
+           std::numeric_limits<int64_t>::max())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": the ", shape.batch, " x ", shape.height, " x ",
+                     shape.width, " x ", shape.channels, " batch with ", name,
+                     " ", window, " overflows"));
+  }
+  if (ImageElements(shape) > 0 &&
+      (p0 == nullptr || p1 == nullptr ||
+       (kind == WindowOp::kPool && p2 == nullptr))) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": null pointer"));
+  }
+  return absl::OkStatus();
+}
+
+size_t ImageElements(const ImageShape& shape) {
+  return static_cast<size_t>(shape.batch) * shape.height * shape.width *
+         shape.channels;
+}
+
+size_t PooledElements(const ImageShape& shape, int pool) {
+  return static_cast<size_t>(shape.batch) * (shape.height / pool) *
+         (shape.width / pool) * shape.channels;
 }
 
 absl::Status CheckXentArgs(int rows, int classes, const float* logits,

@@ -32,6 +32,21 @@ absl::Status CheckMatrixArgs(const char* op, int rows, int cols, const void* p0,
 absl::Status CheckXentArgs(int rows, int classes, const float* logits,
                            const int32_t* labels, const XentStats* stats);
 
+// OK when an Im2Col/Col2Im (window = kernel, odd) or MaxPool (window =
+// pool) call is consistent: sizes >= 0, window >= 1 (odd for a conv),
+// batch * height * width and window^2 * channels within int, and the
+// pointers non-null when the image has elements. `op` prefixes the message.
+enum class WindowOp { kConv, kPool };
+absl::Status CheckWindowArgs(const char* op, WindowOp kind,
+                             const ImageShape& shape, int window,
+                             const void* p0, const void* p1,
+                             const void* p2 = nullptr);
+
+// Elements of an NHWC image batch (shape as checked above), and of its
+// pool x pool max-pooled output.
+size_t ImageElements(const ImageShape& shape);
+size_t PooledElements(const ImageShape& shape, int pool);
+
 // Which EmbeddingBag op a check is for: the message names it, and Backward
 // also needs the row CSR and checks it.
 enum class EmbeddingOp { kForward, kBackward };

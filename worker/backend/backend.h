@@ -223,6 +223,40 @@ class Backend {
   virtual void ColumnSums(int rows, int cols, float alpha, const float* x,
                           float beta, float* y) = 0;
 
+  // ---- Convolution (im2col + Gemm) and max pooling -----------------------
+  // Images are NHWC (ImageShape, elementwise.h). Sizes must be >= 0,
+  // `kernel` odd and >= 1, `pool` >= 1; batch * height * width and kernel^2
+  // * channels must fit in int. Each output element is computed by one
+  // thread from its inputs (elementwise.h), never with atomics: every
+  // backend gives the same bits.
+
+  // cols [batch * height * width x kernel^2 * channels] (row-major, dense) =
+  // the patches of a kernel x kernel "same" convolution (zero padding
+  // (kernel - 1) / 2, stride 1): row (n, y, x), column (c * kernel + i) *
+  // kernel + j. With W [kernel^2 * channels x filters], Gemm(cols, W) is the
+  // convolution, NHWC. cols must not overlap x.
+  virtual void Im2Col(const ImageShape& shape, int kernel, const float* x,
+                      float* cols) = 0;
+
+  // The adjoint of Im2Col: dx (NHWC, `shape`) = for each input element the
+  // sum of the cols entries Im2Col would copy from it (elementwise::
+  // Col2ImAt). Overwrites dx, which must not overlap cols.
+  virtual void Col2Im(const ImageShape& shape, int kernel, const float* cols,
+                      float* dx) = 0;
+
+  // pool x pool max pooling with stride pool: y [batch, height / pool,
+  // width / pool, channels] (rows and columns past the last whole window are
+  // dropped); argmax (int32, one per y element) receives the position i *
+  // pool + j of each window's first maximum, for MaxPoolBackward.
+  virtual void MaxPool(const ImageShape& shape, int pool, const float* x,
+                       float* y, int32_t* argmax) = 0;
+
+  // dx (the input's shape) = dy at each window's argmax, 0 elsewhere.
+  // Overwrites dx.
+  virtual void MaxPoolBackward(const ImageShape& shape, int pool,
+                               const int32_t* argmax, const float* dy,
+                               float* dx) = 0;
+
   // y += alpha * x.
   virtual void Axpy(size_t n, float alpha, const float* x, float* y) = 0;
 

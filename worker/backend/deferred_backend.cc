@@ -158,6 +158,69 @@ void DeferredBackend::ColumnSums(int rows, int cols, float alpha,
   Enqueue([=] { cpu_->ColumnSums(rows, cols, alpha, x, beta, y); });
 }
 
+bool DeferredBackend::CheckWindow(const char* op, WindowOp kind,
+                                  const ImageShape& shape, int window,
+                                  const void* const (&arrays)[3],
+                                  const size_t (&bytes)[3]) {
+  absl::Status s =
+      CheckWindowArgs(op, kind, shape, window, arrays[0], arrays[1], arrays[2]);
+  if (!s.ok()) {
+    if (error_.ok()) error_ = std::move(s);
+    return false;
+  }
+  for (int i = 0; i < 3; ++i) {
+    if (arrays[i] != nullptr && !Check(OnDevice(arrays[i], bytes[i]), op,
+                                       "an array outside device allocations")) {
+      return false;
+    }
+  }
+  return true;
+}
+
+void DeferredBackend::Im2Col(const ImageShape& shape, int kernel,
+                             const float* x, float* cols) {
+  const size_t image = ImageElements(shape) * sizeof(float);
+  if (!CheckWindow("Im2Col", WindowOp::kConv, shape, kernel, {x, cols, nullptr},
+                   {image, image * kernel * kernel, 0})) {
+    return;
+  }
+  Enqueue([=] { cpu_->Im2Col(shape, kernel, x, cols); });
+}
+
+void DeferredBackend::Col2Im(const ImageShape& shape, int kernel,
+                             const float* cols, float* dx) {
+  const size_t image = ImageElements(shape) * sizeof(float);
+  if (!CheckWindow("Col2Im", WindowOp::kConv, shape, kernel,
+                   {cols, dx, nullptr}, {image * kernel * kernel, image, 0})) {
+    return;
+  }
+  Enqueue([=] { cpu_->Col2Im(shape, kernel, cols, dx); });
+}
+
+void DeferredBackend::MaxPool(const ImageShape& shape, int pool, const float* x,
+                              float* y, int32_t* argmax) {
+  const size_t pooled = PooledElements(shape, pool);
+  if (!CheckWindow("MaxPool", WindowOp::kPool, shape, pool, {x, y, argmax},
+                   {ImageElements(shape) * sizeof(float),
+                    pooled * sizeof(float), pooled * sizeof(int32_t)})) {
+    return;
+  }
+  Enqueue([=] { cpu_->MaxPool(shape, pool, x, y, argmax); });
+}
+
+void DeferredBackend::MaxPoolBackward(const ImageShape& shape, int pool,
+                                      const int32_t* argmax, const float* dy,
+                                      float* dx) {
+  const size_t pooled = PooledElements(shape, pool);
+  if (!CheckWindow("MaxPoolBackward", WindowOp::kPool, shape, pool,
+                   {argmax, dy, dx},
+                   {pooled * sizeof(int32_t), pooled * sizeof(float),
+                    ImageElements(shape) * sizeof(float)})) {
+    return;
+  }
+  Enqueue([=] { cpu_->MaxPoolBackward(shape, pool, argmax, dy, dx); });
+}
+
 void DeferredBackend::Axpy(size_t n, float alpha, const float* x, float* y) {
   if (!Check(OnDevice(x, n * sizeof(float)), "Axpy",
              "x outside device allocations") ||

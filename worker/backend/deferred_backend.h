@@ -57,6 +57,14 @@ class DeferredBackend final : public Backend {
                            float* grad_logits, XentStats* stats) override;
   void ColumnSums(int rows, int cols, float alpha, const float* x, float beta,
                   float* y) override;
+  void Im2Col(const ImageShape& shape, int kernel, const float* x,
+              float* cols) override;
+  void Col2Im(const ImageShape& shape, int kernel, const float* cols,
+              float* dx) override;
+  void MaxPool(const ImageShape& shape, int pool, const float* x, float* y,
+               int32_t* argmax) override;
+  void MaxPoolBackward(const ImageShape& shape, int pool, const int32_t* argmax,
+                       const float* dy, float* dx) override;
   void Axpy(size_t n, float alpha, const float* x, float* y) override;
   void Scale(size_t n, float alpha, float* x) override;
   void Fill(size_t n, float value, float* x) override;
@@ -86,6 +94,11 @@ class DeferredBackend final : public Backend {
   // Records "<device>: <op>: <what>" as the error unless `ok`.
   bool Check(bool ok, const char* op, const char* what);
   void Enqueue(std::function<void()> call);
+  // Checks a window op's sizes (CheckWindowArgs) and that its arrays of
+  // `bytes[i]` bytes lie in device memory; records the error unless OK.
+  bool CheckWindow(const char* op, WindowOp kind, const ImageShape& shape,
+                   int window, const void* const (&arrays)[3],
+                   const size_t (&bytes)[3]);
   // Checks the sizes, then that every array of `batch` (the row CSR only
   // for kBackward) lies in device memory; records the error unless OK.
   bool CheckEmbeddingBatch(EmbeddingOp op, const EmbeddingBatch& batch, int dim,

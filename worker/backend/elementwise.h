@@ -32,6 +32,14 @@ struct XentStats {
   int64_t correct;  // rows whose first arg-max equals the label
 };
 
+// A batch of NHWC images (see Backend::Im2Col).
+struct ImageShape {
+  int batch;
+  int height;
+  int width;
+  int channels;
+};
+
 namespace elementwise {
 
 PS_HD float Relu(float x) { return x > 0.0f ? x : 0.0f; }
@@ -113,6 +121,105 @@ PS_HD float PoolBag(float sum, int count, bool mean) {
 // One occurrence's share of its bag's output gradient g (count >= 1).
 PS_HD float BagGradShare(float g, int count, bool mean) {
   return mean ? g / static_cast<float>(count) : g;
+}
+
+// ---- Convolution and pooling (Backend::Im2Col etc.) ------------------------
+// Images are NHWC: element (n, y, x, c) of a batch is at
+// ((n * height + y) * width + x) * channels + c. The functions give one output
+// element each, by gathering (no atomics), so a CPU loop and a CUDA thread per
+// element compute the same sums in the same order.
+
+// Im2Col's element (row, col): row = (n, y, x) of the output pixel, col =
+// (c * k + i) * k + j; the input pixel (y + i - p, x + j - p) with p = (k -
+// 1) / 2, or 0 in the padding.
+PS_HD float Im2ColAt(const ImageShape& s, int k, const float* x, size_t row,
+                     int col) {
+  const int c = col / (k * k);
+  const int i = col / k % k;
+  const int j = col % k;
+  const int p = (k - 1) / 2;
+  const int px = static_cast<int>(row % s.width);
+  const size_t t = row / s.width;
+  const int py = static_cast<int>(t % s.height);
+  const size_t n = t / s.height;
+  const int iy = py + i - p;
+  const int ix = px + j - p;
+  if (iy < 0 || iy >= s.height || ix < 0 || ix >= s.width) return 0.0f;
+  return x[((n * s.height + iy) * s.width + ix) * s.channels + c];
+}
+
+// Col2Im's element e of dx: the sum, from 0.0f, of the cols entries that
+// Im2Col copied from input element e, in ascending cols row order (kernel
+// row i and column j descending).
+PS_HD float Col2ImAt(const ImageShape& s, int k, const float* cols, size_t e) {
+  const int c = static_cast<int>(e % s.channels);
+  size_t t = e / s.channels;
+  const int ix = static_cast<int>(t % s.width);
+  t /= s.width;
+  const int iy = static_cast<int>(t % s.height);
+  const size_t n = t / s.height;
+  const int p = (k - 1) / 2;
+  const size_t row_len = static_cast<size_t>(k) * k * s.channels;
+  float sum = 0.0f;
+  for (int i = k - 1; i >= 0; --i) {
+    const int oy = iy - i + p;
+    if (oy < 0 || oy >= s.height) continue;
+    for (int j = k - 1; j >= 0; --j) {
+      const int ox = ix - j + p;
+      if (ox < 0 || ox >= s.width) continue;
+      const size_t row = (n * s.height + oy) * s.width + ox;
+      sum += cols[row * row_len + (c * k + i) * k + j];
+    }
+  }
+  return sum;
+}
+
+// MaxPool's output element o (of [batch, height / pool, width / pool,
+// channels]): the window's first maximum in row-major scan, its position
+// i * pool + j in *arg.
+PS_HD float MaxPoolAt(const ImageShape& s, int pool, const float* x, size_t o,
+                      int32_t* arg) {
+  const int oh = s.height / pool;
+  const int ow = s.width / pool;
+  const int c = static_cast<int>(o % s.channels);
+  size_t t = o / s.channels;
+  const int ox = static_cast<int>(t % ow);
+  t /= ow;
+  const int oy = static_cast<int>(t % oh);
+  const size_t n = t / oh;
+  float best = 0.0f;
+  int32_t best_at = -1;
+  for (int i = 0; i < pool; ++i) {
+    const size_t row = (n * s.height + oy * pool + i) * s.width + ox * pool;
+    for (int j = 0; j < pool; ++j) {
+      const float v = x[(row + j) * s.channels + c];
+      if (best_at < 0 || v > best) {
+        best = v;
+        best_at = i * pool + j;
+      }
+    }
+  }
+  *arg = best_at;
+  return best;
+}
+
+// MaxPoolBackward's element e of dx: dy of e's window when e is that window's
+// argmax, else 0 (also for the rows and columns past the last whole window).
+PS_HD float MaxPoolGradAt(const ImageShape& s, int pool, const int32_t* argmax,
+                          const float* dy, size_t e) {
+  const int c = static_cast<int>(e % s.channels);
+  size_t t = e / s.channels;
+  const int ix = static_cast<int>(t % s.width);
+  t /= s.width;
+  const int iy = static_cast<int>(t % s.height);
+  const size_t n = t / s.height;
+  const int oh = s.height / pool;
+  const int ow = s.width / pool;
+  const int oy = iy / pool;
+  const int ox = ix / pool;
+  if (oy >= oh || ox >= ow) return 0.0f;
+  const size_t o = ((n * oh + oy) * ow + ox) * s.channels + c;
+  return argmax[o] == (iy % pool) * pool + ix % pool ? dy[o] : 0.0f;
 }
 
 }  // namespace elementwise

@@ -14,6 +14,21 @@ namespace {
 
 using model_internal::AllocHostInto;
 using model_internal::AllocInto;
+using model_internal::ConvStack;
+
+// Examples per chunk: max_batch, or fewer for a CNN whose conv buffers would
+// pass Model::kMaxConvScratchBytes.
+size_t ChunkRows(const std::vector<ConvLayerShape>& convs, size_t max_batch) {
+  if (convs.empty()) return max_batch;
+  size_t floats = 0;  // per example: patches, activations, pooled + argmax
+  for (const ConvLayerShape& s : convs) {
+    const size_t pixels = size_t{s.in_h} * s.in_w;
+    floats += pixels * s.kernel * s.kernel * s.in_c + 2 * pixels * s.filters +
+              2 * size_t{s.out_h} * s.out_w * s.filters;
+  }
+  const size_t fit = Model::kMaxConvScratchBytes / (floats * sizeof(float));
+  return std::max<size_t>(1, std::min(max_batch, fit));
+}
 
 }  // namespace
 
@@ -34,41 +49,71 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(const ModelSpec& spec,
         absl::StrCat("Model::Create: max_batch must be in [1, ", kMaxBatch,
                      "], got ", max_batch));
   }
-  std::unique_ptr<Model> model(new Model(
-      backend, max_batch, ModelLayerWidths(spec), ModelTensors(spec)));
+  std::vector<uint32_t> widths = ModelLayerWidths(spec);
+  size_t input_dim = widths.front();
+  std::vector<ConvLayerShape> conv_layers;
+  if (spec.has_cnn()) {
+    const Cnn& cnn = spec.cnn();
+    conv_layers = CnnConvLayers(cnn);
+    input_dim = size_t{cnn.height()} * cnn.width() * cnn.channels();
+  }
+  const size_t chunk = ChunkRows(conv_layers, max_batch);
+  std::unique_ptr<ConvStack> convs;
+  if (!conv_layers.empty()) {
+    convs = std::make_unique<ConvStack>(backend, conv_layers, chunk);
+  }
+  std::unique_ptr<Model> model(new Model(backend, max_batch, chunk,
+                                         std::move(widths), ModelTensors(spec),
+                                         std::move(convs), input_dim));
   PS_RETURN_IF_ERROR(model->Allocate());
   return model;
 }
 
-Model::Model(Backend* backend, size_t max_batch, std::vector<uint32_t> widths,
-             std::vector<TensorSpec> tensors)
+Model::Model(Backend* backend, size_t max_batch, size_t chunk,
+             std::vector<uint32_t> widths, std::vector<TensorSpec> tensors,
+             std::unique_ptr<ConvStack> convs, size_t input_dim)
     : backend_(backend),
       max_batch_(max_batch),
       widths_(std::move(widths)),
-      tensors_(std::move(tensors)) {
+      tensors_(std::move(tensors)),
+      convs_(std::move(convs)),
+      input_dim_(input_dim),
+      chunk_(chunk) {
   layers_ = model_internal::DenseLayers(widths_, &num_parameters_);
   for (const Layer& layer : layers_) {
     max_width_ = std::max<size_t>(max_width_, layer.out);
+  }
+  if (convs_ != nullptr) {
+    // The dense layers follow the conv layers in the flat layout; backward
+    // passes fc0's input gradient and the conv gradients through delta_.
+    const size_t shift = convs_->num_parameters();
+    for (Layer& layer : layers_) {
+      layer.w_offset += shift;
+      layer.b_offset += shift;
+    }
+    num_parameters_ += shift;
+    max_width_ = std::max(max_width_, convs_->max_out_size());
   }
 }
 
 absl::Status Model::Allocate() {
   absl::Status s;
   AllocInto(backend_, num_parameters_, &grad_, &s);
+  if (convs_ != nullptr && s.ok()) s = convs_->Allocate();
   acts_.resize(layers_.size());
   for (size_t l = 0; l < layers_.size(); ++l) {
-    AllocInto(backend_, max_batch_ * layers_[l].out, &acts_[l], &s);
+    AllocInto(backend_, chunk_ * layers_[l].out, &acts_[l], &s);
   }
-  AllocInto(backend_, max_batch_ * max_width_, &delta_[0], &s);
-  AllocInto(backend_, max_batch_ * max_width_, &delta_[1], &s);
+  AllocInto(backend_, chunk_ * max_width_, &delta_[0], &s);
+  AllocInto(backend_, chunk_ * max_width_, &delta_[1], &s);
   AllocInto(backend_, 1, &stats_, &s);
   if (!backend_->host_memory()) {
     AllocInto(backend_, num_parameters_, &call_params_, &s);
-    AllocInto(backend_, max_batch_ * input_dim(), &x_, &s);
-    AllocInto(backend_, max_batch_, &labels_, &s);
+    AllocInto(backend_, chunk_ * input_dim(), &x_, &s);
+    AllocInto(backend_, chunk_, &labels_, &s);
     AllocHostInto(backend_, num_parameters_, &host_params_, &s);
-    AllocHostInto(backend_, max_batch_ * input_dim(), &host_x_, &s);
-    AllocHostInto(backend_, max_batch_, &host_labels_, &s);
+    AllocHostInto(backend_, chunk_ * input_dim(), &host_x_, &s);
+    AllocHostInto(backend_, chunk_, &host_labels_, &s);
     AllocHostInto(backend_, num_parameters_, &host_grad_, &s);
     AllocHostInto(backend_, 1, &host_stats_, &s);
   }
@@ -125,7 +170,12 @@ absl::StatusOr<Model::Params> Model::Prepare(const float* params,
 }
 
 std::pair<size_t, size_t> Model::LayerRange(size_t layer) const {
-  const Layer& l = layers_[layer];
+  const size_t convs = num_conv_layers();
+  if (layer < convs) {
+    const model_internal::ConvStage& s = convs_->stage(layer);
+    return {s.w_offset, s.b_offset + s.shape.filters - s.w_offset};
+  }
+  const Layer& l = layers_[layer - convs];
   return {l.w_offset, l.b_offset + l.out - l.w_offset};
 }
 
@@ -133,24 +183,31 @@ absl::Status Model::Forward(const float* params, const float* upload,
                             const float* x, int rows,
                             const std::function<absl::Status(size_t)>* before) {
   const float* h = x;
-  for (size_t l = 0; l < layers_.size(); ++l) {
-    const Layer& layer = layers_[l];
+  const size_t convs = num_conv_layers();
+  for (size_t l = 0; l < num_layers(); ++l) {
     if (before != nullptr) PS_RETURN_IF_ERROR((*before)(l));
     if (upload != nullptr) {
       // Stage while the device runs layer l - 1; the copy skips the wait for
       // that work (nothing pending touches call_params_: every call ends in
       // Synchronize), and layer l's GEMM waits for it.
-      const size_t count = layer.b_offset + layer.out - layer.w_offset;
-      std::memcpy(host_params_.data() + layer.w_offset, upload + layer.w_offset,
+      const auto [offset, count] = LayerRange(l);
+      std::memcpy(host_params_.data() + offset, upload + offset,
                   count * sizeof(float));
-      backend_->CopyToDeviceEarly(host_params_.data() + layer.w_offset, count,
-                                  call_params_.data() + layer.w_offset);
+      backend_->CopyToDeviceEarly(host_params_.data() + offset, count,
+                                  call_params_.data() + offset);
     }
-    float* out = acts_[l].data();
+    if (l < convs) {
+      convs_->Forward(l, params, h, rows);
+      h = convs_->output(l);
+      continue;
+    }
+    const size_t d = l - convs;
+    const Layer& layer = layers_[d];
+    float* out = acts_[d].data();
     backend_->Gemm(Transpose::kNo, Transpose::kNo, rows, layer.out, layer.in,
                    1.0f, h, layer.in, params + layer.w_offset, layer.out, 0.0f,
                    out, layer.out);
-    if (l + 1 < layers_.size()) {
+    if (d + 1 < layers_.size()) {
       backend_->BiasRelu(rows, layer.out, params + layer.b_offset, out);
     } else {
       backend_->BiasAdd(rows, layer.out, params + layer.b_offset, out);
@@ -166,9 +223,11 @@ void Model::Backward(const float* params, const float* x, int rows, float* grad,
   // delta_[0] holds d(loss)/d(logits) from the softmax cross-entropy.
   int cur = 0;
   const float beta = accumulate ? 1.0f : 0.0f;
+  const size_t convs = num_conv_layers();
+  const float* dense_in = convs > 0 ? convs_->output(convs - 1) : x;
   for (size_t l = layers_.size(); l-- > 0;) {
     const Layer& layer = layers_[l];
-    const float* h = l == 0 ? x : acts_[l - 1].data();
+    const float* h = l == 0 ? dense_in : acts_[l - 1].data();
     const float* delta = delta_[cur].data();
     // dW = h^T delta, db = column sums of delta.
     backend_->Gemm(Transpose::kYes, Transpose::kNo, layer.in, layer.out, rows,
@@ -183,7 +242,7 @@ void Model::Backward(const float* params, const float* x, int rows, float* grad,
                            layer.b_offset + layer.out - layer.w_offset,
                            download + layer.w_offset);
     }
-    if (l == 0) {  // no gradient w.r.t. the input
+    if (l == 0 && convs == 0) {  // no gradient w.r.t. the input
       if (after != nullptr) (*after)(l);
       break;
     }
@@ -195,8 +254,26 @@ void Model::Backward(const float* params, const float* x, int rows, float* grad,
     // A host backend has written the layer's gradient and read its weights
     // for the last time this step: the hook may push the one and let the
     // next step's values overwrite the other.
+    if (after != nullptr) (*after)(convs + l);
+    cur = 1 - cur;
+    // fc0's input is the last conv layer's pooled output: that layer's
+    // backward takes its gradient through the pooling and ReLU.
+    if (l > 0) {
+      backend_->ReluBackward(static_cast<size_t>(rows) * layer.in, h, next,
+                             next);
+    }
+  }
+  for (size_t l = convs; l-- > 0;) {
+    const model_internal::ConvStage& stage = convs_->stage(l);
+    convs_->Backward(l, params, rows, delta_[cur].data(), grad, beta,
+                     l == 0 ? nullptr : delta_[1 - cur].data());
+    if (download != nullptr) {
+      backend_->CopyToHost(
+          grad + stage.w_offset,
+          stage.b_offset + stage.shape.filters - stage.w_offset,
+          download + stage.w_offset);
+    }
     if (after != nullptr) (*after)(l);
-    backend_->ReluBackward(static_cast<size_t>(rows) * layer.in, h, next, next);
     cur = 1 - cur;
   }
 }
@@ -216,8 +293,8 @@ absl::Status Model::Run(Params params, const float* x, const int32_t* labels,
     }
   }
   const size_t dim = input_dim();
-  for (size_t start = 0; start < n; start += max_batch_) {
-    const size_t rows = std::min(max_batch_, n - start);
+  for (size_t start = 0; start < n; start += chunk_) {
+    const size_t rows = std::min(chunk_, n - start);
     const bool last = start + rows == n;
     const float* cx = x + start * dim;
     const int32_t* cl = labels + start;
@@ -292,7 +369,7 @@ absl::Status Model::ComputeGradient(const float* params, const float* x,
   }
   // Run called after_backward itself only for a host gradient with work.
   if (hooks != nullptr && hooks->after_backward && (!host || n == 0)) {
-    for (size_t l = layers_.size(); l-- > 0;) hooks->after_backward(l);
+    for (size_t l = num_layers(); l-- > 0;) hooks->after_backward(l);
   }
   return absl::OkStatus();
 }

@@ -1,6 +1,8 @@
 // One model replica on one device: forward, backward and evaluation of
-// softmax regression or an MLP (see model_spec.h for the layers and the flat
-// parameter layout), written once against ps::Backend.
+// softmax regression, an MLP or a CNN (see model_spec.h for the layers and the
+// flat parameter layout), written once against ps::Backend. A CNN's conv
+// layers (internal/conv_stack.h: im2col + Gemm, bias + ReLU, max pooling) come
+// before its dense layers; everything below applies to both kinds of layer.
 //
 //   absl::StatusOr<std::unique_ptr<Model>> m =
 //       Model::Create(job.model(), backend.get(), /*max_batch=*/256);
@@ -20,7 +22,10 @@
 // (pass params == nullptr to use them).
 //
 // Larger batches than max_batch are fine: they run in chunks of max_batch and
-// the results (gradient, loss, correct) are the sums over all chunks.
+// the results (gradient, loss, correct) are the sums over all chunks. A CNN's
+// chunks are smaller where its conv buffers for max_batch examples would pass
+// kMaxConvScratchBytes (the im2col patches take k * k floats per input
+// float).
 //
 // Thread-safety: not thread-safe; one thread drives a Model (and its
 // Backend). Models on distinct backends may run concurrently.
@@ -39,13 +44,16 @@
 #include "absl/status/statusor.h"
 #include "proto/job.pb.h"
 #include "worker/backend/backend.h"
+#include "worker/model/internal/conv_stack.h"
 #include "worker/model/internal/dense_layers.h"
 
 namespace ps {
 
 // Per-layer callbacks of a gradient computation, for a step pipeline that
 // overlaps communication with compute (worker/trainer/trainer.h). Layer l
-// owns the flat range of tensors fc<l>/w and fc<l>/b.
+// owns the flat range of the l-th (W, b) pair of tensors: fc<l>/w and
+// fc<l>/b, or for a CNN with C conv layers conv<l>/w and conv<l>/b for l < C,
+// then fc<l - C>/w and fc<l - C>/b.
 struct LayerHooks {
   // Called before the forward pass reads layer l's parameters (first chunk
   // only), layers in order 0, 1, ...; may block (until the parameters
@@ -64,6 +72,10 @@ class Model {
  public:
   // Largest accepted max_batch (keeps row counts within int for BLAS).
   static constexpr size_t kMaxBatch = size_t{1} << 20;
+  // A CNN's conv buffers (patches, activations) stay within this many bytes
+  // per chunk of examples (at least one example per chunk): a memory bound,
+  // not a tuning knob.
+  static constexpr size_t kMaxConvScratchBytes = size_t{256} << 20;
 
   // A replica of `spec` on `backend` (borrowed; must outlive the Model).
   // kInvalidArgument for an invalid spec (field named), a lab model, a null
@@ -78,7 +90,8 @@ class Model {
 
   const std::vector<TensorSpec>& tensors() const { return tensors_; }
   size_t num_parameters() const { return num_parameters_; }
-  size_t input_dim() const { return widths_.front(); }
+  // Floats per example: input_dim, or height * width * channels (NHWC).
+  size_t input_dim() const { return input_dim_; }
   size_t num_classes() const { return widths_.back(); }
   size_t max_batch() const { return max_batch_; }
   Backend* backend() const { return backend_; }
@@ -104,7 +117,7 @@ class Model {
                                float grad_scale = 1.0f,
                                const LayerHooks* hooks = nullptr);
 
-  size_t num_layers() const { return layers_.size(); }
+  size_t num_layers() const { return num_conv_layers() + layers_.size(); }
   // [offset, offset + length) of layer l's parameters (W then b) in the
   // flat layout.
   std::pair<size_t, size_t> LayerRange(size_t layer) const;
@@ -136,8 +149,13 @@ class Model {
  private:
   using Layer = model_internal::DenseLayer;
 
-  Model(Backend* backend, size_t max_batch, std::vector<uint32_t> widths,
-        std::vector<TensorSpec> tensors);
+  // `convs` (null unless a CNN) holds buffers for `chunk` examples.
+  Model(Backend* backend, size_t max_batch, size_t chunk,
+        std::vector<uint32_t> widths, std::vector<TensorSpec> tensors,
+        std::unique_ptr<model_internal::ConvStack> convs, size_t input_dim);
+  size_t num_conv_layers() const {
+    return convs_ == nullptr ? 0 : convs_->num_layers();
+  }
   absl::Status Allocate();
   // Where a call's parameters come from.
   struct Params {
@@ -169,17 +187,20 @@ class Model {
 
   Backend* const backend_;  // borrowed
   const size_t max_batch_;
-  const std::vector<uint32_t> widths_;  // input, hidden..., classes
+  const std::vector<uint32_t> widths_;  // dense: input, hidden..., classes
   const std::vector<TensorSpec> tensors_;
-  std::vector<Layer> layers_;
+  const std::unique_ptr<model_internal::ConvStack> convs_;  // CNN, else null
+  const size_t input_dim_;
+  const size_t chunk_;         // examples per chunk, <= max_batch_
+  std::vector<Layer> layers_;  // dense, offsets after the conv layers'
   size_t num_parameters_ = 0;
-  size_t max_width_ = 0;  // widest layer output
+  size_t max_width_ = 0;  // widest dense layer output or conv gradient
 
   // Backend memory.
   DeviceBuffer<float> grad_;             // device_gradient()
   DeviceBuffer<float> resident_params_;  // SetParameters
   bool has_resident_params_ = false;
-  std::vector<DeviceBuffer<float>> acts_;  // per layer, max_batch x out
+  std::vector<DeviceBuffer<float>> acts_;  // per dense layer, chunk_ x out
   DeviceBuffer<float> delta_[2];           // backward ping-pong
   DeviceBuffer<XentStats> stats_;
   // Only on backends without host memory: uploads and their staging.

@@ -158,6 +158,76 @@ void CpuBackend::ColumnSums(int rows, int cols, float alpha, const float* x,
   }
 }
 
+void CpuBackend::Im2Col(const ImageShape& shape, int kernel, const float* x,
+                        float* cols) {
+  absl::Status s =
+      CheckWindowArgs("Im2Col", WindowOp::kConv, shape, kernel, x, cols);
+  if (!s.ok()) return Record(std::move(s));
+  // Row by row, each a copy (so the same bits as elementwise::Im2ColAt):
+  // the k x k x c patch of one pixel stays in L1 while its row is written.
+  const int k = kernel;
+  const int p = (k - 1) / 2;
+  const int h = shape.height, w = shape.width, ch = shape.channels;
+  const size_t row_len = static_cast<size_t>(k) * k * ch;
+  float* __restrict out = cols;
+  for (int n = 0; n < shape.batch; ++n) {
+    const float* __restrict image = x + static_cast<size_t>(n) * h * w * ch;
+    for (int y = 0; y < h; ++y) {
+      for (int px = 0; px < w; ++px, out += row_len) {
+        for (int c = 0; c < ch; ++c) {
+          for (int i = 0; i < k; ++i) {
+            float* __restrict dst = out + (c * k + i) * k;
+            const int iy = y + i - p;
+            if (iy < 0 || iy >= h) {
+              std::fill(dst, dst + k, 0.0f);
+              continue;
+            }
+            const float* src = image + static_cast<size_t>(iy) * w * ch + c;
+            for (int j = 0; j < k; ++j) {
+              const int ix = px + j - p;
+              dst[j] = ix < 0 || ix >= w ? 0.0f : src[ix * ch];
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+void CpuBackend::Col2Im(const ImageShape& shape, int kernel, const float* cols,
+                        float* dx) {
+  absl::Status s =
+      CheckWindowArgs("Col2Im", WindowOp::kConv, shape, kernel, cols, dx);
+  if (!s.ok()) return Record(std::move(s));
+  const size_t n = ImageElements(shape);
+  for (size_t e = 0; e < n; ++e) {
+    dx[e] = elementwise::Col2ImAt(shape, kernel, cols, e);
+  }
+}
+
+void CpuBackend::MaxPool(const ImageShape& shape, int pool, const float* x,
+                         float* y, int32_t* argmax) {
+  absl::Status s =
+      CheckWindowArgs("MaxPool", WindowOp::kPool, shape, pool, x, y, argmax);
+  if (!s.ok()) return Record(std::move(s));
+  const size_t n = PooledElements(shape, pool);
+  for (size_t o = 0; o < n; ++o) {
+    y[o] = elementwise::MaxPoolAt(shape, pool, x, o, argmax + o);
+  }
+}
+
+void CpuBackend::MaxPoolBackward(const ImageShape& shape, int pool,
+                                 const int32_t* argmax, const float* dy,
+                                 float* dx) {
+  absl::Status s = CheckWindowArgs("MaxPoolBackward", WindowOp::kPool, shape,
+                                   pool, argmax, dy, dx);
+  if (!s.ok()) return Record(std::move(s));
+  const size_t n = ImageElements(shape);
+  for (size_t e = 0; e < n; ++e) {
+    dx[e] = elementwise::MaxPoolGradAt(shape, pool, argmax, dy, e);
+  }
+}
+
 void CpuBackend::Axpy(size_t n, float alpha, const float* x, float* y) {
   if (n > 0 && (x == nullptr || y == nullptr)) {
     return Record(absl::InvalidArgumentError("Axpy: null pointer"));

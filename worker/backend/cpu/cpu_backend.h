@@ -60,6 +60,14 @@ class CpuBackend final : public Backend {
                            float* grad_logits, XentStats* stats) override;
   void ColumnSums(int rows, int cols, float alpha, const float* x, float beta,
                   float* y) override;
+  void Im2Col(const ImageShape& shape, int kernel, const float* x,
+              float* cols) override;
+  void Col2Im(const ImageShape& shape, int kernel, const float* cols,
+              float* dx) override;
+  void MaxPool(const ImageShape& shape, int pool, const float* x, float* y,
+               int32_t* argmax) override;
+  void MaxPoolBackward(const ImageShape& shape, int pool, const int32_t* argmax,
+                       const float* dy, float* dx) override;
   void Axpy(size_t n, float alpha, const float* x, float* y) override;
   void Scale(size_t n, float alpha, float* x) override;
   void Fill(size_t n, float value, float* x) override;

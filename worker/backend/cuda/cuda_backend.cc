@@ -188,6 +188,44 @@ void CudaBackend::ColumnSums(int rows, int cols, float alpha, const float* x,
      "ColumnSums");
 }
 
+void CudaBackend::Im2Col(const ImageShape& shape, int kernel, const float* x,
+                         float* cols) {
+  absl::Status s =
+      CheckWindowArgs("Im2Col", WindowOp::kConv, shape, kernel, x, cols);
+  if (!s.ok()) return Record(std::move(s));
+  if (!Ok(cudaSetDevice(ordinal_), "cudaSetDevice")) return;
+  Ok(cuda::LaunchIm2Col(compute_, shape, kernel, x, cols), "Im2Col");
+}
+
+void CudaBackend::Col2Im(const ImageShape& shape, int kernel, const float* cols,
+                         float* dx) {
+  absl::Status s =
+      CheckWindowArgs("Col2Im", WindowOp::kConv, shape, kernel, cols, dx);
+  if (!s.ok()) return Record(std::move(s));
+  if (!Ok(cudaSetDevice(ordinal_), "cudaSetDevice")) return;
+  Ok(cuda::LaunchCol2Im(compute_, shape, kernel, cols, dx), "Col2Im");
+}
+
+void CudaBackend::MaxPool(const ImageShape& shape, int pool, const float* x,
+                          float* y, int32_t* argmax) {
+  absl::Status s =
+      CheckWindowArgs("MaxPool", WindowOp::kPool, shape, pool, x, y, argmax);
+  if (!s.ok()) return Record(std::move(s));
+  if (!Ok(cudaSetDevice(ordinal_), "cudaSetDevice")) return;
+  Ok(cuda::LaunchMaxPool(compute_, shape, pool, x, y, argmax), "MaxPool");
+}
+
+void CudaBackend::MaxPoolBackward(const ImageShape& shape, int pool,
+                                  const int32_t* argmax, const float* dy,
+                                  float* dx) {
+  absl::Status s = CheckWindowArgs("MaxPoolBackward", WindowOp::kPool, shape,
+                                   pool, argmax, dy, dx);
+  if (!s.ok()) return Record(std::move(s));
+  if (!Ok(cudaSetDevice(ordinal_), "cudaSetDevice")) return;
+  Ok(cuda::LaunchMaxPoolBackward(compute_, shape, pool, argmax, dy, dx),
+     "MaxPoolBackward");
+}
+
 void CudaBackend::Axpy(size_t n, float alpha, const float* x, float* y) {
   if (n > 0 && (x == nullptr || y == nullptr)) {
     return Record(absl::InvalidArgumentError("Axpy: null pointer"));

@@ -42,6 +42,42 @@ __global__ void ReluBackwardKernel(size_t n, const float* y, const float* dy,
   }
 }
 
+// Grid-stride loops over n outputs, one element per thread.
+__global__ void Im2ColKernel(size_t n, ImageShape shape, int kernel,
+                             const float* x, float* cols) {
+  const int row_len = kernel * kernel * shape.channels;
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
+       i < n; i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    cols[i] = elementwise::Im2ColAt(shape, kernel, x, i / row_len,
+                                    static_cast<int>(i % row_len));
+  }
+}
+
+__global__ void Col2ImKernel(size_t n, ImageShape shape, int kernel,
+                             const float* cols, float* dx) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
+       i < n; i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    dx[i] = elementwise::Col2ImAt(shape, kernel, cols, i);
+  }
+}
+
+__global__ void MaxPoolKernel(size_t n, ImageShape shape, int pool,
+                              const float* x, float* y, int32_t* argmax) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
+       i < n; i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    y[i] = elementwise::MaxPoolAt(shape, pool, x, i, argmax + i);
+  }
+}
+
+__global__ void MaxPoolBackwardKernel(size_t n, ImageShape shape, int pool,
+                                      const int32_t* argmax, const float* dy,
+                                      float* dx) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
+       i < n; i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    dx[i] = elementwise::MaxPoolGradAt(shape, pool, argmax, dy, i);
+  }
+}
+
 __global__ void XentRowsKernel(int rows, int classes, const float* logits,
                                const int32_t* labels, float grad_scale,
                                float* grad, float* row_loss,
@@ -339,6 +375,47 @@ cudaError_t LaunchReluBackward(cudaStream_t stream, size_t n, const float* y,
                                const float* dy, float* dx) {
   if (n == 0) return cudaSuccess;
   ReluBackwardKernel<<<Blocks(n), kThreads, 0, stream>>>(n, y, dy, dx);
+  return cudaGetLastError();
+}
+
+size_t Pixels(const ImageShape& s) {
+  return static_cast<size_t>(s.batch) * s.height * s.width;
+}
+
+cudaError_t LaunchIm2Col(cudaStream_t stream, const ImageShape& shape,
+                         int kernel, const float* x, float* cols) {
+  const size_t n =
+      Pixels(shape) * kernel * kernel * static_cast<size_t>(shape.channels);
+  if (n == 0) return cudaSuccess;
+  Im2ColKernel<<<Blocks(n), kThreads, 0, stream>>>(n, shape, kernel, x, cols);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchCol2Im(cudaStream_t stream, const ImageShape& shape,
+                         int kernel, const float* cols, float* dx) {
+  const size_t n = Pixels(shape) * shape.channels;
+  if (n == 0) return cudaSuccess;
+  Col2ImKernel<<<Blocks(n), kThreads, 0, stream>>>(n, shape, kernel, cols, dx);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchMaxPool(cudaStream_t stream, const ImageShape& shape,
+                          int pool, const float* x, float* y, int32_t* argmax) {
+  const size_t n = static_cast<size_t>(shape.batch) * (shape.height / pool) *
+                   (shape.width / pool) * shape.channels;
+  if (n == 0) return cudaSuccess;
+  MaxPoolKernel<<<Blocks(n), kThreads, 0, stream>>>(n, shape, pool, x, y,
+                                                    argmax);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchMaxPoolBackward(cudaStream_t stream, const ImageShape& shape,
+                                  int pool, const int32_t* argmax,
+                                  const float* dy, float* dx) {
+  const size_t n = Pixels(shape) * shape.channels;
+  if (n == 0) return cudaSuccess;
+  MaxPoolBackwardKernel<<<Blocks(n), kThreads, 0, stream>>>(n, shape, pool,
+                                                            argmax, dy, dx);
   return cudaGetLastError();
 }
 

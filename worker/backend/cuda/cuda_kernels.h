@@ -46,6 +46,19 @@ cudaError_t LaunchSoftmaxXent(cudaStream_t stream, int rows, int classes,
 cudaError_t LaunchColumnSums(cudaStream_t stream, int rows, int cols,
                              float alpha, const float* x, float beta, float* y);
 
+// Backend::Im2Col / Col2Im / MaxPool / MaxPoolBackward: one thread per
+// output element (elementwise.h's *At functions), no atomics. Sizes must
+// have been checked (CheckWindowArgs).
+cudaError_t LaunchIm2Col(cudaStream_t stream, const ImageShape& shape,
+                         int kernel, const float* x, float* cols);
+cudaError_t LaunchCol2Im(cudaStream_t stream, const ImageShape& shape,
+                         int kernel, const float* cols, float* dx);
+cudaError_t LaunchMaxPool(cudaStream_t stream, const ImageShape& shape,
+                          int pool, const float* x, float* y, int32_t* argmax);
+cudaError_t LaunchMaxPoolBackward(cudaStream_t stream, const ImageShape& shape,
+                                  int pool, const int32_t* argmax,
+                                  const float* dy, float* dx);
+
 // y += alpha * x.
 cudaError_t LaunchAxpy(cudaStream_t stream, size_t n, float alpha,
                        const float* x, float* y);

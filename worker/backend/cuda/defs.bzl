@@ -78,6 +78,20 @@ def cuda_backend_targets():
     )
 
     native.cc_test(
+        name = "cuda_conv_test",
+        size = "small",
+        srcs = ["cuda_conv_test.cc"],
+        tags = ["gpu"],
+        deps = [
+            ":cuda_backend",
+            "//third_party:absl",
+            "//third_party:gtest_main",
+            "//worker/backend",
+            "//worker/backend/cpu:cpu_backend",
+        ],
+    )
+
+    native.cc_test(
         name = "cuda_embedding_bag_test",
         size = "small",
         srcs = ["cuda_embedding_bag_test.cc"],

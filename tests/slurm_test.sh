@@ -14,6 +14,9 @@
 #      of n3's task, and n3 drained with the reason. (Marking the node DOWN instead makes
 #      Slurm 22.05 end the whole heterogeneous job, NODE_FAIL, even with
 #      --no-kill on every component: docs/SLURM.md.)
+#   4. scancel mid-job (run before 3): every daemon of the job exits within
+#      Slurm's KillWait, psd stops cleanly on the SIGTERM and writes its last
+#      checkpoint, Slurm records CANCELLED.
 #   3. Bad input: the script outside Slurm, and with a node list scontrol
 #      cannot expand, exits 2 naming the variable and writes nothing.
 # Every daemon, process and file it started is removed on exit, pass or
@@ -60,15 +63,27 @@ ours() {
 }
 cleanup() {
   trap - EXIT INT TERM
-  local left p deadline
+  local left i deadline
   cd / || true  # this shell is not one of ours()
+  # Jobs first (their steps end through slurmd), then slurmd, slurmctld
+  # and munged, in the reverse order of their start.
   if [[ -n ${SLURM_CONF:-} ]] && [[ -S $TMP/run/munge.sock ]]; then
     scancel --user=root --partition=pstest >/dev/null 2>&1
+    deadline=$(($(now_ms) + 20000))
+    while [[ -n $(squeue -h 2>/dev/null) ]] && (($(now_ms) < deadline)); do
+      sleep 0.1  # polls: the jobs end through slurmctld
+    done
   fi
-  for p in "${DAEMONS[@]}"; do kill -TERM "$p" 2>/dev/null; done
-  deadline=$(($(now_ms) + 15000))
+  for ((i = ${#DAEMONS[@]} - 1; i >= 0; --i)); do
+    kill -TERM "${DAEMONS[i]}" 2>/dev/null
+    deadline=$(($(now_ms) + 10000))
+    while kill -0 "${DAEMONS[i]}" 2>/dev/null && (($(now_ms) < deadline)); do
+      sleep 0.1  # polls: each daemon exits on SIGTERM
+    done
+  done
+  deadline=$(($(now_ms) + 10000))
   while [[ -n $(ours) ]] && (($(now_ms) < deadline)); do
-    sleep 0.1  # polls: daemons and orphaned slurmstepd exit on their own
+    sleep 0.1  # polls: orphaned slurmstepd exit on their own
   done
   left=$(ours)
   if [[ -n $left ]]; then
@@ -270,6 +285,44 @@ if [[ -n ${id:-} ]] && wait_for "job $id to train" 120 training "$id"; then
     echo "slurm_test: case 2: COMPLETED, test_accuracy=$(summary "$id" test_accuracy)," \
       "component 1 DerivedExitCode=$(jobcomp "$id" 1 DerivedExitCode)"
   fi
+fi
+
+# --- Case 4 (before 3, on the same cluster): scancel mid-job.
+cat >ckpt.pbtxt <<'EOF'
+name: "slurm-scancel"
+model { mlp { input_dim: 784 hidden: 64 num_classes: 10 } }
+data { dataset: "fashion-mnist" batch_size: 64 epochs: 20 }
+optimizer { kind: SGD learning_rate: 0.05 momentum: 0.9 }
+consistency { mode: BSP }
+num_workers: 2
+seed: 42
+checkpoint { every_seconds: 3600 }
+EOF
+daemons_of() {  # the psd and workerd processes of Slurm job $1
+  local p
+  for p in $(ours); do
+    tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | grep -q -- "--config=$TMP/work/ps-$1/" &&
+      echo "$p"
+  done
+}
+none_left() { [[ -z $(daemons_of "$1") ]]; }
+scontrol update NodeName=n3 State=RESUME  # back from case 2
+wait_for "3 idle nodes after case 2" 60 three_idle
+id=$(submit ckpt.pbtxt) || fail "sbatch failed"
+if [[ -n ${id:-} ]] && wait_for "job $id to train" 120 training "$id"; then
+  start=$(now_ms)
+  scancel "$id"
+  # KillWait=5: Slurm's SIGKILL comes 5 s after the SIGTERM.
+  if wait_for "job $id's daemons to exit after scancel" 15 none_left "$id"; then
+    echo "slurm_test: case 4: daemons gone $(($(now_ms) - start)) ms after scancel"
+  fi
+  wait_for "job $id to end" 30 ended "$id"
+  [[ $(field "$id" 0 JobState) == CANCELLED ]] ||
+    fail "case 4: JobState=$(field "$id" 0 JobState), want CANCELLED"
+  grep -q "shard 0 stopped" "ps-$id/psd0.log" || fail "case 4: psd did not stop cleanly on SIGTERM"
+  # The registration checkpoint, then the last one psd wrote as it stopped.
+  n=$(ls "ps-$id/checkpoints" 2>/dev/null | grep -c "shard0\..*\.ckpt")
+  [[ $n -ge 2 ]] || fail "case 4: $n checkpoint(s), want the last one written at SIGTERM too"
 fi
 
 # --- Case 3: bad input exits 2, names the variable, writes nothing.

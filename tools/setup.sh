@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
-# Installs every Debian package that the build, the tests, the demo and the
-# benchmarks need. Idempotent: runs apt-get (and apt-get update) only when
-# something is missing. Needs root (or sudo) only in that case.
+# Installs the Debian packages this project needs. Idempotent: runs apt-get
+# (and apt-get update) only when something is missing. Needs root (or sudo)
+# only in that case.
+#
+#   tools/setup.sh          what the build and the demo need (tools/demo.sh)
+#   tools/setup.sh --test   also the test-only packages: the PyTorch peer and
+#                           charts, and Slurm + munge for the real-Slurm test
+#                           (tools/test.sh and .ci/run pass it)
 set -euo pipefail
 
 PACKAGES=(
@@ -15,9 +20,21 @@ PACKAGES=(
   clang libclang-rt-14-dev                  # libFuzzer targets (fuzz/)
   clang-format-14                           # tools/format.sh
   dataset-fashion-mnist                     # /usr/share/datasets/fashion-mnist
+)
+TEST_PACKAGES=(
   python3-torch                             # the PyTorch peer for benchmarks
   python3-matplotlib                        # tools/plot_scaling.py charts
+  slurmctld slurmd slurm-client munge       # tests/slurm_test.sh (tools/slurm/)
 )
+
+case "${1:-}" in
+  "") ;;
+  --test) PACKAGES+=("${TEST_PACKAGES[@]}") ;;
+  *)
+    echo "setup: unknown argument '$1' (usage: tools/setup.sh [--test])" >&2
+    exit 2
+    ;;
+esac
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -11,7 +11,7 @@
 # test.xml stays under `bazel info bazel-testlogs`.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-bash tools/setup.sh || exit $?
+bash tools/setup.sh --test || exit $?
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 bazel test //... "$@" 2>&1 | tee "$log"

@@ -267,8 +267,11 @@ void AsyncPsClient::EncodeGradients(Request* r) {
 }
 
 void AsyncPsClient::Enqueue(Request* r) {
-  if (!r->status.ok() || stopping_) {
-    if (r->status.ok()) r->status = absl::CancelledError("client stopping");
+  if (!r->status.ok() || stopping_ || !cancel_all_.empty()) {
+    if (r->status.ok()) {
+      r->status = absl::CancelledError(cancel_all_.empty() ? "client stopping"
+                                                           : cancel_all_);
+    }
     for (auto& call : r->calls) call->state = Call::State::kEnded;
   }
   for (auto& call : r->calls) {
@@ -476,6 +479,15 @@ void AsyncPsClient::Cancel(RequestHandle handle) {
   if (it == requests_.end()) return;
   CancelLocked(it->second.get(), absl::CancelledError(absl::StrCat(
                                      "request ", handle.id(), ": cancelled")));
+  Wake();
+}
+
+void AsyncPsClient::CancelAll(const std::string& why) {
+  absl::MutexLock lock(&mu_);
+  cancel_all_ = why.empty() ? "cancelled" : why;
+  for (auto& [id, r] : requests_) {
+    if (!r->ended) CancelLocked(r.get(), absl::CancelledError(cancel_all_));
+  }
   Wake();
 }
 

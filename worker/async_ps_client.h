@@ -182,6 +182,10 @@ class AsyncPsClient {
   // cancelled. Its status becomes CANCELLED unless it was already over.
   // Does not block; Wait for the borrow to end.
   void Cancel(RequestHandle handle);
+  // Cancels every request not yet over, and ends every later one at Start
+  // with CANCELLED (`why`): for a worker that is stopping, so that no call
+  // rides out its retries. Does not block; irreversible.
+  void CancelAll(const std::string& why);
   // Nobody will Wait: the handle is forgotten once the request is over.
   void Detach(RequestHandle handle);
 
@@ -267,6 +271,8 @@ class AsyncPsClient {
   PsClientStats stats_ ABSL_GUARDED_BY(mu_);
   int active_ ABSL_GUARDED_BY(mu_) = 0;  // requests not yet over
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  // CancelAll's reason; non-empty: every request ends CANCELLED.
+  std::string cancel_all_ ABSL_GUARDED_BY(mu_);
 
   // Leaf locks, taken from gRPC's slice release (any thread, under any of
   // its locks): never held while calling into gRPC or taking mu_.

@@ -227,6 +227,27 @@ TEST_F(AsyncPsClientTest, CancelDropsQueuedAndStopsInFlight) {
   EXPECT_EQ(params_[kLength], -1.0f);
 }
 
+TEST_F(AsyncPsClientTest, CancelAllEndsEveryRequestNowAndLater) {
+  PsClientOptions options;
+  options.max_inflight_per_shard = 1;
+  Connect(options);
+  shard_.set_hold(true);
+  RequestHandle on_wire = client_->Start(Tensor(0));
+  ASSERT_TRUE(shard_.AwaitArrivals(1, Soon()));
+  RequestHandle queued = client_->Start(Tensor(1));
+  client_->CancelAll("workerd stopping");
+  for (RequestHandle h : {on_wire, queued}) {
+    absl::Status s = client_->Wait(h, Soon());
+    EXPECT_EQ(s.code(), absl::StatusCode::kCancelled) << s;
+    EXPECT_THAT(std::string(s.message()), HasSubstr("workerd stopping"));
+  }
+  // A request started afterwards never reaches the wire.
+  absl::Status later = client_->Wait(client_->Start(Tensor(2)), Soon());
+  EXPECT_EQ(later.code(), absl::StatusCode::kCancelled) << later;
+  EXPECT_EQ(shard_.arrivals().size(), 1u);
+  EXPECT_EQ(params_[2 * kLength], -1.0f);
+}
+
 TEST_F(AsyncPsClientTest, CallbacksRunExactlyOnce) {
   Connect();
   constexpr int kRequests = 5;

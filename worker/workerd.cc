@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <deque>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
@@ -154,8 +155,11 @@ Workerd::~Workerd() {
 }
 
 void Workerd::Stop() {
+  absl::MutexLock l(&mu_);
   if (!stopping_.HasBeenNotified()) stopping_.Notify();
   abort_job_ = true;
+  if (poll_context_ != nullptr) poll_context_->TryCancel();
+  if (job_client_ != nullptr) job_client_->CancelAll("workerd stopping");
 }
 
 std::unique_ptr<grpc::ClientContext> Workerd::NewContext(
@@ -273,10 +277,19 @@ absl::Status Workerd::Run() {
     req.set_worker_id(worker_id);
     req.set_wait_ms(kAssignmentWaitMs);
     GetAssignmentResponse resp;
-    s = FromGrpcStatus(stub_->GetAssignment(
-        NewContext(absl::Milliseconds(kAssignmentWaitMs) + kControlDeadline)
-            .get(),
-        req, &resp));
+    std::unique_ptr<grpc::ClientContext> ctx =
+        NewContext(absl::Milliseconds(kAssignmentWaitMs) + kControlDeadline);
+    {
+      absl::MutexLock l(&mu_);
+      if (stopping_.HasBeenNotified()) break;
+      poll_context_ = ctx.get();
+    }
+    s = FromGrpcStatus(stub_->GetAssignment(ctx.get(), req, &resp));
+    {
+      absl::MutexLock l(&mu_);
+      poll_context_ = nullptr;
+    }
+    if (stopping_.HasBeenNotified()) break;
     if (s.code() == absl::StatusCode::kNotFound) {
       absl::MutexLock l(&mu_);
       need_register_ = true;
@@ -340,6 +353,15 @@ absl::Status Workerd::Train(const Assignment& a,
   PS_ASSIGN_OR_RETURN(
       std::unique_ptr<PsClient> client,
       PsClient::Create(ClientOptions(config_.workerd), a, &security_));
+  {
+    absl::MutexLock l(&mu_);
+    job_client_ = client->async();
+    if (stopping_.HasBeenNotified()) job_client_->CancelAll("workerd stopping");
+  }
+  absl::Cleanup forget_client = [this] {
+    absl::MutexLock l(&mu_);
+    job_client_ = nullptr;
+  };
   if (a.spec().model().has_ctr()) {
     return TrainCtr(a, client.get(), report, last);
   }
@@ -416,7 +438,11 @@ void Workerd::RunJob(const Assignment& a) {
     final_report.set_finished(true);
     spdlog::info("job {}: finished, test accuracy {:.4f}", a.job_id(),
                  last.test_accuracy());
-  } else if (status.code() == absl::StatusCode::kCancelled) {
+  } else if (status.code() == absl::StatusCode::kCancelled ||
+             stopping_.HasBeenNotified()) {
+    // Stop cancels the job's calls: whatever they failed with, the worker
+    // stopped; the job's fate is the coordinator's (lost worker).
+    status = absl::CancelledError("workerd stopping");
     absl::MutexLock l(&mu_);
     spdlog::info("job {}: stopped ({})", a.job_id(),
                  abort_reason_.empty() ? "worker stopping" : abort_reason_);

@@ -34,6 +34,8 @@
 
 namespace ps {
 
+class AsyncPsClient;
+
 class PsClient;
 
 // Checks every device of `config` against this build and machine before
@@ -93,6 +95,11 @@ class Workerd {
   std::string current_job_ ABSL_GUARDED_BY(mu_);
   std::atomic<bool> abort_job_{false};
   std::string abort_reason_ ABSL_GUARDED_BY(mu_);
+  // What Stop cancels so that it takes effect at once, not after a long
+  // poll or an RPC's retries: the GetAssignment call in flight and the
+  // running job's parameter client. Null when none.
+  grpc::ClientContext* poll_context_ ABSL_GUARDED_BY(mu_) = nullptr;
+  AsyncPsClient* job_client_ ABSL_GUARDED_BY(mu_) = nullptr;
 
   // Data sets kept across jobs: (dataset, data_dir, seed) -> data.
   std::string data_key_;

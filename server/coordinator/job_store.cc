@@ -91,8 +91,9 @@ absl::StatusOr<int> Lock(const std::string& path) {
   const std::string lock_path = path + ".lock";
   const int fd = open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "job store ", path, ": cannot open ", lock_path, ": ", strerror(errno)));
+    return absl::FailedPreconditionError(
+        absl::StrCat("job store ", path, ": cannot open ", lock_path, ": ",
+                     strerror(errno)));
   }
   if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;
@@ -361,17 +362,16 @@ absl::Status JobStore::Migrate() {
   if (!version_text.ok()) return Refused(path, version_text.status().message());
   const int64_t version = std::strtoll(version_text->c_str(), nullptr, 10);
   if (version > kSchemaVersion) {
-    return Refused(path,
-                   absl::StrFormat("schema version %d is newer than this "
-                                   "psd's (%d); run the newer psd",
-                                   version, kSchemaVersion));
+    return Refused(path, absl::StrFormat("schema version %d is newer than this "
+                                         "psd's (%d); run the newer psd",
+                                         version, kSchemaVersion));
   }
   if (version > 0) {
     absl::StatusOr<std::string> check = FirstValue(db_, "PRAGMA quick_check");
     if (!check.ok()) return Refused(path, check.status().message());
     if (*check != "ok") {
-      return Refused(path,
-                     absl::StrCat("corrupt: quick_check says \"", *check, "\""));
+      return Refused(
+          path, absl::StrCat("corrupt: quick_check says \"", *check, "\""));
     }
   }
   absl::StatusOr<std::string> mode =
@@ -436,7 +436,8 @@ absl::Status JobStore::WriteChanges(const StoreChanges& changes) {
     PS_RETURN_IF_ERROR(WriteProgress(db_, job_id, progress));
     if (thin.empty() || thin.back() != job_id) thin.push_back(job_id);
   }
-  for (const std::string& job_id : thin) PS_RETURN_IF_ERROR(ThinHistory(job_id));
+  for (const std::string& job_id : thin)
+    PS_RETURN_IF_ERROR(ThinHistory(job_id));
   if (changes.next_job.has_value()) {
     PS_RETURN_IF_ERROR(SetMeta(db_, "next_job", *changes.next_job));
   }
@@ -519,8 +520,9 @@ absl::StatusOr<std::string> JobStore::MoveAside(const std::string& path,
         absl::StrCat("job store ", path, ": no such file"));
   }
   PS_ASSIGN_OR_RETURN(const int lock_fd, Lock(path));
-  const std::string bad = absl::StrCat(
-      path, ".bad-", absl::FormatTime("%Y%m%d-%H%M%S", now, absl::UTCTimeZone()));
+  const std::string bad =
+      absl::StrCat(path, ".bad-",
+                   absl::FormatTime("%Y%m%d-%H%M%S", now, absl::UTCTimeZone()));
   absl::Status result = absl::OkStatus();
   for (const char* suffix : {"", "-wal", "-shm"}) {
     const std::string from = path + suffix;

@@ -49,8 +49,8 @@ StoredJob MakeJob(int n, JobState state, int ranks) {
   job.status.set_submit_time_s(1000.5 + n);
   job.leader_samples_per_s = 12.5f;
   for (int r = 0; r < ranks; ++r) {
-    job.ranks.push_back({absl::StrCat("w-", r + 1), absl::StrCat("host-", r),
-                         r == 0, r != 1});
+    job.ranks.push_back(
+        {absl::StrCat("w-", r + 1), absl::StrCat("host-", r), r == 0, r != 1});
     job.status.add_workers(absl::StrCat("host-", r));
   }
   return job;
@@ -177,8 +177,7 @@ TEST(JobStoreTest, MigratesAnOlderSchema) {
     // Back to version 1 as an older psd left it.
     sqlite3* db = nullptr;
     ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
-    ASSERT_EQ(sqlite3_exec(db,
-                           "DROP TABLE progress; PRAGMA user_version = 1;",
+    ASSERT_EQ(sqlite3_exec(db, "DROP TABLE progress; PRAGMA user_version = 1;",
                            nullptr, nullptr, nullptr),
               SQLITE_OK);
     sqlite3_close(db);
@@ -207,9 +206,9 @@ TEST(JobStoreTest, RefusesANewerSchema) {
   ASSERT_TRUE(JobStore::Open(At(path)).ok());
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
-  ASSERT_EQ(sqlite3_exec(db, "PRAGMA user_version = 9", nullptr, nullptr,
-                         nullptr),
-            SQLITE_OK);
+  ASSERT_EQ(
+      sqlite3_exec(db, "PRAGMA user_version = 9", nullptr, nullptr, nullptr),
+      SQLITE_OK);
   sqlite3_close(db);
   ExpectRefused(path, "schema version 9 is newer");
 }
@@ -274,10 +273,9 @@ TEST(JobStoreTest, MoveAsideLetsTheNextOpenStartEmpty) {
   auto state = (*store)->Load();
   ASSERT_TRUE(state.ok());
   EXPECT_TRUE(state->jobs.empty());
-  EXPECT_EQ(JobStore::MoveAside(NewPath("none"), absl::UnixEpoch())
-                .status()
-                .code(),
-            absl::StatusCode::kNotFound);
+  EXPECT_EQ(
+      JobStore::MoveAside(NewPath("none"), absl::UnixEpoch()).status().code(),
+      absl::StatusCode::kNotFound);
 }
 
 // A full disk (RLIMIT_FSIZE in a child process): the commit that does not
@@ -302,9 +300,8 @@ TEST(JobStoreTest, FullDiskFailsTheCommitAndKeepsTheRest) {
       absl::Status s = (*store)->Commit(c);
       if (!s.ok()) {
         const bool named = absl::StrContains(s.message(), path);
-        _exit(n > 1 && named && s.code() == absl::StatusCode::kUnavailable
-                  ? 0
-                  : 4);
+        _exit(n > 1 && named && s.code() == absl::StatusCode::kUnavailable ? 0
+                                                                           : 4);
       }
     }
     _exit(5);  // never full

@@ -182,6 +182,12 @@ void KillAndRestartCoordinator(LocalCluster& cluster, const std::string& job,
   ASSERT_EQ(Reattached(cluster), kWorkers) << cluster.Log("psd0");
   std::cout << "workers reattached " << result->reattach_s
             << " s after the restart command" << std::endl;
+  for (absl::string_view line : absl::StrSplit(cluster.Log("psd0"), '\n')) {
+    if (absl::StrContains(line, "reattached") ||
+        absl::StrContains(line, "reloaded")) {
+      std::cout << line << std::endl;
+    }
+  }
 }
 
 void TrainOnce(const std::string& name, bool kill_coordinator,

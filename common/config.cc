@@ -417,6 +417,15 @@ absl::StatusOr<LoadedPsdConfig> ParsePsdConfig(const std::string& text,
                        " (heartbeats come every 100 ms or more), got ",
                        c.worker_timeout_ms()));
   }
+  if (c.progress_history_rows() == 0)
+    c.set_progress_history_rows(kDefaultProgressHistoryRows);
+  if (c.progress_history_rows() < kMinProgressHistoryRows ||
+      c.progress_history_rows() > kMaxProgressHistoryRows) {
+    p.Add("progress_history_rows",
+          absl::StrCat("must be in [", kMinProgressHistoryRows, ", ",
+                       kMaxProgressHistoryRows, "], got ",
+                       c.progress_history_rows()));
+  }
   if (!ValidLogLevel(c.log_level())) {
     p.Add("log_level",
           absl::StrCat("unknown level \"", absl::CHexEscape(c.log_level()),
@@ -429,6 +438,7 @@ absl::StatusOr<LoadedPsdConfig> ParsePsdConfig(const std::string& text,
   c.set_cluster_file(ResolvePath(c.cluster_file(), path));
   c.set_address_file(ResolvePath(c.address_file(), path));
   c.set_checkpoint_dir(ResolvePath(c.checkpoint_dir(), path));
+  c.set_state_dir(ResolvePath(c.state_dir(), path));
   if (!c.address_file().empty())
     ValidateOutputFile("address_file", c.address_file(), &p);
   PS_RETURN_IF_ERROR(p.ToStatus());

@@ -36,6 +36,10 @@ inline constexpr uint32_t kMaxMaxMessageBytes = 1u << 30;
 // The coordinator expects heartbeats every max(100 ms, timeout / 10): a
 // shorter timeout would declare every worker lost between two heartbeats.
 inline constexpr uint32_t kMinWorkerTimeoutMs = 200;
+// PsdConfig.progress_history_rows: thinning needs a few rows to work on; a
+// million rows of a few dozen bytes each bound one job's history.
+inline constexpr uint32_t kMinProgressHistoryRows = 16;
+inline constexpr uint32_t kMaxProgressHistoryRows = 1000000;
 // A bearer token travels as an HTTP/2 header value.
 inline constexpr size_t kMaxTokenBytes = 4096;
 

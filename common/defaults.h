@@ -20,6 +20,7 @@ inline constexpr char kDefaultListenAddress[] = "127.0.0.1:0";
 inline constexpr uint32_t kDefaultMaxMessageBytes = 4u << 20;      // 4 MiB
 inline constexpr uint64_t kDefaultMemoryBudgetBytes = 8ull << 30;  // 8 GiB
 inline constexpr uint32_t kDefaultWorkerTimeoutMs = 10000;
+inline constexpr uint32_t kDefaultProgressHistoryRows = 1000;
 
 // ---- WorkerdConfig (proto/cluster.proto) -----------------------------------
 inline constexpr char kDefaultDevice[] = "cpu:0";

@@ -99,6 +99,8 @@ TEST(DefaultsTest, ProtoCommentsDocumentTheConstants) {
        absl::StrCat(kDefaultMemoryBudgetBytes)},
       {"cluster.proto", "PsdConfig", "worker_timeout_ms",
        absl::StrCat(kDefaultWorkerTimeoutMs)},
+      {"cluster.proto", "PsdConfig", "progress_history_rows",
+       absl::StrCat(kDefaultProgressHistoryRows)},
       {"cluster.proto", "WorkerdConfig", "devices", kDefaultDevice},
       {"cluster.proto", "WorkerdConfig", "device_weights",
        absl::StrCat(kDefaultDeviceWeight)},

@@ -15,6 +15,9 @@
 
 ABSL_FLAG(std::string, config, "", "psd config file (text proto PsdConfig)");
 ABSL_FLAG(std::string, log_level, "", "overrides the config's log_level");
+ABSL_FLAG(bool, reset_state, false,
+          "coordinator: move the job store (state_dir/jobs.sqlite) aside to "
+          "jobs.sqlite.bad-<UTC time> and start with no jobs");
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("psd --config=FILE: a parameter-server shard");
@@ -39,6 +42,12 @@ int main(int argc, char** argv) {
     return 2;
   }
   ps::PsdServer server(*config);
+  if (absl::GetFlag(FLAGS_reset_state)) {
+    if (absl::Status s = server.ResetState(); !s.ok()) {
+      spdlog::error("{}", s.message());
+      return 2;
+    }
+  }
   if (absl::Status s = server.Start(); !s.ok()) {
     spdlog::error("{}", s.message());
     return s.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;

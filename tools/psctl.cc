@@ -17,7 +17,9 @@ Commands:
       --wait           follow the job until it ends; exit 1 unless SUCCEEDED
       --timeout=S      give up waiting after S seconds (default 3600)
   status JOB         one job's state and progress        [--json]
-  list               every job the coordinator knows     [--json]
+  list               every job the coordinator knows, finished ones with
+                     their results too (kept across coordinator restarts
+                     with PsdConfig.state_dir)            [--json] [--all]
   cancel JOB         cancel a pending or running job
   stats              per-shard statistics                 [--json] [--job=JOB]
                      and per sparse table and shard (rows, bytes vs budget,

@@ -14,7 +14,8 @@ namespace {
 
 const char* const kKnownFlags[] = {
     "--cluster", "--coordinator", "--json", "--dry-run",         "--wait",
-    "--timeout", "--job",         "--help", "--connect-timeout", "--hot"};
+    "--timeout", "--job",         "--help", "--connect-timeout", "--hot",
+    "--all"};
 
 // A failure of the user's flags or files: exit code kExitUsage.
 absl::Status AsUsage(const absl::Status& s) {

@@ -86,14 +86,65 @@ absl::StatusOr<std::unique_ptr<JobCoordinator>> JobCoordinator::Create(
     return absl::InvalidArgumentError("shards: must not be null");
   }
   PS_RETURN_IF_ERROR(CheckOptions(options));
-  return std::unique_ptr<JobCoordinator>(
+  std::unique_ptr<JobCoordinator> coordinator(
       new JobCoordinator(std::move(options), shards));
+  if (coordinator->options_.store != nullptr) {
+    PS_RETURN_IF_ERROR(coordinator->Restore());
+  }
+  return coordinator;
 }
 
 JobCoordinator::JobCoordinator(Options options, ShardControl* shards)
     : options_(std::move(options)),
       num_shards_(options_.num_shards),
-      shard_ops_(shards, num_shards_) {}
+      shard_ops_(shards, num_shards_),
+      sync_(options_.store) {}
+
+absl::Status JobCoordinator::Restore() {
+  {
+    absl::MutexLock lock(&mu_);
+    restored_at_ = options_.clock();
+    PS_RETURN_IF_ERROR(sync_.Restore(restored_at_, jobs_, workers_));
+    size_t live = 0;
+    for (const std::unique_ptr<Job>& job : jobs_.all()) {
+      if (job->Ended()) continue;
+      ++live;
+      // Its RegisterJob may or may not have reached every shard.
+      if (job->registering) EnqueueRegister(job->id());
+    }
+    spdlog::info(
+        "job store {}: reloaded {} jobs ({} not ended) and {} workers; next "
+        "job id number {}",
+        options_.store->path(), jobs_.all().size(), live, workers_.size(),
+        jobs_.next_job());
+    MaybeStartJobs();
+    PS_RETURN_IF_ERROR(Persist());
+  }
+  shard_ops_.Drain();
+  return absl::OkStatus();
+}
+
+absl::Status JobCoordinator::Persist() {
+  absl::Status s = sync_.Flush(jobs_, workers_);
+  if (!s.ok()) {
+    spdlog::error("{} (kept in memory; written with the next change)",
+                  std::string(s.message()));
+  }
+  return s;
+}
+
+void JobCoordinator::NoteContact(Worker& worker, absl::Time now) {
+  worker.last_seen = now;
+  if (!worker.restored) return;
+  worker.restored = false;
+  spdlog::info(
+      "worker {} ({}) reattached {:.3f} s after the coordinator "
+      "reloaded its state{}",
+      worker.id, worker.name, absl::ToDoubleSeconds(now - restored_at_),
+      worker.job_id.empty() ? ""
+                            : absl::StrFormat(" (rank %d of job %s)",
+                                              worker.rank, worker.job_id));
+}
 
 JobCoordinator::~JobCoordinator() { Shutdown(); }
 
@@ -128,6 +179,7 @@ void JobCoordinator::MembershipFailed(const std::string& job_id,
       {FAILED, absl::StrCat("changing the quorum failed: ", failure.message())},
       options_.clock());
   MaybeStartJobs();
+  Persist().IgnoreError();  // logged
 }
 
 std::optional<RegisterJobRequest> JobCoordinator::RegisterRequest(
@@ -171,6 +223,7 @@ void JobCoordinator::FinishRegistering(const std::string& job_id,
       shard_ops_.EnqueueDrop(job_id, num_shards_);
     }
     MaybeStartJobs();
+    Persist().IgnoreError();  // logged
   }
   done.Run();
 }
@@ -376,9 +429,18 @@ absl::Status JobCoordinator::SubmitJob(const SubmitJobRequest& request,
     }
     const Job& job =
         jobs_.Add(response->spec(), response->placement(), options_.clock());
-    response->set_job_id(job.id());
-    spdlog::info("job {} ({}) submitted", job.id(), job.status.name());
+    const std::string id = job.id();
+    if (absl::Status stored = Persist(); !stored.ok()) {
+      jobs_.Unadd(id);
+      return absl::UnavailableError(
+          absl::StrCat("job not submitted: ", stored.message()));
+    }
+    response->set_job_id(id);
+    spdlog::info("job {} ({}) submitted", id, job.status.name());
     MaybeStartJobs();
+    // The job is stored; a failure to store its start is logged and
+    // retried with the next change.
+    Persist().IgnoreError();
   }
   shard_ops_.Drain();
   return absl::OkStatus();
@@ -401,6 +463,7 @@ absl::Status JobCoordinator::ListJobs(const ListJobsRequest& request,
 
 absl::Status JobCoordinator::CancelJob(const CancelJobRequest& request,
                                        CancelJobResponse* response) {
+  absl::Status persisted;
   {
     absl::MutexLock lock(&mu_);
     PS_ASSIGN_OR_RETURN(Job * job, jobs_.Get(request.job_id()));
@@ -415,9 +478,10 @@ absl::Status JobCoordinator::CancelJob(const CancelJobRequest& request,
       MaybeStartJobs();
     }
     response->set_state(CANCELLED);
+    persisted = Persist();
   }
   shard_ops_.Drain();
-  return absl::OkStatus();
+  return persisted;
 }
 
 // ---------------------------------------------------------------------------
@@ -451,6 +515,9 @@ absl::Status JobCoordinator::RegisterWorker(
     MaybeStartJobs();
     response->set_worker_id(worker.id);
     response->set_heartbeat_interval_ms(options_.heartbeat_interval_ms);
+    // Not refused when the store fails: the worker would register again
+    // and lose the worker just added (and maybe its job's rank).
+    Persist().IgnoreError();  // logged
   }
   done.Run();
   shard_ops_.Drain();
@@ -466,7 +533,7 @@ absl::Status JobCoordinator::Heartbeat(const HeartbeatRequest& request,
     response->set_reregister(true);
     return absl::OkStatus();
   }
-  worker->last_seen = options_.clock();
+  NoteContact(*worker, options_.clock());
   if (!worker->abort_reason.empty()) {
     response->set_abort_job(true);
     response->set_reason(worker->abort_reason);
@@ -491,6 +558,7 @@ void JobCoordinator::GetAssignment(const GetAssignmentRequest& request,
                                   request.worker_id(), "\"; register again")));
     } else {
       AnswerOrPark(*worker, request, response, std::move(done), to_run);
+      Persist().IgnoreError();  // logged
     }
   }
   to_run.Run();
@@ -502,7 +570,7 @@ void JobCoordinator::AnswerOrPark(Worker& worker,
                                   std::function<void(absl::Status)> callback,
                                   CompletedPolls& done) {
   const absl::Time now = options_.clock();
-  worker.last_seen = now;
+  NoteContact(worker, now);
   // Asking for work means it has stopped whatever it ran before.
   worker.abort_reason.clear();
   WorkerRegistry::CompletePoll(worker, absl::OkStatus(), done);  // superseded
@@ -520,11 +588,12 @@ void JobCoordinator::AnswerOrPark(Worker& worker,
 absl::Status JobCoordinator::ReportProgress(const ProgressReport& request,
                                             ProgressReportResponse* response) {
   response->Clear();
+  absl::Status persisted;
   {
     absl::MutexLock lock(&mu_);
     const absl::Time now = options_.clock();
     Worker* worker = workers_.Find(request.worker_id());
-    if (worker != nullptr) worker->last_seen = now;
+    if (worker != nullptr) NoteContact(*worker, now);
     PS_ASSIGN_OR_RETURN(Job * job, jobs_.Get(request.job_id()));
     PS_ASSIGN_OR_RETURN(std::string abort,
                         JobTable::CheckReport(*job, request));
@@ -537,6 +606,9 @@ absl::Status JobCoordinator::ReportProgress(const ProgressReport& request,
     if (request.finished() && request.error().empty() && worker != nullptr) {
       worker->job_id.clear();
     }
+    if (request.error().empty() && request.rank() == job->Leader()) {
+      sync_.AddProgress(job->id(), request.progress());
+    }
     if (std::optional<JobEnd> end = JobTable::ApplyReport(*job, request)) {
       EndJob(*job, *end, now);
       if (end->state == FAILED) {
@@ -545,9 +617,10 @@ absl::Status JobCoordinator::ReportProgress(const ProgressReport& request,
       }
     }
     MaybeStartJobs();
+    persisted = Persist();
   }
   shard_ops_.Drain();
-  return absl::OkStatus();
+  return persisted;
 }
 
 void JobCoordinator::Tick(absl::Time now) {
@@ -563,6 +636,7 @@ void JobCoordinator::Tick(absl::Time now) {
                  now, done);
     }
     MaybeStartJobs();
+    Persist().IgnoreError();  // logged
   }
   done.Run();
   shard_ops_.Drain();

@@ -54,6 +54,19 @@
 // queue of the other jobs. Its workers submit it with join_existing, so
 // the first creates it and the others find it by name.
 
+// Restart (Options::store set): every state change is committed to the
+// store before the call that made it returns (SubmitJob, CancelJob and
+// ReportProgress answer UNAVAILABLE naming the file when the commit fails,
+// and a submit is then undone; the other calls log it, and the change is
+// written with the next one). A coordinator created over a store reloads
+// its jobs and workers: ended jobs stay visible, pending ones queue again,
+// jobs that were registering on the shards register again (the shards
+// accept a repeated registration of the same spec), and running jobs carry
+// on. Reloaded workers keep their ids and ranks and count as seen at the
+// restart, so they have worker_timeout_ms to call again (their heartbeats
+// resume with the ids they had); one that does not is lost as usual. Job
+// and worker ids continue from the highest stored.
+
 #ifndef SERVER_COORDINATOR_COORDINATOR_H_
 #define SERVER_COORDINATOR_COORDINATOR_H_
 
@@ -72,9 +85,11 @@
 #include "proto/coordinator.pb.h"
 #include "proto/job.pb.h"
 #include "proto/ps.pb.h"
+#include "server/coordinator/job_store.h"
 #include "server/coordinator/job_table.h"
 #include "server/coordinator/job_validation.h"
 #include "server/coordinator/shard_op_queue.h"
+#include "server/coordinator/store_sync.h"
 #include "server/coordinator/worker_registry.h"
 
 namespace ps {
@@ -103,10 +118,17 @@ class JobCoordinator {
     // Datasets and data_dir check for SubmitJob. num_shards and
     // num_registered_workers are filled in by the coordinator.
     ValidationContext validation;
+    // The durable job store (job_store.h); borrowed, must outlive the
+    // coordinator. Null: jobs live in memory only. Set: Create reloads the
+    // jobs and workers stored there (see "Restart" above), and each call
+    // commits the state it changed before it returns.
+    JobStore* store = nullptr;
   };
 
   // Checks `options` (INVALID_ARGUMENT naming the field). `shards` is
-  // borrowed and must outlive the coordinator.
+  // borrowed and must outlive the coordinator. With options.store, reloads
+  // it first (its error, naming the file, when it cannot be read) and
+  // registers again the jobs that were registering (blocks on the shards).
   static absl::StatusOr<std::unique_ptr<JobCoordinator>> Create(
       Options options, ShardControl* shards);
 
@@ -192,6 +214,13 @@ class JobCoordinator {
   using Worker = WorkerRegistry::Worker;
 
   JobCoordinator(Options options, ShardControl* shards);
+  // Create's reload from options_.store.
+  absl::Status Restore() ABSL_LOCKS_EXCLUDED(mu_);
+  // Commits the changes to the store; logs a failure.
+  absl::Status Persist() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The worker called at `now`; logs the first call of a reloaded worker.
+  void NoteContact(Worker& worker, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Lock-held steps. Each may queue shard work (run by the caller's
   // shard_ops_.Drain() after unlocking) and completes polls into `done`.
@@ -253,6 +282,9 @@ class JobCoordinator {
   JobTable jobs_ ABSL_GUARDED_BY(mu_);
   WorkerRegistry workers_ ABSL_GUARDED_BY(mu_);
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
+  StoreSync sync_ ABSL_GUARDED_BY(mu_);
+  // When Restore reloaded the store (for the reattach log).
+  absl::Time restored_at_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace ps

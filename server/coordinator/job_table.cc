@@ -47,6 +47,26 @@ JobTable::Job& JobTable::Add(JobSpec spec, Placement placement,
   return *jobs_.back();
 }
 
+bool JobTable::Unadd(const std::string& job_id) {
+  if (jobs_.empty() || jobs_.back()->id() != job_id || pending_.empty() ||
+      pending_.back() != jobs_.back().get()) {
+    return false;
+  }
+  pending_.pop_back();
+  jobs_by_id_.erase(job_id);
+  jobs_.pop_back();
+  --next_job_;
+  return true;
+}
+
+void JobTable::Restore(std::unique_ptr<Job> job) {
+  jobs_by_id_[job->id()] = job.get();
+  if (job->status.state() == PENDING && !job->registering) {
+    pending_.push_back(job.get());
+  }
+  jobs_.push_back(std::move(job));
+}
+
 JobTable::Job* JobTable::Find(const std::string& job_id) {
   auto it = jobs_by_id_.find(job_id);
   return it == jobs_by_id_.end() ? nullptr : it->second;

@@ -70,6 +70,17 @@ class JobTable {
   // Stores a PENDING job with the next id ("job-000001", ...), queued behind
   // the pending ones.
   Job& Add(JobSpec spec, Placement placement, absl::Time now);
+  // Undoes the Add of `job_id` when it is still the newest job and pending
+  // without workers (its submission could not be stored); false otherwise.
+  bool Unadd(const std::string& job_id);
+  // Puts back a stored job (JobStore, in submit order): a PENDING one that
+  // holds no workers rejoins the queue. Ids stay as stored.
+  void Restore(std::unique_ptr<Job> job);
+  // The number of the next id; Restore's caller sets it from the store.
+  uint64_t next_job() const { return next_job_; }
+  void set_next_job(uint64_t next) { next_job_ = next; }
+  // Every job, oldest first.
+  const std::vector<std::unique_ptr<Job>>& all() const { return jobs_; }
   // Null for an unknown id.
   Job* Find(const std::string& job_id);
   // NOT_FOUND naming job_id for an unknown id.

@@ -28,6 +28,28 @@ WorkerRegistry::Worker& WorkerRegistry::Add(const std::string& name,
   return w;
 }
 
+WorkerRegistry::Worker& WorkerRegistry::Restore(const std::string& id,
+                                                const std::string& name,
+                                                uint64_t seq, absl::Time now) {
+  auto worker = std::make_unique<Worker>();
+  worker->id = id;
+  worker->name = name;
+  worker->seq = seq;
+  worker->last_seen = now;
+  worker->restored = true;
+  Worker& w = *worker;
+  workers_[id] = std::move(worker);
+  return w;
+}
+
+std::vector<const WorkerRegistry::Worker*> WorkerRegistry::InOrder() const {
+  std::vector<const Worker*> all;
+  for (const auto& [id, worker] : workers_) all.push_back(worker.get());
+  std::sort(all.begin(), all.end(),
+            [](const Worker* a, const Worker* b) { return a->seq < b->seq; });
+  return all;
+}
+
 WorkerRegistry::Worker* WorkerRegistry::Find(const std::string& id) {
   auto it = workers_.find(id);
   return it == workers_.end() ? nullptr : it->second.get();

@@ -63,6 +63,8 @@ class WorkerRegistry {
     // Non-empty: the job it ran failed or was cancelled; said on Heartbeat
     // until the worker asks for new work.
     std::string abort_reason;
+    // Reloaded from the job store and not heard from since.
+    bool restored = false;
     // The parked long-poll, if any.
     std::function<void(absl::Status)> poll_done;
     GetAssignmentResponse* poll_response = nullptr;
@@ -76,6 +78,14 @@ class WorkerRegistry {
 
   // A new idle worker with the next id ("w-1", "w-2", ...), seen at `now`.
   Worker& Add(const std::string& name, absl::Time now);
+  // Puts back a stored worker with its id and registration order, seen at
+  // `now` (the caller fills in the rest). set_next_seq continues the ids.
+  Worker& Restore(const std::string& id, const std::string& name, uint64_t seq,
+                  absl::Time now);
+  uint64_t next_seq() const { return next_seq_; }
+  void set_next_seq(uint64_t next) { next_seq_ = next; }
+  // Every worker, in registration order.
+  std::vector<const Worker*> InOrder() const;
   // Null when unknown or lost.
   Worker* Find(const std::string& id);
   // The worker, which leaves the registry (its parked poll still set).

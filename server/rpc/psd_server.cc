@@ -12,6 +12,8 @@ namespace {
 
 // How often deadlines, long-polls and heartbeats are checked.
 constexpr absl::Duration kHousekeepingPeriod = absl::Milliseconds(100);
+// The job store's file name in state_dir.
+constexpr char kJobStoreFile[] = "jobs.sqlite";
 // How long the coordinator waits for the other shards' address files.
 constexpr absl::Duration kResolveShardsTimeout = absl::Seconds(60);
 
@@ -33,6 +35,7 @@ bool PsdServer::is_coordinator() const {
 }
 
 absl::Status PsdServer::Start() {
+  if (is_coordinator()) PS_RETURN_IF_ERROR(OpenJobStore());
   PS_RETURN_IF_ERROR(OpenShard());
   PS_RETURN_IF_ERROR(Listen());
   if (!config_.psd.address_file().empty()) {
@@ -53,6 +56,50 @@ absl::Status PsdServer::Start() {
   } else {
     coordinator_ready_.Notify();
   }
+  return absl::OkStatus();
+}
+
+std::string PsdServer::JobStorePath() const {
+  const std::string& dir = config_.psd.state_dir();
+  return dir.empty() ? "" : absl::StrCat(dir, "/", kJobStoreFile);
+}
+
+absl::Status PsdServer::ResetState() {
+  if (!is_coordinator() || JobStorePath().empty()) return absl::OkStatus();
+  absl::StatusOr<std::string> moved =
+      JobStore::MoveAside(JobStorePath(), absl::Now());
+  if (moved.status().code() == absl::StatusCode::kNotFound) {
+    return absl::OkStatus();
+  }
+  if (!moved.ok()) return absl::InvalidArgumentError(moved.status().message());
+  spdlog::warn("--reset_state: moved the job store {} aside to {}",
+               JobStorePath(), *moved);
+  return absl::OkStatus();
+}
+
+absl::Status PsdServer::OpenJobStore() {
+  if (JobStorePath().empty()) {
+    spdlog::warn(
+        "{}: no state_dir: jobs are not durable (a restarted coordinator "
+        "forgets them)",
+        config_.path);
+    return absl::OkStatus();
+  }
+  JobStore::Options options;
+  options.path = JobStorePath();
+  options.max_history_rows = config_.psd.progress_history_rows();
+  absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open(options);
+  if (!store.ok()) {
+    return absl::InvalidArgumentError(store.status().message());
+  }
+  // Read it all once now: a row that does not decode stops psd here, not
+  // later on the coordinator's start thread.
+  if (absl::StatusOr<StoredState> state = (*store)->Load(); !state.ok()) {
+    return absl::InvalidArgumentError(state.status().message());
+  }
+  job_store_ = *std::move(store);
+  spdlog::info("job store {} (schema version {})", options.path,
+               JobStore::kSchemaVersion);
   return absl::OkStatus();
 }
 
@@ -126,6 +173,7 @@ absl::Status PsdServer::OpenCoordinator() {
   options.heartbeat_interval_ms =
       std::max<uint32_t>(100, config_.psd.worker_timeout_ms() / 10);
   options.shard_addresses = addresses;
+  options.store = job_store_.get();
   PS_ASSIGN_OR_RETURN(coordinator_,
                       JobCoordinator::Create(options, shard_control_.get()));
   coordinator_service_->SetCoordinator(coordinator_.get());

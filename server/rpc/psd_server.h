@@ -3,7 +3,9 @@
 // coordinator, the gRPC server, and the housekeeping thread. With
 // checkpoint_dir set, Start() first re-creates the jobs checkpointed there
 // (Shard::OpenCheckpoints), so a restarted psd with the same config serves
-// them from its first request.
+// them from its first request. The coordinator shard with state_dir set
+// opens its job store (server/coordinator/job_store.h) in Start, before it
+// listens, and its coordinator reloads the jobs stored there.
 //
 //   PS_ASSIGN_OR_RETURN(LoadedPsdConfig config, LoadPsdConfig(path));
 //   PsdServer server(config);
@@ -29,6 +31,7 @@
 #include "common/config.h"
 #include "common/security.h"
 #include "server/coordinator/coordinator.h"
+#include "server/coordinator/job_store.h"
 #include "server/rpc/coordinator_service.h"
 #include "server/rpc/ps_service.h"
 #include "server/shard.h"
@@ -48,7 +51,14 @@ class PsdServer {
   // address_file, starts serving. The coordinator shard then
   // resolves every shard's address (waiting up to 60 s for address files)
   // in the background and opens the Coordinator service.
+  // A job store that cannot be used (corrupt, newer schema, locked by
+  // another psd, unreadable) fails it with INVALID_ARGUMENT naming the file.
   absl::Status Start();
+
+  // psd --reset_state, before Start: moves the coordinator's job store
+  // aside (JobStore::MoveAside) so that Start begins with no jobs. OK when
+  // this psd has no job store or there is no file.
+  absl::Status ResetState();
 
   // Graceful: stops accepting, fails pending waits with UNAVAILABLE, writes
   // a last checkpoint of the jobs that changed (checkpoint_dir), joins.
@@ -63,6 +73,9 @@ class PsdServer {
   // Start's steps: the security settings and the Shard with its restored
   // checkpoints; then the gRPC server bound to listen_address (address_).
   absl::Status OpenShard();
+  // The coordinator's job store, when state_dir is set (else a warning).
+  absl::Status OpenJobStore();
+  std::string JobStorePath() const;
   absl::Status Listen();
   void Housekeeping();
   // On its own thread: OpenCoordinator, logging why it failed, then
@@ -78,6 +91,8 @@ class PsdServer {
   std::unique_ptr<PsService> ps_service_;
   std::unique_ptr<CoordinatorService> coordinator_service_;
   std::unique_ptr<GrpcShardControl> shard_control_;
+  // Declared before coordinator_, which borrows it.
+  std::unique_ptr<JobStore> job_store_;
   std::unique_ptr<JobCoordinator> coordinator_;
   std::unique_ptr<grpc::Server> server_;
   std::string address_;

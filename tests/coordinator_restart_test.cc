@@ -1,0 +1,291 @@
+// 2 psd + 2 workerd train a synthetic BSP job; psd 0 is the coordinator
+// (with a job store in state_dir) and checkpoints its shard every step. In
+// the middle of the run psd 0 is killed with SIGKILL and restarted on the
+// same port with the same config. The restarted coordinator reloads the job,
+// the workers reattach under their ids (within 5 s), and the job ends
+// SUCCEEDED, visible in `psctl status` and `psctl list`, with parameters
+// bitwise identical to an undisturbed run's (so no step was applied twice)
+// and the same test accuracy.
+#include <cstdint>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "common/security.h"
+#include "common/text_proto.h"
+#include "google/protobuf/util/json_util.h"
+#include "gtest/gtest.h"
+#include "proto/coordinator.pb.h"
+#include "proto/ps.grpc.pb.h"
+#include "tests/checksum.h"
+#include "tests/local_cluster.h"
+#include "worker/ps_client.h"
+
+namespace ps {
+namespace {
+
+// 4096 examples / (2 workers x 32) = 64 steps per epoch, 192 in all.
+constexpr uint64_t kTotalSteps = 192;
+// psd 0 dies once the coordinator has seen this step.
+constexpr uint64_t kKillAfterStep = 60;
+constexpr int kWorkers = 2;
+// The target: every worker reattached within this long of the restart.
+constexpr absl::Duration kReattachBound = absl::Seconds(5);
+
+constexpr char kJob[] = R"pb(
+  name: "coordinator-restart"
+  model { mlp { input_dim: 784 hidden: 32 num_classes: 10 } }
+  data {
+    dataset: "synthetic"
+    batch_size: 32
+    epochs: 3
+    synthetic_train: 4096
+    synthetic_test: 512
+  }
+  optimizer { kind: SGD learning_rate: 0.05 momentum: 0.9 }
+  consistency { mode: BSP step_deadline_ms: 30000 }
+  num_workers: 2
+  partition_bytes: 16384
+  seed: 11
+  eval_every: 20
+  checkpoint { every_steps: 1 }
+)pb";
+
+LocalClusterOptions Options() {
+  LocalClusterOptions o;
+  o.psd_extra = "checkpoint_dir: \"ckpt\"\nstate_dir: \"state\"";
+  // Enough retries (backoff capped at 2 s) to outlast the restart.
+  o.workerd_extra = "rpc_max_attempts: 30";
+  return o;
+}
+
+struct RunResult {
+  uint64_t checksum = 0;
+  float test_accuracy = -1;
+  uint64_t steps = 0;
+  std::vector<JobStats> shard_stats;  // by shard
+  double reattach_s = -1;             // restart command to last reattach
+};
+
+// psctl status JOB --json; `unknown` says the coordinator answered
+// NOT_FOUND, which a restarted coordinator must never do.
+absl::StatusOr<JobStatus> Status(const LocalCluster& cluster,
+                                 const std::string& job, bool* unknown) {
+  absl::StatusOr<CommandResult> r = cluster.Psctl({"status", job, "--json"});
+  if (!r.ok()) return r.status();
+  if (r->exit_code != 0) {
+    if (unknown != nullptr && absl::StrContains(r->err, "unknown job")) {
+      *unknown = true;
+    }
+    return absl::UnavailableError(
+        absl::StrCat("psctl status: exit ", r->exit_code, ": ", r->err));
+  }
+  JobStatus js;
+  if (!google::protobuf::util::JsonStringToMessage(r->out, &js).ok()) {
+    return absl::InternalError("psctl status printed no JobStatus: " + r->out);
+  }
+  return js;
+}
+
+bool Ended(const JobStatus& js) {
+  return js.state() == SUCCEEDED || js.state() == FAILED ||
+         js.state() == CANCELLED;
+}
+
+// Polls (one psctl call per round, no sleeps) until `done` holds or the job
+// ended, for at most `timeout`. While the coordinator restarts psctl cannot
+// reach it: those rounds are retried; an "unknown job" answer fails.
+absl::StatusOr<JobStatus> PollUntil(
+    const LocalCluster& cluster, const std::string& job,
+    const std::function<bool(const JobStatus&)>& done, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  JobStatus last;
+  while (absl::Now() < deadline) {
+    bool unknown = false;
+    absl::StatusOr<JobStatus> js = Status(cluster, job, &unknown);
+    if (unknown) return absl::NotFoundError(js.status().message());
+    if (!js.ok()) continue;
+    last = *js;
+    if (done(last) || Ended(last)) return last;
+  }
+  return absl::DeadlineExceededError(
+      absl::StrCat("job ", job, " still at step ", last.progress().step(),
+                   " after ", absl::FormatDuration(timeout)));
+}
+
+absl::StatusOr<JobStats> ShardJobStats(const std::string& address,
+                                       const std::string& job) {
+  Security security;
+  std::unique_ptr<ParameterServer::Stub> stub =
+      ParameterServer::NewStub(security.NewChannel(address));
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+  StatsRequest req;
+  req.set_job_id(job);
+  ShardStats stats;
+  grpc::Status s = stub->Stats(&context, req, &stats);
+  if (!s.ok()) return absl::UnavailableError(s.error_message());
+  if (stats.job_stats_size() != 1) {
+    return absl::NotFoundError(
+        absl::StrCat("shard at ", address, " has no job ", job));
+  }
+  return stats.job_stats(0);
+}
+
+// The restarted coordinator's "worker ... reattached" log lines so far.
+int Reattached(const LocalCluster& cluster) {
+  int n = 0;
+  for (absl::string_view line : absl::StrSplit(cluster.Log("psd0"), '\n')) {
+    if (absl::StrContains(line, "reattached")) ++n;
+  }
+  return n;
+}
+
+// Kills psd 0 past kKillAfterStep, restarts it on its port, and measures
+// how long until every worker has reattached.
+void KillAndRestartCoordinator(LocalCluster& cluster, const std::string& job,
+                               const std::string& address, RunResult* result) {
+  absl::StatusOr<JobStatus> mid = PollUntil(
+      cluster, job,
+      [](const JobStatus& js) {
+        return js.progress().step() >= kKillAfterStep;
+      },
+      absl::Seconds(120));
+  ASSERT_TRUE(mid.ok()) << mid.status();
+  ASSERT_EQ(mid->state(), RUNNING)
+      << "ended before the kill: " << mid->reason();
+  std::cout << "killing psd 0 (coordinator) at step " << mid->progress().step()
+            << std::endl;
+  cluster.shard(0).Kill();
+  const absl::Time restart = absl::Now();
+  absl::Status restarted =
+      cluster.StartShard(0, absl::StrCat("listen_address: \"", address, "\""));
+  ASSERT_TRUE(restarted.ok()) << restarted << cluster.Log("psd0");
+  // Each round is one psctl call, which also checks the job stays known.
+  const absl::Time deadline = restart + absl::Seconds(30);
+  while (Reattached(cluster) < kWorkers && absl::Now() < deadline) {
+    bool unknown = false;
+    absl::StatusOr<JobStatus> js = Status(cluster, job, &unknown);
+    ASSERT_FALSE(unknown) << "the restarted coordinator forgot " << job;
+  }
+  result->reattach_s = absl::ToDoubleSeconds(absl::Now() - restart);
+  ASSERT_EQ(Reattached(cluster), kWorkers) << cluster.Log("psd0");
+  std::cout << "workers reattached " << result->reattach_s
+            << " s after the restart command" << std::endl;
+  for (absl::string_view line : absl::StrSplit(cluster.Log("psd0"), '\n')) {
+    if (absl::StrContains(line, "reattached") ||
+        absl::StrContains(line, "reloaded")) {
+      std::cout << line << std::endl;
+    }
+  }
+}
+
+void TrainOnce(const std::string& name, bool kill_coordinator,
+               RunResult* result) {
+  const std::string dir = TestDir(name);
+  LocalCluster cluster(dir, Options());
+  ASSERT_TRUE(cluster.Start().ok());
+  ASSERT_TRUE(WriteFileAtomically(dir + "/job.pbtxt", kJob).ok());
+  absl::StatusOr<CommandResult> submit =
+      cluster.Psctl({"submit", dir + "/job.pbtxt"});
+  ASSERT_TRUE(submit.ok()) << submit.status();
+  ASSERT_EQ(submit->exit_code, 0) << submit->out << submit->err;
+  const std::string prefix = "submitted ";
+  ASSERT_EQ(submit->out.rfind(prefix, 0), 0u) << submit->out;
+  std::string job = submit->out.substr(prefix.size());
+  job = job.substr(0, job.find_first_of(" \n"));
+
+  std::vector<std::string> addresses;
+  for (int i = 0; i < 2; ++i) {
+    absl::StatusOr<std::string> a =
+        WaitForFile(absl::StrCat(dir, "/s", i, ".addr"), absl::Seconds(5));
+    ASSERT_TRUE(a.ok()) << a.status();
+    addresses.push_back(*a);
+  }
+  if (kill_coordinator) {
+    ASSERT_NO_FATAL_FAILURE(
+        KillAndRestartCoordinator(cluster, job, addresses[0], result));
+  }
+
+  absl::StatusOr<JobStatus> end = PollUntil(
+      cluster, job, [](const JobStatus&) { return false; }, absl::Seconds(240));
+  ASSERT_TRUE(end.ok()) << end.status();
+  ASSERT_EQ(end->state(), SUCCEEDED)
+      << end->reason() << "\n--- psd0 ---\n"
+      << cluster.Log("psd0") << "\n--- worker0 ---\n"
+      << cluster.Log("worker0");
+  result->steps = end->progress().step();
+  result->test_accuracy = end->progress().test_accuracy();
+  EXPECT_EQ(result->steps, kTotalSteps);
+
+  // The finished job is listed with its result.
+  absl::StatusOr<CommandResult> list = cluster.Psctl({"list", "--all"});
+  ASSERT_TRUE(list.ok()) << list.status();
+  ASSERT_EQ(list->exit_code, 0) << list->err;
+  bool listed = false;
+  for (absl::string_view line : absl::StrSplit(list->out, '\n')) {
+    listed |=
+        absl::StartsWith(line, job) && absl::StrContains(line, "SUCCEEDED") &&
+        absl::StrContains(line, absl::StrFormat("%.4f", result->test_accuracy));
+  }
+  EXPECT_TRUE(listed) << list->out;
+
+  Assignment a;
+  a.set_job_id(job);
+  *a.mutable_spec() = end->spec();
+  *a.mutable_placement() = end->placement();
+  a.set_num_workers(kWorkers);
+  for (const std::string& address : addresses) a.add_shard_addresses(address);
+  Security security;
+  absl::StatusOr<std::unique_ptr<PsClient>> client =
+      PsClient::Create(PsClientOptions(), a, &security);
+  ASSERT_TRUE(client.ok()) << client.status();
+  std::vector<float> params((*client)->num_parameters());
+  absl::Status pulled = (*client)->Pull(result->steps, absl::MakeSpan(params));
+  ASSERT_TRUE(pulled.ok()) << pulled;
+  result->checksum = ParamChecksum(params);
+  for (const std::string& address : addresses) {
+    absl::StatusOr<JobStats> stats = ShardJobStats(address, job);
+    ASSERT_TRUE(stats.ok()) << stats.status();
+    result->shard_stats.push_back(*stats);
+  }
+  absl::Status stopped = cluster.Stop();
+  EXPECT_TRUE(stopped.ok()) << stopped;
+}
+
+TEST(CoordinatorRestartTest, KilledCoordinatorReloadsAndTheJobSucceeds) {
+  RunResult calm, killed;
+  ASSERT_NO_FATAL_FAILURE(TrainOnce("undisturbed", false, &calm));
+  ASSERT_NO_FATAL_FAILURE(TrainOnce("killed", true, &killed));
+
+  for (size_t shard = 0; shard < killed.shard_stats.size(); ++shard) {
+    const JobStats& s = killed.shard_stats[shard];
+    std::cout << "shard " << shard << ": version " << s.version()
+              << ", restored from step " << s.restored_from_step()
+              << ", duplicates " << s.duplicates() << ", stale "
+              << s.stale_pushes() << std::endl;
+    // One update per step: none applied twice, none lost.
+    EXPECT_EQ(s.version(), kTotalSteps);
+  }
+  EXPECT_GE(killed.shard_stats[0].restored_from_step(), kKillAfterStep);
+  std::cout << "test accuracy: undisturbed " << calm.test_accuracy
+            << ", coordinator killed " << killed.test_accuracy << "; reattach "
+            << killed.reattach_s << " s" << std::endl;
+  EXPECT_LT(killed.reattach_s, absl::ToDoubleSeconds(kReattachBound));
+  EXPECT_EQ(killed.checksum, calm.checksum)
+      << "the restart changed the parameters";
+  EXPECT_NEAR(killed.test_accuracy, calm.test_accuracy, 0.01);
+}
+
+}  // namespace
+}  // namespace ps

@@ -17,6 +17,7 @@ PACKAGES=(
   dataset-fashion-mnist                     # /usr/share/datasets/fashion-mnist
   python3-torch                             # the PyTorch peer for benchmarks
   python3-matplotlib                        # tools/plot_scaling.py charts
+  python3-dev pybind11-dev python3-numpy    # python/psclient (the module)
 )
 
 missing=()

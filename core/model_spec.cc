@@ -3,9 +3,12 @@
 #include <cmath>
 #include <string>
 
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "common/defaults.h"
 #include "common/status_macros.h"
+#include "core/init.h"
 
 namespace ps {
 namespace {
@@ -66,6 +69,78 @@ std::vector<TensorSpec> LabTensors(const LabModel& m) {
     tensors.push_back(std::move(b));
   }
   return tensors;
+}
+
+bool CustomNameChar(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+         (c >= '0' && c <= '9') || c == '-' || c == '_' || c == '.' ||
+         c == '/' || c == ':';
+}
+
+absl::Status CheckCustomName(const std::string& field,
+                             const std::string& name) {
+  if (name.empty() || name.size() > kMaxTensorNameLength) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ": must have 1 to ", kMaxTensorNameLength,
+                     " characters, got ", name.size()));
+  }
+  for (char c : name) {
+    if (!CustomNameChar(c)) {
+      // CHexEscape: a hostile name must not reach a terminal raw.
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, ": invalid character '", absl::CHexEscape(std::string(1, c)),
+          "' in \"", absl::CHexEscape(name),
+          "\" (use letters, digits and - _ . / :)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckCustom(const CustomModel& m) {
+  if (m.tensors_size() == 0) {
+    return absl::InvalidArgumentError(
+        "model.custom.tensors: must list at least one tensor");
+  }
+  absl::flat_hash_set<std::string> names;
+  uint64_t params = 0;
+  for (int i = 0; i < m.tensors_size(); ++i) {
+    const TensorSpec& t = m.tensors(i);
+    const std::string field = absl::StrCat("model.custom.tensors[", i, "]");
+    PS_RETURN_IF_ERROR(CheckCustomName(absl::StrCat(field, ".name"), t.name()));
+    if (!names.insert(t.name()).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ".name: \"", t.name(), "\" is listed twice"));
+    }
+    if (t.shape_size() < 1 || t.shape_size() > kMaxTensorRank) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ".shape: must have 1 to ", kMaxTensorRank,
+                       " dimensions, got ", t.shape_size()));
+    }
+    uint64_t size = 1;
+    for (int d = 0; d < t.shape_size(); ++d) {
+      if (t.shape(d) == 0 || t.shape(d) > kMaxModelParameters) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(field, ".shape[", d, "]: must be in [1, ",
+                         kMaxModelParameters, "], got ", t.shape(d)));
+      }
+      size *= t.shape(d);  // <= 2^30 * 2^30: no overflow before the check
+      if (size > kMaxModelParameters) break;
+    }
+    params += size;
+    if (size > kMaxModelParameters || params > kMaxModelParameters) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model: more than ", kMaxModelParameters,
+          " parameters (the limit) by ", field, " \"", t.name(), "\""));
+    }
+    if (t.init().kind() == INIT_UNSPECIFIED) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ".init.kind: must be set"));
+    }
+    if (absl::Status s = ValidateInit(t); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(field, ".", s.message()));
+    }
+  }
+  return absl::OkStatus();
 }
 
 // A CtrModel's fields with their defaults filled in.
@@ -144,9 +219,11 @@ absl::Status ValidateModelSpec(const ModelSpec& spec) {
     return CheckLab(spec.lab());
   } else if (spec.has_ctr()) {
     PS_RETURN_IF_ERROR(CheckCtr(spec.ctr()));
+  } else if (spec.has_custom()) {
+    return CheckCustom(spec.custom());
   } else {
     return absl::InvalidArgumentError(
-        "model: no model set (want softmax, mlp, lab or ctr)");
+        "model: no model set (want softmax, mlp, lab, ctr or custom)");
   }
   const std::vector<uint32_t> widths = Widths(spec);
   uint64_t params = 0;
@@ -172,6 +249,10 @@ std::vector<TensorSpec> ModelTensors(const ModelSpec& spec) {
   if (spec.has_lab()) {
     if (!ValidateModelSpec(spec).ok()) return {};
     return LabTensors(spec.lab());
+  }
+  if (spec.has_custom()) {
+    if (!ValidateModelSpec(spec).ok()) return {};
+    return {spec.custom().tensors().begin(), spec.custom().tensors().end()};
   }
   const std::vector<uint32_t> widths = ModelLayerWidths(spec);
   std::vector<TensorSpec> tensors;

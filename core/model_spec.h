@@ -22,6 +22,9 @@
 // layer i contributes "lab<i>/w" [parameters / layers - kLabBiasSize] then
 // "lab<i>/b" [kLabBiasSize], both 1-D and ZEROS: tools/allreduce_peer.py's
 // layout(), tensor for tensor. It has no layer widths.
+//
+// A custom model (ModelSpec.custom, a user's own model trained by Python
+// workers) is its tensors as listed, in that order; no layer widths.
 
 #ifndef CORE_MODEL_SPEC_H_
 #define CORE_MODEL_SPEC_H_
@@ -45,6 +48,10 @@ inline constexpr uint64_t kMaxModelParameters = uint64_t{1} << 30;
 // The CTR model's and sparse tables' limits.
 inline constexpr uint32_t kMaxCtrFields = 1024;
 inline constexpr uint32_t kMaxTableDim = 4096;
+
+// A custom model's limits (ModelSpec.custom, a user's own tensors).
+inline constexpr size_t kMaxTensorNameLength = 256;
+inline constexpr int kMaxTensorRank = 8;
 
 // The lab model's limits (see the file comment).
 inline constexpr uint64_t kLabBiasSize = 1024;

@@ -201,5 +201,75 @@ TEST(ModelSpecTest, CtrModelIsAnMlpOverEmbeddingsAndDenseFeatures) {
   }
 }
 
+ModelSpec Custom(
+    const std::vector<std::pair<std::string, std::vector<uint64_t>>>& tensors) {
+  ModelSpec s;
+  for (const auto& [name, shape] : tensors) {
+    TensorSpec* t = s.mutable_custom()->add_tensors();
+    t->set_name(name);
+    for (uint64_t d : shape) t->add_shape(d);
+    t->mutable_init()->set_kind(UNIFORM);
+    t->mutable_init()->set_scale(0.1f);
+  }
+  return s;
+}
+
+TEST(ModelSpecTest, CustomModelIsItsTensorsInOrder) {
+  const ModelSpec spec = Custom({{"conv1.weight", {32, 1, 5, 5}},
+                                 {"conv1.bias", {32}},
+                                 {"fc.weight", {10, 3136}}});
+  ASSERT_TRUE(ValidateModelSpec(spec).ok()) << ValidateModelSpec(spec);
+  ExpectTensors(spec, {{"conv1.weight", {32, 1, 5, 5}, UNIFORM},
+                       {"conv1.bias", {32}, UNIFORM},
+                       {"fc.weight", {10, 3136}, UNIFORM}});
+  EXPECT_EQ(NumParameters(ModelTensors(spec)), 32u * 25 + 32 + 31360);
+  EXPECT_TRUE(ModelLayerWidths(spec).empty());
+
+  struct Bad {
+    std::function<void(CustomModel*)> change;
+    std::string message;
+  };
+  const std::vector<Bad> cases = {
+      {[](CustomModel* m) { m->clear_tensors(); },
+       "model.custom.tensors: must list at least one tensor"},
+      {[](CustomModel* m) { m->mutable_tensors(1)->set_name(""); },
+       "model.custom.tensors[1].name: must have 1 to 256 characters, got 0"},
+      {[](CustomModel* m) { m->mutable_tensors(1)->set_name("a b"); },
+       "model.custom.tensors[1].name: invalid character ' ' in \"a b\""},
+      {[](CustomModel* m) { m->mutable_tensors(2)->set_name("conv1.bias"); },
+       "model.custom.tensors[2].name: \"conv1.bias\" is listed twice"},
+      {[](CustomModel* m) { m->mutable_tensors(0)->clear_shape(); },
+       "model.custom.tensors[0].shape: must have 1 to 8 dimensions, got 0"},
+      {[](CustomModel* m) { m->mutable_tensors(0)->set_shape(2, 0); },
+       "model.custom.tensors[0].shape[2]: must be in [1, 1073741824], got 0"},
+      {[](CustomModel* m) {
+         m->mutable_tensors(2)->set_shape(0, uint64_t{1} << 20);
+         m->mutable_tensors(2)->set_shape(1, uint64_t{1} << 20);
+       },
+       "parameters (the limit) by model.custom.tensors[2] \"fc.weight\""},
+      {[](CustomModel* m) { m->mutable_tensors(1)->clear_init(); },
+       "model.custom.tensors[1].init.kind: must be set"},
+      {[](CustomModel* m) {
+         m->mutable_tensors(1)->mutable_init()->set_scale(-1);
+       },
+       "model.custom.tensors[1].init.scale: must be >= 0, got -1"},
+      {[](CustomModel* m) {
+         m->mutable_tensors(0)->mutable_init()->set_kind(GLOROT_UNIFORM);
+         m->mutable_tensors(0)->mutable_init()->set_scale(0);
+       },
+       "model.custom.tensors[0].shape: GLOROT_UNIFORM needs a 1-D or 2-D "
+       "shape, got 4-D"},
+  };
+  for (const Bad& c : cases) {
+    ModelSpec bad = spec;
+    c.change(bad.mutable_custom());
+    const absl::Status s = ValidateModelSpec(bad);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.message;
+    EXPECT_NE(s.message().find(c.message), std::string::npos)
+        << "want: " << c.message << "\ngot: " << s.message();
+    EXPECT_TRUE(ModelTensors(bad).empty()) << c.message;
+  }
+}
+
 }  // namespace
 }  // namespace ps

@@ -3,15 +3,28 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
+#include "google/protobuf/util/message_differencer.h"
 #include "server/coordinator/placement.h"
 #include "spdlog/spdlog.h"
 
 namespace ps {
 namespace {
+
+// The first field where `b` differs from `a`, as MessageDifferencer says it
+// ("modified: tensors[1].shape[0]: 32 -> 16"); "" when they are equal.
+std::string FirstDifference(const JobSpec& a, const JobSpec& b) {
+  std::string report;
+  google::protobuf::util::MessageDifferencer differ;
+  differ.ReportDifferencesToString(&report);
+  if (differ.Compare(a, b)) return "";
+  const size_t end = report.find('\n');
+  return report.substr(0, end);
+}
 
 absl::Status ShuttingDown() {
   return absl::UnavailableError("coordinator shutting down");
@@ -177,13 +190,27 @@ void JobCoordinator::StartRunning(Job& job, absl::Time now,
 // Steps (mu_ held).
 
 void JobCoordinator::MaybeStartJobs() {
-  std::vector<Worker*> idle = workers_.IdleInOrder();
+  // Idle workers that joined no job, and those that joined each job.
+  std::vector<Worker*> idle;
+  absl::flat_hash_map<std::string, std::vector<Worker*>> joined;
+  for (Worker* worker : workers_.IdleInOrder()) {
+    if (worker->joined_job.empty()) {
+      idle.push_back(worker);
+    } else {
+      joined[worker->joined_job].push_back(worker);
+    }
+  }
+  const JobTable::JoinedCount joined_count = [&joined](const Job& job) {
+    auto it = joined.find(job.id());
+    return it == joined.end() ? size_t{0} : it->second.size();
+  };
   size_t next_idle = 0;
-  while (Job* job = jobs_.PopStartable(idle.size() - next_idle)) {
+  while (Job* job = jobs_.PopStartable(idle.size() - next_idle, joined_count)) {
     const uint32_t n = job->status.spec().num_workers();
+    const bool custom = job->status.spec().model().has_custom();
     std::vector<std::string> ids, names;
     for (uint32_t rank = 0; rank < n; ++rank) {
-      Worker& worker = *idle[next_idle++];
+      Worker& worker = custom ? *joined[job->id()][rank] : *idle[next_idle++];
       WorkerRegistry::AssignRank(worker, job->id(), rank, /*start_step=*/0);
       ids.push_back(worker.id);
       names.push_back(worker.name);
@@ -191,7 +218,33 @@ void JobCoordinator::MaybeStartJobs() {
     JobTable::BeginRegistering(*job, ids, names, num_shards_);
     EnqueueRegister(job->id());
   }
-  jobs_.ExplainPending(idle.size() - next_idle);
+  jobs_.ExplainPending(idle.size() - next_idle, joined_count);
+}
+
+absl::Status JobCoordinator::CheckJoin(const std::string& job_id,
+                                       const std::string& name) {
+  PS_ASSIGN_OR_RETURN(const Job* job, jobs_.Get(job_id));
+  const JobStatus& status = job->status;
+  if (!status.spec().model().has_custom()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job_id: job ", job_id,
+                     " trains a built-in model; workerd runs it, a worker "
+                     "joins only a custom model's job"));
+  }
+  if (job->Ended()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job_id: job ", job_id, " already ended ",
+                     JobState_Name(status.state()), ": ", status.reason()));
+  }
+  if (status.state() == PENDING && !job->registering) return absl::OkStatus();
+  if (std::optional<std::pair<Job*, uint32_t>> rejoin = jobs_.FindRejoin(name);
+      rejoin.has_value() && rejoin->first == job) {
+    return absl::OkStatus();
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "job_id: job ", job_id, " already has its ", status.spec().num_workers(),
+      " workers (", JobState_Name(status.state()),
+      job->registering ? ", starting" : "", ")"));
 }
 
 void JobCoordinator::EndJob(Job& job, const JobEnd& end, absl::Time now) {
@@ -244,6 +297,12 @@ void JobCoordinator::MaybeRejoin(Worker& worker, CompletedPolls& done) {
       jobs_.FindRejoin(worker.name);
   if (!found.has_value()) return;
   auto [job, rank] = *found;
+  // A custom model's rank goes back only to a worker that joined that job,
+  // a built-in model's only to one that joined none.
+  const bool custom = job->status.spec().model().has_custom();
+  if (custom ? worker.joined_job != job->id() : !worker.joined_job.empty()) {
+    return;
+  }
   WorkerRegistry::AssignRank(worker, job->id(), rank,
                              job->status.progress().step());
   JobTable::Rejoin(*job, rank, worker.id, worker.start_step);
@@ -295,6 +354,26 @@ absl::Status JobCoordinator::SubmitJob(const SubmitJobRequest& request,
   {
     absl::MutexLock lock(&mu_);
     if (shutdown_) return ShuttingDown();
+    // Found and added under one lock: concurrent joiners make one job.
+    if (const Job* live = request.join_existing()
+                              ? jobs_.FindLive(response->spec().name())
+                              : nullptr) {
+      const std::string difference =
+          FirstDifference(live->status.spec(), response->spec());
+      if (!difference.empty()) {
+        const std::string problem =
+            absl::StrCat("name: job ", live->id(), " \"", live->status.name(),
+                         "\" is ", JobState_Name(live->status.state()),
+                         " with another spec; first difference: ", difference);
+        response->add_problems(problem);
+        return absl::FailedPreconditionError(problem);
+      }
+      response->set_job_id(live->id());
+      response->set_joined(true);
+      *response->mutable_spec() = live->status.spec();
+      *response->mutable_placement() = live->status.placement();
+      return absl::OkStatus();
+    }
     const Job& job =
         jobs_.Add(response->spec(), response->placement(), options_.clock());
     response->set_job_id(job.id());
@@ -358,9 +437,16 @@ absl::Status JobCoordinator::RegisterWorker(
     for (const std::string& id : workers_.IdsNamed(request.name())) {
       LoseWorker(id, "registered again (restarted)", now, done);
     }
+    if (!request.job_id().empty()) {
+      PS_RETURN_IF_ERROR(CheckJoin(request.job_id(), request.name()));
+    }
     Worker& worker = workers_.Add(request.name(), now);
-    spdlog::info("worker {} ({}) registered with devices [{}]", worker.id,
-                 worker.name, absl::StrJoin(request.devices(), ", "));
+    worker.joined_job = request.job_id();
+    spdlog::info("worker {} ({}) registered with devices [{}]{}", worker.id,
+                 worker.name, absl::StrJoin(request.devices(), ", "),
+                 worker.joined_job.empty()
+                     ? ""
+                     : absl::StrCat(" for job ", worker.joined_job));
     MaybeRejoin(worker, done);
     MaybeStartJobs();
     response->set_worker_id(worker.id);

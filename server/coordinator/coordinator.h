@@ -45,6 +45,14 @@
 // replaces (and loses) the earlier worker of that name. Under SHRINK, a lost
 // worker that registers again under the same name while its job runs takes
 // back its rank, starting at the job's current step ("rejoin").
+//
+// Custom models (ModelSpec.custom, a user's own model): only workers that
+// registered for that job (RegisterWorkerRequest.job_id, the Python
+// client's workers) take its ranks, in registration order, and they take
+// no other job; workerd's workers (no job_id) never take one. Such a job
+// starts once num_workers have joined, independent of the submit-order
+// queue of the other jobs. Its workers submit it with join_existing, so
+// the first creates it and the others find it by name.
 
 #ifndef SERVER_COORDINATOR_COORDINATOR_H_
 #define SERVER_COORDINATOR_COORDINATOR_H_
@@ -114,7 +122,9 @@ class JobCoordinator {
   // response->problems and INVALID_ARGUMENT summarizing them. dry_run: stops
   // there, storing nothing. Otherwise stores the job as PENDING with a new id
   // ("job-000001", ...) in response->job_id, and starts it if enough workers
-  // are idle.
+  // are idle. join_existing: a job of the same name that has not ended is
+  // answered instead (joined = true) when its normalized spec is equal,
+  // else FAILED_PRECONDITION naming the first field that differs.
   absl::Status SubmitJob(const SubmitJobRequest& request,
                          SubmitJobResponse* response);
 
@@ -133,7 +143,10 @@ class JobCoordinator {
                          CancelJobResponse* response);
 
   // Adds an idle worker with a new id ("w-1", ...). INVALID_ARGUMENT when
-  // name is empty; UNAVAILABLE after Shutdown.
+  // name is empty; UNAVAILABLE after Shutdown. With job_id, the worker
+  // joins that job alone: NOT_FOUND for an unknown job, FAILED_PRECONDITION
+  // when it is no custom model, has ended, or already has its workers (a
+  // lost rank of the same name, under SHRINK, may rejoin).
   absl::Status RegisterWorker(const RegisterWorkerRequest& request,
                               RegisterWorkerResponse* response);
 
@@ -185,6 +198,9 @@ class JobCoordinator {
 
   // Starts pending jobs, oldest first, while enough workers are idle.
   void MaybeStartJobs() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether a worker named `name` may join job `job_id` (RegisterWorker).
+  absl::Status CheckJoin(const std::string& job_id, const std::string& name)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Applies `end`, frees the workers (telling them to abort unless it
   // succeeded) and, for a failed or cancelled job that may have reached the
   // shards, queues their DropJob.

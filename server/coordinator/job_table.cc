@@ -68,12 +68,22 @@ void JobTable::List(ListJobsResponse* response) const {
   }
 }
 
-JobTable::Job* JobTable::PopStartable(size_t idle) {
-  if (pending_.empty()) return nullptr;
-  Job* job = pending_.front();
-  if (idle < job->status.spec().num_workers()) return nullptr;
-  pending_.pop_front();
-  return job;
+JobTable::Job* JobTable::PopStartable(size_t idle, const JoinedCount& joined) {
+  bool builtin_seen = false;
+  for (auto it = pending_.begin(); it != pending_.end(); ++it) {
+    Job* job = *it;
+    const size_t n = job->status.spec().num_workers();
+    if (job->status.spec().model().has_custom()) {
+      if (joined(*job) < n) continue;
+    } else {
+      if (builtin_seen) continue;  // strictly in submit order
+      builtin_seen = true;
+      if (idle < n) continue;
+    }
+    pending_.erase(it);
+    return job;
+  }
+  return nullptr;
 }
 
 void JobTable::BeginRegistering(Job& job,
@@ -95,14 +105,30 @@ void JobTable::BeginRegistering(Job& job,
   }
 }
 
-void JobTable::ExplainPending(size_t idle_left) {
-  for (size_t i = 0; i < pending_.size(); ++i) {
-    JobStatus& status = pending_[i]->status;
-    status.set_reason(
-        i == 0 ? absl::StrFormat("waiting for workers: needs %d, %d idle",
-                                 status.spec().num_workers(), idle_left)
-               : absl::StrCat("queued behind ", pending_[0]->id()));
+void JobTable::ExplainPending(size_t idle_left, const JoinedCount& joined) {
+  const Job* first_builtin = nullptr;
+  for (Job* job : pending_) {
+    JobStatus& status = job->status;
+    if (status.spec().model().has_custom()) {
+      status.set_reason(
+          absl::StrFormat("waiting for workers to join: needs %d, %d joined",
+                          status.spec().num_workers(), joined(*job)));
+    } else if (first_builtin == nullptr) {
+      first_builtin = job;
+      status.set_reason(
+          absl::StrFormat("waiting for workers: needs %d, %d idle",
+                          status.spec().num_workers(), idle_left));
+    } else {
+      status.set_reason(absl::StrCat("queued behind ", first_builtin->id()));
+    }
   }
+}
+
+JobTable::Job* JobTable::FindLive(const std::string& name) {
+  for (auto it = jobs_.rbegin(); it != jobs_.rend(); ++it) {
+    if ((*it)->status.name() == name && !(*it)->Ended()) return it->get();
+  }
+  return nullptr;
 }
 
 bool JobTable::StopRegistering(Job& job) {

@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <set>
@@ -76,17 +77,26 @@ class JobTable {
   // Every job, oldest first.
   void List(ListJobsResponse* response) const;
 
-  // The oldest pending job when `idle` workers are enough for it, taken off
-  // the queue (jobs start strictly in submit order); else null.
-  Job* PopStartable(size_t idle);
+  // How many idle workers joined a job (RegisterWorkerRequest.job_id).
+  using JoinedCount = std::function<size_t(const Job&)>;
+  // A pending job that its idle workers are enough for, taken off the queue;
+  // else null. Jobs of built-in models start strictly in submit order: the
+  // oldest of them starts once `idle` (workers that joined no job) reach
+  // its num_workers, and the others wait behind it. A custom model's job
+  // starts once `joined(job)` reach its num_workers, and neither waits
+  // for nor holds up any other job.
+  Job* PopStartable(size_t idle, const JoinedCount& joined);
   // Gives a job from PopStartable its workers (by rank) and marks it
   // registering on `num_shards` shards.
   static void BeginRegistering(Job& job,
                                const std::vector<std::string>& worker_ids,
                                const std::vector<std::string>& worker_names,
                                uint32_t num_shards);
-  // Says in each pending job's reason why it waits, `idle_left` idle.
-  void ExplainPending(size_t idle_left);
+  // Says in each pending job's reason why it waits: `idle_left` idle
+  // workers that joined no job, `joined(job)` that joined it.
+  void ExplainPending(size_t idle_left, const JoinedCount& joined);
+  // The newest job named `name` that has not ended; null when none.
+  Job* FindLive(const std::string& name);
   // Registration finished (either way); true when the job still waits to
   // run (was not ended meanwhile).
   static bool StopRegistering(Job& job);

@@ -17,6 +17,8 @@ using ::testing::HasSubstr;
 
 const absl::Time kT0 = absl::FromUnixSeconds(1700000000);
 
+size_t NoneJoined(const JobTable::Job&) { return 0; }
+
 JobSpec Spec(uint32_t num_workers,
              WorkerFailurePolicy policy = WORKER_FAILURE_UNSPECIFIED) {
   JobSpec spec;
@@ -30,7 +32,7 @@ JobSpec Spec(uint32_t num_workers,
 JobTable::Job& Running(JobTable& table, uint32_t n,
                        WorkerFailurePolicy policy = FAIL) {
   JobTable::Job& job = table.Add(Spec(n, policy), Placement(), kT0);
-  EXPECT_EQ(table.PopStartable(n), &job);
+  EXPECT_EQ(table.PopStartable(n, NoneJoined), &job);
   std::vector<std::string> ids, names;
   for (uint32_t r = 0; r < n; ++r) {
     ids.push_back("w-" + std::to_string(r + 1));
@@ -75,18 +77,63 @@ TEST(JobTableTest, PendingJobsStartInSubmitOrderAndSayWhyTheyWait) {
   JobTable table;
   JobTable::Job& big = table.Add(Spec(2), Placement(), kT0);
   JobTable::Job& small = table.Add(Spec(1), Placement(), kT0);
-  EXPECT_EQ(table.PopStartable(1), nullptr);  // the small one waits behind
-  table.ExplainPending(1);
+  EXPECT_EQ(table.PopStartable(1, NoneJoined),
+            nullptr);  // the small one waits behind
+  table.ExplainPending(1, NoneJoined);
   EXPECT_EQ(big.status.reason(), "waiting for workers: needs 2, 1 idle");
   EXPECT_EQ(small.status.reason(), "queued behind job-000001");
-  EXPECT_EQ(table.PopStartable(2), &big);
+  EXPECT_EQ(table.PopStartable(2, NoneJoined), &big);
   JobTable::BeginRegistering(big, {"w-1", "w-2"}, {"a", "b"}, 3);
   EXPECT_TRUE(big.registering);
   EXPECT_EQ(big.status.reason(), "registering on 3 shards");
   EXPECT_THAT(big.status.workers(), ElementsAre("a", "b"));
   EXPECT_THAT(big.active, ElementsAre(0, 1));
-  EXPECT_EQ(table.PopStartable(1), &small);
-  EXPECT_EQ(table.PopStartable(100), nullptr);
+  EXPECT_EQ(table.PopStartable(1, NoneJoined), &small);
+  EXPECT_EQ(table.PopStartable(100, NoneJoined), nullptr);
+}
+
+JobSpec CustomSpec(const std::string& name, uint32_t num_workers) {
+  JobSpec spec = Spec(num_workers);
+  spec.set_name(name);
+  TensorSpec* t = spec.mutable_model()->mutable_custom()->add_tensors();
+  t->set_name("w");
+  t->add_shape(4);
+  return spec;
+}
+
+TEST(JobTableTest, CustomJobsStartWithTheirJoinedWorkersOutOfQueueOrder) {
+  JobTable table;
+  JobTable::Job& builtin = table.Add(Spec(2), Placement(), kT0);
+  JobTable::Job& custom = table.Add(CustomSpec("torch", 2), Placement(), kT0);
+  JobTable::Job& queued = table.Add(Spec(1), Placement(), kT0);
+  size_t joined = 1;
+  const JobTable::JoinedCount count = [&](const JobTable::Job& job) {
+    return &job == &custom ? joined : 0;
+  };
+  // Idle workers that joined no job never count for the custom one.
+  EXPECT_EQ(table.PopStartable(1, count), nullptr);
+  table.ExplainPending(1, count);
+  EXPECT_EQ(builtin.status.reason(), "waiting for workers: needs 2, 1 idle");
+  EXPECT_EQ(custom.status.reason(),
+            "waiting for workers to join: needs 2, 1 joined");
+  EXPECT_EQ(queued.status.reason(), "queued behind job-000001");
+  // Its joined workers start it although an older job waits.
+  joined = 2;
+  EXPECT_EQ(table.PopStartable(1, count), &custom);
+  EXPECT_EQ(table.PopStartable(1, count), nullptr);  // queued stays behind
+  EXPECT_EQ(table.PopStartable(2, count), &builtin);
+  EXPECT_EQ(table.PopStartable(1, count), &queued);
+}
+
+TEST(JobTableTest, FindLiveFindsTheNewestJobOfANameNotEnded) {
+  JobTable table;
+  JobTable::Job& first = table.Add(CustomSpec("torch", 1), Placement(), kT0);
+  EXPECT_EQ(table.FindLive("torch"), &first);
+  EXPECT_EQ(table.FindLive("other"), nullptr);
+  table.End(first, {CANCELLED, "cancelled by user"}, kT0);
+  EXPECT_EQ(table.FindLive("torch"), nullptr);
+  JobTable::Job& second = table.Add(CustomSpec("torch", 1), Placement(), kT0);
+  EXPECT_EQ(table.FindLive("torch"), &second);
 }
 
 TEST(JobTableTest, EndSaysWhetherTheJobHadLeftTheQueue) {
@@ -97,7 +144,7 @@ TEST(JobTableTest, EndSaysWhetherTheJobHadLeftTheQueue) {
   EXPECT_TRUE(pending.Ended());
   EXPECT_EQ(pending.status.reason(), "cancelled by user");
   EXPECT_DOUBLE_EQ(pending.status.end_time_s(), 1700000005.0);
-  EXPECT_EQ(table.PopStartable(1), nullptr);  // no longer queued
+  EXPECT_EQ(table.PopStartable(1, NoneJoined), nullptr);  // no longer queued
 
   JobTable::Job& running = Running(table, 1);
   EXPECT_TRUE(table.End(running, {FAILED, "boom"}, kT0));
@@ -107,7 +154,7 @@ TEST(JobTableTest, EndSaysWhetherTheJobHadLeftTheQueue) {
 TEST(JobTableTest, StopRegisteringAfterAnEndSaysNotStarting) {
   JobTable table;
   JobTable::Job& job = table.Add(Spec(1), Placement(), kT0);
-  ASSERT_EQ(table.PopStartable(1), &job);
+  ASSERT_EQ(table.PopStartable(1, NoneJoined), &job);
   JobTable::BeginRegistering(job, {"w-1"}, {"a"}, 1);
   EXPECT_TRUE(table.End(job, {CANCELLED, "cancelled by user"}, kT0));
   EXPECT_FALSE(JobTable::StopRegistering(job));

@@ -111,10 +111,12 @@ void CheckModelFields(const JobSpec& spec, const ValidationContext& ctx,
   const ModelSpec& model = spec.model();
   switch (model.model_case()) {
     case ModelSpec::MODEL_NOT_SET:
-      p.Add("model", "must be set (softmax, mlp, lab or ctr)");
+      p.Add("model", "must be set (softmax, mlp, lab, ctr or custom)");
       return;
-    case ModelSpec::kLab:  // ValidateModelSpec checks every field
-    case ModelSpec::kCtr:  // and TableProblems the table it names
+    case ModelSpec::kLab:     // ValidateModelSpec checks every field
+    case ModelSpec::kCtr:     // and TableProblems the table it names
+    case ModelSpec::kCustom:  // and every tensor
+    case ModelSpec::kCnn:
       return;
     case ModelSpec::kSoftmax:
       CheckInputAndClasses("model.softmax", model.softmax().input_dim(),
@@ -195,11 +197,11 @@ void CheckConsistency(const JobSpec& spec, Problems& p) {
   }
 }
 
-// A lab model reads no data: every field that names or shapes a data set
-// (and the evaluation that needs a test set) must stay unset.
-void CheckNoData(const JobSpec& spec, Problems& p) {
+// A model that reads no data of the workers' (lab), or reads its own (a
+// custom model's script): every field that names or shapes a data set (and
+// the evaluation that needs a test set) must stay unset; `why` says so.
+void CheckNoData(const JobSpec& spec, absl::string_view why, Problems& p) {
   const DataSpec& d = spec.data();
-  const absl::string_view why = "a lab model reads no data; leave it unset";
   if (!d.dataset().empty()) p.Add("data.dataset", why);
   if (!d.data_dir().empty()) p.Add("data.data_dir", why);
   if (d.synthetic_train() > 0) p.Add("data.synthetic_train", why);
@@ -207,9 +209,7 @@ void CheckNoData(const JobSpec& spec, Problems& p) {
   if (d.max_train_examples() > 0) p.Add("data.max_train_examples", why);
   if (!d.train_file().empty()) p.Add("data.train_file", why);
   if (!d.test_file().empty()) p.Add("data.test_file", why);
-  if (spec.eval_every() > 0) {
-    p.Add("eval_every", "a lab model has no test set; leave it unset");
-  }
+  if (spec.eval_every() > 0) p.Add("eval_every", why);
 }
 
 // The data set's name and place, for a model that trains on data.
@@ -301,20 +301,34 @@ void CheckCtrData(const JobSpec& spec, const ValidationContext& ctx,
 
 void CheckData(const JobSpec& spec, const ValidationContext& ctx, Problems& p) {
   const DataSpec& d = spec.data();
+  const bool custom = spec.model().has_custom();
   if (spec.model().has_lab()) {
-    CheckNoData(spec, p);
+    CheckNoData(spec, "a lab model reads no data; leave it unset", p);
+  } else if (custom) {
+    CheckNoData(spec,
+                "a custom model's training script reads its own data and "
+                "evaluates itself; leave it unset",
+                p);
   } else {
     CheckDataset(spec, ctx, p);
   }
-  // A lab model's batch_size counts samples for samples/s.
+  // A lab or custom model's batch_size counts samples for samples/s.
   if (d.batch_size() == 0 || d.batch_size() > kMaxBatchSize) {
     p.Add("data.batch_size", absl::StrFormat("must be in [1, %d], got %d",
                                              kMaxBatchSize, d.batch_size()));
   }
-  if (d.epochs() == 0) p.Add("data.epochs", "must be >= 1");
+  if (custom) {
+    if (d.epochs() != 0) {
+      p.Add("data.epochs",
+            "a custom model's training script decides when it is done; leave "
+            "it unset");
+    }
+  } else if (d.epochs() == 0) {
+    p.Add("data.epochs", "must be >= 1");
+  }
   const bool generated =
       d.dataset() == "synthetic" || d.dataset() == kCtrSyntheticDataset;
-  if (!spec.model().has_lab() && !generated) {
+  if (!spec.model().has_lab() && !custom && !generated) {
     if (d.synthetic_train() > 0) {
       p.Add("data.synthetic_train", "only the synthetic datasets use it");
     }

@@ -115,7 +115,7 @@ INSTANTIATE_TEST_SUITE_P(
          {"name: 129 characters, at most 128 allowed"}},
         {"ModelMissing",
          [](JobSpec& s) { s.clear_model(); },
-         {"model: must be set (softmax, mlp, lab or ctr)"}},
+         {"model: must be set (softmax, mlp, lab, ctr or custom)"}},
         {"SoftmaxInputDimMismatch",
          [](JobSpec& s) {
            s.mutable_model()->mutable_softmax()->set_input_dim(100);
@@ -694,7 +694,7 @@ INSTANTIATE_TEST_SUITE_P(
           "unset",
           "data.train_file: a lab model reads no data; leave it unset",
           "data.test_file: a lab model reads no data; leave it unset",
-          "eval_every: a lab model has no test set; leave it unset"}},
+          "eval_every: a lab model reads no data; leave it unset"}},
         {"BatchSizeStillCounts",
          [](JobSpec& s) { s.mutable_data()->set_batch_size(0); },
          {"data.batch_size: must be in [1, 65536], got 0"}},
@@ -709,6 +709,61 @@ INSTANTIATE_TEST_SUITE_P(
     [](const ::testing::TestParamInfo<LabCase>& info) {
       return info.param.name;
     });
+
+JobSpec CustomSpec() {
+  return ParseSpec(R"pb(
+    name: "torch-cnn"
+    model {
+      custom {
+        tensors {
+          name: "conv1.weight"
+          shape: [ 32, 1, 5, 5 ]
+          init { kind: UNIFORM scale: 0.2 }
+        }
+        tensors {
+          name: "conv1.bias"
+          shape: 32
+          init { kind: ZEROS }
+        }
+      }
+    }
+    data { batch_size: 64 }
+    optimizer { kind: SGD learning_rate: 0.1 }
+    consistency { mode: BSP }
+    num_workers: 2
+  )pb");
+}
+
+TEST(ValidateJobSpecTest, CustomSpecIsValidAndKeepsItsTensors) {
+  EXPECT_THAT(ValidateJobSpec(CustomSpec(), Context()), IsEmpty());
+  absl::StatusOr<JobSpec> spec = NormalizeJobSpec(CustomSpec(), Context());
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  ASSERT_EQ(spec->tensors_size(), 2);
+  EXPECT_EQ(spec->tensors(0).name(), "conv1.weight");
+  EXPECT_EQ(spec->tensors(0).shape_size(), 4);
+  EXPECT_EQ(spec->tensors(1).name(), "conv1.bias");
+}
+
+TEST(ValidateJobSpecTest, CustomSpecReadsNoDataOfTheWorkers) {
+  JobSpec spec = CustomSpec();
+  spec.mutable_data()->set_dataset("fashion-mnist");
+  spec.mutable_data()->set_epochs(3);
+  spec.mutable_data()->set_batch_size(0);
+  spec.set_eval_every(10);
+  spec.mutable_model()->mutable_custom()->mutable_tensors(1)->set_name(
+      "conv1.weight");
+  const std::string why =
+      "a custom model's training script reads its own data and evaluates "
+      "itself; leave it unset";
+  EXPECT_THAT(
+      ValidateJobSpec(spec, Context()),
+      ElementsAre("model.custom.tensors[1].name: \"conv1.weight\" is listed "
+                  "twice",
+                  "data.dataset: " + why, "eval_every: " + why,
+                  "data.batch_size: must be in [1, 65536], got 0",
+                  "data.epochs: a custom model's training script decides when "
+                  "it is done; leave it unset"));
+}
 
 }  // namespace
 }  // namespace ps

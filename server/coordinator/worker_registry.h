@@ -55,6 +55,9 @@ class WorkerRegistry {
     absl::Time last_seen;
     // The job this worker holds a rank of; "" = idle.
     std::string job_id;
+    // The one job this worker joined (RegisterWorkerRequest.job_id, a
+    // custom model's Python worker); "" = any job of a built-in model.
+    std::string joined_job;
     uint32_t rank = 0;
     uint64_t start_step = 0;
     // Non-empty: the job it ran failed or was cancelled; said on Heartbeat

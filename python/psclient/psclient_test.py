@@ -21,13 +21,21 @@ from psclient.testing import LocalCluster  # noqa: E402
 LR = 0.5  # the jobs' SGD learning rate
 
 
-def lab_spec(name: str, workers: int = 1, parameters: int = 4096,
-             layers: int = 2, mode: str = "BSP") -> str:
-    """A job of `layers` (weight, bias) tensors, all zeros at first."""
-    return (f'name: "{name}"\n'
-            f"model {{ lab {{ parameters: {parameters} layers: {layers} "
-            f"steps_per_epoch: 1000 }} }}\n"
-            "data { batch_size: 1 epochs: 1 }\n"
+# The tests' model: (name, shape, init) per tensor, torch-style names.
+TENSORS = [("fc1.weight", (16, 64), "init { kind: UNIFORM scale: 0.1 }"),
+           ("fc1.bias", (64,), "init { kind: ZEROS }"),
+           ("fc2.weight", (64, 10), "init { kind: NORMAL scale: 0.1 }"),
+           ("fc2.bias", (10,), "init { kind: CONSTANT value: 0.25 }")]
+
+
+def custom_spec(name: str, workers: int = 1, tensors=TENSORS,
+                mode: str = "BSP") -> str:
+    """A custom model's job (a Python worker's) of `tensors`."""
+    text = "".join(
+        f'tensors {{ name: "{n}" shape: {list(shape)} {init} }}\n'
+        for n, shape, init in tensors)
+    return (f'name: "{name}"\nmodel {{ custom {{\n{text}}} }}\n'
+            "data { batch_size: 1 }\n"
             f"optimizer {{ kind: SGD learning_rate: {LR} }}\n"
             f"consistency {{ mode: {mode} step_deadline_ms: 20000 }}\n"
             f"num_workers: {workers}\nseed: 1\n")
@@ -67,7 +75,7 @@ class PsclientTest(unittest.TestCase):
                                        timeout_s=10.0)
 
     def test_submit_status_cancel(self):
-        job_id, joined = self.client.submit(lab_spec("pending", workers=3))
+        job_id, joined = self.client.submit(custom_spec("pending", workers=3))
         self.assertTrue(job_id)
         self.assertFalse(joined)
         st = self.client.status(job_id)
@@ -79,16 +87,44 @@ class PsclientTest(unittest.TestCase):
         self.assertEqual(self.client.cancel(job_id), "CANCELLED")
         self.assertEqual(self.client.status(job_id)["state"], "CANCELLED")
 
+    def test_join_existing_finds_the_job(self):
+        first, joined = self.client.submit(custom_spec("shared", workers=2),
+                                           join_existing=True)
+        self.assertFalse(joined)
+        again, joined = self.client.submit(custom_spec("shared", workers=2),
+                                           join_existing=True)
+        self.assertEqual((again, joined), (first, True))
+        with self.assertRaises(psclient.InvalidSpec) as e:
+            self.client.submit(custom_spec("shared", workers=3),
+                               join_existing=True)
+        self.assertIn(first, str(e.exception))
+        self.assertIn("num_workers", str(e.exception))
+
+    def test_built_in_model_cannot_be_joined(self):
+        job_id, _ = self.client.submit(
+            'name: "lab"\nmodel { lab { parameters: 4096 layers: 2 '
+            'steps_per_epoch: 10 } }\ndata { batch_size: 1 epochs: 1 }\n'
+            "optimizer { kind: SGD learning_rate: 0.1 }\n"
+            "consistency { mode: ASP }\nnum_workers: 1\n")
+        with self.assertRaises(psclient.Error) as e:
+            self.client.join(job_id, timeout_s=5.0)
+        self.assertIn(job_id, str(e.exception))
+        self.assertEqual(e.exception.code, "FAILED_PRECONDITION")
+
     def test_dry_run_submits_nothing(self):
         before = len(self.client.jobs())
-        job_id, _ = self.client.submit(lab_spec("dry"), dry_run=True)
+        job_id, _ = self.client.submit(custom_spec("dry"), dry_run=True)
         self.assertEqual(job_id, "")
         self.assertEqual(len(self.client.jobs()), before)
 
     def test_bad_spec_names_the_field(self):
         with self.assertRaises(psclient.InvalidSpec) as e:
-            self.client.submit(lab_spec("bad", parameters=100))
-        self.assertIn("model.lab.parameters", str(e.exception))
+            self.client.submit(custom_spec(
+                "bad", tensors=[("w", (3, 0), "init { kind: ZEROS }")]))
+        self.assertIn("model.custom.tensors[0].shape[1]", str(e.exception))
+        with self.assertRaises(psclient.InvalidSpec) as e:
+            self.client.submit(custom_spec("bad", workers=0))
+        self.assertIn("num_workers", str(e.exception))
         with self.assertRaises(psclient.InvalidSpec) as e:
             self.client.submit('name: "x"\nno_such_field: 1\n')
         self.assertIn("no_such_field", str(e.exception))
@@ -109,7 +145,7 @@ class PsclientTest(unittest.TestCase):
         self.assertIn("/no/such/cluster.pbtxt", str(e.exception))
 
     def test_join_timeout_names_the_job(self):
-        job_id, _ = self.client.submit(lab_spec("short", workers=2))
+        job_id, _ = self.client.submit(custom_spec("short", workers=2))
         try:
             with self.assertRaises(psclient.Timeout) as e:
                 self.client.join(job_id, timeout_s=1.0)
@@ -119,11 +155,11 @@ class PsclientTest(unittest.TestCase):
             self.client.cancel(job_id)
 
     def test_push_pull_follows_sgd(self):
-        job_id, _ = self.client.submit(lab_spec("sgd"))
+        job_id, _ = self.client.submit(custom_spec("sgd"))
         with self.client.join(job_id) as w:
             self.assertEqual((w.rank, w.num_workers, w.start_step), (0, 1, 0))
-            self.assertEqual([t[0] for t in w.tensors],
-                             ["lab0/w", "lab0/b", "lab1/w", "lab1/b"])
+            self.assertEqual([t[:2] for t in w.tensors],
+                             [t[:2] for t in TENSORS])
             offset = 0
             for name, shape, off, size in w.tensors:
                 self.assertEqual(off, offset)
@@ -133,6 +169,12 @@ class PsclientTest(unittest.TestCase):
             self.assertEqual(w.params.dtype, np.float32)
             w.pull(0)
             p0 = w.params.copy()
+            # The shards' initial values, as the spec's inits say.
+            np.testing.assert_array_equal(w.tensor(p0, "fc1.bias"), 0.0)
+            np.testing.assert_array_equal(w.tensor(p0, "fc2.bias"), 0.25)
+            self.assertLessEqual(np.abs(w.tensor(p0, "fc1.weight")).max(),
+                                 0.1)
+            self.assertGreater(np.abs(w.tensor(p0, "fc1.weight")).max(), 0)
             rng = np.random.default_rng(5)
             w.grads[:] = rng.standard_normal(offset).astype(np.float32)
             w.push_pull(0)
@@ -141,7 +183,7 @@ class PsclientTest(unittest.TestCase):
             # One tensor alone moves only its range.
             p1 = w.params.copy()
             w.grads[:] = 1.0
-            w.push_pull(1, tensors=["lab1/b"])
+            w.push_pull(1, tensors=["fc2.bias"])
             _, _, off, size = w.tensors[3]
             expect = p1.copy()
             expect[off:off + size] -= LR
@@ -149,24 +191,24 @@ class PsclientTest(unittest.TestCase):
             w.report(step=2, total_steps=2, loss=0.5, finished=True)
 
     def test_views_share_the_buffers(self):
-        job_id, _ = self.client.submit(lab_spec("views"))
+        job_id, _ = self.client.submit(custom_spec("views"))
         with self.client.join(job_id) as w:
             self.assertTrue(w.params.flags.writeable)
             self.assertIs(w.params, w.params)
-            b = w.tensor(w.grads, "lab0/b")
-            self.assertEqual(b.shape, (1024,))
+            b = w.tensor(w.grads, "fc1.bias")
+            self.assertEqual(b.shape, (64,))
             b[:] = 3.0
             _, _, off, _ = w.tensors[1]
             self.assertEqual(w.grads[off], 3.0)
             with self.assertRaises(psclient.ShapeError):
-                w.tensor(np.zeros(3, np.float32), "lab0/b")
+                w.tensor(np.zeros(3, np.float32), "fc1.bias")
             with self.assertRaises(psclient.ShapeError) as e:
                 w.tensor(w.grads, "nope")
             self.assertIn("nope", str(e.exception))
             w.report(step=0, finished=True)
 
     def test_async_handles_across_two_workers(self):
-        job_id, _ = self.client.submit(lab_spec("async", workers=2))
+        job_id, _ = self.client.submit(custom_spec("async", workers=2))
         w0, w1 = join_all(self.client, job_id, 2)
         try:
             self.assertEqual((w0.rank, w1.rank), (0, 1))
@@ -195,7 +237,7 @@ class PsclientTest(unittest.TestCase):
             self.client.cancel(job_id)
 
     def test_bad_requests_name_what_is_wrong(self):
-        job_id, _ = self.client.submit(lab_spec("badreq"))
+        job_id, _ = self.client.submit(custom_spec("badreq"))
         with self.client.join(job_id) as w:
             with self.assertRaises(psclient.Error) as e:
                 w.start("pull", 0, ["no/such"])
@@ -213,7 +255,7 @@ class PsclientTest(unittest.TestCase):
             self.assertIn("closed", str(e.exception))
 
     def test_cancelled_job_aborts_the_worker(self):
-        job_id, _ = self.client.submit(lab_spec("cancelme"))
+        job_id, _ = self.client.submit(custom_spec("cancelme"))
         with self.client.join(job_id) as w:
             w.pull(0)
             self.client.cancel(job_id)

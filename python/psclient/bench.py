@@ -7,7 +7,8 @@ moves one tensor of SIZE bytes, then this process joins a job of the same
 bytes (a custom model of one tensor, ASP, SGD) through psclient and runs the
 same loop: push the gradient, pull the parameters, one request in flight.
 Goodput = bytes pushed + pulled per second, as psbench counts it. The two
-alternate `--repeats` times; the table shows the medians.
+alternate `--repeats` times (in turn going first); the table shows the
+medians.
 
     python/build.sh && bazel build //tools:psbench
     PYTHONPATH=python /usr/bin/python3 python/psclient/bench.py \\
@@ -113,9 +114,15 @@ def main() -> int:
         for size in sizes:
             cpp, py = [], []
             for run in range(args.repeats):
-                cpp.append(cpp_goodput(cluster, size, args.seconds,
-                                       args.client_cores))
-                py.append(py_goodput(client, size, args.seconds, run))
+                # Alternate which goes first, so drift hits both alike.
+                order = [0, 1] if run % 2 == 0 else [1, 0]
+                for which in order:
+                    if which == 0:
+                        cpp.append(cpp_goodput(cluster, size, args.seconds,
+                                               args.client_cores))
+                    else:
+                        py.append(py_goodput(client, size, args.seconds,
+                                             run))
             c, p = statistics.median(cpp), statistics.median(py)
             rows.append({"bytes": size, "cpp_bytes_per_s": c,
                          "python_bytes_per_s": p, "ratio": p / c,

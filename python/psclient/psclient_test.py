@@ -265,5 +265,21 @@ class PsclientTest(unittest.TestCase):
             self.assertIsNotNone(w.aborted)
 
 
+class TokenTest(unittest.TestCase):
+    """A cluster whose calls must carry a bearer token."""
+
+    def test_token_from_the_cluster_file_or_the_caller(self):
+        with LocalCluster(shards=1, token="s3cret-token") as cluster:
+            c = psclient.connect(cluster=cluster.cluster_file)
+            self.assertEqual(c.jobs(), [])
+            address = cluster.address(0)
+            with self.assertRaises(psclient.Error) as e:
+                psclient.connect(coordinator=address, timeout_s=5.0)
+            self.assertEqual(e.exception.code, "UNAUTHENTICATED")
+            c = psclient.connect(coordinator=address, token="s3cret-token")
+            self.assertEqual(c.coordinator, address)
+            self.assertEqual(c.jobs(), [])
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -61,8 +61,10 @@ class LocalCluster:
     """`shards` psd processes on loopback. Not thread-safe."""
 
     def __init__(self, shards: int = 2, psd_extra: str = "",
-                 cluster_extra: str = "", taskset: Optional[str] = None):
+                 cluster_extra: str = "", taskset: Optional[str] = None,
+                 token: str = ""):
         self.shards = shards
+        self.token = token  # set: every call must carry it (auth_token_file)
         self.psd_extra = psd_extra
         self.cluster_extra = cluster_extra
         self.taskset = taskset  # e.g. "0-3": pin the shards to these cores
@@ -94,6 +96,10 @@ class LocalCluster:
 
     def _start(self) -> None:
         psd = find_binary("server/psd")
+        if self.token:
+            with open(os.path.join(self.dir, "token"), "w") as f:
+                f.write(self.token + "\n")
+            self.cluster_extra += '\nauth_token_file: "token"'
         with open(self.cluster_file, "w") as f:
             for i in range(self.shards):
                 f.write(f'shards {{ address_file: "s{i}.addr" }}\n')

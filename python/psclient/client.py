@@ -76,6 +76,9 @@ class Worker:
         """
         if isinstance(tensors, str):
             tensors = [tensors]
+        if tensors is not None and len(tensors) == 0:
+            raise ShapeError("tensors: an empty list (None means every "
+                             "tensor)", "INVALID_ARGUMENT")
         return self._w.start(op, step,
                              None if tensors is None else list(tensors),
                              priority)

@@ -246,6 +246,8 @@ class PsclientTest(unittest.TestCase):
             with self.assertRaises(psclient.Error) as e:
                 w.start("shove", 0)
             self.assertIn("shove", str(e.exception))
+            with self.assertRaises(psclient.ShapeError):
+                w.start("pull", 0, [])
             with self.assertRaises(psclient.Error):
                 w.wait(12345)
             w.close()

@@ -59,7 +59,7 @@ std::string FlagOr(const Args& a, const std::string& flag,
 }
 
 absl::StatusOr<Connection> Connect(const Args& a, bool need_cluster) {
-  Connection c;
+  ConnectOptions options;
   double timeout_s = kDefaultConnectTimeoutSeconds;
   if (!absl::SimpleAtod(FlagOr(a, "--connect-timeout",
                                absl::StrCat(kDefaultConnectTimeoutSeconds)),
@@ -68,31 +68,21 @@ absl::StatusOr<Connection> Connect(const Args& a, bool need_cluster) {
     return absl::InvalidArgumentError(
         "--connect-timeout: not a positive number");
   }
-  c.connect_timeout = absl::Seconds(timeout_s);
-  const std::string coordinator = FlagOr(a, "--coordinator", "");
+  options.timeout = absl::Seconds(timeout_s);
+  options.coordinator = FlagOr(a, "--coordinator", "");
+  if (!options.coordinator.empty()) {
+    PS_RETURN_IF_ERROR(
+        AsUsage(ValidateHostPort(options.coordinator, "--coordinator", false)));
+  }
   // --coordinator alone reaches a plaintext, token-less coordinator; with
   // --cluster too, the cluster file still supplies TLS and the token.
-  if (!coordinator.empty() && !need_cluster && !Has(a, "--cluster")) {
-    PS_RETURN_IF_ERROR(
-        AsUsage(ValidateHostPort(coordinator, "--coordinator", false)));
-    c.coordinator = coordinator;
-    return c;
+  if (options.coordinator.empty() || need_cluster || Has(a, "--cluster")) {
+    options.cluster_file =
+        FlagOr(a, "--cluster", "configs/local/cluster.pbtxt");
   }
-  const std::string path =
-      FlagOr(a, "--cluster", "configs/local/cluster.pbtxt");
-  PS_ASSIGN_OR_RETURN(c.cluster, AsUsage(LoadClusterConfig(path)));
-  PS_ASSIGN_OR_RETURN(c.security,
-                      AsUsage(Security::FromCluster(c.cluster.config)));
-  if (!coordinator.empty()) {
-    PS_RETURN_IF_ERROR(
-        AsUsage(ValidateHostPort(coordinator, "--coordinator", false)));
-    c.coordinator = coordinator;
-    return c;
-  }
-  absl::StatusOr<std::string> addr =
-      ResolveCoordinatorAddress(c.cluster, absl::Now() + c.connect_timeout);
-  if (!addr.ok()) return absl::UnavailableError(addr.status().message());
-  c.coordinator = *std::move(addr);
+  absl::StatusOr<Connection> c = ConnectCoordinator(options);
+  if (!c.ok() && c.status().code() != absl::StatusCode::kUnavailable)
+    return AsUsage(c.status());
   return c;
 }
 

@@ -9,22 +9,14 @@
 #ifndef TOOLS_PSCTL_COMMON_H_
 #define TOOLS_PSCTL_COMMON_H_
 
-#include <chrono>
 #include <map>
-#include <memory>
 #include <ostream>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/time/clock.h"
-#include "absl/time/time.h"
-#include "common/config.h"
-#include "common/defaults.h"
-#include "common/grpc_status.h"
-#include "common/security.h"
+#include "common/coordinator_client.h"
 #include "google/protobuf/util/json_util.h"
 #include "proto/coordinator.grpc.pb.h"
 
@@ -52,13 +44,10 @@ bool Has(const Args& a, const std::string& flag);
 std::string FlagOr(const Args& a, const std::string& flag,
                    const std::string& def);
 
-// Everything a command needs to reach the cluster.
-struct Connection {
-  Security security;
-  std::string coordinator;
-  LoadedCluster cluster;  // empty when --coordinator alone was enough
-  absl::Duration connect_timeout = absl::Seconds(kDefaultConnectTimeoutSeconds);
-};
+// The connection and the coordinator client live in common/ (the Python
+// client shares them).
+using ::ps::Connection;
+using ::ps::CoordinatorClient;
 
 // Reads --connect-timeout, --coordinator and --cluster (the cluster file is
 // loaded unless --coordinator alone suffices and `need_cluster` is false).
@@ -85,37 +74,6 @@ std::string ToJson(const Message& m) {
   (void)google::protobuf::util::MessageToJsonString(m, &json, options);
   return json;
 }
-
-// Calls to the coordinator of a Connection, which it borrows (the
-// Connection must outlive it). Thread-compatible.
-class CoordinatorClient {
- public:
-  explicit CoordinatorClient(const Connection& c)
-      : c_(c),
-        stub_(Coordinator::NewStub(c.security.NewChannel(c.coordinator))) {}
-
-  // One call, waiting up to the connect timeout for the coordinator to come
-  // up (a daemon just started, or still resolving its shards). Blocks.
-  template <typename Req, typename Resp, typename Fn>
-  absl::Status Call(Fn fn, const Req& req, Resp* resp) const {
-    absl::Time deadline = absl::Now() + c_.connect_timeout;
-    while (true) {
-      grpc::ClientContext ctx;
-      ctx.set_deadline(absl::ToChronoTime(deadline));
-      ctx.set_wait_for_ready(true);
-      c_.security.Authorize(&ctx);
-      absl::Status s = FromGrpcStatus((stub_.get()->*fn)(&ctx, req, resp));
-      if (s.code() != absl::StatusCode::kUnavailable || absl::Now() >= deadline)
-        return s;
-      std::this_thread::sleep_for(
-          std::chrono::milliseconds(100));  // coordinator starting
-    }
-  }
-
- private:
-  const Connection& c_;
-  std::unique_ptr<Coordinator::Stub> stub_;
-};
 
 // Writes "psctl: MESSAGE" for a failed Connect and returns its exit code.
 int ReportConnectFailure(const absl::Status& s, std::ostream& err);

@@ -20,6 +20,8 @@ PACKAGES=(
   clang libclang-rt-14-dev                  # libFuzzer targets (fuzz/)
   clang-format-14                           # tools/format.sh
   dataset-fashion-mnist                     # /usr/share/datasets/fashion-mnist
+  libsqlite3-dev                            # the coordinator's job store
+  python3-dev pybind11-dev python3-numpy    # python/psclient (the module)
 )
 TEST_PACKAGES=(
   python3-torch                             # the PyTorch peer for benchmarks

@@ -1,0 +1,327 @@
+#include "worker/joined_worker.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "common/status_macros.h"
+
+namespace ps {
+namespace {
+
+// Longest single GetAssignment long-poll; Join polls again until its timeout.
+constexpr absl::Duration kAssignmentPoll = absl::Seconds(5);
+
+// "<host>-<pid>-<n>": unique per JoinedWorker, since the coordinator takes
+// a second registration under a name for a restart of the first worker.
+std::string DefaultName() {
+  static std::atomic<uint64_t> joined{0};
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  return absl::StrCat(host, "-", getpid(), "-", joined++);
+}
+
+}  // namespace
+
+absl::StatusOr<ParamOp> ParseParamOp(absl::string_view op,
+                                     absl::string_view field) {
+  if (op == "pull") return ParamOp::kPull;
+  if (op == "push") return ParamOp::kPush;
+  if (op == "pushpull" || op == "push_pull") return ParamOp::kPushPull;
+  return absl::InvalidArgumentError(
+      absl::StrCat(field, ": \"", op, "\" is not pull, push or pushpull"));
+}
+
+const char* ParamOpName(ParamOp op) {
+  switch (op) {
+    case ParamOp::kPull:
+      return "pull";
+    case ParamOp::kPush:
+      return "push";
+    case ParamOp::kPushPull:
+      return "pushpull";
+  }
+  return "?";
+}
+
+JoinedWorker::JoinedWorker(const Connection& connection,
+                           const JoinOptions& options)
+    : connection_(connection), options_(options), coordinator_(connection_) {}
+
+absl::StatusOr<std::unique_ptr<JoinedWorker>> JoinedWorker::Join(
+    const Connection& connection, const JoinOptions& options) {
+  if (options.job_id.empty())
+    return absl::InvalidArgumentError("job_id: empty");
+  if (options.timeout <= absl::ZeroDuration())
+    return absl::InvalidArgumentError("timeout: not a positive duration");
+  // Not make_unique: the constructor is private.
+  std::unique_ptr<JoinedWorker> w(new JoinedWorker(connection, options));
+  PS_RETURN_IF_ERROR(w->Register());
+  w->heartbeat_ = std::thread([p = w.get()] { p->HeartbeatLoop(); });
+  PS_RETURN_IF_ERROR(w->AwaitAssignment());
+  PS_RETURN_IF_ERROR(w->Setup());
+  return w;
+}
+
+JoinedWorker::~JoinedWorker() { Close(); }
+
+absl::Status JoinedWorker::Register() {
+  RegisterWorkerRequest req;
+  req.set_name(options_.name.empty() ? DefaultName() : options_.name);
+  req.set_job_id(options_.job_id);
+  req.add_devices("cpu:0");
+  RegisterWorkerResponse resp;
+  absl::Status s = coordinator_.CallUntil(
+      &Coordinator::Stub::RegisterWorker, req, &resp,
+      absl::Now() + std::min(options_.timeout, options_.control_deadline));
+  if (!s.ok()) {
+    return absl::Status(
+        s.code(), absl::StrCat("registering for job ", options_.job_id,
+                               " with the coordinator at ",
+                               connection_.coordinator, ": ", s.message()));
+  }
+  worker_id_ = resp.worker_id();
+  heartbeat_interval_ = absl::Milliseconds(resp.heartbeat_interval_ms() > 0
+                                               ? resp.heartbeat_interval_ms()
+                                               : kDefaultHeartbeatIntervalMs);
+  return absl::OkStatus();
+}
+
+absl::Status JoinedWorker::AwaitAssignment() {
+  const absl::Time give_up = absl::Now() + options_.timeout;
+  while (true) {
+    if (aborted()) return AbortedStatus("waiting for its assignment");
+    absl::Duration left = give_up - absl::Now();
+    if (left <= absl::ZeroDuration()) return JoinTimeout();
+    GetAssignmentRequest req;
+    req.set_worker_id(worker_id_);
+    req.set_wait_ms(static_cast<uint32_t>(
+        absl::ToInt64Milliseconds(std::min(left, kAssignmentPoll))));
+    GetAssignmentResponse resp;
+    absl::Status s =
+        coordinator_.CallUntil(&Coordinator::Stub::GetAssignment, req, &resp,
+                               absl::Now() + std::min(left, kAssignmentPoll) +
+                                   options_.control_deadline);
+    if (s.code() == absl::StatusCode::kDeadlineExceeded) continue;
+    if (!s.ok()) {
+      return absl::Status(s.code(),
+                          absl::StrCat("waiting for the assignment of job ",
+                                       options_.job_id, ": ", s.message()));
+    }
+    if (!resp.has_assignment()) continue;
+    if (resp.assignment().job_id() != options_.job_id) {
+      return absl::InternalError(absl::StrCat(
+          "the coordinator assigned job ", resp.assignment().job_id(),
+          " to a worker registered for job ", options_.job_id));
+    }
+    assignment_ = resp.assignment();
+    return absl::OkStatus();
+  }
+}
+
+absl::Status JoinedWorker::JoinTimeout() const {
+  GetJobRequest req;
+  req.set_job_id(options_.job_id);
+  JobStatus job;
+  absl::Status s = coordinator_.Call(&Coordinator::Stub::GetJob, req, &job);
+  std::string state =
+      s.ok() ? absl::StrCat(JobState_Name(job.state()),
+                            job.reason().empty() ? "" : ": ", job.reason())
+             : absl::StrCat("state unknown: ", s.message());
+  return absl::DeadlineExceededError(absl::StrCat(
+      "job ", options_.job_id, " did not assign this worker (", worker_id_,
+      ") within ", absl::FormatDuration(options_.timeout), "; the job is ",
+      state));
+}
+
+absl::Status JoinedWorker::Setup() {
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<AsyncPsClient> client,
+                      AsyncPsClient::Create(options_.client, assignment_,
+                                            &connection_.security));
+  for (const TensorSpec& t : assignment_.spec().tensors()) {
+    FlatTensor f;
+    f.name = t.name();
+    f.shape.assign(t.shape().begin(), t.shape().end());
+    PS_ASSIGN_OR_RETURN(auto range, client->plan().TensorRange(t.name()));
+    f.offset = range.first;
+    f.size = range.second;
+    tensors_.push_back(std::move(f));
+  }
+  params_.assign(client->num_parameters(), 0.0f);
+  grads_.assign(client->num_parameters(), 0.0f);
+  absl::MutexLock l(&mu_);
+  client_ = std::move(client);
+  return absl::OkStatus();
+}
+
+void JoinedWorker::HeartbeatLoop() {
+  while (!closing_.WaitForNotificationWithTimeout(heartbeat_interval_)) {
+    HeartbeatRequest req;
+    req.set_worker_id(worker_id_);
+    HeartbeatResponse resp;
+    absl::Status s = coordinator_.CallUntil(
+        &Coordinator::Stub::Heartbeat, req, &resp,
+        absl::Now() + std::min(heartbeat_interval_, options_.control_deadline));
+    if (!s.ok()) continue;  // the next beat tries again
+    if (resp.abort_job()) SetAborted(resp.reason());
+    if (resp.reregister()) {
+      SetAborted(absl::StrCat("the coordinator no longer knows worker ",
+                              worker_id_, " (it restarted); join again"));
+    }
+  }
+}
+
+void JoinedWorker::SetAborted(const std::string& reason) {
+  absl::MutexLock l(&mu_);
+  if (!aborted_) aborted_ = reason.empty() ? "no reason given" : reason;
+}
+
+std::optional<std::string> JoinedWorker::aborted() const {
+  absl::MutexLock l(&mu_);
+  return aborted_;
+}
+
+absl::Status JoinedWorker::AbortedStatus(absl::string_view during) const {
+  return absl::AbortedError(absl::StrCat("job ", options_.job_id,
+                                         " was aborted (", during,
+                                         "): ", aborted().value_or("")));
+}
+
+absl::StatusOr<uint64_t> JoinedWorker::Start(
+    ParamOp op, uint64_t step, const std::vector<std::string>& tensors,
+    int priority) {
+  std::shared_ptr<AsyncPsClient> client;
+  {
+    absl::MutexLock l(&mu_);
+    if (closed_) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("worker of job ", options_.job_id, " is closed"));
+    }
+    client = client_;
+  }
+  for (const std::string& t : tensors) {
+    if (!client->plan().TensorRange(t).ok()) {
+      std::vector<std::string> names;
+      for (const FlatTensor& f : tensors_) names.push_back(f.name);
+      return absl::NotFoundError(absl::StrCat(
+          "tensor \"", t, "\": job ", options_.job_id,
+          " has no such tensor (it has ", absl::StrJoin(names, ", "), ")"));
+    }
+  }
+  ParamRequest r;
+  r.op = op;
+  r.step = step;
+  if (tensors.size() == 1) {
+    r.tensor = tensors[0];
+  } else {
+    r.tensors = tensors;
+  }
+  if (op != ParamOp::kPull) r.gradient = grads_;
+  if (op != ParamOp::kPush) r.params = absl::MakeSpan(params_);
+  r.priority = priority;
+  RequestHandle h = client->Start(std::move(r));
+  absl::MutexLock l(&mu_);
+  uint64_t id = next_handle_++;
+  pending_[id] = Pending{h, op, step};
+  return id;
+}
+
+absl::Status JoinedWorker::Wait(uint64_t handle, absl::Time deadline) {
+  std::shared_ptr<AsyncPsClient> client;
+  Pending p;
+  {
+    absl::MutexLock l(&mu_);
+    auto it = pending_.find(handle);
+    if (it == pending_.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("handle ", handle, ": not a request of job ",
+                       options_.job_id, " that is still to be waited for"));
+    }
+    if (it->second.waiting) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "handle ", handle, ": another thread is waiting for it"));
+    }
+    it->second.waiting = true;
+    p = it->second;
+    client = client_;
+  }
+  absl::Status s = client->Wait(p.handle, deadline);
+  if (s.code() == absl::StatusCode::kDeadlineExceeded) {
+    absl::MutexLock l(&mu_);
+    auto it = pending_.find(handle);
+    if (it != pending_.end()) it->second.waiting = false;
+    return absl::DeadlineExceededError(absl::StrCat(
+        "job ", options_.job_id, ": ", ParamOpName(p.op), " of step ", p.step,
+        " (handle ", handle, ") is not over yet; it carries on"));
+  }
+  {
+    absl::MutexLock l(&mu_);
+    pending_.erase(handle);
+  }
+  if (s.ok()) return s;
+  if (aborted()) {
+    return AbortedStatus(absl::StrCat(ParamOpName(p.op), " of step ", p.step,
+                                      ": ", s.message()));
+  }
+  return absl::Status(
+      s.code(), absl::StrCat("job ", options_.job_id, ": ", ParamOpName(p.op),
+                             " of step ", p.step, ": ", s.message()));
+}
+
+absl::Status JoinedWorker::Report(const Progress& progress, bool finished,
+                                  const std::string& error) {
+  ProgressReport r;
+  r.set_worker_id(worker_id_);
+  r.set_job_id(options_.job_id);
+  r.set_rank(assignment_.rank());
+  *r.mutable_progress() = progress;
+  r.set_finished(finished);
+  r.set_error(error);
+  ProgressReportResponse resp;
+  absl::Status s =
+      coordinator_.CallUntil(&Coordinator::Stub::ReportProgress, r, &resp,
+                             absl::Now() + options_.control_deadline);
+  if (!s.ok()) {
+    return absl::Status(
+        s.code(),
+        absl::StrCat("progress report of job ", options_.job_id, " to ",
+                     connection_.coordinator, ": ", s.message()));
+  }
+  if (resp.abort_job()) {
+    SetAborted(resp.reason());
+    return AbortedStatus("progress report");
+  }
+  return absl::OkStatus();
+}
+
+void JoinedWorker::Close() {
+  std::shared_ptr<AsyncPsClient> client;
+  std::vector<RequestHandle> cancel, wait;
+  {
+    absl::MutexLock l(&mu_);
+    if (closed_) return;
+    closed_ = true;
+    client = std::move(client_);
+    for (const auto& [id, p] : pending_) {
+      cancel.push_back(p.handle);
+      // A handle that another thread waits for is that thread's to finish
+      // (AsyncPsClient takes one waiter per handle).
+      if (!p.waiting) wait.push_back(p.handle);
+    }
+    pending_.clear();
+  }
+  if (!closing_.HasBeenNotified()) closing_.Notify();
+  if (heartbeat_.joinable()) heartbeat_.join();
+  if (client == nullptr) return;
+  for (const RequestHandle& h : cancel) client->Cancel(h);
+  for (const RequestHandle& h : wait) (void)client->Wait(h);
+  // Waits still running in other threads hold their own reference; the
+  // last one out destroys the client, which waits for every request.
+}
+
+}  // namespace ps

@@ -7,6 +7,8 @@
 #   tools/setup.sh --test   also the test-only packages: the PyTorch peer and
 #                           charts, and Slurm + munge for the real-Slurm test
 #                           (tools/test.sh and .ci/run pass it)
+#   tools/setup.sh --torch  also PyTorch, for the Python examples
+#                           (tools/demo.sh SCRIPT.py)
 set -euo pipefail
 
 PACKAGES=(
@@ -23,8 +25,11 @@ PACKAGES=(
   libsqlite3-dev                            # the coordinator's job store
   python3-dev pybind11-dev python3-numpy    # python/psclient (the module)
 )
+TORCH_PACKAGES=(
+  python3-torch                             # PyTorch: peers, examples/
+)
 TEST_PACKAGES=(
-  python3-torch                             # the PyTorch peer for benchmarks
+  "${TORCH_PACKAGES[@]}"
   python3-matplotlib                        # tools/plot_scaling.py charts
   slurmctld slurmd slurm-client munge       # tests/slurm_test.sh (tools/slurm/)
 )
@@ -32,8 +37,9 @@ TEST_PACKAGES=(
 case "${1:-}" in
   "") ;;
   --test) PACKAGES+=("${TEST_PACKAGES[@]}") ;;
+  --torch) PACKAGES+=("${TORCH_PACKAGES[@]}") ;;
   *)
-    echo "setup: unknown argument '$1' (usage: tools/setup.sh [--test])" >&2
+    echo "setup: unknown argument '$1' (usage: tools/setup.sh [--test|--torch])" >&2
     exit 2
     ;;
 esac

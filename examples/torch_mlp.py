@@ -1,0 +1,66 @@
+#!/usr/bin/python3
+"""A PyTorch MLP on Fashion-MNIST, trained through the parameter servers.
+
+    tools/demo.sh examples/torch_mlp.py            # a local cluster, 2 workers
+    python3 -m psclient.run --cluster=configs/local/cluster.pbtxt --workers=2 \
+        examples/torch_mlp.py --epochs=5
+
+Against a plain PyTorch loop, the lines marked "# ps" are the changes: join
+the job (the shards hold the parameters and run the optimizer), split the
+data by the rank it gives, and call ps.step() where optimizer.step() was.
+"""
+
+import argparse
+import os
+import sys
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fmnist  # noqa: E402
+import psclient.torch  # noqa: E402  # ps
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--job", default="torch-mlp")
+    p.add_argument("--epochs", type=int, default=5)
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--lr", type=float, default=0.025)
+    p.add_argument("--mode", default="bsp", choices=["bsp", "asp", "ssp"])
+    p.add_argument("--max-train", type=int, default=0, help="0: all 60000")
+    p.add_argument("--seed", type=int, default=0)
+    a = p.parse_args()
+    torch.manual_seed(a.seed)
+    torch.set_num_threads(1)
+
+    model = nn.Sequential(nn.Flatten(), nn.Linear(784, 256), nn.ReLU(),
+                          nn.Linear(256, 128), nn.ReLU(), nn.Linear(128, 10))
+    ps = psclient.torch.join(  # ps
+        model, job=a.job, mode=a.mode, batch_size=a.batch_size, seed=a.seed,
+        optimizer={"kind": "SGD", "learning_rate": a.lr, "momentum": 0.9})
+    train = fmnist.load("train", limit=a.max_train)
+    test = fmnist.load("t10k")
+    sampler = torch.utils.data.DistributedSampler(  # ps
+        train, num_replicas=ps.world_size, rank=ps.rank, seed=a.seed,
+        drop_last=True)
+    loader = torch.utils.data.DataLoader(train, batch_size=a.batch_size,
+                                         sampler=sampler, drop_last=True)
+    for epoch in range(a.epochs):
+        sampler.set_epoch(epoch)
+        for x, y in ps.timed(loader):  # ps: timed() counts the data wait
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            ps.step(loss=loss.item())  # ps: was optimizer.step()
+        if ps.rank == 0:  # one worker evaluates; psctl status shows it
+            acc = fmnist.accuracy(model, test)
+            ps.report(epoch=epoch + 1, test_accuracy=acc)
+            print("rank 0 epoch %d step %d loss %.4f test_accuracy %.4f"
+                  % (epoch + 1, ps.step_count, loss.item(), acc), flush=True)
+    ps.finish()  # ps
+
+
+if __name__ == "__main__":
+    main()

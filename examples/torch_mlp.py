@@ -13,6 +13,7 @@ data by the rank it gives, and call ps.step() where optimizer.step() was.
 import argparse
 import os
 import sys
+import time
 
 import torch
 import torch.nn as nn
@@ -48,17 +49,23 @@ def main():
         drop_last=True)
     loader = torch.utils.data.DataLoader(train, batch_size=a.batch_size,
                                          sampler=sampler, drop_last=True)
+    trained, train_s = 0, 0.0
     for epoch in range(a.epochs):
         sampler.set_epoch(epoch)
+        t0 = time.monotonic()
         for x, y in ps.timed(loader):  # ps: timed() counts the data wait
             loss = F.cross_entropy(model(x), y)
             loss.backward()
             ps.step(loss=loss.item())  # ps: was optimizer.step()
+            trained += len(y)
+        train_s += time.monotonic() - t0
         if ps.rank == 0:  # one worker evaluates; psctl status shows it
             acc = fmnist.accuracy(model, test)
             ps.report(epoch=epoch + 1, test_accuracy=acc)
-            print("rank 0 epoch %d step %d loss %.4f test_accuracy %.4f"
-                  % (epoch + 1, ps.step_count, loss.item(), acc), flush=True)
+            print("rank 0 epoch %d step %d loss %.4f test_accuracy %.4f "
+                  "samples_per_s %.1f"
+                  % (epoch + 1, ps.step_count, loss.item(), acc,
+                     trained * ps.world_size / train_s), flush=True)
     ps.finish()  # ps
 
 

@@ -31,6 +31,9 @@ def _parse(argv):
                    help="processes to start (default 1)")
     p.add_argument("--timeout", type=float, default=0,
                    help="stop every worker after this many seconds (0: never)")
+    p.add_argument("--cpus", default="",
+                   help="pin worker i to the i-th of these comma-separated "
+                        "CPU numbers (round robin), e.g. 0,1")
     p.add_argument("--grace", type=float, default=10,
                    help="seconds between SIGTERM and SIGKILL (default 10)")
     p.add_argument("script")
@@ -44,6 +47,15 @@ def _parse(argv):
         p.error("--cluster: no file %r" % a.cluster)
     if not os.path.isfile(a.script):
         p.error("script: no file %r" % a.script)
+    try:
+        a.cpus = [int(c) for c in a.cpus.split(",") if c.strip()]
+    except ValueError:
+        p.error("--cpus: want comma-separated CPU numbers, got %r" % a.cpus)
+    usable = os.sched_getaffinity(0)
+    for c in a.cpus:
+        if c not in usable:
+            p.error("--cpus: CPU %d is not available (have %s)"
+                    % (c, sorted(usable)))
     return a
 
 
@@ -86,8 +98,13 @@ def main(argv=None):
     for i in range(a.workers):
         wenv = dict(env)
         wenv["PSCLIENT_WORKER_NAME"] = "%s-%d-w%d" % (host, os.getpid(), i)
+        pin = None
+        if a.cpus:
+            cpu = a.cpus[i % len(a.cpus)]
+            pin = lambda cpu=cpu: os.sched_setaffinity(0, {cpu})  # noqa: E731
         p = subprocess.Popen([sys.executable, a.script] + a.args, env=wenv,
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             preexec_fn=pin)
         procs.append(p)
         t = threading.Thread(target=_pump, args=(b"[w%d] " % i, p.stdout, lock),
                              daemon=True)

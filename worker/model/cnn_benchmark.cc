@@ -55,8 +55,8 @@ double CnnTrainFlops(const ModelSpec& spec, double batch) {
   double flops = 0;
   bool first = true;
   for (const ConvLayerShape& s : CnnConvLayers(spec.cnn())) {
-    const double mac = batch * s.in_h * s.in_w * s.kernel * s.kernel *
-                       s.in_c * s.filters;
+    const double mac =
+        batch * s.in_h * s.in_w * s.kernel * s.kernel * s.in_c * s.filters;
     flops += 2 * mac * (first ? 2 : 3);
     first = false;
   }
@@ -88,14 +88,15 @@ void BM_CnnTrainStep(benchmark::State& state) {
   double loss = 0;
   for (auto _ : state) {
     absl::Status s =
-        (*model)->ComputeGradient(params.data(), x.data(), labels.data(),
-                                  batch, grad.data(), &loss, nullptr);
+        (*model)->ComputeGradient(params.data(), x.data(), labels.data(), batch,
+                                  grad.data(), &loss, nullptr);
     if (!s.ok()) return state.SkipWithError("ComputeGradient failed");
     benchmark::DoNotOptimize(grad.data());
   }
   state.SetItemsProcessed(state.iterations() * batch);
-  state.counters["GFLOPs"] = benchmark::Counter(
-      CnnTrainFlops(spec, batch) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GFLOPs"] =
+      benchmark::Counter(CnnTrainFlops(spec, batch) * 1e-9,
+                         benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_CnnTrainStep)
     ->ArgNames({"batch", "threads"})
@@ -130,11 +131,11 @@ void BM_Sgemm(benchmark::State& state) {
 }
 BENCHMARK(BM_Sgemm)
     ->ArgNames({"m", "k", "n", "trans"})
-    ->Args({64 * 28 * 28, 25, 32, 0})     // conv1 forward
-    ->Args({64 * 14 * 14, 800, 64, 0})    // conv2 forward
-    ->Args({800, 64 * 14 * 14, 64, 1})    // conv2 dW
-    ->Args({64 * 14 * 14, 64, 800, 2})    // conv2 d_cols
-    ->Args({64, 3136, 1024, 0})           // fc0 forward
+    ->Args({64 * 28 * 28, 25, 32, 0})   // conv1 forward
+    ->Args({64 * 14 * 14, 800, 64, 0})  // conv2 forward
+    ->Args({800, 64 * 14 * 14, 64, 1})  // conv2 dW
+    ->Args({64 * 14 * 14, 64, 800, 2})  // conv2 d_cols
+    ->Args({64, 3136, 1024, 0})         // fc0 forward
     ->UseRealTime();
 
 }  // namespace

@@ -22,10 +22,9 @@ namespace {
 enum class Op { kIm2Col, kCol2Im, kMaxPool, kMaxPoolBackward };
 
 ImageShape ShapeOf(const benchmark::State& state) {
-  return ImageShape{static_cast<int>(state.range(0)),
-                    static_cast<int>(state.range(1)),
-                    static_cast<int>(state.range(2)),
-                    static_cast<int>(state.range(3))};
+  return ImageShape{
+      static_cast<int>(state.range(0)), static_cast<int>(state.range(1)),
+      static_cast<int>(state.range(2)), static_cast<int>(state.range(3))};
 }
 
 size_t Elements(const ImageShape& s) {
@@ -90,16 +89,16 @@ void BM_MaxPoolBackward(benchmark::State& state) {
 }
 
 // conv1 (28x28x1, 5x5) and conv2 (14x14x32, 5x5) at batch 64.
-#define CONV_SHAPES()                          \
-  ArgNames({"n", "h", "w", "c", "k"})          \
-      ->Args({64, 28, 28, 1, 5})               \
-      ->Args({64, 14, 14, 32, 5})              \
+#define CONV_SHAPES()                 \
+  ArgNames({"n", "h", "w", "c", "k"}) \
+      ->Args({64, 28, 28, 1, 5})      \
+      ->Args({64, 14, 14, 32, 5})     \
       ->UseRealTime()
 // pool 1 (28x28x32) and pool 2 (14x14x64) at batch 64.
-#define POOL_SHAPES()                          \
-  ArgNames({"n", "h", "w", "c", "pool"})       \
-      ->Args({64, 28, 28, 32, 2})              \
-      ->Args({64, 14, 14, 64, 2})              \
+#define POOL_SHAPES()                    \
+  ArgNames({"n", "h", "w", "c", "pool"}) \
+      ->Args({64, 28, 28, 32, 2})        \
+      ->Args({64, 14, 14, 64, 2})        \
       ->UseRealTime()
 
 BENCHMARK(BM_Im2Col)->CONV_SHAPES();

@@ -10,6 +10,8 @@
 //
 // Arguments: batch size, OpenBLAS threads (process-wide; see cpu_backend.h).
 // Rates use wall time: on a shared machine, compare runs taken side by side.
+// The label names OpenBLAS's kernel set: "Prescott" on a CPU with AVX-512
+// means OPENBLAS_CORETYPE=SkylakeX is missing (CpuBackend::BlasCoreAdvice).
 // Per-op figures (Im2Col, Col2Im, pooling) are in
 // //worker/backend/cpu:cpu_conv_benchmark.
 
@@ -94,6 +96,7 @@ void BM_CnnTrainStep(benchmark::State& state) {
     benchmark::DoNotOptimize(grad.data());
   }
   state.SetItemsProcessed(state.iterations() * batch);
+  state.SetLabel("openblas:" + CpuBackend::BlasCore());
   state.counters["GFLOPs"] =
       benchmark::Counter(CnnTrainFlops(spec, batch) * 1e-9,
                          benchmark::Counter::kIsIterationInvariantRate);
@@ -126,6 +129,7 @@ void BM_Sgemm(benchmark::State& state) {
                 ta ? m : k, b.data(), tb ? k : n, 0.0f, c.data(), n);
     benchmark::DoNotOptimize(c.data());
   }
+  state.SetLabel("openblas:" + CpuBackend::BlasCore());
   state.counters["GFLOPs"] = benchmark::Counter(
       2.0 * m * n * k * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }

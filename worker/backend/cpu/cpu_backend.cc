@@ -7,6 +7,7 @@
 #include <cstring>
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "worker/backend/arg_checks.h"
 #include "worker/backend/cpu/conv_loops.h"
@@ -18,6 +19,7 @@
 // does not (the symbols come from libopenblas either way).
 extern "C" void openblas_set_num_threads(int);
 extern "C" int openblas_get_num_threads(void);
+extern "C" char* openblas_get_corename(void);
 
 namespace ps {
 namespace {
@@ -53,6 +55,41 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(
 }
 
 int CpuBackend::BlasThreads() { return openblas_get_num_threads(); }
+
+std::string CpuBackend::BlasCore() {
+  const char* name = openblas_get_corename();
+  return name == nullptr ? "" : name;
+}
+
+std::string CpuBackend::BlasCoreAdvice() {
+  return BlasCoreAdviceFor(BlasCore(), __builtin_cpu_supports("avx2"),
+                           __builtin_cpu_supports("avx512f"));
+}
+
+std::string CpuBackend::BlasCoreAdviceFor(absl::string_view core, bool cpu_avx2,
+                                          bool cpu_avx512) {
+  // OpenBLAS's x86-64 kernel sets with AVX-512 and with AVX2 sgemm kernels.
+  constexpr absl::string_view kAvx512[] = {"skylakex", "cooperlake",
+                                           "sapphirerapids"};
+  constexpr absl::string_view kAvx2[] = {"haswell", "zen", "excavator"};
+  const std::string name = absl::AsciiStrToLower(core);
+  auto in = [&name](const auto& list) {
+    return std::find(std::begin(list), std::end(list), name) != std::end(list);
+  };
+  const char* want = nullptr;
+  if (cpu_avx512 && !in(kAvx512)) {
+    want = "SkylakeX";
+  } else if (cpu_avx2 && !cpu_avx512 && !in(kAvx2) && !in(kAvx512)) {
+    want = "Haswell";
+  }
+  if (want == nullptr) return "";
+  return absl::StrCat("OpenBLAS runs its \"", core,
+                      "\" kernels although this CPU has ",
+                      cpu_avx512 ? "AVX-512" : "AVX2",
+                      ": sgemm is several times slower than it could be; set "
+                      "OPENBLAS_CORETYPE=",
+                      want, " in the environment that starts this process");
+}
 
 void CpuBackend::Record(absl::Status status) {
   if (error_.ok()) error_ = std::move(status);

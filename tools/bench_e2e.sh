@@ -17,6 +17,10 @@
 # throughput run: the job trains on the first 2BN images
 # (data.max_train_examples; rows b and e: N steps of B per worker) and
 # PyTorch gets --steps-per-epoch N. docs/BENCHMARKS.md, "Built-in CNN".
+# The environment passes to every process: where workerd warns that OpenBLAS
+# runs kernels below the CPU (CpuBackend::BlasCoreAdvice), run this script
+# with the OPENBLAS_CORETYPE it names; Debian's torch then gets the same
+# kernels for its Linear layers.
 #
 # Rows, for each B in --batches (B = examples per compute replica per step,
 # so every row trains on a GLOBAL batch of 2B per step and takes the same

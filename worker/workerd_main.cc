@@ -1,6 +1,7 @@
 // workerd --config=FILE: the worker daemon (see worker/workerd.h).
 #include <csignal>
 #include <iostream>
+#include <string>
 #include <thread>
 
 #include "absl/flags/flag.h"
@@ -11,6 +12,7 @@
 #include "common/process_tuning.h"
 #include "common/signals.h"
 #include "spdlog/spdlog.h"
+#include "worker/backend/backend_factory.h"
 #include "worker/workerd.h"
 
 ABSL_FLAG(std::string, config, "",
@@ -45,6 +47,13 @@ int main(int argc, char** argv) {
   if (absl::Status s = ps::InitLogging("workerd", level); !s.ok()) {
     std::cerr << s.message() << "\n";
     return 2;
+  }
+  for (const std::string& device : config->workerd.devices()) {
+    if (device.rfind("cpu:", 0) != 0) continue;
+    if (std::string advice = ps::CpuBlasAdvice(); !advice.empty()) {
+      spdlog::warn("{}", advice);
+    }
+    break;
   }
   ps::Workerd workerd(*config);
   std::thread stopper([&] {

@@ -76,6 +76,8 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(
 #endif
 }
 
+std::string CpuBlasAdvice() { return CpuBackend::BlasCoreAdvice(); }
+
 bool CudaBuilt() {
 #ifdef PS_HAVE_CUDA
   return true;

@@ -26,6 +26,10 @@ namespace ps {
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(
     const std::string& device, int cpu_threads);
 
+// CpuBackend::BlasCoreAdvice(): empty, or a warning that OpenBLAS runs
+// kernels below this CPU's vector unit and the OPENBLAS_CORETYPE to set.
+std::string CpuBlasAdvice();
+
 // True when this binary was built with the CUDA backend.
 bool CudaBuilt();
 

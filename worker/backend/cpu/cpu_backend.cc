@@ -7,8 +7,10 @@
 #include <cstring>
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "worker/backend/arg_checks.h"
+#include "worker/backend/cpu/conv_loops.h"
 #include "worker/backend/cpu/embedding_loops.h"
 #include "worker/backend/elementwise.h"
 
@@ -17,6 +19,7 @@
 // does not (the symbols come from libopenblas either way).
 extern "C" void openblas_set_num_threads(int);
 extern "C" int openblas_get_num_threads(void);
+extern "C" char* openblas_get_corename(void);
 
 namespace ps {
 namespace {
@@ -52,6 +55,41 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(
 }
 
 int CpuBackend::BlasThreads() { return openblas_get_num_threads(); }
+
+std::string CpuBackend::BlasCore() {
+  const char* name = openblas_get_corename();
+  return name == nullptr ? "" : name;
+}
+
+std::string CpuBackend::BlasCoreAdvice() {
+  return BlasCoreAdviceFor(BlasCore(), __builtin_cpu_supports("avx2"),
+                           __builtin_cpu_supports("avx512f"));
+}
+
+std::string CpuBackend::BlasCoreAdviceFor(absl::string_view core, bool cpu_avx2,
+                                          bool cpu_avx512) {
+  // OpenBLAS's x86-64 kernel sets with AVX-512 and with AVX2 sgemm kernels.
+  constexpr absl::string_view kAvx512[] = {"skylakex", "cooperlake",
+                                           "sapphirerapids"};
+  constexpr absl::string_view kAvx2[] = {"haswell", "zen", "excavator"};
+  const std::string name = absl::AsciiStrToLower(core);
+  auto in = [&name](const auto& list) {
+    return std::find(std::begin(list), std::end(list), name) != std::end(list);
+  };
+  const char* want = nullptr;
+  if (cpu_avx512 && !in(kAvx512)) {
+    want = "SkylakeX";
+  } else if (cpu_avx2 && !cpu_avx512 && !in(kAvx2) && !in(kAvx512)) {
+    want = "Haswell";
+  }
+  if (want == nullptr) return "";
+  return absl::StrCat("OpenBLAS runs its \"", core,
+                      "\" kernels although this CPU has ",
+                      cpu_avx512 ? "AVX-512" : "AVX2",
+                      ": sgemm is several times slower than it could be; set "
+                      "OPENBLAS_CORETYPE=",
+                      want, " in the environment that starts this process");
+}
 
 void CpuBackend::Record(absl::Status status) {
   if (error_.ok()) error_ = std::move(status);
@@ -163,35 +201,7 @@ void CpuBackend::Im2Col(const ImageShape& shape, int kernel, const float* x,
   absl::Status s =
       CheckWindowArgs("Im2Col", WindowOp::kConv, shape, kernel, x, cols);
   if (!s.ok()) return Record(std::move(s));
-  // Row by row, each a copy (so the same bits as elementwise::Im2ColAt):
-  // the k x k x c patch of one pixel stays in L1 while its row is written.
-  const int k = kernel;
-  const int p = (k - 1) / 2;
-  const int h = shape.height, w = shape.width, ch = shape.channels;
-  const size_t row_len = static_cast<size_t>(k) * k * ch;
-  float* __restrict out = cols;
-  for (int n = 0; n < shape.batch; ++n) {
-    const float* __restrict image = x + static_cast<size_t>(n) * h * w * ch;
-    for (int y = 0; y < h; ++y) {
-      for (int px = 0; px < w; ++px, out += row_len) {
-        for (int c = 0; c < ch; ++c) {
-          for (int i = 0; i < k; ++i) {
-            float* __restrict dst = out + (c * k + i) * k;
-            const int iy = y + i - p;
-            if (iy < 0 || iy >= h) {
-              std::fill(dst, dst + k, 0.0f);
-              continue;
-            }
-            const float* src = image + static_cast<size_t>(iy) * w * ch + c;
-            for (int j = 0; j < k; ++j) {
-              const int ix = px + j - p;
-              dst[j] = ix < 0 || ix >= w ? 0.0f : src[ix * ch];
-            }
-          }
-        }
-      }
-    }
-  }
+  cpu_internal::Im2ColLoop(shape, kernel, x, cols);
 }
 
 void CpuBackend::Col2Im(const ImageShape& shape, int kernel, const float* cols,
@@ -199,10 +209,7 @@ void CpuBackend::Col2Im(const ImageShape& shape, int kernel, const float* cols,
   absl::Status s =
       CheckWindowArgs("Col2Im", WindowOp::kConv, shape, kernel, cols, dx);
   if (!s.ok()) return Record(std::move(s));
-  const size_t n = ImageElements(shape);
-  for (size_t e = 0; e < n; ++e) {
-    dx[e] = elementwise::Col2ImAt(shape, kernel, cols, e);
-  }
+  cpu_internal::Col2ImLoop(shape, kernel, cols, dx);
 }
 
 void CpuBackend::MaxPool(const ImageShape& shape, int pool, const float* x,
@@ -210,10 +217,7 @@ void CpuBackend::MaxPool(const ImageShape& shape, int pool, const float* x,
   absl::Status s =
       CheckWindowArgs("MaxPool", WindowOp::kPool, shape, pool, x, y, argmax);
   if (!s.ok()) return Record(std::move(s));
-  const size_t n = PooledElements(shape, pool);
-  for (size_t o = 0; o < n; ++o) {
-    y[o] = elementwise::MaxPoolAt(shape, pool, x, o, argmax + o);
-  }
+  cpu_internal::MaxPoolLoop(shape, pool, x, y, argmax);
 }
 
 void CpuBackend::MaxPoolBackward(const ImageShape& shape, int pool,
@@ -222,10 +226,7 @@ void CpuBackend::MaxPoolBackward(const ImageShape& shape, int pool,
   absl::Status s = CheckWindowArgs("MaxPoolBackward", WindowOp::kPool, shape,
                                    pool, argmax, dy, dx);
   if (!s.ok()) return Record(std::move(s));
-  const size_t n = ImageElements(shape);
-  for (size_t e = 0; e < n; ++e) {
-    dx[e] = elementwise::MaxPoolGradAt(shape, pool, argmax, dy, e);
-  }
+  cpu_internal::MaxPoolBackwardLoop(shape, pool, argmax, dy, dx);
 }
 
 void CpuBackend::Axpy(size_t n, float alpha, const float* x, float* y) {

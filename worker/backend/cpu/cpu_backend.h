@@ -26,6 +26,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "worker/backend/backend.h"
 #include "worker/backend/cpu/embedding_loops.h"
 
@@ -43,6 +44,20 @@ class CpuBackend final : public Backend {
 
   // OpenBLAS's current process-wide thread count.
   static int BlasThreads();
+
+  // The OpenBLAS kernel set in use ("Haswell", "SkylakeX", ...): chosen when
+  // the library loads, from the CPU or the OPENBLAS_CORETYPE variable.
+  static std::string BlasCore();
+
+  // Empty when BlasCore() uses the widest vector unit this CPU has; else a
+  // one-line warning naming the OPENBLAS_CORETYPE to set before the process
+  // starts. OpenBLAS builds misdetect CPUs newer than themselves: 0.3.21 runs
+  // its SSE3 "Prescott" kernels on Sapphire Rapids, with 3-4x slower sgemm
+  // (docs/BENCHMARKS.md, "Built-in CNN").
+  static std::string BlasCoreAdvice();
+  // The same for a given kernel set and CPU (for tests).
+  static std::string BlasCoreAdviceFor(absl::string_view core, bool cpu_avx2,
+                                       bool cpu_avx512);
 
   const std::string& device() const override { return device_; }
   bool host_memory() const override { return true; }

@@ -349,5 +349,27 @@ TEST(CpuBackendTest, ConcurrentBackendsAgreeWithSequential) {
   }
 }
 
+TEST(CpuBackendTest, BlasCoreAdviceNamesTheKernelsToSet) {
+  // The case that cost 3-4x: OpenBLAS 0.3.21 on Sapphire Rapids.
+  const std::string advice =
+      CpuBackend::BlasCoreAdviceFor("Prescott", true, true);
+  EXPECT_NE(advice.find("\"Prescott\""), std::string::npos) << advice;
+  EXPECT_NE(advice.find("OPENBLAS_CORETYPE=SkylakeX"), std::string::npos)
+      << advice;
+  EXPECT_NE(CpuBackend::BlasCoreAdviceFor("Haswell", true, true)
+                .find("OPENBLAS_CORETYPE=SkylakeX"),
+            std::string::npos);
+  EXPECT_NE(CpuBackend::BlasCoreAdviceFor("Sandybridge", true, false)
+                .find("OPENBLAS_CORETYPE=Haswell"),
+            std::string::npos);
+  // Kernels that use the CPU's widest unit, or a CPU without AVX2.
+  EXPECT_EQ(CpuBackend::BlasCoreAdviceFor("SkylakeX", true, true), "");
+  EXPECT_EQ(CpuBackend::BlasCoreAdviceFor("COOPERLAKE", true, true), "");
+  EXPECT_EQ(CpuBackend::BlasCoreAdviceFor("Zen", true, false), "");
+  EXPECT_EQ(CpuBackend::BlasCoreAdviceFor("Prescott", false, false), "");
+  // This process: whatever OpenBLAS chose, it has a name.
+  EXPECT_FALSE(CpuBackend::BlasCore().empty());
+}
+
 }  // namespace
 }  // namespace ps

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <random>
 #include <string>
@@ -11,6 +12,7 @@
 
 #include "gtest/gtest.h"
 #include "worker/backend/cpu/cpu_backend.h"
+#include "worker/backend/elementwise.h"
 
 namespace ps {
 namespace {
@@ -225,6 +227,114 @@ TEST(CpuConvTest, BadArgumentsAreReportedBySynchronize) {
     EXPECT_NE(s.message().find(c.message), std::string::npos) << s;
   }
 }
+
+// ---- The CPU loops give the bits of elementwise.h's gather definitions ----
+// (which the CUDA kernels run one element per thread).
+
+struct WindowCase {
+  ImageShape shape;
+  int kernel;  // conv kernel (odd)
+  int pool;
+};
+
+class CpuMatchesElementwiseTest : public ::testing::TestWithParam<WindowCase> {
+};
+
+// Values of mixed magnitudes, so that a different summation order changes
+// the bits, with exact ties, -0.0f and a NaN among them.
+std::vector<float> Awkward(size_t n, std::mt19937* rng) {
+  std::uniform_int_distribution<int> kind(0, 9);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> scale(-20, 20);
+  std::vector<float> v(n);
+  for (float& x : v) {
+    const int k = kind(*rng);
+    x = k == 0 ? 0.5f : k == 1 ? -0.0f : std::ldexp(u(*rng), scale(*rng));
+  }
+  if (n > 3) v[n / 3] = NAN;
+  return v;
+}
+
+void ExpectBitwiseEqual(const std::vector<float>& got,
+                        const std::vector<float>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_EQ(std::memcmp(&got[i], &want[i], sizeof(float)), 0)
+        << "element " << i << ": " << got[i] << " vs " << want[i];
+  }
+}
+
+TEST_P(CpuMatchesElementwiseTest, Im2ColAndCol2Im) {
+  const WindowCase& p = GetParam();
+  const ImageShape& s = p.shape;
+  std::mt19937 rng(11);
+  auto cpu = MakeBackend();
+  const size_t pixels = static_cast<size_t>(s.batch) * s.height * s.width;
+  const int row_len = p.kernel * p.kernel * s.channels;
+  const std::vector<float> x = Awkward(pixels * s.channels, &rng);
+  const std::vector<float> g = Awkward(pixels * row_len, &rng);
+  std::vector<float> cols(g.size(), 7.0f), dx(x.size(), 7.0f);
+  cpu->Im2Col(s, p.kernel, x.data(), cols.data());
+  cpu->Col2Im(s, p.kernel, g.data(), dx.data());
+  ASSERT_TRUE(cpu->Synchronize().ok());
+  std::vector<float> want_cols(cols.size()), want_dx(dx.size());
+  for (size_t r = 0; r < pixels; ++r) {
+    for (int c = 0; c < row_len; ++c) {
+      want_cols[r * row_len + c] =
+          elementwise::Im2ColAt(s, p.kernel, x.data(), r, c);
+    }
+  }
+  for (size_t e = 0; e < dx.size(); ++e) {
+    want_dx[e] = elementwise::Col2ImAt(s, p.kernel, g.data(), e);
+  }
+  ExpectBitwiseEqual(cols, want_cols);
+  ExpectBitwiseEqual(dx, want_dx);
+}
+
+TEST_P(CpuMatchesElementwiseTest, MaxPoolAndBackward) {
+  const WindowCase& p = GetParam();
+  const ImageShape& s = p.shape;
+  std::mt19937 rng(12);
+  auto cpu = MakeBackend();
+  const size_t n =
+      static_cast<size_t>(s.batch) * s.height * s.width * s.channels;
+  const size_t pooled = static_cast<size_t>(s.batch) * (s.height / p.pool) *
+                        (s.width / p.pool) * s.channels;
+  const std::vector<float> x = Awkward(n, &rng);
+  const std::vector<float> dy = Awkward(pooled, &rng);
+  std::vector<float> y(pooled, 7.0f), dx(n, 7.0f);
+  std::vector<int32_t> arg(pooled, 7);
+  cpu->MaxPool(s, p.pool, x.data(), y.data(), arg.data());
+  ASSERT_TRUE(cpu->Synchronize().ok());
+  std::vector<float> want_y(pooled), want_dx(n);
+  std::vector<int32_t> want_arg(pooled);
+  for (size_t o = 0; o < pooled; ++o) {
+    want_y[o] = elementwise::MaxPoolAt(s, p.pool, x.data(), o, &want_arg[o]);
+  }
+  ExpectBitwiseEqual(y, want_y);
+  EXPECT_EQ(arg, want_arg);
+  // Backward from argmaxes that include out-of-range positions, which
+  // select nothing.
+  if (pooled > 1) arg[pooled / 2] = -1;
+  if (pooled > 2) arg[pooled / 2 + 1] = p.pool * p.pool;
+  cpu->MaxPoolBackward(s, p.pool, arg.data(), dy.data(), dx.data());
+  ASSERT_TRUE(cpu->Synchronize().ok());
+  for (size_t e = 0; e < n; ++e) {
+    want_dx[e] =
+        elementwise::MaxPoolGradAt(s, p.pool, arg.data(), dy.data(), e);
+  }
+  ExpectBitwiseEqual(dx, want_dx);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, CpuMatchesElementwiseTest,
+    ::testing::Values(WindowCase{{2, 28, 28, 1}, 5, 2},   // conv1 / pool 1
+                      WindowCase{{2, 14, 14, 32}, 5, 2},  // conv2 / pool 2
+                      WindowCase{{3, 7, 5, 3}, 3, 2},     // partial windows
+                      WindowCase{{1, 9, 8, 2}, 5, 3},     // pool 3, rows cut
+                      WindowCase{{2, 4, 6, 5}, 1, 1},     // 1 x 1, pool 1
+                      WindowCase{{1, 2, 3, 2}, 5, 2},     // kernel > image
+                      WindowCase{{0, 3, 3, 2}, 3, 2}));   // empty batch
 
 }  // namespace
 }  // namespace ps

@@ -14,6 +14,11 @@ both for `--steps` steps of batch `--batch` per worker on Fashion-MNIST,
 1 intra-op thread per process. samples/s = examples trained (both workers)
 / time in the training loop, evaluation excluded, as each script prints it.
 Prints one line per run and the medians with min-max, and the ratio ps/ddp.
+
+Both sides run PyTorch, whose Linear layers use Debian's OpenBLAS: unless
+OPENBLAS_CORETYPE is set, it is set for both to the kernels that fit this
+CPU (SkylakeX with AVX-512, Haswell with AVX2), as workerd does for itself
+(worker/workerd_main.cc); the line "blas" says which.
 """
 
 import argparse
@@ -77,6 +82,18 @@ def run_ddp(args, repeat):
         result.get("test_accuracy", -1))
 
 
+def fitting_blas_coretype():
+    """What workerd would set: from /proc/cpuinfo's flags."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((l for l in f if l.startswith("flags")), "").split()
+    except OSError:
+        return ""
+    if "avx512f" in flags:
+        return "SkylakeX"
+    return "Haswell" if "avx2" in flags else ""
+
+
 def summary(xs):
     return "%.1f (%.1f-%.1f)" % (statistics.median(xs), min(xs), max(xs))
 
@@ -90,6 +107,10 @@ def main():
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--timeout", type=int, default=1800)
     args = p.parse_args()
+    if "OPENBLAS_CORETYPE" not in os.environ and fitting_blas_coretype():
+        os.environ["OPENBLAS_CORETYPE"] = fitting_blas_coretype()
+    print("blas OPENBLAS_CORETYPE=%s" % os.environ.get("OPENBLAS_CORETYPE", ""),
+          flush=True)
     ps, ddp = [], []
     for r in range(args.repeats):
         load = os.getloadavg()[0]

@@ -1,5 +1,9 @@
 // workerd --config=FILE: the worker daemon (see worker/workerd.h).
+#include <unistd.h>
+
 #include <csignal>
+#include <cstdlib>
+#include <cstring>
 #include <iostream>
 #include <string>
 #include <thread>
@@ -18,6 +22,36 @@
 ABSL_FLAG(std::string, config, "",
           "workerd config file (text proto WorkerdConfig)");
 ABSL_FLAG(std::string, log_level, "", "overrides the config's log_level");
+
+namespace {
+
+bool HasCpuDevice(const ps::WorkerdConfig& c) {
+  for (const std::string& device : c.devices()) {
+    if (device.rfind("cpu:", 0) == 0) return true;
+  }
+  return false;
+}
+
+// OpenBLAS picks its kernels when it loads, from OPENBLAS_CORETYPE or its
+// own CPU detection, which in Debian's 0.3.21 misses recent Xeons and falls
+// back to SSE3 kernels (sgemm 3-4x slower; docs/BENCHMARKS.md). When that
+// happened and the variable is unset, workerd runs itself again, once, with
+// the kernels that fit. Setting OPENBLAS_CORETYPE (any value) keeps
+// OpenBLAS's choice. Returns only if it does not re-run.
+void MaybeRerunWithFittingBlas(const ps::WorkerdConfig& c, char** argv) {
+  if (!HasCpuDevice(c) || std::getenv("OPENBLAS_CORETYPE") != nullptr) return;
+  const std::string want = ps::CpuBlasCoreToSet();
+  if (want.empty()) return;
+  std::cerr << "workerd: " << ps::CpuBlasAdvice() << "; running again with "
+            << "OPENBLAS_CORETYPE=" << want << "\n";
+  setenv("OPENBLAS_CORETYPE", want.c_str(), 1);
+  execv("/proc/self/exe", argv);
+  std::cerr << "workerd: could not run again (" << std::strerror(errno)
+            << "); going on with OpenBLAS's kernels\n";
+  unsetenv("OPENBLAS_CORETYPE");
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
@@ -41,6 +75,7 @@ int main(int argc, char** argv) {
     std::cerr << "workerd: " << s.message() << "\n";
     return 2;
   }
+  MaybeRerunWithFittingBlas(config->workerd, argv);
   std::string level = absl::GetFlag(FLAGS_log_level).empty()
                           ? config->workerd.log_level()
                           : absl::GetFlag(FLAGS_log_level);

@@ -77,6 +77,7 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(
 }
 
 std::string CpuBlasAdvice() { return CpuBackend::BlasCoreAdvice(); }
+std::string CpuBlasCoreToSet() { return CpuBackend::BlasCoreToSet(); }
 
 bool CudaBuilt() {
 #ifdef PS_HAVE_CUDA

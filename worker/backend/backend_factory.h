@@ -29,6 +29,9 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(
 // CpuBackend::BlasCoreAdvice(): empty, or a warning that OpenBLAS runs
 // kernels below this CPU's vector unit and the OPENBLAS_CORETYPE to set.
 std::string CpuBlasAdvice();
+// CpuBackend::BlasCoreToSet(): the OPENBLAS_CORETYPE that would fit this CPU
+// better than the kernels in use, or "".
+std::string CpuBlasCoreToSet();
 
 // True when this binary was built with the CUDA backend.
 bool CudaBuilt();

@@ -66,8 +66,13 @@ std::string CpuBackend::BlasCoreAdvice() {
                            __builtin_cpu_supports("avx512f"));
 }
 
-std::string CpuBackend::BlasCoreAdviceFor(absl::string_view core, bool cpu_avx2,
-                                          bool cpu_avx512) {
+std::string CpuBackend::BlasCoreToSet() {
+  return BlasCoreToSetFor(BlasCore(), __builtin_cpu_supports("avx2"),
+                          __builtin_cpu_supports("avx512f"));
+}
+
+std::string CpuBackend::BlasCoreToSetFor(absl::string_view core, bool cpu_avx2,
+                                         bool cpu_avx512) {
   // OpenBLAS's x86-64 kernel sets with AVX-512 and with AVX2 sgemm kernels.
   constexpr absl::string_view kAvx512[] = {"skylakex", "cooperlake",
                                            "sapphirerapids"};
@@ -82,7 +87,13 @@ std::string CpuBackend::BlasCoreAdviceFor(absl::string_view core, bool cpu_avx2,
   } else if (cpu_avx2 && !cpu_avx512 && !in(kAvx2) && !in(kAvx512)) {
     want = "Haswell";
   }
-  if (want == nullptr) return "";
+  return want == nullptr ? "" : want;
+}
+
+std::string CpuBackend::BlasCoreAdviceFor(absl::string_view core, bool cpu_avx2,
+                                          bool cpu_avx512) {
+  const std::string want = BlasCoreToSetFor(core, cpu_avx2, cpu_avx512);
+  if (want.empty()) return "";
   return absl::StrCat("OpenBLAS runs its \"", core,
                       "\" kernels although this CPU has ",
                       cpu_avx512 ? "AVX-512" : "AVX2",

@@ -55,6 +55,11 @@ class CpuBackend final : public Backend {
   // its SSE3 "Prescott" kernels on Sapphire Rapids, with 3-4x slower sgemm
   // (docs/BENCHMARKS.md, "Built-in CNN").
   static std::string BlasCoreAdvice();
+  // The OPENBLAS_CORETYPE that BlasCoreAdvice names ("SkylakeX", "Haswell"),
+  // or "" when the kernels in use fit this CPU.
+  static std::string BlasCoreToSet();
+  static std::string BlasCoreToSetFor(absl::string_view core, bool cpu_avx2,
+                                      bool cpu_avx512);
   // The same for a given kernel set and CPU (for tests).
   static std::string BlasCoreAdviceFor(absl::string_view core, bool cpu_avx2,
                                        bool cpu_avx512);

@@ -367,6 +367,10 @@ TEST(CpuBackendTest, BlasCoreAdviceNamesTheKernelsToSet) {
   EXPECT_EQ(CpuBackend::BlasCoreAdviceFor("COOPERLAKE", true, true), "");
   EXPECT_EQ(CpuBackend::BlasCoreAdviceFor("Zen", true, false), "");
   EXPECT_EQ(CpuBackend::BlasCoreAdviceFor("Prescott", false, false), "");
+  EXPECT_EQ(CpuBackend::BlasCoreToSetFor("Prescott", true, true), "SkylakeX");
+  EXPECT_EQ(CpuBackend::BlasCoreToSetFor("Sandybridge", true, false),
+            "Haswell");
+  EXPECT_EQ(CpuBackend::BlasCoreToSetFor("Zen", true, false), "");
   // This process: whatever OpenBLAS chose, it has a name.
   EXPECT_FALSE(CpuBackend::BlasCore().empty());
 }

@@ -174,6 +174,7 @@ absl::Status PsdServer::OpenCoordinator() {
       std::max<uint32_t>(100, config_.psd.worker_timeout_ms() / 10);
   options.shard_addresses = addresses;
   options.store = job_store_.get();
+  options.max_history_points = config_.psd.progress_history_rows();
   PS_ASSIGN_OR_RETURN(coordinator_,
                       JobCoordinator::Create(options, shard_control_.get()));
   coordinator_service_->SetCoordinator(coordinator_.get());

@@ -13,9 +13,11 @@ namespace psctl {
 namespace {
 
 const char* const kKnownFlags[] = {
-    "--cluster", "--coordinator", "--json", "--dry-run",         "--wait",
-    "--timeout", "--job",         "--help", "--connect-timeout", "--hot",
-    "--all",     "--out",         "--python", "--steps"};
+    "--cluster", "--coordinator", "--json",
+    "--dry-run", "--wait",        "--timeout",
+    "--job",     "--help",        "--connect-timeout",
+    "--hot",     "--all",         "--out",
+    "--python",  "--steps"};
 
 // A failure of the user's flags or files: exit code kExitUsage.
 absl::Status AsUsage(const absl::Status& s) {

@@ -98,14 +98,14 @@ int FetchCurves(const Args& a, std::vector<JobCurve>* curves,
       return ExitCodeFor(s);
     }
     if (history.points_size() == 0) {
-      err << "psctl curves: job " << job_id
-          << " has no progress yet (state " << JobState_Name(job.state())
-          << ")\n";
+      err << "psctl curves: job " << job_id << " has no progress yet (state "
+          << JobState_Name(job.state()) << ")\n";
       return kExitJobFailed;
     }
-    curves->push_back(JobCurve{
-        job_id, job.name(),
-        {history.points().begin(), history.points().end()}});
+    curves->push_back(
+        JobCurve{job_id,
+                 job.name(),
+                 {history.points().begin(), history.points().end()}});
   }
   return kExitOk;
 }
@@ -148,11 +148,11 @@ void WriteCurvesCsv(const std::vector<JobCurve>& curves, std::ostream& out) {
     const std::string job = CsvSafe(c.job_id);
     const std::string name = CsvSafe(c.name);
     for (const Progress& p : c.points) {
-      out << absl::StrFormat("%s,%s,%d,%d,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g\n",
-                             job, name, p.step(), p.epoch(), p.loss(),
-                             p.train_accuracy(), p.test_accuracy(),
-                             p.samples_per_s(), p.data_s(), p.compute_s(),
-                             p.comm_s(), p.elapsed_s());
+      out << absl::StrFormat(
+          "%s,%s,%d,%d,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g\n", job, name,
+          p.step(), p.epoch(), p.loss(), p.train_accuracy(), p.test_accuracy(),
+          p.samples_per_s(), p.data_s(), p.compute_s(), p.comm_s(),
+          p.elapsed_s());
     }
   }
 }

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <utility>
 
-
 namespace ps {
 
 namespace {
@@ -15,8 +14,7 @@ constexpr size_t kMinPoints = 4;
 ProgressHistory::ProgressHistory(size_t max_points)
     : max_points_(std::max(max_points, kMinPoints)) {}
 
-void ProgressHistory::Add(const std::string& job_id,
-                          const Progress& progress) {
+void ProgressHistory::Add(const std::string& job_id, const Progress& progress) {
   std::vector<Progress>& points = curves_[job_id];
   // A repeated or earlier step (a rejoin) starts the tail again from there.
   while (!points.empty() && points.back().step() >= progress.step()) {
@@ -28,10 +26,9 @@ void ProgressHistory::Add(const std::string& job_id,
 
 void ProgressHistory::Set(const std::string& job_id,
                           std::vector<Progress> points) {
-  std::stable_sort(points.begin(), points.end(),
-                   [](const Progress& a, const Progress& b) {
-                     return a.step() < b.step();
-                   });
+  std::stable_sort(
+      points.begin(), points.end(),
+      [](const Progress& a, const Progress& b) { return a.step() < b.step(); });
   while (points.size() > max_points_) Thin(points);
   curves_[job_id] = std::move(points);
 }

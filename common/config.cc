@@ -426,6 +426,9 @@ absl::StatusOr<LoadedPsdConfig> ParsePsdConfig(const std::string& text,
                        kMaxProgressHistoryRows, "], got ",
                        c.progress_history_rows()));
   }
+  if (!c.status_address().empty()) {
+    p.Add(ValidateHostPort(c.status_address(), "status_address", true));
+  }
   if (!ValidLogLevel(c.log_level())) {
     p.Add("log_level",
           absl::StrCat("unknown level \"", absl::CHexEscape(c.log_level()),
@@ -441,6 +444,9 @@ absl::StatusOr<LoadedPsdConfig> ParsePsdConfig(const std::string& text,
   c.set_state_dir(ResolvePath(c.state_dir(), path));
   if (!c.address_file().empty())
     ValidateOutputFile("address_file", c.address_file(), &p);
+  c.set_status_address_file(ResolvePath(c.status_address_file(), path));
+  if (!c.status_address_file().empty())
+    ValidateOutputFile("status_address_file", c.status_address_file(), &p);
   PS_RETURN_IF_ERROR(p.ToStatus());
   PS_ASSIGN_OR_RETURN(out.cluster, LoadNamedCluster(c.cluster_file(), &p));
   if (c.shard_id() >= static_cast<uint32_t>(out.cluster.config.shards_size())) {

@@ -117,6 +117,24 @@ TEST_F(ConfigTest, PsdDefaultsAndRelativePaths) {
   EXPECT_EQ(c->cluster.config.shards_size(), 2);
 }
 
+TEST_F(ConfigTest, StatusAddressIsCheckedAndItsFileResolved) {
+  Write("cluster.pbtxt", "shards { address: \"127.0.0.1:7001\" }\n");
+  std::string ok = Write("psd.pbtxt",
+                         "cluster_file: \"cluster.pbtxt\"\n"
+                         "status_address: \"127.0.0.1:0\"\n"
+                         "status_address_file: \"status.addr\"\n");
+  absl::StatusOr<LoadedPsdConfig> c = LoadPsdConfig(ok);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->psd.status_address_file(), (dir_ / "status.addr").string());
+  std::string bad = Write("bad.pbtxt",
+                          "cluster_file: \"cluster.pbtxt\"\n"
+                          "status_address: \"localhost\"\n");
+  c = LoadPsdConfig(bad);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("status_address"), std::string::npos)
+      << c.status();
+}
+
 // An empty psd file (only the required cluster_file) gets every default of
 // common/defaults.h (defaults_test checks those against the proto comments).
 TEST_F(ConfigTest, EmptyPsdConfigGetsTheDefaults) {

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "tools/psctl_common.h"
+#include "tools/psctl_curves.h"
 #include "tools/psctl_jobs.h"
 #include "tools/psctl_stats.h"
 #include "tools/psctl_submit.h"
@@ -25,6 +26,11 @@ Commands:
                      and per sparse table and shard (rows, bytes vs budget,
                      admissions, evictions, rows/s, hottest ids)
       --hot=N          hottest ids per table line (default 3, 0 = none)
+  curves JOB [JOB...] -o FILE
+                     training curves (loss, accuracy, samples/s by step):
+                     FILE.csv, or a chart of every job (.png, .svg, .pdf;
+                     python3-matplotlib)
+      --python=PATH    the interpreter that draws (default /usr/bin/python3)
 
 Flags (every command):
   --cluster=FILE          cluster file (default configs/local/cluster.pbtxt)
@@ -57,6 +63,7 @@ int RunPsctl(const std::vector<std::string>& raw, std::ostream& out,
   if (a.command == "list") return psctl::List(a, out, err);
   if (a.command == "cancel") return psctl::Cancel(a, out, err);
   if (a.command == "stats") return psctl::Stats(a, out, err);
+  if (a.command == "curves") return psctl::Curves(a, out, err);
   err << (a.command.empty()
               ? std::string("psctl: missing command")
               : absl::StrCat("psctl: unknown command \"", a.command, "\""))

@@ -13,9 +13,11 @@ namespace psctl {
 namespace {
 
 const char* const kKnownFlags[] = {
-    "--cluster", "--coordinator", "--json", "--dry-run",         "--wait",
-    "--timeout", "--job",         "--help", "--connect-timeout", "--hot",
-    "--all"};
+    "--cluster", "--coordinator", "--json",
+    "--dry-run", "--wait",        "--timeout",
+    "--job",     "--help",        "--connect-timeout",
+    "--hot",     "--all",         "--out",
+    "--python",  "--steps"};
 
 // A failure of the user's flags or files: exit code kExitUsage.
 absl::Status AsUsage(const absl::Status& s) {
@@ -30,8 +32,14 @@ absl::StatusOr<T> AsUsage(absl::StatusOr<T> v) {
 }  // namespace
 
 absl::Status ParseArgs(const std::vector<std::string>& raw, Args* args) {
-  for (const std::string& a : raw) {
-    if (absl::StartsWith(a, "--")) {
+  for (size_t i = 0; i < raw.size(); ++i) {
+    const std::string& a = raw[i];
+    if (a == "-o") {  // -o FILE is --out=FILE
+      if (i + 1 == raw.size()) {
+        return absl::InvalidArgumentError("-o: missing file name");
+      }
+      args->flags["--out"] = raw[++i];
+    } else if (absl::StartsWith(a, "--")) {
       size_t eq = a.find('=');
       std::string name = a.substr(0, eq);
       bool known = false;

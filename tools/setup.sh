@@ -24,6 +24,7 @@ PACKAGES=(
   dataset-fashion-mnist                     # /usr/share/datasets/fashion-mnist
   libsqlite3-dev                            # the coordinator's job store
   python3-dev pybind11-dev python3-numpy    # python/psclient (the module)
+  libcivetweb-dev                           # the coordinator's status page
 )
 TORCH_PACKAGES=(
   python3-torch                             # PyTorch: peers, examples/
@@ -32,6 +33,7 @@ TEST_PACKAGES=(
   "${TORCH_PACKAGES[@]}"
   python3-matplotlib                        # tools/plot_scaling.py charts
   slurmctld slurmd slurm-client munge       # tests/slurm_test.sh (tools/slurm/)
+  chromium                                  # tests/observability_test (headless)
 )
 
 case "${1:-}" in

@@ -98,7 +98,8 @@ JobCoordinator::JobCoordinator(Options options, ShardControl* shards)
     : options_(std::move(options)),
       num_shards_(options_.num_shards),
       shard_ops_(shards, num_shards_),
-      sync_(options_.store) {}
+      sync_(options_.store),
+      history_(options_.max_history_points) {}
 
 absl::Status JobCoordinator::Restore() {
   {
@@ -107,6 +108,9 @@ absl::Status JobCoordinator::Restore() {
     PS_RETURN_IF_ERROR(sync_.Restore(restored_at_, jobs_, workers_));
     size_t live = 0;
     for (const std::unique_ptr<Job>& job : jobs_.all()) {
+      PS_ASSIGN_OR_RETURN(std::vector<Progress> curve,
+                          options_.store->History(job->id()));
+      history_.Set(job->id(), std::move(curve));
       if (job->Ended()) continue;
       ++live;
       // Its RegisterJob may or may not have reached every shard.
@@ -461,6 +465,20 @@ absl::Status JobCoordinator::ListJobs(const ListJobsRequest& request,
   return absl::OkStatus();
 }
 
+absl::Status JobCoordinator::GetHistory(const GetHistoryRequest& request,
+                                        GetHistoryResponse* response) {
+  response->Clear();
+  std::vector<Progress> points;
+  {
+    absl::MutexLock lock(&mu_);
+    PS_RETURN_IF_ERROR(jobs_.Get(request.job_id()).status());
+    points = history_.Get(request.job_id());
+  }
+  response->set_job_id(request.job_id());
+  for (Progress& p : points) *response->add_points() = std::move(p);
+  return absl::OkStatus();
+}
+
 absl::Status JobCoordinator::CancelJob(const CancelJobRequest& request,
                                        CancelJobResponse* response) {
   absl::Status persisted;
@@ -608,6 +626,7 @@ absl::Status JobCoordinator::ReportProgress(const ProgressReport& request,
     }
     if (request.error().empty() && request.rank() == job->Leader()) {
       sync_.AddProgress(job->id(), request.progress());
+      history_.Add(job->id(), request.progress());
     }
     if (std::optional<JobEnd> end = JobTable::ApplyReport(*job, request)) {
       EndJob(*job, *end, now);

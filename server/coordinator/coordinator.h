@@ -88,6 +88,7 @@
 #include "server/coordinator/job_store.h"
 #include "server/coordinator/job_table.h"
 #include "server/coordinator/job_validation.h"
+#include "server/coordinator/progress_history.h"
 #include "server/coordinator/shard_op_queue.h"
 #include "server/coordinator/store_sync.h"
 #include "server/coordinator/worker_registry.h"
@@ -123,6 +124,9 @@ class JobCoordinator {
     // jobs and workers stored there (see "Restart" above), and each call
     // commits the state it changed before it returns.
     JobStore* store = nullptr;
+    // Points of each job's curve kept in memory (GetHistory); the store's
+    // PsdConfig.progress_history_rows.
+    uint32_t max_history_points = 1000;
   };
 
   // Checks `options` (INVALID_ARGUMENT naming the field). `shards` is
@@ -199,6 +203,12 @@ class JobCoordinator {
   // range.
   absl::Status ReportProgress(const ProgressReport& request,
                               ProgressReportResponse* response);
+
+  // The job's training curve: the leader's reports, oldest step first
+  // (progress_history.h), reloaded from the store after a restart. NOT_FOUND
+  // for an unknown job. Copies under the lock; never waits on the shards.
+  absl::Status GetHistory(const GetHistoryRequest& request,
+                          GetHistoryResponse* response);
 
   // Housekeeping at time `now`: expires long-polls whose wait passed and
   // declares lost the workers silent for worker_timeout_ms, applying their
@@ -283,6 +293,7 @@ class JobCoordinator {
   WorkerRegistry workers_ ABSL_GUARDED_BY(mu_);
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
   StoreSync sync_ ABSL_GUARDED_BY(mu_);
+  ProgressHistory history_ ABSL_GUARDED_BY(mu_);
   // When Restore reloaded the store (for the reattach log).
   absl::Time restored_at_ ABSL_GUARDED_BY(mu_);
 };

@@ -292,5 +292,32 @@ TEST_F(CoordinatorTest, ListJobsKeepsHistoryNewestLast) {
   EXPECT_EQ(coord_->GetJob(get, &status).code(), absl::StatusCode::kNotFound);
 }
 
+TEST_F(CoordinatorTest, HistoryHoldsTheLeadersReportsInStepOrder) {
+  const std::string w1 = Register("host-a");
+  const std::string w2 = Register("host-b");
+  const std::string job = Submit(Spec(2));
+  Report(w1, job, 0, 10);
+  Report(w2, job, 1, 15);  // not the leader: no point
+  Report(w1, job, 0, 20);
+  GetHistoryRequest request;
+  request.set_job_id(job);
+  GetHistoryResponse history;
+  ASSERT_TRUE(coord_->GetHistory(request, &history).ok());
+  EXPECT_EQ(history.job_id(), job);
+  ASSERT_EQ(history.points_size(), 2);
+  EXPECT_EQ(history.points(0).step(), 10u);
+  EXPECT_EQ(history.points(1).step(), 20u);
+  EXPECT_FLOAT_EQ(history.points(1).loss(), 1.0f / 21);
+}
+
+TEST_F(CoordinatorTest, HistoryOfAnUnknownJobIsNotFound) {
+  GetHistoryRequest request;
+  request.set_job_id("job-999999");
+  GetHistoryResponse history;
+  absl::Status s = coord_->GetHistory(request, &history);
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(s.message().find("job-999999"), std::string::npos) << s;
+}
+
 }  // namespace
 }  // namespace ps

@@ -187,5 +187,22 @@ TEST_F(CoordinatorRestartTest, ACustomModelJobKeepsItsJoinedWorkers) {
   EXPECT_EQ(Job(job).state(), SUCCEEDED);
 }
 
+TEST_F(CoordinatorRestartTest, CurveSurvivesTheRestart) {
+  const std::string w1 = Register("host-a");
+  const std::string job = Submit(Spec(1));
+  for (uint64_t step : {10, 20, 30}) Report(w1, job, 0, step);
+  ASSERT_NO_FATAL_FAILURE(Restart());
+  GetHistoryRequest request;
+  request.set_job_id(job);
+  GetHistoryResponse history;
+  ASSERT_TRUE(coord_->GetHistory(request, &history).ok());
+  ASSERT_EQ(history.points_size(), 3);
+  EXPECT_EQ(history.points(2).step(), 30u);
+  EXPECT_FLOAT_EQ(history.points(2).loss(), 1.0f / 31);
+  Report(w1, job, 0, 40);  // the curve goes on after the restart
+  ASSERT_TRUE(coord_->GetHistory(request, &history).ok());
+  EXPECT_EQ(history.points_size(), 4);
+}
+
 }  // namespace
 }  // namespace ps

@@ -176,4 +176,11 @@ grpc::ServerUnaryReactor* CoordinatorService::ReportProgress(
   });
 }
 
+grpc::ServerUnaryReactor* CoordinatorService::GetHistory(
+    grpc::CallbackServerContext* ctx, const GetHistoryRequest* req,
+    GetHistoryResponse* resp) {
+  return Inline(ctx,
+                [&](JobCoordinator& c) { return c.GetHistory(*req, resp); });
+}
+
 }  // namespace ps

@@ -84,6 +84,9 @@ class CoordinatorService final : public Coordinator::CallbackService {
   grpc::ServerUnaryReactor* ReportProgress(
       grpc::CallbackServerContext* ctx, const ProgressReport* req,
       ProgressReportResponse* resp) override;
+  grpc::ServerUnaryReactor* GetHistory(grpc::CallbackServerContext* ctx,
+                                       const GetHistoryRequest* req,
+                                       GetHistoryResponse* resp) override;
 
  private:
   using Call = std::function<absl::Status(JobCoordinator&)>;

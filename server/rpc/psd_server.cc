@@ -16,6 +16,8 @@ constexpr absl::Duration kHousekeepingPeriod = absl::Milliseconds(100);
 constexpr char kJobStoreFile[] = "jobs.sqlite";
 // How long the coordinator waits for the other shards' address files.
 constexpr absl::Duration kResolveShardsTimeout = absl::Seconds(60);
+// How long the status page waits for each other shard's Stats.
+constexpr absl::Duration kStatusStatsDeadline = absl::Seconds(2);
 
 // `status` with "`prefix`: " before its message; OK stays OK.
 absl::Status Prefixed(absl::string_view prefix, const absl::Status& status) {
@@ -37,6 +39,7 @@ bool PsdServer::is_coordinator() const {
 absl::Status PsdServer::Start() {
   if (is_coordinator()) PS_RETURN_IF_ERROR(OpenJobStore());
   PS_RETURN_IF_ERROR(OpenShard());
+  PS_RETURN_IF_ERROR(StartStatusPage());
   PS_RETURN_IF_ERROR(Listen());
   if (!config_.psd.address_file().empty()) {
     absl::Status w =
@@ -129,6 +132,34 @@ absl::Status PsdServer::OpenShard() {
   return absl::OkStatus();
 }
 
+absl::Status PsdServer::StartStatusPage() {
+  const std::string& address = config_.psd.status_address();
+  if (address.empty()) return absl::OkStatus();
+  if (!is_coordinator()) {
+    spdlog::warn("{}: status_address is read by the coordinator shard only",
+                 config_.path);
+    return absl::OkStatus();
+  }
+  status_source_ = std::make_unique<PsdStatusSource>(
+      shard_.get(), config_.psd.shard_id(), &security_, kStatusStatsDeadline);
+  HttpServer::Options options;
+  options.address = address;
+  PS_ASSIGN_OR_RETURN(
+      status_http_,
+      HttpServer::Start(options, StatusPageRoutes(status_source_.get())));
+  if (!config_.psd.status_address_file().empty()) {
+    absl::Status w = WriteFileAtomically(config_.psd.status_address_file(),
+                                         status_http_->address() + "\n");
+    if (!w.ok()) {
+      status_http_.reset();
+      return absl::InvalidArgumentError(
+          absl::StrCat("status_address_file: ", w.message()));
+    }
+  }
+  spdlog::info("status page on http://{}/", status_http_->address());
+  return absl::OkStatus();
+}
+
 absl::Status PsdServer::Listen() {
   ps_service_ = std::make_unique<PsService>(shard_.get(), &security_);
   grpc::ServerBuilder builder;
@@ -174,9 +205,13 @@ absl::Status PsdServer::OpenCoordinator() {
       std::max<uint32_t>(100, config_.psd.worker_timeout_ms() / 10);
   options.shard_addresses = addresses;
   options.store = job_store_.get();
+  options.max_history_points = config_.psd.progress_history_rows();
   PS_ASSIGN_OR_RETURN(coordinator_,
                       JobCoordinator::Create(options, shard_control_.get()));
   coordinator_service_->SetCoordinator(coordinator_.get());
+  if (status_source_ != nullptr) {
+    status_source_->SetCoordinator(coordinator_.get(), addresses);
+  }
   spdlog::info("coordinator ready: {} shards", addresses.size());
   return absl::OkStatus();
 }
@@ -198,6 +233,7 @@ void PsdServer::Stop() {
   stopping_.Notify();
   // Fail parked waits first so Shutdown does not wait for their deadlines.
   if (coordinator_starter_.joinable()) coordinator_starter_.join();
+  status_http_.reset();  // waits for page loads in flight
   if (coordinator_ != nullptr) coordinator_->Shutdown();
   shard_->Shutdown();
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));

@@ -5,7 +5,9 @@
 // (Shard::OpenCheckpoints), so a restarted psd with the same config serves
 // them from its first request. The coordinator shard with state_dir set
 // opens its job store (server/coordinator/job_store.h) in Start, before it
-// listens, and its coordinator reloads the jobs stored there.
+// listens, and its coordinator reloads the jobs stored there. The
+// coordinator shard with status_address set also serves the status page
+// (server/status/status_page.h).
 //
 //   PS_ASSIGN_OR_RETURN(LoadedPsdConfig config, LoadPsdConfig(path));
 //   PsdServer server(config);
@@ -34,7 +36,9 @@
 #include "server/coordinator/job_store.h"
 #include "server/rpc/coordinator_service.h"
 #include "server/rpc/ps_service.h"
+#include "server/rpc/status_source.h"
 #include "server/shard.h"
+#include "server/status/http_server.h"
 
 namespace ps {
 
@@ -77,6 +81,10 @@ class PsdServer {
   absl::Status OpenJobStore();
   std::string JobStorePath() const;
   absl::Status Listen();
+  // The coordinator's status page on status_address (when set), its bound
+  // address written to status_address_file. INVALID_ARGUMENT naming the
+  // address when it cannot listen.
+  absl::Status StartStatusPage();
   void Housekeeping();
   // On its own thread: OpenCoordinator, logging why it failed, then
   // coordinator_ready_.
@@ -94,6 +102,10 @@ class PsdServer {
   // Declared before coordinator_, which borrows it.
   std::unique_ptr<JobStore> job_store_;
   std::unique_ptr<JobCoordinator> coordinator_;
+  // The status page reads the coordinator and the shard: declared after
+  // them, so that it stops first.
+  std::unique_ptr<PsdStatusSource> status_source_;
+  std::unique_ptr<HttpServer> status_http_;
   std::unique_ptr<grpc::Server> server_;
   std::string address_;
   absl::Notification stopping_;

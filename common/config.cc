@@ -195,9 +195,8 @@ absl::StatusOr<std::string> ResolveShard(const LoadedCluster& cluster,
     absl::StatusOr<std::string> address = ReadShardAddress(cluster, shard);
     if (address.status().code() != absl::StatusCode::kNotFound) return address;
     if (absl::Now() >= deadline) {
-      return absl::DeadlineExceededError(
-          absl::StrCat(address.status().message(), " (is psd shard ", shard,
-                       " running?)"));
+      return absl::DeadlineExceededError(absl::StrCat(
+          address.status().message(), " (is psd shard ", shard, " running?)"));
     }
     std::this_thread::sleep_for(absl::ToChronoMilliseconds(backoff));
     backoff = std::min(backoff * 2, absl::Milliseconds(200));
@@ -538,9 +537,8 @@ absl::StatusOr<std::string> ReadShardAddress(const LoadedCluster& cluster,
   if (address.empty()) {
     return absl::NotFoundError(absl::StrCat(field, file, ": empty"));
   }
-  PS_RETURN_IF_ERROR(
-      ValidateHostPort(address, absl::StrCat(field, file),
-                       /*allow_port_zero=*/false));
+  PS_RETURN_IF_ERROR(ValidateHostPort(address, absl::StrCat(field, file),
+                                      /*allow_port_zero=*/false));
   return address;
 }
 

@@ -467,8 +467,7 @@ void AsyncPsClient::OnDone(Call* call, grpc::Status grpc_status) {
   } else {
     // Where the coordinator says the shard is, if that is why it failed.
     const std::string note =
-        relocator_ != nullptr &&
-                status.code() == absl::StatusCode::kUnavailable
+        relocator_ != nullptr && status.code() == absl::StatusCode::kUnavailable
             ? relocator_->Note(shard)
             : "";
     EndCall(call,

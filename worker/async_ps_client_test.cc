@@ -388,7 +388,7 @@ TEST_F(AsyncPsClientTest, AShardThatMovedIsFollowedWithTheSameStep) {
   std::vector<FakeShardServer::Arrival> a = moved.arrivals();
   ASSERT_EQ(a.size(), 1u);
   EXPECT_EQ(a[0].step, 3u);
-  EXPECT_GT(a[0].attempt, 1u);  // a retry of the same call
+  EXPECT_GT(a[0].attempt, 1u);        // a retry of the same call
   EXPECT_EQ(params_[kLength], 1.5f);  // applied once, at the new address
   // Later requests go straight to the new address.
   ASSERT_TRUE(client_->Wait(client_->Start(Tensor(2)), Soon()).ok());

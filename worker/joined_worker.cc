@@ -147,9 +147,9 @@ absl::Status JoinedWorker::Setup() {
   client_options.locate_shards =
       [this](absl::Time deadline) -> absl::StatusOr<ShardAddressesResponse> {
     ShardAddressesResponse resp;
-    PS_RETURN_IF_ERROR(coordinator_.CallUntil(
-        &Coordinator::Stub::GetShardAddresses, ShardAddressesRequest(), &resp,
-        deadline));
+    PS_RETURN_IF_ERROR(
+        coordinator_.CallUntil(&Coordinator::Stub::GetShardAddresses,
+                               ShardAddressesRequest(), &resp, deadline));
     return resp;
   };
   PS_ASSIGN_OR_RETURN(std::unique_ptr<AsyncPsClient> client,

@@ -92,8 +92,7 @@ std::vector<std::pair<uint32_t, std::string>> ShardRelocator::Apply(
     const std::string& address = answer->addresses(s);
     // The coordinator checked it; a bad one would only fail the calls.
     if (address == addresses_[s] ||
-        !ValidateHostPort(address, "address", /*allow_port_zero=*/false)
-             .ok()) {
+        !ValidateHostPort(address, "address", /*allow_port_zero=*/false).ok()) {
       continue;
     }
     addresses_[s] = address;

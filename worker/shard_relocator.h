@@ -50,8 +50,7 @@ class ShardRelocator {
     LocateShards locate;  // required
     // How often to ask while a shard is suspect
     // (WorkerdConfig.shard_locate_interval_ms).
-    absl::Duration interval =
-        absl::Milliseconds(kDefaultShardLocateIntervalMs);
+    absl::Duration interval = absl::Milliseconds(kDefaultShardLocateIntervalMs);
   };
 
   // `addresses`: where the client's channels go now, by shard.

@@ -37,9 +37,8 @@ class ScriptedCoordinator {
   // Waits until `n` lookups were answered; false after 10 s.
   bool AwaitCalls(int n) {
     absl::MutexLock lock(&mu_);
-    auto done = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return calls_ >= n;
-    };
+    auto done = [&]()
+                    ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return calls_ >= n; };
     return mu_.AwaitWithTimeout(absl::Condition(&done), absl::Seconds(10));
   }
   int calls() {

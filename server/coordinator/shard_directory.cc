@@ -9,8 +9,7 @@
 namespace ps {
 
 absl::StatusOr<std::unique_ptr<ShardDirectory>> ShardDirectory::Create(
-    LoadedCluster cluster, std::vector<std::string> resolved,
-    Options options) {
+    LoadedCluster cluster, std::vector<std::string> resolved, Options options) {
   if (resolved.size() != static_cast<size_t>(cluster.config.shards_size())) {
     return absl::InvalidArgumentError(absl::StrCat(
         "resolved: ", resolved.size(), " addresses for the ",

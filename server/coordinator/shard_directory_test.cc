@@ -24,11 +24,10 @@ using ::testing::IsEmpty;
 class ShardDirectoryTest : public ::testing::Test {
  protected:
   ShardDirectoryTest() {
-    dir_ = absl::StrCat(std::getenv("TEST_TMPDIR"), "/",
-                        ::testing::UnitTest::GetInstance()
-                            ->current_test_info()
-                            ->name(),
-                        "-", getpid());
+    dir_ = absl::StrCat(
+        std::getenv("TEST_TMPDIR"), "/",
+        ::testing::UnitTest::GetInstance()->current_test_info()->name(), "-",
+        getpid());
     std::filesystem::create_directories(dir_);
     // Shard 0 at a fixed address, shard 1 through its address file.
     cluster_.path = dir_ + "/cluster.pbtxt";
@@ -93,8 +92,8 @@ TEST_F(ShardDirectoryTest, BadOrMissingFilesKeepTheLastGoodAddress) {
     EXPECT_THAT(s.addresses, ElementsAre("127.0.0.1:7000", "127.0.0.1:7001"))
         << c.problem;
     ASSERT_EQ(s.problems.size(), 1u) << c.problem;
-    EXPECT_THAT(s.problems[0], HasSubstr(absl::StrCat(
-                                   "shards[1].address_file ", file())));
+    EXPECT_THAT(s.problems[0],
+                HasSubstr(absl::StrCat("shards[1].address_file ", file())));
     EXPECT_THAT(s.problems[0], HasSubstr(c.problem));
   }
   // A file far larger than an address is refused without being read whole.

@@ -33,7 +33,7 @@ std::unique_ptr<grpc::ClientContext> GrpcShardControl::NewContext() const {
 }
 
 GrpcShardControl::Peer GrpcShardControl::PeerAt(uint32_t shard,
-                                                 const std::string& address) {
+                                                const std::string& address) {
   absl::MutexLock lock(&mu_);
   Peer& peer = peers_[shard];
   if (peer.stub == nullptr || peer.address != address) {
@@ -61,10 +61,9 @@ GrpcShardControl::Connected(uint32_t shard) {
       return peer.stub;
     }
     if (absl::Now() >= deadline) {
-      return absl::UnavailableError(
-          absl::StrCat("shard ", shard, " at ", peer.address,
-                       ": not reachable within ",
-                       absl::FormatDuration(deadline_)));
+      return absl::UnavailableError(absl::StrCat(
+          "shard ", shard, " at ", peer.address, ": not reachable within ",
+          absl::FormatDuration(deadline_)));
     }
   }
 }

@@ -16,10 +16,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/defaults.h"
 #include "common/security.h"
 #include "proto/coordinator.grpc.pb.h"
 #include "proto/ps.grpc.pb.h"
-#include "common/defaults.h"
 #include "server/coordinator/coordinator.h"
 #include "server/coordinator/shard_directory.h"
 #include "server/rpc/serial_executor.h"
@@ -36,11 +36,11 @@ namespace ps {
 class GrpcShardControl final : public ShardControl {
  public:
   // `directory`, `security` and `local` are borrowed.
-  GrpcShardControl(ShardDirectory* directory, const Security* security,
-                   uint32_t local_shard_id, Shard* local,
-                   absl::Duration deadline = absl::Seconds(30),
-                   absl::Duration probe = absl::Milliseconds(
-                       kDefaultShardAddressRefreshMs));
+  GrpcShardControl(
+      ShardDirectory* directory, const Security* security,
+      uint32_t local_shard_id, Shard* local,
+      absl::Duration deadline = absl::Seconds(30),
+      absl::Duration probe = absl::Milliseconds(kDefaultShardAddressRefreshMs));
 
   absl::Status RegisterJob(uint32_t shard,
                            const RegisterJobRequest& request) override;

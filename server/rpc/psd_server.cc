@@ -172,9 +172,9 @@ absl::Status PsdServer::OpenCoordinator() {
   ShardDirectory::Options directory_options;
   directory_options.refresh_interval =
       absl::Milliseconds(config_.psd.shard_address_refresh_ms());
-  PS_ASSIGN_OR_RETURN(shard_directory_,
-                      ShardDirectory::Create(config_.cluster, addresses,
-                                             directory_options));
+  PS_ASSIGN_OR_RETURN(
+      shard_directory_,
+      ShardDirectory::Create(config_.cluster, addresses, directory_options));
   shard_control_ = std::make_unique<GrpcShardControl>(
       shard_directory_.get(), &security_, config_.psd.shard_id(), shard_.get(),
       kShardCallDeadline, directory_options.refresh_interval);

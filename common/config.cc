@@ -149,6 +149,14 @@ void ResolveTlsPaths(TlsConfig* tls, const std::string& base) {
   tls->set_ca_file(ResolvePath(tls->ca_file(), base));
 }
 
+// PsdConfig.shard_address_refresh_ms, WorkerdConfig.shard_locate_interval_ms.
+void CheckShardInterval(const std::string& field, uint32_t ms, Problems* p) {
+  if (ms < kMinShardIntervalMs || ms > kMaxShardIntervalMs) {
+    p->Add(field, absl::StrCat("must be in [", kMinShardIntervalMs, ", ",
+                               kMaxShardIntervalMs, "], got ", ms));
+  }
+}
+
 // A file the daemon will write: its folder must exist and it must not be a
 // folder itself.
 void ValidateOutputFile(const std::string& field, const std::string& path,
@@ -180,27 +188,15 @@ absl::StatusOr<LoadedCluster> LoadNamedCluster(const std::string& cluster_file,
 
 absl::StatusOr<std::string> ResolveShard(const LoadedCluster& cluster,
                                          uint32_t shard, absl::Time deadline) {
-  const ShardAddress& a = cluster.config.shards(shard);
-  if (!a.address().empty()) return a.address();
-  std::string file = ResolvePath(a.address_file(), cluster.path);
   // Polls: the file appears when a daemon in another process binds, and
   // there is no portable event to wait on across processes.
   absl::Duration backoff = absl::Milliseconds(10);
   while (true) {
-    std::string contents;
-    if (ReadFile(file, &contents).ok()) {
-      std::string address(absl::StripAsciiWhitespace(contents));
-      if (!address.empty()) {
-        PS_RETURN_IF_ERROR(ValidateHostPort(
-            address, absl::StrCat("shards[", shard, "].address_file ", file),
-            /*allow_port_zero=*/false));
-        return address;
-      }
-    }
+    absl::StatusOr<std::string> address = ReadShardAddress(cluster, shard);
+    if (address.status().code() != absl::StatusCode::kNotFound) return address;
     if (absl::Now() >= deadline) {
-      return absl::DeadlineExceededError(
-          absl::StrCat("shards[", shard, "].address_file: ", file,
-                       " not written (is psd shard ", shard, " running?)"));
+      return absl::DeadlineExceededError(absl::StrCat(
+          address.status().message(), " (is psd shard ", shard, " running?)"));
     }
     std::this_thread::sleep_for(absl::ToChronoMilliseconds(backoff));
     backoff = std::min(backoff * 2, absl::Milliseconds(200));
@@ -283,6 +279,9 @@ void FillWorkerdDefaults(WorkerdConfig* c) {
     c->set_channels_per_shard(kDefaultChannelsPerShard);
   }
   if (c->fusion_bytes() == 0) c->set_fusion_bytes(kDefaultFusionBytes);
+  if (c->shard_locate_interval_ms() == 0) {
+    c->set_shard_locate_interval_ms(kDefaultShardLocateIntervalMs);
+  }
   if (c->data_dir().empty()) c->set_data_dir(kDefaultDataDir);
 }
 
@@ -417,6 +416,10 @@ absl::StatusOr<LoadedPsdConfig> ParsePsdConfig(const std::string& text,
                        " (heartbeats come every 100 ms or more), got ",
                        c.worker_timeout_ms()));
   }
+  if (c.shard_address_refresh_ms() == 0)
+    c.set_shard_address_refresh_ms(kDefaultShardAddressRefreshMs);
+  CheckShardInterval("shard_address_refresh_ms", c.shard_address_refresh_ms(),
+                     &p);
   if (c.progress_history_rows() == 0)
     c.set_progress_history_rows(kDefaultProgressHistoryRows);
   if (c.progress_history_rows() < kMinProgressHistoryRows ||
@@ -494,6 +497,8 @@ absl::StatusOr<LoadedWorkerdConfig> ParseWorkerdConfig(
     p.Add("fusion_bytes",
           absl::StrCat(c.fusion_bytes(), " is outside 1..67108864"));
   }
+  CheckShardInterval("shard_locate_interval_ms", c.shard_locate_interval_ms(),
+                     &p);
   if (!ValidLogLevel(c.log_level())) {
     p.Add("log_level",
           absl::StrCat("unknown level \"", absl::CHexEscape(c.log_level()),
@@ -510,6 +515,37 @@ absl::StatusOr<LoadedWorkerdConfig> LoadWorkerdConfig(const std::string& path) {
   std::string text;
   PS_RETURN_IF_ERROR(ReadFile(path, &text));
   return ParseWorkerdConfig(text, path);
+}
+
+absl::StatusOr<std::string> ReadShardAddress(const LoadedCluster& cluster,
+                                             uint32_t shard) {
+  if (shard >= static_cast<uint32_t>(cluster.config.shards_size())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("shard ", shard, ": the cluster file ", cluster.path,
+                     " lists ", cluster.config.shards_size(), " shards"));
+  }
+  const ShardAddress& a = cluster.config.shards(shard);
+  if (!a.address().empty()) return a.address();
+  const std::string file = ResolvePath(a.address_file(), cluster.path);
+  const std::string field = absl::StrCat("shards[", shard, "].address_file ");
+  std::string contents;
+  // An address is short: a bigger file is not one (and is not read whole).
+  absl::Status read = ReadFile(file, &contents, kMaxAddressFileBytes);
+  if (absl::IsNotFound(read)) {
+    return absl::NotFoundError(absl::StrCat(field, file, ": not written"));
+  }
+  if (!read.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(field, read.message()));
+  }
+  std::string address(absl::StripAsciiWhitespace(contents));
+  // Empty: written but not yet filled (writers replace it atomically, but
+  // an operator may create it first).
+  if (address.empty()) {
+    return absl::NotFoundError(absl::StrCat(field, file, ": empty"));
+  }
+  PS_RETURN_IF_ERROR(ValidateHostPort(address, absl::StrCat(field, file),
+                                      /*allow_port_zero=*/false));
+  return address;
 }
 
 absl::StatusOr<std::vector<std::string>> ResolveShardAddresses(

@@ -40,6 +40,13 @@ inline constexpr uint32_t kMinWorkerTimeoutMs = 200;
 // million rows of a few dozen bytes each bound one job's history.
 inline constexpr uint32_t kMinProgressHistoryRows = 16;
 inline constexpr uint32_t kMaxProgressHistoryRows = 1000000;
+// An address file holds one "host:port" line; anything longer is not one.
+inline constexpr size_t kMaxAddressFileBytes = 4096;
+// PsdConfig.shard_address_refresh_ms, WorkerdConfig.shard_locate_interval_ms:
+// faster would spin on the file system or the coordinator; slower would
+// leave a moved shard unfound longer than the workers' retries last.
+inline constexpr uint32_t kMinShardIntervalMs = 10;
+inline constexpr uint32_t kMaxShardIntervalMs = 60000;
 // A bearer token travels as an HTTP/2 header value.
 inline constexpr size_t kMaxTokenBytes = 4096;
 
@@ -94,6 +101,14 @@ absl::Status ValidateClusterConfig(const ClusterConfig& config,
 // the files still missing.
 absl::StatusOr<std::vector<std::string>> ResolveShardAddresses(
     const LoadedCluster& cluster, absl::Time deadline);
+
+// One read of shard `shard`'s address, never waiting: its `address`, or
+// what its address file holds now. NotFound when the file is missing or
+// empty (not written yet); InvalidArgument naming the field and the file when
+// it cannot be read, is larger than kMaxAddressFileBytes or does not hold a
+// "host:port"; InvalidArgument for a shard the cluster file does not list.
+absl::StatusOr<std::string> ReadShardAddress(const LoadedCluster& cluster,
+                                             uint32_t shard);
 
 // The coordinator's "host:port" (see ResolveShardAddresses).
 absl::StatusOr<std::string> ResolveCoordinatorAddress(

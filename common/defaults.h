@@ -21,6 +21,7 @@ inline constexpr uint32_t kDefaultMaxMessageBytes = 4u << 20;      // 4 MiB
 inline constexpr uint64_t kDefaultMemoryBudgetBytes = 8ull << 30;  // 8 GiB
 inline constexpr uint32_t kDefaultWorkerTimeoutMs = 10000;
 inline constexpr uint32_t kDefaultProgressHistoryRows = 1000;
+inline constexpr uint32_t kDefaultShardAddressRefreshMs = 100;
 
 // ---- WorkerdConfig (proto/cluster.proto) -----------------------------------
 inline constexpr char kDefaultDevice[] = "cpu:0";
@@ -50,6 +51,8 @@ inline constexpr uint32_t kDefaultFusionBytes = 64u << 10;  // 64 KiB
 // A local (NCCL) gradient reduce that has not finished by then is reported
 // as failed instead of hanging the step.
 inline constexpr uint32_t kDefaultLocalReduceTimeoutMs = 60000;
+// How often a worker asks where a shard that keeps failing is now.
+inline constexpr uint32_t kDefaultShardLocateIntervalMs = 200;
 
 // ---- JobSpec (proto/job.proto) ---------------------------------------------
 inline constexpr uint32_t kDefaultStepDeadlineMs = 60000;

@@ -1,7 +1,10 @@
 // 2 psd + 2 workerd train a synthetic BSP job with a checkpoint every step.
-// In the middle of the run shard 1 is killed with SIGKILL and restarted on
-// the same port with the same config: the workers ride through on their
-// retries, the job succeeds, and its parameters are bitwise identical to an
+// In the middle of the run shard 1 is killed with SIGKILL and restarted with
+// the same config, either on the same port or on a new one (port 0: as
+// under a scheduler; it rewrites its address file, and until then the file
+// holds garbage). The workers ride through on their retries (finding the
+// moved shard through the coordinator, which re-reads the address file),
+// the job succeeds, and its parameters are bitwise identical to an
 // undisturbed run's; shard 1's stats say it restored from a step > 0.
 #include <cstdint>
 #include <functional>
@@ -123,10 +126,35 @@ absl::StatusOr<JobStats> ShardJobStats(const std::string& address,
   return stats.job_stats(0);
 }
 
-// Submits the job; when `kill_shard_1`, SIGKILLs shard 1 once the job is
-// past kKillAfterStep and restarts it on its port; waits for the end and
+enum class Restart { kNone, kSamePort, kNewPort };
+
+// Restarts shard 1, SIGKILLed, at a new port. Until it is up, its address
+// file holds garbage: the coordinator must report it, not crash or forget
+// the old address. Returns the new address in *address.
+void RestartAtNewPort(LocalCluster& cluster, std::string* address) {
+  const std::string file = cluster.dir() + "/s1.addr";
+  ASSERT_TRUE(WriteFileAtomically(file, "garbage\n").ok());
+  // The workers look for the silent shard at the coordinator, which then
+  // reads the file (bounded poll of its log, one read per round).
+  const std::string problem =
+      absl::StrCat(file, ": \"garbage\" is not host:port");
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (cluster.Log("psd0").find(problem) == std::string::npos) {
+    ASSERT_LT(absl::Now(), deadline) << "psd0 never reported " << problem;
+  }
+  // listen_address defaults to 127.0.0.1:0: any free port.
+  absl::Status restarted = cluster.StartShard(1);
+  ASSERT_TRUE(restarted.ok()) << restarted << cluster.Log("psd1");
+  absl::StatusOr<std::string> a = WaitForFile(file, absl::Seconds(5));
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_NE(*a, *address) << "the kernel gave the same port again";
+  *address = *a;
+}
+
+// Submits the job; with a restart, SIGKILLs shard 1 once the job is past
+// kKillAfterStep and restarts it (same or new port); waits for the end and
 // reads every parameter back.
-void TrainOnce(const std::string& name, bool kill_shard_1, RunResult* result) {
+void TrainOnce(const std::string& name, Restart restart, RunResult* result) {
   const std::string dir = TestDir(name);
   LocalCluster cluster(dir, Options());
   ASSERT_TRUE(cluster.Start().ok());
@@ -148,7 +176,7 @@ void TrainOnce(const std::string& name, bool kill_shard_1, RunResult* result) {
     addresses.push_back(*a);
   }
 
-  if (kill_shard_1) {
+  if (restart != Restart::kNone) {
     absl::StatusOr<JobStatus> mid = PollUntil(
         cluster, job,
         [](const JobStatus& js) {
@@ -161,9 +189,30 @@ void TrainOnce(const std::string& name, bool kill_shard_1, RunResult* result) {
     std::cout << "killing shard 1 at coordinator step "
               << mid->progress().step() << std::endl;
     cluster.shard(1).Kill();
-    absl::Status restarted = cluster.StartShard(
-        1, absl::StrCat("listen_address: \"", addresses[1], "\""));
-    ASSERT_TRUE(restarted.ok()) << restarted << cluster.Log("psd1");
+    if (restart == Restart::kNewPort) {
+      ASSERT_NO_FATAL_FAILURE(RestartAtNewPort(cluster, &addresses[1]));
+    } else {
+      absl::Status restarted = cluster.StartShard(
+          1, absl::StrCat("listen_address: \"", addresses[1], "\""));
+      ASSERT_TRUE(restarted.ok()) << restarted << cluster.Log("psd1");
+    }
+    // How long after the restart (the shard listening, its address file
+    // written) the workers train again: two more steps reported.
+    const absl::Time restarted_at = absl::Now();
+    absl::StatusOr<JobStatus> now = Status(cluster, job);
+    ASSERT_TRUE(now.ok()) << now.status();
+    const uint64_t step = now->progress().step();
+    absl::StatusOr<JobStatus> resumed = PollUntil(
+        cluster, job,
+        [step](const JobStatus& js) {
+          return js.progress().step() >= step + 2;
+        },
+        absl::Seconds(60));
+    ASSERT_TRUE(resumed.ok()) << resumed.status() << cluster.Log("worker0");
+    std::cout << "workers resumed (step " << step << " -> "
+              << resumed->progress().step() << ") "
+              << absl::FormatDuration(absl::Now() - restarted_at)
+              << " after the restart" << std::endl;
   }
 
   absl::StatusOr<JobStatus> end = PollUntil(
@@ -201,16 +250,18 @@ void TrainOnce(const std::string& name, bool kill_shard_1, RunResult* result) {
   EXPECT_TRUE(stopped.ok()) << stopped;
 }
 
-TEST(ShardRestartTest, KilledShardRestoresAndTheJobEndsBitwiseIdentical) {
-  RunResult calm, killed;
-  ASSERT_NO_FATAL_FAILURE(TrainOnce("undisturbed", false, &calm));
-  for (const JobStats& s : calm.shard_stats) {
-    EXPECT_EQ(s.restored_from_step(), 0u);
-    EXPECT_EQ(s.checkpoints(), kTotalSteps + 1);  // registration + every step
-    EXPECT_EQ(s.version(), kTotalSteps);
-  }
+// The undisturbed run, trained once for every test.
+const RunResult& Undisturbed() {
+  static RunResult* calm = nullptr;
+  if (calm != nullptr) return *calm;
+  static RunResult result;
+  TrainOnce("undisturbed", Restart::kNone, &result);
+  if (!::testing::Test::HasFatalFailure()) calm = &result;
+  return result;
+}
 
-  ASSERT_NO_FATAL_FAILURE(TrainOnce("killed", true, &killed));
+void ExpectRestoredAndIdentical(const RunResult& calm,
+                                const RunResult& killed) {
   const JobStats& restored = killed.shard_stats[1];
   std::cout << "shard 1 restored from step " << restored.restored_from_step()
             << ", then wrote " << restored.checkpoints()
@@ -225,6 +276,28 @@ TEST(ShardRestartTest, KilledShardRestoresAndTheJobEndsBitwiseIdentical) {
   EXPECT_EQ(killed.checksum, calm.checksum)
       << "the restart changed the parameters";
   EXPECT_EQ(killed.test_accuracy, calm.test_accuracy);
+}
+
+TEST(ShardRestartTest, KilledShardRestoresAndTheJobEndsBitwiseIdentical) {
+  const RunResult& calm = Undisturbed();
+  ASSERT_FALSE(::testing::Test::HasFatalFailure());
+  for (const JobStats& s : calm.shard_stats) {
+    EXPECT_EQ(s.restored_from_step(), 0u);
+    EXPECT_EQ(s.checkpoints(), kTotalSteps + 1);  // registration + every step
+    EXPECT_EQ(s.version(), kTotalSteps);
+  }
+  RunResult killed;
+  ASSERT_NO_FATAL_FAILURE(TrainOnce("killed", Restart::kSamePort, &killed));
+  ExpectRestoredAndIdentical(calm, killed);
+}
+
+// Shards that move: the restarted shard listens on another port.
+TEST(ShardRestartTest, ShardRestartedAtANewPortIsFoundAndTheJobEndsIdentical) {
+  const RunResult& calm = Undisturbed();
+  ASSERT_FALSE(::testing::Test::HasFatalFailure());
+  RunResult moved;
+  ASSERT_NO_FATAL_FAILURE(TrainOnce("moved", Restart::kNewPort, &moved));
+  ExpectRestoredAndIdentical(calm, moved);
 }
 
 }  // namespace

@@ -137,25 +137,75 @@ AsyncPsClient::AsyncPsClient(const PsClientOptions& options,
   }
   encoder_ = std::make_unique<GradientEncoder>(assignment.spec().wire(),
                                                std::move(lengths));
-  const int channels = std::max(1, options.channels_per_shard);
-  for (uint32_t s = 0; s < plan_.num_shards(); ++s) {
-    addresses_.push_back(assignment.shard_addresses(s));
-    stubs_.emplace_back();
-    for (int c = 0; c < channels; ++c) {
-      // NewChannel gives every channel its own connection (see
-      // common/security.h), so these do not share one TCP stream.
-      stubs_.back().push_back(std::make_unique<grpc::GenericStub>(
-          security->NewChannel(addresses_[s], options.max_message_bytes)));
-    }
-  }
+  std::vector<std::string> addresses;
   {
     absl::MutexLock lock(&mu_);
+    for (uint32_t s = 0; s < plan_.num_shards(); ++s) {
+      addresses_.push_back(assignment.shard_addresses(s));
+      stubs_.push_back(StubsTo(addresses_[s]));
+    }
+    addresses = addresses_;
+    suspect_.assign(plan_.num_shards(), false);
     queues_.resize(plan_.num_shards());
     inflight_.assign(plan_.num_shards(), 0);
     versions_.assign(plan_.chunks().size(), 0);
     held_.assign(plan_.chunks().size(), Held{});
   }
   dispatcher_ = std::thread([this] { Dispatch(); });
+  if (options_.locate_shards) {
+    ShardRelocator::Options relocator_options;
+    relocator_options.locate = options_.locate_shards;
+    relocator_options.interval = options_.locate_interval;
+    relocator_ = std::make_unique<ShardRelocator>(
+        relocator_options, std::move(addresses),
+        [this](uint32_t shard, const std::string& address) {
+          OnShardMoved(shard, address);
+        });
+  }
+}
+
+std::vector<std::unique_ptr<grpc::GenericStub>> AsyncPsClient::StubsTo(
+    const std::string& address) const {
+  std::vector<std::unique_ptr<grpc::GenericStub>> stubs;
+  for (int c = 0; c < std::max(1, options_.channels_per_shard); ++c) {
+    // NewChannel gives every channel its own connection (see
+    // common/security.h), so these do not share one TCP stream.
+    stubs.push_back(std::make_unique<grpc::GenericStub>(
+        security_->NewChannel(address, options_.max_message_bytes)));
+  }
+  return stubs;
+}
+
+void AsyncPsClient::OnShardMoved(uint32_t shard, const std::string& address) {
+  std::vector<std::unique_ptr<grpc::GenericStub>> stubs = StubsTo(address);
+  {
+    absl::MutexLock lock(&mu_);
+    spdlog::warn("job {}: shard {} moved from {} to {}; retrying there",
+                 job_id_, shard, addresses_[shard], address);
+    addresses_[shard] = address;
+    retired_stubs_.push_back(std::move(stubs_[shard]));
+    stubs_[shard] = std::move(stubs);
+    // Retries waiting out their backoff for the old address go now.
+    const absl::Time now = absl::Now();
+    for (Call* call : backoff_) {
+      if (call->group.shard == shard) call->retry_at = now;
+    }
+  }
+  Wake();
+}
+
+void AsyncPsClient::NoteShardHealth(uint32_t shard,
+                                    const absl::Status& status) {
+  if (relocator_ == nullptr) return;
+  const bool unavailable = status.code() == absl::StatusCode::kUnavailable;
+  if (unavailable && !suspect_[shard]) {
+    relocator_->Suspect(shard);
+  } else if (status.ok() && suspect_[shard]) {
+    relocator_->Clear(shard);
+  } else {
+    return;
+  }
+  suspect_[shard] = unavailable;
 }
 
 AsyncPsClient::~AsyncPsClient() {
@@ -169,6 +219,9 @@ AsyncPsClient::~AsyncPsClient() {
   }
   Wake();
   dispatcher_.join();
+  // Every call is over: no OnDone reads it any more. Its thread may still
+  // be in OnShardMoved, which needs the stubs (members, destroyed later).
+  relocator_.reset();
 }
 
 PsClientStats AsyncPsClient::stats() const {
@@ -386,6 +439,7 @@ void AsyncPsClient::OnDone(Call* call, grpc::Status grpc_status) {
   const uint32_t shard = call->group.shard;
   absl::MutexLock lock(&mu_);
   inflight_[shard]--;
+  NoteShardHealth(shard, status);
   bool dispatcher_work = false;
   stats_.bytes_received += reply.data_bytes;
   stats_.dense_bytes_received += reply.dense_bytes;
@@ -411,12 +465,18 @@ void AsyncPsClient::OnDone(Call* call, grpc::Status grpc_status) {
     backoff_.push_back(call);
     dispatcher_work = true;
   } else {
+    // Where the coordinator says the shard is, if that is why it failed.
+    const std::string note =
+        relocator_ != nullptr && status.code() == absl::StatusCode::kUnavailable
+            ? relocator_->Note(shard)
+            : "";
     EndCall(call,
             absl::Status(status.code(),
                          absl::StrCat("step ", r->args.step, ": shard ", shard,
                                       " at ", addresses_[shard], " (",
                                       OpName(r->args.op), ", attempt ",
-                                      call->attempt, "): ", status.message())));
+                                      call->attempt, "): ", status.message(),
+                                      note.empty() ? "" : "; ", note)));
   }
   // The shard has room again: its next queued call goes out now.
   Pump();

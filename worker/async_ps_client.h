@@ -25,7 +25,8 @@
 // exponential backoff and the same (worker, step) tag, with attempt + 1, so
 // the shard applies it once; any other error, or the last attempt's, ends
 // the request (its other calls are cancelled) with a status that names the
-// shard and its address.
+// shard and its address. With PsClientOptions.locate_shards, a shard that
+// keeps failing is looked for at the coordinator, and followed if it moved.
 //
 // Borrowed buffers: `gradient` and `params` are the model's flat vectors
 // (num_parameters() floats); a request reads gradient[r] and writes
@@ -73,6 +74,7 @@
 #include "proto/coordinator.pb.h"
 #include "worker/gradient_encoder.h"
 #include "worker/request_plan.h"
+#include "worker/shard_relocator.h"
 
 namespace ps {
 
@@ -102,6 +104,16 @@ struct PsClientOptions {
   // client wrote them (the trainer does); a pull into another buffer, and
   // every chunk after a reply that failed to decode, goes in full.
   bool delta_pulls = kDefaultDeltaPulls;
+  // Shards that move (worker/shard_relocator.h). Set: while a shard keeps
+  // failing with UNAVAILABLE, the coordinator is asked every
+  // `locate_interval` where it is now; if it moved, the shard's channels
+  // switch to the new address and the pending retries go there at once
+  // (same step, attempt + 1, so the shard still applies each push once).
+  // The retries' budget (max_attempts) is unchanged. Unset: a shard is only
+  // ever retried at the address the Assignment gave.
+  LocateShards locate_shards;
+  absl::Duration locate_interval =
+      absl::Milliseconds(kDefaultShardLocateIntervalMs);
 };
 
 // Traffic counters (cumulative).
@@ -234,6 +246,15 @@ class AsyncPsClient {
   void Wake();
   // gRPC's destroy callback of a slice that borrows a gradient.
   static void ReleaseBorrowed(void* request);
+  // The relocator found `shard` at `address`: new channels, retries now.
+  void OnShardMoved(uint32_t shard, const std::string& address)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // A call to `shard` ended with `status`: tells the relocator.
+  void NoteShardHealth(uint32_t shard, const absl::Status& status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // channels_per_shard generic stubs to `address`.
+  std::vector<std::unique_ptr<grpc::GenericStub>> StubsTo(
+      const std::string& address) const;
 
   const PsClientOptions options_;
   const Security* const security_;
@@ -242,9 +263,16 @@ class AsyncPsClient {
   const uint32_t rank_;
   const ConsistencyMode mode_;
   const absl::Duration wait_deadline_;
-  std::vector<std::string> addresses_;  // by shard
+  std::vector<std::string> addresses_ ABSL_GUARDED_BY(mu_);  // by shard
   // [shard][channel]; generic stubs carry the hand-encoded messages.
-  std::vector<std::vector<std::unique_ptr<grpc::GenericStub>>> stubs_;
+  std::vector<std::vector<std::unique_ptr<grpc::GenericStub>>> stubs_
+      ABSL_GUARDED_BY(mu_);
+  // Stubs of shards that moved, kept until the client goes: calls still on
+  // the wire to the old address hold on to them.
+  std::vector<std::vector<std::unique_ptr<grpc::GenericStub>>> retired_stubs_
+      ABSL_GUARDED_BY(mu_);
+  // By shard: told the relocator it failed, no success since.
+  std::vector<bool> suspect_ ABSL_GUARDED_BY(mu_);
   // The job's wire format and the top-k residuals (thread-safe).
   std::unique_ptr<GradientEncoder> encoder_;
   std::atomic<bool> fallback_logged_{false};
@@ -281,6 +309,9 @@ class AsyncPsClient {
   bool wake_ ABSL_GUARDED_BY(wake_mu_) = false;
 
   std::thread dispatcher_;
+  // Set with options.locate_shards; reset at the end of the destructor's
+  // body (its thread calls OnShardMoved).
+  std::unique_ptr<ShardRelocator> relocator_;
 };
 
 }  // namespace ps

@@ -358,5 +358,63 @@ TEST_F(AsyncPsClientTest, ManyThreadsShareOneClient) {
   }
 }
 
+// A coordinator that says where the shards are: `address` and `problems`.
+LocateShards Coordinator(std::string address,
+                         std::vector<std::string> problems = {}) {
+  return [=](absl::Time) -> absl::StatusOr<ShardAddressesResponse> {
+    ShardAddressesResponse r;
+    r.add_addresses(address);
+    for (const std::string& p : problems) r.add_problems(p);
+    return r;
+  };
+}
+
+TEST_F(AsyncPsClientTest, AShardThatMovedIsFollowedWithTheSameStep) {
+  // The shard's state lives on in `moved` (as a restarted psd restores its
+  // checkpoint); the first shard dies mid-request.
+  FakeShardServer moved(std::vector<uint64_t>(kTensors, kLength));
+  PsClientOptions options;
+  options.max_attempts = 50;
+  options.initial_backoff = absl::Milliseconds(1);
+  options.max_backoff = absl::Milliseconds(20);
+  options.locate_interval = absl::Milliseconds(10);
+  options.locate_shards = Coordinator(moved.address());
+  Connect(options);
+  shard_.set_hold(true);
+  RequestHandle h = client_->Start(Tensor(1));
+  ASSERT_TRUE(shard_.AwaitArrivals(1, Soon()));
+  shard_.Kill();
+  ASSERT_TRUE(client_->Wait(h, Soon()).ok());
+  std::vector<FakeShardServer::Arrival> a = moved.arrivals();
+  ASSERT_EQ(a.size(), 1u);
+  EXPECT_EQ(a[0].step, 3u);
+  EXPECT_GT(a[0].attempt, 1u);        // a retry of the same call
+  EXPECT_EQ(params_[kLength], 1.5f);  // applied once, at the new address
+  // Later requests go straight to the new address.
+  ASSERT_TRUE(client_->Wait(client_->Start(Tensor(2)), Soon()).ok());
+  EXPECT_EQ(moved.arrivals().size(), 2u);
+}
+
+TEST_F(AsyncPsClientTest, AShardNotFoundEndsNamingTheCoordinatorsProblem) {
+  PsClientOptions options;
+  options.max_attempts = 20;
+  options.initial_backoff = absl::Milliseconds(1);
+  options.max_backoff = absl::Milliseconds(50);
+  options.locate_interval = absl::Milliseconds(10);
+  const std::string problem =
+      "shards[0].address_file /run/s0.addr: \"junk\" is not host:port";
+  options.locate_shards = Coordinator(shard_.address(), {problem});
+  Connect(options);
+  shard_.Kill();
+  const absl::Time start = absl::Now();
+  absl::Status s = client_->Wait(client_->Start(Tensor(0)), Soon());
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr(absl::StrCat("shard 0 at ", shard_.address(),
+                                     " (PushPull, attempt 20)")));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("coordinator: " + problem));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+}
+
 }  // namespace
 }  // namespace ps

@@ -140,8 +140,20 @@ absl::Status JoinedWorker::JoinTimeout() const {
 }
 
 absl::Status JoinedWorker::Setup() {
+  PsClientOptions client_options = options_.client;
+  // A shard that keeps failing is looked for at the coordinator: it may
+  // have restarted at another address (worker/shard_relocator.h). The client
+  // is destroyed in Close, before the coordinator connection.
+  client_options.locate_shards =
+      [this](absl::Time deadline) -> absl::StatusOr<ShardAddressesResponse> {
+    ShardAddressesResponse resp;
+    PS_RETURN_IF_ERROR(
+        coordinator_.CallUntil(&Coordinator::Stub::GetShardAddresses,
+                               ShardAddressesRequest(), &resp, deadline));
+    return resp;
+  };
   PS_ASSIGN_OR_RETURN(std::unique_ptr<AsyncPsClient> client,
-                      AsyncPsClient::Create(options_.client, assignment_,
+                      AsyncPsClient::Create(client_options, assignment_,
                                             &connection_.security));
   for (const TensorSpec& t : assignment_.spec().tensors()) {
     FlatTensor f;

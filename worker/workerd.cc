@@ -89,6 +89,7 @@ PsClientOptions ClientOptions(const WorkerdConfig& c) {
   options.max_request_bytes = c.max_request_bytes();
   options.channels_per_shard = static_cast<int>(c.channels_per_shard());
   options.delta_pulls = !c.disable_delta_pulls();
+  options.locate_interval = absl::Milliseconds(c.shard_locate_interval_ms());
   return options;
 }
 
@@ -160,6 +161,23 @@ void Workerd::Stop() {
   abort_job_ = true;
   if (poll_context_ != nullptr) poll_context_->TryCancel();
   if (job_client_ != nullptr) job_client_->CancelAll("workerd stopping");
+}
+
+PsClientOptions Workerd::JobClientOptions() const {
+  PsClientOptions options = ClientOptions(config_.workerd);
+  // A shard that keeps failing is looked for at the coordinator: it may
+  // have restarted at another address (worker/shard_relocator.h).
+  options.locate_shards =
+      [this](absl::Time deadline) -> absl::StatusOr<ShardAddressesResponse> {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(deadline));
+    security_.Authorize(&ctx);
+    ShardAddressesResponse resp;
+    PS_RETURN_IF_ERROR(FromGrpcStatus(
+        stub_->GetShardAddresses(&ctx, ShardAddressesRequest(), &resp)));
+    return resp;
+  };
+  return options;
 }
 
 std::unique_ptr<grpc::ClientContext> Workerd::NewContext(
@@ -350,9 +368,8 @@ absl::Status Workerd::TrainCtr(
 absl::Status Workerd::Train(const Assignment& a,
                             const std::function<void(const Progress&)>& report,
                             Progress* last) {
-  PS_ASSIGN_OR_RETURN(
-      std::unique_ptr<PsClient> client,
-      PsClient::Create(ClientOptions(config_.workerd), a, &security_));
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<PsClient> client,
+                      PsClient::Create(JobClientOptions(), a, &security_));
   {
     absl::MutexLock l(&mu_);
     job_client_ = client->async();

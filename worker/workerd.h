@@ -30,6 +30,7 @@
 #include "common/config.h"
 #include "common/security.h"
 #include "proto/coordinator.grpc.pb.h"
+#include "worker/async_ps_client.h"
 #include "worker/data/dataset.h"
 
 namespace ps {
@@ -80,6 +81,9 @@ class Workerd {
   absl::StatusOr<TrainTestData> DataFor(const JobSpec& spec);
   std::unique_ptr<grpc::ClientContext> NewContext(
       absl::Duration deadline) const;
+  // The job's parameter client options, with shards looked for at the
+  // coordinator (GetShardAddresses) when they keep failing.
+  PsClientOptions JobClientOptions() const;
 
   const LoadedWorkerdConfig config_;
   std::string name_;

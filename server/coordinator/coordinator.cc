@@ -378,9 +378,10 @@ bool JobCoordinator::FillAssignment(const Worker& worker,
   *a->mutable_placement() = job->status.placement();
   a->set_rank(worker.rank);
   a->set_num_workers(job->status.spec().num_workers());
-  for (const std::string& address : options_.shard_addresses) {
-    a->add_shard_addresses(address);
-  }
+  const std::vector<std::string> addresses =
+      options_.current_shard_addresses ? options_.current_shard_addresses()
+                                       : options_.shard_addresses;
+  for (const std::string& address : addresses) a->add_shard_addresses(address);
   a->set_start_step(worker.start_step);
   return true;
 }

@@ -113,6 +113,11 @@ class JobCoordinator {
     // "host:port" by shard id, copied into every Assignment. Empty or
     // num_shards entries.
     std::vector<std::string> shard_addresses;
+    // Set: the shards' addresses now (num_shards entries; the psd's
+    // ShardDirectory, which follows shards that move), asked for each
+    // Assignment instead of shard_addresses. Called under the coordinator's
+    // lock: it must not call back into the coordinator.
+    std::function<std::vector<std::string>()> current_shard_addresses;
     // Time source for timestamps, heartbeats and long-poll deadlines.
     // Unset: absl::Now. Tests inject a fake so they never sleep.
     std::function<absl::Time()> clock;

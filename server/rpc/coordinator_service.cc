@@ -4,20 +4,23 @@
 #include "absl/time/clock.h"
 #include "common/grpc_status.h"
 #include "common/status_macros.h"
+#include "spdlog/spdlog.h"
 
 namespace ps {
 
-GrpcShardControl::GrpcShardControl(const std::vector<std::string>& addresses,
+GrpcShardControl::GrpcShardControl(ShardDirectory* directory,
                                    const Security* security,
                                    uint32_t local_shard_id, Shard* local,
-                                   absl::Duration deadline)
-    : security_(security),
+                                   absl::Duration deadline,
+                                   absl::Duration probe)
+    : directory_(directory),
+      security_(security),
       local_shard_id_(local_shard_id),
       local_(local),
-      deadline_(deadline) {
-  for (const std::string& a : addresses) {
-    stubs_.push_back(ParameterServer::NewStub(security->NewChannel(a)));
-  }
+      deadline_(deadline),
+      probe_(probe) {
+  absl::MutexLock lock(&mu_);
+  peers_.resize(directory_->num_shards());
 }
 
 std::unique_ptr<grpc::ClientContext> GrpcShardControl::NewContext() const {
@@ -29,18 +32,52 @@ std::unique_ptr<grpc::ClientContext> GrpcShardControl::NewContext() const {
   return ctx;
 }
 
+GrpcShardControl::Peer GrpcShardControl::PeerAt(uint32_t shard,
+                                                const std::string& address) {
+  absl::MutexLock lock(&mu_);
+  Peer& peer = peers_[shard];
+  if (peer.stub == nullptr || peer.address != address) {
+    if (peer.stub != nullptr) {
+      spdlog::info("coordinator: shard {} now at {} (was {})", shard, address,
+                   peer.address);
+    }
+    peer.address = address;
+    peer.channel = security_->NewChannel(address);
+    peer.stub = ParameterServer::NewStub(peer.channel);
+  }
+  return peer;
+}
+
+absl::StatusOr<std::shared_ptr<ParameterServer::Stub>>
+GrpcShardControl::Connected(uint32_t shard) {
+  if (shard >= directory_->num_shards()) {
+    return absl::InvalidArgumentError(absl::StrCat("shard ", shard));
+  }
+  const absl::Time deadline = absl::Now() + deadline_;
+  while (true) {
+    Peer peer = PeerAt(shard, directory_->Address(shard));
+    const absl::Time until = std::min(deadline, absl::Now() + probe_);
+    if (peer.channel->WaitForConnected(absl::ToChronoTime(until))) {
+      return peer.stub;
+    }
+    if (absl::Now() >= deadline) {
+      return absl::UnavailableError(absl::StrCat(
+          "shard ", shard, " at ", peer.address, ": not reachable within ",
+          absl::FormatDuration(deadline_)));
+    }
+  }
+}
+
 absl::Status GrpcShardControl::RegisterJob(uint32_t shard,
                                            const RegisterJobRequest& request) {
   if (shard == local_shard_id_) {
     RegisterJobResponse resp;
     return local_->RegisterJob(request, &resp);
   }
-  if (shard >= stubs_.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("shard ", shard));
-  }
+  PS_ASSIGN_OR_RETURN(std::shared_ptr<ParameterServer::Stub> stub,
+                      Connected(shard));
   RegisterJobResponse resp;
-  return FromGrpcStatus(
-      stubs_[shard]->RegisterJob(NewContext().get(), request, &resp));
+  return FromGrpcStatus(stub->RegisterJob(NewContext().get(), request, &resp));
 }
 
 absl::Status GrpcShardControl::DropJob(uint32_t shard,
@@ -48,27 +85,27 @@ absl::Status GrpcShardControl::DropJob(uint32_t shard,
   DropJobRequest req;
   req.set_job_id(job_id);
   if (shard == local_shard_id_) return local_->DropJob(req);
-  if (shard >= stubs_.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("shard ", shard));
-  }
+  PS_ASSIGN_OR_RETURN(std::shared_ptr<ParameterServer::Stub> stub,
+                      Connected(shard));
   DropJobResponse resp;
-  return FromGrpcStatus(stubs_[shard]->DropJob(NewContext().get(), req, &resp));
+  return FromGrpcStatus(stub->DropJob(NewContext().get(), req, &resp));
 }
 
 absl::Status GrpcShardControl::SetMembership(
     uint32_t shard, const SetMembershipRequest& request) {
   if (shard == local_shard_id_) return local_->SetMembership(request);
-  if (shard >= stubs_.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("shard ", shard));
-  }
+  PS_ASSIGN_OR_RETURN(std::shared_ptr<ParameterServer::Stub> stub,
+                      Connected(shard));
   SetMembershipResponse resp;
   return FromGrpcStatus(
-      stubs_[shard]->SetMembership(NewContext().get(), request, &resp));
+      stub->SetMembership(NewContext().get(), request, &resp));
 }
 
-void CoordinatorService::SetCoordinator(JobCoordinator* coordinator) {
+void CoordinatorService::SetCoordinator(JobCoordinator* coordinator,
+                                        ShardDirectory* directory) {
   absl::MutexLock lock(&mu_);
   coordinator_ = coordinator;
+  directory_ = directory;
 }
 
 absl::StatusOr<JobCoordinator*> CoordinatorService::Ready(
@@ -181,6 +218,25 @@ grpc::ServerUnaryReactor* CoordinatorService::GetHistory(
     GetHistoryResponse* resp) {
   return Inline(ctx,
                 [&](JobCoordinator& c) { return c.GetHistory(*req, resp); });
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::GetShardAddresses(
+    grpc::CallbackServerContext* ctx, const ShardAddressesRequest* /*req*/,
+    ShardAddressesResponse* resp) {
+  absl::StatusOr<JobCoordinator*> c = Ready(ctx);
+  if (!c.ok()) return Finish(ctx, c.status());
+  ShardDirectory* directory;
+  {
+    absl::MutexLock lock(&mu_);
+    directory = directory_;
+  }
+  if (directory == nullptr) {
+    return Finish(ctx, absl::UnavailableError("shard addresses not known"));
+  }
+  ShardDirectory::Snapshot now = directory->Current();
+  for (std::string& a : now.addresses) resp->add_addresses(std::move(a));
+  for (std::string& p : now.problems) resp->add_problems(std::move(p));
+  return Finish(ctx, absl::OkStatus());
 }
 
 }  // namespace ps

@@ -1,12 +1,12 @@
 // gRPC adapter for the Coordinator service, and ShardControl over gRPC.
 //
-//   GrpcShardControl shards(addresses, &security, local_shard_id, &shard);
+//   GrpcShardControl shards(&directory, &security, local_shard_id, &shard);
 //   auto coordinator = JobCoordinator::Create(options, &shards);
 //   CoordinatorService service(&security);
 //   builder.RegisterService(&service);   // before the server starts
 //   ...
-//   service.SetCoordinator(coordinator->get());  // once shard addresses are
-//   known
+//   service.SetCoordinator(coordinator->get(), &directory);  // once shard
+//   addresses are known
 #ifndef SERVER_RPC_COORDINATOR_SERVICE_H_
 #define SERVER_RPC_COORDINATOR_SERVICE_H_
 
@@ -16,23 +16,31 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/defaults.h"
 #include "common/security.h"
 #include "proto/coordinator.grpc.pb.h"
 #include "proto/ps.grpc.pb.h"
 #include "server/coordinator/coordinator.h"
+#include "server/coordinator/shard_directory.h"
 #include "server/rpc/serial_executor.h"
 #include "server/shard.h"
 
 namespace ps {
 
 // ShardControl for the coordinator: the coordinator's own shard is called
-// directly, the others over gRPC with a deadline. Thread-safe.
+// directly, the others over gRPC with a deadline. A shard that moved (its
+// address file rewritten) is followed: while a shard cannot be connected
+// to, its address is looked up in the directory every `probe`, and the
+// call goes to the new one; a call is sent once, to a connected shard, so
+// it is never applied twice. Thread-safe.
 class GrpcShardControl final : public ShardControl {
  public:
-  // `security` and `local` are borrowed.
-  GrpcShardControl(const std::vector<std::string>& addresses,
-                   const Security* security, uint32_t local_shard_id,
-                   Shard* local, absl::Duration deadline = absl::Seconds(30));
+  // `directory`, `security` and `local` are borrowed.
+  GrpcShardControl(
+      ShardDirectory* directory, const Security* security,
+      uint32_t local_shard_id, Shard* local,
+      absl::Duration deadline = absl::Seconds(30),
+      absl::Duration probe = absl::Milliseconds(kDefaultShardAddressRefreshMs));
 
   absl::Status RegisterJob(uint32_t shard,
                            const RegisterJobRequest& request) override;
@@ -41,13 +49,32 @@ class GrpcShardControl final : public ShardControl {
                              const SetMembershipRequest& request) override;
 
  private:
-  std::unique_ptr<grpc::ClientContext> NewContext() const;
+  // One remote shard: the address its channel goes to.
+  struct Peer {
+    std::string address;
+    std::shared_ptr<grpc::Channel> channel;
+    std::shared_ptr<ParameterServer::Stub> stub;
+  };
 
+  std::unique_ptr<grpc::ClientContext> NewContext() const;
+  // The stub of `shard`, connected, at its current address; waits (probing
+  // the directory) up to the call deadline. UNAVAILABLE naming the shard and
+  // its address when it cannot be reached by then; INVALID_ARGUMENT for a
+  // shard out of range.
+  absl::StatusOr<std::shared_ptr<ParameterServer::Stub>> Connected(
+      uint32_t shard) ABSL_LOCKS_EXCLUDED(mu_);
+  // The peer for `address`, a new channel if the shard moved.
+  Peer PeerAt(uint32_t shard, const std::string& address)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  ShardDirectory* const directory_;
   const Security* const security_;
   const uint32_t local_shard_id_;
   Shard* const local_;
   const absl::Duration deadline_;
-  std::vector<std::unique_ptr<ParameterServer::Stub>> stubs_;
+  const absl::Duration probe_;
+  absl::Mutex mu_;
+  std::vector<Peer> peers_ ABSL_GUARDED_BY(mu_);  // by shard
 };
 
 // Thread-safe. Until SetCoordinator, every call fails with UNAVAILABLE
@@ -57,8 +84,10 @@ class CoordinatorService final : public Coordinator::CallbackService {
  public:
   explicit CoordinatorService(const Security* security) : security_(security) {}
 
-  // `coordinator` is borrowed and must outlive the server.
-  void SetCoordinator(JobCoordinator* coordinator);
+  // `coordinator` and `directory` are borrowed and must outlive the server.
+  // `directory` answers GetShardAddresses (null: UNAVAILABLE).
+  void SetCoordinator(JobCoordinator* coordinator,
+                      ShardDirectory* directory = nullptr);
 
   grpc::ServerUnaryReactor* SubmitJob(grpc::CallbackServerContext* ctx,
                                       const SubmitJobRequest* req,
@@ -87,6 +116,10 @@ class CoordinatorService final : public Coordinator::CallbackService {
   grpc::ServerUnaryReactor* GetHistory(grpc::CallbackServerContext* ctx,
                                        const GetHistoryRequest* req,
                                        GetHistoryResponse* resp) override;
+  // Re-reads the address files (at most once per refresh interval) inline.
+  grpc::ServerUnaryReactor* GetShardAddresses(
+      grpc::CallbackServerContext* ctx, const ShardAddressesRequest* req,
+      ShardAddressesResponse* resp) override;
 
  private:
   using Call = std::function<absl::Status(JobCoordinator&)>;
@@ -104,6 +137,7 @@ class CoordinatorService final : public Coordinator::CallbackService {
   const Security* const security_;
   absl::Mutex mu_;
   JobCoordinator* coordinator_ ABSL_GUARDED_BY(mu_) = nullptr;
+  ShardDirectory* directory_ ABSL_GUARDED_BY(mu_) = nullptr;
   SerialExecutor executor_;
 };
 

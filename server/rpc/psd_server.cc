@@ -18,6 +18,9 @@ constexpr char kJobStoreFile[] = "jobs.sqlite";
 constexpr absl::Duration kResolveShardsTimeout = absl::Seconds(60);
 // How long the status page waits for each other shard's Stats.
 constexpr absl::Duration kStatusStatsDeadline = absl::Seconds(2);
+// Deadline of the coordinator's calls to the shards (RegisterJob, DropJob,
+// SetMembership), including the wait for a shard that is restarting.
+constexpr absl::Duration kShardCallDeadline = absl::Seconds(30);
 
 // `status` with "`prefix`: " before its message; OK stays OK.
 absl::Status Prefixed(absl::string_view prefix, const absl::Status& status) {
@@ -197,18 +200,29 @@ absl::Status PsdServer::OpenCoordinator() {
       ResolveShardAddresses(config_.cluster,
                             absl::Now() + kResolveShardsTimeout));
   addresses[config_.psd.shard_id()] = address_;
+  ShardDirectory::Options directory_options;
+  directory_options.refresh_interval =
+      absl::Milliseconds(config_.psd.shard_address_refresh_ms());
+  PS_ASSIGN_OR_RETURN(
+      shard_directory_,
+      ShardDirectory::Create(config_.cluster, addresses, directory_options));
   shard_control_ = std::make_unique<GrpcShardControl>(
-      addresses, &security_, config_.psd.shard_id(), shard_.get());
+      shard_directory_.get(), &security_, config_.psd.shard_id(), shard_.get(),
+      kShardCallDeadline, directory_options.refresh_interval);
   JobCoordinator::Options options;
   options.worker_timeout_ms = config_.psd.worker_timeout_ms();
   options.heartbeat_interval_ms =
       std::max<uint32_t>(100, config_.psd.worker_timeout_ms() / 10);
   options.shard_addresses = addresses;
+  options.current_shard_addresses = [directory = shard_directory_.get()] {
+    return directory->Current().addresses;
+  };
   options.store = job_store_.get();
   options.max_history_points = config_.psd.progress_history_rows();
   PS_ASSIGN_OR_RETURN(coordinator_,
                       JobCoordinator::Create(options, shard_control_.get()));
-  coordinator_service_->SetCoordinator(coordinator_.get());
+  coordinator_service_->SetCoordinator(coordinator_.get(),
+                                       shard_directory_.get());
   if (status_source_ != nullptr) {
     status_source_->SetCoordinator(coordinator_.get(), addresses);
   }

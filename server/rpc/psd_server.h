@@ -34,6 +34,7 @@
 #include "common/security.h"
 #include "server/coordinator/coordinator.h"
 #include "server/coordinator/job_store.h"
+#include "server/coordinator/shard_directory.h"
 #include "server/rpc/coordinator_service.h"
 #include "server/rpc/ps_service.h"
 #include "server/rpc/status_source.h"
@@ -54,7 +55,10 @@ class PsdServer {
   // the listen address (port 0: any free port), writes the bound address to
   // address_file, starts serving. The coordinator shard then
   // resolves every shard's address (waiting up to 60 s for address files)
-  // in the background and opens the Coordinator service.
+  // in the background and opens the Coordinator service. From then on it
+  // follows shards that move: a shard's address file is re-read (at most
+  // every shard_address_refresh_ms) when the coordinator's own calls cannot
+  // reach it, for GetShardAddresses and for each Assignment.
   // A job store that cannot be used (corrupt, newer schema, locked by
   // another psd, unreadable) fails it with INVALID_ARGUMENT naming the file.
   absl::Status Start();
@@ -98,6 +102,8 @@ class PsdServer {
   std::unique_ptr<Shard> shard_;
   std::unique_ptr<PsService> ps_service_;
   std::unique_ptr<CoordinatorService> coordinator_service_;
+  // Declared before shard_control_ and coordinator_, which borrow it.
+  std::unique_ptr<ShardDirectory> shard_directory_;
   std::unique_ptr<GrpcShardControl> shard_control_;
   // Declared before coordinator_, which borrows it.
   std::unique_ptr<JobStore> job_store_;

@@ -10,6 +10,7 @@
 //   PS_ASSIGN_OR_RETURN(LoadedPsdConfig config, LoadPsdConfig(path));
 //   PsdServer server(config);
 //   PS_RETURN_IF_ERROR(server.Start());   // binds, writes address_file
+//                                         // (and metrics_address_file)
 //   ... SIGTERM ...
 //   server.Stop();
 //
@@ -29,6 +30,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/notification.h"
 #include "common/config.h"
+#include "common/metrics_server.h"
 #include "common/security.h"
 #include "server/coordinator/coordinator.h"
 #include "server/coordinator/job_store.h"
@@ -53,6 +55,9 @@ class PsdServer {
   // in the background and opens the Coordinator service.
   // A job store that cannot be used (corrupt, newer schema, locked by
   // another psd, unreadable) fails it with INVALID_ARGUMENT naming the file.
+  // With metrics_address set, it then serves /metrics (ShardMetrics) there
+  // and writes metrics_address_file; a port it cannot bind fails it with
+  // INVALID_ARGUMENT naming metrics_address (nothing left running).
   absl::Status Start();
 
   // psd --reset_state, before Start: moves the coordinator's job store
@@ -77,6 +82,8 @@ class PsdServer {
   absl::Status OpenJobStore();
   std::string JobStorePath() const;
   absl::Status Listen();
+  // The /metrics server, when metrics_address is set.
+  absl::Status StartMetrics();
   void Housekeeping();
   // On its own thread: OpenCoordinator, logging why it failed, then
   // coordinator_ready_.
@@ -95,6 +102,8 @@ class PsdServer {
   std::unique_ptr<JobStore> job_store_;
   std::unique_ptr<JobCoordinator> coordinator_;
   std::unique_ptr<grpc::Server> server_;
+  // Declared after shard_, which its collector borrows.
+  std::unique_ptr<MetricsServer> metrics_;
   std::string address_;
   absl::Notification stopping_;
   absl::Notification coordinator_ready_;  // coordinator_ set (or given up)

@@ -1,7 +1,13 @@
 // MetricsServer: the HTTP server of a daemon's Prometheus metrics. GET
-// /metrics renders the registered Collectable at that moment (text format
-// 0.0.4, prometheus-cpp's civetweb exposer), so the numbers are read from
-// the daemon's own statistics at scrape time and nothing is kept twice.
+// /metrics renders the Collectable at that moment (text format 0.0.4,
+// prometheus-cpp's TextSerializer), so the numbers are read from the
+// daemon's own statistics at scrape time and nothing is kept twice.
+//
+// Not prometheus-cpp's Exposer: its civetweb starts threads with a fixed
+// 100 KiB stack, which glibc refuses (EINVAL) in a process whose static TLS
+// is larger (workerd with OpenBLAS and cuBLASLt), and it takes 2 s to stop.
+// This server is one thread with an ordinary stack that answers one
+// request per connection, in turn, and stops at once.
 //
 //   auto collector = std::make_shared<ShardMetrics>(&shard);
 //   PS_ASSIGN_OR_RETURN(std::unique_ptr<MetricsServer> metrics,
@@ -13,21 +19,19 @@
 // password_file: ...}`. There is no TLS: with the cluster's tls set, the
 // server only binds loopback addresses.
 //
-// Thread-safe: scrapes run on the server's own threads (Options.threads);
-// the Collectable must be thread-safe and must not block for long.
+// Thread-safe: scrapes run on the server's own thread, one at a time; the
+// Collectable must be thread-safe and must not block for long. A client
+// silent for 5 s is dropped.
 #ifndef COMMON_METRICS_SERVER_H_
 #define COMMON_METRICS_SERVER_H_
 
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "absl/status/statusor.h"
 #include "common/security.h"
 #include "prometheus/collectable.h"
-
-namespace prometheus {
-class Exposer;
-}  // namespace prometheus
 
 namespace ps {
 
@@ -38,8 +42,6 @@ class MetricsServer {
     std::string listen_address;
     // If set, the bound "host:port" is written here (atomically).
     std::string address_file;
-    // HTTP server threads: 1 serves Prometheus's one scrape at a time.
-    int threads = 1;
   };
 
   // Binds, registers `collectable` at /metrics and writes address_file.
@@ -60,9 +62,14 @@ class MetricsServer {
 
  private:
   MetricsServer() = default;
+  void Serve();  // the thread: accepts until woken by the destructor
+  void Answer(int client);
 
   std::shared_ptr<prometheus::Collectable> collectable_;
-  std::unique_ptr<prometheus::Exposer> exposer_;
+  const Security* security_ = nullptr;
+  int listen_fd_ = -1;
+  int wake_[2] = {-1, -1};  // a pipe: the destructor writes to stop Serve
+  std::thread thread_;
   std::string address_;
 };
 

@@ -136,6 +136,18 @@ TEST(MetricsServerTest, TokenIsTheBasicAuthPassword) {
   EXPECT_THAT(ok, HasSubstr("ps_test_value"));
 }
 
+TEST(MetricsServerTest, OtherPathsAndMethodsAreRefused) {
+  Security plain;
+  MetricsServer::Options options;
+  options.listen_address = "127.0.0.1:0";
+  auto server =
+      MetricsServer::Start(options, std::make_shared<OneGauge>(), &plain);
+  ASSERT_TRUE(server.ok()) << server.status();
+  EXPECT_THAT(HttpGet((*server)->address(), "/"), HasSubstr("404"));
+  EXPECT_THAT(HttpGet((*server)->address(), "/metrics?x=1"),
+              HasSubstr("ps_test_value"));
+}
+
 TEST(IsLoopbackAddressTest, Table) {
   EXPECT_TRUE(IsLoopbackAddress("127.0.0.1:9100"));
   EXPECT_TRUE(IsLoopbackAddress("127.1.2.3:0"));

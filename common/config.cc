@@ -173,6 +173,22 @@ void ValidateOutputFile(const std::string& field, const std::string& path,
   }
 }
 
+// metrics_address (optional; port 0 allowed) and metrics_address_file
+// (resolved against `path`, only with an address), for psd and workerd.
+void ValidateMetricsFields(const std::string& path, std::string* address,
+                           std::string* address_file, Problems* p) {
+  if (!address->empty()) {
+    p->Add(ValidateHostPort(*address, "metrics_address", true));
+  }
+  *address_file = ResolvePath(*address_file, path);
+  if (address_file->empty()) return;
+  if (address->empty()) {
+    p->Add("metrics_address_file", "set without metrics_address");
+    return;
+  }
+  ValidateOutputFile("metrics_address_file", *address_file, p);
+}
+
 // Reads and parses the cluster file that a daemon config names; problems
 // reading it are reported against the daemon config's cluster_file field.
 absl::StatusOr<LoadedCluster> LoadNamedCluster(const std::string& cluster_file,
@@ -450,6 +466,8 @@ absl::StatusOr<LoadedPsdConfig> ParsePsdConfig(const std::string& text,
   c.set_status_address_file(ResolvePath(c.status_address_file(), path));
   if (!c.status_address_file().empty())
     ValidateOutputFile("status_address_file", c.status_address_file(), &p);
+  ValidateMetricsFields(path, c.mutable_metrics_address(),
+                        c.mutable_metrics_address_file(), &p);
   PS_RETURN_IF_ERROR(p.ToStatus());
   PS_ASSIGN_OR_RETURN(out.cluster, LoadNamedCluster(c.cluster_file(), &p));
   if (c.shard_id() >= static_cast<uint32_t>(out.cluster.config.shards_size())) {
@@ -504,6 +522,8 @@ absl::StatusOr<LoadedWorkerdConfig> ParseWorkerdConfig(
           absl::StrCat("unknown level \"", absl::CHexEscape(c.log_level()),
                        "\" (trace, debug, info, warn, error, off)"));
   }
+  ValidateMetricsFields(path, c.mutable_metrics_address(),
+                        c.mutable_metrics_address_file(), &p);
   PS_RETURN_IF_ERROR(p.ToStatus());
   c.set_cluster_file(ResolvePath(c.cluster_file(), path));
   c.set_data_dir(ResolvePath(c.data_dir(), path));

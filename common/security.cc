@@ -133,4 +133,8 @@ absl::Status Security::CheckToken(
   return absl::OkStatus();
 }
 
+bool Security::TokenMatches(absl::string_view candidate) const {
+  return token_.empty() || ConstantTimeEquals(candidate, token_);
+}
+
 }  // namespace ps

@@ -47,6 +47,11 @@ class Security {
   // (when a token is configured). Constant-time comparison.
   absl::Status CheckToken(const grpc::ServerContextBase& context) const;
 
+  // Whether `candidate` is the configured token (true when none is
+  // configured): for transports without gRPC metadata (HTTP /metrics).
+  // Constant-time comparison.
+  bool TokenMatches(absl::string_view candidate) const;
+
   bool tls() const { return tls_on_; }
   bool has_token() const { return !token_.empty(); }
 

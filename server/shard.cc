@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "server/internal/checkpointer.h"
 #include "server/internal/consistency.h"
@@ -306,6 +307,7 @@ absl::StatusOr<PushCounts> Shard::ApplyPush(const JobPtr& job, uint32_t worker,
 }
 
 absl::Status Shard::Push(const PushRequest& req, PushResponse* resp) {
+  const int64_t start_ns = absl::GetCurrentTimeNanos();
   resp->Clear();
   PS_ASSIGN_OR_RETURN(JobPtr job, FindJob(req.job_id()));
   std::vector<Chunk*> chunks;
@@ -314,6 +316,8 @@ absl::Status Shard::Push(const PushRequest& req, PushResponse* resp) {
                                 nullptr, &chunks));
   resp->set_duplicates(counts.duplicates);
   resp->set_stale(counts.stale);
+  job->counters.request_ns[internal::kPushMethod].Record(
+      static_cast<uint64_t>(absl::GetCurrentTimeNanos() - start_ns));
   return absl::OkStatus();
 }
 
@@ -333,6 +337,7 @@ void Shard::PushPull(const PushPullRequest& req, ChunkDataList* take,
                      PushPullResponse* resp,
                      std::function<void(absl::Status)> done,
                      std::vector<SharedBytes>* payloads) {
+  const int64_t start_ns = absl::GetCurrentTimeNanos();
   resp->Clear();
   if (payloads != nullptr) payloads->clear();
   absl::StatusOr<JobPtr> job = FindJob(req.job_id());
@@ -362,6 +367,8 @@ void Shard::PushPull(const PushPullRequest& req, ChunkDataList* take,
       std::move(done));
   w->worker = req.worker();
   w->bases = std::move(bases);
+  w->start_ns = start_ns;
+  w->method = internal::kPushPullMethod;
   internal::SetPushPullConditions(**job, req.step(), w.get());
   internal::StartWait(*job, std::move(w));
 }
@@ -369,6 +376,7 @@ void Shard::PushPull(const PushPullRequest& req, ChunkDataList* take,
 void Shard::Pull(const PullRequest& req, PullResponse* resp,
                  std::function<void(absl::Status)> done,
                  std::vector<SharedBytes>* payloads) {
+  const int64_t start_ns = absl::GetCurrentTimeNanos();
   resp->Clear();
   if (payloads != nullptr) payloads->clear();
   absl::StatusOr<JobPtr> job = FindJob(req.job_id());
@@ -386,6 +394,8 @@ void Shard::Pull(const PullRequest& req, PullResponse* resp,
       std::move(done));
   w->worker = req.worker();
   w->bases = std::move(bases);
+  w->start_ns = start_ns;
+  w->method = internal::kPullMethod;
   internal::SetPullConditions(**job, req.step(), req.min_version(), w.get());
   internal::StartWait(*job, std::move(w));
 }
@@ -393,6 +403,7 @@ void Shard::Pull(const PullRequest& req, PullResponse* resp,
 void Shard::SparseExchange(const SparseExchangeRequest& req,
                            SparseExchangeResponse* resp,
                            std::function<void(absl::Status)> done) {
+  const int64_t start_ns = absl::GetCurrentTimeNanos();
   resp->Clear();
   absl::StatusOr<JobPtr> job = FindJob(req.job_id());
   if (!job.ok()) return done(job.status());
@@ -407,21 +418,25 @@ void Shard::SparseExchange(const SparseExchangeRequest& req,
   // Read now: `req` may be gone once `done` ran.
   const bool push = req.push();
   const JobPtr keep = *job;
-  tables->Exchange(req, resp,
-                   [this, resp, job = *std::move(job),
-                    done = std::move(done)](absl::Status s) mutable {
-                     // Before `done`, while `resp` is valid.
-                     if (s.ok())
-                       checkpointer_->AfterExchange(job, resp->version());
-                     if (absl::IsInvalidArgument(s)) {
-                       job->rejected.Add(internal::kSparseBadRequest);
-                     } else if (absl::IsFailedPrecondition(s)) {
-                       job->rejected.Add(internal::kInactiveWorker);
-                     } else if (absl::IsResourceExhausted(s)) {
-                       job->rejected.Add(internal::kSparseOverBudget);
-                     }
-                     done(std::move(s));
-                   });
+  tables->Exchange(
+      req, resp,
+      [this, resp, start_ns, job = *std::move(job),
+       done = std::move(done)](absl::Status s) mutable {
+        // Before `done`, while `resp` is valid.
+        if (s.ok()) {
+          checkpointer_->AfterExchange(job, resp->version());
+          job->counters.request_ns[internal::kSparseExchangeMethod].Record(
+              static_cast<uint64_t>(absl::GetCurrentTimeNanos() - start_ns));
+        }
+        if (absl::IsInvalidArgument(s)) {
+          job->rejected.Add(internal::kSparseBadRequest);
+        } else if (absl::IsFailedPrecondition(s)) {
+          job->rejected.Add(internal::kInactiveWorker);
+        } else if (absl::IsResourceExhausted(s)) {
+          job->rejected.Add(internal::kSparseOverBudget);
+        }
+        done(std::move(s));
+      });
   // Counted once the push is buffered or applied (or refused), so that a
   // snapshot which saw the count holds the push.
   if (push) checkpointer_->CountSparsePush(*keep);

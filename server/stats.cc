@@ -28,6 +28,32 @@ double LatencyHistogram::Midpoint(int bucket) {
 
 void LatencyHistogram::Record(uint64_t value) {
   counts_[BucketOf(value)].fetch_add(1, std::memory_order_relaxed);
+  sum_.fetch_add(value, std::memory_order_relaxed);
+}
+
+void LatencyHistogram::ToProto(double scale, int min_log2, int max_log2,
+                               Histogram* out) const {
+  out->Clear();
+  std::array<uint64_t, kNumBuckets> snap;
+  uint64_t total = 0;
+  for (int i = 0; i < kNumBuckets; ++i) {
+    snap[i] = counts_[i].load(std::memory_order_relaxed);
+    total += snap[i];
+  }
+  // Buckets below BucketOf(2^k) hold exactly the values < 2^k.
+  uint64_t below = 0;
+  int next = 0;
+  for (int k = min_log2; k <= max_log2; ++k) {
+    const int edge = BucketOf(uint64_t{1} << k);
+    uint64_t cumulative = below;
+    for (; next < edge; ++next) cumulative += snap[next];
+    out->add_bounds(std::ldexp(scale, k));
+    out->add_counts(cumulative - below);
+    below = cumulative;
+  }
+  out->add_counts(total - below);
+  out->set_sum(static_cast<double>(sum_.load(std::memory_order_relaxed)) *
+               scale);
 }
 
 uint64_t LatencyHistogram::count() const {
@@ -60,6 +86,7 @@ void PowerOfTwoHistogram::Record(uint64_t value) {
   int bucket = value == 0 ? 0 : FloorLog2(value) + 1;
   if (bucket >= kNumBuckets) bucket = kNumBuckets - 1;
   counts_[bucket].fetch_add(1, std::memory_order_relaxed);
+  sum_.fetch_add(value, std::memory_order_relaxed);
 }
 
 void PowerOfTwoHistogram::ToProto(Histogram* out) const {
@@ -69,6 +96,7 @@ void PowerOfTwoHistogram::ToProto(Histogram* out) const {
   }
   for (const auto& c : counts_)
     out->add_counts(c.load(std::memory_order_relaxed));
+  out->set_sum(static_cast<double>(sum_.load(std::memory_order_relaxed)));
 }
 
 void ReasonCounts::Add(const std::string& reason) {

@@ -48,6 +48,12 @@ class LatencyHistogram {
 
   uint64_t count() const;
 
+  // Writes the counts with bounds 2^min_log2 * scale, ..., 2^max_log2 *
+  // scale (powers of two are bucket edges, so the counts are exact) and the
+  // sum of the recorded values times `scale` (e.g. 1e-9: ns to seconds).
+  // Requires 0 <= min_log2 <= max_log2 < 64.
+  void ToProto(double scale, int min_log2, int max_log2, Histogram* out) const;
+
  private:
   static constexpr int kSubBits = 2;
   static constexpr int kNumBuckets = (64 - kSubBits + 1) << kSubBits;
@@ -55,6 +61,7 @@ class LatencyHistogram {
   static double Midpoint(int bucket);
 
   std::array<std::atomic<uint64_t>, kNumBuckets> counts_{};
+  std::atomic<uint64_t> sum_{0};  // wraps after 584 years of nanoseconds
 };
 
 // Histogram of non-negative integers with bounds 1, 2, 4, ..., 2^(n-2):
@@ -70,12 +77,13 @@ class PowerOfTwoHistogram {
 
   void Record(uint64_t value);
 
-  // Writes bounds (kNumBuckets - 1 of them) and counts (kNumBuckets), as
-  // proto Histogram documents.
+  // Writes bounds (kNumBuckets - 1 of them), counts (kNumBuckets) and the
+  // sum of the recorded values, as proto Histogram documents.
   void ToProto(Histogram* out) const;
 
  private:
   std::array<std::atomic<uint64_t>, kNumBuckets> counts_{};
+  std::atomic<uint64_t> sum_{0};
 };
 
 // Counts of events by reason (JobStats.rejected, ShardStats.rejected).

@@ -2,6 +2,11 @@
 // `worker/workerd` run with each file of a table and must exit with code 2,
 // printing the file's path and the field (or path:line:col for syntax
 // errors).
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <filesystem>
 #include <map>
 #include <string>
@@ -229,6 +234,24 @@ TEST(BadConfigTest, BadConfigFilesStopTheDaemonsWithExitCode2) {
        {{"worker.pbtxt", worker_ok},
         {"cluster.pbtxt", tls_cluster("ca_file: \"ca.pem\"")}},
        {"@/cluster.pbtxt: tls.ca_file:", "@/ca.pem"}},
+      {"psd metrics_address not host:port",
+       kPsd,
+       {{"psd.pbtxt", psd_ok + "metrics_address: \"9100\"\n"}},
+       {"@/psd.pbtxt: metrics_address: \"9100\" is not host:port"}},
+      {"psd metrics_address_file without metrics_address",
+       kPsd,
+       {{"psd.pbtxt", psd_ok + "metrics_address_file: \"m.addr\"\n"}},
+       {"@/psd.pbtxt: metrics_address_file: set without metrics_address"}},
+      {"workerd metrics_address with a bad host",
+       kWorkerd,
+       {{"worker.pbtxt", worker_ok + "metrics_address: \"300.1.1.1:0\"\n"}},
+       {"@/worker.pbtxt: metrics_address:", "invalid IPv4"}},
+      {"workerd metrics_address_file in a missing folder",
+       kWorkerd,
+       {{"worker.pbtxt", worker_ok +
+                             "metrics_address: \"127.0.0.1:0\"\n"
+                             "metrics_address_file: \"no/such/m.addr\"\n"}},
+       {"@/worker.pbtxt: metrics_address_file: folder", "does not exist"}},
       {"workerd with an empty token file",
        kWorkerd,
        {{"worker.pbtxt", worker_ok},
@@ -267,6 +290,46 @@ TEST(BadConfigTest, BadConfigFilesStopTheDaemonsWithExitCode2) {
       EXPECT_THAT(r->err, HasSubstr(m)) << c.name;
     }
   }
+}
+
+// A metrics port already in use stops psd and workerd with exit code 2,
+// naming the address.
+TEST(BadConfigTest, MetricsPortInUseExitsWithCode2) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(sa);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)), 0);
+  ASSERT_EQ(listen(fd, 1), 0);
+  ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len), 0);
+  const std::string taken = absl::StrCat("127.0.0.1:", ntohs(sa.sin_port));
+  const std::string dir = TestDir("metrics_port_in_use");
+  ASSERT_TRUE(WriteFileAtomically(dir + "/cluster.pbtxt",
+                                  "shards { address: \"127.0.0.1:1\" }\n")
+                  .ok());
+  const std::string metrics =
+      absl::StrCat("metrics_address: \"", taken, "\"\n");
+  ASSERT_TRUE(WriteFileAtomically(dir + "/psd.pbtxt",
+                                  "cluster_file: \"cluster.pbtxt\"\n"
+                                  "shard_id: 0\n" +
+                                      metrics)
+                  .ok());
+  ASSERT_TRUE(WriteFileAtomically(dir + "/worker.pbtxt",
+                                  "cluster_file: \"cluster.pbtxt\"\n" + metrics)
+                  .ok());
+  for (const std::string& daemon : {std::string(kPsd), std::string(kWorkerd)}) {
+    const std::string config =
+        dir + (daemon == kPsd ? "/psd.pbtxt" : "/worker.pbtxt");
+    absl::StatusOr<CommandResult> r =
+        RunCommand({daemon, "--config=" + config}, absl::Seconds(20));
+    ASSERT_TRUE(r.ok()) << daemon << ": " << r.status();
+    EXPECT_EQ(r->exit_code, 2) << daemon << ":\n" << r->out << r->err;
+    EXPECT_THAT(r->err, HasSubstr("metrics_address: cannot listen on " + taken))
+        << daemon << ":\n"
+        << r->err;
+  }
+  close(fd);
 }
 
 }  // namespace

@@ -19,13 +19,32 @@ LocalCluster::LocalCluster(std::string dir, LocalClusterOptions options)
 
 LocalCluster::~LocalCluster() { (void)Stop(); }
 
+namespace {
+
+// The config lines that turn /metrics on, its address file named by `name`.
+std::string MetricsLines(bool on, const std::string& name) {
+  if (!on) return "";
+  return absl::StrCat("metrics_address: \"127.0.0.1:0\"\n",
+                      "metrics_address_file: \"", name, ".metrics.addr\"\n");
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> LocalCluster::MetricsAddress(
+    const std::string& kind, int i) const {
+  return WaitForFile(absl::StrCat(dir_, "/", kind, i, ".metrics.addr"),
+                     absl::Seconds(30));
+}
+
 absl::Status LocalCluster::StartShard(int i, const std::string& extra) {
   std::filesystem::remove(absl::StrCat(dir_, "/s", i, ".addr"));
+  std::filesystem::remove(absl::StrCat(dir_, "/s", i, ".metrics.addr"));
   std::string cfg = absl::StrCat(dir_, "/psd", i, ".pbtxt");
   absl::Status s = WriteFileAtomically(
       cfg, absl::StrCat("cluster_file: \"cluster.pbtxt\"\nshard_id: ", i,
                         "\naddress_file: \"s", i,
                         ".addr\"\nworker_timeout_ms: 3000\n",
+                        MetricsLines(options_.metrics, absl::StrCat("s", i)),
                         options_.psd_extra, "\n", extra, "\n"));
   if (!s.ok()) return s;
   s = shards_[i]->Start({"server/psd", "--config=" + cfg},
@@ -36,10 +55,12 @@ absl::Status LocalCluster::StartShard(int i, const std::string& extra) {
 }
 
 absl::Status LocalCluster::StartWorker(int i) {
+  std::filesystem::remove(absl::StrCat(dir_, "/w", i, ".metrics.addr"));
   std::string cfg = absl::StrCat(dir_, "/worker", i, ".pbtxt");
   absl::Status s = WriteFileAtomically(
       cfg, absl::StrCat("cluster_file: \"cluster.pbtxt\"\nname: \"worker", i,
                         "\"\ndevices: \"cpu:0\"\nheartbeat_interval_ms: 200\n",
+                        MetricsLines(options_.metrics, absl::StrCat("w", i)),
                         options_.workerd_extra, "\n"));
   if (!s.ok()) return s;
   return workers_[i]->Start({"worker/workerd", "--config=" + cfg},

@@ -26,6 +26,9 @@ struct LocalClusterOptions {
   std::string workerd_extra;
   // Extra text appended to the cluster file (tls, auth_token_file).
   std::string cluster_extra;
+  // Every psd and workerd serves /metrics on a free loopback port
+  // (MetricsAddress reads it back).
+  bool metrics = false;
 };
 
 // Not thread-safe: one test thread drives it.
@@ -52,6 +55,11 @@ class LocalCluster {
   absl::StatusOr<CommandResult> Psctl(
       const std::vector<std::string>& args,
       absl::Duration timeout = absl::Seconds(60)) const;
+
+  // With options.metrics: the bound /metrics "host:port" of shard i
+  // ("s", i) or worker i ("w", i), waiting up to 30 s for its file.
+  absl::StatusOr<std::string> MetricsAddress(const std::string& kind,
+                                             int i) const;
 
   const std::string& dir() const { return dir_; }
   std::string cluster_file() const { return dir_ + "/cluster.pbtxt"; }

@@ -5,7 +5,8 @@
 #
 #   tools/setup.sh          what the build and the demo need (tools/demo.sh)
 #   tools/setup.sh --test   also the test-only packages: the PyTorch peer and
-#                           charts, and Slurm + munge for the real-Slurm test
+#                           charts, Slurm + munge for the real-Slurm test,
+#                           Prometheus for the metrics test
 #                           (tools/test.sh and .ci/run pass it)
 #   tools/setup.sh --torch  also PyTorch, for the Python examples
 #                           (tools/demo.sh SCRIPT.py)
@@ -25,6 +26,7 @@ PACKAGES=(
   libsqlite3-dev                            # the coordinator's job store
   python3-dev pybind11-dev python3-numpy    # python/psclient (the module)
   libcivetweb-dev                           # the coordinator's status page
+  prometheus-cpp-dev                        # /metrics of psd and workerd
 )
 TORCH_PACKAGES=(
   python3-torch                             # PyTorch: peers, examples/
@@ -34,6 +36,7 @@ TEST_PACKAGES=(
   python3-matplotlib                        # tools/plot_scaling.py charts
   slurmctld slurmd slurm-client munge       # tests/slurm_test.sh (tools/slurm/)
   chromium                                  # tests/observability_test (headless)
+  prometheus                                # tests/prometheus_test.sh
 )
 
 case "${1:-}" in

@@ -270,6 +270,31 @@ void Workerd::HeartbeatLoop() {
   }
 }
 
+absl::Status Workerd::StartMetrics() {
+  const WorkerdConfig& c = config_.workerd;
+  if (c.metrics_address().empty()) return absl::OkStatus();
+  absl::StatusOr<Security> security =
+      Security::FromCluster(config_.cluster.config);
+  if (!security.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(config_.cluster.path, ": ", security.status().message()));
+  }
+  metrics_security_ = *std::move(security);
+  MetricsServer::Options options;
+  options.listen_address = c.metrics_address();
+  options.address_file = c.metrics_address_file();
+  absl::StatusOr<std::unique_ptr<MetricsServer>> server =
+      MetricsServer::Start(options, metrics_, &metrics_security_);
+  if (!server.ok()) {
+    return absl::Status(
+        server.status().code(),
+        absl::StrCat(config_.path, ": ", server.status().message()));
+  }
+  metrics_server_ = *std::move(server);
+  spdlog::info("metrics on http://{}/metrics", metrics_server_->address());
+  return absl::OkStatus();
+}
+
 absl::Status Workerd::Run() {
   absl::Status s = Connect();
   if (!s.ok())
@@ -442,6 +467,7 @@ void Workerd::RunJob(const Assignment& a) {
     status = Train(
         a,
         [&](const Progress& p) {
+          metrics_->Update(a.job_id(), a.rank(), p);
           ProgressReport r = base;
           *r.mutable_progress() = p;
           reporter.Offer(r);
@@ -449,6 +475,7 @@ void Workerd::RunJob(const Assignment& a) {
         &last);
   }  // the reporter flushes and stops here
 
+  metrics_->Update(a.job_id(), a.rank(), last);
   ProgressReport final_report = base;
   *final_report.mutable_progress() = last;
   if (status.ok()) {

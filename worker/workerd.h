@@ -28,10 +28,12 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "common/config.h"
+#include "common/metrics_server.h"
 #include "common/security.h"
 #include "proto/coordinator.grpc.pb.h"
 #include "worker/async_ps_client.h"
 #include "worker/data/dataset.h"
+#include "worker/worker_metrics.h"
 
 namespace ps {
 
@@ -53,6 +55,12 @@ class Workerd {
  public:
   explicit Workerd(LoadedWorkerdConfig config);
   ~Workerd();
+
+  // With metrics_address set: serves /metrics (WorkerMetrics) there and
+  // writes metrics_address_file; call before Run (without it the progress
+  // is not exported). INVALID_ARGUMENT naming metrics_address when its port
+  // cannot be bound. OK and nothing done without metrics_address.
+  absl::Status StartMetrics();
 
   // Serves jobs until Stop() (OK) or, with max_jobs, until that many jobs
   // ended. Errors only for what cannot be retried (bad security files).
@@ -104,6 +112,12 @@ class Workerd {
   // running job's parameter client. Null when none.
   grpc::ClientContext* poll_context_ ABSL_GUARDED_BY(mu_) = nullptr;
   AsyncPsClient* job_client_ ABSL_GUARDED_BY(mu_) = nullptr;
+
+  // The progress reports feed `metrics_`; `metrics_server_` serves it
+  // (null without metrics_address) with `metrics_security_`.
+  std::shared_ptr<WorkerMetrics> metrics_ = std::make_shared<WorkerMetrics>();
+  Security metrics_security_;
+  std::unique_ptr<MetricsServer> metrics_server_;
 
   // Data sets kept across jobs: (dataset, data_dir, seed) -> data.
   std::string data_key_;

@@ -91,6 +91,10 @@ int main(int argc, char** argv) {
     break;
   }
   ps::Workerd workerd(*config);
+  if (absl::Status s = workerd.StartMetrics(); !s.ok()) {
+    spdlog::error("{}", s.message());
+    return 2;
+  }
   std::thread stopper([&] {
     int sig = ps::WaitForTerminationSignal();
     if (sig == 0) return;  // Run() ended by itself

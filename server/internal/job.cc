@@ -32,6 +32,12 @@ uint64_t Job::LowestVersion() const {
   return version == UINT64_MAX ? 0 : version;
 }
 
+const char* RequestMethodName(RequestMethod m) {
+  static constexpr const char* kNames[kNumRequestMethods] = {
+      "PushPull", "Pull", "Push", "SparseExchange"};
+  return m < kNumRequestMethods ? kNames[m] : "unknown";
+}
+
 std::string ChunkName(const ChunkPlacement& p) {
   return absl::StrCat("chunk ", p.chunk_id(), " of tensor ", p.tensor());
 }

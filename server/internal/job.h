@@ -55,6 +55,18 @@ using ChunkDataList = google::protobuf::RepeatedPtrField<ChunkData>;
 class Job;
 struct Chunk;
 
+// The requests whose answer time JobCounters.request_ns keeps
+// (JobStats.request_seconds), in RequestMethodName's order.
+enum RequestMethod : uint8_t {
+  kPushPullMethod,
+  kPullMethod,
+  kPushMethod,
+  kSparseExchangeMethod,
+  kNumRequestMethods
+};
+// "PushPull", "Pull", "Push", "SparseExchange".
+const char* RequestMethodName(RequestMethod m);
+
 // A wait: a PushPull or Pull whose answer is due once every chunk in
 // `chunks` is at version >= need_version and the slowest active worker's
 // clock is >= need_clock. `pending` counts the unmet conditions plus one
@@ -78,6 +90,10 @@ struct Waiter {
   // it holds (kNoBase: none); empty = every chunk in full.
   uint32_t worker = 0;
   std::vector<uint64_t> bases;
+  // When the request arrived (absl::GetCurrentTimeNanos) and what it was:
+  // Complete records the answer time in JobCounters.request_ns.
+  int64_t start_ns = 0;
+  RequestMethod method = kPushPullMethod;
 
   std::atomic<int> pending{1};
   std::atomic<bool> claimed{false};
@@ -161,6 +177,8 @@ struct JobCounters {
   std::atomic<uint64_t> applies{0};
   std::atomic<uint64_t> checkpoints{0};  // written by this process
   LatencyHistogram apply_ns;
+  // Nanoseconds from a request's arrival to its answer, by RequestMethod.
+  LatencyHistogram request_ns[kNumRequestMethods];
   PowerOfTwoHistogram staleness;
   std::unique_ptr<WorkerCounters[]> workers;  // num_workers of them
 };

@@ -7,6 +7,12 @@ namespace ps {
 namespace internal {
 namespace {
 
+// Latency histograms in seconds, with bounds 2^10 ns (1 us) to 2^35 ns
+// (34 s): JobStats.apply_seconds and request_seconds.
+constexpr double kNanosecond = 1e-9;
+constexpr int kMinLatencyLog2 = 10;
+constexpr int kMaxLatencyLog2 = 35;
+
 // BSP: workers whose gradient for the step being aggregated (`version`) is
 // missing on some chunk still at that step. A step no worker has pushed to
 // has not started (e.g. the job is over): nobody is missing from it.
@@ -62,6 +68,15 @@ void AddCounters(const Job& job, JobStats* js) {
   js->set_duplicates(jc.duplicates.load(std::memory_order_relaxed));
   js->set_stale_pushes(jc.stale.load(std::memory_order_relaxed));
   jc.staleness.ToProto(js->mutable_staleness());
+  jc.apply_ns.ToProto(kNanosecond, kMinLatencyLog2, kMaxLatencyLog2,
+                      js->mutable_apply_seconds());
+  for (int m = 0; m < kNumRequestMethods; ++m) {
+    const LatencyHistogram& h = jc.request_ns[m];
+    if (h.count() == 0) continue;
+    h.ToProto(kNanosecond, kMinLatencyLog2, kMaxLatencyLog2,
+              &(*js->mutable_request_seconds())[RequestMethodName(
+                  static_cast<RequestMethod>(m))]);
+  }
   js->set_applies(jc.applies.load(std::memory_order_relaxed));
   js->set_checkpoints(jc.checkpoints.load(std::memory_order_relaxed));
 }
@@ -108,6 +123,7 @@ void FillJobStats(const Job& job, JobStats* js) {
   {
     absl::MutexLock l(&job.waits.mu);
     active = job.waits.active;
+    js->set_pending_waits(job.waits.live.size());
   }
   job.rejected.CopyTo(js->mutable_rejected());
   if (job.mode == BSP) {

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
 #include "core/float_bytes.h"
 #include "core/wire_format.h"
 #include "spdlog/spdlog.h"
@@ -307,6 +308,8 @@ void Complete(const WaiterPtr& w) {
   job->counters.bytes_out.fetch_add(bytes, std::memory_order_relaxed);
   job->counters.dense_bytes_out.fetch_add(dense_bytes,
                                           std::memory_order_relaxed);
+  job->counters.request_ns[w->method].Record(
+      static_cast<uint64_t>(absl::GetCurrentTimeNanos() - w->start_ns));
   RunDone(w, absl::OkStatus());
 }
 

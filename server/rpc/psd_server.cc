@@ -5,6 +5,7 @@
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "common/text_proto.h"
+#include "server/shard_metrics.h"
 #include "spdlog/spdlog.h"
 
 namespace ps {
@@ -51,6 +52,10 @@ absl::Status PsdServer::Start() {
       server_->Shutdown();
       return Prefixed("address_file", w);
     }
+  }
+  if (absl::Status m = StartMetrics(); !m.ok()) {
+    server_->Shutdown();
+    return Prefixed(config_.path, m);
   }
   started_ = true;
   spdlog::info("shard {} listening on {}{}{}", config_.psd.shard_id(), address_,
@@ -188,6 +193,20 @@ absl::Status PsdServer::Listen() {
   return absl::OkStatus();
 }
 
+absl::Status PsdServer::StartMetrics() {
+  if (config_.psd.metrics_address().empty()) return absl::OkStatus();
+  MetricsServer::Options options;
+  options.listen_address = config_.psd.metrics_address();
+  options.address_file = config_.psd.metrics_address_file();
+  PS_ASSIGN_OR_RETURN(
+      metrics_,
+      MetricsServer::Start(
+          options, std::make_shared<ShardMetrics>(shard_.get()), &security_));
+  spdlog::info("shard {} metrics on http://{}/metrics", config_.psd.shard_id(),
+               metrics_->address());
+  return absl::OkStatus();
+}
+
 void PsdServer::StartCoordinator() {
   absl::Status s = OpenCoordinator();
   if (!s.ok()) spdlog::error("coordinator not started: {}", s.message());
@@ -249,6 +268,7 @@ void PsdServer::Stop() {
   if (coordinator_starter_.joinable()) coordinator_starter_.join();
   status_http_.reset();  // waits for page loads in flight
   if (coordinator_ != nullptr) coordinator_->Shutdown();
+  metrics_.reset();  // no scrape reads the shard while it shuts down
   shard_->Shutdown();
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   housekeeping_.join();

@@ -12,6 +12,7 @@
 //   PS_ASSIGN_OR_RETURN(LoadedPsdConfig config, LoadPsdConfig(path));
 //   PsdServer server(config);
 //   PS_RETURN_IF_ERROR(server.Start());   // binds, writes address_file
+//                                         // (and metrics_address_file)
 //   ... SIGTERM ...
 //   server.Stop();
 //
@@ -31,6 +32,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/notification.h"
 #include "common/config.h"
+#include "common/metrics_server.h"
 #include "common/security.h"
 #include "server/coordinator/coordinator.h"
 #include "server/coordinator/job_store.h"
@@ -61,6 +63,9 @@ class PsdServer {
   // reach it, for GetShardAddresses and for each Assignment.
   // A job store that cannot be used (corrupt, newer schema, locked by
   // another psd, unreadable) fails it with INVALID_ARGUMENT naming the file.
+  // With metrics_address set, it then serves /metrics (ShardMetrics) there
+  // and writes metrics_address_file; a port it cannot bind fails it with
+  // INVALID_ARGUMENT naming metrics_address (nothing left running).
   absl::Status Start();
 
   // psd --reset_state, before Start: moves the coordinator's job store
@@ -89,6 +94,8 @@ class PsdServer {
   // address written to status_address_file. INVALID_ARGUMENT naming the
   // address when it cannot listen.
   absl::Status StartStatusPage();
+  // The /metrics server, when metrics_address is set.
+  absl::Status StartMetrics();
   void Housekeeping();
   // On its own thread: OpenCoordinator, logging why it failed, then
   // coordinator_ready_.
@@ -113,6 +120,8 @@ class PsdServer {
   std::unique_ptr<PsdStatusSource> status_source_;
   std::unique_ptr<HttpServer> status_http_;
   std::unique_ptr<grpc::Server> server_;
+  // Declared after shard_, which its collector borrows.
+  std::unique_ptr<MetricsServer> metrics_;
   std::string address_;
   absl::Notification stopping_;
   absl::Notification coordinator_ready_;  // coordinator_ set (or given up)

@@ -57,8 +57,7 @@ void TraceRecorder::AddMerged(const TraceSpan& span) {
   for (size_t i = spans_.size(); i-- > stop;) {
     TraceSpan& s = spans_[i];
     if (s.kind() == span.kind() && s.step() == span.step() &&
-        s.worker() == span.worker() &&
-        s.all_workers() == span.all_workers()) {
+        s.worker() == span.worker() && s.all_workers() == span.all_workers()) {
       s.set_start_ns(std::min(s.start_ns(), span.start_ns()));
       s.set_end_ns(std::max(s.end_ns(), span.end_ns()));
       return;

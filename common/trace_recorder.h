@@ -80,7 +80,9 @@ class TraceRecorder {
   void AddMerged(const TraceSpan& span) ABSL_LOCKS_EXCLUDED(mu_);
 
   // The caller started step `step` (a trainer): the window is complete once
-  // a step at or past its end started (Complete()).
+  // a step past its end started (Complete()): by then even an overlapped
+  // step's exchanges of the window's last step are in. A run that ended
+  // passes UINT64_MAX.
   void Reached(uint64_t step) {
     uint64_t seen = reached_.load(std::memory_order_relaxed);
     while (step > seen && !reached_.compare_exchange_weak(
@@ -89,7 +91,7 @@ class TraceRecorder {
   }
   bool Complete() const {
     const uint64_t end = end_.load(std::memory_order_relaxed);
-    return end > 0 && reached_.load(std::memory_order_relaxed) >= end;
+    return end > 0 && reached_.load(std::memory_order_relaxed) > end;
   }
 
   // A copy of the window and spans.

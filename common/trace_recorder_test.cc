@@ -38,10 +38,10 @@ TEST(TraceRecorderTest, CoversOnlyTheWindow) {
 TEST(TraceRecorderTest, CompleteOnceAStepPastTheEndStarted) {
   TraceRecorder rec;
   rec.SetWindow(Window(3, 5));
-  rec.Reached(4);
+  rec.Reached(5);
   EXPECT_FALSE(rec.Complete());
   rec.Reached(2);  // never goes back
-  rec.Reached(5);
+  rec.Reached(6);
   EXPECT_TRUE(rec.Complete());
   rec.SetWindow(Window(7, 9));  // a new window starts over
   EXPECT_FALSE(rec.Complete());

@@ -331,8 +331,7 @@ void Shard::PushPull(const PushPullRequest& req, PushPullResponse* resp,
 std::function<void(absl::Status)> Shard::TracedDone(
     const JobPtr& job, uint32_t worker, uint64_t step, int64_t start_ns,
     std::function<void(absl::Status)> done) {
-  return [job, worker, step, start_ns,
-          done = std::move(done)](absl::Status s) {
+  return [job, worker, step, start_ns, done = std::move(done)](absl::Status s) {
     TraceSpan span;
     span.set_kind(TRACE_SHARD_REQUEST);
     span.set_step(step);
@@ -348,9 +347,8 @@ absl::Status Shard::SetTrace(const SetTraceRequest& req) {
   const TraceWindow& w = req.window();
   PS_ASSIGN_OR_RETURN(JobPtr job, FindJob(w.job_id()));
   if (w.end_step() <= w.begin_step()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("window: empty step range [", w.begin_step(), ", ",
-                     w.end_step(), ")"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "window: empty step range [", w.begin_step(), ", ", w.end_step(), ")"));
   }
   if (w.end_step() - w.begin_step() > kTraceMaxSteps) {
     return absl::InvalidArgumentError(
@@ -405,7 +403,8 @@ void Shard::PushPull(const PushPullRequest& req, ChunkDataList* take,
   // recorded by the push that completes the step).
   const bool traced = (*job)->trace.Covers(req.step());
   if (traced) {
-    done = TracedDone(*job, req.worker(), req.step(), start_ns, std::move(done));
+    done =
+        TracedDone(*job, req.worker(), req.step(), start_ns, std::move(done));
   }
   const int64_t apply_start_ns = traced ? TraceRecorder::NowNs() : 0;
   std::vector<Chunk*> chunks;

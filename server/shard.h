@@ -307,9 +307,9 @@ class Shard {
 
   // Step timelines (psctl trace): records the PushPull answers and applies
   // of the window's steps from now on (dropping earlier spans), bounded by
-  // kTraceMaxSpans. FAILED_PRECONDITION for an unknown job, INVALID_ARGUMENT for an
-  // empty window or one over kTraceMaxSteps. The push path pays one relaxed
-  // load pair per request outside the window.
+  // kTraceMaxSpans. FAILED_PRECONDITION for an unknown job, INVALID_ARGUMENT
+  // for an empty window or one over kTraceMaxSteps. The push path pays one
+  // relaxed load pair per request outside the window.
   absl::Status SetTrace(const SetTraceRequest& req);
   // The spans recorded so far (FAILED_PRECONDITION for an unknown job).
   absl::Status GetTrace(const ShardTraceRequest& req, ShardTrace* out) const;

@@ -89,9 +89,9 @@
 #include "server/coordinator/job_table.h"
 #include "server/coordinator/job_validation.h"
 #include "server/coordinator/progress_history.h"
-#include "server/coordinator/trace_store.h"
 #include "server/coordinator/shard_op_queue.h"
 #include "server/coordinator/store_sync.h"
+#include "server/coordinator/trace_store.h"
 #include "server/coordinator/worker_registry.h"
 
 namespace ps {

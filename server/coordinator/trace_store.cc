@@ -25,9 +25,9 @@ absl::Status TraceStore::Start(const TraceWindow& window) {
         absl::StrCat("window: empty step range ", Range(window)));
   }
   if (window.end_step() - window.begin_step() > kTraceMaxSteps) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "window: ", window.end_step() - window.begin_step(),
-        " steps; a trace holds at most ", kTraceMaxSteps));
+    return absl::InvalidArgumentError(
+        absl::StrCat("window: ", window.end_step() - window.begin_step(),
+                     " steps; a trace holds at most ", kTraceMaxSteps));
   }
   JobTrace& t = jobs_[window.job_id()];
   t.window = window;
@@ -44,19 +44,17 @@ absl::Status TraceStore::Upload(const UploadTraceRequest& upload,
                                 uint32_t num_workers) {
   auto it = jobs_.find(upload.window().job_id());
   if (it == jobs_.end() || !SameWindow(it->second.window, upload.window())) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("window: steps ", Range(upload.window()), " of job ",
-                     upload.window().job_id(),
-                     " are not the job's current trace window"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "window: steps ", Range(upload.window()), " of job ",
+        upload.window().job_id(), " are not the job's current trace window"));
   }
   if (upload.rank() >= num_workers) {
     return absl::InvalidArgumentError(absl::StrCat(
         "rank: ", upload.rank(), " is not below num_workers ", num_workers));
   }
   if (static_cast<size_t>(upload.spans_size()) > kTraceMaxSpans) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("spans: ", upload.spans_size(), "; at most ",
-                     kTraceMaxSpans));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "spans: ", upload.spans_size(), "; at most ", kTraceMaxSpans));
   }
   WorkerTrace& w = it->second.workers[upload.rank()];
   w.Clear();

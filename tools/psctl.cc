@@ -3,10 +3,10 @@
 #include "absl/strings/str_cat.h"
 #include "tools/psctl_common.h"
 #include "tools/psctl_curves.h"
-#include "tools/psctl_trace.h"
 #include "tools/psctl_jobs.h"
 #include "tools/psctl_stats.h"
 #include "tools/psctl_submit.h"
+#include "tools/psctl_trace.h"
 
 namespace ps {
 namespace {

@@ -11,6 +11,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "common/grpc_status.h"
+#include "common/trace_recorder.h"
 #include "proto/ps.grpc.pb.h"
 #include "tools/trace_json.h"
 
@@ -108,6 +109,11 @@ int Trace(const Args& a, std::ostream& out, std::ostream& err) {
         << ", " << window.end_step() << ")\n";
     return kExitJobFailed;
   }
+  if (window.end_step() - window.begin_step() > kTraceMaxSteps) {
+    err << "psctl trace: --steps: " << window.end_step() - window.begin_step()
+        << " steps; a trace holds at most " << kTraceMaxSteps << "\n";
+    return kExitJobFailed;
+  }
   absl::StatusOr<Connection> c = Connect(a, /*need_cluster=*/false);
   if (!c.ok()) return ReportConnectFailure(c.status(), err);
   CoordinatorClient client(*c);
@@ -123,6 +129,11 @@ int Trace(const Args& a, std::ostream& out, std::ostream& err) {
   if (absl::Status s = client.Call(&Coordinator::Stub::GetJob, get, &job);
       !s.ok()) {
     return fail("", s);
+  }
+  if (job.state() != RUNNING) {
+    err << "psctl trace: job " << job_id << " is " << JobState_Name(job.state())
+        << (job.state() == PENDING ? "; trace it once it runs" : "") << "\n";
+    return kExitJobFailed;
   }
   ShardAddressesResponse shards;
   if (absl::Status s = client.Call(&Coordinator::Stub::GetShardAddresses,

@@ -100,16 +100,15 @@ class Writer {
   void Meta(const char* what, int pid, int tid, const std::string& name) {
     Begin();
     out_ << "{\"ph\":\"M\",\"name\":\"" << what << "\",\"pid\":" << pid
-         << ",\"tid\":" << tid << ",\"args\":{\"name\":" << Quote(name)
-         << "}}";
+         << ",\"tid\":" << tid << ",\"args\":{\"name\":" << Quote(name) << "}}";
   }
   void Complete(const Placed& p, const std::string& cat) {
     const TraceSpan& s = *p.span;
     Begin();
-    out_ << "{\"ph\":\"X\",\"name\":\"" << SpanName(s.kind())
-         << "\",\"cat\":\"" << cat << "\",\"ts\":" << Us(s.start_ns())
-         << ",\"dur\":" << Dur(s) << ",\"pid\":" << p.pid
-         << ",\"tid\":" << p.tid << ",\"args\":{\"step\":" << s.step();
+    out_ << "{\"ph\":\"X\",\"name\":\"" << SpanName(s.kind()) << "\",\"cat\":\""
+         << cat << "\",\"ts\":" << Us(s.start_ns()) << ",\"dur\":" << Dur(s)
+         << ",\"pid\":" << p.pid << ",\"tid\":" << p.tid
+         << ",\"args\":{\"step\":" << s.step();
     if (s.kind() == TRACE_RPC || s.kind() == TRACE_PULL_REPLY) {
       out_ << ",\"shard\":" << s.shard();
       if (s.kind() == TRACE_RPC) out_ << ",\"attempt\":" << s.attempt();
@@ -142,10 +141,9 @@ class Writer {
     return absl::StrFormat("%.3f", static_cast<double>(ns - t0_) / 1e3);
   }
   static std::string Dur(const TraceSpan& s) {
-    return absl::StrFormat(
-        "%.3f",
-        static_cast<double>(std::max<int64_t>(0, s.end_ns() - s.start_ns())) /
-            1e3);
+    return absl::StrFormat("%.3f", static_cast<double>(std::max<int64_t>(
+                                       0, s.end_ns() - s.start_ns())) /
+                                       1e3);
   }
 
   std::ostream& out_;
@@ -291,14 +289,15 @@ TraceSummary WriteTraceJson(const TraceInput& in, std::ostream& out) {
     std::set<int> used_tids;
     for (const TraceSpan* s : ByStart(sh.spans())) {
       const bool apply = s->kind() == TRACE_SHARD_APPLY;
-      const int track =
-          apply ? kApplyTrack : 1 + static_cast<int>(s->worker());
+      const int track = apply ? kApplyTrack : 1 + static_cast<int>(s->worker());
       const int tid = kLaneTidBase + track * kLanesPerTrack +
                       lanes[track].Place(s->start_ns(), s->end_ns());
       placed.push_back({s, pid, tid});
       used_tids.insert(tid);
       if (apply) {
-        const int64_t who = s->all_workers() ? -1 : s->worker();
+        // -1: every worker's (BSP); signed on both sides of the ?:.
+        const int64_t who =
+            s->all_workers() ? int64_t{-1} : static_cast<int64_t>(s->worker());
         applies[{sh.shard_id(), s->step(), who}] = &placed.back();
       }
     }

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
+#include "common/trace_recorder.h"
 #include "server/internal/checkpointer.h"
 #include "server/internal/consistency.h"
 #include "server/internal/job.h"
@@ -327,6 +328,50 @@ void Shard::PushPull(const PushPullRequest& req, PushPullResponse* resp,
   PushPull(req, nullptr, resp, std::move(done), payloads);
 }
 
+std::function<void(absl::Status)> Shard::TracedDone(
+    const JobPtr& job, uint32_t worker, uint64_t step, int64_t start_ns,
+    std::function<void(absl::Status)> done) {
+  return [job, worker, step, start_ns, done = std::move(done)](absl::Status s) {
+    TraceSpan span;
+    span.set_kind(TRACE_SHARD_REQUEST);
+    span.set_step(step);
+    span.set_worker(worker);
+    span.set_start_ns(start_ns);
+    span.set_end_ns(TraceRecorder::NowNs());
+    job->trace.Add(span);
+    done(std::move(s));
+  };
+}
+
+absl::Status Shard::SetTrace(const SetTraceRequest& req) {
+  const TraceWindow& w = req.window();
+  PS_ASSIGN_OR_RETURN(JobPtr job, FindJob(w.job_id()));
+  if (w.end_step() <= w.begin_step()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "window: empty step range [", w.begin_step(), ", ", w.end_step(), ")"));
+  }
+  if (w.end_step() - w.begin_step() > kTraceMaxSteps) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("window: ", w.end_step() - w.begin_step(),
+                     " steps; at most ", kTraceMaxSteps));
+  }
+  job->trace.SetWindow(w);
+  return absl::OkStatus();
+}
+
+absl::Status Shard::GetTrace(const ShardTraceRequest& req,
+                             ShardTrace* out) const {
+  out->Clear();
+  PS_ASSIGN_OR_RETURN(JobPtr job, FindJob(req.job_id()));
+  TraceRecorder::Snapshot snap = job->trace.Copy();
+  out->set_shard_id(options_.shard_id);
+  *out->mutable_window() = std::move(snap.window);
+  out->mutable_spans()->Reserve(static_cast<int>(snap.spans.size()));
+  for (TraceSpan& s : snap.spans) *out->add_spans() = std::move(s);
+  out->set_dropped(snap.dropped);
+  return absl::OkStatus();
+}
+
 void Shard::PushPull(PushPullRequest* req, PushPullResponse* resp,
                      std::function<void(absl::Status)> done,
                      std::vector<SharedBytes>* payloads) {
@@ -354,10 +399,27 @@ void Shard::PushPull(const PushPullRequest& req, ChunkDataList* take,
       return done(std::move(st));
     }
   }
+  // Step timelines: the answer and, under ASP/SSP, the apply (BSP's is
+  // recorded by the push that completes the step).
+  const bool traced = (*job)->trace.Covers(req.step());
+  if (traced) {
+    done =
+        TracedDone(*job, req.worker(), req.step(), start_ns, std::move(done));
+  }
+  const int64_t apply_start_ns = traced ? TraceRecorder::NowNs() : 0;
   std::vector<Chunk*> chunks;
   absl::StatusOr<PushCounts> counts =
       ApplyPush(*job, req.worker(), req.step(), req.gradients(), take, &chunks);
   if (!counts.ok()) return done(counts.status());
+  if (traced && (*job)->mode != BSP) {
+    TraceSpan span;
+    span.set_kind(TRACE_SHARD_APPLY);
+    span.set_step(req.step());
+    span.set_worker(req.worker());
+    span.set_start_ns(apply_start_ns);
+    span.set_end_ns(TraceRecorder::NowNs());
+    (*job)->trace.Add(span);
+  }
   // Written before the wait exists: afterwards only its claimer touches resp.
   resp->set_duplicates(counts->duplicates);
   resp->set_stale(counts->stale);

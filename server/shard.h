@@ -305,6 +305,15 @@ class Shard {
   //                     step 0).
   void Stats(const StatsRequest& req, ShardStats* out) const;
 
+  // Step timelines (psctl trace): records the PushPull answers and applies
+  // of the window's steps from now on (dropping earlier spans), bounded by
+  // kTraceMaxSpans. FAILED_PRECONDITION for an unknown job, INVALID_ARGUMENT
+  // for an empty window or one over kTraceMaxSteps. The push path pays one
+  // relaxed load pair per request outside the window.
+  absl::Status SetTrace(const SetTraceRequest& req);
+  // The spans recorded so far (FAILED_PRECONDITION for an unknown job).
+  absl::Status GetTrace(const ShardTraceRequest& req, ShardTrace* out) const;
+
   // Fails every wait whose deadline (start + step_deadline_ms) is <= now
   // with DEADLINE_EXCEEDED naming the missing workers, e.g. "job j step 12:
   // no gradient from workers 1, 2 after 60000 ms". psd calls it every
@@ -355,6 +364,11 @@ class Shard {
   using JobPtr = std::shared_ptr<internal::Job>;
   using ChunkDataList = google::protobuf::RepeatedPtrField<ChunkData>;
 
+  // `done` wrapped to record a TRACE_SHARD_REQUEST span from start_ns
+  // (unix ns) until it runs.
+  static std::function<void(absl::Status)> TracedDone(
+      const JobPtr& job, uint32_t worker, uint64_t step, int64_t start_ns,
+      std::function<void(absl::Status)> done);
   // The job, or FAILED_PRECONDITION naming job_id (counted).
   absl::StatusOr<JobPtr> FindJob(const std::string& job_id) const;
   // Every job, for a pass over them without the map lock.

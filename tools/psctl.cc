@@ -6,6 +6,7 @@
 #include "tools/psctl_jobs.h"
 #include "tools/psctl_stats.h"
 #include "tools/psctl_submit.h"
+#include "tools/psctl_trace.h"
 
 namespace ps {
 namespace {
@@ -31,6 +32,12 @@ Commands:
                      FILE.csv, or a chart of every job (.png, .svg, .pdf;
                      python3-matplotlib)
       --python=PATH    the interpreter that draws (default /usr/bin/python3)
+  trace JOB --steps=A:B -o FILE.json
+                     step timeline of steps [A, B) of a running job, Trace
+                     Event Format (chrome://tracing, Perfetto): phases per
+                     device, calls per shard, applies, flows; at most 1000
+                     steps; waits for the workers to pass step B
+      --timeout=S      give up after S seconds (default 600)
 
 Flags (every command):
   --cluster=FILE          cluster file (default configs/local/cluster.pbtxt)
@@ -64,6 +71,7 @@ int RunPsctl(const std::vector<std::string>& raw, std::ostream& out,
   if (a.command == "cancel") return psctl::Cancel(a, out, err);
   if (a.command == "stats") return psctl::Stats(a, out, err);
   if (a.command == "curves") return psctl::Curves(a, out, err);
+  if (a.command == "trace") return psctl::Trace(a, out, err);
   err << (a.command.empty()
               ? std::string("psctl: missing command")
               : absl::StrCat("psctl: unknown command \"", a.command, "\""))

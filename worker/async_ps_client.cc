@@ -86,6 +86,7 @@ struct AsyncPsClient::Call {
   // The versions held of the group's chunks that the attempt on the wire
   // named (delta pulls; empty: none). Set by Encode.
   std::vector<uint64_t> bases;
+  int64_t issued_ns = 0;  // traced steps only (TraceRecorder::NowNs)
 };
 
 namespace {
@@ -413,6 +414,10 @@ void AsyncPsClient::Issue(Call* call) {
   stats_.bytes_sent += call->wire_request.Length();
   if (Pushes(op)) stats_.dense_bytes_sent += call->dense_bytes;
   call->response.Clear();
+  TraceRecorder* tracer = options_.tracer;
+  if (tracer != nullptr && tracer->Covers(call->request->args.step)) {
+    call->issued_ns = TraceRecorder::NowNs();
+  }
   const char* method = op == ParamOp::kPull   ? kPullMethod
                        : op == ParamOp::kPush ? kPushMethod
                                               : kPushPullMethod;
@@ -424,17 +429,35 @@ void AsyncPsClient::Issue(Call* call) {
 
 // Runs on a gRPC callback thread. The reply lands in params outside the
 // lock: each call owns disjoint chunks.
+void AsyncPsClient::TraceCall(Call& call, int64_t replied_ns) {
+  const int64_t decoded_ns = TraceRecorder::NowNs();
+  TraceSpan span;
+  span.set_kind(TRACE_RPC);
+  span.set_step(call.request->args.step);
+  span.set_shard(call.group.shard);
+  span.set_attempt(static_cast<uint32_t>(call.attempt));
+  span.set_start_ns(call.issued_ns);
+  span.set_end_ns(decoded_ns);
+  options_.tracer->Add(span);
+  span.set_kind(TRACE_PULL_REPLY);
+  span.set_start_ns(replied_ns);
+  options_.tracer->Add(span);
+  call.issued_ns = 0;
+}
+
 void AsyncPsClient::OnDone(Call* call, grpc::Status grpc_status) {
   absl::Status status = FromGrpcStatus(grpc_status);
   Request* r = call->request;
   DecodedReply reply;
   bool bad_reply = false;
+  const int64_t replied_ns = call->issued_ns != 0 ? TraceRecorder::NowNs() : 0;
   if (status.ok()) {
     // Each call owns its chunks' part of params: no lock needed.
     status = DecodeReply(call->response, plan_, call->group, Pulls(r->args.op),
                          r->args.params.data(), &reply, call->bases);
     bad_reply = !status.ok();
   }
+  if (call->issued_ns != 0) TraceCall(*call, replied_ns);
   call->response.Clear();
   const uint32_t shard = call->group.shard;
   absl::MutexLock lock(&mu_);

@@ -70,6 +70,7 @@
 #include "absl/types/span.h"
 #include "common/defaults.h"
 #include "common/security.h"
+#include "common/trace_recorder.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "proto/coordinator.pb.h"
 #include "worker/gradient_encoder.h"
@@ -114,6 +115,10 @@ struct PsClientOptions {
   LocateShards locate_shards;
   absl::Duration locate_interval =
       absl::Milliseconds(kDefaultShardLocateIntervalMs);
+  // Step timelines (psctl trace); borrowed, must outlive the client; null:
+  // none. Each call of a step it covers is recorded: TRACE_RPC from issue
+  // to reply and TRACE_PULL_REPLY for the reply's decode.
+  TraceRecorder* tracer = nullptr;
 };
 
 // Traffic counters (cumulative).
@@ -223,6 +228,9 @@ class AsyncPsClient {
   void Issue(Call* call) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Encode(Call* call) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void OnDone(Call* call, grpc::Status status);
+  // Records a traced call's spans (Call::issued_ns set): replied_ns is when
+  // its reply arrived; the decode ends now.
+  void TraceCall(Call& call, int64_t replied_ns);
   void EndCall(Call* call, absl::Status status)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends every call of `r` not yet ended or on the wire; cancels those on

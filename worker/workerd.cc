@@ -163,8 +163,9 @@ void Workerd::Stop() {
   if (job_client_ != nullptr) job_client_->CancelAll("workerd stopping");
 }
 
-PsClientOptions Workerd::JobClientOptions() const {
+PsClientOptions Workerd::JobClientOptions() {
   PsClientOptions options = ClientOptions(config_.workerd);
+  options.tracer = &tracer_;
   // A shard that keeps failing is looked for at the coordinator: it may
   // have restarted at another address (worker/shard_relocator.h).
   options.locate_shards =
@@ -255,19 +256,64 @@ void Workerd::HeartbeatLoop() {
       spdlog::warn("heartbeat: {}", s.message());
       continue;
     }
-    absl::MutexLock l(&mu_);
-    if (resp.reregister()) {
-      spdlog::warn("the coordinator does not know {}; registering again",
-                   worker_id_);
-      need_register_ = true;
+    {
+      absl::MutexLock l(&mu_);
+      if (resp.reregister()) {
+        spdlog::warn("the coordinator does not know {}; registering again",
+                     worker_id_);
+        need_register_ = true;
+      }
+      if (resp.abort_job() && !current_job_.empty() && !abort_job_) {
+        spdlog::warn("job {} aborted by the coordinator: {}", current_job_,
+                     resp.reason());
+        abort_reason_ = resp.reason();
+        abort_job_ = true;
+      }
+      if (resp.has_trace() && resp.trace().job_id() == current_job_) {
+        tracer_.SetWindow(resp.trace());
+      }
     }
-    if (resp.abort_job() && !current_job_.empty() && !abort_job_) {
-      spdlog::warn("job {} aborted by the coordinator: {}", current_job_,
-                   resp.reason());
-      abort_reason_ = resp.reason();
-      abort_job_ = true;
-    }
+    MaybeUploadTrace(/*job_over=*/false);
   }
+}
+
+void Workerd::MaybeUploadTrace(bool job_over) {
+  absl::MutexLock upload_lock(&trace_mu_);
+  const TraceWindow window = tracer_.window();
+  if (window.job_id().empty() ||
+      (window.job_id() == trace_uploaded_.job_id() &&
+       window.begin_step() == trace_uploaded_.begin_step() &&
+       window.end_step() == trace_uploaded_.end_step())) {
+    return;
+  }
+  if (!job_over && !tracer_.Complete()) return;
+  TraceRecorder::Snapshot snap = tracer_.Copy();
+  UploadTraceRequest req;
+  {
+    absl::MutexLock l(&mu_);
+    if (current_job_ != window.job_id()) return;  // a job that is gone
+    req.set_worker_id(worker_id_);
+    req.set_rank(current_rank_);
+  }
+  *req.mutable_window() = snap.window;
+  req.set_name(name_);
+  *req.mutable_devices() = config_.workerd.devices();
+  req.mutable_spans()->Reserve(static_cast<int>(snap.spans.size()));
+  for (TraceSpan& s : snap.spans) *req.add_spans() = std::move(s);
+  req.set_dropped(snap.dropped);
+  UploadTraceResponse resp;
+  absl::Status s = FromGrpcStatus(
+      stub_->UploadTrace(NewContext(kControlDeadline).get(), req, &resp));
+  if (!s.ok()) {
+    spdlog::warn("UploadTrace of job {} steps [{}, {}): {}", window.job_id(),
+                 window.begin_step(), window.end_step(), s.message());
+    if (!job_over) return;  // the next heartbeat tries again
+  } else {
+    spdlog::info("job {}: trace of steps [{}, {}) uploaded, {} spans",
+                 window.job_id(), window.begin_step(), window.end_step(),
+                 req.spans_size());
+  }
+  trace_uploaded_ = window;
 }
 
 absl::Status Workerd::StartMetrics() {
@@ -408,6 +454,7 @@ absl::Status Workerd::Train(const Assignment& a,
     return TrainCtr(a, client.get(), report, last);
   }
   TrainerOptions options = TrainerOptionsFor(a, config_.workerd);
+  options.tracer = &tracer_;
   // A lab model reads no data (worker/trainer/lab_workload.h).
   if (!a.spec().model().has_lab()) {
     PS_ASSIGN_OR_RETURN(options.data, DataFor(a.spec()));
@@ -443,8 +490,10 @@ void Workerd::RunJob(const Assignment& a) {
   {
     absl::MutexLock l(&mu_);
     current_job_ = a.job_id();
+    current_rank_ = a.rank();
     abort_reason_.clear();
   }
+  tracer_.Clear();
   abort_job_ = stopping_.HasBeenNotified();
   std::string worker_id;
   {
@@ -474,6 +523,7 @@ void Workerd::RunJob(const Assignment& a) {
         },
         &last);
   }  // the reporter flushes and stops here
+  MaybeUploadTrace(/*job_over=*/true);
 
   metrics_->Update(a.job_id(), a.rank(), last);
   ProgressReport final_report = base;

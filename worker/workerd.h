@@ -30,6 +30,7 @@
 #include "common/config.h"
 #include "common/metrics_server.h"
 #include "common/security.h"
+#include "common/trace_recorder.h"
 #include "proto/coordinator.grpc.pb.h"
 #include "worker/async_ps_client.h"
 #include "worker/data/dataset.h"
@@ -91,7 +92,11 @@ class Workerd {
       absl::Duration deadline) const;
   // The job's parameter client options, with shards looked for at the
   // coordinator (GetShardAddresses) when they keep failing.
-  PsClientOptions JobClientOptions() const;
+  PsClientOptions JobClientOptions();
+  // Step timelines: uploads tracer_'s spans to the coordinator once its
+  // window is complete, or (job_over) whatever the ended job recorded;
+  // each window once. Called by the heartbeat thread and RunJob.
+  void MaybeUploadTrace(bool job_over) ABSL_LOCKS_EXCLUDED(trace_mu_, mu_);
 
   const LoadedWorkerdConfig config_;
   std::string name_;
@@ -105,6 +110,7 @@ class Workerd {
   std::string worker_id_ ABSL_GUARDED_BY(mu_);
   bool need_register_ ABSL_GUARDED_BY(mu_) = true;
   std::string current_job_ ABSL_GUARDED_BY(mu_);
+  uint32_t current_rank_ ABSL_GUARDED_BY(mu_) = 0;
   std::atomic<bool> abort_job_{false};
   std::string abort_reason_ ABSL_GUARDED_BY(mu_);
   // What Stop cancels so that it takes effect at once, not after a long
@@ -118,6 +124,12 @@ class Workerd {
   std::shared_ptr<WorkerMetrics> metrics_ = std::make_shared<WorkerMetrics>();
   Security metrics_security_;
   std::unique_ptr<MetricsServer> metrics_server_;
+
+  // The running job's step timeline: its window comes with heartbeat
+  // answers; the trainer and the parameter client record into it.
+  TraceRecorder tracer_;
+  absl::Mutex trace_mu_;  // serializes uploads; acquired before mu_
+  TraceWindow trace_uploaded_ ABSL_GUARDED_BY(trace_mu_);
 
   // Data sets kept across jobs: (dataset, data_dir, seed) -> data.
   std::string data_key_;

@@ -91,6 +91,7 @@
 #include "server/coordinator/progress_history.h"
 #include "server/coordinator/shard_op_queue.h"
 #include "server/coordinator/store_sync.h"
+#include "server/coordinator/trace_store.h"
 #include "server/coordinator/worker_registry.h"
 
 namespace ps {
@@ -215,6 +216,18 @@ class JobCoordinator {
   absl::Status GetHistory(const GetHistoryRequest& request,
                           GetHistoryResponse* response);
 
+  // Step timelines (trace_store.h). StartTrace stores the window on a
+  // pending or running job (NOT_FOUND unknown, FAILED_PRECONDITION ended,
+  // INVALID_ARGUMENT empty or too long); its workers get it in their
+  // Heartbeat answers. UploadTrace keeps a worker's spans (the sender must
+  // hold the rank). GetTrace: NOT_FOUND for an unknown job. None of them
+  // waits on the shards. Traces live in memory only.
+  absl::Status StartTrace(const StartTraceRequest& request,
+                          StartTraceResponse* response);
+  absl::Status UploadTrace(const UploadTraceRequest& request);
+  absl::Status GetTrace(const GetTraceRequest& request,
+                        GetTraceResponse* response);
+
   // Housekeeping at time `now`: expires long-polls whose wait passed and
   // declares lost the workers silent for worker_timeout_ms, applying their
   // job's on_worker_failure policy. Call periodically (e.g. every 100 ms).
@@ -299,6 +312,7 @@ class JobCoordinator {
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
   StoreSync sync_ ABSL_GUARDED_BY(mu_);
   ProgressHistory history_ ABSL_GUARDED_BY(mu_);
+  TraceStore traces_ ABSL_GUARDED_BY(mu_);
   // When Restore reloaded the store (for the reattach log).
   absl::Time restored_at_ ABSL_GUARDED_BY(mu_);
 };

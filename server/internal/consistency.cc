@@ -201,6 +201,19 @@ PushCounts ApplyPush(Job& job, const PushArgs& push, ChunkDataList* take,
   return tally.counts;
 }
 
+// Step timelines: the shard's apply of BSP step `step` spans every chunk's.
+void RecordBspApply(Job& job, uint64_t step, uint64_t t0, uint64_t t1) {
+  // NowNanos is steady; the trace wants the wall clock of TraceRecorder.
+  const int64_t shift = TraceRecorder::NowNs() - static_cast<int64_t>(t1);
+  TraceSpan span;
+  span.set_kind(TRACE_SHARD_APPLY);
+  span.set_step(step);
+  span.set_all_workers(true);
+  span.set_start_ns(static_cast<int64_t>(t0) + shift);
+  span.set_end_ns(static_cast<int64_t>(t1) + shift);
+  job.trace.AddMerged(span);
+}
+
 bool ApplyStepIfReady(Job& job, Chunk& c, std::vector<WaiterPtr>* ready) {
   ChunkState& s = c.state;
   uint32_t members = 0, arrived = 0;
@@ -226,7 +239,9 @@ bool ApplyStepIfReady(Job& job, Chunk& c, std::vector<WaiterPtr>* ready) {
   }
   ApplyToValues(job, c, sum, 1.0f / static_cast<float>(arrived));
   std::fill(s.pushed.begin(), s.pushed.end(), 0);
-  job.counters.apply_ns.Record(NowNanos() - t0);
+  const uint64_t t1 = NowNanos();
+  job.counters.apply_ns.Record(t1 - t0);
+  if (job.trace.Covers(s.version)) RecordBspApply(job, s.version, t0, t1);
   job.counters.applies.fetch_add(1, std::memory_order_relaxed);
   AdvanceVersion(c, ready);
   return true;

@@ -37,6 +37,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/defaults.h"
+#include "common/trace_recorder.h"
 #include "proto/job.pb.h"
 #include "proto/ps.pb.h"
 #include "server/chunk_state.h"
@@ -279,6 +280,9 @@ class Job {
 
   JobCounters counters;
   ReasonCounts rejected;  // JobStats.rejected
+  // Step timelines (SetTrace): PushPull arrivals to answers and applies of
+  // the window's steps.
+  TraceRecorder trace;
   WaitState waits;
   CheckpointSchedule schedule;
   CheckpointFiles files;

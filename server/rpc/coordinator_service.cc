@@ -220,6 +220,25 @@ grpc::ServerUnaryReactor* CoordinatorService::GetHistory(
                 [&](JobCoordinator& c) { return c.GetHistory(*req, resp); });
 }
 
+grpc::ServerUnaryReactor* CoordinatorService::StartTrace(
+    grpc::CallbackServerContext* ctx, const StartTraceRequest* req,
+    StartTraceResponse* resp) {
+  return Inline(ctx,
+                [&](JobCoordinator& c) { return c.StartTrace(*req, resp); });
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::UploadTrace(
+    grpc::CallbackServerContext* ctx, const UploadTraceRequest* req,
+    UploadTraceResponse* /*resp*/) {
+  return Inline(ctx, [&](JobCoordinator& c) { return c.UploadTrace(*req); });
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::GetTrace(
+    grpc::CallbackServerContext* ctx, const GetTraceRequest* req,
+    GetTraceResponse* resp) {
+  return Inline(ctx, [&](JobCoordinator& c) { return c.GetTrace(*req, resp); });
+}
+
 grpc::ServerUnaryReactor* CoordinatorService::GetShardAddresses(
     grpc::CallbackServerContext* ctx, const ShardAddressesRequest* /*req*/,
     ShardAddressesResponse* resp) {

@@ -116,6 +116,15 @@ class CoordinatorService final : public Coordinator::CallbackService {
   grpc::ServerUnaryReactor* GetHistory(grpc::CallbackServerContext* ctx,
                                        const GetHistoryRequest* req,
                                        GetHistoryResponse* resp) override;
+  grpc::ServerUnaryReactor* StartTrace(grpc::CallbackServerContext* ctx,
+                                       const StartTraceRequest* req,
+                                       StartTraceResponse* resp) override;
+  grpc::ServerUnaryReactor* UploadTrace(grpc::CallbackServerContext* ctx,
+                                        const UploadTraceRequest* req,
+                                        UploadTraceResponse* resp) override;
+  grpc::ServerUnaryReactor* GetTrace(grpc::CallbackServerContext* ctx,
+                                     const GetTraceRequest* req,
+                                     GetTraceResponse* resp) override;
   // Re-reads the address files (at most once per refresh interval) inline.
   grpc::ServerUnaryReactor* GetShardAddresses(
       grpc::CallbackServerContext* ctx, const ShardAddressesRequest* req,

@@ -268,6 +268,20 @@ grpc::ServerUnaryReactor* PsService::Stats(grpc::CallbackServerContext* ctx,
   return Done(ctx, absl::OkStatus());
 }
 
+grpc::ServerUnaryReactor* PsService::SetTrace(grpc::CallbackServerContext* ctx,
+                                              const SetTraceRequest* req,
+                                              SetTraceResponse*) {
+  PS_AUTHENTICATE(ctx);
+  return Done(ctx, shard_->SetTrace(*req));
+}
+
+grpc::ServerUnaryReactor* PsService::GetTrace(grpc::CallbackServerContext* ctx,
+                                              const ShardTraceRequest* req,
+                                              ShardTrace* resp) {
+  PS_AUTHENTICATE(ctx);
+  return Done(ctx, shard_->GetTrace(*req, resp));
+}
+
 grpc::ServerUnaryReactor* PsService::SparseExchange(
     grpc::CallbackServerContext* ctx, const SparseExchangeRequest* req,
     SparseExchangeResponse* resp) {

@@ -67,6 +67,12 @@ class PsService final : public ParameterServer::WithRawCallbackMethod_PushPull<
   grpc::ServerUnaryReactor* Stats(grpc::CallbackServerContext* ctx,
                                   const StatsRequest* req,
                                   ShardStats* resp) override;
+  grpc::ServerUnaryReactor* SetTrace(grpc::CallbackServerContext* ctx,
+                                     const SetTraceRequest* req,
+                                     SetTraceResponse* resp) override;
+  grpc::ServerUnaryReactor* GetTrace(grpc::CallbackServerContext* ctx,
+                                     const ShardTraceRequest* req,
+                                     ShardTrace* resp) override;
   // gRPC keeps `req` and `resp` until the reactor finishes, which is when
   // the Shard calls back.
   grpc::ServerUnaryReactor* SparseExchange(

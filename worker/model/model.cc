@@ -324,6 +324,7 @@ absl::Status Model::Run(Params params, const float* x, const int32_t* labels,
     backend_->SoftmaxCrossEntropy(
         r, static_cast<int>(num_classes()), acts_.back().data(), cl, grad_scale,
         grad == nullptr ? nullptr : delta_[0].data(), stats_.data());
+    if (hooks != nullptr && hooks->phase_done) hooks->phase_done(true);
     const XentStats* stats = stats_.data();
     if (!host) {
       backend_->CopyToHost(static_cast<const XentStats*>(stats_.data()), 1,
@@ -338,6 +339,7 @@ absl::Status Model::Run(Params params, const float* x, const int32_t* labels,
               : nullptr;
       Backward(params.device, cx, r, grad, /*accumulate=*/start > 0,
                last ? download : nullptr, after);
+      if (hooks != nullptr && hooks->phase_done) hooks->phase_done(false);
     }
     // One wait per chunk: the next chunk reuses the staging buffers, and
     // every chunk (and call) starts with nothing pending on the backend.
@@ -390,7 +392,10 @@ absl::Status Model::ComputeDeviceGradient(const float* params, const float* x,
   PS_ASSIGN_OR_RETURN(const Params p, Prepare(params, x, labels, n));
   // The gradient stays on the device: after_backward is the caller's.
   LayerHooks forward_only;
-  if (hooks != nullptr) forward_only.before_forward = hooks->before_forward;
+  if (hooks != nullptr) {
+    forward_only.before_forward = hooks->before_forward;
+    forward_only.phase_done = hooks->phase_done;
+  }
   return Run(p, x, labels, n, grad_.data(), /*download=*/nullptr, grad_scale,
              loss_sum, correct, hooks != nullptr ? &forward_only : nullptr);
 }

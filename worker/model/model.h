@@ -66,6 +66,10 @@ struct LayerHooks {
   // on a GPU (whose gradient comes down at the end) all of them after the last
   // layer.
   std::function<void(size_t layer)> after_backward;
+  // Step timelines: called after each chunk of examples' forward pass and
+  // loss (true) and after its backward pass (false). On a GPU the calls
+  // mark when the work was queued, not when it ran.
+  std::function<void(bool forward)> phase_done;
 };
 
 class Model {

@@ -17,6 +17,21 @@ namespace {
 // Far more replicas than one machine holds; bounds the reduce's stack array.
 constexpr size_t kMaxDevices = 64;
 
+// A traced device finished a phase of a chunk of examples: the span from
+// *mark (the phase's start) to now; the next phase starts now.
+void TracePhase(const StepTrace& trace, size_t device, bool forward,
+                int64_t* mark) {
+  const int64_t now = TraceRecorder::NowNs();
+  TraceSpan span;
+  span.set_kind(forward ? TRACE_FORWARD : TRACE_BACKWARD);
+  span.set_step(trace.step);
+  span.set_device(static_cast<uint32_t>(device));
+  span.set_start_ns(*mark);
+  span.set_end_ns(now);
+  trace.recorder->Add(span);
+  *mark = now;
+}
+
 }  // namespace
 
 void SplitBatch(size_t n, absl::Span<const double> weights,
@@ -247,10 +262,18 @@ void DeviceGroup::RunOnDevice(size_t index, const Task& task, size_t begin,
       hooks.before_forward = task.hooks->before_forward;
       hooks.after_backward = [this, &task](size_t l) { LayerDone(task, l); };
     }
+    int64_t mark = 0;
+    if (task.trace.recorder != nullptr) {
+      mark = TraceRecorder::NowNs();
+      hooks.phase_done = [&task, &mark, index](bool forward) {
+        TracePhase(task.trace, index, forward, &mark);
+      };
+    }
+    const bool any_hooks =
+        task.hooks != nullptr || task.trace.recorder != nullptr;
     d.status = d.model->ComputeGradient(
         task.params, task.x + begin * dim, task.labels + begin, n, grad,
-        &d.loss_sum, &d.correct, task.grad_scale,
-        task.hooks != nullptr ? &hooks : nullptr);
+        &d.loss_sum, &d.correct, task.grad_scale, any_hooks ? &hooks : nullptr);
     return;
   }
   // The model runs an n larger than max_batch in chunks of max_batch.
@@ -264,13 +287,25 @@ absl::Status DeviceGroup::DeviceGradient(size_t index, const Task& task,
   const size_t dim = d.model->input_dim();
   LayerHooks hooks;  // the gradient stays on the GPUs: forward waits only
   if (task.hooks != nullptr) hooks.before_forward = task.hooks->before_forward;
+  int64_t mark = 0;
+  if (task.trace.recorder != nullptr) {
+    mark = TraceRecorder::NowNs();
+    hooks.phase_done = [&task, &mark, index](bool forward) {
+      TracePhase(task.trace, index, forward, &mark);
+    };
+  }
+  const bool any_hooks =
+      task.hooks != nullptr || task.trace.recorder != nullptr;
   PS_RETURN_IF_ERROR(d.model->ComputeDeviceGradient(
       task.params, task.x + begin * dim, task.labels + begin, n, &d.loss_sum,
-      &d.correct, task.grad_scale, task.hooks != nullptr ? &hooks : nullptr));
+      &d.correct, task.grad_scale, any_hooks ? &hooks : nullptr));
   const int rank = static_cast<int>(index);
+  const int64_t reduce_start =
+      task.trace.recorder != nullptr ? TraceRecorder::NowNs() : 0;
   PS_RETURN_IF_ERROR(reducer_->AllReduceSum(rank, d.model->device_gradient(),
                                             d.model->num_parameters()));
   PS_RETURN_IF_ERROR(reducer_->Wait(rank, absl::Now() + reduce_timeout_));
+  if (index == 0) TraceReduce(task.trace, -1, reduce_start);
   if (index != 0) return absl::OkStatus();
   return d.model->CopyGradientToHost(task.grad0);
 }
@@ -319,7 +354,8 @@ absl::Status DeviceGroup::ComputeGradient(const float* params, const float* x,
                                           const int32_t* labels, size_t n,
                                           float* grad, double* loss_sum,
                                           size_t* correct,
-                                          const GradientHooks* hooks) {
+                                          const GradientHooks* hooks,
+                                          StepTrace trace) {
   if (n == 0) {
     return absl::InvalidArgumentError("n: a batch needs at least one example");
   }
@@ -335,6 +371,7 @@ absl::Status DeviceGroup::ComputeGradient(const float* params, const float* x,
   task.grad_scale = 1.0f / static_cast<float>(n);
   task.all_devices = reducer_ != nullptr;
   task.hooks = hooks;
+  task.trace = trace;
   RunTask(task);
   PS_RETURN_IF_ERROR(Collect(task.all_devices, loss_sum, correct));
   if (reducer_ != nullptr) {
@@ -345,8 +382,25 @@ absl::Status DeviceGroup::ComputeGradient(const float* params, const float* x,
     return absl::OkStatus();
   }
   // With hooks the layers were reduced as they finished (LayerDone).
-  if (hooks == nullptr) ReduceRange(grad, 0, num_parameters());
+  if (hooks == nullptr) {
+    const int64_t start =
+        trace.recorder != nullptr ? TraceRecorder::NowNs() : 0;
+    ReduceRange(grad, 0, num_parameters());
+    TraceReduce(trace, -1, start);
+  }
   return absl::OkStatus();
+}
+
+void DeviceGroup::TraceReduce(const StepTrace& trace, int32_t layer,
+                              int64_t start_ns) const {
+  if (trace.recorder == nullptr || devices_.size() < 2) return;
+  TraceSpan span;
+  span.set_kind(TRACE_LOCAL_REDUCE);
+  span.set_step(trace.step);
+  span.set_layer(layer);
+  span.set_start_ns(start_ns);
+  span.set_end_ns(TraceRecorder::NowNs());
+  trace.recorder->Add(span);
 }
 
 void DeviceGroup::LayerDone(const Task& task, size_t layer) {
@@ -358,7 +412,10 @@ void DeviceGroup::LayerDone(const Task& task, size_t layer) {
   // sums it. The next layer's last arrival comes after this returns (each
   // device finishes its layers in order), so calls never overlap.
   const auto [offset, length] = LayerRange(layer);
+  const int64_t start =
+      task.trace.recorder != nullptr ? TraceRecorder::NowNs() : 0;
   ReduceRange(task.grad0, offset, offset + length);
+  TraceReduce(task.trace, static_cast<int32_t>(layer), start);
   if (task.hooks->layer_ready) task.hooks->layer_ready(layer);
 }
 

@@ -61,6 +61,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "common/defaults.h"
+#include "common/trace_recorder.h"
 #include "proto/job.pb.h"
 #include "worker/backend/backend.h"
 #include "worker/model/model.h"
@@ -87,6 +88,13 @@ struct GradientHooks {
   // caller's thread or a device's. Must not block for long: the devices
   // wait behind it.
   std::function<void(size_t layer)> layer_ready;
+};
+
+// Step timelines: where ComputeGradient records its spans (TRACE_FORWARD and
+// TRACE_BACKWARD per device and chunk of examples, TRACE_LOCAL_REDUCE).
+struct StepTrace {
+  TraceRecorder* recorder = nullptr;  // borrowed for the call; null: none
+  uint64_t step = 0;
 };
 
 // Thread-compatible: one thread calls ComputeGradient / Evaluate at a time
@@ -144,11 +152,12 @@ class DeviceGroup {
   // loss and correct predictions. x holds n * input_dim features, labels n
   // labels; n > 0. Errors name the device that failed. `hooks` (nullable,
   // borrowed for the call): see GradientHooks; after an error some layers
-  // may have had no layer_ready.
+  // may have had no layer_ready. `trace`: see StepTrace.
   absl::Status ComputeGradient(const float* params, const float* x,
                                const int32_t* labels, size_t n, float* grad,
                                double* loss_sum, size_t* correct,
-                               const GradientHooks* hooks = nullptr);
+                               const GradientHooks* hooks = nullptr,
+                               StepTrace trace = {});
 
   // Summed loss and correct predictions over n examples (any n), on device
   // 0 alone.
@@ -184,6 +193,7 @@ class DeviceGroup {
     // NCCL all-reduce needs every rank.
     bool all_devices = false;
     const GradientHooks* hooks = nullptr;  // kGradient only; nullable
+    StepTrace trace;                       // kGradient only
   };
 
   DeviceGroup() = default;
@@ -202,6 +212,10 @@ class DeviceGroup {
   // Adds the other devices' slices of [begin, end) into grad, in device
   // order (zeroing it first when device 0 had no examples).
   void ReduceRange(float* grad, size_t begin, size_t end) const;
+  // A traced local reduce of `layer` (-1: all) from start_ns to now, when
+  // there is more than one device to reduce.
+  void TraceReduce(const StepTrace& trace, int32_t layer,
+                   int64_t start_ns) const;
   // Sums the devices' loss and correct counts (those that ran when `all` is
   // false) into the outputs; the first device error, prefixed with its name
   // (one that is not a deadline first: a peer's timeout follows the cause).

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 #include <thread>
 #include <utility>
 
@@ -72,6 +73,45 @@ absl::Status CheckModelFitsData(const DeviceGroup& devices,
   }
   return absl::OkStatus();
 }
+
+// Wall-clock marks of one step for its timeline; does nothing unless the
+// recorder covers the step (one relaxed load pair per step).
+class StepMarks {
+ public:
+  StepMarks(TraceRecorder* recorder, uint64_t step) : step_(step) {
+    if (recorder == nullptr) return;
+    recorder->Reached(step);
+    if (!recorder->Covers(step)) return;
+    recorder_ = recorder;
+    start_ = mark_ = TraceRecorder::NowNs();
+  }
+  bool traced() const { return recorder_ != nullptr; }
+  StepTrace devices() const { return {recorder_, step_}; }
+  // A span of `kind` from the last mark to now; now is the next mark.
+  void Phase(TraceSpanKind kind) {
+    if (recorder_ == nullptr) return;
+    const int64_t now = TraceRecorder::NowNs();
+    Add(kind, mark_, now);
+    mark_ = now;
+  }
+  void Add(TraceSpanKind kind, int64_t start_ns, int64_t end_ns) const {
+    if (recorder_ == nullptr) return;
+    TraceSpan span;
+    span.set_kind(kind);
+    span.set_step(step_);
+    span.set_start_ns(start_ns);
+    span.set_end_ns(end_ns);
+    recorder_->Add(span);
+  }
+  // The whole step, from construction to now.
+  void Finish() const { Add(TRACE_STEP, start_, TraceRecorder::NowNs()); }
+
+ private:
+  TraceRecorder* recorder_ = nullptr;
+  const uint64_t step_;
+  int64_t start_ = 0;
+  int64_t mark_ = 0;
+};
 
 }  // namespace
 
@@ -167,30 +207,37 @@ absl::Status Trainer::PullInitial() {
 
 absl::Status Trainer::Step(uint64_t t, BatchLoader& loader,
                            Clock::time_point* step_end) {
+  StepMarks marks(options_.tracer, t);
   const Clock::time_point t0 = Clock::now();
   PS_ASSIGN_OR_RETURN(std::unique_ptr<Batch> b,
                       loader.Pop(absl::Now() + options_.data_timeout));
   const Clock::time_point t1 = Clock::now();
+  marks.Phase(TRACE_DATA_WAIT);
   double loss = 0.0;
   size_t correct = 0;
-  absl::Status s =
-      devices_->ComputeGradient(params_.data(), b->x.data(), b->labels.data(),
-                                b->size, grad_.data(), &loss, &correct);
+  absl::Status s = devices_->ComputeGradient(
+      params_.data(), b->x.data(), b->labels.data(), b->size, grad_.data(),
+      &loss, &correct, /*hooks=*/nullptr, marks.devices());
   loader.Recycle(std::move(b));
   const Clock::time_point t2 = Clock::now();
+  marks.Phase(TRACE_COMPUTE);
   PS_RETURN_IF_ERROR(s);
   PS_RETURN_IF_ERROR(client_->PushPull(t, grad_, absl::MakeSpan(params_)));
   *step_end = Clock::now();
+  marks.Phase(TRACE_COMM_WAIT);
+  marks.Finish();
   meter_->AddStep(t1 - t0, t2 - t1, *step_end - t2, loss, correct);
   return absl::OkStatus();
 }
 
 absl::Status Trainer::OverlapStep(uint64_t t, BatchLoader& loader,
                                   Clock::time_point* step_end) {
+  StepMarks marks(options_.tracer, t);
   const Clock::time_point t0 = Clock::now();
   PS_ASSIGN_OR_RETURN(std::unique_ptr<Batch> b,
                       loader.Pop(absl::Now() + options_.data_timeout));
   const Clock::time_point t1 = Clock::now();
+  marks.Phase(TRACE_DATA_WAIT);
   // Exposed communication: this thread blocked on a layer's parameters.
   // Device threads wait too, but under this one's compute or wait.
   Clock::duration blocked = Clock::duration::zero();
@@ -201,16 +248,20 @@ absl::Status Trainer::OverlapStep(uint64_t t, BatchLoader& loader,
       return pipeline_->AwaitLayer(layer);
     }
     const Clock::time_point w0 = Clock::now();
+    const int64_t w0_ns = marks.traced() ? TraceRecorder::NowNs() : 0;
     absl::Status s = pipeline_->AwaitLayer(layer);
     blocked += Clock::now() - w0;
+    if (marks.traced()) {
+      marks.Add(TRACE_COMM_WAIT, w0_ns, TraceRecorder::NowNs());
+    }
     return s;
   };
   hooks.layer_ready = [&](size_t layer) { pipeline_->LayerReady(t, layer); };
   double loss = 0.0;
   size_t correct = 0;
-  absl::Status s =
-      devices_->ComputeGradient(params_.data(), b->x.data(), b->labels.data(),
-                                b->size, grad_.data(), &loss, &correct, &hooks);
+  absl::Status s = devices_->ComputeGradient(
+      params_.data(), b->x.data(), b->labels.data(), b->size, grad_.data(),
+      &loss, &correct, &hooks, marks.devices());
   loader.Recycle(std::move(b));
   if (!s.ok()) {
     pipeline_->Discard(s);
@@ -218,19 +269,26 @@ absl::Status Trainer::OverlapStep(uint64_t t, BatchLoader& loader,
   }
   pipeline_->Flush(t);
   *step_end = Clock::now();
+  marks.Phase(TRACE_COMPUTE);  // the waits above are inside it
+  marks.Finish();
   meter_->AddStep(t1 - t0, *step_end - t1 - blocked, blocked, loss, correct);
   return absl::OkStatus();
 }
 
 absl::Status Trainer::OverlapLabStep(uint64_t t, Clock::time_point* step_end) {
+  StepMarks marks(options_.tracer, t);
   const Clock::time_point t0 = Clock::now();
   Clock::duration blocked = Clock::duration::zero();
   const size_t layers = pipeline_->num_layers();
   const double share = 1.0 / (3.0 * static_cast<double>(layers));
   for (size_t l = 0; l < layers; ++l) {
     const Clock::time_point w0 = Clock::now();
+    const int64_t w0_ns = marks.traced() ? TraceRecorder::NowNs() : 0;
     absl::Status s = pipeline_->AwaitLayer(l);
     blocked += Clock::now() - w0;
+    if (marks.traced()) {
+      marks.Add(TRACE_COMM_WAIT, w0_ns, TraceRecorder::NowNs());
+    }
     PS_RETURN_IF_ERROR(s);
     lab_->Compute(share);
   }
@@ -240,6 +298,8 @@ absl::Status Trainer::OverlapLabStep(uint64_t t, Clock::time_point* step_end) {
   }
   pipeline_->Flush(t);
   *step_end = Clock::now();
+  marks.Phase(TRACE_COMPUTE);
+  marks.Finish();
   meter_->AddStep(Clock::duration::zero(), *step_end - t0 - blocked, blocked,
                   /*loss_sum=*/0.0, /*correct=*/0);
   return absl::OkStatus();
@@ -254,11 +314,15 @@ absl::Status Trainer::Drain() {
 }
 
 absl::Status Trainer::LabStep(uint64_t t, Clock::time_point* step_end) {
+  StepMarks marks(options_.tracer, t);
   const Clock::time_point t0 = Clock::now();
   lab_->Compute();
   const Clock::time_point t1 = Clock::now();
+  marks.Phase(TRACE_COMPUTE);
   PS_RETURN_IF_ERROR(client_->PushPull(t, grad_, absl::MakeSpan(params_)));
   *step_end = Clock::now();
+  marks.Phase(TRACE_COMM_WAIT);
+  marks.Finish();
   meter_->AddStep(Clock::duration::zero(), t1 - t0, *step_end - t1,
                   /*loss_sum=*/0.0, /*correct=*/0);
   return absl::OkStatus();
@@ -361,6 +425,10 @@ absl::Status Trainer::RunSteps(const ProgressCallback& on_progress,
   {
     absl::Status s = Drain();
     if (!s.ok()) return AtStep(total_steps_ - 1, s);
+  }
+  // The last step's exchanges are in: its trace is complete.
+  if (options_.tracer != nullptr) {
+    options_.tracer->Reached(std::numeric_limits<uint64_t>::max());
   }
   if (evaluator_) {
     absl::Status s = Evaluate(total_steps_);

@@ -99,6 +99,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/defaults.h"
+#include "common/trace_recorder.h"
 #include "proto/coordinator.pb.h"
 #include "proto/job.pb.h"
 #include "worker/data/dataset.h"
@@ -152,6 +153,12 @@ struct TrainerOptions {
   // The client's requests in flight per shard: a step makes at most this
   // many exchanges (ExchangePipeline::Options::max_exchanges_per_step).
   int max_exchanges_per_step = kDefaultMaxInflightPerShard;
+
+  // Step timelines (psctl trace); borrowed, must outlive the trainer; null:
+  // none. The steps it covers record TRACE_STEP, TRACE_DATA_WAIT,
+  // TRACE_COMPUTE, TRACE_COMM_WAIT and the devices' spans; every step
+  // tells it Reached(step).
+  TraceRecorder* tracer = nullptr;
 };
 
 // Thread-compatible: one thread calls Run. The callbacks run on that thread.

@@ -21,15 +21,12 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "common/security.h"
 #include "common/text_proto.h"
-#include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
 #include "proto/coordinator.pb.h"
-#include "proto/ps.grpc.pb.h"
 #include "tests/checksum.h"
+#include "tests/job_parameters.h"
 #include "tests/local_cluster.h"
-#include "worker/ps_client.h"
 
 namespace ps {
 namespace {
@@ -77,31 +74,6 @@ struct RunResult {
   double reattach_s = -1;             // restart command to last reattach
 };
 
-// psctl status JOB --json; `unknown` says the coordinator answered
-// NOT_FOUND, which a restarted coordinator must never do.
-absl::StatusOr<JobStatus> Status(const LocalCluster& cluster,
-                                 const std::string& job, bool* unknown) {
-  absl::StatusOr<CommandResult> r = cluster.Psctl({"status", job, "--json"});
-  if (!r.ok()) return r.status();
-  if (r->exit_code != 0) {
-    if (unknown != nullptr && absl::StrContains(r->err, "unknown job")) {
-      *unknown = true;
-    }
-    return absl::UnavailableError(
-        absl::StrCat("psctl status: exit ", r->exit_code, ": ", r->err));
-  }
-  JobStatus js;
-  if (!google::protobuf::util::JsonStringToMessage(r->out, &js).ok()) {
-    return absl::InternalError("psctl status printed no JobStatus: " + r->out);
-  }
-  return js;
-}
-
-bool Ended(const JobStatus& js) {
-  return js.state() == SUCCEEDED || js.state() == FAILED ||
-         js.state() == CANCELLED;
-}
-
 // Polls (one psctl call per round, no sleeps) until `done` holds or the job
 // ended, for at most `timeout`. While the coordinator restarts psctl cannot
 // reach it: those rounds are retried; an "unknown job" answer fails.
@@ -112,34 +84,15 @@ absl::StatusOr<JobStatus> PollUntil(
   JobStatus last;
   while (absl::Now() < deadline) {
     bool unknown = false;
-    absl::StatusOr<JobStatus> js = Status(cluster, job, &unknown);
+    absl::StatusOr<JobStatus> js = ReadJobStatus(cluster, job, &unknown);
     if (unknown) return absl::NotFoundError(js.status().message());
     if (!js.ok()) continue;
     last = *js;
-    if (done(last) || Ended(last)) return last;
+    if (done(last) || JobEnded(last)) return last;
   }
   return absl::DeadlineExceededError(
       absl::StrCat("job ", job, " still at step ", last.progress().step(),
                    " after ", absl::FormatDuration(timeout)));
-}
-
-absl::StatusOr<JobStats> ShardJobStats(const std::string& address,
-                                       const std::string& job) {
-  Security security;
-  std::unique_ptr<ParameterServer::Stub> stub =
-      ParameterServer::NewStub(security.NewChannel(address));
-  grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
-  StatsRequest req;
-  req.set_job_id(job);
-  ShardStats stats;
-  grpc::Status s = stub->Stats(&context, req, &stats);
-  if (!s.ok()) return absl::UnavailableError(s.error_message());
-  if (stats.job_stats_size() != 1) {
-    return absl::NotFoundError(
-        absl::StrCat("shard at ", address, " has no job ", job));
-  }
-  return stats.job_stats(0);
 }
 
 // The restarted coordinator's "worker ... reattached" log lines so far.
@@ -175,7 +128,7 @@ void KillAndRestartCoordinator(LocalCluster& cluster, const std::string& job,
   const absl::Time deadline = restart + absl::Seconds(30);
   while (Reattached(cluster) < kWorkers && absl::Now() < deadline) {
     bool unknown = false;
-    absl::StatusOr<JobStatus> js = Status(cluster, job, &unknown);
+    absl::StatusOr<JobStatus> js = ReadJobStatus(cluster, job, &unknown);
     ASSERT_FALSE(unknown) << "the restarted coordinator forgot " << job;
   }
   result->reattach_s = absl::ToDoubleSeconds(absl::Now() - restart);
@@ -240,22 +193,13 @@ void TrainOnce(const std::string& name, bool kill_coordinator,
   }
   EXPECT_TRUE(listed) << list->out;
 
-  Assignment a;
-  a.set_job_id(job);
-  *a.mutable_spec() = end->spec();
-  *a.mutable_placement() = end->placement();
-  a.set_num_workers(kWorkers);
-  for (const std::string& address : addresses) a.add_shard_addresses(address);
-  Security security;
-  absl::StatusOr<std::unique_ptr<PsClient>> client =
-      PsClient::Create(PsClientOptions(), a, &security);
-  ASSERT_TRUE(client.ok()) << client.status();
-  std::vector<float> params((*client)->num_parameters());
-  absl::Status pulled = (*client)->Pull(result->steps, absl::MakeSpan(params));
-  ASSERT_TRUE(pulled.ok()) << pulled;
-  result->checksum = ParamChecksum(params);
+  // The parameters stay on the shards after success: read them all back.
+  absl::StatusOr<JobParameters> params = ReadJobParameters(cluster, job, 2);
+  ASSERT_TRUE(params.ok()) << params.status();
+  ASSERT_EQ(params->status.progress().step(), result->steps);
+  result->checksum = ParamChecksum(params->values);
   for (const std::string& address : addresses) {
-    absl::StatusOr<JobStats> stats = ShardJobStats(address, job);
+    absl::StatusOr<JobStats> stats = ReadShardJobStats(address, job);
     ASSERT_TRUE(stats.ok()) << stats.status();
     result->shard_stats.push_back(*stats);
   }

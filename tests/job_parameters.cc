@@ -2,31 +2,64 @@
 
 #include <memory>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/security.h"
 #include "common/status_macros.h"
 #include "google/protobuf/util/json_util.h"
+#include "grpcpp/grpcpp.h"
+#include "proto/ps.grpc.pb.h"
 #include "tests/subprocess.h"
 #include "worker/ps_client.h"
 
 namespace ps {
 
+absl::StatusOr<JobStatus> ReadJobStatus(const LocalCluster& cluster,
+                                        const std::string& job, bool* unknown) {
+  PS_ASSIGN_OR_RETURN(CommandResult r,
+                      cluster.Psctl({"status", job, "--json"}));
+  if (r.exit_code != 0) {
+    if (unknown != nullptr) *unknown = absl::StrContains(r.err, "unknown job");
+    return absl::UnavailableError(absl::StrCat("psctl status ", job, ": exit ",
+                                               r.exit_code, ": ", r.err));
+  }
+  JobStatus status;
+  if (!google::protobuf::util::JsonStringToMessage(r.out, &status).ok()) {
+    return absl::InternalError("psctl status printed no JobStatus: " + r.out);
+  }
+  return status;
+}
+
+bool JobEnded(const JobStatus& status) {
+  return status.state() == SUCCEEDED || status.state() == FAILED ||
+         status.state() == CANCELLED;
+}
+
+absl::StatusOr<JobStats> ReadShardJobStats(const std::string& address,
+                                           const std::string& job) {
+  Security security;
+  std::unique_ptr<ParameterServer::Stub> stub =
+      ParameterServer::NewStub(security.NewChannel(address));
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+  StatsRequest req;
+  req.set_job_id(job);
+  ShardStats stats;
+  grpc::Status s = stub->Stats(&context, req, &stats);
+  if (!s.ok()) return absl::UnavailableError(s.error_message());
+  if (stats.job_stats_size() != 1) {
+    return absl::NotFoundError(
+        absl::StrCat("shard at ", address, " has no job ", job));
+  }
+  return stats.job_stats(0);
+}
+
 absl::StatusOr<JobParameters> ReadJobParameters(const LocalCluster& cluster,
                                                 const std::string& job,
                                                 int shards) {
-  PS_ASSIGN_OR_RETURN(CommandResult status,
-                      cluster.Psctl({"status", job, "--json"}));
-  if (status.exit_code != 0) {
-    return absl::InternalError(absl::StrCat(
-        "psctl status ", job, ": exit ", status.exit_code, ": ", status.err));
-  }
   JobParameters out;
-  if (!google::protobuf::util::JsonStringToMessage(status.out, &out.status)
-           .ok()) {
-    return absl::InternalError("psctl status --json: not a JobStatus: " +
-                               status.out);
-  }
+  PS_ASSIGN_OR_RETURN(out.status, ReadJobStatus(cluster, job));
   Assignment a;
   a.set_job_id(job);
   *a.mutable_spec() = out.status.spec();

@@ -1,6 +1,7 @@
-// Reads a job's parameters back from the shards of a LocalCluster, with the
-// placement the coordinator reports (`psctl status JOB --json`), through the
-// worker's PsClient: what a finished job's tests compare.
+// What multi-process tests read back about a job from a LocalCluster: its
+// status as the coordinator reports it (`psctl status JOB --json`), one
+// shard's statistics of it, and its parameters from the shards through the
+// worker's PsClient (what a finished job's tests compare).
 //
 //   absl::StatusOr<JobParameters> p = ReadJobParameters(cluster, job, 2);
 //   ASSERT_TRUE(p.ok()) << p.status();
@@ -13,9 +14,25 @@
 
 #include "absl/status/statusor.h"
 #include "proto/coordinator.pb.h"
+#include "proto/ps.pb.h"
 #include "tests/local_cluster.h"
 
 namespace ps {
+
+// `psctl status JOB --json`. A non-zero exit is UNAVAILABLE with psctl's
+// message; when `unknown` is set, it is set to whether the coordinator
+// answered "unknown job".
+absl::StatusOr<JobStatus> ReadJobStatus(const LocalCluster& cluster,
+                                        const std::string& job,
+                                        bool* unknown = nullptr);
+
+// SUCCEEDED, FAILED or CANCELLED.
+bool JobEnded(const JobStatus& status);
+
+// The Stats of `job` from the shard at `address` (10 s deadline; NOT_FOUND
+// when the shard does not hold the job).
+absl::StatusOr<JobStats> ReadShardJobStats(const std::string& address,
+                                           const std::string& job);
 
 struct JobParameters {
   JobStatus status;           // as psctl status --json printed it

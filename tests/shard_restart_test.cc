@@ -16,15 +16,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "common/security.h"
 #include "common/text_proto.h"
-#include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
 #include "proto/coordinator.pb.h"
-#include "proto/ps.grpc.pb.h"
 #include "tests/checksum.h"
+#include "tests/job_parameters.h"
 #include "tests/local_cluster.h"
-#include "worker/ps_client.h"
 
 namespace ps {
 namespace {
@@ -69,26 +66,6 @@ struct RunResult {
   std::vector<JobStats> shard_stats;  // by shard
 };
 
-absl::StatusOr<JobStatus> Status(const LocalCluster& cluster,
-                                 const std::string& job) {
-  absl::StatusOr<CommandResult> r = cluster.Psctl({"status", job, "--json"});
-  if (!r.ok()) return r.status();
-  if (r->exit_code != 0) {
-    return absl::UnavailableError(
-        absl::StrCat("psctl status: exit ", r->exit_code, ": ", r->err));
-  }
-  JobStatus js;
-  if (!google::protobuf::util::JsonStringToMessage(r->out, &js).ok()) {
-    return absl::InternalError("psctl status printed no JobStatus: " + r->out);
-  }
-  return js;
-}
-
-bool Ended(const JobStatus& js) {
-  return js.state() == SUCCEEDED || js.state() == FAILED ||
-         js.state() == CANCELLED;
-}
-
 // Polls the coordinator (one psctl call per round, no sleeps) until `done`
 // holds or the job ended, for at most `timeout`.
 absl::StatusOr<JobStatus> PollUntil(
@@ -97,33 +74,14 @@ absl::StatusOr<JobStatus> PollUntil(
   const absl::Time deadline = absl::Now() + timeout;
   JobStatus last;
   while (absl::Now() < deadline) {
-    absl::StatusOr<JobStatus> js = Status(cluster, job);
+    absl::StatusOr<JobStatus> js = ReadJobStatus(cluster, job);
     if (!js.ok()) return js.status();
     last = *js;
-    if (done(last) || Ended(last)) return last;
+    if (done(last) || JobEnded(last)) return last;
   }
   return absl::DeadlineExceededError(
       absl::StrCat("job ", job, " still at step ", last.progress().step(),
                    " after ", absl::FormatDuration(timeout)));
-}
-
-absl::StatusOr<JobStats> ShardJobStats(const std::string& address,
-                                       const std::string& job) {
-  Security security;
-  std::unique_ptr<ParameterServer::Stub> stub =
-      ParameterServer::NewStub(security.NewChannel(address));
-  grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
-  StatsRequest req;
-  req.set_job_id(job);
-  ShardStats stats;
-  grpc::Status s = stub->Stats(&context, req, &stats);
-  if (!s.ok()) return absl::UnavailableError(s.error_message());
-  if (stats.job_stats_size() != 1) {
-    return absl::NotFoundError(
-        absl::StrCat("shard at ", address, " has no job ", job));
-  }
-  return stats.job_stats(0);
 }
 
 enum class Restart { kNone, kSamePort, kNewPort };
@@ -199,7 +157,7 @@ void TrainOnce(const std::string& name, Restart restart, RunResult* result) {
     // How long after the restart (the shard listening, its address file
     // written) the workers train again: two more steps reported.
     const absl::Time restarted_at = absl::Now();
-    absl::StatusOr<JobStatus> now = Status(cluster, job);
+    absl::StatusOr<JobStatus> now = ReadJobStatus(cluster, job);
     ASSERT_TRUE(now.ok()) << now.status();
     const uint64_t step = now->progress().step();
     absl::StatusOr<JobStatus> resumed = PollUntil(
@@ -227,22 +185,12 @@ void TrainOnce(const std::string& name, Restart restart, RunResult* result) {
   EXPECT_EQ(result->steps, kTotalSteps);
 
   // The parameters stay on the shards after success: read them all back.
-  Assignment a;
-  a.set_job_id(job);
-  *a.mutable_spec() = end->spec();
-  *a.mutable_placement() = end->placement();
-  a.set_num_workers(2);
-  for (const std::string& address : addresses) a.add_shard_addresses(address);
-  Security security;
-  absl::StatusOr<std::unique_ptr<PsClient>> client =
-      PsClient::Create(PsClientOptions(), a, &security);
-  ASSERT_TRUE(client.ok()) << client.status();
-  std::vector<float> params((*client)->num_parameters());
-  absl::Status pulled = (*client)->Pull(result->steps, absl::MakeSpan(params));
-  ASSERT_TRUE(pulled.ok()) << pulled;
-  result->checksum = ParamChecksum(params);
+  absl::StatusOr<JobParameters> params = ReadJobParameters(cluster, job, 2);
+  ASSERT_TRUE(params.ok()) << params.status();
+  ASSERT_EQ(params->status.progress().step(), result->steps);
+  result->checksum = ParamChecksum(params->values);
   for (const std::string& address : addresses) {
-    absl::StatusOr<JobStats> stats = ShardJobStats(address, job);
+    absl::StatusOr<JobStats> stats = ReadShardJobStats(address, job);
     ASSERT_TRUE(stats.ok()) << stats.status();
     result->shard_stats.push_back(*stats);
   }

@@ -85,34 +85,13 @@ TEST(ModelTest, CreateRejectsBadArguments) {
 void GradientCheck(const ModelSpec& spec) {
   auto cpu = Cpu();
   auto m = MakeModel(spec, cpu.get(), 8);
-  std::vector<float> params = InitParameters(m->tensors(), 3);
-  // Non-zero biases so that their gradients flow through the ReLUs too.
-  std::mt19937 rng(5);
-  std::uniform_real_distribution<float> u(-0.3f, 0.3f);
-  for (float& p : params) p += u(rng);
-  const size_t n = 8;
-  const LabeledData d =
-      LinearlySeparable(n, m->input_dim(), m->num_classes(), 9);
-  std::vector<float> grad(m->num_parameters());
-  double loss = 0;
-  ASSERT_TRUE(m->ComputeGradient(params.data(), d.x.data(), d.labels.data(), n,
-                                 grad.data(), &loss, nullptr)
-                  .ok());
-  const float eps = 1e-3f;
+  absl::StatusOr<GradientCheckData> g =
+      GradientAndFiniteDifferences(*m, /*n=*/8, /*eps=*/1e-3f);
+  ASSERT_TRUE(g.ok()) << g.status();
+  const std::vector<float>& grad = g->analytic;
   double max_err = 0;
-  for (size_t i = 0; i < params.size(); ++i) {
-    const float saved = params[i];
-    double plus = 0, minus = 0;
-    params[i] = saved + eps;
-    ASSERT_TRUE(m->Evaluate(params.data(), d.x.data(), d.labels.data(), n,
-                            &plus, nullptr)
-                    .ok());
-    params[i] = saved - eps;
-    ASSERT_TRUE(m->Evaluate(params.data(), d.x.data(), d.labels.data(), n,
-                            &minus, nullptr)
-                    .ok());
-    params[i] = saved;
-    const double fd = (plus - minus) / (2.0 * eps);
+  for (size_t i = 0; i < grad.size(); ++i) {
+    const double fd = g->numeric[i];
     // float32 losses: the difference quotient carries ~1e-6 / eps noise.
     EXPECT_NEAR(grad[i], fd, 2e-3 + 1e-2 * std::abs(fd)) << "param " << i;
     max_err = std::max(max_err, std::abs(grad[i] - fd));

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <random>
 
+#include "common/status_macros.h"
+
 namespace ps {
 
 std::vector<float> InitParameters(const std::vector<TensorSpec>& tensors,
@@ -74,6 +76,37 @@ LabeledData LinearlySeparable(size_t n, size_t dim, size_t classes,
     d.labels[i] = best;
   }
   return d;
+}
+
+absl::StatusOr<GradientCheckData> GradientAndFiniteDifferences(Model& m,
+                                                               size_t n,
+                                                               float eps) {
+  GradientCheckData g;
+  g.params = InitParameters(m.tensors(), 3);
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(-0.3f, 0.3f);
+  for (float& p : g.params) p += u(rng);
+  const LabeledData d = LinearlySeparable(n, m.input_dim(), m.num_classes(), 9);
+  g.analytic.resize(m.num_parameters());
+  double loss = 0;
+  PS_RETURN_IF_ERROR(m.ComputeGradient(g.params.data(), d.x.data(),
+                                       d.labels.data(), n, g.analytic.data(),
+                                       &loss, nullptr));
+  std::vector<float> params = g.params;
+  g.numeric.resize(params.size());
+  for (size_t i = 0; i < params.size(); ++i) {
+    const float saved = params[i];
+    double plus = 0, minus = 0;
+    params[i] = saved + eps;
+    PS_RETURN_IF_ERROR(m.Evaluate(params.data(), d.x.data(), d.labels.data(), n,
+                                  &plus, nullptr));
+    params[i] = saved - eps;
+    PS_RETURN_IF_ERROR(m.Evaluate(params.data(), d.x.data(), d.labels.data(), n,
+                                  &minus, nullptr));
+    params[i] = saved;
+    g.numeric[i] = (plus - minus) / (2.0 * eps);
+  }
+  return g;
 }
 
 }  // namespace ps

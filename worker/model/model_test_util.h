@@ -4,6 +4,8 @@
 //
 //   std::vector<float> params = InitParameters(ModelTensors(spec), 42);
 //   LabeledData d = LinearlySeparable(/*n=*/512, /*dim=*/20, /*classes=*/4, 7);
+//   absl::StatusOr<GradientCheckData> g = GradientAndFiniteDifferences(
+//       *model, /*n=*/8, /*eps=*/1e-3f);   // compare g->analytic, g->numeric
 
 #ifndef WORKER_MODEL_MODEL_TEST_UTIL_H_
 #define WORKER_MODEL_MODEL_TEST_UTIL_H_
@@ -12,7 +14,9 @@
 #include <cstdint>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "proto/job.pb.h"
+#include "worker/model/model.h"
 
 namespace ps {
 
@@ -31,6 +35,20 @@ struct LabeledData {
 // classes], so a linear classifier can fit it exactly.
 LabeledData LinearlySeparable(size_t n, size_t dim, size_t classes,
                               uint64_t seed);
+
+// A model's gradient and its central differences, for a gradient check.
+struct GradientCheckData {
+  std::vector<float> params;    // where both were taken
+  std::vector<float> analytic;  // ComputeGradient: d(summed loss)/d(params)
+  std::vector<double> numeric;  // (loss(p + eps) - loss(p - eps)) / 2 eps
+};
+
+// Both at InitParameters(m.tensors(), 3) plus U(-0.3, 0.3) noise (seed 5;
+// non-zero biases, so gradients flow through the ReLUs too), on
+// LinearlySeparable(n, input_dim, num_classes, 9), for every parameter.
+absl::StatusOr<GradientCheckData> GradientAndFiniteDifferences(Model& m,
+                                                               size_t n,
+                                                               float eps);
 
 }  // namespace ps
 

@@ -107,8 +107,9 @@ def main():
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--timeout", type=int, default=1800)
     args = p.parse_args()
-    if "OPENBLAS_CORETYPE" not in os.environ and fitting_blas_coretype():
-        os.environ["OPENBLAS_CORETYPE"] = fitting_blas_coretype()
+    fitting = fitting_blas_coretype()
+    if "OPENBLAS_CORETYPE" not in os.environ and fitting:
+        os.environ["OPENBLAS_CORETYPE"] = fitting
     print("blas OPENBLAS_CORETYPE=%s" % os.environ.get("OPENBLAS_CORETYPE", ""),
           flush=True)
     ps, ddp = [], []

@@ -83,12 +83,12 @@ int main(int argc, char** argv) {
     std::cerr << s.message() << "\n";
     return 2;
   }
-  for (const std::string& device : config->workerd.devices()) {
-    if (device.rfind("cpu:", 0) != 0) continue;
+  // Still slow kernels: OPENBLAS_CORETYPE was set by the user, or the
+  // re-run failed.
+  if (HasCpuDevice(config->workerd)) {
     if (std::string advice = ps::CpuBlasAdvice(); !advice.empty()) {
       spdlog::warn("{}", advice);
     }
-    break;
   }
   ps::Workerd workerd(*config);
   if (absl::Status s = workerd.StartMetrics(); !s.ok()) {

@@ -428,6 +428,7 @@ absl::Status Workerd::TrainCtr(
   options.start_step = a.start_step();
   options.device = c.devices_size() > 0 ? c.devices(0) : kDefaultDevice;
   options.threads_per_device = static_cast<int>(c.threads_per_device());
+  options.tracer = &tracer_;
   PS_ASSIGN_OR_RETURN(std::unique_ptr<CtrTrainer> trainer,
                       CtrTrainer::Create(options, dense, sparse.get()));
   absl::Status status =

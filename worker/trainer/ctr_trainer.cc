@@ -1,6 +1,7 @@
 #include "worker/trainer/ctr_trainer.h"
 
 #include <algorithm>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -11,6 +12,7 @@
 #include "spdlog/spdlog.h"
 #include "worker/backend/backend_factory.h"
 #include "worker/trainer/ctr_metrics.h"
+#include "worker/trainer/step_marks.h"
 
 namespace ps {
 namespace {
@@ -129,6 +131,7 @@ absl::Status CtrTrainer::PullRows(uint64_t step, absl::Span<const uint64_t> ids,
 }
 
 absl::Status CtrTrainer::Step(uint64_t t) {
+  StepMarks marks(options_.tracer, t);
   const Clock::time_point start = Clock::now();
   // Batch t is prepared (its ids pulled with the previous step).
   ids_.swap(next_ids_);
@@ -139,12 +142,14 @@ absl::Status CtrTrainer::Step(uint64_t t) {
       params_.data(), rows_.data(), grad_.data(), row_grads_.data(), &loss_sum,
       1.0f / static_cast<float>(batch_size_)));
   const Clock::time_point computed = Clock::now();
+  marks.Phase(TRACE_COMPUTE);
   // The next batch's ids ride with this step's push.
   const bool last = t + 1 >= total_steps_;
   if (!last) PS_RETURN_IF_ERROR(LoadBatch(t + 1));
   if (last) next_ids_.clear();
   next_rows_.resize(next_ids_.size() * dim_);
   const Clock::time_point loaded = Clock::now();
+  marks.Phase(TRACE_DATA_WAIT);
 
   // The sparse exchange runs beside the dense PushPull.
   SparseStep step;
@@ -170,6 +175,8 @@ absl::Status CtrTrainer::Step(uint64_t t) {
   PS_RETURN_IF_ERROR(dense_status);
   PS_RETURN_IF_ERROR(sparse_status);
   const Clock::time_point end = Clock::now();
+  marks.Phase(TRACE_COMM_WAIT);
+  marks.Finish();
   meter_->AddStep(loaded - computed, computed - start, end - loaded, loss_sum,
                   /*correct=*/0);
   return absl::OkStatus();
@@ -247,6 +254,10 @@ absl::Status CtrTrainer::Run(const ProgressCallback& on_progress,
     } else if (done < total_steps_ && meter_->ReportDue(done, Clock::now())) {
       meter_->Report(done, on_progress);
     }
+  }
+  // The last step's exchanges are in: its trace is complete.
+  if (options_.tracer != nullptr) {
+    options_.tracer->Reached(std::numeric_limits<uint64_t>::max());
   }
   PS_RETURN_IF_ERROR(AtStep(total_steps_, Evaluate(total_steps_)));
   meter_->Report(total_steps_, on_progress);

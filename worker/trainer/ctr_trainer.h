@@ -57,6 +57,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/defaults.h"
+#include "common/trace_recorder.h"
 #include "proto/coordinator.pb.h"
 #include "proto/job.pb.h"
 #include "worker/backend/backend.h"
@@ -86,6 +87,9 @@ class CtrTrainer {
     // criteo-tsv: the count pass's logging (ctr_data.h).
     absl::Duration count_log_interval = absl::Seconds(10);
     int logged_bad_rows = 5;
+    // Step timelines (psctl trace): borrowed, may be null. The trainer
+    // records each covered step's phases and tells it Reached(step).
+    TraceRecorder* tracer = nullptr;
   };
   using ProgressCallback = std::function<void(const Progress&)>;
   using AbortCheck = std::function<bool()>;

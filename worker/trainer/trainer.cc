@@ -11,6 +11,7 @@
 #include "common/status_macros.h"
 #include "core/model_spec.h"
 #include "spdlog/spdlog.h"
+#include "worker/trainer/step_marks.h"
 
 namespace ps {
 namespace {
@@ -73,45 +74,6 @@ absl::Status CheckModelFitsData(const DeviceGroup& devices,
   }
   return absl::OkStatus();
 }
-
-// Wall-clock marks of one step for its timeline; does nothing unless the
-// recorder covers the step (one relaxed load pair per step).
-class StepMarks {
- public:
-  StepMarks(TraceRecorder* recorder, uint64_t step) : step_(step) {
-    if (recorder == nullptr) return;
-    recorder->Reached(step);
-    if (!recorder->Covers(step)) return;
-    recorder_ = recorder;
-    start_ = mark_ = TraceRecorder::NowNs();
-  }
-  bool traced() const { return recorder_ != nullptr; }
-  StepTrace devices() const { return {recorder_, step_}; }
-  // A span of `kind` from the last mark to now; now is the next mark.
-  void Phase(TraceSpanKind kind) {
-    if (recorder_ == nullptr) return;
-    const int64_t now = TraceRecorder::NowNs();
-    Add(kind, mark_, now);
-    mark_ = now;
-  }
-  void Add(TraceSpanKind kind, int64_t start_ns, int64_t end_ns) const {
-    if (recorder_ == nullptr) return;
-    TraceSpan span;
-    span.set_kind(kind);
-    span.set_step(step_);
-    span.set_start_ns(start_ns);
-    span.set_end_ns(end_ns);
-    recorder_->Add(span);
-  }
-  // The whole step, from construction to now.
-  void Finish() const { Add(TRACE_STEP, start_, TraceRecorder::NowNs()); }
-
- private:
-  TraceRecorder* recorder_ = nullptr;
-  const uint64_t step_;
-  int64_t start_ = 0;
-  int64_t mark_ = 0;
-};
 
 }  // namespace
 
@@ -217,7 +179,8 @@ absl::Status Trainer::Step(uint64_t t, BatchLoader& loader,
   size_t correct = 0;
   absl::Status s = devices_->ComputeGradient(
       params_.data(), b->x.data(), b->labels.data(), b->size, grad_.data(),
-      &loss, &correct, /*hooks=*/nullptr, marks.devices());
+      &loss, &correct, /*hooks=*/nullptr,
+      StepTrace{marks.recorder(), marks.step()});
   loader.Recycle(std::move(b));
   const Clock::time_point t2 = Clock::now();
   marks.Phase(TRACE_COMPUTE);
@@ -261,7 +224,7 @@ absl::Status Trainer::OverlapStep(uint64_t t, BatchLoader& loader,
   size_t correct = 0;
   absl::Status s = devices_->ComputeGradient(
       params_.data(), b->x.data(), b->labels.data(), b->size, grad_.data(),
-      &loss, &correct, &hooks, marks.devices());
+      &loss, &correct, &hooks, StepTrace{marks.recorder(), marks.step()});
   loader.Recycle(std::move(b));
   if (!s.ok()) {
     pipeline_->Discard(s);

@@ -1,0 +1,104 @@
+// CtrTrainer over in-process fakes (worker/testing): a small ctr-synthetic
+// job runs to its end, and a trace window records each covered step's
+// phases (compute, loading the next batch, the exchanges) inside its step.
+#include "worker/trainer/ctr_trainer.h"
+
+#include <map>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "common/text_proto.h"
+#include "common/trace_recorder.h"
+#include "core/model_spec.h"
+#include "gtest/gtest.h"
+#include "worker/testing/fake_parameter_client.h"
+#include "worker/testing/fake_sparse_client.h"
+
+namespace ps {
+namespace {
+
+// 2048 examples of 256: 8 steps.
+constexpr char kJob[] = R"pb(
+  name: "ctr-tiny"
+  model { ctr { table: "emb" embedding_dim: 4 hidden: 16 } }
+  tables {
+    name: "emb"
+    dim: 4
+    init { kind: NORMAL scale: 0.01 }
+    optimizer { kind: SGD learning_rate: 0.05 }
+  }
+  data {
+    dataset: "ctr-synthetic"
+    batch_size: 256
+    epochs: 1
+    synthetic_train: 2048
+    synthetic_test: 512
+  }
+  optimizer { kind: SGD learning_rate: 0.05 }
+  consistency { mode: BSP }
+  num_workers: 1
+  seed: 3
+)pb";
+
+TEST(CtrTrainerTest, RunsToTheEndAndTracesTheWindowsSteps) {
+  JobSpec spec;
+  ASSERT_TRUE(ParseTextProto(kJob, "job", &spec).ok());
+  absl::StatusOr<std::vector<float>> initial =
+      InitialParameters(spec.seed(), ModelTensors(spec.model()));
+  ASSERT_TRUE(initial.ok()) << initial.status();
+  FakeParameterServer::Options server_options;
+  server_options.learning_rate = 0.05f;
+  FakeParameterServer server(*std::move(initial), server_options);
+  std::unique_ptr<ParameterClient> dense = server.NewClient(0);
+  absl::StatusOr<std::unique_ptr<FakeSparseClient>> sparse =
+      FakeSparseClient::Create(spec);
+  ASSERT_TRUE(sparse.ok()) << sparse.status();
+
+  TraceRecorder recorder;
+  TraceWindow window;
+  window.set_job_id("job-000001");
+  window.set_begin_step(2);
+  window.set_end_step(5);
+  recorder.SetWindow(window);
+  CtrTrainer::Options options;
+  options.job = spec;
+  options.eval_batch = 512;
+  options.tracer = &recorder;
+  absl::StatusOr<std::unique_ptr<CtrTrainer>> trainer =
+      CtrTrainer::Create(options, dense.get(), sparse->get());
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  ASSERT_TRUE((*trainer)->Run(nullptr, nullptr).ok());
+  EXPECT_EQ((*trainer)->last_progress().step(), 8u);
+  EXPECT_GT((*trainer)->last_progress().test_auc(), 0.0f);
+  EXPECT_EQ(server.version(), 8u);
+  EXPECT_EQ((*sparse)->version(), 8u);
+  EXPECT_TRUE(recorder.Complete());
+
+  // Per step in [2, 5): one span of each kind, the phases inside the step,
+  // one after the other.
+  const TraceRecorder::Snapshot snap = recorder.Copy();
+  std::map<uint64_t, std::map<TraceSpanKind, TraceSpan>> by_step;
+  for (const TraceSpan& s : snap.spans) {
+    EXPECT_TRUE(by_step[s.step()].emplace(s.kind(), s).second)
+        << "two " << TraceSpanKind_Name(s.kind()) << " of step " << s.step();
+  }
+  ASSERT_EQ(by_step.size(), 3u);
+  for (uint64_t step = 2; step < 5; ++step) {
+    std::map<TraceSpanKind, TraceSpan>& k = by_step[step];
+    ASSERT_EQ(k.size(), 4u) << "step " << step;
+    const TraceSpan& whole = k[TRACE_STEP];
+    int64_t at = whole.start_ns();
+    for (TraceSpanKind phase :
+         {TRACE_COMPUTE, TRACE_DATA_WAIT, TRACE_COMM_WAIT}) {
+      const TraceSpan& p = k[phase];
+      EXPECT_EQ(p.start_ns(), at) << TraceSpanKind_Name(phase);
+      EXPECT_LE(p.start_ns(), p.end_ns());
+      at = p.end_ns();
+    }
+    EXPECT_LE(at, whole.end_ns());
+  }
+}
+
+}  // namespace
+}  // namespace ps

@@ -12,6 +12,7 @@
 #include "common/grpc_status.h"
 #include "common/status_macros.h"
 #include "core/sparse_ids.h"
+#include "spdlog/spdlog.h"
 
 namespace ps {
 
@@ -149,6 +150,8 @@ struct GrpcSparseClient::Call {
   Step* step = nullptr;
   uint32_t shard = 0;
   uint32_t channel = 0;
+  // The attempt's stub (set by ArmLocked: the shard's may change after).
+  ParameterServer::Stub* stub = nullptr;
   State state = State::kOnWire;  // (mu_)
   int attempt = 0;
   absl::Time retry_at;
@@ -206,17 +209,69 @@ GrpcSparseClient::GrpcSparseClient(const PsClientOptions& options,
       spec_(assignment.spec()),
       job_id_(assignment.job_id()),
       rank_(assignment.rank()),
-      attempt_deadline_(AttemptDeadline(options, assignment.spec())) {
-  const int channels = std::max(1, options.channels_per_shard);
-  for (const std::string& address : assignment.shard_addresses()) {
-    addresses_.push_back(address);
-    stubs_.emplace_back();
-    for (int c = 0; c < channels; ++c) {
-      stubs_.back().push_back(ParameterServer::NewStub(
-          security->NewChannel(address, options.max_message_bytes)));
+      attempt_deadline_(AttemptDeadline(options, assignment.spec())),
+      num_shards_(static_cast<uint32_t>(assignment.shard_addresses_size())) {
+  std::vector<std::string> addresses;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const std::string& address : assignment.shard_addresses()) {
+      addresses_.push_back(address);
+      stubs_.push_back(StubsTo(address));
     }
+    suspect_.assign(num_shards_, false);
+    addresses = addresses_;
   }
   retry_thread_ = std::thread([this] { RetryLoop(); });
+  if (options_.locate_shards) {
+    ShardRelocator::Options relocator_options;
+    relocator_options.locate = options_.locate_shards;
+    relocator_options.interval = options_.locate_interval;
+    relocator_ = std::make_unique<ShardRelocator>(
+        relocator_options, std::move(addresses),
+        [this](uint32_t shard, const std::string& address) {
+          OnShardMoved(shard, address);
+        });
+  }
+}
+
+std::vector<std::unique_ptr<ParameterServer::Stub>> GrpcSparseClient::StubsTo(
+    const std::string& address) const {
+  std::vector<std::unique_ptr<ParameterServer::Stub>> stubs;
+  for (int c = 0; c < std::max(1, options_.channels_per_shard); ++c) {
+    stubs.push_back(ParameterServer::NewStub(
+        security_->NewChannel(address, options_.max_message_bytes)));
+  }
+  return stubs;
+}
+
+void GrpcSparseClient::OnShardMoved(uint32_t shard,
+                                    const std::string& address) {
+  std::vector<std::unique_ptr<ParameterServer::Stub>> stubs = StubsTo(address);
+  absl::MutexLock lock(&mu_);
+  spdlog::warn("job {}: shard {} moved from {} to {}; sparse retries go there",
+               job_id_, shard, addresses_[shard], address);
+  addresses_[shard] = address;
+  retired_stubs_.push_back(std::move(stubs_[shard]));
+  stubs_[shard] = std::move(stubs);
+  const absl::Time now = absl::Now();
+  for (Call* call : backoff_) {
+    if (call->shard == shard) call->retry_at = now;
+  }
+  retry_wake_ = true;
+}
+
+void GrpcSparseClient::NoteShardHealthLocked(uint32_t shard,
+                                             const absl::Status& status) {
+  if (relocator_ == nullptr) return;
+  const bool unavailable = status.code() == absl::StatusCode::kUnavailable;
+  if (unavailable && !suspect_[shard]) {
+    relocator_->Suspect(shard);
+  } else if (status.ok() && suspect_[shard]) {
+    relocator_->Clear(shard);
+  } else {
+    return;
+  }
+  suspect_[shard] = unavailable;
 }
 
 GrpcSparseClient::~GrpcSparseClient() {
@@ -242,6 +297,8 @@ GrpcSparseClient::~GrpcSparseClient() {
     quit_ = true;
   }
   retry_thread_.join();
+  // No call is left; OnShardMoved may still run until this returns.
+  relocator_.reset();
 }
 
 SparseClientStats GrpcSparseClient::stats() const {
@@ -407,13 +464,14 @@ void GrpcSparseClient::ArmLocked(Call* call) {
   // Successive attempts and steps alternate over the shard's channels.
   call->channel =
       static_cast<uint32_t>(stats_.requests % stubs_[call->shard].size());
+  call->stub = stubs_[call->shard][call->channel].get();
   stats_.requests++;
   if (call->attempt > 1) stats_.retries++;
   stats_.bytes_sent += call->request_bytes;
 }
 
 void GrpcSparseClient::Send(Call* call) {
-  stubs_[call->shard][call->channel]->async()->SparseExchange(
+  call->stub->async()->SparseExchange(
       call->context.get(), &call->request, &call->response,
       [this, call](grpc::Status s) { OnDone(call, s); });
 }
@@ -461,6 +519,7 @@ void GrpcSparseClient::OnDone(Call* call, const grpc::Status& grpc_status) {
   {
     absl::MutexLock lock(&mu_);
     Step* step = call->step;
+    NoteShardHealthLocked(call->shard, status);
     if (status.ok()) {
       stats_.bytes_received += reply_bytes;
       stats_.rows_pushed += call->rows_pushed;
@@ -478,11 +537,18 @@ void GrpcSparseClient::OnDone(Call* call, const grpc::Status& grpc_status) {
       retry_wake_ = true;
       return;
     } else {
+      // Where the relocator looked, for a shard that stayed unreachable.
+      const std::string note =
+          relocator_ != nullptr &&
+                  status.code() == absl::StatusCode::kUnavailable
+              ? relocator_->Note(call->shard)
+              : "";
       status = absl::Status(
           status.code(),
           absl::StrCat("sparse step ", step->args.step, ": shard ", call->shard,
                        " at ", addresses_[call->shard], " (attempt ",
-                       call->attempt, "): ", status.message()));
+                       call->attempt, "): ", status.message(),
+                       note.empty() ? "" : "; ", note));
     }
     EndCallLocked(call, std::move(status), &outcome);
   }

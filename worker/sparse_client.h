@@ -51,6 +51,7 @@
 #include "proto/job.pb.h"
 #include "proto/ps.grpc.pb.h"
 #include "worker/async_ps_client.h"  // PsClientOptions
+#include "worker/shard_relocator.h"
 
 namespace ps {
 
@@ -131,8 +132,12 @@ class SparseClient {
 // its own reply. A step's request to one shard must fit max_message_bytes
 // (and the reply too): a bigger one is kInvalidArgument, nothing sent.
 // Of PsClientOptions it uses rpc_deadline, max_attempts, initial_backoff,
-// max_backoff, max_message_bytes and channels_per_shard (steps alternate
-// over a shard's channels).
+// max_backoff, max_message_bytes, channels_per_shard (steps alternate over
+// a shard's channels), and locate_shards and locate_interval: as the dense
+// client does, a shard that keeps failing UNAVAILABLE is looked for at the
+// coordinator (worker/shard_relocator.h) and the retries go to its new
+// address, with the same (worker, step); the last attempt's error then
+// carries what the coordinator said about the shard.
 //
 // Life of one shard's call (Start sends them all):
 //
@@ -156,7 +161,7 @@ class GrpcSparseClient final : public SparseClient {
   void Start(SparseStep s) override;
   SparseClientStats stats() const override;
 
-  uint32_t num_shards() const { return static_cast<uint32_t>(stubs_.size()); }
+  uint32_t num_shards() const { return num_shards_; }
 
  private:
   struct Step;
@@ -192,6 +197,15 @@ class GrpcSparseClient final : public SparseClient {
   // Not under mu_.
   void Settle(Outcome outcome);
   void RetryLoop();
+  // Stubs to `address`, one per channel.
+  std::vector<std::unique_ptr<ParameterServer::Stub>> StubsTo(
+      const std::string& address) const;
+  // The relocator found `shard` at `address`: later attempts go there, and
+  // the calls waiting out a backoff for the old address go now.
+  void OnShardMoved(uint32_t shard, const std::string& address);
+  // Tells the relocator what a call to `shard` returned.
+  void NoteShardHealthLocked(uint32_t shard, const absl::Status& status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const PsClientOptions options_;
   const Security* const security_;
@@ -199,11 +213,19 @@ class GrpcSparseClient final : public SparseClient {
   const std::string job_id_;
   const uint32_t rank_;
   const absl::Duration attempt_deadline_;
-  std::vector<std::string> addresses_;  // by shard
-  // [shard][channel]
-  std::vector<std::vector<std::unique_ptr<ParameterServer::Stub>>> stubs_;
+  const uint32_t num_shards_;
 
   mutable absl::Mutex mu_;
+  std::vector<std::string> addresses_ ABSL_GUARDED_BY(mu_);  // by shard
+  // [shard][channel]
+  std::vector<std::vector<std::unique_ptr<ParameterServer::Stub>>> stubs_
+      ABSL_GUARDED_BY(mu_);
+  // Stubs of addresses a shard moved from: calls sent there may still be
+  // on the wire, so they live as long as the client.
+  std::vector<std::vector<std::unique_ptr<ParameterServer::Stub>>>
+      retired_stubs_ ABSL_GUARDED_BY(mu_);
+  // Shards told to the relocator as failing (NoteShardHealthLocked).
+  std::vector<bool> suspect_ ABSL_GUARDED_BY(mu_);
   uint64_t next_step_id_ ABSL_GUARDED_BY(mu_) = 0;
   absl::flat_hash_map<uint64_t, std::unique_ptr<Step>> steps_
       ABSL_GUARDED_BY(mu_);
@@ -216,6 +238,9 @@ class GrpcSparseClient final : public SparseClient {
   SparseClientStats stats_ ABSL_GUARDED_BY(mu_);
 
   std::thread retry_thread_;
+  // Null without options.locate_shards. Last: destroyed first, while the
+  // stubs OnShardMoved touches still exist.
+  std::unique_ptr<ShardRelocator> relocator_;
 };
 
 }  // namespace ps

@@ -371,6 +371,64 @@ TEST_F(SparseClientTest, LastAttemptsErrorNamesTheShard) {
   EXPECT_EQ(shards_[0].arrivals().size(), 2u);
 }
 
+// A coordinator that says where the shards are now, with `problems`.
+LocateShards Coordinator(std::vector<std::string> addresses,
+                         std::vector<std::string> problems = {}) {
+  return [=](absl::Time) -> absl::StatusOr<ShardAddressesResponse> {
+    ShardAddressesResponse r;
+    for (const std::string& a : addresses) r.add_addresses(a);
+    for (const std::string& p : problems) r.add_problems(p);
+    return r;
+  };
+}
+
+TEST_F(SparseClientTest, AShardThatMovedIsFollowedWithTheSameStep) {
+  // Shard 1 went down and came back at another address, its tables intact.
+  TestShard moved(1);
+  PsClientOptions o = FastOptions();
+  o.max_attempts = 50;
+  o.locate_interval = absl::Milliseconds(10);
+  o.locate_shards = Coordinator({shards_[0].address(), moved.address()});
+  Connect(o);
+  shards_[1].FailNext(1000, grpc::Status(grpc::UNAVAILABLE, "down"));
+  const std::vector<uint64_t> pull = IdsOf(1, 5);
+  std::vector<float> rows(pull.size() * kDimA);
+  const SparseTableStep a{"a", {}, {}, pull, absl::MakeSpan(rows)};
+  ASSERT_TRUE(client_->Exchange(4, true, {&a, 1}).ok());
+  const std::vector<SparseExchangeRequest> got = moved.arrivals();
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].step(), 4u);
+  EXPECT_GT(got[0].attempt(), 1u);  // a retry of the same call
+  for (size_t k = 0; k < pull.size(); ++k) {
+    EXPECT_EQ(rows[k * kDimA + 1], RowValue("a", pull[k], 1));
+  }
+  // The next step goes straight to the new address.
+  const size_t old_arrivals = shards_[1].arrivals().size();
+  ASSERT_TRUE(client_->Exchange(5, true, {&a, 1}).ok());
+  EXPECT_EQ(moved.arrivals().size(), 2u);
+  EXPECT_EQ(moved.arrivals()[1].attempt(), 1u);
+  EXPECT_EQ(shards_[1].arrivals().size(), old_arrivals);
+  EXPECT_EQ(shards_[0].arrivals().size(), 2u);  // shard 0 never moved
+}
+
+TEST_F(SparseClientTest, AShardNotFoundEndsNamingTheCoordinatorsProblem) {
+  PsClientOptions o = FastOptions();
+  o.max_attempts = 20;
+  o.max_backoff = absl::Milliseconds(20);
+  o.locate_interval = absl::Milliseconds(10);
+  const std::string problem =
+      "shards[0].address_file /run/s0.addr: \"junk\" is not host:port";
+  o.locate_shards =
+      Coordinator({shards_[0].address(), shards_[1].address()}, {problem});
+  Connect(o);
+  shards_[0].FailNext(1000, grpc::Status(grpc::UNAVAILABLE, "gone"));
+  absl::Status s = client_->Exchange(3, true, {});
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  EXPECT_THAT(s.message(), HasSubstr("shard 0 at " + shards_[0].address() +
+                                     " (attempt 20)"));
+  EXPECT_THAT(s.message(), HasSubstr("coordinator: " + problem));
+}
+
 TEST_F(SparseClientTest, NonRetryableErrorNamesTheShardAndAddress) {
   Connect();
   shards_[1].FailNext(1, grpc::Status(grpc::INVALID_ARGUMENT, "pull[0]: bad"));

@@ -419,7 +419,7 @@ absl::Status Workerd::TrainCtr(
     const std::function<void(const Progress&)>& report, Progress* last) {
   PS_ASSIGN_OR_RETURN(
       std::unique_ptr<GrpcSparseClient> sparse,
-      GrpcSparseClient::Create(ClientOptions(config_.workerd), a, &security_));
+      GrpcSparseClient::Create(JobClientOptions(), a, &security_));
   const WorkerdConfig& c = config_.workerd;
   CtrTrainer::Options options;
   options.job = a.spec();

@@ -2,7 +2,9 @@
 //   FAIL   -> the job fails within the heartbeat timeout, the reason names
 //             the worker, and the surviving worker is free for the next job;
 //   SHRINK -> training goes on with the survivor; the restarted worker
-//             rejoins at the current step; the job succeeds.
+//             rejoins at the current step; the job succeeds. When rank 0
+//             is the one lost, the survivor leads: it evaluates the test
+//             set and the job ends with a test accuracy.
 // Nothing hangs: every wait below has a deadline.
 #include <string>
 
@@ -146,6 +148,30 @@ TEST_F(WorkerFailureTest, ShrinkPolicyContinuesAndTheRestartedWorkerRejoins) {
   EXPECT_EQ(js.state(), SUCCEEDED) << js.reason() << cluster_->Log("worker1");
   EXPECT_THAT(cluster_->Log("psd0"), HasSubstr("rejoined"));
   EXPECT_THAT(cluster_->Log("worker1"), HasSubstr("starting at step"));
+}
+
+TEST_F(WorkerFailureTest, ShrinkWithoutRankZeroStillEvaluates) {
+  std::string job = Submit(Job("SHRINK", 32, 2));
+  JobStatus js;
+  ASSERT_TRUE(WaitFor(
+      job, [](const JobStatus& s) { return s.progress().step() >= 20; },
+      absl::Seconds(60), &js))
+      << js.ShortDebugString();
+  ASSERT_EQ(js.workers_size(), 2) << js.ShortDebugString();
+  // Kill rank 0's worker (workers register in either order).
+  const int rank0 = js.workers(0) == "worker0" ? 0 : 1;
+  cluster_->worker(rank0).Kill();
+  ASSERT_TRUE(WaitFor(
+      job, [](const JobStatus& s) { return s.state() != RUNNING; },
+      absl::Seconds(200), &js))
+      << js.ShortDebugString();
+  const std::string survivor = absl::StrCat("worker", 1 - rank0);
+  ASSERT_EQ(js.state(), SUCCEEDED) << js.reason() << cluster_->Log(survivor);
+  // The survivor (rank 1) learned from its heartbeats that it leads and ran
+  // the final evaluation; before, a job without rank 0 ended without one.
+  EXPECT_GE(js.progress().test_accuracy(), 0.0f) << js.ShortDebugString();
+  EXPECT_THAT(js.reason(), HasSubstr("test accuracy")) << js.reason();
+  EXPECT_THAT(cluster_->Log(survivor), HasSubstr("finished, test accuracy"));
 }
 
 }  // namespace

@@ -244,10 +244,14 @@ void Workerd::HeartbeatLoop() {
       absl::Milliseconds(config_.workerd.heartbeat_interval_ms());
   while (!stopping_.WaitForNotificationWithTimeout(period)) {
     HeartbeatRequest req;
+    // The job run when the heartbeat left: an answer about who leads counts
+    // only for it (one sent before the next job started knows nothing of it).
+    std::string job_at_send;
     {
       absl::MutexLock l(&mu_);
       if (need_register_) continue;
       req.set_worker_id(worker_id_);
+      job_at_send = current_job_;
     }
     HeartbeatResponse resp;
     absl::Status s =
@@ -271,6 +275,9 @@ void Workerd::HeartbeatLoop() {
       }
       if (resp.has_trace() && resp.trace().job_id() == current_job_) {
         tracer_.SetWindow(resp.trace());
+      }
+      if (!current_job_.empty() && current_job_ == job_at_send) {
+        leads_job_ = resp.leads_job() == current_job_;
       }
     }
     MaybeUploadTrace(/*job_over=*/false);
@@ -456,6 +463,7 @@ absl::Status Workerd::Train(const Assignment& a,
   }
   TrainerOptions options = TrainerOptionsFor(a, config_.workerd);
   options.tracer = &tracer_;
+  options.leader = [this] { return leads_job_.load(); };
   // A lab model reads no data (worker/trainer/lab_workload.h).
   if (!a.spec().model().has_lab()) {
     PS_ASSIGN_OR_RETURN(options.data, DataFor(a.spec()));
@@ -493,6 +501,7 @@ void Workerd::RunJob(const Assignment& a) {
     current_job_ = a.job_id();
     current_rank_ = a.rank();
     abort_reason_.clear();
+    leads_job_ = a.rank() == 0;
   }
   tracer_.Clear();
   abort_job_ = stopping_.HasBeenNotified();

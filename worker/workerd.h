@@ -112,6 +112,9 @@ class Workerd {
   std::string current_job_ ABSL_GUARDED_BY(mu_);
   uint32_t current_rank_ ABSL_GUARDED_BY(mu_) = 0;
   std::atomic<bool> abort_job_{false};
+  // This worker leads the running job (HeartbeatResponse.leads_job; rank 0
+  // until a heartbeat says otherwise): it evaluates the test set.
+  std::atomic<bool> leads_job_{false};
   std::string abort_reason_ ABSL_GUARDED_BY(mu_);
   // What Stop cancels so that it takes effect at once, not after a long
   // poll or an RPC's retries: the GetAssignment call in flight and the

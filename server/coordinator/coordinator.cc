@@ -560,6 +560,12 @@ absl::Status JobCoordinator::Heartbeat(const HeartbeatRequest& request,
   if (!worker->job_id.empty()) {
     const TraceWindow* window = traces_.Window(worker->job_id);
     if (window != nullptr) *response->mutable_trace() = *window;
+    absl::StatusOr<Job*> job = jobs_.Get(worker->job_id);
+    if (job.ok() && (*job)->status.state() == RUNNING &&
+        (*job)->Leader() == worker->rank &&
+        (*job)->rank_worker[worker->rank] == worker->id) {
+      response->set_leads_job(worker->job_id);
+    }
   }
   return absl::OkStatus();
 }

@@ -72,8 +72,9 @@ TEST_F(CoordinatorTest, ShrinkSetsMembershipAndContinues) {
   shards_.TakeCalls();
 
   clock_.Advance(absl::Seconds(10));
-  Beat(a);
-  Beat(c);
+  // Rank 0 leads (and evaluates); the others are told they do not.
+  EXPECT_EQ(Beat(a).leads_job(), job);
+  EXPECT_EQ(Beat(c).leads_job(), "");
   coord_->Tick(clock_.Now());
   EXPECT_THAT(shards_.TakeCalls(),
               ElementsAre("membership 0 job-000001 [0,2]",
@@ -87,12 +88,14 @@ TEST_F(CoordinatorTest, ShrinkSetsMembershipAndContinues) {
   EXPECT_FALSE(Report(c, job, 2, 20).abort_job());
   EXPECT_EQ(Job(job).progress().step(), 20u);
 
-  // Rank 0 lost: rank 2 leads; its progress becomes the job's.
+  // Rank 0 lost: rank 2 leads; its progress becomes the job's, and its
+  // heartbeats say so (it evaluates from now on).
   clock_.Advance(absl::Seconds(10));
-  Beat(c);
+  EXPECT_EQ(Beat(c).leads_job(), "");
   coord_->Tick(clock_.Now());
   EXPECT_THAT(shards_.TakeCalls(), ElementsAre("membership 0 job-000001 [2]",
                                                "membership 1 job-000001 [2]"));
+  EXPECT_EQ(Beat(c).leads_job(), job);
   Report(c, job, 2, 31);
   EXPECT_EQ(Job(job).progress().step(), 31u);
 

@@ -143,7 +143,7 @@ Trainer::Trainer(TrainerOptions options, ParameterClient* client,
       batch_size_(lab_ ? options_.job.data().batch_size()
                        : plan_->batch_size()),
       total_steps_(steps_per_epoch_ * options_.job.data().epochs()),
-      evaluator_(options_.rank == 0 && devices_
+      evaluator_((options_.rank == 0 || options_.leader) && devices_
                      ? std::make_unique<Evaluator>(
                            options_.data.test.get(), devices_.get(),
                            options_.eval_batch, options_.job.eval_every())
@@ -307,9 +307,13 @@ absl::Status Trainer::Evaluate(uint64_t done) {
   return absl::OkStatus();
 }
 
+bool Trainer::Leads() const {
+  return options_.leader ? options_.leader() : options_.rank == 0;
+}
+
 absl::Status Trainer::AfterStep(uint64_t done, Clock::time_point step_end,
                                 const ProgressCallback& on_progress) {
-  if (evaluator_ && evaluator_->Due(done, total_steps_)) {
+  if (evaluator_ && evaluator_->Due(done, total_steps_) && Leads()) {
     PS_RETURN_IF_ERROR(Evaluate(done));
     meter_->Report(done, on_progress);
   } else if (meter_->ReportDue(done, step_end)) {
@@ -393,7 +397,7 @@ absl::Status Trainer::RunSteps(const ProgressCallback& on_progress,
   if (options_.tracer != nullptr) {
     options_.tracer->Reached(std::numeric_limits<uint64_t>::max());
   }
-  if (evaluator_) {
+  if (evaluator_ && Leads()) {
     absl::Status s = Evaluate(total_steps_);
     if (!s.ok()) return Prefixed("final evaluation: ", s);
   }

@@ -143,6 +143,11 @@ struct TrainerOptions {
   uint64_t report_every_steps = 0;
   // Test examples evaluated per call on device 0.
   size_t eval_batch = 1000;
+  // Whether this worker leads its job now (workerd: HeartbeatResponse.
+  // leads_job): the leader evaluates the test set, so that a job whose
+  // rank 0 was lost under SHRINK still reports test accuracy. Polled at
+  // each evaluation point. Null: rank 0 leads, always.
+  std::function<bool()> leader;
   // A step's batch not loaded within this is an error.
   absl::Duration data_timeout = absl::Seconds(60);
 
@@ -230,6 +235,8 @@ class Trainer {
                          const ProgressCallback& on_progress);
   // Evaluates the test set (rank 0) after `done` steps and logs the result.
   absl::Status Evaluate(uint64_t done);
+  // Whether this rank evaluates now (TrainerOptions::leader).
+  bool Leads() const;
 
   const TrainerOptions options_;
   ParameterClient* const client_;               // borrowed

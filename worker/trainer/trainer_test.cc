@@ -1,5 +1,6 @@
 #include "worker/trainer/trainer.h"
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
@@ -16,7 +17,9 @@
 namespace ps {
 namespace {
 
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Pair;
 
 // An MLP on the synthetic set: 1200 examples, batch 30 -> 40 steps per epoch.
 JobSpec SyntheticJob(uint32_t epochs) {
@@ -210,6 +213,56 @@ TEST(TrainerTest, OnlyRankZeroEvaluates) {
   EXPECT_GE(p0.test_accuracy(), 0.0f);
   EXPECT_EQ(p1.test_accuracy(), -1.0f);
   EXPECT_EQ(p1.step(), 20u);
+}
+
+// After SHRINK lost rank 0, workerd tells another rank that it leads
+// (TrainerOptions::leader): that rank evaluates, rank 0's trainer not.
+TEST(TrainerTest, TheLeaderEvaluatesWhicheverRankItHolds) {
+  JobSpec job = SyntheticJob(1);
+  job.set_eval_every(5);
+  FakeParameterServer::Options server_options = ServerOptions(job);
+  server_options.num_workers = 2;
+  FakeParameterServer server(Init(job), server_options);
+  auto c0 = server.NewClient(0);
+  auto c1 = server.NewClient(1);
+  TrainerOptions options0 = Options(job);
+  options0.num_workers = 2;
+  options0.leader = [] { return false; };
+  TrainerOptions options1 = Options(job);
+  options1.rank = 1;
+  options1.num_workers = 2;
+  options1.report_every_steps = 5;
+  // Leads from step 10 on, as after a heartbeat that said so.
+  std::atomic<bool> leads{false};
+  options1.leader = [&leads] { return leads.load(); };
+  auto t0 = Trainer::Create(options0, c0.get());
+  auto t1 = Trainer::Create(options1, c1.get());
+  ASSERT_TRUE(t0.ok() && t1.ok());
+  std::vector<Progress> r1;
+  Progress p0;
+  absl::Status s1;
+  std::thread other([&] {
+    s1 = (*t1)->Run(
+        [&](const Progress& p) {
+          r1.push_back(p);
+          if (p.step() >= 10) leads = true;
+        },
+        nullptr);
+  });
+  const absl::Status s0 =
+      (*t0)->Run([&](const Progress& p) { p0 = p; }, nullptr);
+  other.join();
+  ASSERT_TRUE(s0.ok()) << s0;
+  ASSERT_TRUE(s1.ok()) << s1;
+  EXPECT_EQ(p0.test_accuracy(), -1.0f);
+  ASSERT_FALSE(r1.empty());
+  // Due every 5 steps: not evaluated at 5 and 10, evaluated at 15 and 20.
+  std::vector<std::pair<uint64_t, bool>> evaluated;
+  for (const Progress& p : r1) {
+    evaluated.emplace_back(p.step(), p.test_accuracy() >= 0.0f);
+  }
+  EXPECT_THAT(evaluated, ElementsAre(Pair(5, false), Pair(10, false),
+                                     Pair(15, true), Pair(20, true)));
 }
 
 TEST(TrainerTest, StartStepResumesAtTheRightBatch) {

@@ -436,6 +436,7 @@ absl::Status Workerd::TrainCtr(
   options.device = c.devices_size() > 0 ? c.devices(0) : kDefaultDevice;
   options.threads_per_device = static_cast<int>(c.threads_per_device());
   options.tracer = &tracer_;
+  options.leader = [this] { return leads_job_.load(); };
   PS_ASSIGN_OR_RETURN(std::unique_ptr<CtrTrainer> trainer,
                       CtrTrainer::Create(options, dense, sparse.get()));
   absl::Status status =

@@ -44,7 +44,7 @@ inline constexpr char kCriteoTsvDatasetName[] = "criteo-tsv";
 struct CtrDataOptions {
   uint32_t rank = 0;
   uint32_t num_workers = 1;
-  // Whether this rank evaluates: only then is the test set opened (and, for
+  // Whether this rank may evaluate: only then is the test set opened (and, for
   // criteo-tsv, checked at creation).
   bool test_set = true;
   // criteo-tsv: how often the pass that counts a file's rows logs its

@@ -66,7 +66,9 @@ absl::StatusOr<std::unique_ptr<CtrTrainer>> CtrTrainer::Create(
   CtrDataOptions data_options;
   data_options.rank = options.rank;
   data_options.num_workers = options.num_workers;
-  data_options.test_set = options.rank == 0;
+  // Ranks that may come to lead (TrainerOptions::leader) need the test set.
+  const bool may_lead = options.rank == 0 || options.leader != nullptr;
+  data_options.test_set = may_lead;
   data_options.count_log_interval = options.count_log_interval;
   data_options.logged_bad_rows = options.logged_bad_rows;
   PS_ASSIGN_OR_RETURN(std::unique_ptr<CtrDataSource> data,
@@ -79,7 +81,7 @@ absl::StatusOr<std::unique_ptr<CtrTrainer>> CtrTrainer::Create(
       std::unique_ptr<CtrReplica> model,
       CtrReplica::Create(options.job.model(), backend.get(), batch));
   std::unique_ptr<CtrReplica> eval_model;
-  if (options.rank == 0) {
+  if (may_lead) {
     PS_ASSIGN_OR_RETURN(eval_model,
                         CtrReplica::Create(options.job.model(), backend.get(),
                                            options.eval_batch));
@@ -182,8 +184,12 @@ absl::Status CtrTrainer::Step(uint64_t t) {
   return absl::OkStatus();
 }
 
+bool CtrTrainer::Leads() const {
+  return options_.leader ? options_.leader() : options_.rank == 0;
+}
+
 absl::Status CtrTrainer::Evaluate(uint64_t done) {
-  if (eval_model_ == nullptr) return absl::OkStatus();
+  if (eval_model_ == nullptr || !Leads()) return absl::OkStatus();
   CtrMetricsAccumulator model_metrics, teacher_metrics;
   bool has_teacher = false;
   std::vector<float> probs(options_.eval_batch), rows;

@@ -32,7 +32,8 @@
 // steps_per_epoch; ctr_data.h (synthetic) and ctr_data_tsv.h (criteo-tsv,
 // which counts the training file's rows in Create) say which examples.
 //
-// Evaluation (rank 0, every job.eval_every steps and at the end): the test
+// Evaluation (by the job's leader, rank 0 unless Options::leader says
+// otherwise; every job.eval_every steps and at the end): the test
 // set's AUC and logloss with the parameters and rows after that step, and,
 // once, the planted teacher's AUC on the same set (the best reachable; -1
 // for criteo-tsv, which has no teacher), reported in Progress.test_auc /
@@ -90,6 +91,10 @@ class CtrTrainer {
     // Step timelines (psctl trace): borrowed, may be null. The trainer
     // records each covered step's phases and tells it Reached(step).
     TraceRecorder* tracer = nullptr;
+    // Whether this worker leads its job now, as TrainerOptions::leader:
+    // the leader evaluates the test set. Polled at each evaluation point.
+    // Null: rank 0 leads, always. Set, every rank opens the test set.
+    std::function<bool()> leader;
   };
   using ProgressCallback = std::function<void(const Progress&)>;
   using AbortCheck = std::function<bool()>;
@@ -98,7 +103,8 @@ class CtrTrainer {
   // kInvalidArgument naming the field for a job that is not a ctr model on
   // ctr-synthetic or criteo-tsv data, or whose table is missing; the data
   // source's errors (ctr_data.h). criteo-tsv: reads the training file (and
-  // on rank 0 the test file) once to count its rows; see ctr_data_tsv.h.
+  // on rank 0, or every rank when `leader` is set, the test file) once to
+  // count its rows; see ctr_data_tsv.h.
   static absl::StatusOr<std::unique_ptr<CtrTrainer>> Create(
       Options options, ParameterClient* dense, SparseClient* sparse);
 
@@ -126,6 +132,8 @@ class CtrTrainer {
                         std::vector<float>* rows);
   absl::Status Step(uint64_t t);
   absl::Status Evaluate(uint64_t done);
+  // Whether this rank evaluates now (Options::leader).
+  bool Leads() const;
 
   const Options options_;
   ParameterClient* const dense_;  // borrowed
@@ -138,7 +146,7 @@ class CtrTrainer {
   const uint64_t total_steps_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<CtrReplica> model_;
-  std::unique_ptr<CtrReplica> eval_model_;  // rank 0 only
+  std::unique_ptr<CtrReplica> eval_model_;  // ranks that may lead only
   std::unique_ptr<ProgressMeter> meter_;
 
   CtrBatch batch_;

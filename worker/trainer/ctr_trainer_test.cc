@@ -1,6 +1,7 @@
 // CtrTrainer over in-process fakes (worker/testing): a small ctr-synthetic
 // job runs to its end, and a trace window records each covered step's
-// phases (compute, loading the next batch, the exchanges) inside its step.
+// phases (compute, loading the next batch, the exchanges) inside its step;
+// the job's leader evaluates.
 #include "worker/trainer/ctr_trainer.h"
 
 #include <map>
@@ -11,12 +12,16 @@
 #include "common/text_proto.h"
 #include "common/trace_recorder.h"
 #include "core/model_spec.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "worker/testing/fake_parameter_client.h"
 #include "worker/testing/fake_sparse_client.h"
 
 namespace ps {
 namespace {
+
+using ::testing::ElementsAre;
+using ::testing::Pair;
 
 // 2048 examples of 256: 8 steps.
 constexpr char kJob[] = R"pb(
@@ -98,6 +103,53 @@ TEST(CtrTrainerTest, RunsToTheEndAndTracesTheWindowsSteps) {
     }
     EXPECT_LE(at, whole.end_ns());
   }
+}
+
+// The leader evaluates, whichever rank holds it (workerd: the coordinator's
+// heartbeat answers; after SHRINK lost rank 0, another rank leads): here
+// the rank learns that it leads after its report of step 4, so of the
+// evaluations due every 2 steps it runs the one at 6 and the final one, not
+// those at 2 and 4.
+TEST(CtrTrainerTest, TheLeaderEvaluates) {
+  JobSpec spec;
+  ASSERT_TRUE(ParseTextProto(kJob, "job", &spec).ok());
+  spec.set_eval_every(2);
+  absl::StatusOr<std::vector<float>> initial =
+      InitialParameters(spec.seed(), ModelTensors(spec.model()));
+  ASSERT_TRUE(initial.ok()) << initial.status();
+  FakeParameterServer::Options server_options;
+  server_options.learning_rate = 0.05f;
+  FakeParameterServer server(*std::move(initial), server_options);
+  std::unique_ptr<ParameterClient> dense = server.NewClient(0);
+  absl::StatusOr<std::unique_ptr<FakeSparseClient>> sparse =
+      FakeSparseClient::Create(spec);
+  ASSERT_TRUE(sparse.ok()) << sparse.status();
+
+  bool leads = false;
+  CtrTrainer::Options options;
+  options.job = spec;
+  options.eval_batch = 512;
+  options.leader = [&leads] { return leads; };
+  absl::StatusOr<std::unique_ptr<CtrTrainer>> trainer =
+      CtrTrainer::Create(options, dense.get(), sparse->get());
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  std::vector<std::pair<uint64_t, bool>> evaluated;
+  ASSERT_TRUE((*trainer)
+                  ->Run(
+                      [&](const Progress& p) {
+                        evaluated.emplace_back(p.step(), p.test_auc() >= 0);
+                        if (p.step() >= 4) leads = true;
+                      },
+                      nullptr)
+                  .ok());
+  // Reports at each evaluation point and at the end; ReportDue may add
+  // more (report_interval 1 s), which the filter drops.
+  std::vector<std::pair<uint64_t, bool>> at_eval_points;
+  for (const auto& e : evaluated) {
+    if (e.first % 2 == 0) at_eval_points.push_back(e);
+  }
+  EXPECT_THAT(at_eval_points, ElementsAre(Pair(2, false), Pair(4, false),
+                                          Pair(6, true), Pair(8, true)));
 }
 
 }  // namespace

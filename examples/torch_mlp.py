@@ -59,12 +59,12 @@ def main():
             ps.step(loss=loss.item())  # ps: was optimizer.step()
             trained += len(y)
         train_s += time.monotonic() - t0
-        if ps.rank == 0:  # one worker evaluates; psctl status shows it
+        if ps.leads:  # one worker evaluates (rank 0); psctl status shows it
             acc = fmnist.accuracy(model, test)
             ps.report(epoch=epoch + 1, test_accuracy=acc)
-            print("rank 0 epoch %d step %d loss %.4f test_accuracy %.4f "
+            print("rank %d epoch %d step %d loss %.4f test_accuracy %.4f "
                   "samples_per_s %.1f"
-                  % (epoch + 1, ps.step_count, loss.item(), acc,
+                  % (ps.rank, epoch + 1, ps.step_count, loss.item(), acc,
                      trained * ps.world_size / train_s), flush=True)
     ps.finish()  # ps
 

@@ -120,6 +120,8 @@ absl::Status JoinedWorker::AwaitAssignment() {
           " to a worker registered for job ", options_.job_id));
     }
     assignment_ = resp.assignment();
+    leads_ = assignment_.rank() == 0;
+    assigned_ = true;
     return absl::OkStatus();
   }
 }
@@ -175,12 +177,15 @@ void JoinedWorker::HeartbeatLoop() {
   while (!closing_.WaitForNotificationWithTimeout(heartbeat_interval_)) {
     HeartbeatRequest req;
     req.set_worker_id(worker_id_);
+    // Only an answer to a beat sent once the job ran says who leads it.
+    const bool assigned = assigned_.load();
     HeartbeatResponse resp;
     absl::Status s = coordinator_.CallUntil(
         &Coordinator::Stub::Heartbeat, req, &resp,
         absl::Now() + std::min(heartbeat_interval_, options_.control_deadline));
     if (!s.ok()) continue;  // the next beat tries again
     if (resp.abort_job()) SetAborted(resp.reason());
+    if (assigned) leads_ = resp.leads_job() == options_.job_id;
     if (resp.reregister()) {
       SetAborted(absl::StrCat("the coordinator no longer knows worker ",
                               worker_id_, " (it restarted); join again"));

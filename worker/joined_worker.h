@@ -27,6 +27,7 @@
 #ifndef WORKER_JOINED_WORKER_H_
 #define WORKER_JOINED_WORKER_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -113,6 +114,11 @@ class JoinedWorker {
                       const std::string& error);
   // The reason the job was aborted (heartbeat or report answer), if it was.
   std::optional<std::string> aborted() const;
+  // Whether this worker leads its job now: rank 0, or the lowest rank left
+  // after SHRINK lost rank 0 (HeartbeatResponse.leads_job, so it changes up
+  // to a heartbeat interval after the coordinator's view). The leader is
+  // the one whose reports are the job's progress: the one to evaluate.
+  bool leads() const { return leads_.load(); }
   // Stops the heartbeats, cancels every request and waits until each is
   // over. Idempotent; blocks.
   void Close();
@@ -154,6 +160,10 @@ class JoinedWorker {
   uint64_t next_handle_ ABSL_GUARDED_BY(mu_) = 1;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   std::optional<std::string> aborted_ ABSL_GUARDED_BY(mu_);
+  // Set once assignment_ is (a heartbeat answered before that knows no
+  // running job); then leads_ follows the heartbeat answers.
+  std::atomic<bool> assigned_{false};
+  std::atomic<bool> leads_{false};
 };
 
 // "pull", "push" or "pushpull" (also "push_pull"); INVALID_ARGUMENT

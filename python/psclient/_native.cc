@@ -411,6 +411,7 @@ PYBIND11_MODULE(_native, m) {
                              })
       .def_property_readonly("aborted",
                              [](Worker& w) { return w.w().aborted(); })
+      .def_property_readonly("leads", [](Worker& w) { return w.w().leads(); })
       .def("start", &Worker::Start, py::arg("op"), py::arg("step"),
            py::arg("tensors"), py::arg("priority"))
       .def("wait", &Worker::Wait, py::arg("handle"), py::arg("timeout_s"))

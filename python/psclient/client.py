@@ -120,6 +120,14 @@ class Worker:
                        comm_s, finished, error)
 
     @property
+    def leads(self) -> bool:
+        """Whether this worker leads the job now: rank 0, or the lowest rank
+        left after an on_worker_failure: SHRINK job lost rank 0 (learned from
+        the heartbeats). The leader's reports are the job's progress: it is
+        the one to evaluate and report test accuracy."""
+        return self._w.leads
+
+    @property
     def aborted(self) -> Optional[str]:
         """None, or why the job was aborted (cancelled, failed)."""
         return self._w.aborted

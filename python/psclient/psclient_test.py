@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Tests of psclient against a local cluster of real psd processes
 (psclient.testing.LocalCluster): submit/status/cancel, join, push/pull
-checked against SGD, asynchronous handles, and the errors of bad input."""
+checked against SGD, asynchronous handles, who leads after SHRINK, and the
+errors of bad input."""
 
 import os
 import sys
@@ -29,7 +30,7 @@ TENSORS = [("fc1.weight", (16, 64), "init { kind: UNIFORM scale: 0.1 }"),
 
 
 def custom_spec(name: str, workers: int = 1, tensors=TENSORS,
-                mode: str = "BSP") -> str:
+                mode: str = "BSP", extra: str = "") -> str:
     """A custom model's job (a Python worker's) of `tensors`."""
     text = "".join(
         f'tensors {{ name: "{n}" shape: {list(shape)} {init} }}\n'
@@ -38,7 +39,7 @@ def custom_spec(name: str, workers: int = 1, tensors=TENSORS,
             "data { batch_size: 1 }\n"
             f"optimizer {{ kind: SGD learning_rate: {LR} }}\n"
             f"consistency {{ mode: {mode} step_deadline_ms: 20000 }}\n"
-            f"num_workers: {workers}\nseed: 1\n")
+            f"num_workers: {workers}\nseed: 1\n{extra}")
 
 
 def join_all(client, job_id, n, timeout_s=30.0):
@@ -235,6 +236,28 @@ class PsclientTest(unittest.TestCase):
             w0.close()
             w1.close()
             self.client.cancel(job_id)
+
+    def test_the_lowest_rank_left_leads(self):
+        job_id, _ = self.client.submit(custom_spec(
+            "leader", workers=2, extra="on_worker_failure: SHRINK\n"))
+        w0, w1 = join_all(self.client, job_id, 2)
+        try:
+            self.assertEqual((w0.leads, w1.leads), (True, False))
+            # Rank 0 leaves without finishing: lost after worker_timeout_ms
+            # (3 s here); the job goes on with rank 1, which now leads.
+            w0.close()
+            deadline = time.monotonic() + 30.0
+            while not w1.leads and time.monotonic() < deadline:
+                time.sleep(0.05)
+            self.assertTrue(w1.leads)
+            status = self.client.status(job_id)
+            self.assertEqual(status["state"], "RUNNING")
+            self.assertIn("shrunk", status["reason"])
+            w1.report(step=0, finished=True)
+            self.assertEqual(self.client.status(job_id)["state"], "SUCCEEDED")
+        finally:
+            w0.close()
+            w1.close()
 
     def test_bad_requests_name_what_is_wrong(self):
         job_id, _ = self.client.submit(custom_spec("badreq"))

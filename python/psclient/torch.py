@@ -36,7 +36,9 @@ What join() does:
   every exchange of the step, so the next forward sees the new parameters.
 - The optimizer is the job's, applied by the shards: do not also call a
   torch optimizer. One backward per step (no gradient accumulation).
-- rank and world_size come from the coordinator (for DistributedSampler).
+- rank and world_size come from the coordinator (for DistributedSampler);
+  `leads` says whether this worker is the one to evaluate (rank 0, or the
+  lowest rank left after SHRINK lost rank 0).
 """
 
 import math
@@ -355,7 +357,7 @@ class Worker:
                            data_s=self._data_s, compute_s=self._compute_s,
                            comm_s=self._comm_s, finished=finished, **fields)
         except psclient.JobAborted:
-            # Rank 0 finished first: the job succeeded, and the other
+            # The leader finished first: the job succeeded, and the other
             # ranks' reports no longer count.
             try:
                 succeeded = (self._client.status(self.job_id)["state"] ==
@@ -366,6 +368,13 @@ class Worker:
                 raise
             self._job_succeeded = True
 
+    @property
+    def leads(self) -> bool:
+        """Whether this worker leads the job now (rank 0, or the lowest rank
+        left after SHRINK lost rank 0): its reports are the job's progress,
+        so it is the one to evaluate and report test_accuracy."""
+        return self._w.leads
+
     def report(self, **fields):
         """Sends progress now: test_accuracy, train_accuracy, loss, epoch,
         total_steps (psctl status shows them)."""
@@ -374,7 +383,7 @@ class Worker:
         self._report()
 
     def finish(self):
-        """Reports this worker done (the job succeeds once rank 0 is) and
+        """Reports this worker done (the job succeeds once the leader is) and
         leaves the job. The model keeps the last parameters (copied out of
         the client's buffer)."""
         if self._finished:

@@ -233,7 +233,7 @@ class Trainer {
   // After `done` steps: evaluates and reports, or reports, when due.
   absl::Status AfterStep(uint64_t done, Clock::time_point step_end,
                          const ProgressCallback& on_progress);
-  // Evaluates the test set (rank 0) after `done` steps and logs the result.
+  // Evaluates the test set (the leader) after `done` steps and logs it.
   absl::Status Evaluate(uint64_t done);
   // Whether this rank evaluates now (TrainerOptions::leader).
   bool Leads() const;

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/status_macros.h"
 #include "common/text_proto.h"
 #include "common/trace_recorder.h"
 #include "core/model_spec.h"
@@ -46,19 +47,33 @@ constexpr char kJob[] = R"pb(
   seed: 3
 )pb";
 
+// One worker's fakes for `spec`: the dense server and client, the sparse
+// client.
+struct Fakes {
+  std::unique_ptr<FakeParameterServer> server;
+  std::unique_ptr<ParameterClient> dense;
+  std::unique_ptr<FakeSparseClient> sparse;
+};
+
+absl::StatusOr<Fakes> MakeFakes(const JobSpec& spec) {
+  Fakes f;
+  PS_ASSIGN_OR_RETURN(
+      std::vector<float> initial,
+      InitialParameters(spec.seed(), ModelTensors(spec.model())));
+  FakeParameterServer::Options server_options;
+  server_options.learning_rate = 0.05f;
+  f.server =
+      std::make_unique<FakeParameterServer>(std::move(initial), server_options);
+  f.dense = f.server->NewClient(0);
+  PS_ASSIGN_OR_RETURN(f.sparse, FakeSparseClient::Create(spec));
+  return f;
+}
+
 TEST(CtrTrainerTest, RunsToTheEndAndTracesTheWindowsSteps) {
   JobSpec spec;
   ASSERT_TRUE(ParseTextProto(kJob, "job", &spec).ok());
-  absl::StatusOr<std::vector<float>> initial =
-      InitialParameters(spec.seed(), ModelTensors(spec.model()));
-  ASSERT_TRUE(initial.ok()) << initial.status();
-  FakeParameterServer::Options server_options;
-  server_options.learning_rate = 0.05f;
-  FakeParameterServer server(*std::move(initial), server_options);
-  std::unique_ptr<ParameterClient> dense = server.NewClient(0);
-  absl::StatusOr<std::unique_ptr<FakeSparseClient>> sparse =
-      FakeSparseClient::Create(spec);
-  ASSERT_TRUE(sparse.ok()) << sparse.status();
+  absl::StatusOr<Fakes> fakes = MakeFakes(spec);
+  ASSERT_TRUE(fakes.ok()) << fakes.status();
 
   TraceRecorder recorder;
   TraceWindow window;
@@ -71,13 +86,13 @@ TEST(CtrTrainerTest, RunsToTheEndAndTracesTheWindowsSteps) {
   options.eval_batch = 512;
   options.tracer = &recorder;
   absl::StatusOr<std::unique_ptr<CtrTrainer>> trainer =
-      CtrTrainer::Create(options, dense.get(), sparse->get());
+      CtrTrainer::Create(options, fakes->dense.get(), fakes->sparse.get());
   ASSERT_TRUE(trainer.ok()) << trainer.status();
   ASSERT_TRUE((*trainer)->Run(nullptr, nullptr).ok());
   EXPECT_EQ((*trainer)->last_progress().step(), 8u);
   EXPECT_GT((*trainer)->last_progress().test_auc(), 0.0f);
-  EXPECT_EQ(server.version(), 8u);
-  EXPECT_EQ((*sparse)->version(), 8u);
+  EXPECT_EQ(fakes->server->version(), 8u);
+  EXPECT_EQ(fakes->sparse->version(), 8u);
   EXPECT_TRUE(recorder.Complete());
 
   // Per step in [2, 5): one span of each kind, the phases inside the step,
@@ -114,16 +129,8 @@ TEST(CtrTrainerTest, TheLeaderEvaluates) {
   JobSpec spec;
   ASSERT_TRUE(ParseTextProto(kJob, "job", &spec).ok());
   spec.set_eval_every(2);
-  absl::StatusOr<std::vector<float>> initial =
-      InitialParameters(spec.seed(), ModelTensors(spec.model()));
-  ASSERT_TRUE(initial.ok()) << initial.status();
-  FakeParameterServer::Options server_options;
-  server_options.learning_rate = 0.05f;
-  FakeParameterServer server(*std::move(initial), server_options);
-  std::unique_ptr<ParameterClient> dense = server.NewClient(0);
-  absl::StatusOr<std::unique_ptr<FakeSparseClient>> sparse =
-      FakeSparseClient::Create(spec);
-  ASSERT_TRUE(sparse.ok()) << sparse.status();
+  absl::StatusOr<Fakes> fakes = MakeFakes(spec);
+  ASSERT_TRUE(fakes.ok()) << fakes.status();
 
   bool leads = false;
   CtrTrainer::Options options;
@@ -131,7 +138,7 @@ TEST(CtrTrainerTest, TheLeaderEvaluates) {
   options.eval_batch = 512;
   options.leader = [&leads] { return leads; };
   absl::StatusOr<std::unique_ptr<CtrTrainer>> trainer =
-      CtrTrainer::Create(options, dense.get(), sparse->get());
+      CtrTrainer::Create(options, fakes->dense.get(), fakes->sparse.get());
   ASSERT_TRUE(trainer.ok()) << trainer.status();
   std::vector<std::pair<uint64_t, bool>> evaluated;
   ASSERT_TRUE((*trainer)

@@ -179,37 +179,59 @@ TEST(TrainerTest, ProgressCarriesTheTimeSplit) {
   EXPECT_GE(r.reports.back().test_accuracy(), 0.0f);
 }
 
+// Ranks 0 and 1 of a two-worker job, run side by side on one fake server.
+struct TwoRanks {
+  std::unique_ptr<ParameterClient> c0, c1;
+  std::unique_ptr<Trainer> t0, t1;
+  absl::Status s0, s1;
+};
+
+// Creates both ranks' trainers from o0 and o1 (rank and num_workers set
+// here) on `server` (for 2 workers) and runs them to the end, rank 1 on a
+// thread; each rank's reports go to its callback. A failed Create is that
+// rank's status, and then neither runs.
+TwoRanks RunTwoRanks(FakeParameterServer& server, TrainerOptions o0,
+                     TrainerOptions o1, const Trainer::ProgressCallback& on0,
+                     const Trainer::ProgressCallback& on1) {
+  TwoRanks r;
+  o0.rank = 0;
+  o1.rank = 1;
+  o0.num_workers = o1.num_workers = 2;
+  r.c0 = server.NewClient(0);
+  r.c1 = server.NewClient(1);
+  absl::StatusOr<std::unique_ptr<Trainer>> t0 = Trainer::Create(o0, r.c0.get());
+  absl::StatusOr<std::unique_ptr<Trainer>> t1 = Trainer::Create(o1, r.c1.get());
+  if (!t0.ok() || !t1.ok()) {
+    r.s0 = t0.status();
+    r.s1 = t1.status();
+    return r;
+  }
+  r.t0 = *std::move(t0);
+  r.t1 = *std::move(t1);
+  std::thread other([&] { r.s1 = r.t1->Run(on1, nullptr); });
+  r.s0 = r.t0->Run(on0, nullptr);
+  other.join();
+  return r;
+}
+
 TEST(TrainerTest, OnlyRankZeroEvaluates) {
   const JobSpec job = SyntheticJob(1);
-  TrainerOptions options = Options(job);
-  options.rank = 1;
-  options.num_workers = 2;
   FakeParameterServer::Options server_options = ServerOptions(job);
   server_options.num_workers = 2;
   FakeParameterServer server(Init(job), server_options);
-  auto c0 = server.NewClient(0);
-  auto c1 = server.NewClient(1);
-  TrainerOptions options0 = Options(job);
-  options0.num_workers = 2;
-  auto t0 = Trainer::Create(options0, c0.get());
-  auto t1 = Trainer::Create(options, c1.get());
-  ASSERT_TRUE(t0.ok() && t1.ok());
-  EXPECT_EQ((*t0)->total_steps(), 20u);  // 600 examples each / 30
-  EXPECT_EQ((*t1)->total_steps(), 20u);
   Progress p0, p1;
-  absl::Status s1;
-  std::thread other(
-      [&] { s1 = (*t1)->Run([&](const Progress& p) { p1 = p; }, nullptr); });
-  const absl::Status s0 =
-      (*t0)->Run([&](const Progress& p) { p0 = p; }, nullptr);
-  other.join();
-  ASSERT_TRUE(s0.ok()) << s0;
-  ASSERT_TRUE(s1.ok()) << s1;
+  const TwoRanks r = RunTwoRanks(
+      server, Options(job), Options(job), [&](const Progress& p) { p0 = p; },
+      [&](const Progress& p) { p1 = p; });
+  ASSERT_TRUE(r.s0.ok()) << r.s0;
+  ASSERT_TRUE(r.s1.ok()) << r.s1;
+  EXPECT_EQ(r.t0->total_steps(), 20u);  // 600 examples each / 30
+  EXPECT_EQ(r.t1->total_steps(), 20u);
   EXPECT_EQ(server.pushes(), 40u);
   EXPECT_EQ(server.version(), 20u);
   // BSP: both workers end with the server's parameters.
-  EXPECT_EQ((*t0)->parameters(), server.parameters());
-  EXPECT_EQ((*t1)->parameters(), server.parameters());
+  EXPECT_EQ(r.t0->parameters(), server.parameters());
+  EXPECT_EQ(r.t1->parameters(), server.parameters());
   EXPECT_GE(p0.test_accuracy(), 0.0f);
   EXPECT_EQ(p1.test_accuracy(), -1.0f);
   EXPECT_EQ(p1.step(), 20u);
@@ -223,37 +245,23 @@ TEST(TrainerTest, TheLeaderEvaluatesWhicheverRankItHolds) {
   FakeParameterServer::Options server_options = ServerOptions(job);
   server_options.num_workers = 2;
   FakeParameterServer server(Init(job), server_options);
-  auto c0 = server.NewClient(0);
-  auto c1 = server.NewClient(1);
   TrainerOptions options0 = Options(job);
-  options0.num_workers = 2;
   options0.leader = [] { return false; };
   TrainerOptions options1 = Options(job);
-  options1.rank = 1;
-  options1.num_workers = 2;
   options1.report_every_steps = 5;
   // Leads from step 10 on, as after a heartbeat that said so.
   std::atomic<bool> leads{false};
   options1.leader = [&leads] { return leads.load(); };
-  auto t0 = Trainer::Create(options0, c0.get());
-  auto t1 = Trainer::Create(options1, c1.get());
-  ASSERT_TRUE(t0.ok() && t1.ok());
   std::vector<Progress> r1;
   Progress p0;
-  absl::Status s1;
-  std::thread other([&] {
-    s1 = (*t1)->Run(
-        [&](const Progress& p) {
-          r1.push_back(p);
-          if (p.step() >= 10) leads = true;
-        },
-        nullptr);
-  });
-  const absl::Status s0 =
-      (*t0)->Run([&](const Progress& p) { p0 = p; }, nullptr);
-  other.join();
-  ASSERT_TRUE(s0.ok()) << s0;
-  ASSERT_TRUE(s1.ok()) << s1;
+  const TwoRanks r = RunTwoRanks(
+      server, options0, options1, [&](const Progress& p) { p0 = p; },
+      [&](const Progress& p) {
+        r1.push_back(p);
+        if (p.step() >= 10) leads = true;
+      });
+  ASSERT_TRUE(r.s0.ok()) << r.s0;
+  ASSERT_TRUE(r.s1.ok()) << r.s1;
   EXPECT_EQ(p0.test_accuracy(), -1.0f);
   ASSERT_FALSE(r1.empty());
   // Due every 5 steps: not evaluated at 5 and 10, evaluated at 15 and 20.

@@ -178,8 +178,7 @@ TEST(PrometheusTest, ScrapesShardsAndWorkersDuringAJob) {
       << "Prometheus did not scrape the 4 daemons; its log:\n"
       << HttpGet(port, "/api/v1/targets");
 
-  absl::StatusOr<CommandResult> run =
-      RunJob(cluster, kJob, absl::Seconds(120));
+  absl::StatusOr<CommandResult> run = RunJob(cluster, kJob, absl::Seconds(120));
   ASSERT_TRUE(run.ok()) << run.status();
   ASSERT_EQ(run->exit_code, 0) << run->out << run->err;
 

@@ -77,7 +77,8 @@ TEST_F(TraceTest, TimelineOfARunningJob) {
   while (JobStep(*cluster_, job) == 0 && absl::Now() < deadline) {
     absl::SleepFor(absl::Milliseconds(200));  // the leader's report pace
   }
-  ASSERT_GT(JobStep(*cluster_, job), 0u) << "no progress from " << job << " in 60 s";
+  ASSERT_GT(JobStep(*cluster_, job), 0u)
+      << "no progress from " << job << " in 60 s";
 
   // Bad requests first: nothing changes on the cluster.
   const std::string out = dir_ + "/trace.json";

@@ -44,9 +44,10 @@ absl::StatusOr<CommandResult> RunJob(const LocalCluster& cluster,
                                      const std::string& spec,
                                      absl::Duration timeout) {
   PS_ASSIGN_OR_RETURN(std::string path, WriteSpec(cluster, spec));
-  return cluster.Psctl({"submit", path, "--wait",
-                        absl::StrCat("--timeout=", absl::ToInt64Seconds(timeout))},
-                       timeout + absl::Seconds(30));
+  return cluster.Psctl(
+      {"submit", path, "--wait",
+       absl::StrCat("--timeout=", absl::ToInt64Seconds(timeout))},
+      timeout + absl::Seconds(30));
 }
 
 absl::StatusOr<JobStatus> WaitForJob(

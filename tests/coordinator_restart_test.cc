@@ -24,9 +24,9 @@
 #include "common/text_proto.h"
 #include "gtest/gtest.h"
 #include "proto/coordinator.pb.h"
-#include "tests/checksum.h"
 #include "tests/job_parameters.h"
 #include "tests/local_cluster.h"
+#include "tests/testing/cluster_fixture.h"
 
 namespace ps {
 namespace {
@@ -74,27 +74,6 @@ struct RunResult {
   double reattach_s = -1;             // restart command to last reattach
 };
 
-// Polls (one psctl call per round, no sleeps) until `done` holds or the job
-// ended, for at most `timeout`. While the coordinator restarts psctl cannot
-// reach it: those rounds are retried; an "unknown job" answer fails.
-absl::StatusOr<JobStatus> PollUntil(
-    const LocalCluster& cluster, const std::string& job,
-    const std::function<bool(const JobStatus&)>& done, absl::Duration timeout) {
-  const absl::Time deadline = absl::Now() + timeout;
-  JobStatus last;
-  while (absl::Now() < deadline) {
-    bool unknown = false;
-    absl::StatusOr<JobStatus> js = ReadJobStatus(cluster, job, &unknown);
-    if (unknown) return absl::NotFoundError(js.status().message());
-    if (!js.ok()) continue;
-    last = *js;
-    if (done(last) || JobEnded(last)) return last;
-  }
-  return absl::DeadlineExceededError(
-      absl::StrCat("job ", job, " still at step ", last.progress().step(),
-                   " after ", absl::FormatDuration(timeout)));
-}
-
 // The restarted coordinator's "worker ... reattached" log lines so far.
 int Reattached(const LocalCluster& cluster) {
   int n = 0;
@@ -108,12 +87,14 @@ int Reattached(const LocalCluster& cluster) {
 // how long until every worker has reattached.
 void KillAndRestartCoordinator(LocalCluster& cluster, const std::string& job,
                                const std::string& address, RunResult* result) {
-  absl::StatusOr<JobStatus> mid = PollUntil(
+  // While the coordinator restarts psctl cannot reach it: those rounds are
+  // retried; an "unknown job" answer fails.
+  absl::StatusOr<JobStatus> mid = WaitForJob(
       cluster, job,
       [](const JobStatus& js) {
         return js.progress().step() >= kKillAfterStep;
       },
-      absl::Seconds(120));
+      absl::Seconds(120), WhileUnreachable::kRetry);
   ASSERT_TRUE(mid.ok()) << mid.status();
   ASSERT_EQ(mid->state(), RUNNING)
       << "ended before the kill: " << mid->reason();
@@ -148,30 +129,22 @@ void TrainOnce(const std::string& name, bool kill_coordinator,
   const std::string dir = TestDir(name);
   LocalCluster cluster(dir, Options());
   ASSERT_TRUE(cluster.Start().ok());
-  ASSERT_TRUE(WriteFileAtomically(dir + "/job.pbtxt", kJob).ok());
-  absl::StatusOr<CommandResult> submit =
-      cluster.Psctl({"submit", dir + "/job.pbtxt"});
-  ASSERT_TRUE(submit.ok()) << submit.status();
-  ASSERT_EQ(submit->exit_code, 0) << submit->out << submit->err;
-  const std::string prefix = "submitted ";
-  ASSERT_EQ(submit->out.rfind(prefix, 0), 0u) << submit->out;
-  std::string job = submit->out.substr(prefix.size());
-  job = job.substr(0, job.find_first_of(" \n"));
+  absl::StatusOr<std::string> submitted = SubmitJob(cluster, kJob);
+  ASSERT_TRUE(submitted.ok()) << submitted.status();
+  const std::string& job = *submitted;
+  absl::StatusOr<std::vector<std::string>> shard_addresses =
+      ShardAddresses(cluster, 2);
+  ASSERT_TRUE(shard_addresses.ok()) << shard_addresses.status();
+  const std::vector<std::string>& addresses = *shard_addresses;
 
-  std::vector<std::string> addresses;
-  for (int i = 0; i < 2; ++i) {
-    absl::StatusOr<std::string> a =
-        WaitForFile(absl::StrCat(dir, "/s", i, ".addr"), absl::Seconds(5));
-    ASSERT_TRUE(a.ok()) << a.status();
-    addresses.push_back(*a);
-  }
   if (kill_coordinator) {
     ASSERT_NO_FATAL_FAILURE(
         KillAndRestartCoordinator(cluster, job, addresses[0], result));
   }
 
-  absl::StatusOr<JobStatus> end = PollUntil(
-      cluster, job, [](const JobStatus&) { return false; }, absl::Seconds(240));
+  absl::StatusOr<JobStatus> end = WaitForJob(
+      cluster, job, [](const JobStatus&) { return false; }, absl::Seconds(240),
+      WhileUnreachable::kRetry);
   ASSERT_TRUE(end.ok()) << end.status();
   ASSERT_EQ(end->state(), SUCCEEDED)
       << end->reason() << "\n--- psd0 ---\n"
@@ -194,15 +167,12 @@ void TrainOnce(const std::string& name, bool kill_coordinator,
   EXPECT_TRUE(listed) << list->out;
 
   // The parameters stay on the shards after success: read them all back.
-  absl::StatusOr<JobParameters> params = ReadJobParameters(cluster, job, 2);
-  ASSERT_TRUE(params.ok()) << params.status();
-  ASSERT_EQ(params->status.progress().step(), result->steps);
-  result->checksum = ParamChecksum(params->values);
-  for (const std::string& address : addresses) {
-    absl::StatusOr<JobStats> stats = ReadShardJobStats(address, job);
-    ASSERT_TRUE(stats.ok()) << stats.status();
-    result->shard_stats.push_back(*stats);
-  }
+  absl::StatusOr<FinishedJob> finished =
+      ReadFinishedJob(cluster, job, addresses);
+  ASSERT_TRUE(finished.ok()) << finished.status();
+  ASSERT_EQ(finished->status.progress().step(), result->steps);
+  result->checksum = finished->checksum;
+  result->shard_stats = finished->shard_stats;
   absl::Status stopped = cluster.Stop();
   EXPECT_TRUE(stopped.ok()) << stopped;
 }

@@ -17,6 +17,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/local_cluster.h"
+#include "tests/testing/cluster_fixture.h"
 
 namespace ps {
 namespace {
@@ -46,36 +47,28 @@ constexpr char kJob[] = R"pb(
   eval_every: 100
 )pb";
 
-class ObservabilityTest : public ::testing::Test {
+class ObservabilityTest : public ClusterTest {
  protected:
-  void SetUp() override {
-    dir_ = TestDir(
-        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+  LocalClusterOptions ClusterOptions() const override {
     LocalClusterOptions options;
     options.psd_extra =
         "status_address: \"127.0.0.1:0\"\n"
         "status_address_file: \"status.addr\"\n";
-    cluster_ = std::make_unique<LocalCluster>(dir_, options);
-    ASSERT_TRUE(cluster_->Start().ok());
+    return options;
+  }
+  void SetUp() override {
+    ClusterTest::SetUp();
+    if (HasFatalFailure()) return;
     absl::StatusOr<std::string> address =
         WaitForFile(dir_ + "/status.addr", absl::Seconds(30));
     ASSERT_TRUE(address.ok()) << address.status();
     status_address_ = std::string(absl::StripAsciiWhitespace(*address));
   }
-  void TearDown() override {
-    absl::Status s = cluster_->Stop();
-    EXPECT_TRUE(s.ok()) << s;
-  }
 
   // Submits kJob and waits (bounded) until the coordinator has points of
   // its curve; returns the job id.
   std::string SubmitAndWaitForProgress() {
-    const std::string spec = dir_ + "/job.pbtxt";
-    EXPECT_TRUE(WriteFileAtomically(spec, kJob).ok());
-    absl::StatusOr<CommandResult> submit = cluster_->Psctl({"submit", spec});
-    EXPECT_TRUE(submit.ok() && submit->exit_code == 0)
-        << (submit.ok() ? submit->err : submit.status().ToString());
-    const std::string job = "job-000001";
+    const std::string job = Submit(kJob);
     const absl::Time deadline = absl::Now() + absl::Seconds(60);
     while (absl::Now() < deadline) {
       absl::StatusOr<CommandResult> csv =
@@ -88,9 +81,7 @@ class ObservabilityTest : public ::testing::Test {
     return job;
   }
 
-  std::string dir_;
   std::string status_address_;
-  std::unique_ptr<LocalCluster> cluster_;
 };
 
 TEST_F(ObservabilityTest, BrowserRendersTheRunningJobAndItsCurve) {

@@ -23,6 +23,7 @@
 #include "gtest/gtest.h"
 #include "tests/local_cluster.h"
 #include "tests/subprocess.h"
+#include "tests/testing/cluster_fixture.h"
 
 namespace ps {
 namespace {
@@ -177,10 +178,7 @@ TEST(PrometheusTest, ScrapesShardsAndWorkersDuringAJob) {
       << "Prometheus did not scrape the 4 daemons; its log:\n"
       << HttpGet(port, "/api/v1/targets");
 
-  ASSERT_TRUE(WriteFileAtomically(dir + "/job.pbtxt", kJob).ok());
-  absl::StatusOr<CommandResult> run =
-      cluster.Psctl({"submit", dir + "/job.pbtxt", "--wait", "--timeout=120"},
-                    absl::Seconds(150));
+  absl::StatusOr<CommandResult> run = RunJob(cluster, kJob, absl::Seconds(120));
   ASSERT_TRUE(run.ok()) << run.status();
   ASSERT_EQ(run->exit_code, 0) << run->out << run->err;
 

@@ -19,9 +19,9 @@
 #include "common/text_proto.h"
 #include "gtest/gtest.h"
 #include "proto/coordinator.pb.h"
-#include "tests/checksum.h"
 #include "tests/job_parameters.h"
 #include "tests/local_cluster.h"
+#include "tests/testing/cluster_fixture.h"
 
 namespace ps {
 namespace {
@@ -66,24 +66,6 @@ struct RunResult {
   std::vector<JobStats> shard_stats;  // by shard
 };
 
-// Polls the coordinator (one psctl call per round, no sleeps) until `done`
-// holds or the job ended, for at most `timeout`.
-absl::StatusOr<JobStatus> PollUntil(
-    const LocalCluster& cluster, const std::string& job,
-    const std::function<bool(const JobStatus&)>& done, absl::Duration timeout) {
-  const absl::Time deadline = absl::Now() + timeout;
-  JobStatus last;
-  while (absl::Now() < deadline) {
-    absl::StatusOr<JobStatus> js = ReadJobStatus(cluster, job);
-    if (!js.ok()) return js.status();
-    last = *js;
-    if (done(last) || JobEnded(last)) return last;
-  }
-  return absl::DeadlineExceededError(
-      absl::StrCat("job ", job, " still at step ", last.progress().step(),
-                   " after ", absl::FormatDuration(timeout)));
-}
-
 enum class Restart { kNone, kSamePort, kNewPort };
 
 // Restarts shard 1, SIGKILLed, at a new port. Until it is up, its address
@@ -116,26 +98,16 @@ void TrainOnce(const std::string& name, Restart restart, RunResult* result) {
   const std::string dir = TestDir(name);
   LocalCluster cluster(dir, Options());
   ASSERT_TRUE(cluster.Start().ok());
-  ASSERT_TRUE(WriteFileAtomically(dir + "/job.pbtxt", kJob).ok());
-  absl::StatusOr<CommandResult> submit =
-      cluster.Psctl({"submit", dir + "/job.pbtxt"});
-  ASSERT_TRUE(submit.ok()) << submit.status();
-  ASSERT_EQ(submit->exit_code, 0) << submit->out << submit->err;
-  const std::string prefix = "submitted ";
-  ASSERT_EQ(submit->out.rfind(prefix, 0), 0u) << submit->out;
-  std::string job = submit->out.substr(prefix.size());
-  job = job.substr(0, job.find_first_of(" \n"));
-
-  std::vector<std::string> addresses;
-  for (int i = 0; i < 2; ++i) {
-    absl::StatusOr<std::string> a =
-        WaitForFile(absl::StrCat(dir, "/s", i, ".addr"), absl::Seconds(5));
-    ASSERT_TRUE(a.ok()) << a.status();
-    addresses.push_back(*a);
-  }
+  absl::StatusOr<std::string> submitted = SubmitJob(cluster, kJob);
+  ASSERT_TRUE(submitted.ok()) << submitted.status();
+  const std::string& job = *submitted;
+  absl::StatusOr<std::vector<std::string>> shard_addresses =
+      ShardAddresses(cluster, 2);
+  ASSERT_TRUE(shard_addresses.ok()) << shard_addresses.status();
+  std::vector<std::string>& addresses = *shard_addresses;
 
   if (restart != Restart::kNone) {
-    absl::StatusOr<JobStatus> mid = PollUntil(
+    absl::StatusOr<JobStatus> mid = WaitForJob(
         cluster, job,
         [](const JobStatus& js) {
           return js.progress().step() >= kKillAfterStep;
@@ -160,7 +132,7 @@ void TrainOnce(const std::string& name, Restart restart, RunResult* result) {
     absl::StatusOr<JobStatus> now = ReadJobStatus(cluster, job);
     ASSERT_TRUE(now.ok()) << now.status();
     const uint64_t step = now->progress().step();
-    absl::StatusOr<JobStatus> resumed = PollUntil(
+    absl::StatusOr<JobStatus> resumed = WaitForJob(
         cluster, job,
         [step](const JobStatus& js) {
           return js.progress().step() >= step + 2;
@@ -173,7 +145,7 @@ void TrainOnce(const std::string& name, Restart restart, RunResult* result) {
               << " after the restart" << std::endl;
   }
 
-  absl::StatusOr<JobStatus> end = PollUntil(
+  absl::StatusOr<JobStatus> end = WaitForJob(
       cluster, job, [](const JobStatus&) { return false; }, absl::Seconds(400));
   ASSERT_TRUE(end.ok()) << end.status();
   ASSERT_EQ(end->state(), SUCCEEDED)
@@ -185,15 +157,12 @@ void TrainOnce(const std::string& name, Restart restart, RunResult* result) {
   EXPECT_EQ(result->steps, kTotalSteps);
 
   // The parameters stay on the shards after success: read them all back.
-  absl::StatusOr<JobParameters> params = ReadJobParameters(cluster, job, 2);
-  ASSERT_TRUE(params.ok()) << params.status();
-  ASSERT_EQ(params->status.progress().step(), result->steps);
-  result->checksum = ParamChecksum(params->values);
-  for (const std::string& address : addresses) {
-    absl::StatusOr<JobStats> stats = ReadShardJobStats(address, job);
-    ASSERT_TRUE(stats.ok()) << stats.status();
-    result->shard_stats.push_back(*stats);
-  }
+  absl::StatusOr<FinishedJob> finished =
+      ReadFinishedJob(cluster, job, addresses);
+  ASSERT_TRUE(finished.ok()) << finished.status();
+  ASSERT_EQ(finished->status.progress().step(), result->steps);
+  result->checksum = finished->checksum;
+  result->shard_stats = finished->shard_stats;
   absl::Status stopped = cluster.Stop();
   EXPECT_TRUE(stopped.ok()) << stopped;
 }

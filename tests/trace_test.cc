@@ -18,6 +18,7 @@
 #include "gtest/gtest.h"
 #include "proto/coordinator.pb.h"
 #include "tests/local_cluster.h"
+#include "tests/testing/cluster_fixture.h"
 
 namespace ps {
 namespace {
@@ -58,56 +59,31 @@ std::string Str(const Struct& s, const std::string& key) {
   return it == s.fields().end() ? "" : it->second.string_value();
 }
 
-class TraceTest : public ::testing::Test {
+class TraceTest : public ClusterTest {
  protected:
-  void SetUp() override {
-    dir_ = TestDir(
-        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+  LocalClusterOptions ClusterOptions() const override {
     LocalClusterOptions options;
     options.workerd_extra = "devices: \"cpu:1\"\n";
-    cluster_ = std::make_unique<LocalCluster>(dir_, options);
-    ASSERT_TRUE(cluster_->Start().ok());
+    return options;
   }
-  void TearDown() override {
-    absl::Status s = cluster_->Stop();
-    EXPECT_TRUE(s.ok()) << s;
-  }
-  // The job's last reported step (psctl status --json).
-  uint64_t JobStep(const std::string& job) {
-    absl::StatusOr<CommandResult> r =
-        cluster_->Psctl({"status", job, "--json"});
-    if (!r.ok() || r->exit_code != 0) return 0;
-    JobStatus status;
-    google::protobuf::util::JsonParseOptions options;
-    options.ignore_unknown_fields = true;
-    if (!google::protobuf::util::JsonStringToMessage(r->out, &status, options)
-             .ok()) {
-      return 0;
-    }
-    return status.progress().step();
-  }
-
-  std::string dir_;
-  std::unique_ptr<LocalCluster> cluster_;
 };
 
 TEST_F(TraceTest, TimelineOfARunningJob) {
-  const std::string spec = dir_ + "/job.pbtxt";
-  ASSERT_TRUE(WriteFileAtomically(spec, kJob).ok());
-  absl::StatusOr<CommandResult> r = cluster_->Psctl({"submit", spec});
-  ASSERT_TRUE(r.ok() && r->exit_code == 0)
-      << (r.ok() ? r->err : r.status().ToString());
-  const std::string job = "job-000001";
+  absl::StatusOr<std::string> submitted = SubmitJob(*cluster_, kJob);
+  ASSERT_TRUE(submitted.ok()) << submitted.status();
+  const std::string& job = *submitted;
   // Running, with progress reported (the shards hold it).
   const absl::Time deadline = absl::Now() + absl::Seconds(60);
-  while (JobStep(job) == 0 && absl::Now() < deadline) {
+  while (JobStep(*cluster_, job) == 0 && absl::Now() < deadline) {
     absl::SleepFor(absl::Milliseconds(200));  // the leader's report pace
   }
-  ASSERT_GT(JobStep(job), 0u) << "no progress from " << job << " in 60 s";
+  ASSERT_GT(JobStep(*cluster_, job), 0u)
+      << "no progress from " << job << " in 60 s";
 
   // Bad requests first: nothing changes on the cluster.
   const std::string out = dir_ + "/trace.json";
-  r = cluster_->Psctl({"trace", "job-999999", "--steps=5:10", "-o", out});
+  absl::StatusOr<CommandResult> r =
+      cluster_->Psctl({"trace", "job-999999", "--steps=5:10", "-o", out});
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->exit_code, 1);
   EXPECT_THAT(r->err, HasSubstr("job-999999"));
@@ -128,9 +104,9 @@ TEST_F(TraceTest, TimelineOfARunningJob) {
 
   // A window well ahead of the job: two seconds of its pace (heartbeats
   // every 200 ms carry the window to the workers).
-  const uint64_t s0 = JobStep(job);
+  const uint64_t s0 = JobStep(*cluster_, job);
   absl::SleepFor(absl::Seconds(1));
-  const uint64_t s1 = JobStep(job);
+  const uint64_t s1 = JobStep(*cluster_, job);
   const uint64_t begin = s1 + 2 * (s1 - s0) + 50;
   r = cluster_->Psctl(
       {"trace", job, absl::StrCat("--steps=", begin, ":", begin + kSteps), "-o",

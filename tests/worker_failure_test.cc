@@ -13,10 +13,10 @@
 #include "absl/time/clock.h"
 #include "common/text_proto.h"
 #include "gmock/gmock.h"
-#include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
 #include "proto/coordinator.pb.h"
 #include "tests/local_cluster.h"
+#include "tests/testing/cluster_fixture.h"
 
 namespace ps {
 namespace {
@@ -40,56 +40,7 @@ std::string Job(const std::string& policy, int epochs, int workers) {
       workers, "\non_worker_failure: ", policy, "\n");
 }
 
-class WorkerFailureTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    dir_ = TestDir(
-        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    cluster_ = std::make_unique<LocalCluster>(dir_, LocalClusterOptions{});
-    ASSERT_TRUE(cluster_->Start().ok());
-  }
-  void TearDown() override {
-    absl::Status s = cluster_->Stop();
-    EXPECT_TRUE(s.ok()) << s;
-  }
-
-  std::string Submit(const std::string& spec) {
-    std::string path = absl::StrCat(dir_, "/job", ++jobs_, ".pbtxt");
-    EXPECT_TRUE(WriteFileAtomically(path, spec).ok());
-    absl::StatusOr<CommandResult> r = cluster_->Psctl({"submit", path});
-    EXPECT_TRUE(r.ok() && r->exit_code == 0)
-        << (r.ok() ? r->err : r.status().ToString());
-    if (!r.ok()) return "";
-    std::string id = r->out.substr(r->out.find("job-"));
-    return id.substr(0, id.find_first_of(" \n"));
-  }
-
-  JobStatus Status(const std::string& job) {
-    JobStatus js;
-    absl::StatusOr<CommandResult> r =
-        cluster_->Psctl({"status", job, "--json"});
-    if (r.ok() && r->exit_code == 0) {
-      (void)google::protobuf::util::JsonStringToMessage(r->out, &js);
-    }
-    return js;
-  }
-
-  // Polls the job's status until `done` holds (true) or the deadline.
-  bool WaitFor(const std::string& job,
-               const std::function<bool(const JobStatus&)>& done,
-               absl::Duration timeout, JobStatus* last) {
-    absl::Time deadline = absl::Now() + timeout;
-    while (absl::Now() < deadline) {
-      *last = Status(job);
-      if (done(*last)) return true;
-    }
-    return false;
-  }
-
-  std::string dir_;
-  int jobs_ = 0;
-  std::unique_ptr<LocalCluster> cluster_;
-};
+class WorkerFailureTest : public ClusterTest {};
 
 TEST_F(WorkerFailureTest, FailPolicyFailsJobNamingTheWorkerAndFreesTheOther) {
   std::string job = Submit(Job("FAIL", 1000, 2));
@@ -111,10 +62,8 @@ TEST_F(WorkerFailureTest, FailPolicyFailsJobNamingTheWorkerAndFreesTheOther) {
   EXPECT_THAT(js.reason(), HasSubstr("lost"));
 
   // The survivor is not stuck in its BSP wait: a one-worker job runs.
-  std::string path = dir_ + "/small.pbtxt";
-  ASSERT_TRUE(WriteFileAtomically(path, Job("FAIL", 1, 1)).ok());
-  absl::StatusOr<CommandResult> r = cluster_->Psctl(
-      {"submit", path, "--wait", "--timeout=60"}, absl::Seconds(90));
+  absl::StatusOr<CommandResult> r =
+      RunJob(*cluster_, Job("FAIL", 1, 1), absl::Seconds(60));
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->exit_code, 0) << r->out << r->err << cluster_->Log("worker0");
 }

@@ -3,7 +3,9 @@
 # Fashion-MNIST. Builds what is needed, starts the daemons with their logs in
 # a temporary folder (printed), submits configs/jobs/fashion_mlp.pbtxt with
 # --wait, prints the summary and the shard statistics, and stops every daemon
-# it started, also on Ctrl-C or failure.
+# it started, also on Ctrl-C or failure. The coordinator keeps its jobs in
+# configs/local/state (psd0.pbtxt's state_dir): each run's job gets the next
+# id, and `psctl list` shows the earlier runs' jobs too.
 #
 # Given a Python training script instead (examples/torch_mlp.py,
 # examples/torch_fmnist_cnn.py), it starts the 2 shards alone and runs the
@@ -82,6 +84,16 @@ else
     PIDS+=($!)
   done
   echo "demo: started psd x2, workerd x2 (pids ${PIDS[*]})"
+  # The coordinator reloads its job store (configs/local/state): the workers
+  # of an earlier run come back idle, and a job submitted before worker0 and
+  # worker1 register again (replacing them) could be given to them. Submit
+  # once both have registered (at most 30 s; psctl waits for the rest).
+  for i in 0 1; do
+    for _ in $(seq 300); do
+      grep -q 'registered with the coordinator' "$LOGS/worker$i.log" && break
+      sleep 0.1
+    done
+  done
   set +e
   "${PSCTL[@]}" submit "$JOB" --wait --timeout=1800
   rc=$?

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "worker/backend/embedding_bag_test_util.h"
+#include "worker/backend/testing/embedding_bag_test_util.h"
 
 namespace ps {
 namespace {

@@ -12,7 +12,7 @@
 #include "worker/backend/cpu/cpu_backend.h"
 #include "worker/backend/deferred_backend.h"
 #include "worker/model/model.h"
-#include "worker/model/model_test_util.h"
+#include "worker/model/testing/model_test_util.h"
 
 namespace ps {
 namespace {

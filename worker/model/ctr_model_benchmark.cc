@@ -26,7 +26,7 @@
 #include "worker/backend/cpu/cpu_backend.h"
 #include "worker/data/ctr_example.h"
 #include "worker/model/ctr_model.h"
-#include "worker/model/model_test_util.h"
+#include "worker/model/testing/model_test_util.h"
 
 namespace ps {
 namespace {

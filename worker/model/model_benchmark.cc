@@ -20,7 +20,7 @@
 #include "core/model_spec.h"
 #include "worker/backend/cpu/cpu_backend.h"
 #include "worker/model/model.h"
-#include "worker/model/model_test_util.h"
+#include "worker/model/testing/model_test_util.h"
 
 namespace ps {
 namespace {

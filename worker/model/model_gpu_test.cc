@@ -11,7 +11,7 @@
 #include "gtest/gtest.h"
 #include "worker/backend/backend_factory.h"
 #include "worker/model/model.h"
-#include "worker/model/model_test_util.h"
+#include "worker/model/testing/model_test_util.h"
 
 namespace ps {
 namespace {

@@ -7,7 +7,7 @@
 #include "gtest/gtest.h"
 #include "worker/backend/backend_factory.h"
 #include "worker/trainer/device_group.h"
-#include "worker/trainer/device_group_test_util.h"
+#include "worker/trainer/testing/device_group_test_util.h"
 
 namespace ps {
 namespace {

@@ -16,7 +16,7 @@
 #include "worker/data/dataset.h"
 #include "worker/data/internal/rng.h"
 #include "worker/testing/fake_parameter_client.h"
-#include "worker/trainer/device_group_test_util.h"
+#include "worker/trainer/testing/device_group_test_util.h"
 
 namespace ps {
 namespace {

@@ -10,7 +10,7 @@
 
 #include "gtest/gtest.h"
 #include "worker/backend/cpu/cpu_backend.h"
-#include "worker/backend/embedding_bag_test_util.h"
+#include "worker/backend/testing/embedding_bag_test_util.h"
 
 namespace ps {
 namespace {

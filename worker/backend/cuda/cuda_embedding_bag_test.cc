@@ -13,7 +13,7 @@
 #include "gtest/gtest.h"
 #include "worker/backend/cpu/cpu_backend.h"
 #include "worker/backend/cuda/cuda_backend.h"
-#include "worker/backend/embedding_bag_test_util.h"
+#include "worker/backend/testing/embedding_bag_test_util.h"
 
 namespace ps {
 namespace {

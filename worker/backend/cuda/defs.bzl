@@ -101,7 +101,7 @@ def cuda_backend_targets():
             "//third_party:absl",
             "//third_party:gtest_main",
             "//worker/backend",
-            "//worker/backend:embedding_bag_test_util",
             "//worker/backend/cpu:cpu_backend",
+            "//worker/backend/testing:embedding_bag_test_util",
         ],
     )

@@ -1,4 +1,4 @@
-#include "worker/model/model_test_util.h"
+#include "worker/model/testing/model_test_util.h"
 
 #include <cmath>
 #include <random>

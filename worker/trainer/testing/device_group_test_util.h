@@ -1,8 +1,8 @@
 // Helpers shared by device_group_test and device_group_gpu_test: the mean
 // gradient of a fixed MLP and batch on some devices, and a comparison to
 // float rounding.
-#ifndef WORKER_TRAINER_DEVICE_GROUP_TEST_UTIL_H_
-#define WORKER_TRAINER_DEVICE_GROUP_TEST_UTIL_H_
+#ifndef WORKER_TRAINER_TESTING_DEVICE_GROUP_TEST_UTIL_H_
+#define WORKER_TRAINER_TESTING_DEVICE_GROUP_TEST_UTIL_H_
 
 #include <algorithm>
 #include <cmath>
@@ -80,4 +80,4 @@ inline void ExpectClose(const Result& a, const Result& b) {
 
 }  // namespace ps
 
-#endif  // WORKER_TRAINER_DEVICE_GROUP_TEST_UTIL_H_
+#endif  // WORKER_TRAINER_TESTING_DEVICE_GROUP_TEST_UTIL_H_

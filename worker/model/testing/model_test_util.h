@@ -7,8 +7,8 @@
 //   absl::StatusOr<GradientCheckData> g = GradientAndFiniteDifferences(
 //       *model, /*n=*/8, /*eps=*/1e-3f);   // compare g->analytic, g->numeric
 
-#ifndef WORKER_MODEL_MODEL_TEST_UTIL_H_
-#define WORKER_MODEL_MODEL_TEST_UTIL_H_
+#ifndef WORKER_MODEL_TESTING_MODEL_TEST_UTIL_H_
+#define WORKER_MODEL_TESTING_MODEL_TEST_UTIL_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -52,4 +52,4 @@ absl::StatusOr<GradientCheckData> GradientAndFiniteDifferences(Model& m,
 
 }  // namespace ps
 
-#endif  // WORKER_MODEL_MODEL_TEST_UTIL_H_
+#endif  // WORKER_MODEL_TESTING_MODEL_TEST_UTIL_H_

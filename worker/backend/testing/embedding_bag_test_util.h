@@ -5,8 +5,8 @@
 //   HostBags bags({0, 2, 3}, {1, 0, 1});  // offsets, indices
 //   EmbeddingBatch b = bags.Batch(/*num_rows=*/2);
 
-#ifndef WORKER_BACKEND_EMBEDDING_BAG_TEST_UTIL_H_
-#define WORKER_BACKEND_EMBEDDING_BAG_TEST_UTIL_H_
+#ifndef WORKER_BACKEND_TESTING_EMBEDDING_BAG_TEST_UTIL_H_
+#define WORKER_BACKEND_TESTING_EMBEDDING_BAG_TEST_UTIL_H_
 
 #include <cstdint>
 #include <utility>
@@ -61,4 +61,4 @@ struct HostBags {
 
 }  // namespace ps
 
-#endif  // WORKER_BACKEND_EMBEDDING_BAG_TEST_UTIL_H_
+#endif  // WORKER_BACKEND_TESTING_EMBEDDING_BAG_TEST_UTIL_H_

@@ -1,0 +1,136 @@
+#include "tests/testing/cluster_fixture.h"
+
+#include <filesystem>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/status_macros.h"
+#include "common/text_proto.h"
+#include "tests/checksum.h"
+#include "tests/job_parameters.h"
+
+namespace ps {
+namespace {
+
+// The first jobN.pbtxt not yet in the cluster's folder, holding `spec`.
+absl::StatusOr<std::string> WriteSpec(const LocalCluster& cluster,
+                                      const std::string& spec) {
+  std::string path;
+  for (int n = 1;; ++n) {
+    path = absl::StrCat(cluster.dir(), "/job", n, ".pbtxt");
+    if (!std::filesystem::exists(path)) break;
+  }
+  PS_RETURN_IF_ERROR(WriteFileAtomically(path, spec));
+  return path;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> SubmitJob(const LocalCluster& cluster,
+                                      const std::string& spec) {
+  PS_ASSIGN_OR_RETURN(std::string path, WriteSpec(cluster, spec));
+  PS_ASSIGN_OR_RETURN(CommandResult r, cluster.Psctl({"submit", path}));
+  const std::string prefix = "submitted ";
+  if (r.exit_code != 0 || r.out.rfind(prefix, 0) != 0) {
+    return absl::UnavailableError(absl::StrCat(
+        "psctl submit ", path, ": exit ", r.exit_code, ": ", r.out, r.err));
+  }
+  std::string job = r.out.substr(prefix.size());
+  return job.substr(0, job.find_first_of(" \n"));
+}
+
+absl::StatusOr<CommandResult> RunJob(const LocalCluster& cluster,
+                                     const std::string& spec,
+                                     absl::Duration timeout) {
+  PS_ASSIGN_OR_RETURN(std::string path, WriteSpec(cluster, spec));
+  return cluster.Psctl(
+      {"submit", path, "--wait",
+       absl::StrCat("--timeout=", absl::ToInt64Seconds(timeout))},
+      timeout + absl::Seconds(30));
+}
+
+absl::StatusOr<JobStatus> WaitForJob(
+    const LocalCluster& cluster, const std::string& job,
+    const std::function<bool(const JobStatus&)>& done, absl::Duration timeout,
+    WhileUnreachable unreachable, JobStatus* last) {
+  const absl::Time deadline = absl::Now() + timeout;
+  JobStatus latest;
+  while (absl::Now() < deadline) {
+    bool unknown = false;
+    absl::StatusOr<JobStatus> js = ReadJobStatus(cluster, job, &unknown);
+    if (unknown) return absl::NotFoundError(js.status().message());
+    if (!js.ok()) {
+      if (unreachable == WhileUnreachable::kRetry) continue;
+      return js.status();
+    }
+    latest = *std::move(js);
+    if (last != nullptr) *last = latest;
+    if (done(latest) || JobEnded(latest)) return latest;
+  }
+  return absl::DeadlineExceededError(
+      absl::StrCat("job ", job, " still at step ", latest.progress().step(),
+                   " after ", absl::FormatDuration(timeout)));
+}
+
+uint64_t JobStep(const LocalCluster& cluster, const std::string& job) {
+  absl::StatusOr<JobStatus> status = ReadJobStatus(cluster, job);
+  return status.ok() ? status->progress().step() : 0;
+}
+
+absl::StatusOr<std::vector<std::string>> ShardAddresses(
+    const LocalCluster& cluster, int shards) {
+  std::vector<std::string> addresses;
+  for (int i = 0; i < shards; ++i) {
+    PS_ASSIGN_OR_RETURN(
+        std::string address,
+        WaitForFile(absl::StrCat(cluster.dir(), "/s", i, ".addr"),
+                    absl::Seconds(5)));
+    addresses.push_back(std::move(address));
+  }
+  return addresses;
+}
+
+absl::StatusOr<FinishedJob> ReadFinishedJob(
+    const LocalCluster& cluster, const std::string& job,
+    const std::vector<std::string>& addresses) {
+  PS_ASSIGN_OR_RETURN(
+      JobParameters params,
+      ReadJobParameters(cluster, job, static_cast<int>(addresses.size())));
+  FinishedJob finished;
+  finished.status = std::move(params.status);
+  finished.checksum = ParamChecksum(params.values);
+  for (const std::string& address : addresses) {
+    PS_ASSIGN_OR_RETURN(JobStats stats, ReadShardJobStats(address, job));
+    finished.shard_stats.push_back(std::move(stats));
+  }
+  return finished;
+}
+
+void ClusterTest::SetUp() {
+  dir_ =
+      TestDir(::testing::UnitTest::GetInstance()->current_test_info()->name());
+  cluster_ = std::make_unique<LocalCluster>(dir_, ClusterOptions());
+  ASSERT_TRUE(cluster_->Start().ok());
+}
+
+void ClusterTest::TearDown() {
+  absl::Status s = cluster_->Stop();
+  EXPECT_TRUE(s.ok()) << s;
+}
+
+std::string ClusterTest::Submit(const std::string& spec) {
+  absl::StatusOr<std::string> job = SubmitJob(*cluster_, spec);
+  EXPECT_TRUE(job.ok()) << job.status();
+  return job.ok() ? *job : "";
+}
+
+bool ClusterTest::WaitFor(const std::string& job,
+                          const std::function<bool(const JobStatus&)>& done,
+                          absl::Duration timeout, JobStatus* last) {
+  absl::StatusOr<JobStatus> js =
+      WaitForJob(*cluster_, job, done, timeout, WhileUnreachable::kRetry, last);
+  return js.ok() && done(*js);
+}
+
+}  // namespace ps

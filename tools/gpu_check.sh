@@ -36,6 +36,7 @@ GPU_TEST_QUERY='attr(tags, gpu, tests(//...))'
 DEMO_JOB=configs/jobs/fashion_mlp.pbtxt
 LOCAL_CLUSTER=configs/local # cluster.pbtxt, psd{0,1}.pbtxt, worker{0,1}.pbtxt
 DATA_SRC=/usr/share/datasets/fashion-mnist
+BUILD_PYTHON=3.11 # psclient's native module's (WORKSPACE: python3_headers)
 # The CPU demo reaches 0.8806 (docs/BENCHMARKS.md, bitwise the same on every
 # CPU run); the GPU's summation order differs, so allow a seed's spread.
 ACCURACY_TARGET=0.875
@@ -85,14 +86,16 @@ is_system_lib() { # NAME PATH
 }
 
 # Copies the built binaries (stripped) into STAGE/bin and the libraries they
-# need into STAGE/lib (libstdc++ and libgcc_s into STAGE/lib/compat, used
-# only where the GPU machine's own are too old); writes STAGE/MANIFEST.
+# need into STAGE/lib: the system's (gRPC, Abseil, ...) and the project's own
+# that Bazel links tests against dynamically (_solib_*); libstdc++ and
+# libgcc_s go to STAGE/lib/compat, used only where the GPU machine's own are
+# too old. Writes STAGE/MANIFEST.
 stage_binaries() { # STAGE TEST_LABEL...
   local stage=$1 bin name f lib path
   shift
   bin=$(bazel info bazel-bin 2>/dev/null) || die "bazel info failed"
   mkdir -p "$stage/bin" "$stage/lib/compat"
-  local -a names=()
+  : >"$stage/ldd"
   for label in "$@" "$BENCH_LABEL" "$PSD_LABEL" "$WORKERD_LABEL" \
     "$PSCTL_LABEL"; do
     name=$(label_name "$label")
@@ -101,7 +104,7 @@ stage_binaries() { # STAGE TEST_LABEL...
     [[ -e $stage/bin/$name ]] && die "two targets named $name"
     cp "$f" "$stage/bin/$name" && chmod u+w "$stage/bin/$name"
     strip --strip-all "$stage/bin/$name" || die "strip $name failed"
-    names+=("$name")
+    ldd "$f" >>"$stage/ldd" # here, where its $ORIGIN rpaths resolve
   done
   local -a system=()
   while read -r lib path; do
@@ -110,10 +113,13 @@ stage_binaries() { # STAGE TEST_LABEL...
     elif [[ $lib == libstdc++.so* || $lib == libgcc_s.so* ]]; then
       cp -L "$path" "$stage/lib/compat/$lib"
     else
-      cp -L "$path" "$stage/lib/$lib"
+      cp -L "$path" "$stage/lib/$lib" && chmod u+w "$stage/lib/$lib"
+      strip --strip-unneeded "$stage/lib/$lib" || die "strip $lib failed"
     fi
-  done < <(for n in "${names[@]}"; do ldd "$stage/bin/$n"; done |
-    awk '$2 == "=>" && $3 ~ /^\// { print $1, $3 }' | sort -u)
+  done < <(awk '$2 == "=>" && $3 ~ /^\// { print $1, $3 }' "$stage/ldd" |
+    sort -u)
+  grep 'not found' "$stage/ldd" | sort -u >&2
+  rm -f "$stage/ldd"
   {
     echo "commit=$(git rev-parse HEAD 2>/dev/null || echo unknown)"
     echo "dirty=$(git status --porcelain 2>/dev/null | grep -q . && echo yes || echo no)"
@@ -143,7 +149,8 @@ pack() { # DIR
   ((${#tests[@]})) || die "no gpu-tagged tests found ($GPU_TEST_QUERY)"
   build_all "${tests[@]}"
   stage=$(mktemp -d /tmp/gpu_pack.XXXXXX)
-  trap 'rm -rf "$stage"' EXIT
+  # shellcheck disable=SC2064  # the folder is known now
+  trap "rm -rf '$stage'" EXIT
   stage_binaries "$stage" "${tests[@]}"
   mkdir -p "$dir/data"
   rm -f "$dir/gpu_pack.tar.xz"
@@ -300,15 +307,16 @@ run_job() { # WORK
 }
 
 # Why psclient.torch with a CUDA model is not run (one line).
-torch_reason() { # WORK
-  local py
+torch_reason() {
+  local py why=""
   py=$(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])' \
     2>/dev/null || echo none)
-  echo "not run: psclient's native module (//python/psclient:_native.so) \
-is built against the build machine's Python headers (python3.11, \
-third_party python3_headers) and this machine's python3 is $py, so it cannot \
-be carried; and psclient.torch makes every parameter a view of the client's \
-host buffer, so a CUDA model has no path to the shards yet"
+  [[ $py != "$BUILD_PYTHON" ]] && why="psclient's native module \
+(//python/psclient:_native.so) is built against the build machine's Python \
+$BUILD_PYTHON headers (third_party/python3_headers.BUILD) and this machine's \
+python3 is $py, so it cannot be carried; and "
+  echo "not run: ${why}psclient.torch makes every parameter a view of the \
+client's host buffer, so a CUDA model has no path to the shards yet"
 }
 
 # Writes OUTDIR/gpu_check.json and .md from WORK's results; prints the table.
@@ -317,7 +325,7 @@ summarise() { # WORK OUTDIR
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader \
     >"$work/gpu" 2>/dev/null || nvidia-smi -L >"$work/gpu"
   python3 - "$work" "$out" "$SOURCE" "$ACCURACY_TARGET" \
-    "$(git rev-parse HEAD 2>/dev/null)" "$(torch_reason "$work")" \
+    "$(git rev-parse HEAD 2>/dev/null)" "$(torch_reason)" \
     "$((SECONDS - START))" <<'PY'
 import json, os, re, sys
 work, out, source, target, tree_commit, torch, secs = sys.argv[1:8]

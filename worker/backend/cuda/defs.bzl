@@ -14,7 +14,7 @@ NVCC_ARCH = [
 ]
 
 def cuda_backend_targets():
-    """Declares :cuda_kernels (kernels + cuBLAS/NCCL wrappers), :cuda_backend, :gpu_reducer and the gpu tests."""
+    """Declares :cuda_kernels (kernels + cuBLAS/NCCL wrappers), :cuda_backend, :gpu_reducer, the gpu tests and the GPU check's benchmark."""
     if not CUDA_ENABLED:
         return
     cuda_library(
@@ -103,5 +103,74 @@ def cuda_backend_targets():
             "//worker/backend",
             "//worker/backend/cpu:cpu_backend",
             "//worker/backend/testing:embedding_bag_test_util",
+        ],
+    )
+
+    # The GPU check (tools/gpu_check.sh): the CUDA backend against the CPU
+    # backend on the MLP's and the CNN's calls and models, and Backend::Gemm
+    # against cuBLAS, as JSON. testonly: it draws its models' parameters and
+    # data with //worker/model:model_test_util.
+    native.cc_library(
+        name = "gpu_cpu_compare",
+        testonly = True,
+        srcs = ["gpu_cpu_compare.cc"],
+        hdrs = ["gpu_cpu_compare.h"],
+        visibility = ["//visibility:private"],
+        deps = [
+            "//common:status_macros",
+            "//core:model_spec",
+            "//third_party:absl",
+            "//worker/backend",
+            "//worker/model",
+            "//worker/model:model_test_util",
+        ],
+    )
+
+    # The comparison run CPU against the GPU-like DeferredBackend: every
+    # figure 0, so a harness fault (an output never compared, a read before
+    # Synchronize) shows here, without a GPU.
+    native.cc_test(
+        name = "gpu_cpu_compare_test",
+        # About 30 s on one core: the CNN's calls and model on the CPU, twice.
+        size = "medium",
+        srcs = ["gpu_cpu_compare_test.cc"],
+        deps = [
+            ":gpu_cpu_compare",
+            "//third_party:absl",
+            "//third_party:gtest_main",
+            "//worker/backend",
+            "//worker/backend:deferred_backend",
+            "//worker/backend/cpu:cpu_backend",
+        ],
+    )
+
+    native.cc_library(
+        name = "gemm_rate",
+        testonly = True,
+        srcs = ["gemm_rate.cc"],
+        hdrs = ["gemm_rate.h"],
+        visibility = ["//visibility:private"],
+        deps = [
+            "//common:status_macros",
+            "//third_party:absl",
+            "//third_party:cuda",
+            "//worker/backend",
+        ],
+    )
+
+    native.cc_binary(
+        name = "gpu_check_benchmark",
+        testonly = True,
+        srcs = ["gpu_check_benchmark.cc"],
+        tags = ["gpu"],
+        visibility = ["//visibility:private"],
+        deps = [
+            ":gemm_rate",
+            ":gpu_cpu_compare",
+            "//common:status_macros",
+            "//third_party:absl",
+            "//third_party:cuda",
+            "//worker/backend",
+            "//worker/backend:backend_factory",
         ],
     )

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/float_bytes.h"
 #include "server/internal/checkpoint_format.h"
+#include "server/internal/le_bytes.h"
 
 namespace ps {
 

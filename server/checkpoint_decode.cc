@@ -12,6 +12,7 @@
 #include "core/float_bytes.h"
 #include "server/checkpoint.h"
 #include "server/internal/checkpoint_format.h"
+#include "server/internal/le_bytes.h"
 
 namespace ps {
 namespace {

@@ -22,6 +22,7 @@
 #include "common/status_macros.h"
 #include "server/checkpoint.h"
 #include "server/internal/checkpoint_format.h"
+#include "server/internal/le_bytes.h"
 
 namespace ps {
 namespace {

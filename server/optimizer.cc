@@ -8,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
 #include "core/float_bytes.h"
+#include "server/internal/le_bytes.h"
 
 #if defined(__SSE__)
 #include <xmmintrin.h>
@@ -15,6 +16,9 @@
 
 namespace ps {
 namespace {
+
+using internal::GetLe;
+using internal::PutLe;
 
 // The apply loops: contiguous, branch-free per element (every hyperparameter
 // decision is a template argument or a loop-invariant constant), written on
@@ -160,19 +164,6 @@ std::string Num(float x) { return absl::StrFormat("%g", x); }
 constexpr char kStateMagic[4] = {'P', 'S', 'O', 'S'};
 constexpr uint32_t kStateFormat = 1;
 constexpr size_t kStateHeader = 4 + 4 + 4 + 4 + 8 + 8;
-
-void PutLe(uint64_t v, int bytes, std::string* out) {
-  for (int i = 0; i < bytes; ++i)
-    out->push_back(static_cast<char>(v >> (8 * i)));
-}
-
-uint64_t GetLe(const char* p, int bytes) {
-  uint64_t v = 0;
-  for (int i = 0; i < bytes; ++i) {
-    v |= static_cast<uint64_t>(static_cast<unsigned char>(p[i])) << (8 * i);
-  }
-  return v;
-}
 
 }  // namespace
 

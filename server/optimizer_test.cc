@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/test_rng.h"
+#include "server/testing/test_rng.h"
 
 namespace ps {
 namespace {

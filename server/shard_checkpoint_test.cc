@@ -15,7 +15,7 @@
 #include "server/checkpoint.h"
 #include "server/optimizer.h"
 #include "server/shard.h"
-#include "server/shard_test_util.h"
+#include "server/testing/shard_test_util.h"
 
 namespace ps {
 namespace shard_test {

@@ -13,7 +13,7 @@
 #include "prometheus/text_serializer.h"
 #include "server/shard.h"
 #include "server/shard_metrics.h"
-#include "server/shard_test_util.h"
+#include "server/testing/shard_test_util.h"
 
 namespace ps {
 namespace shard_test {

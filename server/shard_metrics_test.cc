@@ -8,7 +8,7 @@
 #include "gtest/gtest.h"
 #include "prometheus/text_serializer.h"
 #include "server/shard.h"
-#include "server/shard_test_util.h"
+#include "server/testing/shard_test_util.h"
 
 namespace ps {
 namespace shard_test {

@@ -24,7 +24,7 @@
 #include "absl/synchronization/notification.h"
 #include "core/sparse_ids.h"
 #include "server/shard.h"
-#include "server/shard_test_util.h"
+#include "server/testing/shard_test_util.h"
 
 ABSL_FLAG(uint64_t, rows, 10000000, "rows in the table");
 ABSL_FLAG(uint32_t, dim, 16, "embedding dim");

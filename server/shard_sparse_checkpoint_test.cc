@@ -17,7 +17,7 @@
 #include "gtest/gtest.h"
 #include "server/checkpoint.h"
 #include "server/shard.h"
-#include "server/shard_test_util.h"
+#include "server/testing/shard_test_util.h"
 
 namespace ps {
 namespace {

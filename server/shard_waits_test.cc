@@ -10,7 +10,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/shard.h"
-#include "server/shard_test_util.h"
+#include "server/testing/shard_test_util.h"
 
 namespace ps {
 namespace shard_test {

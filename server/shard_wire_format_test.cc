@@ -8,7 +8,7 @@
 #include "core/wire_format.h"
 #include "gtest/gtest.h"
 #include "server/shard.h"
-#include "server/shard_test_util.h"
+#include "server/testing/shard_test_util.h"
 
 namespace ps {
 namespace shard_test {

@@ -1,6 +1,7 @@
 // The byte-level pieces of the checkpoint file format (the layout is drawn
-// in server/checkpoint.h): header constants, little-endian integers and
-// floats, and a bounds-checked reader. Internal to server/checkpoint*.cc.
+// in server/checkpoint.h): header constants and a bounds-checked reader
+// over little-endian integers and floats (le_bytes.h). Internal to
+// server/checkpoint*.cc.
 //
 // Not synchronized: each Reader belongs to one decode.
 #ifndef SERVER_INTERNAL_CHECKPOINT_FORMAT_H_
@@ -12,6 +13,7 @@
 
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "server/internal/le_bytes.h"
 
 namespace ps {
 namespace internal {
@@ -34,16 +36,6 @@ inline constexpr size_t kSequenceAt = 16;
 inline constexpr size_t kStepAt = 24;
 inline constexpr size_t kPayloadBytesAt = 32;
 inline constexpr size_t kCrcAt = 40;
-
-// Appends / overwrites / reads the low `bytes` bytes of `v`, little-endian.
-void PutLe(uint64_t v, int bytes, std::string* out);
-void SetLe(uint64_t v, int bytes, char* at);
-uint64_t GetLe(const char* p, int bytes);
-
-// Appends `v` as little-endian floats.
-void AppendFloats(absl::Span<const float> v, std::string* out);
-// Reads out.size() little-endian floats at `p`.
-void ReadFloats(const char* p, absl::Span<float> out);
 
 // Bounds-checked reads over the payload; the first failure sticks and
 // names what was being read.

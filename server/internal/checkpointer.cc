@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "server/internal/quorum.h"
 #include "server/internal/reasons.h"
 #include "server/internal/registration.h"
 #include "server/internal/waits.h"
@@ -92,11 +93,9 @@ uint64_t CheckpointStep(const Job& job, const std::vector<uint8_t>& active,
     return job.chunks.empty() ? tables->version()
                               : std::min(min_version, tables->version());
   }
-  uint64_t slowest = UINT64_MAX;
-  for (uint32_t r = 0; r < job.num_workers; ++r) {
-    if (active[r]) slowest = std::min(slowest, steps[r]);
-  }
-  return slowest == UINT64_MAX ? 0 : slowest;
+  return SlowestActive(
+      job.num_workers, [&](uint32_t r) { return active[r] != 0; },
+      [&](uint32_t r) { return steps[r]; });
 }
 
 // The membership, every chunk and the tables as one state: each chunk is

@@ -6,6 +6,7 @@
 
 #include "core/float_bytes.h"
 #include "core/wire_format.h"
+#include "server/internal/quorum.h"
 #include "server/internal/waits.h"
 #include "server/optimizer.h"
 
@@ -222,9 +223,7 @@ bool ApplyStepIfReady(Job& job, Chunk& c, std::vector<WaiterPtr>* ready) {
     ++members;
     arrived += s.pushed[r];
   }
-  const uint32_t quorum =
-      members > job.backup_workers ? members - job.backup_workers : 1;
-  if (arrived == 0 || arrived < quorum) return false;
+  if (!BspQuorumReached(members, arrived, job.backup_workers)) return false;
   const uint64_t t0 = NowNanos();
   // Rank order, into the lowest rank's buffer: the same bits whatever the
   // order the pushes came in.

@@ -1,27 +1,28 @@
 #include "server/internal/job.h"
 
 #include <algorithm>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "server/internal/quorum.h"
 
 namespace ps {
 namespace internal {
 
 uint64_t Job::SlowestWorkerSteps() const {
-  uint64_t slowest = UINT64_MAX;
-  for (uint32_t r = 0; r < num_workers; ++r) {
-    if (!is_active[r].load(std::memory_order_relaxed)) continue;
-    slowest = std::min(slowest, counters.workers[r].Steps());
-  }
-  return slowest == UINT64_MAX ? 0 : slowest;
+  return SlowestActive(
+      num_workers,
+      [&](uint32_t r) { return is_active[r].load(std::memory_order_relaxed); },
+      [&](uint32_t r) { return counters.workers[r].Steps(); });
 }
 
 uint64_t Job::MinActiveClock() const {
-  uint64_t m = UINT64_MAX;
-  for (uint32_t r = 0; r < num_workers; ++r) {
-    if (waits.active[r]) m = std::min(m, waits.clock[r]);
-  }
-  return m == UINT64_MAX ? 0 : m;
+  // Read here, under waits.mu: the lambdas below are other functions.
+  const std::vector<uint8_t>& active = waits.active;
+  const std::vector<uint64_t>& clock = waits.clock;
+  return SlowestActive(
+      num_workers, [&](uint32_t r) { return active[r] != 0; },
+      [&](uint32_t r) { return clock[r]; });
 }
 
 uint64_t Job::LowestVersion() const {

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <vector>
 
+#include "server/internal/quorum.h"
+
 namespace ps {
 namespace internal {
 namespace {
@@ -37,11 +39,9 @@ void AddMissingWorkers(const Job& job, uint64_t version, JobStats* js) {
 
 // ASP/SSP: the slowest active worker's pushed steps.
 uint64_t SlowestSteps(const Job& job, const std::vector<uint8_t>& active) {
-  uint64_t slowest = UINT64_MAX;
-  for (uint32_t r = 0; r < job.num_workers; ++r) {
-    if (active[r]) slowest = std::min(slowest, job.counters.workers[r].Steps());
-  }
-  return slowest == UINT64_MAX ? 0 : slowest;
+  return SlowestActive(
+      job.num_workers, [&](uint32_t r) { return active[r] != 0; },
+      [&](uint32_t r) { return job.counters.workers[r].Steps(); });
 }
 
 void AddWorkers(const Job& job, const std::vector<uint8_t>& active,

@@ -37,10 +37,16 @@
 //     table; the tables and the step's other pushes are unchanged.
 //
 // Thread safety: every method may be called concurrently. One mutex orders
-// the pushes, the version and the waits. A BSP step is applied under it
-// (nothing else pushes until it is answered); ASP/SSP pushes are applied
-// outside it, concurrently, under the tables' own stripe locks. `done`
-// never runs under it.
+// the pushes, the version and the waits (the StepBarrier and the WaitList).
+// A BSP step is applied under it (nothing else pushes until it is
+// answered); ASP/SSP pushes are applied outside it, concurrently, under the
+// tables' own stripe locks. `done` never runs under it.
+//
+// The rooms (server/sparse/internal/): table_set (the tables and applying
+// to them), request_checks (validation and decoding), step_barrier (BSP
+// quorum, ASP/SSP clocks), waiters (pending exchanges and their answers),
+// tables_stream (the save stream), table_stats. This class joins them
+// under its locks.
 #ifndef SERVER_SPARSE_JOB_TABLES_H_
 #define SERVER_SPARSE_JOB_TABLES_H_
 
@@ -51,7 +57,6 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -59,18 +64,17 @@
 #include "proto/job.pb.h"
 #include "proto/ps.pb.h"
 #include "server/sparse/byte_stream.h"
-#include "server/sparse/row_optimizer.h"
-#include "server/sparse/sparse_table.h"
+#include "server/sparse/internal/request_checks.h"
+#include "server/sparse/internal/step_barrier.h"
+#include "server/sparse/internal/table_set.h"
+#include "server/sparse/internal/waiters.h"
 
 namespace ps {
 
 class JobTables {
  public:
-  struct Placement {
-    uint32_t shard_id = 0;
-    uint32_t num_shards = 1;
-    uint32_t num_workers = 1;
-  };
+  // shard_id of num_shards, num_workers.
+  using Placement = sparse_internal::TablesPlacement;
 
   // The tables of `spec` (defaults applied, core/table_spec.h) for this
   // shard. INVALID_ARGUMENT naming the field for a bad table spec.
@@ -142,92 +146,47 @@ class JobTables {
   Snapshot TakeSnapshot() const;
 
  private:
-  struct Table;
-  struct Waiter;
-  // One worker's pushed rows for one step, per table index.
-  struct Pushed {
-    std::vector<std::vector<uint64_t>> ids;
-    std::vector<std::vector<float>> grads;
-    uint64_t bytes = 0;
-  };
+  JobTables(const JobSpec& spec, Placement where,
+            std::unique_ptr<sparse_internal::TableSet> tables);
 
-  JobTables(const JobSpec& spec, Placement where);
-
-  absl::Status CheckRequest(const SparseExchangeRequest& req) const;
-  absl::Status CheckRows(const SparseRows& rows, bool push,
-                         const std::string& at) const;
-  absl::StatusOr<Pushed> DecodePush(const SparseExchangeRequest& req) const;
-  const Table* FindTable(const std::string& name) const;
-
+  absl::Status NotActive(uint32_t worker) const;
   // BSP, under mu_: buffers the push, applies the step once complete; sets
   // resp->duplicate / stale.
-  absl::Status PushLocked(const SparseExchangeRequest& req, Pushed pushed,
-                          SparseExchangeResponse* resp)
+  absl::Status PushBspLocked(const SparseExchangeRequest& req,
+                             sparse_internal::TablePushes pushed,
+                             SparseExchangeResponse* resp)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // ASP/SSP: the push is claimed under mu_ (duplicates), applied with no
   // JobTables lock (the tables lock their stripes), then counted under mu_.
   // Fills `ready` with the waits it completes, the caller's own included.
-  absl::Status PushUnordered(const SparseExchangeRequest& req, Pushed pushed,
+  absl::Status PushUnordered(const SparseExchangeRequest& req,
+                             sparse_internal::TablePushes pushed,
                              SparseExchangeResponse* resp,
-                             const std::shared_ptr<Waiter>& waiter,
-                             std::vector<std::shared_ptr<Waiter>>* ready);
-  // The pushes' rows, concatenated in order (a row pushed several times is
-  // summed in that order), times `scale`, into every table, tagged `step`
-  // for TTL. Thread-safe; the caller orders it against snapshots.
-  absl::Status Apply(const std::vector<const Pushed*>& pushes, float scale,
-                     uint64_t step);
-  // TTL: drops rows idle evict_after_steps at step `now`, scanning a table
-  // every evict_after_steps / 16 steps (so within 1/16 more).
-  void EvictExpired(uint64_t now);
+                             const sparse_internal::WaiterPtr& waiter,
+                             std::vector<sparse_internal::WaiterPtr>* ready);
   // BSP: applies the step once its quorum pushed. An error (a table's
   // budget) drops the step's pushes and leaves the version.
   absl::Status MaybeCompleteStepLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Moves the waits that need a version beyond `version` to `out`.
-  void TakeWaitsBeyondLocked(uint64_t version,
-                             std::vector<std::shared_ptr<Waiter>>* out)
+  void CollectReadyLocked(std::vector<sparse_internal::WaiterPtr>* ready)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  uint64_t SlowestLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  bool SatisfiedLocked(const Waiter& w) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void CollectReadyLocked(std::vector<std::shared_ptr<Waiter>>* ready)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  std::vector<uint32_t> MissingWorkersLocked() const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Reads the rows `w` asks for and runs its callback. No lock held.
-  void Answer(Waiter& w);
 
   const std::string job_id_;
   const Placement where_;
   const ConsistencyMode mode_;
   const uint32_t staleness_;
-  const uint32_t backup_workers_;
   const absl::Duration step_deadline_;
-  std::vector<std::unique_ptr<Table>> tables_;
-  absl::flat_hash_map<std::string, size_t> table_index_;
   const absl::Time created_;
+  // Its tables are fixed at Create; Restore swaps their rows.
+  const std::unique_ptr<sparse_internal::TableSet> tables_;
+  const sparse_internal::RequestChecks checks_;
 
   // ASP/SSP applies run holding it shared; snapshots and Restore hold it
   // exclusively, so they never see a push half applied. Before mu_.
   mutable absl::Mutex apply_mu_;
   mutable absl::Mutex mu_ ABSL_ACQUIRED_AFTER(apply_mu_);
-  uint64_t version_ ABSL_GUARDED_BY(mu_) = 0;
-  std::vector<uint8_t> active_ ABSL_GUARDED_BY(mu_);
-  // BSP: the pushes buffered for step version_ (empty = not pushed).
-  std::vector<std::unique_ptr<Pushed>> pending_ ABSL_GUARDED_BY(mu_);
-  uint64_t pending_bytes_ ABSL_GUARDED_BY(mu_) = 0;
-  // ASP/SSP: per worker, its highest applied step + 1 (0 = none): the SSP
-  // clock; and its highest claimed step + 1 (applied or being applied):
-  // what makes a retry a duplicate.
-  std::vector<uint64_t> pushed_steps_ ABSL_GUARDED_BY(mu_);
-  std::vector<uint64_t> claimed_steps_ ABSL_GUARDED_BY(mu_);
-  // ASP/SSP: the slowest clock TTL eviction last ran at.
-  uint64_t evicted_at_ ABSL_GUARDED_BY(mu_) = 0;
-  std::vector<std::shared_ptr<Waiter>> waiters_ ABSL_GUARDED_BY(mu_);
+  sparse_internal::StepBarrier barrier_ ABSL_GUARDED_BY(mu_);
+  sparse_internal::WaitList waits_ ABSL_GUARDED_BY(mu_);
   absl::Status closed_ ABSL_GUARDED_BY(mu_);
-  // The version Restore set (0 = never restored), for the error of a push
-  // beyond it.
-  uint64_t restored_version_ ABSL_GUARDED_BY(mu_) = 0;
-  bool restored_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace ps

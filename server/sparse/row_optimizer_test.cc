@@ -14,7 +14,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/optimizer.h"
-#include "server/test_rng.h"
+#include "server/testing/test_rng.h"
 
 namespace ps {
 namespace {

@@ -23,12 +23,16 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "server/checkpoint.h"
+#include "server/internal/le_bytes.h"
 #include "server/sparse/internal/row_index.h"
 #include "server/sparse/sparse_table.h"
 
 namespace ps {
 namespace {
 
+using internal::GetLe;
+using internal::PutLe;
+using internal::SetLe;
 using sparse_internal::RowMeta;
 using sparse_internal::RowStore;
 using sparse_internal::Stripe;
@@ -45,31 +49,6 @@ constexpr size_t kCounterBytes = 12;
 // A row's bytes in the stream besides its floats: id, last_step, pushes.
 constexpr size_t kRowMetaBytes = 24;
 
-void PutU32(std::string* out, uint32_t v) {
-  for (int i = 0; i < 4; ++i) out->push_back(static_cast<char>(v >> (8 * i)));
-}
-void PutU64(std::string* out, uint64_t v) {
-  for (int i = 0; i < 8; ++i) out->push_back(static_cast<char>(v >> (8 * i)));
-}
-uint32_t GetU32(const char* p) {
-  uint32_t v = 0;
-  for (int i = 3; i >= 0; --i) v = (v << 8) | static_cast<unsigned char>(p[i]);
-  return v;
-}
-uint64_t GetU64(const char* p) {
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; --i) v = (v << 8) | static_cast<unsigned char>(p[i]);
-  return v;
-}
-char* StoreU32(char* p, uint32_t v) {
-  for (int i = 0; i < 4; ++i) p[i] = static_cast<char>(v >> (8 * i));
-  return p + 4;
-}
-char* StoreU64(char* p, uint64_t v) {
-  for (int i = 0; i < 8; ++i) p[i] = static_cast<char>(v >> (8 * i));
-  return p + 8;
-}
-
 // Appends one stripe's section, encoded from its snapshot. Counters are
 // written in id order, so equal tables give equal streams whatever their
 // hash tables' history.
@@ -83,29 +62,29 @@ void EncodeSection(StripeImage& image, uint32_t floats_per_row,
       image.rows * row_bytes + image.counters.size() * kCounterBytes;
   out->resize(start + 20 + body_bytes + 4);
   char* p = out->data() + start;
-  p = StoreU64(p, image.rows);
-  p = StoreU64(p, image.counters.size());
-  p = StoreU32(p, Crc32c(absl::string_view(p - 16, 16)));
+  p = SetLe(image.rows, 8, p);
+  p = SetLe(image.counters.size(), 8, p);
+  p = SetLe(Crc32c(absl::string_view(p - 16, 16)), 4, p);
   char* const body = p;
   for (uint32_t slot = image.oldest; slot != RowStore::kNil;) {
     const RowMeta m =
         RowStore::MetaAt(image.records.data(), record_bytes, slot);
-    p = StoreU64(p, m.id);
-    p = StoreU64(p, m.last_step);
-    p = StoreU64(p, m.pushes);
+    p = SetLe(m.id, 8, p);
+    p = SetLe(m.last_step, 8, p);
+    p = SetLe(m.pushes, 8, p);
     const char* rec = image.records.data() + size_t{slot} * record_bytes;
     for (uint32_t e = 0; e < floats_per_row; ++e) {
       uint32_t bits;
       std::memcpy(&bits, rec + 4 * size_t{e}, 4);
-      p = StoreU32(p, bits);
+      p = SetLe(bits, 4, p);
     }
     slot = m.newer;
   }
   for (const auto& [id, count] : image.counters) {
-    p = StoreU64(p, id);
-    p = StoreU32(p, count);
+    p = SetLe(id, 8, p);
+    p = SetLe(count, 4, p);
   }
-  StoreU32(p, Crc32c(absl::string_view(body, body_bytes)));
+  SetLe(Crc32c(absl::string_view(body, body_bytes)), 4, p);
 }
 
 // Reads n bytes, extending a running CRC.
@@ -118,7 +97,7 @@ absl::Status ReadCrc(ByteSource& src, size_t n, char* out, uint32_t* crc) {
 absl::Status CheckCrc(ByteSource& src, uint32_t crc, absl::string_view what) {
   char b[4];
   PS_RETURN_IF_ERROR(src.Read(4, b));
-  if (GetU32(b) != crc) {
+  if (static_cast<uint32_t>(GetLe(b, 4)) != crc) {
     return absl::DataLossError(absl::StrCat("checksum mismatch in ", what));
   }
   return absl::OkStatus();
@@ -131,22 +110,22 @@ namespace {
 std::string EncodeHeader(const SparseTable::Options& o) {
   std::string out;
   out.append(kMagic, 8);
-  PutU32(&out, kVersion);
-  PutU32(&out, o.dim);
-  PutU32(&out, o.state_floats_per_row);
-  PutU32(&out, o.num_stripes);
-  PutU32(&out, static_cast<uint32_t>(o.name.size()));
+  PutLe(kVersion, 4, &out);
+  PutLe(o.dim, 4, &out);
+  PutLe(o.state_floats_per_row, 4, &out);
+  PutLe(o.num_stripes, 4, &out);
+  PutLe(static_cast<uint32_t>(o.name.size()), 4, &out);
   out.append(o.name);
-  PutU32(&out, Crc32c(out));
+  PutLe(Crc32c(out), 4, &out);
   return out;
 }
 
 std::string EncodeTrailer(uint64_t rows, uint64_t counters) {
   std::string out;
   out.append(kEndMagic, 8);
-  PutU64(&out, rows);
-  PutU64(&out, counters);
-  PutU32(&out, Crc32c(out));
+  PutLe(rows, 8, &out);
+  PutLe(counters, 8, &out);
+  PutLe(Crc32c(out), 4, &out);
   return out;
 }
 
@@ -215,9 +194,11 @@ absl::Status SparseTable::Restore(ByteSource& source) {
   if (std::memcmp(h, kMagic, 8) != 0) {
     return fail(absl::DataLossError("not a sparse table stream (bad magic)"));
   }
-  const uint32_t version = GetU32(h + 8), dim = GetU32(h + 12),
-                 state = GetU32(h + 16), sections = GetU32(h + 20),
-                 name_bytes = GetU32(h + 24);
+  const auto u32_at = [h](size_t at) {
+    return static_cast<uint32_t>(GetLe(h + at, 4));
+  };
+  const uint32_t version = u32_at(8), dim = u32_at(12), state = u32_at(16),
+                 sections = u32_at(20), name_bytes = u32_at(24);
   if (version != kVersion) {
     return fail(absl::DataLossError(
         absl::StrCat("format version ", version, ", want ", kVersion,
@@ -280,7 +261,7 @@ absl::Status SparseTable::RestoreSections(
     uint32_t crc = 0;
     PS_RETURN_IF_ERROR(ReadCrc(source, sizeof(sh), sh, &crc));
     PS_RETURN_IF_ERROR(CheckCrc(source, crc, where + " header"));
-    const uint64_t rows = GetU64(sh), counters = GetU64(sh + 8);
+    const uint64_t rows = GetLe(sh, 8), counters = GetLe(sh + 8, 8);
     crc = 0;
     for (uint64_t done = 0; done < rows;) {
       const size_t n =
@@ -289,15 +270,16 @@ absl::Status SparseTable::RestoreSections(
       PS_RETURN_IF_ERROR(ReadCrc(source, buf.size(), buf.data(), &crc));
       for (size_t r = 0; r < n; ++r) {
         const char* p = buf.data() + r * row_bytes;
-        const uint64_t id = GetU64(p);
+        const uint64_t id = GetLe(p, 8);
         PS_RETURN_IF_ERROR(CheckStoredId(id, where));
         for (uint32_t e = 0; e < floats; ++e) {
-          const uint32_t bits = GetU32(p + kRowMetaBytes + 4 * size_t{e});
+          const uint32_t bits = static_cast<uint32_t>(
+              GetLe(p + kRowMetaBytes + 4 * size_t{e}, 4));
           std::memcpy(&values[e], &bits, 4);
         }
         const uint64_t hash = sparse_internal::RowHash(id);
         PS_RETURN_IF_ERROR(staged[StripeOf(hash)]->RestoreRow(
-            id, /*last_step=*/GetU64(p + 8), /*pushes=*/GetU64(p + 16),
+            id, /*last_step=*/GetLe(p + 8, 8), /*pushes=*/GetLe(p + 16, 8),
             values.data()));
       }
       done += n;
@@ -309,11 +291,11 @@ absl::Status SparseTable::RestoreSections(
       PS_RETURN_IF_ERROR(ReadCrc(source, buf.size(), buf.data(), &crc));
       for (size_t r = 0; r < n; ++r) {
         const char* p = buf.data() + r * kCounterBytes;
-        const uint64_t id = GetU64(p);
+        const uint64_t id = GetLe(p, 8);
         PS_RETURN_IF_ERROR(CheckStoredId(id, where));
         const uint64_t hash = sparse_internal::RowHash(id);
-        PS_RETURN_IF_ERROR(
-            staged[StripeOf(hash)]->RestoreCounter(id, GetU32(p + 8)));
+        PS_RETURN_IF_ERROR(staged[StripeOf(hash)]->RestoreCounter(
+            id, static_cast<uint32_t>(GetLe(p + 8, 4))));
       }
       done += n;
     }
@@ -325,8 +307,8 @@ absl::Status SparseTable::RestoreSections(
   uint32_t crc = 0;
   PS_RETURN_IF_ERROR(ReadCrc(source, sizeof(t), t, &crc));
   PS_RETURN_IF_ERROR(CheckCrc(source, crc, "trailer"));
-  if (std::memcmp(t, kEndMagic, 8) != 0 || GetU64(t + 8) != total_rows ||
-      GetU64(t + 16) != total_counters) {
+  if (std::memcmp(t, kEndMagic, 8) != 0 || GetLe(t + 8, 8) != total_rows ||
+      GetLe(t + 16, 8) != total_counters) {
     return absl::DataLossError("trailer does not match the sections");
   }
   return absl::OkStatus();

@@ -9,7 +9,7 @@
 #include "gtest/gtest.h"
 #include "server/sparse/byte_stream.h"
 #include "server/sparse/sparse_table.h"
-#include "server/sparse/sparse_table_test_util.h"
+#include "server/sparse/testing/sparse_table_test_util.h"
 
 namespace ps {
 namespace {

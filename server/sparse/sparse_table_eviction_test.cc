@@ -6,7 +6,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/sparse/sparse_table.h"
-#include "server/sparse/sparse_table_test_util.h"
+#include "server/sparse/testing/sparse_table_test_util.h"
 
 namespace ps {
 namespace {

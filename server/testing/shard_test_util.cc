@@ -1,4 +1,4 @@
-#include "server/shard_test_util.h"
+#include "server/testing/shard_test_util.h"
 
 #include <cmath>
 #include <cstdlib>

@@ -4,8 +4,8 @@
 //
 //   TestRng rng(7);
 //   float g = rng.Bell(0.1);
-#ifndef SERVER_TEST_RNG_H_
-#define SERVER_TEST_RNG_H_
+#ifndef SERVER_TESTING_TEST_RNG_H_
+#define SERVER_TESTING_TEST_RNG_H_
 
 #include <cstdint>
 
@@ -33,4 +33,4 @@ class TestRng {
 
 }  // namespace ps
 
-#endif  // SERVER_TEST_RNG_H_
+#endif  // SERVER_TESTING_TEST_RNG_H_

@@ -7,8 +7,8 @@
 //   auto call = StartPushPull(shard, reg, /*worker=*/0, /*step=*/0,
 //                             /*version=*/0);
 //   ASSERT_TRUE(call->done.WaitForNotificationWithTimeout(absl::Seconds(30)));
-#ifndef SERVER_SHARD_TEST_UTIL_H_
-#define SERVER_SHARD_TEST_UTIL_H_
+#ifndef SERVER_TESTING_SHARD_TEST_UTIL_H_
+#define SERVER_TESTING_SHARD_TEST_UTIL_H_
 
 #include <cstdint>
 #include <functional>
@@ -137,4 +137,4 @@ std::vector<std::vector<float>> SequentialBspParams(
 }  // namespace shard_test
 }  // namespace ps
 
-#endif  // SERVER_SHARD_TEST_UTIL_H_
+#endif  // SERVER_TESTING_SHARD_TEST_UTIL_H_

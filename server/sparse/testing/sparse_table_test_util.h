@@ -1,6 +1,6 @@
 // Fixtures shared by the sparse_table_*_test files.
-#ifndef SERVER_SPARSE_SPARSE_TABLE_TEST_UTIL_H_
-#define SERVER_SPARSE_SPARSE_TABLE_TEST_UTIL_H_
+#ifndef SERVER_SPARSE_TESTING_SPARSE_TABLE_TEST_UTIL_H_
+#define SERVER_SPARSE_TESTING_SPARSE_TABLE_TEST_UTIL_H_
 
 #include <cstdint>
 #include <memory>
@@ -89,4 +89,4 @@ inline std::string SaveBytes(const SparseTable& t) {
 }  // namespace sparse_test
 }  // namespace ps
 
-#endif  // SERVER_SPARSE_SPARSE_TABLE_TEST_UTIL_H_
+#endif  // SERVER_SPARSE_TESTING_SPARSE_TABLE_TEST_UTIL_H_

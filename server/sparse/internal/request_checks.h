@@ -1,0 +1,64 @@
+// The checks a SparseExchange request passes before anything changes, and
+// the decoding of its pushed rows (server/sparse/job_tables.h lists what is
+// rejected): the sparse side of server/internal/validation.h.
+//
+//   RequestChecks checks(job_id, {shard_id, num_shards, num_workers}, &tables);
+//   PS_RETURN_IF_ERROR(checks.Check(req));
+//   TablePushes pushes = DecodePush(tables, req);
+//
+// Thread safety: const after construction; any thread.
+#ifndef SERVER_SPARSE_INTERNAL_REQUEST_CHECKS_H_
+#define SERVER_SPARSE_INTERNAL_REQUEST_CHECKS_H_
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "proto/ps.pb.h"
+#include "server/sparse/internal/table_set.h"
+
+namespace ps {
+namespace sparse_internal {
+
+// Where a job's tables live: this shard among the job's, and its workers.
+struct TablesPlacement {
+  uint32_t shard_id = 0;
+  uint32_t num_shards = 1;
+  uint32_t num_workers = 1;
+};
+
+class RequestChecks {
+ public:
+  // `tables` is borrowed and must outlive this.
+  RequestChecks(std::string job_id, TablesPlacement where,
+                const TableSet* tables)
+      : job_id_(std::move(job_id)), where_(where), tables_(*tables) {}
+
+  // INVALID_ARGUMENT naming the field: a worker out of range, gradients
+  // without push, an unknown table or one pushed twice, ids not a whole
+  // number of uint64, the wrong number of values, an id of another shard or
+  // beyond num_ids, a value not finite.
+  absl::Status Check(const SparseExchangeRequest& req) const;
+
+ private:
+  absl::Status CheckRows(const SparseRows& rows, bool push,
+                         const std::string& at) const;
+
+  const std::string job_id_;
+  const TablesPlacement where_;
+  const TableSet& tables_;
+};
+
+// The ids of a SparseRows.ids field (a whole number of uint64, checked).
+std::vector<uint64_t> DecodeIds(const std::string& bytes);
+
+// The pushed rows of a checked request, per table index of `tables`.
+TablePushes DecodePush(const TableSet& tables,
+                       const SparseExchangeRequest& req);
+
+}  // namespace sparse_internal
+}  // namespace ps
+
+#endif  // SERVER_SPARSE_INTERNAL_REQUEST_CHECKS_H_

@@ -1,0 +1,100 @@
+#include "server/sparse/internal/waiters.h"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+
+#include "absl/types/span.h"
+#include "server/sparse/internal/request_checks.h"
+
+namespace ps {
+namespace sparse_internal {
+
+WaiterPtr NewWaiter(const SparseExchangeRequest& req,
+                    SparseExchangeResponse* resp,
+                    std::function<void(absl::Status)> done, uint32_t staleness,
+                    absl::Time deadline) {
+  auto waiter = std::make_shared<Waiter>();
+  waiter->req = &req;
+  waiter->resp = resp;
+  waiter->done = std::move(done);
+  waiter->step = req.step();
+  const uint64_t next = req.push() ? req.step() + 1 : req.step();
+  waiter->need_version = next;
+  waiter->need_clock = next > staleness ? next - staleness : 0;
+  waiter->deadline = deadline;
+  return waiter;
+}
+
+bool WaitList::Satisfied(const Waiter& w, const StepBarrier& barrier) {
+  switch (barrier.mode()) {
+    case ASP:
+      return true;
+    case SSP:
+      return barrier.Slowest() >= w.need_clock;
+    default:
+      return barrier.version() >= w.need_version;
+  }
+}
+
+void WaitList::CollectReady(const StepBarrier& barrier,
+                            std::vector<WaiterPtr>* ready) {
+  auto keep =
+      std::remove_if(waiters_.begin(), waiters_.end(), [&](const WaiterPtr& w) {
+        if (!Satisfied(*w, barrier)) return false;
+        w->answered_version = barrier.version();
+        ready->push_back(w);
+        return true;
+      });
+  waiters_.erase(keep, waiters_.end());
+}
+
+void WaitList::TakeBeyond(uint64_t version, std::vector<WaiterPtr>* out) {
+  auto keep =
+      std::remove_if(waiters_.begin(), waiters_.end(), [&](const WaiterPtr& w) {
+        if (w->need_version <= version) return false;
+        out->push_back(w);
+        return true;
+      });
+  waiters_.erase(keep, waiters_.end());
+}
+
+void WaitList::TakeLate(absl::Time now, std::vector<WaiterPtr>* late) {
+  auto keep =
+      std::remove_if(waiters_.begin(), waiters_.end(), [&](const WaiterPtr& w) {
+        if (w->deadline > now) return false;
+        late->push_back(w);
+        return true;
+      });
+  waiters_.erase(keep, waiters_.end());
+}
+
+std::vector<WaiterPtr> WaitList::TakeAll() {
+  std::vector<WaiterPtr> all;
+  all.swap(waiters_);
+  return all;
+}
+
+void Answer(const TableSet& tables, Waiter& w) {
+  w.resp->set_version(w.answered_version);
+  for (const SparseRows& pull : w.req->pull()) {
+    const Table& t = *tables.Find(pull.table());
+    SparseRows* out = w.resp->add_rows();
+    out->set_table(pull.table());
+    out->set_ids(pull.ids());
+    const std::vector<uint64_t> ids = DecodeIds(pull.ids());
+    std::string* values = out->mutable_values();
+    values->resize(ids.size() * t.spec.dim() * sizeof(float));
+    absl::Span<float> rows(reinterpret_cast<float*>(values->data()),
+                           ids.size() * t.spec.dim());
+    absl::Status s = t.rows->Pull(ids, rows);
+    if (!s.ok()) {
+      w.done(s);
+      return;
+    }
+  }
+  w.done(absl::OkStatus());
+}
+
+}  // namespace sparse_internal
+}  // namespace ps

@@ -1,0 +1,77 @@
+// The SparseExchange calls of a job's tables that wait for their answer
+// (the sparse side of server/internal/waits.h): what each waits for, the
+// list of them, and the answer (the pulled rows) once one is ready.
+//
+//   WaiterPtr w = NewWaiter(req, resp, std::move(done), staleness, deadline);
+//   waits.Add(w);
+//   waits.CollectReady(barrier, &ready);
+//   for (auto& r : ready) Answer(tables, *r);   // under no lock
+//
+// Thread-compatible: JobTables guards the WaitList with its mutex.
+#ifndef SERVER_SPARSE_INTERNAL_WAITERS_H_
+#define SERVER_SPARSE_INTERNAL_WAITERS_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "proto/job.pb.h"
+#include "proto/ps.pb.h"
+#include "server/sparse/internal/step_barrier.h"
+#include "server/sparse/internal/table_set.h"
+
+namespace ps {
+namespace sparse_internal {
+
+// A pending SparseExchange: answered once the list finds it satisfied.
+struct Waiter {
+  const SparseExchangeRequest* req = nullptr;
+  SparseExchangeResponse* resp = nullptr;
+  std::function<void(absl::Status)> done;
+  uint64_t step = 0;
+  uint64_t need_version = 0;  // BSP
+  uint64_t need_clock = 0;    // SSP
+  absl::Time deadline;
+  uint64_t answered_version = 0;  // set when it becomes ready
+};
+using WaiterPtr = std::shared_ptr<Waiter>;
+
+// The wait of `req` (borrowed with `resp` until `done` runs): BSP, the
+// version after its step (its step without a push); SSP, that version less
+// `staleness` as the slowest clock; failed at `deadline`.
+WaiterPtr NewWaiter(const SparseExchangeRequest& req,
+                    SparseExchangeResponse* resp,
+                    std::function<void(absl::Status)> done, uint32_t staleness,
+                    absl::Time deadline);
+
+class WaitList {
+ public:
+  void Add(WaiterPtr w) { waiters_.push_back(std::move(w)); }
+  // Moves the waits that `barrier` satisfies (ASP: all; SSP: the slowest
+  // clock; BSP: the version) to `ready`, stamped with its version.
+  void CollectReady(const StepBarrier& barrier, std::vector<WaiterPtr>* ready);
+  // Moves the waits that need a version beyond `version` to `out`.
+  void TakeBeyond(uint64_t version, std::vector<WaiterPtr>* out);
+  // Moves the waits whose deadline is not after `now` to `late`.
+  void TakeLate(absl::Time now, std::vector<WaiterPtr>* late);
+  // Moves every wait out.
+  std::vector<WaiterPtr> TakeAll();
+
+ private:
+  static bool Satisfied(const Waiter& w, const StepBarrier& barrier);
+
+  std::vector<WaiterPtr> waiters_;
+};
+
+// Reads the rows `w` asks for into its response and runs its callback
+// (with the error of a read that failed). Call with no lock held.
+void Answer(const TableSet& tables, Waiter& w);
+
+}  // namespace sparse_internal
+}  // namespace ps
+
+#endif  // SERVER_SPARSE_INTERNAL_WAITERS_H_

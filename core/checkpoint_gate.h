@@ -4,7 +4,7 @@
 // at the new version (server/internal/registration.cc; a shard without a
 // checkpoint_dir answers at once), and the client puts a whole step on the
 // wire, since a request held back by a window would never be answered
-// (worker/async_ps_client.cc).
+// (worker/client/async_ps_client.cc).
 #ifndef CORE_CHECKPOINT_GATE_H_
 #define CORE_CHECKPOINT_GATE_H_
 

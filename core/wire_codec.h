@@ -1,9 +1,9 @@
 // Hand codec of proto/ps.proto's tensor messages, byte for byte as protobuf
 // writes them, for the zero-copy PushPull/Pull path. The client
-// (worker/async_ps_client.cc) and the shard service (server/rpc/ps_service.cc)
-// encode the small fields into header strings and send each ChunkData's
-// payload as a separate piece that borrows the tensor; the client decodes
-// replies straight from gRPC's receive slices.
+// (worker/client/async_ps_client.cc) and the shard service
+// (server/rpc/ps_service.cc) encode the small fields into header strings and
+// send each ChunkData's payload as a separate piece that borrows the tensor;
+// the client decodes replies straight from gRPC's receive slices.
 //
 //   std::string head;
 //   PutVarintField(kRequestStepTag, step, &head);

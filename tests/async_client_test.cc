@@ -11,8 +11,8 @@
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "tools/psbench_cluster.h"
-#include "worker/async_ps_client.h"
-#include "worker/ps_client.h"
+#include "worker/client/async_ps_client.h"
+#include "worker/client/ps_client.h"
 
 namespace ps {
 namespace {

@@ -28,7 +28,7 @@
 #include "proto/ps.grpc.pb.h"
 #include "tests/checksum.h"
 #include "tests/local_cluster.h"
-#include "worker/ps_client.h"
+#include "worker/client/ps_client.h"
 
 namespace ps {
 namespace {

@@ -11,7 +11,7 @@
 #include "grpcpp/grpcpp.h"
 #include "proto/ps.grpc.pb.h"
 #include "tests/subprocess.h"
-#include "worker/ps_client.h"
+#include "worker/client/ps_client.h"
 
 namespace ps {
 

@@ -19,7 +19,7 @@
 #include "server/coordinator/placement.h"
 #include "tests/checksum.h"
 #include "tests/subprocess.h"
-#include "worker/ps_client.h"
+#include "worker/client/ps_client.h"
 
 namespace ps {
 namespace {

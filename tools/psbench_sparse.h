@@ -28,7 +28,7 @@
 #include "absl/time/time.h"
 #include "proto/job.pb.h"
 #include "tools/psbench_cluster.h"
-#include "worker/ps_client.h"
+#include "worker/client/ps_client.h"
 
 namespace ps {
 namespace bench {

@@ -23,7 +23,7 @@
 #include "proto/job.pb.h"
 #include "tools/psbench_cluster.h"
 #include "tools/psbench_tcp.h"
-#include "worker/ps_client.h"
+#include "worker/client/ps_client.h"
 
 namespace ps {
 namespace bench {

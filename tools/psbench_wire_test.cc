@@ -1,6 +1,6 @@
 // The zero-copy wire path that psbench measures: PsClient encodes its
 // requests and decodes the replies by hand, and PsService writes its replies
-// by hand (core/wire_codec.cc, used by worker/async_ps_client.cc and
+// by hand (core/wire_codec.cc, used by worker/client/async_ps_client.cc and
 // server/rpc/ps_service.cc). These tests hold
 // both to proto/ps.proto: byte-identical to protobuf where protobuf would
 // write the message, and tolerant of everything else a protobuf peer may
@@ -31,8 +31,8 @@
 #include "server/rpc/ps_service.h"
 #include "server/shard.h"
 #include "tools/psbench_cluster.h"
-#include "worker/ps_client.h"
-#include "worker/shard_wire.h"
+#include "worker/client/ps_client.h"
+#include "worker/client/shard_wire.h"
 
 namespace ps {
 namespace {

@@ -144,8 +144,8 @@ absl::Status JoinedWorker::JoinTimeout() const {
 absl::Status JoinedWorker::Setup() {
   PsClientOptions client_options = options_.client;
   // A shard that keeps failing is looked for at the coordinator: it may
-  // have restarted at another address (worker/shard_relocator.h). The client
-  // is destroyed in Close, before the coordinator connection.
+  // have restarted at another address (worker/client/shard_relocator.h). The
+  // client is destroyed in Close, before the coordinator connection.
   client_options.locate_shards =
       [this](absl::Time deadline) -> absl::StatusOr<ShardAddressesResponse> {
     ShardAddressesResponse resp;
@@ -209,7 +209,7 @@ absl::Status JoinedWorker::AbortedStatus(absl::string_view during) const {
                                          "): ", aborted().value_or("")));
 }
 
-absl::StatusOr<uint64_t> JoinedWorker::Start(
+absl::StatusOr<RequestHandle> JoinedWorker::Start(
     ParamOp op, uint64_t step, const std::vector<std::string>& tensors,
     int priority) {
   std::shared_ptr<AsyncPsClient> client;
@@ -243,42 +243,41 @@ absl::StatusOr<uint64_t> JoinedWorker::Start(
   r.priority = priority;
   RequestHandle h = client->Start(std::move(r));
   absl::MutexLock l(&mu_);
-  uint64_t id = next_handle_++;
-  pending_[id] = Pending{h, op, step};
-  return id;
+  pending_[h.id()] = Pending{op, step};
+  return h;
 }
 
-absl::Status JoinedWorker::Wait(uint64_t handle, absl::Time deadline) {
+absl::Status JoinedWorker::Wait(RequestHandle handle, absl::Time deadline) {
   std::shared_ptr<AsyncPsClient> client;
   Pending p;
   {
     absl::MutexLock l(&mu_);
-    auto it = pending_.find(handle);
+    auto it = pending_.find(handle.id());
     if (it == pending_.end()) {
       return absl::InvalidArgumentError(
-          absl::StrCat("handle ", handle, ": not a request of job ",
+          absl::StrCat("handle ", handle.id(), ": not a request of job ",
                        options_.job_id, " that is still to be waited for"));
     }
     if (it->second.waiting) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "handle ", handle, ": another thread is waiting for it"));
+          "handle ", handle.id(), ": another thread is waiting for it"));
     }
     it->second.waiting = true;
     p = it->second;
     client = client_;
   }
-  absl::Status s = client->Wait(p.handle, deadline);
+  absl::Status s = client->Wait(handle, deadline);
   if (s.code() == absl::StatusCode::kDeadlineExceeded) {
     absl::MutexLock l(&mu_);
-    auto it = pending_.find(handle);
+    auto it = pending_.find(handle.id());
     if (it != pending_.end()) it->second.waiting = false;
     return absl::DeadlineExceededError(absl::StrCat(
         "job ", options_.job_id, ": ", ParamOpName(p.op), " of step ", p.step,
-        " (handle ", handle, ") is not over yet; it carries on"));
+        " (handle ", handle.id(), ") is not over yet; it carries on"));
   }
   {
     absl::MutexLock l(&mu_);
-    pending_.erase(handle);
+    pending_.erase(handle.id());
   }
   if (s.ok()) return s;
   if (aborted()) {
@@ -288,6 +287,16 @@ absl::Status JoinedWorker::Wait(uint64_t handle, absl::Time deadline) {
   return absl::Status(
       s.code(), absl::StrCat("job ", options_.job_id, ": ", ParamOpName(p.op),
                              " of step ", p.step, ": ", s.message()));
+}
+
+void JoinedWorker::Cancel(RequestHandle handle) {
+  std::shared_ptr<AsyncPsClient> client;
+  {
+    absl::MutexLock l(&mu_);
+    if (!pending_.contains(handle.id())) return;
+    client = client_;
+  }
+  if (client != nullptr) client->Cancel(handle);
 }
 
 absl::Status JoinedWorker::Report(const Progress& progress, bool finished,
@@ -325,10 +334,10 @@ void JoinedWorker::Close() {
     closed_ = true;
     client = std::move(client_);
     for (const auto& [id, p] : pending_) {
-      cancel.push_back(p.handle);
+      cancel.push_back(RequestHandle(id));
       // A handle that another thread waits for is that thread's to finish
       // (AsyncPsClient takes one waiter per handle).
-      if (!p.waiting) wait.push_back(p.handle);
+      if (!p.waiting) wait.push_back(RequestHandle(id));
     }
     pending_.clear();
   }

@@ -8,7 +8,7 @@
 //   o.job_id = "j-3";
 //   PS_ASSIGN_OR_RETURN(std::unique_ptr<JoinedWorker> w,
 //                       JoinedWorker::Join(connection, o));
-//   PS_ASSIGN_OR_RETURN(uint64_t h, w->Start(ParamOp::kPull, 0, {}, 0));
+//   PS_ASSIGN_OR_RETURN(RequestHandle h, w->Start(ParamOp::kPull, 0, {}, 0));
 //   PS_RETURN_IF_ERROR(w->Wait(h, absl::Now() + absl::Seconds(30)));
 //   ... compute into w->grads() from w->params() ...
 //   PS_ASSIGN_OR_RETURN(h, w->Start(ParamOp::kPushPull, 0, {}, 0));
@@ -45,7 +45,8 @@
 #include "common/coordinator_client.h"
 #include "common/defaults.h"
 #include "proto/coordinator.pb.h"
-#include "worker/async_ps_client.h"
+#include "worker/client/async_ps_client.h"
+#include "worker/client/request_handle.h"
 
 namespace ps {
 
@@ -95,19 +96,24 @@ class JoinedWorker {
   absl::Span<float> params() { return absl::MakeSpan(params_); }
   absl::Span<float> grads() { return absl::MakeSpan(grads_); }
 
-  // Starts a request over `tensors` (empty = all) and returns its handle.
-  // Never blocks on the network. NOT_FOUND naming an unknown tensor;
+  // Starts a request over `tensors` (empty = all) and returns its handle
+  // (worker/client/request_handle.h: Wait for it, or Cancel it). Never
+  // blocks on the network. NOT_FOUND naming an unknown tensor;
   // FAILED_PRECONDITION once closed.
-  absl::StatusOr<uint64_t> Start(ParamOp op, uint64_t step,
-                                 const std::vector<std::string>& tensors,
-                                 int priority);
+  absl::StatusOr<RequestHandle> Start(ParamOp op, uint64_t step,
+                                      const std::vector<std::string>& tensors,
+                                      int priority);
   // Blocks until the request is over or `deadline` passes (then
   // DEADLINE_EXCEEDED; the request carries on and may be waited for
   // again). A failed request's status names the job (ABORTED with the
   // coordinator's reason when the job was aborted). One thread at a time
   // waits for a handle (FAILED_PRECONDITION for a second); each is waited
   // for until it returns other than DEADLINE_EXCEEDED.
-  absl::Status Wait(uint64_t handle, absl::Time deadline);
+  absl::Status Wait(RequestHandle handle, absl::Time deadline);
+  // Ends the request early (its Wait then returns CANCELLED, naming the
+  // job, unless it was over). Does not block; an unknown handle is
+  // ignored.
+  void Cancel(RequestHandle handle);
   // Sends a progress report (blocks up to the control deadline). ABORTED
   // naming the job and the reason when the coordinator answers abort.
   absl::Status Report(const Progress& progress, bool finished,
@@ -124,8 +130,8 @@ class JoinedWorker {
   void Close();
 
  private:
+  // A started request, by its AsyncPsClient handle's id.
   struct Pending {
-    RequestHandle handle;
     ParamOp op = ParamOp::kPull;
     uint64_t step = 0;
     bool waiting = false;  // a thread is in Wait for it
@@ -157,7 +163,6 @@ class JoinedWorker {
   // Shared with the Waits in progress, so Close may drop it while they run.
   std::shared_ptr<AsyncPsClient> client_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, Pending> pending_ ABSL_GUARDED_BY(mu_);
-  uint64_t next_handle_ ABSL_GUARDED_BY(mu_) = 1;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   std::optional<std::string> aborted_ ABSL_GUARDED_BY(mu_);
   // Set once assignment_ is (a heartbeat answered before that knows no

@@ -15,8 +15,8 @@
 #include "common/status_macros.h"
 #include "spdlog/spdlog.h"
 #include "worker/backend/backend_factory.h"
-#include "worker/ps_client.h"
-#include "worker/sparse_client.h"
+#include "worker/client/ps_client.h"
+#include "worker/client/sparse_client.h"
 #include "worker/trainer/ctr_trainer.h"
 #include "worker/trainer/trainer.h"
 
@@ -167,7 +167,7 @@ PsClientOptions Workerd::JobClientOptions() {
   PsClientOptions options = ClientOptions(config_.workerd);
   options.tracer = &tracer_;
   // A shard that keeps failing is looked for at the coordinator: it may
-  // have restarted at another address (worker/shard_relocator.h).
+  // have restarted at another address (worker/client/shard_relocator.h).
   options.locate_shards =
       [this](absl::Time deadline) -> absl::StatusOr<ShardAddressesResponse> {
     grpc::ClientContext ctx;

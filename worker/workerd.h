@@ -32,7 +32,7 @@
 #include "common/security.h"
 #include "common/trace_recorder.h"
 #include "proto/coordinator.grpc.pb.h"
-#include "worker/async_ps_client.h"
+#include "worker/client/async_ps_client.h"
 #include "worker/data/dataset.h"
 #include "worker/worker_metrics.h"
 

@@ -6,8 +6,8 @@
 //
 //   c = _native.connect("configs/local/cluster.pbtxt", "", "", "", "",
 //   "", 10.0) job_id, joined = c.submit(spec_text, False, False) w =
-//   c.join(job_id, "", 60.0) h = w.start("pushpull", 0, None, 0); w.wait(h,
-//   None)
+//   c.join(job_id, "", 60.0) h = w.start("pushpull", 0, None, 0);
+//   h.wait(None)  # or w.wait(h, None); h.cancel() ends it early
 //
 // The GIL is held only while Python objects are touched: every call that
 // may block (the network, a Wait) runs with it released.
@@ -147,23 +147,21 @@ class Worker {
 
   JoinedWorker& w() { return *w_; }
 
-  uint64_t Start(const std::string& op, uint64_t step,
-                 std::optional<std::vector<std::string>> tensors,
-                 int priority) {
-    absl::StatusOr<ParamOp> parsed = ParseParamOp(op, "op");
-    if (!parsed.ok()) Raise(parsed.status());
+  RequestHandle Start(ParamOp op, uint64_t step,
+                      std::optional<std::vector<std::string>> tensors,
+                      int priority) {
     std::vector<std::string> names =
         tensors.value_or(std::vector<std::string>());
-    absl::StatusOr<uint64_t> h;
+    absl::StatusOr<RequestHandle> h;
     {
       py::gil_scoped_release release;
-      h = w_->Start(*parsed, step, names, priority);
+      h = w_->Start(op, step, names, priority);
     }
     if (!h.ok()) Raise(h.status());
     return *h;
   }
 
-  void Wait(uint64_t handle, std::optional<double> timeout_s) {
+  void Wait(RequestHandle handle, std::optional<double> timeout_s) {
     absl::Time deadline = timeout_s
                               ? absl::Now() + Seconds(*timeout_s, "timeout_s")
                               : absl::InfiniteFuture();
@@ -206,6 +204,11 @@ class Worker {
     if (!s.ok()) Raise(s);
   }
 
+  void Cancel(RequestHandle handle) {
+    py::gil_scoped_release release;
+    w_->Cancel(handle);
+  }
+
   void Close() {
     py::gil_scoped_release release;
     w_->Close();
@@ -214,6 +217,37 @@ class Worker {
  private:
   std::unique_ptr<JoinedWorker> w_;
 };
+
+// One started request of a Worker (JoinedWorker's RequestHandle): wait()
+// for it, or cancel() it. Keeps its worker alive.
+class Handle {
+ public:
+  Handle(py::object worker, RequestHandle handle, ParamOp op, uint64_t step)
+      : worker_(std::move(worker)), handle_(handle), op_(op), step_(step) {}
+
+  Worker& worker() { return worker_.cast<Worker&>(); }
+  RequestHandle handle() const { return handle_; }
+  uint64_t id() const { return handle_.id(); }
+  const char* op() const { return ParamOpName(op_); }
+  uint64_t step() const { return step_; }
+
+ private:
+  py::object worker_;
+  RequestHandle handle_;
+  ParamOp op_;
+  uint64_t step_;
+};
+
+// Worker.start: the handle of the request started.
+Handle StartRequest(py::object self, const std::string& op, uint64_t step,
+                    std::optional<std::vector<std::string>> tensors,
+                    int priority) {
+  absl::StatusOr<ParamOp> parsed = ParseParamOp(op, "op");
+  if (!parsed.ok()) Raise(parsed.status());
+  Worker& w = self.cast<Worker&>();
+  RequestHandle h = w.Start(*parsed, step, std::move(tensors), priority);
+  return Handle(std::move(self), h, *parsed, step);
+}
 
 // A 1-D float32 array over `span`, kept alive by `owner` (no copy).
 py::array_t<float> View(absl::Span<float> span, py::object owner) {
@@ -370,6 +404,22 @@ PYBIND11_MODULE(_native, m) {
            py::arg("timeout_s"))
       .def_property_readonly("coordinator", &Client::coordinator);
 
+  py::class_<ps::Handle>(m, "Handle")
+      .def_property_readonly("id", &ps::Handle::id)
+      .def_property_readonly("op", &ps::Handle::op)
+      .def_property_readonly("step", &ps::Handle::step)
+      .def(
+          "wait",
+          [](ps::Handle& h, std::optional<double> timeout_s) {
+            h.worker().Wait(h.handle(), timeout_s);
+          },
+          py::arg("timeout_s") = py::none())
+      .def("cancel", [](ps::Handle& h) { h.worker().Cancel(h.handle()); })
+      .def("__repr__", [](const ps::Handle& h) {
+        return absl::StrCat("<psclient handle ", h.id(), ": ", h.op(),
+                            " of step ", h.step(), ">");
+      });
+
   py::class_<Worker>(m, "Worker")
       .def_property_readonly(
           "job_id", [](Worker& w) { return w.w().assignment().job_id(); })
@@ -412,9 +462,17 @@ PYBIND11_MODULE(_native, m) {
       .def_property_readonly("aborted",
                              [](Worker& w) { return w.w().aborted(); })
       .def_property_readonly("leads", [](Worker& w) { return w.w().leads(); })
-      .def("start", &Worker::Start, py::arg("op"), py::arg("step"),
+      .def("start", &ps::StartRequest, py::arg("op"), py::arg("step"),
            py::arg("tensors"), py::arg("priority"))
-      .def("wait", &Worker::Wait, py::arg("handle"), py::arg("timeout_s"))
+      .def(
+          "wait",
+          [](Worker& w, ps::Handle& h, std::optional<double> timeout_s) {
+            w.Wait(h.handle(), timeout_s);
+          },
+          py::arg("handle"), py::arg("timeout_s"))
+      .def(
+          "cancel", [](Worker& w, ps::Handle& h) { w.Cancel(h.handle()); },
+          py::arg("handle"))
       .def("report", &Worker::Report, py::arg("step"), py::arg("total_steps"),
            py::arg("epoch"), py::arg("loss"), py::arg("train_accuracy"),
            py::arg("test_accuracy"), py::arg("samples_per_s"),

@@ -24,7 +24,7 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from psclient import _native
-from psclient.errors import ShapeError
+from psclient.errors import Error, ShapeError
 
 TensorInfo = Tuple[str, Tuple[int, ...], int, int]
 
@@ -68,11 +68,12 @@ class Worker:
 
     def start(self, op: str, step: int,
               tensors: Optional[Sequence[str]] = None,
-              priority: int = 0) -> int:
+              priority: int = 0) -> "_native.Handle":
         """Starts `op` ("pull", "push" or "pushpull") of `step` over
         `tensors` (None = all; several are fused per shard) and returns its
-        handle. Never blocks on the network; a higher priority goes on the
-        wire first. Raises Error (code NOT_FOUND) naming an unknown tensor.
+        handle: `h.wait(timeout_s)` (or `w.wait(h)`) and `h.cancel()`.
+        Never blocks on the network; a higher priority goes on the wire
+        first. Raises Error (code NOT_FOUND) naming an unknown tensor.
         """
         if isinstance(tensors, str):
             tensors = [tensors]
@@ -83,12 +84,25 @@ class Worker:
                              None if tensors is None else list(tensors),
                              priority)
 
-    def wait(self, handle: int, timeout_s: Optional[float] = None) -> None:
+    def wait(self, handle: "_native.Handle",
+             timeout_s: Optional[float] = None) -> None:
         """Blocks (GIL released) until the request is over. Raises its
         error (naming the tensor, shard, address or job), JobAborted when
         the job was aborted, or Timeout when `timeout_s` passes first (the
         request carries on; wait for it again)."""
-        self._w.wait(handle, timeout_s)
+        self._check(handle).wait(timeout_s)
+
+    def cancel(self, handle: "_native.Handle") -> None:
+        """Ends the request early; its wait then raises Error (CANCELLED)
+        unless it was already over. Does not block."""
+        self._check(handle).cancel()
+
+    @staticmethod
+    def _check(handle: "_native.Handle") -> "_native.Handle":
+        if not isinstance(handle, _native.Handle):
+            raise Error(f"handle {handle!r}: not a handle that start "
+                        "returned", "INVALID_ARGUMENT")
+        return handle
 
     def pull(self, step: int, tensors: Optional[Sequence[str]] = None,
              timeout_s: Optional[float] = None) -> None:

@@ -6,7 +6,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/synchronization/notification.h"
 #include "common/status_macros.h"
 #include "core/model_spec.h"
 #include "spdlog/spdlog.h"
@@ -163,17 +162,11 @@ absl::Status CtrTrainer::Step(uint64_t t) {
   s.push_grads = row_grads_;
   s.pull_ids = next_ids_;
   s.pull_rows = absl::MakeSpan(next_rows_);
-  absl::Status sparse_status;
-  absl::Notification sparse_done;
-  step.done = [&](const absl::Status& st) {
-    sparse_status = st;
-    sparse_done.Notify();
-  };
-  sparse_->Start(std::move(step));
+  const RequestHandle sparse = sparse_->Start(std::move(step));
   absl::Status dense_status =
       dense_->PushPull(t, grad_, absl::MakeSpan(params_));
   // Bounded: every attempt of the sparse client has a deadline.
-  sparse_done.WaitForNotification();
+  const absl::Status sparse_status = sparse_->Wait(sparse);
   PS_RETURN_IF_ERROR(dense_status);
   PS_RETURN_IF_ERROR(sparse_status);
   const Clock::time_point end = Clock::now();

@@ -62,10 +62,10 @@
 #include "proto/coordinator.pb.h"
 #include "proto/job.pb.h"
 #include "worker/backend/backend.h"
+#include "worker/client/parameter_client.h"
+#include "worker/client/sparse_client.h"
 #include "worker/data/ctr_example.h"
 #include "worker/model/ctr_model.h"
-#include "worker/parameter_client.h"
-#include "worker/sparse_client.h"
 #include "worker/trainer/ctr_data.h"
 #include "worker/trainer/progress_meter.h"
 

@@ -1,7 +1,7 @@
-// CtrTrainer over in-process fakes (worker/testing): a small ctr-synthetic
-// job runs to its end, and a trace window records each covered step's
-// phases (compute, loading the next batch, the exchanges) inside its step;
-// the job's leader evaluates.
+// CtrTrainer over in-process fakes (worker/client/testing): a small
+// ctr-synthetic job runs to its end, and a trace window records each covered
+// step's phases (compute, loading the next batch, the exchanges) inside its
+// step; the job's leader evaluates.
 #include "worker/trainer/ctr_trainer.h"
 
 #include <map>
@@ -15,8 +15,8 @@
 #include "core/model_spec.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "worker/testing/fake_parameter_client.h"
-#include "worker/testing/fake_sparse_client.h"
+#include "worker/client/testing/fake_parameter_client.h"
+#include "worker/client/testing/fake_sparse_client.h"
 
 namespace ps {
 namespace {

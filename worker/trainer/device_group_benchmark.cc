@@ -11,9 +11,9 @@
 #include "benchmark/benchmark.h"
 #include "core/model_spec.h"
 #include "worker/backend/backend_factory.h"
+#include "worker/client/testing/fake_parameter_client.h"
 #include "worker/data/dataset.h"
 #include "worker/model/model.h"
-#include "worker/testing/fake_parameter_client.h"
 #include "worker/trainer/device_group.h"
 
 namespace ps {

@@ -13,9 +13,9 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "worker/backend/backend_factory.h"
+#include "worker/client/testing/fake_parameter_client.h"
 #include "worker/data/dataset.h"
 #include "worker/data/internal/rng.h"
-#include "worker/testing/fake_parameter_client.h"
 #include "worker/trainer/testing/device_group_test_util.h"
 
 namespace ps {

@@ -36,7 +36,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "common/defaults.h"
-#include "worker/parameter_client.h"
+#include "worker/client/parameter_client.h"
 
 namespace ps {
 

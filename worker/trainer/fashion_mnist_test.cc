@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/model_spec.h"
 #include "gtest/gtest.h"
-#include "worker/testing/fake_parameter_client.h"
+#include "worker/client/testing/fake_parameter_client.h"
 #include "worker/trainer/trainer.h"
 
 namespace ps {

@@ -11,8 +11,8 @@
 #include "core/model_spec.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "worker/client/testing/fake_parameter_client.h"
 #include "worker/data/dataset.h"
-#include "worker/testing/fake_parameter_client.h"
 
 namespace ps {
 namespace {

@@ -13,8 +13,8 @@
 
 #include "core/model_spec.h"
 #include "gtest/gtest.h"
+#include "worker/client/testing/fake_parameter_client.h"
 #include "worker/data/dataset.h"
-#include "worker/testing/fake_parameter_client.h"
 #include "worker/trainer/device_group.h"
 
 namespace ps {

@@ -1,0 +1,535 @@
+#include "worker/client/sparse_client.h"
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/defaults.h"
+#include "common/grpc_status.h"
+#include "common/status_macros.h"
+#include "core/sparse_ids.h"
+
+namespace ps {
+
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+              "ids and values travel as little-endian bytes, copied as is");
+
+namespace {
+
+// A reply's bytes beyond its ids and values, per SparseRows (tags, lengths).
+constexpr size_t kRowsOverheadBytes = 32;
+
+}  // namespace
+
+absl::Status SparseClient::Wait(RequestHandle handle, absl::Time deadline) {
+  return tracker_.Wait(handle, deadline);
+}
+
+void SparseClient::Detach(RequestHandle handle) { tracker_.Detach(handle); }
+
+absl::Status SparseClient::Exchange(uint64_t step, bool push,
+                                    absl::Span<const SparseTableStep> tables) {
+  SparseStep s;
+  s.step = step;
+  s.push = push;
+  s.tables.assign(tables.begin(), tables.end());
+  // Bounded: every attempt has a deadline and the attempts are bounded.
+  return Wait(Start(std::move(s)));
+}
+
+// ---------------------------------------------------------------------------
+// GrpcSparseClient
+
+// One Start. Owned by steps_ while its calls run, then by Finish.
+struct GrpcSparseClient::Step {
+  RequestHandle handle;  // its id keys steps_
+  SparseStep args;
+  std::vector<uint32_t> dims;  // per args.tables entry
+  std::vector<std::unique_ptr<Call>> calls;
+  int open = 0;         // calls not yet ended (mu_)
+  absl::Status status;  // the first error (mu_)
+};
+
+// One shard's SparseExchange of a step, across its attempts. gRPC's
+// callback borrows it while it is on the wire.
+struct GrpcSparseClient::Call {
+  enum class State { kOnWire, kBackoff, kEnded };
+  // request.pull(j) asks for the ids at `positions` of step entry `entry`.
+  struct Pull {
+    size_t entry = 0;
+    std::vector<uint32_t> positions;
+  };
+
+  Step* step = nullptr;
+  uint32_t shard = 0;
+  uint32_t channel = 0;
+  // The attempt's stub (set by ArmLocked: the shard's may change after).
+  ParameterServer::Stub* stub = nullptr;
+  State state = State::kOnWire;  // (mu_)
+  int attempt = 0;
+  absl::Time retry_at;
+  SparseExchangeRequest request;
+  size_t request_bytes = 0;
+  SparseExchangeResponse response;
+  // Shared with a sibling that cancels it outside mu_.
+  std::shared_ptr<grpc::ClientContext> context;
+  std::vector<Pull> pulls;
+  uint64_t rows_pushed = 0;
+  uint64_t rows_pulled = 0;
+};
+
+// What a locked section decided and the caller does once mu_ is released:
+// cancel calls on the wire (gRPC may run their callbacks inline), then
+// finish the steps that ended.
+struct GrpcSparseClient::Outcome {
+  std::vector<std::shared_ptr<grpc::ClientContext>> cancel;
+  std::vector<std::unique_ptr<Step>> over;
+};
+
+absl::StatusOr<std::unique_ptr<GrpcSparseClient>> GrpcSparseClient::Create(
+    const PsClientOptions& options, const Assignment& assignment,
+    const Security* security) {
+  if (security == nullptr) {
+    return absl::InvalidArgumentError("security: null");
+  }
+  const JobSpec& spec = assignment.spec();
+  if (spec.tables_size() == 0) {
+    return absl::InvalidArgumentError(
+        "spec.tables: the job has no sparse tables");
+  }
+  for (int i = 0; i < spec.tables_size(); ++i) {
+    if (spec.tables(i).dim() == 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("spec.tables[", i, "].dim: 0"));
+    }
+  }
+  const uint32_t shards = assignment.placement().num_shards();
+  if (shards == 0 ||
+      static_cast<int>(shards) != assignment.shard_addresses_size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("shard_addresses: ", assignment.shard_addresses_size(),
+                     " addresses for placement.num_shards ", shards));
+  }
+  return std::unique_ptr<GrpcSparseClient>(
+      new GrpcSparseClient(options, assignment, security));
+}
+
+GrpcSparseClient::GrpcSparseClient(const PsClientOptions& options,
+                                   const Assignment& assignment,
+                                   const Security* security)
+    : options_(options),
+      security_(security),
+      spec_(assignment.spec()),
+      job_id_(assignment.job_id()),
+      rank_(assignment.rank()),
+      retry_(RetryOptionsOf(options), assignment.spec().consistency(),
+             StepDeadlineRule::kWaitingModes),
+      num_shards_(static_cast<uint32_t>(assignment.shard_addresses_size())) {
+  channels_ = std::make_unique<ShardChannels<ParameterServer::Stub>>(
+      ChannelOptionsOf(options_, job_id_, "sparse retries go there"), security_,
+      std::vector<std::string>(assignment.shard_addresses().begin(),
+                               assignment.shard_addresses().end()),
+      [](std::shared_ptr<grpc::Channel> channel) {
+        return ParameterServer::NewStub(std::move(channel));
+      },
+      [this](uint32_t shard) { OnShardMoved(shard); });
+  retry_thread_ = std::thread([this] { RetryLoop(); });
+}
+
+void GrpcSparseClient::OnShardMoved(uint32_t shard) {
+  absl::MutexLock lock(&mu_);
+  const absl::Time now = absl::Now();
+  for (Call* call : backoff_) {
+    if (call->shard == shard) call->retry_at = now;
+  }
+  retry_wake_ = true;
+}
+
+GrpcSparseClient::~GrpcSparseClient() {
+  Outcome outcome;
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+    std::vector<Step*> live;
+    for (auto& [id, step] : steps_) live.push_back(step.get());
+    for (Step* step : live) {
+      if (step->status.ok()) {
+        step->status = absl::CancelledError("sparse client shutting down");
+      }
+      CancelCallsLocked(step, &outcome);
+    }
+  }
+  Settle(std::move(outcome));
+  {
+    absl::MutexLock lock(&mu_);
+    auto idle = [this]()
+                    ABSL_SHARED_LOCKS_REQUIRED(mu_) { return active_ == 0; };
+    mu_.Await(absl::Condition(&idle));
+    quit_ = true;
+  }
+  retry_thread_.join();
+  // No call is left; OnShardMoved may still run until this returns.
+  channels_->StopFollowing();
+}
+
+SparseClientStats GrpcSparseClient::stats() const {
+  absl::MutexLock lock(&mu_);
+  return stats_;
+}
+
+// A table's ids routed to their shards (ShardForId).
+struct GrpcSparseClient::IdRoute {
+  std::vector<uint32_t> shard_of;  // by id position
+  std::vector<size_t> count;       // ids per shard
+
+  IdRoute(absl::Span<const uint64_t> ids, uint32_t num_shards)
+      : shard_of(ids.size()), count(num_shards, 0) {
+    for (size_t k = 0; k < ids.size(); ++k) {
+      shard_of[k] = ShardForId(ids[k], num_shards);
+      ++count[shard_of[k]];
+    }
+  }
+};
+
+absl::Status GrpcSparseClient::Plan(Step* step,
+                                    const std::vector<int>& table_index) const {
+  const SparseStep& a = step->args;
+  const uint32_t n = num_shards();
+  std::vector<Call*> by_shard(n, nullptr);
+  if (a.push) {
+    for (uint32_t s = 0; s < n; ++s) CallTo(step, s, &by_shard);
+  }
+  for (size_t e = 0; e < a.tables.size(); ++e) {
+    const SparseTableStep& t = a.tables[e];
+    step->dims.push_back(spec_.tables(table_index[e]).dim());
+    if (!t.push_ids.empty()) {
+      PackPush(step, e, IdRoute(t.push_ids, n), &by_shard);
+    }
+    if (!t.pull_ids.empty()) {
+      PackPull(step, e, IdRoute(t.pull_ids, n), &by_shard);
+    }
+  }
+  return CheckFits(step);
+}
+
+GrpcSparseClient::Call* GrpcSparseClient::CallTo(
+    Step* step, uint32_t shard, std::vector<Call*>* by_shard) const {
+  Call*& c = (*by_shard)[shard];
+  if (c == nullptr) {
+    step->calls.push_back(std::make_unique<Call>());
+    c = step->calls.back().get();
+    c->step = step;
+    c->shard = shard;
+    c->request.set_job_id(job_id_);
+    c->request.set_worker(rank_);
+    c->request.set_step(step->args.step);
+    c->request.set_push(step->args.push);
+  }
+  return c;
+}
+
+// Pushed rows: one SparseRows per shard that owns some.
+void GrpcSparseClient::PackPush(Step* step, size_t entry, const IdRoute& route,
+                                std::vector<Call*>* by_shard) const {
+  const SparseTableStep& t = step->args.tables[entry];
+  const size_t dim = step->dims[entry];
+  const size_t row_bytes = dim * sizeof(float);
+  const uint32_t n = num_shards();
+  std::vector<char*> id_out(n), value_out(n);
+  for (uint32_t s = 0; s < n; ++s) {
+    if (route.count[s] == 0) continue;
+    Call* c = CallTo(step, s, by_shard);
+    SparseRows* rows = c->request.add_gradients();
+    rows->set_table(t.table);
+    rows->mutable_ids()->resize(route.count[s] * sizeof(uint64_t));
+    rows->mutable_values()->resize(route.count[s] * row_bytes);
+    id_out[s] = rows->mutable_ids()->data();
+    value_out[s] = rows->mutable_values()->data();
+    c->rows_pushed += route.count[s];
+  }
+  for (size_t k = 0; k < t.push_ids.size(); ++k) {
+    const uint32_t s = route.shard_of[k];
+    std::memcpy(id_out[s], &t.push_ids[k], sizeof(uint64_t));
+    std::memcpy(value_out[s], t.push_grads.data() + k * dim, row_bytes);
+    id_out[s] += sizeof(uint64_t);
+    value_out[s] += row_bytes;
+  }
+}
+
+// Pulled ids: one SparseRows per shard, and where each goes back.
+void GrpcSparseClient::PackPull(Step* step, size_t entry, const IdRoute& route,
+                                std::vector<Call*>* by_shard) const {
+  const SparseTableStep& t = step->args.tables[entry];
+  const uint32_t n = num_shards();
+  std::vector<char*> id_out(n);
+  std::vector<Call::Pull*> pull_of(n, nullptr);
+  for (uint32_t s = 0; s < n; ++s) {
+    if (route.count[s] == 0) continue;
+    Call* c = CallTo(step, s, by_shard);
+    SparseRows* rows = c->request.add_pull();
+    rows->set_table(t.table);
+    rows->mutable_ids()->resize(route.count[s] * sizeof(uint64_t));
+    id_out[s] = rows->mutable_ids()->data();
+    c->pulls.emplace_back();
+    c->pulls.back().entry = entry;
+    c->pulls.back().positions.reserve(route.count[s]);
+    c->rows_pulled += route.count[s];
+    pull_of[s] = &c->pulls.back();
+  }
+  for (size_t k = 0; k < t.pull_ids.size(); ++k) {
+    const uint32_t s = route.shard_of[k];
+    std::memcpy(id_out[s], &t.pull_ids[k], sizeof(uint64_t));
+    id_out[s] += sizeof(uint64_t);
+    pull_of[s]->positions.push_back(static_cast<uint32_t>(k));
+  }
+}
+
+// Both directions must fit one message.
+absl::Status GrpcSparseClient::CheckFits(Step* step) const {
+  const size_t limit = static_cast<size_t>(options_.max_message_bytes);
+  for (const auto& c : step->calls) {
+    c->request_bytes = c->request.ByteSizeLong();
+    size_t reply_bytes = 0;
+    for (const Call::Pull& p : c->pulls) {
+      const SparseTableStep& t = step->args.tables[p.entry];
+      reply_bytes +=
+          p.positions.size() * (sizeof(uint64_t) + step->dims[p.entry] * 4) +
+          t.table.size() + kRowsOverheadBytes;
+    }
+    if (c->request_bytes > limit || reply_bytes > limit) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tables: step ", step->args.step, " needs a request of ",
+          c->request_bytes, " bytes and a reply of about ", reply_bytes,
+          " bytes with shard ", c->shard, ", over max_message_bytes ", limit,
+          " (fewer ids per step, or a larger limit on workers and shards)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+RequestHandle GrpcSparseClient::Start(SparseStep s) {
+  const RequestHandle handle =
+      tracker().Open(absl::StrCat("sparse step ", s.step));
+  auto finish_now = [&s, &handle, this](const absl::Status& status) {
+    if (s.done) s.done(status);
+    tracker().Close(handle, status);
+    return handle;
+  };
+  absl::StatusOr<std::vector<int>> index =
+      CheckSparseStep(spec_, s.push, s.tables);
+  if (!index.ok()) return finish_now(index.status());
+  auto step = std::make_unique<Step>();
+  step->handle = handle;
+  step->args = std::move(s);
+  absl::Status planned = Plan(step.get(), *index);
+  if (!planned.ok() || step->calls.empty()) {
+    s.done = std::move(step->args.done);
+    return finish_now(planned);  // OK: a pull of nothing
+  }
+  std::vector<Call*> calls;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!stopping_) {
+      stats_.steps++;
+      step->open = static_cast<int>(step->calls.size());
+      for (auto& c : step->calls) {
+        ArmLocked(c.get());
+        calls.push_back(c.get());
+      }
+      ++active_;
+      steps_[handle.id()] = std::move(step);
+    }
+  }
+  if (calls.empty()) {
+    s.done = std::move(step->args.done);
+    return finish_now(absl::CancelledError("sparse client shutting down"));
+  }
+  // Once the last is sent the step may be over and gone: touch only calls.
+  for (Call* c : calls) Send(c);
+  return handle;
+}
+
+void GrpcSparseClient::Cancel(RequestHandle handle) {
+  Outcome outcome;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = steps_.find(handle.id());
+    if (it == steps_.end()) return;
+    Step* step = it->second.get();
+    if (!step->status.ok()) return;  // its calls are ending already
+    step->status = absl::CancelledError(
+        absl::StrCat("sparse step ", step->args.step, ": cancelled"));
+    CancelCallsLocked(step, &outcome);
+  }
+  Settle(std::move(outcome));
+}
+
+void GrpcSparseClient::ArmLocked(Call* call) {
+  call->attempt++;
+  call->state = Call::State::kOnWire;
+  call->request.set_attempt(static_cast<uint32_t>(call->attempt));
+  call->response.Clear();
+  call->context = std::make_shared<grpc::ClientContext>();
+  call->context->set_deadline(
+      absl::ToChronoTime(absl::Now() + retry_.attempt_deadline()));
+  security_->Authorize(call->context.get());
+  // Successive attempts and steps alternate over the shard's channels.
+  call->channel = static_cast<uint32_t>(
+      stats_.requests % static_cast<uint64_t>(channels_->channels_per_shard()));
+  call->stub = channels_->stub(call->shard, call->channel);
+  stats_.requests++;
+  if (call->attempt > 1) stats_.retries++;
+  stats_.bytes_sent += call->request_bytes;
+}
+
+void GrpcSparseClient::Send(Call* call) {
+  call->stub->async()->SparseExchange(
+      call->context.get(), &call->request, &call->response,
+      [this, call](grpc::Status s) { OnDone(call, s); });
+}
+
+absl::Status GrpcSparseClient::Scatter(Call* call) const {
+  const SparseExchangeResponse& resp = call->response;
+  const Step& step = *call->step;
+  if (resp.rows_size() != static_cast<int>(call->pulls.size())) {
+    return absl::InternalError(absl::StrCat("reply has ", resp.rows_size(),
+                                            " rows entries for ",
+                                            call->pulls.size(), " pulled"));
+  }
+  for (size_t j = 0; j < call->pulls.size(); ++j) {
+    const Call::Pull& p = call->pulls[j];
+    const SparseRows& rows = resp.rows(static_cast<int>(j));
+    const SparseTableStep& t = step.args.tables[p.entry];
+    const size_t row_bytes = step.dims[p.entry] * sizeof(float);
+    if (rows.table() != t.table ||
+        rows.ids() != call->request.pull(static_cast<int>(j)).ids() ||
+        rows.values().size() != p.positions.size() * row_bytes) {
+      return absl::InternalError(
+          absl::StrCat("reply rows[", j, "] (table \"", rows.table(), "\", ",
+                       rows.ids().size(), " id bytes, ", rows.values().size(),
+                       " value bytes) does not answer pull of ",
+                       p.positions.size(), " ids of \"", t.table, "\""));
+    }
+    const char* in = rows.values().data();
+    float* out = t.pull_rows.data();
+    const size_t dim = step.dims[p.entry];
+    for (uint32_t pos : p.positions) {
+      std::memcpy(out + pos * dim, in, row_bytes);
+      in += row_bytes;
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Runs on a gRPC callback thread. Rows are copied outside the lock: each
+// call owns its positions of pull_rows.
+void GrpcSparseClient::OnDone(Call* call, const grpc::Status& grpc_status) {
+  absl::Status status = FromGrpcStatus(grpc_status);
+  if (status.ok()) status = Scatter(call);
+  const size_t reply_bytes = status.ok() ? call->response.ByteSizeLong() : 0;
+  Outcome outcome;
+  {
+    absl::MutexLock lock(&mu_);
+    Step* step = call->step;
+    channels_->NoteHealth(call->shard, status);
+    if (status.ok()) {
+      stats_.bytes_received += reply_bytes;
+      stats_.rows_pushed += call->rows_pushed;
+      stats_.rows_pulled += call->rows_pulled;
+      if (call->response.duplicate()) stats_.duplicates++;
+      if (call->response.stale()) stats_.stale++;
+    } else if (retry_.Retries(status, call->attempt) && step->status.ok()) {
+      call->retry_at = absl::Now() + retry_.Backoff(call->attempt);
+      call->state = Call::State::kBackoff;
+      backoff_.push_back(call);
+      retry_wake_ = true;
+      return;
+    } else {
+      // Where the relocator looked, for a shard that stayed unreachable.
+      const std::string note = status.code() == absl::StatusCode::kUnavailable
+                                   ? channels_->Note(call->shard)
+                                   : "";
+      status = absl::Status(
+          status.code(),
+          absl::StrCat("sparse step ", step->args.step, ": shard ", call->shard,
+                       " at ", channels_->address(call->shard), " (attempt ",
+                       call->attempt, "): ", status.message(),
+                       note.empty() ? "" : "; ", note));
+    }
+    EndCallLocked(call, std::move(status), &outcome);
+  }
+  // The call (and its step) may be gone now.
+  Settle(std::move(outcome));
+}
+
+void GrpcSparseClient::EndCallLocked(Call* call, absl::Status status,
+                                     Outcome* outcome) {
+  Step* step = call->step;
+  call->state = Call::State::kEnded;
+  if (!status.ok() && step->status.ok()) {
+    step->status = std::move(status);
+    CancelCallsLocked(step, outcome);
+  }
+  if (--step->open == 0) TakeOverLocked(step, outcome);
+}
+
+void GrpcSparseClient::CancelCallsLocked(Step* step, Outcome* outcome) {
+  for (auto& owned : step->calls) {
+    Call* c = owned.get();
+    if (c->state == Call::State::kOnWire) {
+      outcome->cancel.push_back(c->context);  // OnDone ends it
+    } else if (c->state == Call::State::kBackoff) {
+      backoff_.erase(std::find(backoff_.begin(), backoff_.end(), c));
+      c->state = Call::State::kEnded;
+      if (--step->open == 0) TakeOverLocked(step, outcome);
+    }
+  }
+}
+
+void GrpcSparseClient::TakeOverLocked(Step* step, Outcome* outcome) {
+  auto it = steps_.find(step->handle.id());
+  outcome->over.push_back(std::move(it->second));
+  steps_.erase(it);
+}
+
+void GrpcSparseClient::Settle(Outcome outcome) {
+  // The contexts are shared: a call may end (and its step go) meanwhile.
+  // This loop touches nothing of the client, which may be gone once the
+  // last step's `done` ran on another thread.
+  for (auto& context : outcome.cancel) context->TryCancel();
+  for (auto& step : outcome.over) {
+    if (step->args.done) step->args.done(step->status);
+    tracker().Close(step->handle, step->status);
+    step.reset();
+    absl::MutexLock lock(&mu_);
+    --active_;
+  }
+}
+
+// The retry thread: sleeps until a call's backoff is over (or it is woken
+// by a new one), then sends it again with attempt + 1.
+void GrpcSparseClient::RetryLoop() {
+  absl::MutexLock lock(&mu_);
+  while (true) {
+    absl::Time next = absl::InfiniteFuture();
+    for (Call* c : backoff_) next = std::min(next, c->retry_at);
+    auto woken = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+      return retry_wake_ || quit_;
+    };
+    mu_.AwaitWithDeadline(absl::Condition(&woken), next);
+    retry_wake_ = false;
+    if (quit_) return;
+    const absl::Time now = absl::Now();
+    std::vector<Call*> due, waiting;
+    for (Call* c : backoff_) (c->retry_at <= now ? due : waiting).push_back(c);
+    backoff_.swap(waiting);
+    for (Call* c : due) ArmLocked(c);
+    mu_.Unlock();
+    for (Call* c : due) Send(c);
+    mu_.Lock();
+  }
+}
+
+}  // namespace ps

@@ -109,7 +109,7 @@ def cuda_backend_targets():
     # The GPU check (tools/gpu_check.sh): the CUDA backend against the CPU
     # backend on the MLP's and the CNN's calls and models, and Backend::Gemm
     # against cuBLAS, as JSON. testonly: it draws its models' parameters and
-    # data with //worker/model:model_test_util.
+    # data with //worker/model/testing:model_test_util.
     native.cc_library(
         name = "gpu_cpu_compare",
         testonly = True,
@@ -122,7 +122,7 @@ def cuda_backend_targets():
             "//third_party:absl",
             "//worker/backend",
             "//worker/model",
-            "//worker/model:model_test_util",
+            "//worker/model/testing:model_test_util",
         ],
     )
 

@@ -14,7 +14,7 @@
 #include "common/status_macros.h"
 #include "core/model_spec.h"
 #include "worker/model/model.h"
-#include "worker/model/model_test_util.h"
+#include "worker/model/testing/model_test_util.h"
 
 namespace ps {
 

@@ -24,7 +24,7 @@ namespace ps {
 // kDefaultPartitionBytes, else a multiple of 4 in [4, 3 MiB], so that a chunk
 // fits one gRPC message with room to spare), at least one tensor, each with a
 // unique non-empty name, a non-empty shape of dimensions > 0 whose element
-// count fits in 64 bits, a valid init (server/init.h), and a total chunk
+// count fits in 64 bits, a valid init (core/init.h), and a total chunk
 // count that fits a uint32 chunk_id. Errors are kInvalidArgument naming the
 // field, e.g. "tensors[2].shape[1]: must be > 0".
 absl::Status ValidateTensors(const JobSpec& spec);

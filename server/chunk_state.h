@@ -3,7 +3,7 @@
 // a chunk whole.
 //
 //   ChunkState s = NewChunkState(placement, optimizer, num_workers);
-//   ... values initialised by server/init.h, updated by the shard ...
+//   ... values initialised by core/init.h, updated by the shard ...
 //
 // Not synchronized: the shard guards each ChunkState with its chunk's mutex.
 #ifndef SERVER_CHUNK_STATE_H_

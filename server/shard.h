@@ -13,7 +13,7 @@
 //
 // Semantics, per job:
 //   * A chunk's version counts the updates applied to it (0 at start). Its
-//     initial values come from server/init.h with (spec.seed, tensor, element
+//     initial values come from core/init.h with (spec.seed, tensor, element
 //     position), so they do not depend on the shard count.
 //   * BSP: the step-t push of worker w for chunk c is accepted when c is at
 //     version t. When the quorum arrived (every active worker, or all but

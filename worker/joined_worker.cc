@@ -1,9 +1,6 @@
 #include "worker/joined_worker.h"
 
-#include <unistd.h>
-
 #include <algorithm>
-#include <atomic>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -17,13 +14,20 @@ namespace {
 // Longest single GetAssignment long-poll; Join polls again until its timeout.
 constexpr absl::Duration kAssignmentPoll = absl::Seconds(5);
 
-// "<host>-<pid>-<n>": unique per JoinedWorker, since the coordinator takes
-// a second registration under a name for a restart of the first worker.
-std::string DefaultName() {
-  static std::atomic<uint64_t> joined{0};
-  char host[256] = {0};
-  gethostname(host, sizeof(host) - 1);
-  return absl::StrCat(host, "-", getpid(), "-", joined++);
+// The session of a worker that joins one job: its name unique per
+// JoinedWorker (UniqueWorkerName), quiet (the caller sees statuses), and a
+// coordinator that forgot it aborts the job (it cannot take its rank back).
+CoordinatorSession::Options SessionOptions(const JoinOptions& options,
+                                           const std::string& coordinator) {
+  CoordinatorSession::Options o;
+  o.name = options.name.empty() ? UniqueWorkerName() : options.name;
+  o.devices = {"cpu:0"};
+  o.job_id = options.job_id;
+  o.coordinator = coordinator;
+  o.heartbeat_deadline_cap = options.control_deadline;
+  o.when_forgotten = CoordinatorSession::WhenForgotten::kAbortJob;
+  o.log_events = false;
+  return o;
 }
 
 }  // namespace
@@ -51,7 +55,11 @@ const char* ParamOpName(ParamOp op) {
 
 JoinedWorker::JoinedWorker(const Connection& connection,
                            const JoinOptions& options)
-    : connection_(connection), options_(options), coordinator_(connection_) {}
+    : connection_(connection),
+      options_(options),
+      coordinator_(connection_),
+      session_(SessionOptions(options_, connection_.coordinator),
+               ClientCalls(&coordinator_)) {}
 
 absl::StatusOr<std::unique_ptr<JoinedWorker>> JoinedWorker::Join(
     const Connection& connection, const JoinOptions& options) {
@@ -62,7 +70,7 @@ absl::StatusOr<std::unique_ptr<JoinedWorker>> JoinedWorker::Join(
   // Not make_unique: the constructor is private.
   std::unique_ptr<JoinedWorker> w(new JoinedWorker(connection, options));
   PS_RETURN_IF_ERROR(w->Register());
-  w->heartbeat_ = std::thread([p = w.get()] { p->HeartbeatLoop(); });
+  w->session_.StartHeartbeats();
   PS_RETURN_IF_ERROR(w->AwaitAssignment());
   PS_RETURN_IF_ERROR(w->Setup());
   return w;
@@ -71,13 +79,7 @@ absl::StatusOr<std::unique_ptr<JoinedWorker>> JoinedWorker::Join(
 JoinedWorker::~JoinedWorker() { Close(); }
 
 absl::Status JoinedWorker::Register() {
-  RegisterWorkerRequest req;
-  req.set_name(options_.name.empty() ? DefaultName() : options_.name);
-  req.set_job_id(options_.job_id);
-  req.add_devices("cpu:0");
-  RegisterWorkerResponse resp;
-  absl::Status s = coordinator_.CallUntil(
-      &Coordinator::Stub::RegisterWorker, req, &resp,
+  absl::Status s = session_.RegisterOnce(
       absl::Now() + std::min(options_.timeout, options_.control_deadline));
   if (!s.ok()) {
     return absl::Status(
@@ -85,10 +87,7 @@ absl::Status JoinedWorker::Register() {
                                " with the coordinator at ",
                                connection_.coordinator, ": ", s.message()));
   }
-  worker_id_ = resp.worker_id();
-  heartbeat_interval_ = absl::Milliseconds(resp.heartbeat_interval_ms() > 0
-                                               ? resp.heartbeat_interval_ms()
-                                               : kDefaultHeartbeatIntervalMs);
+  worker_id_ = session_.worker_id();
   return absl::OkStatus();
 }
 
@@ -120,8 +119,7 @@ absl::Status JoinedWorker::AwaitAssignment() {
           " to a worker registered for job ", options_.job_id));
     }
     assignment_ = resp.assignment();
-    leads_ = assignment_.rank() == 0;
-    assigned_ = true;
+    session_.StartJob(assignment_.job_id(), assignment_.rank());
     return absl::OkStatus();
   }
 }
@@ -173,34 +171,10 @@ absl::Status JoinedWorker::Setup() {
   return absl::OkStatus();
 }
 
-void JoinedWorker::HeartbeatLoop() {
-  while (!closing_.WaitForNotificationWithTimeout(heartbeat_interval_)) {
-    HeartbeatRequest req;
-    req.set_worker_id(worker_id_);
-    // Only an answer to a beat sent once the job ran says who leads it.
-    const bool assigned = assigned_.load();
-    HeartbeatResponse resp;
-    absl::Status s = coordinator_.CallUntil(
-        &Coordinator::Stub::Heartbeat, req, &resp,
-        absl::Now() + std::min(heartbeat_interval_, options_.control_deadline));
-    if (!s.ok()) continue;  // the next beat tries again
-    if (resp.abort_job()) SetAborted(resp.reason());
-    if (assigned) leads_ = resp.leads_job() == options_.job_id;
-    if (resp.reregister()) {
-      SetAborted(absl::StrCat("the coordinator no longer knows worker ",
-                              worker_id_, " (it restarted); join again"));
-    }
-  }
-}
-
-void JoinedWorker::SetAborted(const std::string& reason) {
-  absl::MutexLock l(&mu_);
-  if (!aborted_) aborted_ = reason.empty() ? "no reason given" : reason;
-}
-
 std::optional<std::string> JoinedWorker::aborted() const {
-  absl::MutexLock l(&mu_);
-  return aborted_;
+  std::optional<std::string> reason = session_.abort_reason();
+  if (reason && reason->empty()) return "no reason given";
+  return reason;
 }
 
 absl::Status JoinedWorker::AbortedStatus(absl::string_view during) const {
@@ -319,7 +293,7 @@ absl::Status JoinedWorker::Report(const Progress& progress, bool finished,
                      connection_.coordinator, ": ", s.message()));
   }
   if (resp.abort_job()) {
-    SetAborted(resp.reason());
+    session_.AbortedByCoordinator(resp.reason());
     return AbortedStatus("progress report");
   }
   return absl::OkStatus();
@@ -341,8 +315,7 @@ void JoinedWorker::Close() {
     }
     pending_.clear();
   }
-  if (!closing_.HasBeenNotified()) closing_.Notify();
-  if (heartbeat_.joinable()) heartbeat_.join();
+  session_.Close();  // the heartbeats
   if (client == nullptr) return;
   for (const RequestHandle& h : cancel) client->Cancel(h);
   for (const RequestHandle& h : wait) (void)client->Wait(h);

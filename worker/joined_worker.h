@@ -27,19 +27,16 @@
 #ifndef WORKER_JOINED_WORKER_H_
 #define WORKER_JOINED_WORKER_H_
 
-#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "common/coordinator_client.h"
@@ -47,6 +44,7 @@
 #include "proto/coordinator.pb.h"
 #include "worker/client/async_ps_client.h"
 #include "worker/client/request_handle.h"
+#include "worker/coordinator_session.h"
 
 namespace ps {
 
@@ -124,7 +122,7 @@ class JoinedWorker {
   // after SHRINK lost rank 0 (HeartbeatResponse.leads_job, so it changes up
   // to a heartbeat interval after the coordinator's view). The leader is
   // the one whose reports are the job's progress: the one to evaluate.
-  bool leads() const { return leads_.load(); }
+  bool leads() const { return session_.leads(); }
   // Stops the heartbeats, cancels every request and waits until each is
   // over. Idempotent; blocks.
   void Close();
@@ -141,8 +139,6 @@ class JoinedWorker {
   absl::Status Register();
   absl::Status AwaitAssignment();
   absl::Status Setup();
-  void HeartbeatLoop();
-  void SetAborted(const std::string& reason);
   absl::Status AbortedStatus(absl::string_view during) const;
   // DEADLINE_EXCEEDED for Join: the job's state and pending reason.
   absl::Status JoinTimeout() const;
@@ -150,25 +146,19 @@ class JoinedWorker {
   const Connection connection_;
   const JoinOptions options_;
   const CoordinatorClient coordinator_;
-  std::string worker_id_;
-  absl::Duration heartbeat_interval_;
+  // Registration, heartbeats, leader and abort flags; uses coordinator_.
+  CoordinatorSession session_;
+  std::string worker_id_;  // the session's, once registered
   Assignment assignment_;
   std::vector<FlatTensor> tensors_;
   std::vector<float> params_;
   std::vector<float> grads_;
-  absl::Notification closing_;
-  std::thread heartbeat_;
 
   mutable absl::Mutex mu_;
   // Shared with the Waits in progress, so Close may drop it while they run.
   std::shared_ptr<AsyncPsClient> client_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, Pending> pending_ ABSL_GUARDED_BY(mu_);
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
-  std::optional<std::string> aborted_ ABSL_GUARDED_BY(mu_);
-  // Set once assignment_ is (a heartbeat answered before that knows no
-  // running job); then leads_ follows the heartbeat answers.
-  std::atomic<bool> assigned_{false};
-  std::atomic<bool> leads_{false};
 };
 
 // "pull", "push" or "pushpull" (also "push_pull"); INVALID_ARGUMENT

@@ -1,9 +1,8 @@
 #include "worker/workerd.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <deque>
+#include <thread>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/numbers.h"
@@ -27,12 +26,6 @@ namespace {
 constexpr uint32_t kAssignmentWaitMs = 5000;
 constexpr absl::Duration kControlDeadline = absl::Seconds(10);
 constexpr absl::Duration kMaxBackoff = absl::Seconds(5);
-
-std::string DefaultName() {
-  char host[256] = {0};
-  gethostname(host, sizeof(host) - 1);
-  return absl::StrCat(host, "-", getpid());
-}
 
 // Sends the trainer's progress to the coordinator from its own thread, so
 // the training loop never waits on the coordinator. Only the newest report
@@ -147,18 +140,22 @@ absl::Status CheckDevices(const WorkerdConfig& config) {
 
 Workerd::Workerd(LoadedWorkerdConfig config)
     : config_(std::move(config)),
-      name_(config_.workerd.name().empty() ? DefaultName()
+      name_(config_.workerd.name().empty() ? DefaultWorkerName()
                                            : config_.workerd.name()) {}
 
 Workerd::~Workerd() {
   Stop();
-  if (heartbeat_.joinable()) heartbeat_.join();
+  // Joins the heartbeats, which call back into this Workerd.
+  if (session_ != nullptr) session_->Close();
 }
 
 void Workerd::Stop() {
   absl::MutexLock l(&mu_);
   if (!stopping_.HasBeenNotified()) stopping_.Notify();
-  abort_job_ = true;
+  if (session_ != nullptr) {
+    session_->Abort("");
+    session_->Stop();
+  }
   if (poll_context_ != nullptr) poll_context_->TryCancel();
   if (job_client_ != nullptr) job_client_->CancelAll("workerd stopping");
 }
@@ -198,6 +195,7 @@ absl::Status Workerd::Connect() {
     if (address.ok()) {
       coordinator_address_ = *address;
       stub_ = Coordinator::NewStub(security_.NewChannel(coordinator_address_));
+      StartSession();
       return absl::OkStatus();
     }
     spdlog::warn("coordinator address: {}; retrying",
@@ -208,80 +206,31 @@ absl::Status Workerd::Connect() {
   return absl::CancelledError("stopped");
 }
 
-absl::Status Workerd::Register() {
-  absl::Duration backoff = absl::Milliseconds(100);
-  while (!stopping_.HasBeenNotified()) {
-    RegisterWorkerRequest req;
-    req.set_name(name_);
-    for (const std::string& d : config_.workerd.devices()) req.add_devices(d);
-    RegisterWorkerResponse resp;
-    absl::Status s = FromGrpcStatus(
-        stub_->RegisterWorker(NewContext(kControlDeadline).get(), req, &resp));
-    if (s.ok()) {
-      absl::MutexLock l(&mu_);
-      worker_id_ = resp.worker_id();
-      need_register_ = false;
-      spdlog::info("registered with the coordinator at {} as {} ({})",
-                   coordinator_address_, resp.worker_id(), name_);
-      return absl::OkStatus();
-    }
-    if (s.code() == absl::StatusCode::kUnauthenticated ||
-        s.code() == absl::StatusCode::kInvalidArgument) {
-      return absl::Status(s.code(),
-                          absl::StrCat("RegisterWorker: ", s.message()));
-    }
-    spdlog::warn("RegisterWorker at {}: {}; retrying in {}",
-                 coordinator_address_, s.message(),
-                 absl::FormatDuration(backoff));
-    stopping_.WaitForNotificationWithTimeout(backoff);
-    backoff = std::min(backoff * 2, kMaxBackoff);
-  }
-  return absl::CancelledError("stopped");
+void Workerd::StartSession() {
+  CoordinatorSession::Options options;
+  options.name = name_;
+  options.devices.assign(config_.workerd.devices().begin(),
+                         config_.workerd.devices().end());
+  options.coordinator = coordinator_address_;
+  options.heartbeat_interval =
+      absl::Milliseconds(config_.workerd.heartbeat_interval_ms());
+  options.register_deadline = kControlDeadline;
+  options.when_forgotten = CoordinatorSession::WhenForgotten::kRegisterAgain;
+  options.on_heartbeat = [this](const HeartbeatResponse& resp) {
+    OnHeartbeat(resp);
+  };
+  absl::MutexLock l(&mu_);
+  session_ = std::make_unique<CoordinatorSession>(
+      std::move(options), StubCalls(stub_.get(), &security_));
+  if (stopping_.HasBeenNotified()) session_->Stop();
 }
 
-void Workerd::HeartbeatLoop() {
-  absl::Duration period =
-      absl::Milliseconds(config_.workerd.heartbeat_interval_ms());
-  while (!stopping_.WaitForNotificationWithTimeout(period)) {
-    HeartbeatRequest req;
-    // The job run when the heartbeat left: an answer about who leads counts
-    // only for it (one sent before the next job started knows nothing of it).
-    std::string job_at_send;
-    {
-      absl::MutexLock l(&mu_);
-      if (need_register_) continue;
-      req.set_worker_id(worker_id_);
-      job_at_send = current_job_;
-    }
-    HeartbeatResponse resp;
-    absl::Status s =
-        FromGrpcStatus(stub_->Heartbeat(NewContext(period).get(), req, &resp));
-    if (!s.ok()) {
-      spdlog::warn("heartbeat: {}", s.message());
-      continue;
-    }
-    {
-      absl::MutexLock l(&mu_);
-      if (resp.reregister()) {
-        spdlog::warn("the coordinator does not know {}; registering again",
-                     worker_id_);
-        need_register_ = true;
-      }
-      if (resp.abort_job() && !current_job_.empty() && !abort_job_) {
-        spdlog::warn("job {} aborted by the coordinator: {}", current_job_,
-                     resp.reason());
-        abort_reason_ = resp.reason();
-        abort_job_ = true;
-      }
-      if (resp.has_trace() && resp.trace().job_id() == current_job_) {
-        tracer_.SetWindow(resp.trace());
-      }
-      if (!current_job_.empty() && current_job_ == job_at_send) {
-        leads_job_ = resp.leads_job() == current_job_;
-      }
-    }
-    MaybeUploadTrace(/*job_over=*/false);
+void Workerd::OnHeartbeat(const HeartbeatResponse& resp) {
+  if (resp.has_trace() &&
+      resp.trace().job_id() == session_->snapshot().job_id) {
+    tracer_.SetWindow(resp.trace());
   }
+  MaybeUploadTrace(/*job_over=*/false);
 }
 
 void Workerd::MaybeUploadTrace(bool job_over) {
@@ -296,12 +245,10 @@ void Workerd::MaybeUploadTrace(bool job_over) {
   if (!job_over && !tracer_.Complete()) return;
   TraceRecorder::Snapshot snap = tracer_.Copy();
   UploadTraceRequest req;
-  {
-    absl::MutexLock l(&mu_);
-    if (current_job_ != window.job_id()) return;  // a job that is gone
-    req.set_worker_id(worker_id_);
-    req.set_rank(current_rank_);
-  }
+  const CoordinatorSession::Snapshot now = session_->snapshot();
+  if (now.job_id != window.job_id()) return;  // a job that is gone
+  req.set_worker_id(now.worker_id);
+  req.set_rank(now.rank);
   *req.mutable_window() = snap.window;
   req.set_name(name_);
   *req.mutable_devices() = config_.workerd.devices();
@@ -352,25 +299,18 @@ absl::Status Workerd::Run() {
   absl::Status s = Connect();
   if (!s.ok())
     return s.code() == absl::StatusCode::kCancelled ? absl::OkStatus() : s;
-  heartbeat_ = std::thread([this] { HeartbeatLoop(); });
+  session_->StartHeartbeats();
   uint32_t jobs_done = 0;
   absl::Duration backoff = absl::Milliseconds(100);
   while (!stopping_.HasBeenNotified()) {
-    bool need_register;
-    std::string worker_id;
-    {
-      absl::MutexLock l(&mu_);
-      need_register = need_register_;
-      worker_id = worker_id_;
-    }
-    if (need_register) {
-      s = Register();
+    if (!session_->registered()) {
+      s = session_->Register();
       if (!s.ok())
         return s.code() == absl::StatusCode::kCancelled ? absl::OkStatus() : s;
       continue;
     }
     GetAssignmentRequest req;
-    req.set_worker_id(worker_id);
+    req.set_worker_id(session_->worker_id());
     req.set_wait_ms(kAssignmentWaitMs);
     GetAssignmentResponse resp;
     std::unique_ptr<grpc::ClientContext> ctx =
@@ -387,8 +327,7 @@ absl::Status Workerd::Run() {
     }
     if (stopping_.HasBeenNotified()) break;
     if (s.code() == absl::StatusCode::kNotFound) {
-      absl::MutexLock l(&mu_);
-      need_register_ = true;
+      session_->Reregister();
       continue;
     }
     if (!s.ok()) {
@@ -436,11 +375,11 @@ absl::Status Workerd::TrainCtr(
   options.device = c.devices_size() > 0 ? c.devices(0) : kDefaultDevice;
   options.threads_per_device = static_cast<int>(c.threads_per_device());
   options.tracer = &tracer_;
-  options.leader = [this] { return leads_job_.load(); };
+  options.leader = [this] { return session_->leads(); };
   PS_ASSIGN_OR_RETURN(std::unique_ptr<CtrTrainer> trainer,
                       CtrTrainer::Create(options, dense, sparse.get()));
   absl::Status status =
-      trainer->Run(report, [this] { return abort_job_.load(); });
+      trainer->Run(report, [this] { return session_->abort_requested(); });
   *last = trainer->last_progress();
   return status;
 }
@@ -464,7 +403,7 @@ absl::Status Workerd::Train(const Assignment& a,
   }
   TrainerOptions options = TrainerOptionsFor(a, config_.workerd);
   options.tracer = &tracer_;
-  options.leader = [this] { return leads_job_.load(); };
+  options.leader = [this] { return session_->leads(); };
   // A lab model reads no data (worker/trainer/lab_workload.h).
   if (!a.spec().model().has_lab()) {
     PS_ASSIGN_OR_RETURN(options.data, DataFor(a.spec()));
@@ -472,7 +411,7 @@ absl::Status Workerd::Train(const Assignment& a,
   PS_ASSIGN_OR_RETURN(std::unique_ptr<Trainer> trainer,
                       Trainer::Create(options, client.get()));
   absl::Status status =
-      trainer->Run(report, [this] { return abort_job_.load(); });
+      trainer->Run(report, [this] { return session_->abort_requested(); });
   *last = trainer->last_progress();
   PsClientStats cs = client->stats();
   spdlog::info("job {}: {} requests, {} retries, {} MB sent, {} MB received",
@@ -487,30 +426,17 @@ void Workerd::SendProgress(const ProgressReport& r) {
       stub_->ReportProgress(NewContext(kControlDeadline).get(), r, &resp));
   if (!s.ok()) {
     spdlog::warn("ReportProgress: {}", s.message());
-  } else if (resp.abort_job() && !abort_job_) {
-    spdlog::warn("job {} aborted by the coordinator: {}", r.job_id(),
-                 resp.reason());
-    absl::MutexLock l(&mu_);
-    abort_reason_ = resp.reason();
-    abort_job_ = true;
+  } else if (resp.abort_job()) {
+    session_->AbortedByCoordinator(resp.reason());
   }
 }
 
 void Workerd::RunJob(const Assignment& a) {
-  {
-    absl::MutexLock l(&mu_);
-    current_job_ = a.job_id();
-    current_rank_ = a.rank();
-    abort_reason_.clear();
-    leads_job_ = a.rank() == 0;
-  }
+  session_->ClearAbort();
+  session_->StartJob(a.job_id(), a.rank());
   tracer_.Clear();
-  abort_job_ = stopping_.HasBeenNotified();
-  std::string worker_id;
-  {
-    absl::MutexLock l(&mu_);
-    worker_id = worker_id_;
-  }
+  if (stopping_.HasBeenNotified()) session_->Abort("");
+  const std::string worker_id = session_->worker_id();
   spdlog::info("job {}: rank {} of {}, starting at step {}", a.job_id(),
                a.rank(), a.num_workers(), a.start_step());
 
@@ -548,16 +474,15 @@ void Workerd::RunJob(const Assignment& a) {
     // Stop cancels the job's calls: whatever they failed with, the worker
     // stopped; the job's fate is the coordinator's (lost worker).
     status = absl::CancelledError("workerd stopping");
-    absl::MutexLock l(&mu_);
+    const std::string reason = session_->abort_reason().value_or("");
     spdlog::info("job {}: stopped ({})", a.job_id(),
-                 abort_reason_.empty() ? "worker stopping" : abort_reason_);
+                 reason.empty() ? "worker stopping" : reason);
   } else {
     final_report.set_error(absl::StrCat(name_, ": ", status.message()));
     spdlog::error("job {}: {}", a.job_id(), status.message());
   }
   if (status.code() != absl::StatusCode::kCancelled) send(final_report);
-  absl::MutexLock l(&mu_);
-  current_job_.clear();
+  session_->EndJob();
 }
 
 }  // namespace ps

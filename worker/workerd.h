@@ -17,11 +17,9 @@
 #ifndef WORKER_WORKERD_H_
 #define WORKER_WORKERD_H_
 
-#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
-#include <thread>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -33,6 +31,7 @@
 #include "common/trace_recorder.h"
 #include "proto/coordinator.grpc.pb.h"
 #include "worker/client/async_ps_client.h"
+#include "worker/coordinator_session.h"
 #include "worker/data/dataset.h"
 #include "worker/worker_metrics.h"
 
@@ -70,8 +69,11 @@ class Workerd {
 
  private:
   absl::Status Connect();
-  absl::Status Register();
-  void HeartbeatLoop();
+  // Connect's last step: the session (registration, heartbeats, leader and
+  // abort flags) over stub_.
+  void StartSession();
+  // Each heartbeat answer, on the session's thread: the job's trace window.
+  void OnHeartbeat(const HeartbeatResponse& resp);
   // Runs one assignment to its end and reports the outcome.
   void RunJob(const Assignment& assignment);
   // Sends one progress report; an answer that aborts the job sets
@@ -96,7 +98,7 @@ class Workerd {
   // Step timelines: uploads tracer_'s spans to the coordinator once its
   // window is complete, or (job_over) whatever the ended job recorded;
   // each window once. Called by the heartbeat thread and RunJob.
-  void MaybeUploadTrace(bool job_over) ABSL_LOCKS_EXCLUDED(trace_mu_, mu_);
+  void MaybeUploadTrace(bool job_over) ABSL_LOCKS_EXCLUDED(trace_mu_);
 
   const LoadedWorkerdConfig config_;
   std::string name_;
@@ -104,18 +106,13 @@ class Workerd {
   std::string coordinator_address_;
   std::unique_ptr<Coordinator::Stub> stub_;
   absl::Notification stopping_;
-  std::thread heartbeat_;
 
-  absl::Mutex mu_;
-  std::string worker_id_ ABSL_GUARDED_BY(mu_);
-  bool need_register_ ABSL_GUARDED_BY(mu_) = true;
-  std::string current_job_ ABSL_GUARDED_BY(mu_);
-  uint32_t current_rank_ ABSL_GUARDED_BY(mu_) = 0;
-  std::atomic<bool> abort_job_{false};
-  // This worker leads the running job (HeartbeatResponse.leads_job; rank 0
-  // until a heartbeat says otherwise): it evaluates the test set.
-  std::atomic<bool> leads_job_{false};
-  std::string abort_reason_ ABSL_GUARDED_BY(mu_);
+  absl::Mutex mu_;  // acquired before the session's
+  // Registration, heartbeats, the running job, whether this worker leads
+  // it (it evaluates the test set) and whether it was aborted. Set once by
+  // Connect, under mu_ (Stop reads it there) and before the heartbeats and
+  // the jobs, which use it without the lock.
+  std::unique_ptr<CoordinatorSession> session_;
   // What Stop cancels so that it takes effect at once, not after a long
   // poll or an RPC's retries: the GetAssignment call in flight and the
   // running job's parameter client. Null when none.

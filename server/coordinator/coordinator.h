@@ -8,6 +8,12 @@
 // liveness, parked long-polls) and ShardOpQueue (calls to the shards, in
 // decision order, outside the lock).
 //
+// Its methods live by RPC family: coordinator.cc (Create, the reload from
+// the store, Tick, Shutdown), coordinator_jobs.cc (jobs, progress reports
+// and the state machine that starts and ends them), coordinator_workers.cc
+// (registration, heartbeats, the assignment long-poll, lost workers) and
+// coordinator_traces.cc (step timelines).
+//
 //   FakeOrGrpcShardControl shards;  // outlives the coordinator
 //   JobCoordinator::Options options;
 //   options.shard_addresses = {"10.0.0.1:7000", "10.0.0.2:7000"};
@@ -242,6 +248,8 @@ class JobCoordinator {
   using Worker = WorkerRegistry::Worker;
 
   JobCoordinator(Options options, ShardControl* shards);
+  // UNAVAILABLE: what calls get after Shutdown.
+  static absl::Status ShuttingDown();
   // Create's reload from options_.store.
   absl::Status Restore() ABSL_LOCKS_EXCLUDED(mu_);
   // Commits the changes to the store; logs a failure.

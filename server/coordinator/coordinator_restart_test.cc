@@ -12,8 +12,8 @@
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "server/coordinator/coordinator.h"
-#include "server/coordinator/coordinator_test_fixture.h"
 #include "server/coordinator/job_store.h"
+#include "server/coordinator/testing/coordinator_test_fixture.h"
 
 namespace ps {
 namespace {

@@ -10,7 +10,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/coordinator/coordinator.h"
-#include "server/coordinator/coordinator_test_fixture.h"
+#include "server/coordinator/testing/coordinator_test_fixture.h"
 
 namespace ps {
 namespace {

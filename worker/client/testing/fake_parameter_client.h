@@ -43,7 +43,7 @@
 namespace ps {
 
 // The job's initial parameters, laid out flat in `tensors` order, exactly as
-// the shards initialise them (server/init.h). kInvalidArgument for a bad
+// the shards initialise them (core/init.h). kInvalidArgument for a bad
 // init spec.
 absl::StatusOr<std::vector<float>> InitialParameters(
     uint64_t seed, const std::vector<TensorSpec>& tensors);

@@ -8,8 +8,8 @@
 //     clock_.Advance(absl::Seconds(10));
 //     coord_->Tick(clock_.Now());                          // w-1 lost
 //   }
-#ifndef SERVER_COORDINATOR_COORDINATOR_TEST_FIXTURE_H_
-#define SERVER_COORDINATOR_COORDINATOR_TEST_FIXTURE_H_
+#ifndef SERVER_COORDINATOR_TESTING_COORDINATOR_TEST_FIXTURE_H_
+#define SERVER_COORDINATOR_TESTING_COORDINATOR_TEST_FIXTURE_H_
 
 #include <cstdint>
 #include <memory>
@@ -88,4 +88,4 @@ class CoordinatorTest : public ::testing::Test {
 
 }  // namespace ps
 
-#endif  // SERVER_COORDINATOR_COORDINATOR_TEST_FIXTURE_H_
+#endif  // SERVER_COORDINATOR_TESTING_COORDINATOR_TEST_FIXTURE_H_

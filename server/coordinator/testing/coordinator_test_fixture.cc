@@ -1,4 +1,4 @@
-#include "server/coordinator/coordinator_test_fixture.h"
+#include "server/coordinator/testing/coordinator_test_fixture.h"
 
 #include <utility>
 

@@ -40,7 +40,7 @@
 // solved on calibration_examples examples (a stream of their own) so the
 // mean teacher probability is positive_rate; label ~ Bernoulli(sigmoid(logit)).
 //
-// The default config (tools/ctr_datagen, 1M test examples from kCtrTestBegin):
+// The default config (tools/datagen/ctr_datagen, 1M test examples from kCtrTestBegin):
 // teacher AUC 0.8337, logloss 0.4152, 25.09% positives. With 4M training
 // examples, 41% of test examples hold an id never seen in training, yet
 // dropping those ids' terms leaves the teacher's AUC at 0.8337 (-0.00001);

@@ -13,9 +13,8 @@
 
 namespace ps {
 namespace psctl {
-namespace {
 
-std::string Summary(const JobStatus& j) {
+std::string FormatSummary(const JobStatus& j) {
   const Progress& p = j.progress();
   double wall = j.end_time_s() > 0 && j.submit_time_s() > 0
                     ? j.end_time_s() - j.submit_time_s()
@@ -24,17 +23,26 @@ std::string Summary(const JobStatus& j) {
   for (char& ch : reason) {
     if (ch == '"') ch = '\'';
   }
+  // Progress keeps -1 for a metric with no value (not evaluated yet, or no
+  // teacher); a dense model reports accuracy, a ctr model AUC and logloss.
+  const bool ctr = j.spec().model().has_ctr();
+  auto metric = [](const char* key, float value) {
+    return value < 0 ? std::string() : absl::StrFormat(" %s=%.4f", key, value);
+  };
   return absl::StrFormat(
-      "job=%s state=%s test_accuracy=%.4f loss=%.4f steps=%d "
-      "samples_per_s=%.0f "
+      "job=%s state=%s%s loss=%.4f steps=%d samples_per_s=%.0f "
       "data_s=%.2f compute_s=%.2f comm_s=%.2f overlap=%d train_s=%.2f "
-      "wall_s=%.2f test_auc=%.4f test_logloss=%.4f teacher_auc=%.4f "
-      "reason=\"%s\"",
-      j.job_id(), JobState_Name(j.state()), p.test_accuracy(), p.loss(),
+      "wall_s=%.2f%s%s%s reason=\"%s\"",
+      j.job_id(), JobState_Name(j.state()),
+      ctr ? "" : metric("test_accuracy", p.test_accuracy()), p.loss(),
       p.step(), p.samples_per_s(), p.data_s(), p.compute_s(), p.comm_s(),
-      p.overlap() ? 1 : 0, p.elapsed_s(), wall, p.test_auc(), p.test_logloss(),
-      p.teacher_auc(), reason);
+      p.overlap() ? 1 : 0, p.elapsed_s(), wall,
+      ctr ? metric("test_auc", p.test_auc()) : "",
+      ctr ? metric("test_logloss", p.test_logloss()) : "",
+      ctr ? metric("teacher_auc", p.teacher_auc()) : "", reason);
 }
+
+namespace {
 
 bool Ended(JobState s) {
   return s == SUCCEEDED || s == FAILED || s == CANCELLED;
@@ -82,7 +90,7 @@ int WaitForJob(CoordinatorClient& client, const std::string& job_id,
   }
   if (interactive) out << "\r\033[K";
   out << FormatProgress(job) << "\n";
-  out << Summary(job) << std::endl;
+  out << FormatSummary(job) << std::endl;
   return job.state() == SUCCEEDED ? kExitOk : kExitJobFailed;
 }
 

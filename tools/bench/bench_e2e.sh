@@ -91,6 +91,8 @@
 # users' work (which slows down for the length of the run): the way to take
 # near-quiet figures on a busy shared machine. "other load" still says how
 # much CPU others got.
+# Rows d and e need PyTorch in /usr/bin/python3 (PYTHON=PATH picks another
+# interpreter): without it they are skipped, with one line saying so.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -115,7 +117,7 @@ NICE=""
 TORCH_BLAS=""
 WORKER_CORES=""
 PSD_CORES=""
-PY=/usr/bin/python3
+PY=${PYTHON:-/usr/bin/python3}
 DATA_DIR=/usr/share/datasets/fashion-mnist
 MODEL=mlp
 STEPS=0
@@ -181,6 +183,14 @@ fi
 for r in $ROWS; do
   [[ "$r" =~ ^[abcde]$ ]] || { echo "bench_e2e: --rows: unknown row $r (a..e)" >&2; exit 2; }
 done
+# Rows d and e (PyTorch): checked once, skipped when torch is missing.
+if [[ " $ROWS " =~ \ [de]\  ]] && ! "$PY" -c 'import torch' 2>/dev/null; then
+  echo "bench_e2e: skipping rows d and e: $PY cannot import torch (install it with tools/setup.sh --torch)" >&2
+  kept=""
+  for r in $ROWS; do [[ $r == [de] ]] || kept+="$r "; done
+  ROWS=$kept
+  [[ -n "$ROWS" ]] || { echo "bench_e2e: no row left to run (--rows)" >&2; exit 2; }
+fi
 
 # Cores: two for the compute role (W), two for the shards (P).
 mapfile -t ALLOWED < <("$PY" -c 'import os; print(*sorted(os.sched_getaffinity(0)), sep="\n")')

@@ -19,9 +19,13 @@ Both sides run PyTorch, whose Linear layers use Debian's OpenBLAS: unless
 OPENBLAS_CORETYPE is set, it is set for both to the kernels that fit this
 CPU (SkylakeX with AVX-512, Haswell with AVX2), as workerd does for itself
 (worker/workerd_main.cc); the line "blas" says which.
+
+Both sides need PyTorch in this interpreter (tools/setup.sh --torch); without
+it the script says so in one line and exits 2.
 """
 
 import argparse
+import importlib.util
 import json
 import os
 import re
@@ -34,10 +38,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))  # tools/bench
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "python"))
 
-from psclient.testing import LocalCluster  # noqa: E402
-
 
 def run_ps(args, repeat):
+    # Imported here: psclient needs its native module (python/build.sh),
+    # checked after torch.
+    from psclient.testing import LocalCluster
     script = {"cnn": "examples/torch_fmnist_cnn.py",
               "mlp": "examples/torch_mlp.py"}[args.model]
     with LocalCluster(shards=2) as cluster:
@@ -108,6 +113,10 @@ def main():
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--timeout", type=int, default=1800)
     args = p.parse_args()
+    if importlib.util.find_spec("torch") is None:
+        print("bench_torch_ps: %s cannot import torch (install it with "
+              "tools/setup.sh --torch)" % sys.executable, file=sys.stderr)
+        sys.exit(2)
     fitting = fitting_blas_coretype()
     if "OPENBLAS_CORETYPE" not in os.environ and fitting:
         os.environ["OPENBLAS_CORETYPE"] = fitting

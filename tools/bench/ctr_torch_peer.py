@@ -55,12 +55,15 @@ import sys
 import time
 from typing import Dict, List, Optional, Sequence, Tuple
 
-import numpy as np
-
-import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
-import torch.nn as nn
+try:
+    import numpy as np
+    import torch
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+    import torch.nn as nn
+except ImportError as e:  # one line instead of a traceback
+    sys.exit(f"ctr_torch_peer: this python cannot import {e.name} (install it "
+             "with tools/setup.sh --torch)")
 
 NUM_DENSE = 13
 NUM_FIELDS = 26

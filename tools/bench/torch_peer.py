@@ -44,10 +44,14 @@ import os
 import sys
 import time
 
-import numpy as np
-import torch
-import torch.distributed as dist
-import torch.nn as nn
+try:
+    import numpy as np
+    import torch
+    import torch.distributed as dist
+    import torch.nn as nn
+except ImportError as e:  # one line instead of a traceback
+    sys.exit(f"torch_peer: this python cannot import {e.name} (install it "
+             "with tools/setup.sh --torch)")
 
 MEAN, STD = 0.2860, 0.3530
 

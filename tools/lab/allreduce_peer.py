@@ -33,8 +33,12 @@ import time
 from datetime import timedelta
 from typing import List
 
-import torch
-import torch.distributed as dist
+try:
+    import torch
+    import torch.distributed as dist
+except ImportError as e:  # one line instead of a traceback
+    sys.exit(f"allreduce_peer: this python cannot import {e.name} (install it "
+             "with tools/setup.sh --torch)")
 
 BIAS = 1024
 

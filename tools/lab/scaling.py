@@ -17,7 +17,8 @@ generated config files (port 0 + address files), psctl submits a `lab` job
 time is the job's train time over its steps (psctl's summary line), samples/s
 its own figure, and the bytes moved the shards' bytes_in + bytes_out
 (psctl stats) per step. The all-reduce rows run tools/lab/allreduce_peer.py, the
-same tensors, bucketed as DDP does.
+same tensors, bucketed as DDP does, with PyTorch in /usr/bin/python3 ($PYTHON
+picks another interpreter); without it they are skipped, with one line.
 
 The bound. Links are full duplex at B bytes/s of TCP payload (0.956 x the
 rate: 1448 payload bytes per 1514-byte frame). In a BSP step each worker
@@ -51,6 +52,7 @@ ROOT = os.path.dirname(os.path.dirname(LAB))
 NETLAB = os.path.join(LAB, "netlab")
 PEER = os.path.join(LAB, "allreduce_peer.py")
 PLOT = os.path.join(LAB, "plot_scaling.py")
+PEER_PYTHON = os.environ.get("PYTHON", "/usr/bin/python3")  # needs torch
 TCP_PAYLOAD = 0.956  # of the link rate (1448 / 1514)
 BIAS = 1024          # floats per layer bias (tools/lab/allreduce_peer.py)
 
@@ -254,6 +256,16 @@ def run_ps(lab: Lab, args, bindir: str, shards: int, workers: int,
             shutil.rmtree(d, ignore_errors=True)
 
 
+def has_torch(python: str) -> bool:
+    """Whether `python` can import torch (the all-reduce peer needs it)."""
+    try:
+        return subprocess.run([python, "-c", "import torch"],
+                              stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL).returncode == 0
+    except OSError:  # no such interpreter
+        return False
+
+
 def run_allreduce(lab: Lab, args, workers: int, params: int, work: str) -> Dict:
     port = 29600 + workers
     procs: List[subprocess.Popen] = []
@@ -264,7 +276,7 @@ def run_allreduce(lab: Lab, args, workers: int, params: int, work: str) -> Dict:
             # gloo binds to the address the hostname resolves to unless
             # told which interface: the lab host's one is eth0.
             argv = ["env", "GLOO_SOCKET_IFNAME=eth0",
-                    "/usr/bin/python3", PEER, "--rank", str(r), "--world",
+                    PEER_PYTHON, PEER, "--rank", str(r), "--world",
                     str(workers), "--master", f"{lab.hosts[0]}:{port}",
                     "--params", str(params), "--layers", str(args.layers),
                     "--compute-ms", str(args.compute_ms), "--steps",
@@ -349,6 +361,15 @@ def main() -> int:
         args.modes, args.steps = "bsp", 10
     if args.model == "mlp":
         args.params, args.systems = str(MLP_PARAMS), "ps"
+    if "allreduce" in args.systems.split() and not has_torch(PEER_PYTHON):
+        print(f"scaling: skipping the all-reduce rows: {PEER_PYTHON} cannot "
+              "import torch (install it with tools/setup.sh --torch)",
+              file=sys.stderr)
+        args.systems = " ".join(x for x in args.systems.split()
+                                if x != "allreduce")
+        if not args.systems:
+            print("scaling: no row left to run (--systems)", file=sys.stderr)
+            return 2
     if os.geteuid() != 0:
         print("scaling: needs root (the lab's namespaces)", file=sys.stderr)
         return 2

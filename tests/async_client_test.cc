@@ -1,6 +1,6 @@
 // AsyncPsClient against the real shard service (Shard + PsService in this
-// process on 127.0.0.1:0, through tools/psbench/psbench_cluster): the async path
-// ends bitwise where the blocking one does, and a Push-only request (the
+// process on 127.0.0.1:0, through tools/psbench/psbench_cluster): the async
+// path ends bitwise where the blocking one does, and a Push-only request (the
 // protobuf-served Push method) followed by a Pull matches a PushPull.
 #include <memory>
 #include <random>

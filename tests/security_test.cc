@@ -541,9 +541,10 @@ TEST_F(SecurityTest, PsctlWithoutCredentialsIsRefused) {
                                   "shards { address_file: \"s0.addr\" }\n"
                                   "shards { address_file: \"s1.addr\" }\n")
                   .ok());
-  absl::StatusOr<CommandResult> plain = RunCommand(
-      {"tools/psctl/psctl", "--cluster=" + *dir_ + "/plain_cluster.pbtxt", "list"},
-      absl::Seconds(60));
+  absl::StatusOr<CommandResult> plain =
+      RunCommand({"tools/psctl/psctl",
+                  "--cluster=" + *dir_ + "/plain_cluster.pbtxt", "list"},
+                 absl::Seconds(60));
   ASSERT_TRUE(plain.ok()) << plain.status();
   EXPECT_EQ(plain->exit_code, 3) << plain->out << plain->err;
   // TLS but the wrong token: refused as a credentials problem (exit 2).

@@ -3,8 +3,8 @@
 //
 // For each R (unique rows per client step): W client threads push the
 // gradients of R unique ids (dim floats each) of a table and pull the same
-// rows back (SparseExchange, ASP; tools/psbench/psbench_sparse_client.h); next to
-// it, W threads PushPull a dense tensor of R x dim floats (the transport
+// rows back (SparseExchange, ASP; tools/psbench/psbench_sparse_client.h); next
+// to it, W threads PushPull a dense tensor of R x dim floats (the transport
 // mode's PsClient path). Goodput counts R x dim x 4 bytes each way per step
 // for both (ids are not counted: they are the sparse path's overhead), so
 // ratio = sparse goodput / dense goodput compares equal payloads. The dense

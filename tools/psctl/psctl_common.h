@@ -1,6 +1,7 @@
 // What every psctl command shares: the parsed command line, the connection
 // to the cluster (flags, cluster file, TLS and token), the coordinator
-// client, and the mapping of errors to psctl's exit codes (tools/psctl/psctl.h).
+// client, and the mapping of errors to psctl's exit codes
+// (tools/psctl/psctl.h).
 //
 //   PS_ASSIGN_OR_RETURN(Connection c, Connect(args, /*need_cluster=*/false));
 //   CoordinatorClient client(c);

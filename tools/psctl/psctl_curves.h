@@ -31,8 +31,8 @@ struct JobCurve {
   std::vector<Progress> points;
 };
 
-// The CSV tools/plot/plot_curves.py reads: a header, then one row per point, job
-// by job. Names are written without commas, quotes or line breaks.
+// The CSV tools/plot/plot_curves.py reads: a header, then one row per point,
+// job by job. Names are written without commas, quotes or line breaks.
 void WriteCurvesCsv(const std::vector<JobCurve>& curves, std::ostream& out);
 
 }  // namespace psctl

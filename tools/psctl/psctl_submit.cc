@@ -34,8 +34,8 @@ std::string FormatSummary(const JobStatus& j) {
       "data_s=%.2f compute_s=%.2f comm_s=%.2f overlap=%d train_s=%.2f "
       "wall_s=%.2f%s%s%s reason=\"%s\"",
       j.job_id(), JobState_Name(j.state()),
-      ctr ? "" : metric("test_accuracy", p.test_accuracy()), p.loss(),
-      p.step(), p.samples_per_s(), p.data_s(), p.compute_s(), p.comm_s(),
+      ctr ? "" : metric("test_accuracy", p.test_accuracy()), p.loss(), p.step(),
+      p.samples_per_s(), p.data_s(), p.compute_s(), p.comm_s(),
       p.overlap() ? 1 : 0, p.elapsed_s(), wall,
       ctr ? metric("test_auc", p.test_auc()) : "",
       ctr ? metric("test_logloss", p.test_logloss()) : "",

@@ -81,7 +81,8 @@ TEST(FormatSummaryTest, AbsentMetricsAreLeftOut) {
     c.unset(j.mutable_progress());
     const std::string line = FormatSummary(j);
     EXPECT_EQ(line.find(c.absent), std::string::npos) << c.name << ": " << line;
-    EXPECT_NE(line.find(c.present), std::string::npos) << c.name << ": " << line;
+    EXPECT_NE(line.find(c.present), std::string::npos)
+        << c.name << ": " << line;
     EXPECT_NE(line.find(" loss=0.2112 steps=4680 "), std::string::npos)
         << c.name << ": " << line;
   }

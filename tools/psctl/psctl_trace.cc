@@ -168,9 +168,9 @@ class TraceSession {
     *set.mutable_window() = window;
     for (int i = 0; i < shards.addresses_size(); ++i) {
       SetTraceResponse ignored;
-      absl::Status s = CallShard(c_, shards.addresses(i),
-                                 &ParameterServer::Stub::SetTrace, set,
-                                 &ignored);
+      absl::Status s =
+          CallShard(c_, shards.addresses(i), &ParameterServer::Stub::SetTrace,
+                    set, &ignored);
       if (!s.ok()) return FailShard(shards, i, s);
     }
     StartTraceRequest start;

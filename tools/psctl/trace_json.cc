@@ -259,7 +259,8 @@ class Layout {
       }
     }
     threads_.emplace_back(pid, -1, absl::StrCat("psd shard ", sh.shard_id()));
-    for (int tid : used_tids) threads_.emplace_back(pid, tid, ShardThreadName(tid));
+    for (int tid : used_tids)
+      threads_.emplace_back(pid, tid, ShardThreadName(tid));
   }
 
   // The "M" events naming processes and threads, then the spans' "X" events.

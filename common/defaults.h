@@ -82,7 +82,7 @@ inline constexpr uint32_t kDefaultTableAdmitAfter = 1;
 inline constexpr uint32_t kDefaultTableHotIds = 10;
 inline constexpr float kDefaultTableInitScale = 0.01f;
 
-// ---- psctl (tools/psctl.cc) ------------------------------------------------
+// ---- psctl (tools/psctl/psctl.cc) -------------------------------------------
 // How long psctl waits for the cluster (--connect-timeout, seconds).
 inline constexpr uint32_t kDefaultConnectTimeoutSeconds = 4;
 

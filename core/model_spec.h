@@ -27,7 +27,7 @@
 //
 // The lab model (ModelSpec.lab, proto/job.proto) is no stack of dense layers:
 // layer i contributes "lab<i>/w" [parameters / layers - kLabBiasSize] then
-// "lab<i>/b" [kLabBiasSize], both 1-D and ZEROS: tools/allreduce_peer.py's
+// "lab<i>/b" [kLabBiasSize], both 1-D and ZEROS: tools/lab/allreduce_peer.py's
 // layout(), tensor for tensor. It has no layer widths.
 //
 // A custom model (ModelSpec.custom, a user's own model trained by Python

@@ -79,7 +79,7 @@ TEST(ModelSpecTest, MlpWithoutHiddenLayersIsLinear) {
                 {{"fc0/w", {5, 3}, GLOROT_UNIFORM}, {"fc0/b", {3}, ZEROS}});
 }
 
-// tools/allreduce_peer.py's layout(params, layers), as that script computes
+// tools/lab/allreduce_peer.py's layout(params, layers), as that script computes
 // it (the expected sizes below are its output): per layer a weight of
 // params // layers - 1024 floats, then a bias of 1024.
 struct PeerLayout {

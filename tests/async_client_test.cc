@@ -1,6 +1,6 @@
 // AsyncPsClient against the real shard service (Shard + PsService in this
-// process on 127.0.0.1:0, through tools/psbench_cluster): the async path
-// ends bitwise where the blocking one does, and a Push-only request (the
+// process on 127.0.0.1:0, through tools/psbench/psbench_cluster): the async
+// path ends bitwise where the blocking one does, and a Push-only request (the
 // protobuf-served Push method) followed by a Pull matches a PushPull.
 #include <memory>
 #include <random>
@@ -10,7 +10,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
-#include "tools/psbench_cluster.h"
+#include "tools/psbench/psbench_cluster.h"
 #include "worker/client/async_ps_client.h"
 #include "worker/client/ps_client.h"
 

@@ -170,7 +170,7 @@ TEST(PsctlTest, CoordinatorDownExitsThreeWithinFiveSeconds) {
   for (const std::vector<std::string>& args :
        std::vector<std::vector<std::string>>{
            {"list"}, {"status", "job-000001"}, {"stats"}}) {
-    std::vector<std::string> argv = {"tools/psctl",
+    std::vector<std::string> argv = {"tools/psctl/psctl",
                                      "--cluster=" + dir + "/cluster.pbtxt"};
     argv.insert(argv.end(), args.begin(), args.end());
     absl::Time start = absl::Now();

@@ -101,7 +101,7 @@ absl::Status LocalCluster::Stop() {
 
 absl::StatusOr<CommandResult> LocalCluster::Psctl(
     const std::vector<std::string>& args, absl::Duration timeout) const {
-  std::vector<std::string> argv = {"tools/psctl",
+  std::vector<std::string> argv = {"tools/psctl/psctl",
                                    "--cluster=" + cluster_file()};
   argv.insert(argv.end(), args.begin(), args.end());
   return RunCommand(argv, timeout);

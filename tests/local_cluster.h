@@ -51,7 +51,7 @@ class LocalCluster {
   Subprocess& shard(int i) { return *shards_[i]; }
   Subprocess& worker(int i) { return *workers_[i]; }
 
-  // Runs tools/psctl --cluster=<this cluster> ARGS... with a deadline.
+  // Runs tools/psctl/psctl --cluster=<this cluster> ARGS... with a deadline.
   absl::StatusOr<CommandResult> Psctl(
       const std::vector<std::string>& args,
       absl::Duration timeout = absl::Seconds(60)) const;

@@ -1,5 +1,5 @@
 #!/bin/bash
-# The network lab at CI size (GitHub issue 13): tools/netlab refuses bad
+# The network lab at CI size (GitHub issue 13): tools/lab/netlab refuses bad
 # input with exit 2 naming the bad value, removes a half-built lab on SIGINT,
 # and a 3-host lab at 50 Mbit/s really shapes: iperf3 goodput from one host
 # to another, and from two hosts into one, lies within [0.7, 1.05] x the cap.
@@ -16,12 +16,12 @@ set -u
 
 skip() { echo "SKIPPED: $*"; exit 0; }
 if [[ -n ${TEST_SRCDIR:-} ]]; then
-  NETLAB="$TEST_SRCDIR/$TEST_WORKSPACE/tools/netlab"
+  NETLAB="$TEST_SRCDIR/$TEST_WORKSPACE/tools/lab/netlab"
   PSD="$TEST_SRCDIR/$TEST_WORKSPACE/server/psd"
-  PSCTL="$TEST_SRCDIR/$TEST_WORKSPACE/tools/psctl"
+  PSCTL="$TEST_SRCDIR/$TEST_WORKSPACE/tools/psctl/psctl"
   WORKERD="$TEST_SRCDIR/$TEST_WORKSPACE/worker/workerd"
 else
-  NETLAB="$(cd "$(dirname "$0")/.." && pwd)/tools/netlab"
+  NETLAB="$(cd "$(dirname "$0")/.." && pwd)/tools/lab/netlab"
   # outside Bazel: set PSD, PSCTL (and WORKERD) to run those parts
   PSD=${PSD:-} PSCTL=${PSCTL:-} WORKERD=${WORKERD:-}
 fi

@@ -194,7 +194,7 @@ TEST_F(PsIntegrationTest, ThreeWorkersFiftyBspStepsAgreeBitwise) {
 
   // psctl stats --json shows the traffic on both shards.
   absl::StatusOr<CommandResult> stats =
-      RunCommand({"tools/psctl", "--cluster=" + dir_ + "/cluster.pbtxt",
+      RunCommand({"tools/psctl/psctl", "--cluster=" + dir_ + "/cluster.pbtxt",
                   "stats", "--json"},
                  absl::Seconds(20));
   ASSERT_TRUE(stats.ok()) << stats.status();

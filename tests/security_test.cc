@@ -269,7 +269,7 @@ class SecurityTest : public ::testing::Test {
 
   static absl::StatusOr<CommandResult> Psctl(std::vector<std::string> args) {
     std::vector<std::string> argv = {
-        "tools/psctl", "--cluster=" + *dir_ + "/client_cluster.pbtxt"};
+        "tools/psctl/psctl", "--cluster=" + *dir_ + "/client_cluster.pbtxt"};
     argv.insert(argv.end(), args.begin(), args.end());
     return RunCommand(argv, absl::Seconds(150));
   }
@@ -541,9 +541,10 @@ TEST_F(SecurityTest, PsctlWithoutCredentialsIsRefused) {
                                   "shards { address_file: \"s0.addr\" }\n"
                                   "shards { address_file: \"s1.addr\" }\n")
                   .ok());
-  absl::StatusOr<CommandResult> plain = RunCommand(
-      {"tools/psctl", "--cluster=" + *dir_ + "/plain_cluster.pbtxt", "list"},
-      absl::Seconds(60));
+  absl::StatusOr<CommandResult> plain =
+      RunCommand({"tools/psctl/psctl",
+                  "--cluster=" + *dir_ + "/plain_cluster.pbtxt", "list"},
+                 absl::Seconds(60));
   ASSERT_TRUE(plain.ok()) << plain.status();
   EXPECT_EQ(plain->exit_code, 3) << plain->out << plain->err;
   // TLS but the wrong token: refused as a credentials problem (exit 2).
@@ -557,7 +558,7 @@ TEST_F(SecurityTest, PsctlWithoutCredentialsIsRefused) {
                   "auth_token_file: \"wrong_token\"\n")
                   .ok());
   absl::StatusOr<CommandResult> wrong =
-      RunCommand({"tools/psctl",
+      RunCommand({"tools/psctl/psctl",
                   "--cluster=" + *dir_ + "/wrong_token_cluster.pbtxt", "stats"},
                  absl::Seconds(60));
   ASSERT_TRUE(wrong.ok()) << wrong.status();

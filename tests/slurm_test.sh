@@ -252,7 +252,7 @@ on_worker_failure: SHRINK
 EOF
 id=$(submit shrink.pbtxt) || fail "sbatch failed"
 training() {  # the job has taken steps
-  "$BIN/tools/psctl" --cluster="ps-$1/cluster.pbtxt" status job-000001 |
+  "$BIN/tools/psctl/psctl" --cluster="ps-$1/cluster.pbtxt" status job-000001 |
     grep -q "RUNNING step [1-9]"
 }
 if [[ -n ${id:-} ]] && wait_for "job $id to train" 120 training "$id"; then

@@ -29,7 +29,7 @@ fi
 LOGS=$(mktemp -d /tmp/ps-demo.XXXXXX)
 echo "demo: logs in $LOGS"
 echo "demo: building (the first time takes several minutes)"
-TARGETS=(//server:psd //worker:workerd //tools:psctl)
+TARGETS=(//server:psd //worker:workerd //tools/psctl:psctl)
 ((PYTHON)) && TARGETS+=(//python/psclient:_native.so)
 if ! bazel build "${TARGETS[@]}" >"$LOGS/build.log" 2>&1; then
   cat "$LOGS/build.log"
@@ -62,7 +62,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-PSCTL=("$BIN/tools/psctl" --cluster=configs/local/cluster.pbtxt)
+PSCTL=("$BIN/tools/psctl/psctl" --cluster=configs/local/cluster.pbtxt)
 for i in 0 1; do
   "$BIN/server/psd" --config=configs/local/psd$i.pbtxt >"$LOGS/psd$i.log" 2>&1 &
   PIDS+=($!)

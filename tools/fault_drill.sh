@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 EPOCHS=${1:-5}
 
 bash tools/setup.sh >/dev/null
-bazel build //server:psd //worker:workerd //tools:psctl 2>&1 | tail -n 1
+bazel build //server:psd //worker:workerd //tools/psctl:psctl 2>&1 | tail -n 1
 BIN=$(bazel info bazel-bin 2>/dev/null)
 DIR=$(mktemp -d /tmp/ps-drill.XXXXXX)
 echo "drill: logs and configs in $DIR"
@@ -61,7 +61,7 @@ checkpoint { every_steps: 1 }
 on_worker_failure: SHRINK
 EOT
 
-PSCTL=("$BIN/tools/psctl" --cluster="$DIR/cluster.pbtxt")
+PSCTL=("$BIN/tools/psctl/psctl" --cluster="$DIR/cluster.pbtxt")
 start_psd() {
   "$BIN/server/psd" --config="$DIR/psd$1.pbtxt" >>"$DIR/psd$1.log" 2>&1 &
   PID[psd$1]=$!

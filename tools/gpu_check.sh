@@ -30,7 +30,7 @@ set -uo pipefail
 # Fix these when targets move; the script derives every path from them.
 PSD_LABEL=//server:psd
 WORKERD_LABEL=//worker:workerd
-PSCTL_LABEL=//tools:psctl
+PSCTL_LABEL=//tools/psctl:psctl
 BENCH_LABEL=//worker/backend/cuda:gpu_check_benchmark
 GPU_TEST_QUERY='attr(tags, gpu, tests(//...))'
 DEMO_JOB=configs/jobs/fashion_mlp.pbtxt

@@ -33,7 +33,7 @@ TORCH_PACKAGES=(
 )
 TEST_PACKAGES=(
   "${TORCH_PACKAGES[@]}"
-  python3-matplotlib                        # tools/plot_scaling.py charts
+  python3-matplotlib                        # tools/lab/plot_scaling.py charts
   slurmctld slurmd slurm-client munge       # tests/slurm_test.sh (tools/slurm/)
   chromium                                  # tests/observability_test (headless)
   prometheus                                # tests/prometheus_test.sh

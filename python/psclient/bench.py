@@ -10,7 +10,7 @@ Goodput = bytes pushed + pulled per second, as psbench counts it. The two
 alternate `--repeats` times (in turn going first); the table shows the
 medians.
 
-    python/build.sh && bazel build //tools:psbench
+    python/build.sh && bazel build //tools/psbench:psbench
     PYTHONPATH=python /usr/bin/python3 python/psclient/bench.py \\
         --sizes=1M,4M,16M --seconds=3 --repeats=3
 """
@@ -45,7 +45,7 @@ def parse_size(s: str) -> int:
 def cpp_goodput(cluster: LocalCluster, size: int, seconds: float,
                 cores: str) -> float:
     """psbench's goodput (bytes/s) for one client pushing+pulling `size`."""
-    argv = [find_binary("tools/psbench"), "--mode=transport",
+    argv = [find_binary("tools/psbench/psbench"), "--mode=transport",
             f"--cluster={cluster.cluster_file}", "--modes=asp", "--clients=1",
             f"--sizes={size}", f"--seconds={seconds}", "--tcp=false",
             "--json"]

@@ -7,7 +7,8 @@
 //   e.ids[3] = CtrId(3, 0x5a9ed9b0);      // field 3, Criteo hex value
 //   e.ids[4] = CtrId(4, kCtrMissingValue);
 //   uint8_t record[kCtrRecordBytes];
-//   EncodeCtrRecord(e, record);           // what tools/ctr_datagen writes
+//   EncodeCtrRecord(e, record);           // what tools/datagen/ctr_datagen
+//   writes
 //
 // The contract shared with the PyTorch peer (python reads the same files):
 //  - ids: a field f in [0, 26) and a per-field value v < 2^40 form the global

@@ -40,10 +40,10 @@
 // solved on calibration_examples examples (a stream of their own) so the
 // mean teacher probability is positive_rate; label ~ Bernoulli(sigmoid(logit)).
 //
-// The default config (tools/ctr_datagen, 1M test examples from kCtrTestBegin):
-// teacher AUC 0.8337, logloss 0.4152, 25.09% positives. With 4M training
-// examples, 41% of test examples hold an id never seen in training, yet
-// dropping those ids' terms leaves the teacher's AUC at 0.8337 (-0.00001);
+// The default config (tools/datagen/ctr_datagen, 1M test examples from
+// kCtrTestBegin): teacher AUC 0.8337, logloss 0.4152, 25.09% positives. With 4M
+// training examples, 41% of test examples hold an id never seen in training,
+// yet dropping those ids' terms leaves the teacher's AUC at 0.8337 (-0.00001);
 // dropping every id seen fewer than 30 times (85% of test examples hold one)
 // leaves 0.8333 (-0.0004): the signal is on ids a model can learn.
 #ifndef WORKER_DATA_CTR_SYNTHETIC_H_

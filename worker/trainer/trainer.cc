@@ -297,7 +297,7 @@ absl::Status Trainer::Evaluate(uint64_t done) {
   PS_ASSIGN_OR_RETURN(float accuracy, evaluator_->Accuracy(params_.data()));
   meter_->SetTestAccuracy(accuracy);
   // One line per evaluation, for time-to-accuracy measurements
-  // (tools/bench_e2e.sh): elapsed_s counts from Run's start, evaluations
+  // (tools/bench/bench_e2e.sh): elapsed_s counts from Run's start, evaluations
   // included; train_s is the step loop alone.
   spdlog::info(
       "eval job={} step={} epoch={} test_accuracy={:.4f} elapsed_s={:.3f} "

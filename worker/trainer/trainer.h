@@ -64,7 +64,7 @@
 // Each evaluation is also logged (spdlog info) as one line, "eval job=NAME
 // step=S epoch=E test_accuracy=A elapsed_s=T train_s=L", elapsed_s as above
 // and train_s = data_s + compute_s + comm_s: time-to-accuracy for
-// tools/bench_e2e.sh.
+// tools/bench/bench_e2e.sh.
 //
 // Buffers (parameters, gradient, batches, evaluation chunk) are allocated
 // before the loop; a step allocates nothing. The time split and the reports

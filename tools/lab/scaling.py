@@ -1,0 +1,429 @@
+#!/usr/bin/python3
+"""Scaling sweep in the network lab (docs/SCALING.md): this parameter server
+(BSP, ASP) against gloo ring all-reduce, W workers x S shards x model size,
+each process on its own emulated host.
+
+  tools/lab/netlab up 4 --rate=1gbit && tools/lab/scaling.sh --quick && tools/lab/netlab down
+  tools/lab/netlab up 12 --rate=1gbit && tools/lab/scaling.sh --out=docs/scaling/1gbit
+
+Runs in the lab that is up (tools/lab/netlab list; its rate from netlab status):
+a configuration needs S + W hosts (shards on hosts 1..S, workers on the next
+W), so only those that fit run; the all-reduce rows use hosts 1..W.
+
+Per parameter-server row: S psd and W workerd start in their hosts from
+generated config files (port 0 + address files), psctl submits a `lab` job
+(proto/job.proto LabModel: the given parameter count in --layers layers,
+--compute-ms of fixed compute per step, no data) and waits; the row's step
+time is the job's train time over its steps (psctl's summary line), samples/s
+its own figure, and the bytes moved the shards' bytes_in + bytes_out
+(psctl stats) per step. The all-reduce rows run tools/lab/allreduce_peer.py, the
+same tensors, bucketed as DDP does, with PyTorch in /usr/bin/python3 ($PYTHON
+picks another interpreter); without it they are skipped, with one line.
+
+The bound. Links are full duplex at B bytes/s of TCP payload (0.956 x the
+rate: 1448 payload bytes per 1514-byte frame). In a BSP step each worker
+pushes its M-byte gradient and pulls M bytes of parameters at once: M/B; each
+shard receives W M / S and sends as much: W M / (S B). So a step takes at
+least compute + max(M/B, W M/(S B)) (no overlap of compute and
+communication yet). The step time measured is the job's train time over its
+steps, and the train time also holds the first Pull of the parameters (the
+same bound once more), so a row's bound is compute + (1 + 1/steps) x that.
+Ring all-reduce moves 2 (W - 1)/W M each way per worker:
+compute + 2 (W - 1) M / (W B). "of bound" = bound / measured (1.0 = at it).
+
+Output: one table (Markdown) on stdout, results.json and the PNG charts
+(tools/lab/plot_scaling.py) in --out.
+"""
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Dict, List
+
+LAB = os.path.dirname(os.path.abspath(__file__))  # tools/lab
+ROOT = os.path.dirname(os.path.dirname(LAB))
+NETLAB = os.path.join(LAB, "netlab")
+PEER = os.path.join(LAB, "allreduce_peer.py")
+PLOT = os.path.join(LAB, "plot_scaling.py")
+PEER_PYTHON = os.environ.get("PYTHON", "/usr/bin/python3")  # needs torch
+TCP_PAYLOAD = 0.956  # of the link rate (1448 / 1514)
+BIAS = 1024          # floats per layer bias (tools/lab/allreduce_peer.py)
+
+
+def parse_count(text: str) -> int:
+    scale = {"k": 10**3, "m": 10**6, "g": 10**9}
+    t = text.strip().lower()
+    if t and t[-1] in scale:
+        return int(float(t[:-1]) * scale[t[-1]])
+    return int(t)
+
+
+def parse_rate_bits(text: str) -> float:
+    m = re.fullmatch(r"([0-9.]+)(kbit|mbit|gbit)", text.strip().lower())
+    if not m:
+        raise ValueError(f"unknown rate {text!r}")
+    return float(m.group(1)) * {"kbit": 1e3, "mbit": 1e6, "gbit": 1e9}[m.group(2)]
+
+
+def cpu_ticks() -> tuple:
+    """(busy, total) jiffies of all CPUs from /proc/stat (idle + iowait are
+    not busy)."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    return sum(v) - v[3] - v[4], sum(v)
+
+
+def cpu_busy(start: tuple) -> float:
+    """Fraction of the machine's CPU time busy since `start` (cpu_ticks())."""
+    busy, total = cpu_ticks()
+    return (busy - start[0]) / max(1, total - start[1])
+
+
+def model_params(params: int, layers: int) -> int:
+    """The parameter count the lab layout really has (see allreduce_peer)."""
+    return (params // layers) * layers
+
+
+class Lab:
+    """The lab that tools/lab/netlab has up: its hosts and link rate."""
+
+    def __init__(self, prefix: str):
+        self.prefix = prefix
+        self.env = dict(os.environ, NETLAB_PREFIX=prefix)
+        out = self._netlab("list")
+        self.hosts = [line.split()[2] for line in out.splitlines()
+                      if line.strip()]
+        status = self._netlab("status")
+        m = re.search(r"rate[ =:]+([0-9.]+[kmg]bit)", status)
+        if not m:
+            raise RuntimeError("netlab status shows no rate:\n" + status)
+        self.rate = m.group(1)
+        self.bytes_per_s = TCP_PAYLOAD * parse_rate_bits(self.rate) / 8
+
+    def _netlab(self, *args: str) -> str:
+        r = subprocess.run([NETLAB, *args], env=self.env, text=True,
+                           capture_output=True, timeout=60)
+        if r.returncode != 0:
+            raise RuntimeError(f"netlab {' '.join(args)}: {r.stderr.strip()}")
+        return r.stdout
+
+    def popen(self, host: int, argv: List[str], log: str) -> subprocess.Popen:
+        with open(log, "w") as f:  # the child keeps its own descriptor
+            return subprocess.Popen([NETLAB, "exec", str(host), *argv],
+                                    env=self.env, stdout=f,
+                                    stderr=subprocess.STDOUT,
+                                    start_new_session=True)
+
+    def run(self, host: int, argv: List[str], timeout: float) -> str:
+        r = subprocess.run([NETLAB, "exec", str(host), *argv], env=self.env,
+                           text=True, capture_output=True, timeout=timeout)
+        if r.returncode != 0:
+            raise RuntimeError(f"host {host}: {' '.join(argv[:2])}: exit "
+                               f"{r.returncode}\n{r.stdout}{r.stderr}")
+        return r.stdout
+
+
+def stop(procs: List[subprocess.Popen]) -> None:
+    for p in procs:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGTERM)
+    deadline = time.time() + 10
+    for p in procs:
+        try:
+            p.wait(timeout=max(0.1, deadline - time.time()))
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+
+
+def wait_files(paths: List[str], procs: List[subprocess.Popen],
+               timeout: float) -> None:
+    deadline = time.time() + timeout
+    while not all(os.path.exists(p) for p in paths):
+        for p in procs:
+            if p.poll() is not None:
+                raise RuntimeError(f"a daemon exited with {p.returncode} "
+                                   "before writing its address")
+        if time.time() > deadline:
+            missing = [p for p in paths if not os.path.exists(p)]
+            raise RuntimeError(f"no address file after {timeout} s: {missing}")
+        time.sleep(0.05)  # another process writes it: nothing to wait on
+
+
+# The demo's MLP (configs/jobs/fashion_mlp.pbtxt) for --model=mlp: 784-256-128-10.
+MLP_PARAMS = 784 * 256 + 256 + 256 * 128 + 128 + 128 * 10 + 10
+
+
+def job_spec(args, params: int, workers: int, mode: str) -> str:
+    if args.model == "mlp":
+        return f"""name: "mlp-{mode}-w{workers}"
+model {{ mlp {{ input_dim: 784 hidden: 256 hidden: 128 num_classes: 10 }} }}
+data {{ dataset: "fashion-mnist" batch_size: {args.batch} epochs: 1 }}
+optimizer {{ kind: SGD learning_rate: 0.05 momentum: 0.9 }}
+consistency {{ mode: {mode.upper()} step_deadline_ms: 600000 }}
+num_workers: {workers}
+partition_bytes: 262144
+seed: 42
+{args.job_config}
+"""
+    return f"""name: "lab-{mode}-w{workers}"
+model {{ lab {{ parameters: {params} layers: {args.layers} compute_ms: {args.compute_ms} steps_per_epoch: {args.steps} }} }}
+data {{ batch_size: {args.batch} epochs: 1 }}
+optimizer {{ kind: SGD learning_rate: 0.001 }}
+consistency {{ mode: {mode.upper()} step_deadline_ms: 600000 }}
+num_workers: {workers}
+partition_bytes: {args.partition_bytes}
+seed: 1
+{args.job_config}
+"""
+
+
+def run_ps(lab: Lab, args, bindir: str, shards: int, workers: int,
+           params: int, mode: str, work: str) -> Dict:
+    d = tempfile.mkdtemp(prefix=f"ps-s{shards}w{workers}-", dir=work)
+    with open(f"{d}/cluster.pbtxt", "w") as f:
+        for i in range(shards):
+            f.write(f'shards {{ address_file: "{d}/psd{i}.addr" }}\n')
+        f.write("coordinator_shard: 0\n")
+    procs: List[subprocess.Popen] = []
+    try:
+        for i in range(shards):
+            with open(f"{d}/psd{i}.pbtxt", "w") as f:
+                f.write(f'listen_address: "{lab.hosts[i]}:0"\nshard_id: {i}\n'
+                        f'cluster_file: "{d}/cluster.pbtxt"\n'
+                        f'address_file: "{d}/psd{i}.addr"\n'
+                        f"memory_budget_bytes: {args.shard_budget}\n")
+            procs.append(lab.popen(i + 1, [f"{bindir}/server/psd",
+                                           f"--config={d}/psd{i}.pbtxt"],
+                                   f"{d}/psd{i}.log"))
+        wait_files([f"{d}/psd{i}.addr" for i in range(shards)], procs, 60)
+        for j in range(workers):
+            with open(f"{d}/worker{j}.pbtxt", "w") as f:
+                f.write(f'cluster_file: "{d}/cluster.pbtxt"\nname: "w{j}"\n'
+                        f'devices: "cpu:0"\n{args.worker_config}\n')
+            procs.append(lab.popen(shards + j + 1,
+                                   [f"{bindir}/worker/workerd",
+                                    f"--config={d}/worker{j}.pbtxt"],
+                                   f"{d}/worker{j}.log"))
+        with open(f"{d}/job.pbtxt", "w") as f:
+            f.write(job_spec(args, params, workers, mode))
+        psctl = f"{bindir}/tools/psctl/psctl"
+        cpu0 = cpu_ticks()
+        out = lab.run(1, [psctl, "submit", f"{d}/job.pbtxt", "--wait",
+                          f"--cluster={d}/cluster.pbtxt", "--connect-timeout=30"],
+                      timeout=args.row_timeout)
+        cpu = cpu_busy(cpu0)
+        summary = dict(re.findall(r"(\w+)=(\S+)", out.strip().splitlines()[-1]))
+        if summary.get("state") != "SUCCEEDED":
+            raise RuntimeError(f"job did not succeed: {out}")
+        stats = json.loads(lab.run(1, [psctl, "stats", "--json",
+                                       f"--cluster={d}/cluster.pbtxt"], 60))
+        moved = 0  # psctl stats --json: a list of ShardStats
+        deltas = refused = 0  # chunk pulls answered as deltas / in full
+        for shard in stats:  # proto field names; uint64 as strings
+            for job in (shard or {}).get("job_stats", []):
+                moved += int(job.get("bytes_in", 0)) + int(job.get("bytes_out", 0))
+                deltas += int(job.get("delta_pulls", 0))
+                refused += int(job.get("delta_refused", 0))
+        steps = int(summary["steps"])
+        step_s = float(summary["train_s"]) / max(1, steps)
+        real_params = (MLP_PARAMS if args.model == "mlp" else
+                       model_params(params, args.layers))
+        m_bytes = 4 * real_params
+        # train_s also holds the first Pull (M per worker, W M / S per
+        # shard): one more transfer of the same bound, spread over the steps.
+        bound = args.compute_ms / 1e3 + (1 + 1 / max(1, steps)) * max(
+            m_bytes / lab.bytes_per_s, workers * m_bytes / (shards * lab.bytes_per_s))
+        return {"system": "ps", "mode": mode, "workers": workers,
+                "shards": shards, "params": real_params,
+                "rate": lab.rate, "steps": steps, "step_s": step_s,
+                "samples_per_s": float(summary["samples_per_s"]),
+                "model": args.model,
+                "test_accuracy": float(summary.get("test_accuracy", -1)),
+                "bytes_per_step": moved / max(1, steps),
+                "bound_s": bound, "of_bound": bound / step_s, "cpu_busy": cpu,
+                "delta_pulls": deltas, "delta_refused": refused}
+    finally:
+        stop(procs)
+        if not args.keep_logs:
+            shutil.rmtree(d, ignore_errors=True)
+
+
+def has_torch(python: str) -> bool:
+    """Whether `python` can import torch (the all-reduce peer needs it)."""
+    try:
+        return subprocess.run([python, "-c", "import torch"],
+                              stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL).returncode == 0
+    except OSError:  # no such interpreter
+        return False
+
+
+def run_allreduce(lab: Lab, args, workers: int, params: int, work: str) -> Dict:
+    port = 29600 + workers
+    procs: List[subprocess.Popen] = []
+    d = tempfile.mkdtemp(prefix=f"ar-w{workers}-", dir=work)
+    try:
+        cpu0 = cpu_ticks()
+        for r in range(workers):
+            # gloo binds to the address the hostname resolves to unless
+            # told which interface: the lab host's one is eth0.
+            argv = ["env", "GLOO_SOCKET_IFNAME=eth0",
+                    PEER_PYTHON, PEER, "--rank", str(r), "--world",
+                    str(workers), "--master", f"{lab.hosts[0]}:{port}",
+                    "--params", str(params), "--layers", str(args.layers),
+                    "--compute-ms", str(args.compute_ms), "--steps",
+                    str(args.steps), "--warmup", "2", "--link-mbit",
+                    str(parse_rate_bits(lab.rate) / 1e6), "--timeout-s",
+                    str(args.row_timeout)]
+            procs.append(lab.popen(r + 1, argv, f"{d}/rank{r}.log"))
+        procs[0].wait(timeout=args.row_timeout)
+        for p in procs[1:]:
+            p.wait(timeout=30)
+        cpu = cpu_busy(cpu0)
+        with open(f"{d}/rank0.log") as f:
+            text = f.read()
+        m = re.search(r"^RESULT (.*)$", text, re.M)
+        if procs[0].returncode != 0 or not m:
+            raise RuntimeError(f"all-reduce W={workers} failed:\n{text[-2000:]}")
+        res = json.loads(m.group(1))
+        m_bytes = 4 * res["params"]
+        bound = args.compute_ms / 1e3 + 2 * (workers - 1) / workers * m_bytes / lab.bytes_per_s
+        return {"system": "allreduce", "mode": "bsp", "workers": workers,
+                "shards": 0, "params": res["params"], "rate": lab.rate,
+                "steps": args.steps, "step_s": res["step_s_median"],
+                "samples_per_s": workers * args.batch / res["step_s_median"],
+                "bytes_per_step": res["bytes_per_worker_per_step"] * workers,
+                "bound_s": bound, "of_bound": bound / res["step_s_median"],
+                "cpu_busy": cpu}
+    finally:
+        stop(procs)
+        if not args.keep_logs:
+            shutil.rmtree(d, ignore_errors=True)
+
+
+def table(rows: List[Dict]) -> str:
+    out = ["| system | mode | W | S | params | rate | step ms | samples/s | "
+           "MB moved/step | bound ms | of bound | CPU busy |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        out.append(
+            f"| {r['system']} | {r['mode']} | {r['workers']} | {r['shards'] or '-'} "
+            f"| {r['params'] / 1e6:.1f}M | {r['rate']} | {r['step_s'] * 1e3:.1f} "
+            f"| {r['samples_per_s']:.0f} | {r['bytes_per_step'] / 1e6:.1f} "
+            f"| {r['bound_s'] * 1e3:.1f} | {r['of_bound']:.2f} "
+            f"| {r.get('cpu_busy', float('nan')):.0%} |")
+    return "\n".join(out)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true",
+                    help="W 1,2 x S 1,2 x 1M params, BSP, 10 steps (a 4-host lab)")
+    ap.add_argument("--workers", default="1 2 4 8")
+    ap.add_argument("--shards", default="1 2 4")
+    ap.add_argument("--params", default="1M 10M 100M")
+    ap.add_argument("--modes", default="bsp asp")
+    ap.add_argument("--model", choices=["lab", "mlp"], default="lab",
+                    help="lab: the communication-bound workload; mlp: the "
+                    "demo's MLP on Fashion-MNIST, 1 epoch (--batch 64)")
+    ap.add_argument("--layers", type=int, default=8)
+    ap.add_argument("--compute-ms", type=float, default=0.0)
+    ap.add_argument("--batch", type=int, default=32,
+                    help="examples per worker per step (for samples/s)")
+    ap.add_argument("--steps", type=int, default=20)
+    # Small partitions and requests let a shard answer the first of a BSP
+    # step's requests while the rest are on the wire (docs/SCALING.md).
+    ap.add_argument("--partition-bytes", type=int, default=256 << 10)
+    ap.add_argument("--shard-budget", type=int, default=8 << 30)
+    ap.add_argument("--worker-config", default="max_request_bytes: 262144",
+                    help="extra WorkerdConfig text for every workerd, e.g. "
+                    "'max_request_bytes: 524288 max_inflight_per_shard: 2'")
+    ap.add_argument("--job-config", default="",
+                    help="extra JobSpec text for every parameter-server job")
+    ap.add_argument("--systems", default="ps allreduce",
+                    help="which rows: ps, allreduce or both")
+    ap.add_argument("--row-timeout", type=float, default=900)
+    ap.add_argument("--prefix", default=os.environ.get("NETLAB_PREFIX", "pslab"))
+    ap.add_argument("--bin", default="", help="bazel-bin (default: bazel info)")
+    ap.add_argument("--out", default="scaling-out")
+    ap.add_argument("--keep-logs", action="store_true")
+    args = ap.parse_args()
+    if args.quick:
+        args.workers, args.shards, args.params = "1 2", "1 2", "1M"
+        args.modes, args.steps = "bsp", 10
+    if args.model == "mlp":
+        args.params, args.systems = str(MLP_PARAMS), "ps"
+    if "allreduce" in args.systems.split() and not has_torch(PEER_PYTHON):
+        print(f"scaling: skipping the all-reduce rows: {PEER_PYTHON} cannot "
+              "import torch (install it with tools/setup.sh --torch)",
+              file=sys.stderr)
+        args.systems = " ".join(x for x in args.systems.split()
+                                if x != "allreduce")
+        if not args.systems:
+            print("scaling: no row left to run (--systems)", file=sys.stderr)
+            return 2
+    if os.geteuid() != 0:
+        print("scaling: needs root (the lab's namespaces)", file=sys.stderr)
+        return 2
+    try:
+        lab = Lab(args.prefix)
+    except (RuntimeError, subprocess.SubprocessError) as e:
+        print(f"scaling: no lab '{args.prefix}' is up ({e}); start one with "
+              "tools/lab/netlab up N --rate=RATE", file=sys.stderr)
+        return 2
+    bindir = args.bin or subprocess.check_output(
+        ["bazel", "info", "--config=opt", "bazel-bin"], cwd=ROOT, text=True,
+        stderr=subprocess.DEVNULL).strip()
+    if not args.bin:
+        subprocess.run(["bazel", "build", "--config=opt", "//server:psd",
+                        "//worker:workerd", "//tools/psctl:psctl"], cwd=ROOT, check=True)
+    os.makedirs(args.out, exist_ok=True)
+    work = tempfile.mkdtemp(prefix="scaling-")
+    rows: List[Dict] = []
+    failed = 0
+    print(f"scaling: lab '{lab.prefix}' with {len(lab.hosts)} hosts at {lab.rate} "
+          f"(B = {lab.bytes_per_s / 1e6:.1f} MB/s of TCP payload per direction)",
+          flush=True)
+    try:
+        for p in [parse_count(x) for x in args.params.split()]:
+            for w in [int(x) for x in args.workers.split()]:
+                for s in [int(x) for x in args.shards.split()]:
+                    if "ps" not in args.systems.split() or s + w > len(lab.hosts):
+                        continue
+                    for mode in args.modes.split():
+                        print(f"scaling: ps {mode} W={w} S={s} params={p}", flush=True)
+                        try:
+                            rows.append(run_ps(lab, args, bindir, s, w, p, mode, work))
+                        except (RuntimeError, subprocess.SubprocessError) as e:
+                            print(f"scaling: row failed: {e}", file=sys.stderr, flush=True)
+                            failed += 1
+                if ("allreduce" in args.systems.split() and
+                        2 <= w <= len(lab.hosts)):
+                    print(f"scaling: allreduce W={w} params={p}", flush=True)
+                    try:
+                        rows.append(run_allreduce(lab, args, w, p, work))
+                    except (RuntimeError, subprocess.SubprocessError) as e:
+                        print(f"scaling: row failed: {e}", file=sys.stderr, flush=True)
+                        failed += 1
+                with open(os.path.join(args.out, "results.json"), "w") as f:
+                    json.dump(rows, f, indent=1)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print(table(rows))
+    subprocess.run(["/usr/bin/python3", PLOT, os.path.join(args.out, "results.json"),
+                    "--out", args.out], check=True)
+    if failed:
+        print(f"scaling: {failed} rows failed (above)", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

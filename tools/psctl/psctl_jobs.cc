@@ -1,0 +1,72 @@
+#include "tools/psctl/psctl_jobs.h"
+
+#include <string>
+
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+
+namespace ps {
+namespace psctl {
+
+int Status(const Args& a, std::ostream& out, std::ostream& err) {
+  if (a.positional.size() != 1) {
+    err << "psctl status: expected one JOB id\n";
+    return kExitUsage;
+  }
+  GetJobRequest req;
+  req.set_job_id(a.positional[0]);
+  JobStatus job;
+  int rc =
+      CallCoordinator(a, "status", &Coordinator::Stub::GetJob, req, &job, err);
+  if (rc != kExitOk) return rc;
+  if (Has(a, "--json")) {
+    out << ToJson(job);
+  } else {
+    out << FormatProgress(job) << "\n";
+    if (!job.reason().empty()) out << "reason: " << job.reason() << "\n";
+    if (job.workers_size() > 0)
+      out << "workers: " << absl::StrJoin(job.workers(), ", ") << "\n";
+  }
+  return kExitOk;
+}
+
+int List(const Args& a, std::ostream& out, std::ostream& err) {
+  ListJobsResponse resp;
+  int rc = CallCoordinator(a, "list", &Coordinator::Stub::ListJobs,
+                           ListJobsRequest(), &resp, err);
+  if (rc != kExitOk) return rc;
+  if (Has(a, "--json")) {
+    out << ToJson(resp);
+    return kExitOk;
+  }
+  out << absl::StrFormat("%-14s %-24s %-10s %10s %9s %s\n", "JOB", "NAME",
+                         "STATE", "STEP", "TEST_ACC", "REASON");
+  for (const JobStatus& j : resp.jobs()) {
+    std::string acc =
+        j.progress().test_accuracy() < 0
+            ? "-"
+            : absl::StrFormat("%.4f", j.progress().test_accuracy());
+    out << absl::StrFormat("%-14s %-24s %-10s %10d %9s %s\n", j.job_id(),
+                           j.name(), JobState_Name(j.state()),
+                           j.progress().step(), acc, j.reason());
+  }
+  return kExitOk;
+}
+
+int Cancel(const Args& a, std::ostream& out, std::ostream& err) {
+  if (a.positional.size() != 1) {
+    err << "psctl cancel: expected one JOB id\n";
+    return kExitUsage;
+  }
+  CancelJobRequest req;
+  req.set_job_id(a.positional[0]);
+  CancelJobResponse resp;
+  int rc = CallCoordinator(a, "cancel", &Coordinator::Stub::CancelJob, req,
+                           &resp, err);
+  if (rc != kExitOk) return rc;
+  out << a.positional[0] << " " << JobState_Name(resp.state()) << "\n";
+  return kExitOk;
+}
+
+}  // namespace psctl
+}  // namespace ps

@@ -1,0 +1,24 @@
+// psctl status, list and cancel: one coordinator call each.
+#ifndef TOOLS_PSCTL_PSCTL_JOBS_H_
+#define TOOLS_PSCTL_PSCTL_JOBS_H_
+
+#include <ostream>
+
+#include "tools/psctl/psctl_common.h"
+
+namespace ps {
+namespace psctl {
+
+// Each blocks for one call (up to the connect timeout) and returns the exit
+// code (tools/psctl/psctl.h).
+// `psctl status JOB [--json]`: one job's state and progress.
+int Status(const Args& a, std::ostream& out, std::ostream& err);
+// `psctl list [--json]`: every job the coordinator knows.
+int List(const Args& a, std::ostream& out, std::ostream& err);
+// `psctl cancel JOB`: cancels a pending or running job.
+int Cancel(const Args& a, std::ostream& out, std::ostream& err);
+
+}  // namespace psctl
+}  // namespace ps
+
+#endif  // TOOLS_PSCTL_PSCTL_JOBS_H_

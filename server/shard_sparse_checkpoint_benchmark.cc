@@ -117,17 +117,8 @@ uint64_t DirBytes(const std::string& dir, const std::string& suffix) {
   return n;
 }
 
-int Main() {
-  const std::string dir = absl::GetFlag(FLAGS_dir);
-  std::filesystem::remove_all(dir);
-  ShardOptions options = shard_test::Options(0, 64ull << 30);
-  options.checkpoint_dir = dir;
-  Shard shard(options);
-  Shard::RestoreReport report;
-  if (absl::Status st = shard.OpenCheckpoints(&report); !st.ok()) {
-    std::fprintf(stderr, "%s\n", st.ToString().c_str());
-    return 1;
-  }
+// Registers the benchmark's one-table BSP job on `shard`.
+absl::Status RegisterBenchJob(Shard& shard) {
   JobSpec spec = shard_test::Spec(BSP, 1);
   spec.mutable_checkpoint()->set_every_seconds(3600);  // on, not triggered
   TableSpec* t = spec.add_tables();
@@ -138,26 +129,22 @@ int Main() {
   t->mutable_optimizer()->set_kind(ADAGRAD);
   t->mutable_optimizer()->set_learning_rate(0.01f);
   RegisterJobResponse resp;
-  if (absl::Status st =
-          shard.RegisterJob(shard_test::Registration("bench", spec), &resp);
-      !st.ok()) {
-    std::fprintf(stderr, "%s\n", st.ToString().c_str());
-    return 1;
-  }
+  return shard.RegisterJob(shard_test::Registration("bench", spec), &resp);
+}
 
+// Pushes every one of --rows rows once, from step `*step` on.
+absl::Status Fill(Shard& shard, uint64_t* step) {
   const uint64_t rows = absl::GetFlag(FLAGS_rows);
   const uint32_t batch = absl::GetFlag(FLAGS_fill_batch);
-  uint64_t step = 0;
-  auto a = Clock::now();
+  const auto a = Clock::now();
   std::vector<uint64_t> ids;
   for (uint64_t i = 0; i < rows; i += batch) {
     ids.clear();
     for (uint64_t k = i; k < std::min<uint64_t>(rows, i + batch); ++k) {
       ids.push_back(IdOf(k));
     }
-    if (absl::Status st = Step(shard, step++, ids, false); !st.ok()) {
-      std::fprintf(stderr, "fill: %s\n", st.ToString().c_str());
-      return 1;
+    if (absl::Status st = Step(shard, (*step)++, ids, false); !st.ok()) {
+      return st;
     }
   }
   StatsRequest sreq;
@@ -167,31 +154,58 @@ int Main() {
   std::printf("filled %lu rows (dim %u, Adagrad) in %.1f s: %.1f MB used\n",
               static_cast<unsigned long>(ts.rows()), absl::GetFlag(FLAGS_dim),
               Seconds(a, Clock::now()), ts.bytes_used() / 1e6);
+  return absl::OkStatus();
+}
 
-  Latencies base, during;
+// Probes for --baseline_s without a checkpoint into `base`, then probes while
+// one checkpoint is written into `during`; `*ckpt_s` is the checkpoint's time.
+absl::Status ProbeAroundCheckpoint(Shard& shard, uint64_t* step,
+                                   Latencies* base, Latencies* during,
+                                   double* ckpt_s) {
   {
     std::atomic<bool> stop{false};
-    std::thread p([&] { Probe(shard, &step, stop, &base); });
+    std::thread p([&] { Probe(shard, step, stop, base); });
     std::this_thread::sleep_for(
         std::chrono::duration<double>(absl::GetFlag(FLAGS_baseline_s)));
     stop = true;
     p.join();
   }
+  std::atomic<bool> stop{false};
+  std::thread p([&] { Probe(shard, step, stop, during); });
+  // Let the probe run a moment before the checkpoint starts.
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const auto a = Clock::now();
+  const absl::Status st = shard.CheckpointNow("bench");
+  *ckpt_s = Seconds(a, Clock::now());
+  stop = true;
+  p.join();
+  return st;
+}
+
+int Fail(const char* what, const absl::Status& st) {
+  std::fprintf(stderr, "%s%s\n", what, st.ToString().c_str());
+  return 1;
+}
+
+int Main() {
+  const std::string dir = absl::GetFlag(FLAGS_dir);
+  std::filesystem::remove_all(dir);
+  ShardOptions options = shard_test::Options(0, 64ull << 30);
+  options.checkpoint_dir = dir;
+  Shard shard(options);
+  Shard::RestoreReport report;
+  if (absl::Status st = shard.OpenCheckpoints(&report); !st.ok()) {
+    return Fail("", st);
+  }
+  if (absl::Status st = RegisterBenchJob(shard); !st.ok()) return Fail("", st);
+  uint64_t step = 0;
+  if (absl::Status st = Fill(shard, &step); !st.ok()) return Fail("fill: ", st);
+  Latencies base, during;
   double ckpt_s = 0;
-  {
-    std::atomic<bool> stop{false};
-    std::thread p([&] { Probe(shard, &step, stop, &during); });
-    // Let the probe run a moment before the checkpoint starts.
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    a = Clock::now();
-    const absl::Status st = shard.CheckpointNow("bench");
-    ckpt_s = Seconds(a, Clock::now());
-    stop = true;
-    p.join();
-    if (!st.ok()) {
-      std::fprintf(stderr, "checkpoint: %s\n", st.ToString().c_str());
-      return 1;
-    }
+  if (absl::Status st =
+          ProbeAroundCheckpoint(shard, &step, &base, &during, &ckpt_s);
+      !st.ok()) {
+    return Fail("checkpoint: ", st);
   }
   base.Print("without checkpoint");
   during.Print("during checkpoint");

@@ -36,7 +36,7 @@ TEST_PACKAGES=(
   python3-matplotlib                        # tools/lab/plot_scaling.py charts
   slurmctld slurmd slurm-client munge       # tests/slurm_test.sh (tools/slurm/)
   chromium                                  # tests/observability_test (headless)
-  prometheus                                # tests/prometheus_test.sh
+  prometheus                                # tests/prometheus_test
 )
 
 case "${1:-}" in

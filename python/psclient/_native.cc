@@ -383,17 +383,8 @@ std::unique_ptr<Client> Connect(const std::string& cluster,
   return client;
 }
 
-}  // namespace
-}  // namespace ps
-
-PYBIND11_MODULE(_native, m) {
-  using ps::Client;
-  using ps::Worker;
-  m.doc() = "psclient's native core (see psclient.client for the API)";
-  m.def("connect", &ps::Connect, py::arg("cluster"), py::arg("coordinator"),
-        py::arg("tls_ca"), py::arg("tls_cert"), py::arg("tls_key"),
-        py::arg("token"), py::arg("timeout_s"));
-
+// The classes' bindings, one function each (the module body stays short).
+void BindClient(py::module_& m) {
   py::class_<Client>(m, "Client")
       .def("submit", &Client::Submit, py::arg("spec"), py::arg("join_existing"),
            py::arg("dry_run"))
@@ -403,23 +394,27 @@ PYBIND11_MODULE(_native, m) {
       .def("join", &Client::Join, py::arg("job_id"), py::arg("name"),
            py::arg("timeout_s"))
       .def_property_readonly("coordinator", &Client::coordinator);
+}
 
-  py::class_<ps::Handle>(m, "Handle")
-      .def_property_readonly("id", &ps::Handle::id)
-      .def_property_readonly("op", &ps::Handle::op)
-      .def_property_readonly("step", &ps::Handle::step)
+void BindHandle(py::module_& m) {
+  py::class_<Handle>(m, "Handle")
+      .def_property_readonly("id", &Handle::id)
+      .def_property_readonly("op", &Handle::op)
+      .def_property_readonly("step", &Handle::step)
       .def(
           "wait",
-          [](ps::Handle& h, std::optional<double> timeout_s) {
+          [](Handle& h, std::optional<double> timeout_s) {
             h.worker().Wait(h.handle(), timeout_s);
           },
           py::arg("timeout_s") = py::none())
-      .def("cancel", [](ps::Handle& h) { h.worker().Cancel(h.handle()); })
-      .def("__repr__", [](const ps::Handle& h) {
+      .def("cancel", [](Handle& h) { h.worker().Cancel(h.handle()); })
+      .def("__repr__", [](const Handle& h) {
         return absl::StrCat("<psclient handle ", h.id(), ": ", h.op(),
                             " of step ", h.step(), ">");
       });
+}
 
+void BindWorker(py::module_& m) {
   py::class_<Worker>(m, "Worker")
       .def_property_readonly(
           "job_id", [](Worker& w) { return w.w().assignment().job_id(); })
@@ -442,7 +437,7 @@ PYBIND11_MODULE(_native, m) {
           "tensors",
           [](Worker& w) {
             py::list out;
-            for (const ps::FlatTensor& t : w.w().tensors()) {
+            for (const FlatTensor& t : w.w().tensors()) {
               py::tuple shape(t.shape.size());
               for (size_t i = 0; i < t.shape.size(); ++i) shape[i] = t.shape[i];
               out.append(py::make_tuple(t.name, shape, t.offset, t.size));
@@ -452,26 +447,26 @@ PYBIND11_MODULE(_native, m) {
       .def_property_readonly("params",
                              [](py::object self) {
                                Worker& w = self.cast<Worker&>();
-                               return ps::View(w.w().params(), self);
+                               return View(w.w().params(), self);
                              })
       .def_property_readonly("grads",
                              [](py::object self) {
                                Worker& w = self.cast<Worker&>();
-                               return ps::View(w.w().grads(), self);
+                               return View(w.w().grads(), self);
                              })
       .def_property_readonly("aborted",
                              [](Worker& w) { return w.w().aborted(); })
       .def_property_readonly("leads", [](Worker& w) { return w.w().leads(); })
-      .def("start", &ps::StartRequest, py::arg("op"), py::arg("step"),
+      .def("start", &StartRequest, py::arg("op"), py::arg("step"),
            py::arg("tensors"), py::arg("priority"))
       .def(
           "wait",
-          [](Worker& w, ps::Handle& h, std::optional<double> timeout_s) {
+          [](Worker& w, Handle& h, std::optional<double> timeout_s) {
             w.Wait(h.handle(), timeout_s);
           },
           py::arg("handle"), py::arg("timeout_s"))
       .def(
-          "cancel", [](Worker& w, ps::Handle& h) { w.Cancel(h.handle()); },
+          "cancel", [](Worker& w, Handle& h) { w.Cancel(h.handle()); },
           py::arg("handle"))
       .def("report", &Worker::Report, py::arg("step"), py::arg("total_steps"),
            py::arg("epoch"), py::arg("loss"), py::arg("train_accuracy"),
@@ -479,4 +474,17 @@ PYBIND11_MODULE(_native, m) {
            py::arg("data_s"), py::arg("compute_s"), py::arg("comm_s"),
            py::arg("finished"), py::arg("error"))
       .def("close", &Worker::Close);
+}
+
+}  // namespace
+}  // namespace ps
+
+PYBIND11_MODULE(_native, m) {
+  m.doc() = "psclient's native core (see psclient.client for the API)";
+  m.def("connect", &ps::Connect, py::arg("cluster"), py::arg("coordinator"),
+        py::arg("tls_ca"), py::arg("tls_cert"), py::arg("tls_key"),
+        py::arg("token"), py::arg("timeout_s"));
+  ps::BindClient(m);
+  ps::BindHandle(m);
+  ps::BindWorker(m);
 }

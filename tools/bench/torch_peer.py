@@ -16,7 +16,7 @@ Rank 0 (or the single process) prints one line
   RESULT {"samples_per_s": ..., "time_to_target_s": ..., ...}
 and one "eval epoch=E test_accuracy=A elapsed_s=T" line per epoch.
 
-What matches the parameter-server job (see worker/data, server/init.cc):
+What matches the parameter-server job (see worker/data, core/init.cc):
   - Fashion-MNIST IDX files, pixels mapped to (p / 255 - 0.2860) / 0.3530;
   - 784-256-128-10, ReLU, Glorot-uniform weights, zero biases;
   - --model cnn: conv5x5-32 (padding 2), ReLU, 2x2 max pool, conv5x5-64,

@@ -2,7 +2,9 @@
 # The network lab at CI size (GitHub issue 13): tools/lab/netlab refuses bad
 # input with exit 2 naming the bad value, removes a half-built lab on SIGINT,
 # and a 3-host lab at 50 Mbit/s really shapes: iperf3 goodput from one host
-# to another, and from two hosts into one, lies within [0.7, 1.05] x the cap.
+# to another, and from two hosts into one, lies within [0.7, 1.05] x the cap;
+# `shape 2 --rate=25mbit` (a straggler) caps host 2 at 25 Mbit/s both ways
+# at once, and `shape 2` restores the lab's rate on both ends of its link.
 # A psd started in host 1 on its lab address serves psctl in hosts 2 and 3
 # and is out of reach of the root namespace; with a workerd in each of hosts
 # 2 and 3 it runs a small lab job (ModelSpec.lab, 1M parameters, BSP) that
@@ -172,17 +174,19 @@ iperf_server() {
   wait_listen "$1" "$2"
 }
 
-# goodput JSON_FILE -> received bits per second (integer).
+# goodput JSON_FILE [SUFFIX] -> received bits per second (integer); SUFFIX
+# _bidir_reverse picks the reverse direction of a --bidir run.
 goodput() {
-  sed -n '/"sum_received"/,/}/s/.*"bits_per_second":[[:space:]]*\([0-9.e+]*\).*/\1/p' "$1" |
+  sed -n "/\"sum_received${2:-}\"/,/}/s/.*\"bits_per_second\":[[:space:]]*\\([0-9.e+]*\\).*/\\1/p" "$1" |
     head -1 | awk '{ printf "%.0f", $1 }'
 }
 
-# check_cap WHAT BPS: BPS within [0.7, 1.05] x CAP.
+# check_cap WHAT BPS [CAP_BPS]: BPS within [0.7, 1.05] x the cap (default CAP).
 check_cap() {
-  echo "$1: $(awk -v b="$2" -v c="$CAP" 'BEGIN { printf "%.1f Mbit/s (%.3f x cap)", b / 1e6, b / c }')"
-  awk -v b="$2" -v c="$CAP" 'BEGIN { exit !(b >= 0.7 * c && b <= 1.05 * c) }' ||
-    fail "$1: $2 bit/s outside [0.7, 1.05] x $CAP"
+  local cap=${3:-$CAP}
+  echo "$1: $(awk -v b="$2" -v c="$cap" 'BEGIN { printf "%.1f Mbit/s (%.3f x cap)", b / 1e6, b / c }')"
+  awk -v b="$2" -v c="$cap" 'BEGIN { exit !(b >= 0.7 * c && b <= 1.05 * c) }' ||
+    fail "$1: $2 bit/s outside [0.7, 1.05] x $cap"
 }
 
 # One flow, host 2 -> host 1, 3 s.
@@ -204,6 +208,28 @@ g2=$(goodput "$TMP/in2.json")
 g3=$(goodput "$TMP/in3.json")
 [[ -n $g2 && -n $g3 ]] || fail "iperf3 into host 1: $(cat "$TMP/in2.json" "$TMP/in3.json")"
 check_cap "hosts 2 + 3 -> host 1" "$((${g2:-0} + ${g3:-0}))"
+
+# A straggler: `shape 2 --rate=25mbit` re-caps both ends of host 2's link, so
+# host 2 sends and receives at half the lab's rate at once (iperf3 --bidir
+# with host 1); `shape 2` alone puts the lab's rate back on both ends.
+expect_refused "'4'" --prefix="$P" shape 4 --rate=25mbit
+expect_refused "25mbps" --prefix="$P" shape 2 --rate=25mbps
+expect_refused "shape HOST" --prefix="$P" shape
+SLOW=25000000
+if ! lab shape 2 --rate=25mbit >"$TMP/shape.out" 2>&1; then
+  fail "shape 2 --rate=25mbit: $(cat "$TMP/shape.out")"
+elif iperf_server 1 5204 &&
+  lab exec 2 iperf3 -c "$A1" -p 5204 -t 3 --bidir -J >"$TMP/slow.json" 2>&1; then
+  check_cap "straggler host 2 -> host 1" "$(goodput "$TMP/slow.json")" "$SLOW"
+  check_cap "host 1 -> straggler host 2" "$(goodput "$TMP/slow.json" _bidir_reverse)" "$SLOW"
+else
+  fail "iperf3 --bidir with the straggler: $(cat "$TMP/slow.json" 2>/dev/null)"
+fi
+lab shape 2 >"$TMP/shape.out" 2>&1 || fail "shape 2 (restore): $(cat "$TMP/shape.out")"
+out=$(lab exec 2 tc qdisc show dev eth0)
+[[ $out == *"rate 50Mbit"* ]] || fail "shape 2 left host 2's eth0 at: $out"
+out=$(tc qdisc show dev "$P-v2")
+[[ $out == *"rate 50Mbit"* ]] || fail "shape 2 left the bridge side $P-v2 at: $out"
 
 # run_lab_job: with the psd of host 1 up, a workerd in hosts 2 and 3 each
 # (max_jobs: 1, so they exit after the job) and a lab job submitted from host

@@ -31,6 +31,10 @@ struct TcpResult {
   double bytes_per_cpu_second() const {
     return cpu_seconds > 0 ? bytes / cpu_seconds : 0;
   }
+  // CPU seconds per 1e9 bytes received; 0 when nothing was measured.
+  double cpu_s_per_gb() const {
+    return bytes > 0 && cpu_seconds > 0 ? cpu_seconds / (bytes / 1e9) : 0;
+  }
 };
 
 // One sender thread and one receiver thread stream `bytes` through a

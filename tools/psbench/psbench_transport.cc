@@ -102,6 +102,9 @@ absl::Status MeasureTcp(const TransportOptions& options, bool iperf3,
   if (p->socket.bytes_per_cpu_second() > 0) {
     p->cpu_ratio = p->bytes_per_cpu_second() / p->socket.bytes_per_cpu_second();
   }
+  if (p->socket.cpu_s_per_gb() > 0) {
+    p->cpu_vs_tcp = p->cpu_s_per_gb() / p->socket.cpu_s_per_gb();
+  }
   return absl::OkStatus();
 }
 
@@ -148,25 +151,28 @@ std::string FormatTransport(const TransportReport& r) {
       "ratio = goodput / the fastest raw loopback TCP stream of the run "
       "(%.1f MB/s; socket stream%s after each point);\n"
       "cores = CPU-seconds per second of %s; cpu ratio = bytes per CPU-second "
-      "/ "
-      "the socket stream's\n",
+      "/ the socket stream's;\n"
+      "cpu s/GB = CPU-seconds per 1e9 bytes pushed + pulled; tcp s/GB = the "
+      "socket stream's per 1e9 bytes received; vs tcp = cpu s/GB / tcp s/GB\n",
       r.shards, r.in_process ? "in-process" : "of a running cluster",
       r.reference_bytes_per_s / 1e6,
       !r.points.empty() && r.points[0].iperf3.bytes > 0 ? " and iperf3" : "",
       r.cpu_scope);
   out += absl::StrFormat(
-      "%-4s %8s %7s %8s %11s %11s %11s %6s %10s %10s %6s %6s %9s\n", "mode",
-      "size", "clients", "steps", "goodput", "tcp", "iperf3", "ratio", "p50",
-      "p99", "errors", "cores", "cpu ratio");
+      "%-4s %8s %7s %8s %11s %11s %11s %6s %10s %10s %6s %6s %9s %8s %8s "
+      "%6s\n",
+      "mode", "size", "clients", "steps", "goodput", "tcp", "iperf3", "ratio",
+      "p50", "p99", "errors", "cores", "cpu ratio", "cpu s/GB", "tcp s/GB",
+      "vs tcp");
   for (const TransportPoint& p : r.points) {
     out += absl::StrFormat(
         "%-4s %8s %7d %8d %6.1f MB/s %6.1f MB/s %6.1f MB/s %6.2f %7.0f us "
-        "%7.0f us %6d %6.2f "
-        "%9.2f\n",
+        "%7.0f us %6d %6.2f %9.2f %8.3f %8.3f %6.2f\n",
         ModeName(p.mode), Bytes(p.bytes), p.clients, p.steps, p.goodput / 1e6,
         p.socket.bytes_per_second() / 1e6, p.iperf3.bytes_per_second() / 1e6,
         p.ratio, p.p50_us, p.p99_us, p.errors,
-        p.seconds > 0 ? p.cpu_seconds / p.seconds : 0, p.cpu_ratio);
+        p.seconds > 0 ? p.cpu_seconds / p.seconds : 0, p.cpu_ratio,
+        p.cpu_s_per_gb(), p.socket.cpu_s_per_gb(), p.cpu_vs_tcp);
     if (!p.first_error.empty())
       out += absl::StrCat("  first error: ", p.first_error, "\n");
   }
@@ -183,12 +189,14 @@ std::string TransportJson(const TransportReport& r) {
         "\"p50_us\":%.1f,\"p99_us\":%.1f,\"tcp_socket_bytes_per_s\":%.1f,"
         "\"tcp_iperf3_bytes_per_s\":%.1f,\"ratio\":%.4f,\"cpu_seconds\":%.3f,"
         "\"bytes_per_cpu_s\":%.1f,\"tcp_socket_bytes_per_cpu_s\":%.1f,\"cpu_"
-        "ratio\":%.4f}",
+        "ratio\":%.4f,\"cpu_s_per_gb\":%.4f,\"tcp_socket_cpu_s_per_gb\":%.4f,"
+        "\"tcp_iperf3_cpu_s_per_gb\":%.4f,\"cpu_vs_tcp\":%.4f}",
         ModeName(p.mode), p.bytes, p.clients, p.steps, p.errors,
         JsonString(p.first_error), p.seconds, p.goodput, p.p50_us, p.p99_us,
         p.socket.bytes_per_second(), p.iperf3.bytes_per_second(), p.ratio,
         p.cpu_seconds, p.bytes_per_cpu_second(),
-        p.socket.bytes_per_cpu_second(), p.cpu_ratio));
+        p.socket.bytes_per_cpu_second(), p.cpu_ratio, p.cpu_s_per_gb(),
+        p.socket.cpu_s_per_gb(), p.iperf3.cpu_s_per_gb(), p.cpu_vs_tcp));
   }
   return absl::StrFormat(
       "{\"mode\":\"transport\",\"shards\":%d,\"in_process\":%s,\"cpu_scope\":%"

@@ -68,6 +68,13 @@ struct TransportPoint {
   double bytes_per_cpu_second() const {
     return cpu_seconds > 0 ? 2.0 * bytes * steps / cpu_seconds : 0;
   }
+  // CPU seconds per 1e9 bytes pushed + pulled (the inverse of the above,
+  // scaled); 0 when nothing moved.
+  double cpu_s_per_gb() const {
+    return steps > 0 && cpu_seconds > 0
+               ? cpu_seconds / (2.0 * bytes * steps / 1e9)
+               : 0;
+  }
   // Raw TCP moving the same bytes, right after this point.
   TcpResult socket;
   TcpResult iperf3;  // bytes == 0 when not measured
@@ -75,6 +82,9 @@ struct TransportPoint {
   double ratio = 0;
   // bytes per CPU-second / the socket stream's (both in this process).
   double cpu_ratio = 0;
+  // cpu_s_per_gb() / the socket stream's: how many times a raw TCP stream's
+  // CPU per byte the point costs (1 / cpu_ratio; issue 26's target <= 1.5).
+  double cpu_vs_tcp = 0;
 };
 
 struct TransportReport {

@@ -128,6 +128,16 @@ TEST(SocketStreamTest, MovesEveryByteOverLoopback) {
             absl::StatusCode::kInvalidArgument);
 }
 
+TEST(TcpResultTest, CpuSecondsPerGigabyte) {
+  TcpResult r;
+  EXPECT_EQ(r.cpu_s_per_gb(), 0);  // nothing measured
+  r.bytes = 2000000000;
+  EXPECT_EQ(r.cpu_s_per_gb(), 0);  // no CPU time read
+  r.cpu_seconds = 3;
+  EXPECT_DOUBLE_EQ(r.cpu_s_per_gb(), 1.5);
+  EXPECT_DOUBLE_EQ(r.bytes_per_cpu_second(), 2e9 / 3);
+}
+
 }  // namespace
 }  // namespace bench
 }  // namespace ps

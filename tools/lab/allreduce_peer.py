@@ -19,7 +19,12 @@ overlap either.
 
 Rank 0 prints one line
   RESULT {"world": W, "params": P, "step_s_median": ..., ...}
-with every step's time after --warmup steps. The ring's lower bound per step
+with every step's time after --warmup steps, and every rank one line
+  COST {"rank": R, "cpu_s": ...}
+with its own CPU seconds (user + system, its threads and children) from a
+barrier before the first warm-up step to one after the last step: what the
+steps cost, without the interpreter's start, torch's import and gloo's
+rendezvous (tools/lab/scaling.py's "CPU s"). The ring's lower bound per step
 is 2 (W - 1) / W * 4P bytes over the link's bandwidth (each worker sends and
 receives that much, full duplex); --link-mbit, when given, adds the ratio of
 the measured communication time to that bound.
@@ -27,6 +32,7 @@ the measured communication time to that bound.
 
 import argparse
 import json
+import resource
 import statistics
 import sys
 import time
@@ -83,6 +89,13 @@ def buckets(sizes: List[int], bucket_floats: int) -> List[int]:
     return out
 
 
+def cpu_seconds() -> float:
+    """User + system CPU seconds of this process and its reaped children."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rank", type=int, required=True)
@@ -114,6 +127,8 @@ def main() -> int:
     sizes_b = buckets(sizes, int(args.bucket_mb * 2**20 / 4))
     grads = [torch.full((n,), float(args.rank + 1)) for n in sizes_b]
     step_s, comm_s = [], []
+    dist.barrier()  # every rank's CPU window starts with the same step
+    cpu0 = cpu_seconds()
     for step in range(args.warmup + args.steps):
         t0 = time.perf_counter()
         if args.compute_ms > 0:
@@ -134,6 +149,8 @@ def main() -> int:
     ok = all(abs(float(g[0]) - expect) < 1e-5 and
              abs(float(g[-1]) - expect) < 1e-5 for g in grads)
     dist.barrier()
+    print("COST " + json.dumps({"rank": args.rank,
+                                "cpu_s": cpu_seconds() - cpu0}), flush=True)
     dist.destroy_process_group()
     if args.rank == 0:
         result = {

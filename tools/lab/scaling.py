@@ -30,9 +30,19 @@ steps, and the train time also holds the first Pull of the parameters (the
 same bound once more), so a row's bound is compute + (1 + 1/steps) x that.
 Ring all-reduce moves 2 (W - 1)/W M each way per worker:
 compute + 2 (W - 1) M / (W B). "of bound" = bound / measured (1.0 = at it).
+With --straggler=f the last worker's host (S + W; W for all-reduce) runs at
+f x the rate during each row (tools/lab/netlab shape, restored after the row,
+on failure and on Ctrl-C/SIGTERM/SIGHUP), and the bounds use its link:
+max(M/(f B), W M/(S B)) and 2 (W - 1) M / (W f B). (An ASP row's step time
+is rank 0's, and rank 0 may or may not be the straggler: see docs/SCALING.md.)
 
-Output: one table (Markdown) on stdout, results.json and the PNG charts
-(tools/lab/plot_scaling.py) in --out.
+What a row costs (tools/lab/lab_cost.py): CPU s of the processes it starts
+(psd, workerd, psctl; the all-reduce peers over their steps), GB sent by all
+hosts' eth0, cpu s/GB, and cpu vs tcp against iperf3 in a ring of hosts run
+once before the rows (--tcp-seconds, --tcp-hosts).
+
+Output: one table (Markdown) on stdout, results.json (and tcp_reference.json)
+and the PNG charts (tools/lab/plot_scaling.py) in --out.
 """
 
 import argparse
@@ -45,7 +55,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Dict, List
+from typing import Dict, List, Optional
+
+from lab_cost import (TCP_PAYLOAD, CostWindow, cpu_s_per_gb, host_tx_bytes,
+                      mis_shaped, parse_rate_bits, ps_bound, ring_bound, stop,
+                      straggler, straggler_rate, tcp_reference)
 
 LAB = os.path.dirname(os.path.abspath(__file__))  # tools/lab
 ROOT = os.path.dirname(os.path.dirname(LAB))
@@ -53,7 +67,6 @@ NETLAB = os.path.join(LAB, "netlab")
 PEER = os.path.join(LAB, "allreduce_peer.py")
 PLOT = os.path.join(LAB, "plot_scaling.py")
 PEER_PYTHON = os.environ.get("PYTHON", "/usr/bin/python3")  # needs torch
-TCP_PAYLOAD = 0.956  # of the link rate (1448 / 1514)
 BIAS = 1024          # floats per layer bias (tools/lab/allreduce_peer.py)
 
 
@@ -63,27 +76,6 @@ def parse_count(text: str) -> int:
     if t and t[-1] in scale:
         return int(float(t[:-1]) * scale[t[-1]])
     return int(t)
-
-
-def parse_rate_bits(text: str) -> float:
-    m = re.fullmatch(r"([0-9.]+)(kbit|mbit|gbit)", text.strip().lower())
-    if not m:
-        raise ValueError(f"unknown rate {text!r}")
-    return float(m.group(1)) * {"kbit": 1e3, "mbit": 1e6, "gbit": 1e9}[m.group(2)]
-
-
-def cpu_ticks() -> tuple:
-    """(busy, total) jiffies of all CPUs from /proc/stat (idle + iowait are
-    not busy)."""
-    with open("/proc/stat") as f:
-        v = [int(x) for x in f.readline().split()[1:]]
-    return sum(v) - v[3] - v[4], sum(v)
-
-
-def cpu_busy(start: tuple) -> float:
-    """Fraction of the machine's CPU time busy since `start` (cpu_ticks())."""
-    busy, total = cpu_ticks()
-    return (busy - start[0]) / max(1, total - start[1])
 
 
 def model_params(params: int, layers: int) -> int:
@@ -100,12 +92,23 @@ class Lab:
         out = self._netlab("list")
         self.hosts = [line.split()[2] for line in out.splitlines()
                       if line.strip()]
-        status = self._netlab("status")
+        status = self.status()
         m = re.search(r"rate[ =:]+([0-9.]+[kmg]bit)", status)
         if not m:
             raise RuntimeError("netlab status shows no rate:\n" + status)
         self.rate = m.group(1)
         self.bytes_per_s = TCP_PAYLOAD * parse_rate_bits(self.rate) / 8
+
+    def status(self) -> str:
+        return self._netlab("status")
+
+    def shape(self, host: int, rate: str = "") -> None:
+        """Re-caps `host`'s link at `rate`; "" restores the lab's rate."""
+        self._netlab("shape", str(host), *([f"--rate={rate}"] if rate else []))
+
+    def tx_bytes(self) -> int:
+        """Bytes sent so far by all hosts' eth0 (lab_cost.host_tx_bytes)."""
+        return host_tx_bytes(self.prefix, len(self.hosts))
 
     def _netlab(self, *args: str) -> str:
         r = subprocess.run([NETLAB, *args], env=self.env, text=True,
@@ -128,19 +131,6 @@ class Lab:
             raise RuntimeError(f"host {host}: {' '.join(argv[:2])}: exit "
                                f"{r.returncode}\n{r.stdout}{r.stderr}")
         return r.stdout
-
-
-def stop(procs: List[subprocess.Popen]) -> None:
-    for p in procs:
-        if p.poll() is None:
-            os.killpg(p.pid, signal.SIGTERM)
-    deadline = time.time() + 10
-    for p in procs:
-        try:
-            p.wait(timeout=max(0.1, deadline - time.time()))
-        except subprocess.TimeoutExpired:
-            os.killpg(p.pid, signal.SIGKILL)
-            p.wait()
 
 
 def wait_files(paths: List[str], procs: List[subprocess.Popen],
@@ -185,71 +175,82 @@ seed: 1
 """
 
 
-def run_ps(lab: Lab, args, bindir: str, shards: int, workers: int,
-           params: int, mode: str, work: str) -> Dict:
-    d = tempfile.mkdtemp(prefix=f"ps-s{shards}w{workers}-", dir=work)
+def start_ps(lab: Lab, args, bindir: str, shards: int, workers: int, d: str,
+             procs: List[subprocess.Popen]) -> None:
+    """Shards on hosts 1..S, workers on the next W hosts, from configs in `d`;
+    appends each process to `procs` as it starts (the caller stops them)."""
     with open(f"{d}/cluster.pbtxt", "w") as f:
         for i in range(shards):
             f.write(f'shards {{ address_file: "{d}/psd{i}.addr" }}\n')
         f.write("coordinator_shard: 0\n")
+    for i in range(shards):
+        with open(f"{d}/psd{i}.pbtxt", "w") as f:
+            f.write(f'listen_address: "{lab.hosts[i]}:0"\nshard_id: {i}\n'
+                    f'cluster_file: "{d}/cluster.pbtxt"\n'
+                    f'address_file: "{d}/psd{i}.addr"\n'
+                    f"memory_budget_bytes: {args.shard_budget}\n")
+        procs.append(lab.popen(i + 1, [f"{bindir}/server/psd",
+                                       f"--config={d}/psd{i}.pbtxt"],
+                               f"{d}/psd{i}.log"))
+    wait_files([f"{d}/psd{i}.addr" for i in range(shards)], procs, 60)
+    for j in range(workers):
+        with open(f"{d}/worker{j}.pbtxt", "w") as f:
+            f.write(f'cluster_file: "{d}/cluster.pbtxt"\nname: "w{j}"\n'
+                    f'devices: "cpu:0"\n{args.worker_config}\n')
+        procs.append(lab.popen(shards + j + 1,
+                               [f"{bindir}/worker/workerd",
+                                f"--config={d}/worker{j}.pbtxt"],
+                               f"{d}/worker{j}.log"))
+
+
+def shard_stats(lab: Lab, psctl: str, d: str) -> Dict:
+    """The shards' bytes in + out and delta pulls (psctl stats --json: a list
+    of ShardStats, proto field names, uint64 as strings)."""
+    stats = json.loads(lab.run(1, [psctl, "stats", "--json",
+                                   f"--cluster={d}/cluster.pbtxt"], 60))
+    out = {"moved": 0, "deltas": 0, "refused": 0}
+    for shard in stats:
+        for job in (shard or {}).get("job_stats", []):
+            out["moved"] += int(job.get("bytes_in", 0)) + int(job.get("bytes_out", 0))
+            out["deltas"] += int(job.get("delta_pulls", 0))  # answered as deltas
+            out["refused"] += int(job.get("delta_refused", 0))  # in full
+    return out
+
+
+def run_ps(lab: Lab, args, bindir: str, shards: int, workers: int,
+           params: int, mode: str, work: str) -> Dict:
+    d = tempfile.mkdtemp(prefix=f"ps-s{shards}w{workers}-", dir=work)
     procs: List[subprocess.Popen] = []
     try:
-        for i in range(shards):
-            with open(f"{d}/psd{i}.pbtxt", "w") as f:
-                f.write(f'listen_address: "{lab.hosts[i]}:0"\nshard_id: {i}\n'
-                        f'cluster_file: "{d}/cluster.pbtxt"\n'
-                        f'address_file: "{d}/psd{i}.addr"\n'
-                        f"memory_budget_bytes: {args.shard_budget}\n")
-            procs.append(lab.popen(i + 1, [f"{bindir}/server/psd",
-                                           f"--config={d}/psd{i}.pbtxt"],
-                                   f"{d}/psd{i}.log"))
-        wait_files([f"{d}/psd{i}.addr" for i in range(shards)], procs, 60)
-        for j in range(workers):
-            with open(f"{d}/worker{j}.pbtxt", "w") as f:
-                f.write(f'cluster_file: "{d}/cluster.pbtxt"\nname: "w{j}"\n'
-                        f'devices: "cpu:0"\n{args.worker_config}\n')
-            procs.append(lab.popen(shards + j + 1,
-                                   [f"{bindir}/worker/workerd",
-                                    f"--config={d}/worker{j}.pbtxt"],
-                                   f"{d}/worker{j}.log"))
+        start_ps(lab, args, bindir, shards, workers, d, procs)
         with open(f"{d}/job.pbtxt", "w") as f:
             f.write(job_spec(args, params, workers, mode))
         psctl = f"{bindir}/tools/psctl/psctl"
-        cpu0 = cpu_ticks()
+        window = CostWindow(lab, procs)  # psd, workerd; psctl is a child
         out = lab.run(1, [psctl, "submit", f"{d}/job.pbtxt", "--wait",
                           f"--cluster={d}/cluster.pbtxt", "--connect-timeout=30"],
                       timeout=args.row_timeout)
-        cpu = cpu_busy(cpu0)
+        cost = window.close()
         summary = dict(re.findall(r"(\w+)=(\S+)", out.strip().splitlines()[-1]))
         if summary.get("state") != "SUCCEEDED":
             raise RuntimeError(f"job did not succeed: {out}")
-        stats = json.loads(lab.run(1, [psctl, "stats", "--json",
-                                       f"--cluster={d}/cluster.pbtxt"], 60))
-        moved = 0  # psctl stats --json: a list of ShardStats
-        deltas = refused = 0  # chunk pulls answered as deltas / in full
-        for shard in stats:  # proto field names; uint64 as strings
-            for job in (shard or {}).get("job_stats", []):
-                moved += int(job.get("bytes_in", 0)) + int(job.get("bytes_out", 0))
-                deltas += int(job.get("delta_pulls", 0))
-                refused += int(job.get("delta_refused", 0))
+        stats = shard_stats(lab, psctl, d)
         steps = int(summary["steps"])
         step_s = float(summary["train_s"]) / max(1, steps)
         real_params = (MLP_PARAMS if args.model == "mlp" else
                        model_params(params, args.layers))
-        m_bytes = 4 * real_params
-        # train_s also holds the first Pull (M per worker, W M / S per
-        # shard): one more transfer of the same bound, spread over the steps.
-        bound = args.compute_ms / 1e3 + (1 + 1 / max(1, steps)) * max(
-            m_bytes / lab.bytes_per_s, workers * m_bytes / (shards * lab.bytes_per_s))
+        bound = ps_bound(4 * real_params, workers, shards, lab.bytes_per_s,
+                         steps, args.compute_ms / 1e3, args.straggler or 1.0)
         return {"system": "ps", "mode": mode, "workers": workers,
                 "shards": shards, "params": real_params,
                 "rate": lab.rate, "steps": steps, "step_s": step_s,
                 "samples_per_s": float(summary["samples_per_s"]),
                 "model": args.model,
                 "test_accuracy": float(summary.get("test_accuracy", -1)),
-                "bytes_per_step": moved / max(1, steps),
-                "bound_s": bound, "of_bound": bound / step_s, "cpu_busy": cpu,
-                "delta_pulls": deltas, "delta_refused": refused}
+                "bytes_per_step": stats["moved"] / max(1, steps),
+                "bound_s": bound, "of_bound": bound / step_s, **cost,
+                "delta_pulls": stats["deltas"],
+                "delta_refused": stats["refused"]}
     finally:
         stop(procs)
         if not args.keep_logs:
@@ -266,64 +267,104 @@ def has_torch(python: str) -> bool:
         return False
 
 
+def peer_argv(lab: Lab, args, workers: int, rank: int, params: int) -> List[str]:
+    # gloo binds to the address the hostname resolves to unless told which
+    # interface: the lab host's one is eth0.
+    slowest = parse_rate_bits(lab.rate) * (args.straggler or 1.0)
+    return ["env", "GLOO_SOCKET_IFNAME=eth0",
+            PEER_PYTHON, PEER, "--rank", str(rank), "--world",
+            str(workers), "--master", f"{lab.hosts[0]}:{29600 + workers}",
+            "--params", str(params), "--layers", str(args.layers),
+            "--compute-ms", str(args.compute_ms), "--steps",
+            str(args.steps), "--warmup", "2", "--link-mbit",
+            str(slowest / 1e6), "--timeout-s", str(args.row_timeout)]
+
+
+def peer_cpu(d: str, workers: int) -> float:
+    """The peers' own CPU seconds over their steps (warm-up included; start,
+    torch import and rendezvous not): the sum of their COST lines."""
+    total = 0.0
+    for r in range(workers):
+        with open(f"{d}/rank{r}.log") as f:
+            m = re.search(r"^COST (.*)$", f.read(), re.M)
+        if not m:
+            raise RuntimeError(f"all-reduce rank {r} printed no COST line")
+        total += json.loads(m.group(1))["cpu_s"]
+    return total
+
+
 def run_allreduce(lab: Lab, args, workers: int, params: int, work: str) -> Dict:
-    port = 29600 + workers
     procs: List[subprocess.Popen] = []
     d = tempfile.mkdtemp(prefix=f"ar-w{workers}-", dir=work)
     try:
-        cpu0 = cpu_ticks()
+        window = CostWindow(lab, [])  # the peers are children: reaped in it
         for r in range(workers):
-            # gloo binds to the address the hostname resolves to unless
-            # told which interface: the lab host's one is eth0.
-            argv = ["env", "GLOO_SOCKET_IFNAME=eth0",
-                    PEER_PYTHON, PEER, "--rank", str(r), "--world",
-                    str(workers), "--master", f"{lab.hosts[0]}:{port}",
-                    "--params", str(params), "--layers", str(args.layers),
-                    "--compute-ms", str(args.compute_ms), "--steps",
-                    str(args.steps), "--warmup", "2", "--link-mbit",
-                    str(parse_rate_bits(lab.rate) / 1e6), "--timeout-s",
-                    str(args.row_timeout)]
-            procs.append(lab.popen(r + 1, argv, f"{d}/rank{r}.log"))
+            procs.append(lab.popen(r + 1, peer_argv(lab, args, workers, r, params),
+                                   f"{d}/rank{r}.log"))
         procs[0].wait(timeout=args.row_timeout)
         for p in procs[1:]:
             p.wait(timeout=30)
-        cpu = cpu_busy(cpu0)
+        cost = window.close()
         with open(f"{d}/rank0.log") as f:
             text = f.read()
         m = re.search(r"^RESULT (.*)$", text, re.M)
         if procs[0].returncode != 0 or not m:
             raise RuntimeError(f"all-reduce W={workers} failed:\n{text[-2000:]}")
+        # Whole processes (interpreter start, torch import) vs their steps.
+        cost["cpu_s_process"] = cost["cpu_s"]
+        cost["cpu_s"] = peer_cpu(d, workers)
+        cost["cpu_s_per_gb"] = cpu_s_per_gb(cost["cpu_s"], cost["tx_bytes"])
         res = json.loads(m.group(1))
-        m_bytes = 4 * res["params"]
-        bound = args.compute_ms / 1e3 + 2 * (workers - 1) / workers * m_bytes / lab.bytes_per_s
+        step_s = res["step_s_median"]
+        bound = ring_bound(4 * res["params"], workers, lab.bytes_per_s,
+                           args.compute_ms / 1e3, args.straggler or 1.0)
         return {"system": "allreduce", "mode": "bsp", "workers": workers,
                 "shards": 0, "params": res["params"], "rate": lab.rate,
-                "steps": args.steps, "step_s": res["step_s_median"],
-                "samples_per_s": workers * args.batch / res["step_s_median"],
+                "steps": args.steps, "step_s": step_s,
+                "samples_per_s": workers * args.batch / step_s,
                 "bytes_per_step": res["bytes_per_worker_per_step"] * workers,
-                "bound_s": bound, "of_bound": bound / res["step_s_median"],
-                "cpu_busy": cpu}
+                "bound_s": bound, "of_bound": bound / step_s, **cost}
     finally:
         stop(procs)
         if not args.keep_logs:
             shutil.rmtree(d, ignore_errors=True)
 
 
+def fmt(v: Optional[float], spec: str) -> str:
+    return "-" if v is None else format(v, spec)
+
+
 def table(rows: List[Dict]) -> str:
-    out = ["| system | mode | W | S | params | rate | step ms | samples/s | "
-           "MB moved/step | bound ms | of bound | CPU busy |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    out = ["| system | mode | W | S | params | rate | straggler | step ms "
+           "| samples/s | MB moved/step | bound ms | of bound | CPU busy "
+           "| CPU s | GB tx | cpu s/GB | cpu vs tcp |",
+           "|---" * 17 + "|"]
     for r in rows:
         out.append(
             f"| {r['system']} | {r['mode']} | {r['workers']} | {r['shards'] or '-'} "
-            f"| {r['params'] / 1e6:.1f}M | {r['rate']} | {r['step_s'] * 1e3:.1f} "
+            f"| {r['params'] / 1e6:.1f}M | {r['rate']} "
+            f"| {fmt(r.get('straggler'), 'g')} | {r['step_s'] * 1e3:.1f} "
             f"| {r['samples_per_s']:.0f} | {r['bytes_per_step'] / 1e6:.1f} "
             f"| {r['bound_s'] * 1e3:.1f} | {r['of_bound']:.2f} "
-            f"| {r.get('cpu_busy', float('nan')):.0%} |")
+            f"| {r.get('cpu_busy', float('nan')):.0%} "
+            f"| {fmt(r.get('cpu_s'), '.1f')} | {r.get('tx_bytes', 0) / 1e9:.2f} "
+            f"| {fmt(r.get('cpu_s_per_gb'), '.2f')} "
+            f"| {fmt(r.get('cpu_vs_tcp'), '.2f')} |")
     return "\n".join(out)
 
 
-def main() -> int:
+def fraction(text: str) -> float:
+    """--straggler's value: a number in (0, 1]."""
+    try:
+        f = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}")
+    if not 0 < f <= 1:
+        raise argparse.ArgumentTypeError(f"{text} is not in (0, 1]")
+    return f
+
+
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true",
                     help="W 1,2 x S 1,2 x 1M params, BSP, 10 steps (a 4-host lab)")
@@ -350,6 +391,16 @@ def main() -> int:
                     help="extra JobSpec text for every parameter-server job")
     ap.add_argument("--systems", default="ps allreduce",
                     help="which rows: ps, allreduce or both")
+    ap.add_argument("--straggler", type=fraction, default=None,
+                    metavar="FRACTION",
+                    help="the last worker's host gets FRACTION x the lab's "
+                    "rate (both directions) for every row, restored after it")
+    ap.add_argument("--tcp-seconds", type=float, default=5.0,
+                    help="the raw-TCP reference (iperf3 in a ring of hosts "
+                    "before the rows): seconds of the lab rate per stream; 0: none")
+    ap.add_argument("--tcp-hosts", type=int, default=0,
+                    help="hosts in the reference's ring (default: the "
+                    "largest W, at most the lab's hosts)")
     ap.add_argument("--row-timeout", type=float, default=900)
     ap.add_argument("--prefix", default=os.environ.get("NETLAB_PREFIX", "pslab"))
     ap.add_argument("--bin", default="", help="bazel-bin (default: bazel info)")
@@ -361,6 +412,102 @@ def main() -> int:
         args.modes, args.steps = "bsp", 10
     if args.model == "mlp":
         args.params, args.systems = str(MLP_PARAMS), "ps"
+    return args
+
+
+def reference(lab: Lab, args, work: str) -> Optional[Dict]:
+    """The raw-TCP reference of the sweep (lab_cost.tcp_reference), or None."""
+    k = args.tcp_hosts or max(int(x) for x in args.workers.split())
+    k = min(k, len(lab.hosts))
+    if args.tcp_seconds <= 0 or k < 2:
+        return None
+    print(f"scaling: raw TCP reference: iperf3 in a ring of {k} hosts, "
+          f"{args.tcp_seconds:g} s of the rate per stream", flush=True)
+    try:
+        ref = tcp_reference(lab, k, args.tcp_seconds, work,
+                            timeout=10 * args.tcp_seconds + 60)
+    except (RuntimeError, OSError, subprocess.SubprocessError) as e:
+        print(f"scaling: no raw TCP reference: {e}", file=sys.stderr, flush=True)
+        return None
+    print(f"scaling: raw TCP: {ref['goodput_bytes_per_s'] / 1e6:.1f} MB/s in all, "
+          f"{ref['cpu_s']:.2f} CPU s for {ref['tx_bytes'] / 1e9:.2f} GB tx: "
+          f"{fmt(ref['cpu_s_per_gb'], '.2f')} cpu s/GB", flush=True)
+    return ref
+
+
+def sweep(lab: Lab, args, bindir: str, work: str, ref: Optional[Dict]):
+    """Every row that fits the lab; the rows and the number that failed."""
+    rows: List[Dict] = []
+    failed = 0
+    systems = args.systems.split()
+
+    def row(what: str, host: int, run) -> None:
+        nonlocal failed
+        print(f"scaling: {what}", flush=True)
+        try:
+            with straggler(lab, host, args.straggler):
+                r = run()
+        except (RuntimeError, subprocess.SubprocessError) as e:
+            print(f"scaling: row failed: {e}", file=sys.stderr, flush=True)
+            failed += 1
+            return
+        tcp = ref and ref["cpu_s_per_gb"]
+        mine = r.get("cpu_s_per_gb")
+        r.update(straggler=args.straggler,
+                 straggler_host=host if args.straggler else None,
+                 tcp_cpu_s_per_gb=tcp,
+                 cpu_vs_tcp=mine / tcp if tcp and mine is not None else None)
+        rows.append(r)
+
+    for p in [parse_count(x) for x in args.params.split()]:
+        for w in [int(x) for x in args.workers.split()]:
+            for s in [int(x) for x in args.shards.split()]:
+                if "ps" not in systems or s + w > len(lab.hosts):
+                    continue
+                for mode in args.modes.split():
+                    row(f"ps {mode} W={w} S={s} params={p}", s + w,
+                        lambda: run_ps(lab, args, bindir, s, w, p, mode, work))
+            if "allreduce" in systems and 2 <= w <= len(lab.hosts):
+                row(f"allreduce W={w} params={p}", w,
+                    lambda: run_allreduce(lab, args, w, p, work))
+            with open(os.path.join(args.out, "results.json"), "w") as f:
+                json.dump(rows, f, indent=1)
+    return rows, failed
+
+
+def open_lab(args) -> Optional[Lab]:
+    """The lab that is up, checked; None (after a message) when unusable."""
+    try:
+        lab = Lab(args.prefix)
+    except (RuntimeError, subprocess.SubprocessError) as e:
+        print(f"scaling: no lab '{args.prefix}' is up ({e}); start one with "
+              "tools/lab/netlab up N --rate=RATE", file=sys.stderr)
+        return None
+    bad = mis_shaped(lab.status(), lab.rate)
+    if bad:
+        print(f"scaling: lab '{lab.prefix}' has links not at its rate "
+              f"{lab.rate} (a straggler left by a killed run?):\n  "
+              + "\n  ".join(bad) + f"\nrestore them with {NETLAB} "
+              f"--prefix={lab.prefix} shape HOST", file=sys.stderr)
+        return None
+    if args.straggler and parse_rate_bits(
+            straggler_rate(lab.rate, args.straggler)) < 1e6:
+        print(f"scaling: --straggler={args.straggler} x {lab.rate} is under "
+              "netlab's 1mbit", file=sys.stderr)
+        return None
+    return lab
+
+
+def main() -> int:
+    args = parse_args()
+    # SIGTERM and SIGHUP unwind like Ctrl-C: processes stopped, straggler
+    # restored, temporary files removed.
+    def on_signal(n: int, _) -> None:
+        print(f"scaling: stopped by {signal.Signals(n).name}", file=sys.stderr)
+        sys.exit(128 + n)
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, on_signal)
     if "allreduce" in args.systems.split() and not has_torch(PEER_PYTHON):
         print(f"scaling: skipping the all-reduce rows: {PEER_PYTHON} cannot "
               "import torch (install it with tools/setup.sh --torch)",
@@ -373,11 +520,8 @@ def main() -> int:
     if os.geteuid() != 0:
         print("scaling: needs root (the lab's namespaces)", file=sys.stderr)
         return 2
-    try:
-        lab = Lab(args.prefix)
-    except (RuntimeError, subprocess.SubprocessError) as e:
-        print(f"scaling: no lab '{args.prefix}' is up ({e}); start one with "
-              "tools/lab/netlab up N --rate=RATE", file=sys.stderr)
+    lab = open_lab(args)
+    if lab is None:
         return 2
     bindir = args.bin or subprocess.check_output(
         ["bazel", "info", "--config=opt", "bazel-bin"], cwd=ROOT, text=True,
@@ -387,34 +531,19 @@ def main() -> int:
                         "//worker:workerd", "//tools/psctl:psctl"], cwd=ROOT, check=True)
     os.makedirs(args.out, exist_ok=True)
     work = tempfile.mkdtemp(prefix="scaling-")
-    rows: List[Dict] = []
-    failed = 0
     print(f"scaling: lab '{lab.prefix}' with {len(lab.hosts)} hosts at {lab.rate} "
-          f"(B = {lab.bytes_per_s / 1e6:.1f} MB/s of TCP payload per direction)",
+          f"(B = {lab.bytes_per_s / 1e6:.1f} MB/s of TCP payload per direction)"
+          + (f", straggler at {args.straggler:g} x" if args.straggler else ""),
           flush=True)
     try:
-        for p in [parse_count(x) for x in args.params.split()]:
-            for w in [int(x) for x in args.workers.split()]:
-                for s in [int(x) for x in args.shards.split()]:
-                    if "ps" not in args.systems.split() or s + w > len(lab.hosts):
-                        continue
-                    for mode in args.modes.split():
-                        print(f"scaling: ps {mode} W={w} S={s} params={p}", flush=True)
-                        try:
-                            rows.append(run_ps(lab, args, bindir, s, w, p, mode, work))
-                        except (RuntimeError, subprocess.SubprocessError) as e:
-                            print(f"scaling: row failed: {e}", file=sys.stderr, flush=True)
-                            failed += 1
-                if ("allreduce" in args.systems.split() and
-                        2 <= w <= len(lab.hosts)):
-                    print(f"scaling: allreduce W={w} params={p}", flush=True)
-                    try:
-                        rows.append(run_allreduce(lab, args, w, p, work))
-                    except (RuntimeError, subprocess.SubprocessError) as e:
-                        print(f"scaling: row failed: {e}", file=sys.stderr, flush=True)
-                        failed += 1
-                with open(os.path.join(args.out, "results.json"), "w") as f:
-                    json.dump(rows, f, indent=1)
+        ref = reference(lab, args, work)
+        if ref:
+            with open(os.path.join(args.out, "tcp_reference.json"), "w") as f:
+                json.dump(ref, f, indent=1)
+        rows, failed = sweep(lab, args, bindir, work, ref)
+    except KeyboardInterrupt:
+        print("scaling: interrupted", file=sys.stderr)
+        return 130
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(table(rows))

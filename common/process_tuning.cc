@@ -4,12 +4,15 @@
 #include <malloc.h>
 #endif
 
+#include <cstdlib>
+
 #include "absl/synchronization/mutex.h"
 
 namespace ps {
 
 bool TuneProcessForThroughput() {
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  setenv("GRPC_EXPERIMENTS", kGrpcExperiments, /*overwrite=*/0);
 #if defined(__GLIBC__)
   // Setting either threshold also turns off glibc's dynamic adjustment,
   // which would otherwise reset them after the first large free.

@@ -27,7 +27,7 @@
 // large chunks (tcp_read_chunks). The daemons turn them on through
 // GRPC_EXPERIMENTS unless the environment already sets it. Measured (issue
 // 26, docs/BENCHMARKS.md "Transport"): CPU per GB moved -10..-18% for 1 MiB
-// tensors on loopback, a median -3% in the W = 8 lab at 250 Mbit.
+// tensors on loopback, -4..-7% in the W = 8 lab at 250 Mbit.
 #ifndef COMMON_PROCESS_TUNING_H_
 #define COMMON_PROCESS_TUNING_H_
 

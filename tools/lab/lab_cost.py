@@ -210,7 +210,7 @@ def tcp_reference(lab, hosts: int, seconds: float, work: str,
         procs += [lab.popen(i + 1, ["iperf3", "-s", "-1", "--forceflush", "-B",
                                     lab.hosts[i], "-p", "5201"], logs[i])
                   for i in range(hosts)]
-        wait_text(logs, "Server listening", procs, 10)
+        wait_files(logs, procs, 10, text="Server listening")
         t0 = time.time()
         procs += [lab.popen(i + 1, ["iperf3", "-c", lab.hosts[(i + 1) % hosts],
                                     "-p", "5201", "-n", str(n_bytes)],
@@ -231,9 +231,10 @@ def tcp_reference(lab, hosts: int, seconds: float, work: str,
             "goodput_bytes_per_s": hosts * n_bytes / wall, **cost}
 
 
-def wait_text(paths: List[str], text: str, procs: List[subprocess.Popen],
-              timeout: float) -> None:
-    """Until every file in `paths` holds `text` (written by other processes)."""
+def wait_files(paths: List[str], procs: List[subprocess.Popen], timeout: float,
+               text: str = "") -> None:
+    """Until every file in `paths` exists and holds `text` (written by other
+    processes: `procs`, which must not exit first)."""
     deadline = time.time() + timeout
     while True:
         missing = []
@@ -248,7 +249,9 @@ def wait_text(paths: List[str], text: str, procs: List[subprocess.Popen],
             return
         for p in procs:
             if p.poll() is not None:
-                raise RuntimeError(f"{p.args[3:]} exited with {p.returncode}")
+                raise RuntimeError(f"{p.args[3:]} exited with {p.returncode} "
+                                   f"before writing {missing}")
         if time.time() > deadline:
-            raise RuntimeError(f"no {text!r} after {timeout} s in {missing}")
+            raise RuntimeError(f"no {text or 'file'!r} after {timeout} s in "
+                               f"{missing}")
         time.sleep(0.05)  # another process writes them: nothing to wait on

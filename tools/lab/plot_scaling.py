@@ -27,7 +27,6 @@ Straggler rows (scaling.py --straggler) are series of their own.
 import argparse
 import json
 import os
-import re
 from collections import defaultdict
 from typing import Dict, List
 
@@ -36,13 +35,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-UNITS = {"kbit": 1e3, "mbit": 1e6, "gbit": 1e9}
-
-
-def rate_bits(rate: str) -> float:
-    m = re.fullmatch(r"([0-9.]+)(kbit|mbit|gbit)", rate.lower())
-    return float(m.group(1)) * UNITS[m.group(2)] if m else 0.0
-
+from lab_cost import parse_rate_bits as rate_bits  # noqa: E402
 
 def label(r: Dict) -> tuple:
     """(label, style) of a row's series."""

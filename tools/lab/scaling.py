@@ -54,12 +54,11 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from typing import Dict, List, Optional
 
 from lab_cost import (TCP_PAYLOAD, CostWindow, cpu_s_per_gb, host_tx_bytes,
                       mis_shaped, parse_rate_bits, ps_bound, ring_bound, stop,
-                      straggler, straggler_rate, tcp_reference)
+                      straggler, straggler_rate, tcp_reference, wait_files)
 
 LAB = os.path.dirname(os.path.abspath(__file__))  # tools/lab
 ROOT = os.path.dirname(os.path.dirname(LAB))
@@ -131,20 +130,6 @@ class Lab:
             raise RuntimeError(f"host {host}: {' '.join(argv[:2])}: exit "
                                f"{r.returncode}\n{r.stdout}{r.stderr}")
         return r.stdout
-
-
-def wait_files(paths: List[str], procs: List[subprocess.Popen],
-               timeout: float) -> None:
-    deadline = time.time() + timeout
-    while not all(os.path.exists(p) for p in paths):
-        for p in procs:
-            if p.poll() is not None:
-                raise RuntimeError(f"a daemon exited with {p.returncode} "
-                                   "before writing its address")
-        if time.time() > deadline:
-            missing = [p for p in paths if not os.path.exists(p)]
-            raise RuntimeError(f"no address file after {timeout} s: {missing}")
-        time.sleep(0.05)  # another process writes it: nothing to wait on
 
 
 # The demo's MLP (configs/jobs/fashion_mlp.pbtxt) for --model=mlp: 784-256-128-10.

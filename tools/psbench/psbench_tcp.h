@@ -33,7 +33,8 @@ struct TcpResult {
   }
   // CPU seconds per 1e9 bytes received; 0 when nothing was measured.
   double cpu_s_per_gb() const {
-    return bytes > 0 && cpu_seconds > 0 ? cpu_seconds / (bytes / 1e9) : 0;
+    const double b = bytes_per_cpu_second();
+    return b > 0 ? 1e9 / b : 0;
   }
 };
 

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/json_string.h"
 #include "common/status_macros.h"
 #include "tools/psbench/psbench_clients.h"
 #include "tools/psbench/psbench_util.h"
@@ -102,9 +103,6 @@ absl::Status MeasureTcp(const TransportOptions& options, bool iperf3,
   if (p->socket.bytes_per_cpu_second() > 0) {
     p->cpu_ratio = p->bytes_per_cpu_second() / p->socket.bytes_per_cpu_second();
   }
-  if (p->socket.cpu_s_per_gb() > 0) {
-    p->cpu_vs_tcp = p->cpu_s_per_gb() / p->socket.cpu_s_per_gb();
-  }
   return absl::OkStatus();
 }
 
@@ -172,7 +170,7 @@ std::string FormatTransport(const TransportReport& r) {
         p.socket.bytes_per_second() / 1e6, p.iperf3.bytes_per_second() / 1e6,
         p.ratio, p.p50_us, p.p99_us, p.errors,
         p.seconds > 0 ? p.cpu_seconds / p.seconds : 0, p.cpu_ratio,
-        p.cpu_s_per_gb(), p.socket.cpu_s_per_gb(), p.cpu_vs_tcp);
+        p.cpu_s_per_gb(), p.socket.cpu_s_per_gb(), p.cpu_vs_tcp());
     if (!p.first_error.empty())
       out += absl::StrCat("  first error: ", p.first_error, "\n");
   }
@@ -196,7 +194,7 @@ std::string TransportJson(const TransportReport& r) {
         p.socket.bytes_per_second(), p.iperf3.bytes_per_second(), p.ratio,
         p.cpu_seconds, p.bytes_per_cpu_second(),
         p.socket.bytes_per_cpu_second(), p.cpu_ratio, p.cpu_s_per_gb(),
-        p.socket.cpu_s_per_gb(), p.iperf3.cpu_s_per_gb(), p.cpu_vs_tcp));
+        p.socket.cpu_s_per_gb(), p.iperf3.cpu_s_per_gb(), p.cpu_vs_tcp()));
   }
   return absl::StrFormat(
       "{\"mode\":\"transport\",\"shards\":%d,\"in_process\":%s,\"cpu_scope\":%"

@@ -71,9 +71,8 @@ struct TransportPoint {
   // CPU seconds per 1e9 bytes pushed + pulled (the inverse of the above,
   // scaled); 0 when nothing moved.
   double cpu_s_per_gb() const {
-    return steps > 0 && cpu_seconds > 0
-               ? cpu_seconds / (2.0 * bytes * steps / 1e9)
-               : 0;
+    const double b = bytes_per_cpu_second();
+    return b > 0 ? 1e9 / b : 0;
   }
   // Raw TCP moving the same bytes, right after this point.
   TcpResult socket;
@@ -83,8 +82,12 @@ struct TransportPoint {
   // bytes per CPU-second / the socket stream's (both in this process).
   double cpu_ratio = 0;
   // cpu_s_per_gb() / the socket stream's: how many times a raw TCP stream's
-  // CPU per byte the point costs (1 / cpu_ratio; issue 26's target <= 1.5).
-  double cpu_vs_tcp = 0;
+  // CPU per byte the point costs (1 / cpu_ratio; issue 26's target <= 1.5);
+  // 0 when either was not measured.
+  double cpu_vs_tcp() const {
+    const double tcp = socket.cpu_s_per_gb();
+    return tcp > 0 ? cpu_s_per_gb() / tcp : 0;
+  }
 };
 
 struct TransportReport {

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/json_string.h"
 #include "common/status_macros.h"
 #include "tools/psbench/psbench_clients.h"
 #include "tools/psbench/psbench_util.h"

@@ -19,6 +19,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "common/json_string.h"
 #include "common/status_macros.h"
 #include "tools/psbench/psbench_clients.h"
 #include "tools/psbench/psbench_sparse_client.h"

@@ -51,10 +51,6 @@ double CpuSeconds(bool children = false);
 // /proc/PID/stat. NotFound when the process is gone.
 absl::StatusOr<double> ProcessCpuSeconds(pid_t pid);
 
-// `s` as a JSON string literal, quotes included (", \ and control
-// characters escaped).
-std::string JsonString(const std::string& s);
-
 // Seconds in `d` as a double.
 inline double Seconds(absl::Duration d) { return absl::ToDoubleSeconds(d); }
 

@@ -90,18 +90,6 @@ TEST(PortOfTest, Table) {
   }
 }
 
-TEST(JsonStringTest, Table) {
-  const std::pair<std::string, std::string> cases[] = {
-      {"", "\"\""},
-      {"plain", "\"plain\""},
-      {"a\"b", "\"a\\\"b\""},
-      {"back\\slash", "\"back\\\\slash\""},
-      {"line\nbreak", "\"line\\nbreak\""},
-      {std::string("tab\t"), "\"tab\\u0009\""},
-  };
-  for (const auto& [in, want] : cases) EXPECT_EQ(JsonString(in), want) << in;
-}
-
 TEST(IsLoopbackTest, Table) {
   for (const char* yes :
        {"127.0.0.1:1", "127.8.9.10:7000", "localhost:80", "[::1]:443"}) {

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/json_string.h"
 
 namespace ps {
 namespace {
@@ -20,21 +21,6 @@ constexpr int kDeviceTidBase = 10;
 constexpr int kLaneTidBase = 100;
 constexpr int kLanesPerTrack = 64;
 constexpr int kApplyTrack = 0;  // shard tracks: apply, then one per worker
-
-std::string Quote(const std::string& s) {
-  std::string q = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      q += '\\';
-      q += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      q += absl::StrFormat("\\u%04x", c);
-    } else {
-      q += c;
-    }
-  }
-  return q + "\"";
-}
 
 const char* SpanName(TraceSpanKind k) {
   switch (k) {
@@ -100,7 +86,8 @@ class Writer {
   void Meta(const char* what, int pid, int tid, const std::string& name) {
     Begin();
     out_ << "{\"ph\":\"M\",\"name\":\"" << what << "\",\"pid\":" << pid
-         << ",\"tid\":" << tid << ",\"args\":{\"name\":" << Quote(name) << "}}";
+         << ",\"tid\":" << tid << ",\"args\":{\"name\":" << JsonString(name)
+         << "}}";
   }
   void Complete(const Placed& p, const std::string& cat) {
     const TraceSpan& s = *p.span;
@@ -375,7 +362,8 @@ class Layout {
 
 void WriteHeader(const TraceInput& in, std::ostream& out) {
   out << "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"job\":"
-      << Quote(in.window.job_id()) << ",\"name\":" << Quote(in.job_name)
+      << JsonString(in.window.job_id())
+      << ",\"name\":" << JsonString(in.job_name)
       << ",\"begin_step\":" << in.window.begin_step()
       << ",\"end_step\":" << in.window.end_step()
       << ",\"clock\":\"unix time, microseconds from the earliest span\"},\n"

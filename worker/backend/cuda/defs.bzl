@@ -167,6 +167,7 @@ def cuda_backend_targets():
         deps = [
             ":gemm_rate",
             ":gpu_cpu_compare",
+            "//common:json_string",
             "//common:status_macros",
             "//third_party:absl",
             "//third_party:cuda",

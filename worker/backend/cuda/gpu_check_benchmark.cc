@@ -29,6 +29,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/json_string.h"
 #include "common/status_macros.h"
 #include "worker/backend/backend.h"
 #include "worker/backend/backend_factory.h"
@@ -37,21 +38,6 @@
 
 namespace ps {
 namespace {
-
-std::string Quote(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      absl::StrAppendFormat(&out, "\\u%04x", c);
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
-}
 
 // A finite number, or null (JSON has no NaN or infinity).
 std::string Number(double v) {
@@ -77,13 +63,13 @@ struct Report {
 
 std::string ToJson(const Report& r) {
   std::string out =
-      absl::StrCat("{\n  \"gpu\": true,\n  \"device\": ", Quote(r.device),
+      absl::StrCat("{\n  \"gpu\": true,\n  \"device\": ", JsonString(r.device),
                    ",\n  \"pass\": ", r.pass() ? "true" : "false");
   for (const char* group : {"ops", "models"}) {
     std::vector<std::string> rows;
     for (const Check& c : r.checks) {
       if (c.group != group) continue;
-      rows.push_back(absl::StrCat("    {\"name\": ", Quote(c.name),
+      rows.push_back(absl::StrCat("    {\"name\": ", JsonString(c.name),
                                   ", \"max_rel_diff\": ", Number(c.value),
                                   ", \"tolerance\": ", Number(c.tolerance),
                                   ", \"pass\": ", c.pass() ? "true" : "false",
@@ -98,7 +84,7 @@ std::string ToJson(const Report& r) {
         "    {\"name\": %s, \"m\": %d, \"n\": %d, \"k\": %d, "
         "\"backend_gflops\": %.1f, \"cublas_gflops\": %.1f, \"ratio\": %.3f, "
         "\"target\": %.2f, \"pass\": %s}",
-        Quote(g.name), g.m, g.n, g.k, g.backend_gflops, g.cublas_gflops,
+        JsonString(g.name), g.m, g.n, g.k, g.backend_gflops, g.cublas_gflops,
         g.ratio(), kGemmTarget, g.pass() ? "true" : "false"));
   }
   absl::StrAppend(&out, ",\n  \"gemm\": [\n", absl::StrJoin(rows, ",\n"),
@@ -130,15 +116,15 @@ absl::StatusOr<Report> Measure() {
 int main() {
   if (ps::GpuCount() == 0) {
     std::printf("{\"gpu\": false, \"skipped\": %s}\n",
-                ps::Quote(ps::CudaBuilt() ? "no CUDA device visible"
-                                          : "built without CUDA")
+                ps::JsonString(ps::CudaBuilt() ? "no CUDA device visible"
+                                               : "built without CUDA")
                     .c_str());
     return 0;
   }
   absl::StatusOr<ps::Report> report = ps::Measure();
   if (!report.ok()) {
     std::printf("{\"gpu\": true, \"pass\": false, \"error\": %s}\n",
-                ps::Quote(report.status().ToString()).c_str());
+                ps::JsonString(report.status().ToString()).c_str());
     return 1;
   }
   std::fputs(ps::ToJson(*report).c_str(), stdout);

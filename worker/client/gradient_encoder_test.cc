@@ -135,6 +135,19 @@ TEST(GradientEncoderTest, Bf16TopkFeedsTheRoundingErrorBack) {
   }
 }
 
+// The offsets a full sort selects: the first k of (|v| descending, offset
+// ascending), in offset order.
+std::vector<uint32_t> FullSortTopk(const std::vector<float>& g, size_t k) {
+  std::vector<uint32_t> ref(g.size());
+  for (uint32_t i = 0; i < g.size(); ++i) ref[i] = i;
+  std::stable_sort(ref.begin(), ref.end(), [&](uint32_t a, uint32_t b) {
+    return std::fabs(g[a]) > std::fabs(g[b]);
+  });
+  ref.resize(k);
+  std::sort(ref.begin(), ref.end());
+  return ref;
+}
+
 // Many ties: the selection is the first k of (|v| descending, offset
 // ascending), the same on every run.
 TEST(GradientEncoderTest, SelectionMatchesAFullSortWithManyTies) {
@@ -147,14 +160,7 @@ TEST(GradientEncoderTest, SelectionMatchesAFullSortWithManyTies) {
     for (float& x : g) x = static_cast<float>(small(rng));
     EncodedChunk c;
     enc.Encode(0, g, &c);
-    std::vector<uint32_t> ref(n);
-    for (uint32_t i = 0; i < n; ++i) ref[i] = i;
-    std::stable_sort(ref.begin(), ref.end(), [&](uint32_t a, uint32_t b) {
-      return std::fabs(g[a]) > std::fabs(g[b]);
-    });
-    ref.resize(enc.TopkCount(n));
-    std::sort(ref.begin(), ref.end());
-    EXPECT_EQ(OffsetsOf(c), ref) << fraction;
+    EXPECT_EQ(OffsetsOf(c), FullSortTopk(g, enc.TopkCount(n))) << fraction;
   }
 }
 
@@ -172,14 +178,7 @@ TEST(GradientEncoderTest, SelectionMatchesAFullSortOverManyMagnitudes) {
     g[7] = g[9] = std::numeric_limits<float>::infinity();
     EncodedChunk c;
     enc.Encode(0, g, &c);
-    std::vector<uint32_t> ref(n);
-    for (uint32_t i = 0; i < n; ++i) ref[i] = i;
-    std::stable_sort(ref.begin(), ref.end(), [&](uint32_t a, uint32_t b) {
-      return std::fabs(g[a]) > std::fabs(g[b]);
-    });
-    ref.resize(enc.TopkCount(n));
-    std::sort(ref.begin(), ref.end());
-    EXPECT_EQ(OffsetsOf(c), ref) << fraction;
+    EXPECT_EQ(OffsetsOf(c), FullSortTopk(g, enc.TopkCount(n))) << fraction;
   }
 }
 

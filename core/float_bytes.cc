@@ -1,5 +1,6 @@
 #include "core/float_bytes.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace ps {
@@ -89,6 +90,89 @@ void EncodeFloats(absl::Span<const float> values, std::string* out) {
     std::memcpy(&w, &values[i], sizeof(w));
     w = __builtin_bswap32(w);
     std::memcpy(&(*out)[4 * i], &w, sizeof(w));
+  }
+}
+
+size_t BytePieces::size() const {
+  size_t n = 0;
+  for (absl::string_view p : pieces) n += p.size();
+  return n;
+}
+
+std::string BytePieces::Flatten() const {
+  std::string out;
+  out.reserve(size());
+  for (absl::string_view p : pieces) out.append(p.data(), p.size());
+  return out;
+}
+
+absl::Span<const float> FloatBlockReader::Next() {
+  constexpr size_t kBlockBytes = sizeof(block_);
+  while (piece_ < bytes_.pieces.size() &&
+         offset_ == bytes_.pieces[piece_].size()) {
+    ++piece_;
+    offset_ = 0;
+  }
+  first_ = next_;
+  if (piece_ == bytes_.pieces.size()) return {};
+  const absl::string_view p = bytes_.pieces[piece_];
+  const char* at = p.data() + offset_;
+  if (kLittleEndian && p.size() - offset_ >= kBlockBytes &&
+      reinterpret_cast<uintptr_t>(at) % alignof(float) == 0) {
+    offset_ += kBlockBytes;
+    next_ += kBlockFloats;
+    return absl::MakeConstSpan(reinterpret_cast<const float*>(at),
+                               kBlockFloats);
+  }
+  // Stitch whole floats from as many pieces as it takes.
+  char* dst = reinterpret_cast<char*>(block_);
+  size_t filled = 0;
+  while (filled < kBlockBytes && piece_ < bytes_.pieces.size()) {
+    const absl::string_view q = bytes_.pieces[piece_];
+    const size_t n = std::min(kBlockBytes - filled, q.size() - offset_);
+    std::memcpy(dst + filled, q.data() + offset_, n);
+    filled += n;
+    offset_ += n;
+    if (offset_ == q.size()) {
+      ++piece_;
+      offset_ = 0;
+    }
+  }
+  const size_t floats = filled / sizeof(float);
+  if (!kLittleEndian) {
+    for (size_t i = 0; i < floats; ++i) {
+      const uint32_t w = LoadLe32(dst + sizeof(float) * i);
+      std::memcpy(dst + sizeof(float) * i, &w, sizeof(w));
+    }
+  }
+  next_ += floats;
+  return absl::MakeConstSpan(block_, floats);
+}
+
+int64_t FirstNonFinite(const BytePieces& bytes) {
+  if (!kLittleEndian) return FirstNonFinite(bytes.Flatten());
+  FloatBlockReader in(bytes);
+  for (absl::Span<const float> b = in.Next(); !b.empty(); b = in.Next()) {
+    const int64_t at = FirstNonFinite(absl::string_view(
+        reinterpret_cast<const char*>(b.data()), sizeof(float) * b.size()));
+    if (at >= 0) return static_cast<int64_t>(in.first()) + at;
+  }
+  return -1;
+}
+
+void DecodeFloats(const BytePieces& bytes, absl::Span<float> out) {
+  if (kLittleEndian) {
+    char* dst = reinterpret_cast<char*>(out.data());
+    for (absl::string_view p : bytes.pieces) {
+      if (p.empty()) continue;
+      std::memcpy(dst, p.data(), p.size());
+      dst += p.size();
+    }
+    return;
+  }
+  FloatBlockReader in(bytes);
+  for (absl::Span<const float> b = in.Next(); !b.empty(); b = in.Next()) {
+    std::copy(b.begin(), b.end(), out.begin() + in.first());
   }
 }
 

@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -54,6 +55,56 @@ inline absl::Span<const float> AsFloats(const std::string& bytes) {
 
 // Replaces `*out` with the little-endian float32 encoding of `values`.
 void EncodeFloats(absl::Span<const float> values, std::string* out);
+
+// A payload read in place where it was received: the bytes of `pieces` in
+// order (gRPC's receive slices, one per HTTP/2 frame, so a float may be
+// split between two pieces and a piece need not be aligned). `keep` holds
+// the pieces' storage when they must outlive the call that received them
+// (null: borrowed for the call only).
+struct BytePieces {
+  std::vector<absl::string_view> pieces;
+  std::shared_ptr<const void> keep;
+
+  size_t size() const;
+  void Clear() {
+    pieces.clear();
+    keep.reset();
+  }
+  // The bytes in one string (for the rare paths that need them whole).
+  std::string Flatten() const;
+};
+
+// The same as the string_view versions, for a payload in pieces.
+int64_t FirstNonFinite(const BytePieces& bytes);
+// Requires bytes.size() == 4 * out.size().
+void DecodeFloats(const BytePieces& bytes, absl::Span<float> out);
+
+// Reads a little-endian float32 payload in pieces as native floats, a block
+// at a time: in place where a piece holds a whole aligned block, else copied
+// (and stitched across pieces) into a small buffer that stays in L1.
+//
+//   FloatBlockReader in(pieces);
+//   for (auto b = in.Next(); !b.empty(); b = in.Next()) use(in.first(), b);
+class FloatBlockReader {
+ public:
+  static constexpr size_t kBlockFloats = 1024;
+
+  explicit FloatBlockReader(const BytePieces& bytes) : bytes_(bytes) {}
+  FloatBlockReader(const FloatBlockReader&) = delete;
+  FloatBlockReader& operator=(const FloatBlockReader&) = delete;
+
+  // The next at most kBlockFloats floats; empty at the end (a trailing
+  // partial float is ignored). Valid until the next call.
+  absl::Span<const float> Next();
+  // Index of the first float of the block Next() returned last.
+  size_t first() const { return first_; }
+
+ private:
+  const BytePieces& bytes_;
+  size_t piece_ = 0, offset_ = 0;  // the next byte to read
+  size_t first_ = 0, next_ = 0;    // float indexes
+  float block_[kBlockFloats];
+};
 
 }  // namespace ps
 

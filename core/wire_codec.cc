@@ -117,6 +117,27 @@ bool WireReader::ReadVarint(uint64_t* v) {
   return false;
 }
 
+namespace {
+
+// Protobuf's limits for tags and length prefixes (varint32 / size).
+constexpr size_t kMaxVarint32Bytes = 5;
+constexpr uint64_t kMaxTag = 0xffffffffu;
+constexpr uint64_t kMaxLength = 0x7fffffffu;
+
+}  // namespace
+
+bool WireReader::ReadTag(uint64_t* tag) {
+  const size_t start = position();
+  return ReadVarint(tag) && position() - start <= kMaxVarint32Bytes &&
+         *tag <= kMaxTag && (*tag >> kWireTypeBits) != 0;
+}
+
+bool WireReader::ReadLength(uint64_t* n) {
+  const size_t start = position();
+  return ReadVarint(n) && position() - start <= kMaxVarint32Bytes &&
+         *n <= kMaxLength;
+}
+
 bool WireReader::Read(char* dst, size_t n) {
   while (n > 0) {
     if (done()) return false;
@@ -140,7 +161,7 @@ bool WireReader::SkipField(uint32_t wire_type) {
     case kFixed64:
       return Read(nullptr, kFixed64Bytes);
     case kLengthDelimited:
-      return ReadVarint(&n) && Read(nullptr, n);
+      return ReadLength(&n) && Read(nullptr, n);
     case kFixed32:
       return Read(nullptr, kFixed32Bytes);
     default:  // groups are not in proto3 messages
@@ -159,6 +180,18 @@ void WireReader::Normalize() {
          at_.offset == pieces_[at_.piece].size()) {
     ++at_.piece;
     at_.offset = 0;
+  }
+}
+
+void WireReader::Views(const Mark& at, size_t n,
+                       std::vector<absl::string_view>* out) const {
+  size_t piece = at.piece, offset = at.offset;
+  while (n > 0 && piece < pieces_.size()) {
+    const size_t take = std::min(n, pieces_[piece].size() - offset);
+    if (take > 0) out->push_back(pieces_[piece].substr(offset, take));
+    n -= take;
+    ++piece;
+    offset = 0;
   }
 }
 
@@ -185,13 +218,14 @@ absl::Status Malformed(absl::string_view what, const WireReader& in) {
       absl::StrCat("malformed ", what, " at byte ", in.position()));
 }
 
-// Reads one ChunkData of `length` bytes (its tag and length already read).
+}  // namespace
+
 absl::Status DecodeChunkData(uint64_t length, WireReader* in,
                              ChunkDataView* view) {
   const size_t end = in->position() + length;
   while (in->position() < end) {
     uint64_t tag = 0, n = 0;
-    if (!in->ReadVarint(&tag)) return Malformed("ChunkData (tag)", *in);
+    if (!in->ReadTag(&tag)) return Malformed("ChunkData (tag)", *in);
     const uint64_t field = tag >> kWireTypeBits;
     const uint32_t wire = static_cast<uint32_t>(tag & kWireTypeMask);
     if (field == kChunkIdField && wire == kVarint) {
@@ -201,7 +235,7 @@ absl::Status DecodeChunkData(uint64_t length, WireReader* in,
       if (!in->ReadVarint(&view->version))
         return Malformed("ChunkData.version", *in);
     } else if (field == kChunkDataField && wire == kLengthDelimited) {
-      if (!in->ReadVarint(&n)) return Malformed("ChunkData.data", *in);
+      if (!in->ReadLength(&n)) return Malformed("ChunkData.data", *in);
       view->data_bytes = n;
       view->data = in->mark();
       if (!in->Read(nullptr, n))
@@ -210,7 +244,7 @@ absl::Status DecodeChunkData(uint64_t length, WireReader* in,
       if (!in->ReadVarint(&view->format))
         return Malformed("ChunkData.format", *in);
     } else if (field == kChunkIndicesField && wire == kLengthDelimited) {
-      if (!in->ReadVarint(&n)) return Malformed("ChunkData.indices", *in);
+      if (!in->ReadLength(&n)) return Malformed("ChunkData.indices", *in);
       view->indices_bytes = n;
       view->indices = in->mark();
       if (!in->Read(nullptr, n))
@@ -227,20 +261,18 @@ absl::Status DecodeChunkData(uint64_t length, WireReader* in,
   return absl::OkStatus();
 }
 
-}  // namespace
-
 absl::Status DecodeChunkList(
     uint32_t list_field, WireReader* in,
     const std::function<absl::Status(const ChunkDataView&)>& visit) {
   while (!in->done()) {
     uint64_t tag = 0, length = 0;
-    if (!in->ReadVarint(&tag)) return Malformed("message (tag)", *in);
+    if (!in->ReadTag(&tag)) return Malformed("message (tag)", *in);
     const uint32_t wire = static_cast<uint32_t>(tag & kWireTypeMask);
     if (tag >> kWireTypeBits != list_field || wire != kLengthDelimited) {
       if (!in->SkipField(wire)) return Malformed("message (field)", *in);
       continue;
     }
-    if (!in->ReadVarint(&length)) return Malformed("message (length)", *in);
+    if (!in->ReadLength(&length)) return Malformed("message (length)", *in);
     ChunkDataView view;
     PS_RETURN_IF_ERROR(DecodeChunkData(length, in, &view));
     PS_RETURN_IF_ERROR(visit(view));

@@ -160,10 +160,20 @@ class WireReader {
 
   // False on a truncated or over-long varint.
   bool ReadVarint(uint64_t* v);
+  // A field's tag as protobuf reads one: at most 5 bytes, within 32 bits,
+  // field number > 0; false otherwise.
+  bool ReadTag(uint64_t* tag);
+  // A length prefix as protobuf reads one: at most 5 bytes, below 2^31.
+  bool ReadLength(uint64_t* n);
   // Copies (dst != nullptr) or skips the next n bytes; false if truncated.
   bool Read(char* dst, size_t n);
+  // The n bytes from `at` as views of the pieces they lie in (appended to
+  // `out`); they must exist (a view's payload, checked while decoding).
+  void Views(const Mark& at, size_t n,
+             std::vector<absl::string_view>* out) const;
   // Skips a field of `wire_type` whose tag was just read; false for groups
-  // (not in proto3) and truncation.
+  // (not in proto3: refused, where protobuf would keep them as unknown
+  // fields), an invalid wire type and truncation.
   bool SkipField(uint32_t wire_type);
 
  private:
@@ -191,6 +201,11 @@ struct ChunkDataView {
 void CopyChunkData(const ChunkDataView& view, WireReader* in, char* dst);
 // Copies a view's offsets (view.indices_bytes bytes) into `dst`.
 void CopyChunkIndices(const ChunkDataView& view, WireReader* in, char* dst);
+
+// Reads one ChunkData of `length` bytes whose tag and length were just
+// read from `in`. kDataLoss as DecodeChunkList says.
+absl::Status DecodeChunkData(uint64_t length, WireReader* in,
+                             ChunkDataView* view);
 
 // Reads the whole message in `in`: each element of the repeated ChunkData
 // field `list_field` goes to `visit` in wire order (a non-OK return stops

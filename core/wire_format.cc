@@ -108,6 +108,12 @@ void AppendOffset(uint32_t offset, std::string* indices) {
 absl::Status CheckPayload(int format, absl::string_view data,
                           absl::string_view indices, uint64_t length,
                           absl::string_view field, PayloadProblem* problem) {
+  return CheckPayload(format, data.size(), indices, length, field, problem);
+}
+
+absl::Status CheckPayload(int format, size_t data_bytes,
+                          absl::string_view indices, uint64_t length,
+                          absl::string_view field, PayloadProblem* problem) {
   auto bad = [&](PayloadProblem p, absl::string_view sub,
                  absl::string_view why) {
     *problem = p;
@@ -121,10 +127,10 @@ absl::Status CheckPayload(int format, absl::string_view data,
         absl::StrCat(format, " is not a known wire format (FP32, BF16, FP16)"));
   }
   if (indices.empty()) {
-    if (data.size() == length * width) return absl::OkStatus();
+    if (data_bytes == length * width) return absl::OkStatus();
     return bad(
         PayloadProblem::kSize, "data",
-        absl::StrCat(data.size(), " bytes, expected ", length * width, " (",
+        absl::StrCat(data_bytes, " bytes, expected ", length * width, " (",
                      length, " elements of ", WireFormatName(format), ")"));
   }
   if (indices.size() % kOffsetBytes != 0) {
@@ -140,10 +146,10 @@ absl::Status CheckPayload(int format, absl::string_view data,
         PayloadProblem::kIndices, "indices",
         absl::StrCat(n, " offsets for a chunk of ", length, " elements"));
   }
-  if (data.size() != n * width) {
+  if (data_bytes != n * width) {
     return bad(PayloadProblem::kSize, "data",
-               absl::StrCat(data.size(), " bytes, expected ", n * width, " (",
-                            n, " offsets, ", WireFormatName(format), ")"));
+               absl::StrCat(data_bytes, " bytes, expected ", n * width, " (", n,
+                            " offsets, ", WireFormatName(format), ")"));
   }
   for (size_t i = 0; i < n; ++i) {
     const uint32_t o = OffsetAt(indices, i);

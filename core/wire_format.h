@@ -54,6 +54,10 @@ enum class PayloadProblem { kNone, kFormat, kSize, kIndices };
 absl::Status CheckPayload(int format, absl::string_view data,
                           absl::string_view indices, uint64_t length,
                           absl::string_view field, PayloadProblem* problem);
+// The same, for a payload of `data_bytes` bytes (only its size is checked).
+absl::Status CheckPayload(int format, size_t data_bytes,
+                          absl::string_view indices, uint64_t length,
+                          absl::string_view field, PayloadProblem* problem);
 
 // Index of the first NaN or Inf among the payload's values, or -1.
 int64_t FirstNonFiniteValue(int format, absl::string_view data);

@@ -22,6 +22,7 @@
 //
 // `FUZZ_WRITE_SEEDS=DIR shard_request_fuzzer` writes the seed corpus that
 // fuzz/corpus/shard holds (valid and near-valid requests of every kind).
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -37,8 +38,10 @@
 #include "absl/time/time.h"
 #include "core/chunking.h"
 #include "google/protobuf/stubs/logging.h"
+#include "google/protobuf/unknown_field_set.h"
 #include "proto/job.pb.h"
 #include "proto/ps.pb.h"
+#include "server/rpc/push_decoder.h"
 #include "server/rpc/request_limits.h"
 #include "server/shard.h"
 
@@ -155,6 +158,32 @@ std::string Checksum(Shard& shard) {
   return sum;
 }
 
+// Whether protobuf kept an unknown group in `m` (proto2's; the PushPull
+// decoder refuses them where protobuf keeps them).
+bool HasUnknownGroup(const google::protobuf::Message& m) {
+  const google::protobuf::UnknownFieldSet& u =
+      m.GetReflection()->GetUnknownFields(m);
+  for (int i = 0; i < u.field_count(); ++i) {
+    if (u.field(i).type() == google::protobuf::UnknownField::TYPE_GROUP) {
+      return true;
+    }
+  }
+  return false;
+}
+bool HasUnknownGroup(const PushPullRequest& req) {
+  for (const ChunkData& g : req.gradients()) {
+    if (HasUnknownGroup(static_cast<const google::protobuf::Message&>(g))) {
+      return true;
+    }
+  }
+  for (const HeldChunk& h : req.held()) {
+    if (HasUnknownGroup(static_cast<const google::protobuf::Message&>(h))) {
+      return true;
+    }
+  }
+  return HasUnknownGroup(static_cast<const google::protobuf::Message&>(req));
+}
+
 template <typename Request>
 bool Decode(const uint8_t* data, size_t size, Request* req) {
   return req->ParseFromArray(data, static_cast<int>(size));
@@ -183,11 +212,27 @@ void RunOne(Shard& shard, uint8_t kind, const uint8_t* data, size_t size,
   };
   switch (kind % kNumKinds) {
     case kPushPull: {
-      PushPullRequest req;
-      if (!Decode(data, size, &req)) return;
+      // The RPC layer's path: decoded in place from two pieces (cut mid
+      // message), kept alive by `keep`; it must accept exactly what
+      // protobuf accepts.
+      PushPullRequest req, parsed;
+      GradientsIn gradients;
+      std::deque<std::string> owned;
+      auto keep = std::make_shared<std::string>(
+          reinterpret_cast<const char*>(data), size);
+      const absl::string_view all(*keep);
+      const size_t cut = std::min(size, size / 2 | 1);
+      const absl::string_view pieces[] = {all.substr(0, cut), all.substr(cut)};
+      const bool ok =
+          DecodePushPullRequest(pieces, keep, &req, &gradients, &owned).ok();
+      if (ok != Decode(data, size, &parsed) && !HasUnknownGroup(parsed)) {
+        Fail(absl::StrCat("PushPull decoder ", ok ? "accepted" : "refused",
+                          " what protobuf ", ok ? "refused" : "accepted"));
+      }
+      if (!ok) return;
       auto resp = std::make_unique<PushPullResponse>();
       Call& call = calls.emplace_back();
-      shard.PushPull(req, resp.get(), done_into(&call));
+      shard.PushPull(req, gradients, resp.get(), done_into(&call));
       responses.push_back(std::move(resp));
       if (call.calls == 1) expect_unchanged(call.status, "PushPull");
       return;

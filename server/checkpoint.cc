@@ -5,6 +5,7 @@
 #include <array>
 #include <cstring>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/float_bytes.h"
@@ -101,7 +102,15 @@ void CheckpointEncoder::AddChunk(const ChunkState& s) {
     if (r < s.pushed.size() && s.pushed[r]) {
       // A pushed gradient holds the chunk's length (a shard invariant);
       // anything else is padded or cut so the file stays parseable.
-      const absl::Span<const float> g = AsFloats(s.gradients[r]);
+      const PendingGradient& pending = s.gradients[r];
+      std::vector<float> received;
+      if (!pending.received.pieces.empty()) {
+        received.resize(pending.received.size() / sizeof(float));
+        DecodeFloats(pending.received, absl::MakeSpan(received));
+      }
+      const absl::Span<const float> g = pending.received.pieces.empty()
+                                            ? AsFloats(pending.floats)
+                                            : absl::MakeConstSpan(received);
       const size_t n = std::min(g.size(), s.values.size());
       AppendFloats(g.subspan(0, n), &out_);
       out_.append((s.values.size() - n) * sizeof(float), '\0');

@@ -70,7 +70,7 @@ absl::Status CheckHeader(absl::string_view bytes) {
 }
 
 absl::Status ReadRegistration(Reader& r, JobCheckpoint* ck) {
-  uint32_t reg_len;
+  uint32_t reg_len = 0;
   absl::string_view reg;
   if (!r.U32("the registration's length", &reg_len) ||
       !r.Bytes("the registration", reg_len, &reg)) {
@@ -88,7 +88,7 @@ absl::Status ReadRegistration(Reader& r, JobCheckpoint* ck) {
 
 absl::Status ReadMembership(Reader& r, JobCheckpoint* ck) {
   const uint32_t num_workers = ck->registration.num_workers();
-  uint32_t workers_field;
+  uint32_t workers_field = 0;
   if (!r.U32("the worker count", &workers_field)) return Truncated(r);
   if (num_workers == 0 || workers_field != num_workers) {
     return Invalid(absl::StrCat("membership: ", workers_field,
@@ -116,7 +116,7 @@ absl::StatusOr<uint32_t> ReadChunkCount(Reader& r, const JobCheckpoint& ck) {
   for (const ChunkPlacement& c : ck.registration.placement().chunks()) {
     if (c.shard() == ck.shard_id) ++local;
   }
-  uint32_t num_chunks;
+  uint32_t num_chunks = 0;
   if (!r.U32("the chunk count", &num_chunks)) return Truncated(r);
   if (num_chunks != local) {
     return Invalid(absl::StrCat(num_chunks, " chunks, the placement puts ",
@@ -133,8 +133,8 @@ absl::StatusOr<const ChunkPlacement*> ReadChunkHeader(Reader& r,
                                                       int64_t* last_id,
                                                       uint64_t* version) {
   const Placement& placement = ck.registration.placement();
-  uint32_t id;
-  uint64_t length;
+  uint32_t id = 0;
+  uint64_t length = 0;
   if (!r.U32(where + ".chunk_id", &id) || !r.U64(where + ".version", version) ||
       !r.U64(where + ".length", &length)) {
     return Truncated(r);
@@ -161,7 +161,7 @@ absl::StatusOr<const ChunkPlacement*> ReadChunkHeader(Reader& r,
 
 absl::Status ReadOptimizerState(Reader& r, const Optimizer& opt,
                                 const std::string& where, ChunkState* s) {
-  uint64_t opt_len;
+  uint64_t opt_len = 0;
   absl::string_view opt_bytes;
   if (!r.U64(where + ".optimizer length", &opt_len) ||
       !r.Bytes(where + ".optimizer", opt_len, &opt_bytes)) {
@@ -187,9 +187,10 @@ absl::Status ReadDedupState(Reader& r, uint32_t num_workers,
   }
   for (uint32_t w = 0; w < num_workers; ++w) {
     if (!s->pushed[w]) continue;
-    s->gradients[w].resize(s->values.size() * sizeof(float));
+    std::string& floats = s->gradients[w].floats;
+    floats.resize(s->values.size() * sizeof(float));
     if (!r.Floats(absl::StrCat(where, ".gradients[", w, "]"),
-                  AsFloats(s->gradients[w]))) {
+                  AsFloats(floats))) {
       return Truncated(r);
     }
   }
@@ -204,7 +205,7 @@ absl::StatusOr<ChunkState> ReadChunk(Reader& r, const JobCheckpoint& ck,
                                      const Optimizer& opt, uint32_t i,
                                      int64_t* last_id) {
   const std::string where = absl::StrCat("chunks[", i, "]");
-  uint64_t version;
+  uint64_t version = 0;
   PS_ASSIGN_OR_RETURN(const ChunkPlacement* p,
                       ReadChunkHeader(r, ck, where, last_id, &version));
   const uint32_t num_workers = ck.registration.num_workers();

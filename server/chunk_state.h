@@ -13,10 +13,20 @@
 #include <string>
 #include <vector>
 
+#include "core/float_bytes.h"
 #include "proto/job.pb.h"
 #include "server/optimizer.h"
 
 namespace ps {
+
+// A worker's gradient for the BSP step being aggregated: the payload left
+// where the request arrived (`received`, while it has pieces: no copy, see
+// Shard::PushPull), or native floats in a byte buffer (`floats`, AsFloats in
+// core/float_bytes.h; capacity kept across steps).
+struct PendingGradient {
+  std::string floats;
+  BytePieces received;
+};
 
 struct ChunkState {
   // Which chunk: chunk_id, tensor, index, offset, length, shard.
@@ -29,12 +39,9 @@ struct ChunkState {
   OptimizerState optimizer;
 
   // BSP dedup and aggregation for step == version, indexed by worker rank:
-  // pushed[w] says whether w's gradient arrived; gradients[w] holds it, as
-  // native floats in a byte buffer (AsFloats in core/float_bytes.h): the
-  // request's own payload buffer, taken without a copy where possible (see
-  // Shard::PushPull). Empty until w's first push.
+  // pushed[w] says whether w's gradient arrived; gradients[w] holds it.
   std::vector<uint8_t> pushed;
-  std::vector<std::string> gradients;
+  std::vector<PendingGradient> gradients;
 
   // ASP/SSP dedup, indexed by worker rank: 1 + the last step of w applied
   // to this chunk (0 = none); a push for an earlier or equal step is a

@@ -174,6 +174,13 @@ void AddInto(absl::Span<float> acc, const float* x) {
   for (size_t i = 0; i < n; ++i) a[i] += b[i];
 }
 
+void AddInto(absl::Span<float> acc, const BytePieces& x) {
+  FloatBlockReader in(x);
+  for (absl::Span<const float> b = in.Next(); !b.empty(); b = in.Next()) {
+    AddInto(acc.subspan(in.first(), b.size()), b.data());
+  }
+}
+
 namespace {
 
 // The fields every kind shares: learning_rate and weight_decay.

@@ -35,6 +35,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "common/defaults.h"
+#include "core/float_bytes.h"
 #include "proto/job.pb.h"
 
 namespace ps {
@@ -114,6 +115,9 @@ class Optimizer {
 // in worker-rank order into the first one). Requires x to hold acc.size()
 // floats not aliasing acc. Vectorized; never allocates.
 void AddInto(absl::Span<float> acc, const float* x);
+// The same sums, bit for bit, for a little-endian float32 payload in pieces
+// (x.size() == 4 * acc.size()).
+void AddInto(absl::Span<float> acc, const BytePieces& x);
 
 // While alive, the calling thread flushes subnormal float results to zero
 // and reads subnormal inputs as zero (x86 MXCSR FTZ + DAZ; a no-op

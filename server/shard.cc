@@ -293,15 +293,14 @@ void Shard::FlushCheckpoints() { checkpointer_->Flush(); }
 
 absl::StatusOr<PushCounts> Shard::ApplyPush(const JobPtr& job, uint32_t worker,
                                             uint64_t step,
-                                            const ChunkDataList& gradients,
-                                            ChunkDataList* take,
+                                            const GradientsIn& gradients,
                                             std::vector<Chunk*>* chunks) {
   PS_RETURN_IF_ERROR(internal::ValidatePush(*job, options_.shard_id, worker,
                                             step, gradients, chunks));
   std::vector<WaiterPtr> ready;
   std::vector<Chunk*> advanced;
   const PushCounts counts = internal::ApplyPush(
-      *job, {worker, step, &gradients, chunks}, take, &ready, &advanced);
+      *job, {worker, step, &gradients, chunks}, &ready, &advanced);
   internal::CompleteAll(&ready);
   checkpointer_->MaybeQueue(job, advanced, absl::InfinitePast());
   return counts;
@@ -313,8 +312,8 @@ absl::Status Shard::Push(const PushRequest& req, PushResponse* resp) {
   PS_ASSIGN_OR_RETURN(JobPtr job, FindJob(req.job_id()));
   std::vector<Chunk*> chunks;
   PS_ASSIGN_OR_RETURN(const PushCounts counts,
-                      ApplyPush(job, req.worker(), req.step(), req.gradients(),
-                                nullptr, &chunks));
+                      ApplyPush(job, req.worker(), req.step(),
+                                GradientsFrom(req.gradients()), &chunks));
   resp->set_duplicates(counts.duplicates);
   resp->set_stale(counts.stale);
   job->counters.request_ns[internal::kPushMethod].Record(
@@ -325,7 +324,8 @@ absl::Status Shard::Push(const PushRequest& req, PushResponse* resp) {
 void Shard::PushPull(const PushPullRequest& req, PushPullResponse* resp,
                      std::function<void(absl::Status)> done,
                      std::vector<SharedBytes>* payloads) {
-  PushPull(req, nullptr, resp, std::move(done), payloads);
+  PushPull(req, GradientsFrom(req.gradients()), resp, std::move(done),
+           payloads);
 }
 
 std::function<void(absl::Status)> Shard::TracedDone(
@@ -372,13 +372,7 @@ absl::Status Shard::GetTrace(const ShardTraceRequest& req,
   return absl::OkStatus();
 }
 
-void Shard::PushPull(PushPullRequest* req, PushPullResponse* resp,
-                     std::function<void(absl::Status)> done,
-                     std::vector<SharedBytes>* payloads) {
-  PushPull(*req, req->mutable_gradients(), resp, std::move(done), payloads);
-}
-
-void Shard::PushPull(const PushPullRequest& req, ChunkDataList* take,
+void Shard::PushPull(const PushPullRequest& req, const GradientsIn& gradients,
                      PushPullResponse* resp,
                      std::function<void(absl::Status)> done,
                      std::vector<SharedBytes>* payloads) {
@@ -391,8 +385,8 @@ void Shard::PushPull(const PushPullRequest& req, ChunkDataList* take,
   std::vector<uint64_t> bases;
   {
     std::vector<uint32_t> ids;
-    ids.reserve(req.gradients_size());
-    for (const ChunkData& g : req.gradients()) ids.push_back(g.chunk_id());
+    ids.reserve(gradients.size());
+    for (const GradientIn& g : gradients) ids.push_back(g.chunk_id);
     if (absl::Status st =
             internal::ValidateHeld(**job, req.held(), ids, "gradients", &bases);
         !st.ok()) {
@@ -409,7 +403,7 @@ void Shard::PushPull(const PushPullRequest& req, ChunkDataList* take,
   const int64_t apply_start_ns = traced ? TraceRecorder::NowNs() : 0;
   std::vector<Chunk*> chunks;
   absl::StatusOr<PushCounts> counts =
-      ApplyPush(*job, req.worker(), req.step(), req.gradients(), take, &chunks);
+      ApplyPush(*job, req.worker(), req.step(), gradients, &chunks);
   if (!counts.ok()) return done(counts.status());
   if (traced && (*job)->mode != BSP) {
     TraceSpan span;

@@ -175,6 +175,7 @@
 #include "common/defaults.h"
 #include "proto/ps.pb.h"
 #include "server/checkpoint.h"
+#include "server/push_input.h"
 #include "server/stats.h"
 
 namespace ps {
@@ -245,12 +246,13 @@ class Shard {
   void PushPull(const PushPullRequest& req, PushPullResponse* resp,
                 std::function<void(absl::Status)> done,
                 std::vector<SharedBytes>* payloads = nullptr);
-  // The same, but BSP takes the gradients' payload buffers out of `*req`
-  // instead of copying them (swapping in buffers of earlier steps, so a
-  // pooled request keeps its capacity); `req`'s gradient data are
-  // unspecified afterwards. The RPC layer's path.
-  void PushPull(PushPullRequest* req, PushPullResponse* resp,
-                std::function<void(absl::Status)> done,
+  // The same with the gradients in `gradients` (req.gradients is ignored):
+  // the RPC layer's path, which decodes them in place from the received
+  // bytes (server/push_input.h). BSP keeps a dense FP32 payload that comes
+  // with a keep where it arrived until its step is applied, instead of
+  // copying it.
+  void PushPull(const PushPullRequest& req, const GradientsIn& gradients,
+                PushPullResponse* resp, std::function<void(absl::Status)> done,
                 std::vector<SharedBytes>* payloads = nullptr);
 
   // Reads parameters (chunk_ids, or every local chunk when empty) once every
@@ -362,7 +364,6 @@ class Shard {
 
  private:
   using JobPtr = std::shared_ptr<internal::Job>;
-  using ChunkDataList = google::protobuf::RepeatedPtrField<ChunkData>;
 
   // `done` wrapped to record a TRACE_SHARD_REQUEST span from start_ns
   // (unix ns) until it runs.
@@ -376,17 +377,12 @@ class Shard {
   // UNAVAILABLE, counted.
   absl::Status ShuttingDown() const;
 
-  // Validates and applies a push (see PushPull for `take`), completes the
-  // waits it satisfies and queues a checkpoint if one became due. On
-  // success `chunks` lists the pushed chunks.
+  // Validates and applies a push, completes the waits it satisfies and
+  // queues a checkpoint if one became due. On success `chunks` lists the
+  // pushed chunks.
   absl::StatusOr<internal::PushCounts> ApplyPush(
       const JobPtr& job, uint32_t worker, uint64_t step,
-      const ChunkDataList& gradients, ChunkDataList* take,
-      std::vector<internal::Chunk*>* chunks);
-  // Both public PushPulls; `take` as in ApplyPush.
-  void PushPull(const PushPullRequest& req, ChunkDataList* take,
-                PushPullResponse* resp, std::function<void(absl::Status)> done,
-                std::vector<SharedBytes>* payloads);
+      const GradientsIn& gradients, std::vector<internal::Chunk*>* chunks);
 
   // Registration. `local_count` = the job's chunks on this shard.
   absl::StatusOr<JobPtr> NewJob(const RegisterJobRequest& req,

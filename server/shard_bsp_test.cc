@@ -50,7 +50,34 @@ std::vector<std::vector<float>> RunBsp(const std::vector<uint32_t>& order,
   return Params(shard, "j");
 }
 
-// The RPC layer's path: pushes hand over their payload buffers and replies
+// `req`'s gradients as the RPC layer hands them over: each payload copied
+// to an odd address and cut in three pieces (floats split between them),
+// held by `storage` as gRPC's receive slices are held by their keep.
+struct Received {
+  std::shared_ptr<std::vector<std::string>> storage;
+  GradientsIn gradients;
+};
+Received InPieces(const PushPullRequest& req) {
+  Received r;
+  r.storage = std::make_shared<std::vector<std::string>>();
+  r.storage->reserve(3 * static_cast<size_t>(req.gradients_size()));
+  r.gradients = GradientsFrom(req.gradients());
+  for (GradientIn& g : r.gradients) {
+    const std::string data = g.data.Flatten();
+    g.data.pieces.clear();
+    const size_t cuts[] = {0, data.size() / 3 + 1, 2 * data.size() / 3 + 2,
+                           data.size()};
+    for (int k = 0; k < 3; ++k) {
+      r.storage->push_back("x" + data.substr(cuts[k], cuts[k + 1] - cuts[k]));
+      g.data.pieces.push_back(absl::string_view(r.storage->back()).substr(1));
+    }
+    g.data.keep = r.storage;
+  }
+  return r;
+}
+
+// The RPC layer's path: pushes leave their payloads in the received pieces
+// (the shard keeps them until the step is applied, then lets go) and replies
 // take the encoded parameters as shared payloads. It ends bitwise where the
 // copying path does; both BSP workers' replies of a version share one buffer
 // with the bytes the copying path writes; a reply still holding a version's
@@ -74,10 +101,16 @@ TEST(ShardPayloadTest, RepliesOfOneVersionShareOneImmutableEncoding) {
     auto c1 = StartPushPull(copying, r1);
     auto c0 = StartPushPull(copying, r0);
     ASSERT_TRUE(c0->status.ok() && c1->status.ok());
-    shard.PushPull(&r1, &b.resp, b.Callback(), &pb);
+    Received in1 = InPieces(r1), in0 = InPieces(r0);
+    shard.PushPull(r1, in1.gradients, &b.resp, b.Callback(), &pb);
+    in1.gradients.clear();
     EXPECT_FALSE(b.done.HasBeenNotified());
-    shard.PushPull(&r0, &a.resp, a.Callback(), &pa);
+    EXPECT_GT(in1.storage.use_count(), 1) << "worker 1's pieces not kept";
+    shard.PushPull(r0, in0.gradients, &a.resp, a.Callback(), &pa);
+    in0.gradients.clear();
     ASSERT_TRUE(a.done.HasBeenNotified() && b.done.HasBeenNotified());
+    EXPECT_EQ(in1.storage.use_count(), 1) << "kept past the step";
+    EXPECT_EQ(in0.storage.use_count(), 1) << "kept past the step";
     ASSERT_TRUE(a.status.ok() && b.status.ok()) << a.status << b.status;
     const std::vector<std::vector<float>> want = Params(shard, "j");
     ASSERT_EQ(pa.size(), static_cast<size_t>(kNumChunks));

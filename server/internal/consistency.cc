@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/float_bytes.h"
 #include "core/wire_format.h"
@@ -27,9 +29,18 @@ uint64_t NowNanos() {
       .count();
 }
 
-// Dense FP32: the payload is the floats themselves (no decoding).
-bool IsPlainFp32(const ChunkData& g) {
-  return g.indices().empty() && Resolved(g.format()) == FP32;
+// A plain gradient's floats: in place where the payload is one aligned
+// piece on a little-endian host, else copied into `*scratch`.
+const float* PlainFloats(const GradientIn& g, size_t length,
+                         std::vector<float>* scratch) {
+  const absl::string_view flat = g.flat_data();
+  if (g.data.pieces.size() == 1 &&
+      reinterpret_cast<uintptr_t>(flat.data()) % alignof(float) == 0) {
+    return NativeFloats(flat, scratch);
+  }
+  scratch->resize(length);
+  DecodeFloats(g.data, absl::MakeSpan(*scratch));
+  return scratch->data();
 }
 
 // Applies `grad` * scale to c's values with the job's optimizer; with delta
@@ -65,11 +76,10 @@ void AdvanceVersion(Chunk& c, std::vector<WaiterPtr>* ready)
 }
 
 // BSP: buffers the gradient of `worker` for the step being aggregated and
-// applies the step when it completes the quorum. `take`: the request's
-// gradient whose payload buffer to take instead of copying `g`'s (null:
-// copy).
+// applies the step when it completes the quorum. A plain gradient that
+// comes with a keep stays where it arrived until then (no copy).
 void BufferBspGradient(Job& job, Chunk& c, uint32_t worker, uint64_t step,
-                       const ChunkData& g, ChunkData* take, PushTally* tally,
+                       const GradientIn& g, PushTally* tally,
                        std::vector<WaiterPtr>* ready,
                        std::vector<Chunk*>* advanced)
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu) {
@@ -84,20 +94,20 @@ void BufferBspGradient(Job& job, Chunk& c, uint32_t worker, uint64_t step,
     ++tally->counts.duplicates;
     return;
   }
-  std::string& buf = s.gradients[worker];
-  if (!IsPlainFp32(g)) {
-    // Decoded (sparse: scattered into zeros) into a dense FP32 buffer, so
-    // the rank-order sum below is the same whatever the format.
-    buf.resize(c.length * sizeof(float));
-    DecodePayload(g.format(), g.data(), g.indices(), AsFloats(buf));
-  } else if (take != nullptr) {
-    // The request's buffer becomes this step's gradient, and the previous
-    // step's buffer goes back to the request for reuse.
-    buf.swap(*take->mutable_data());
-    ToNativeFloats(&buf);
+  PendingGradient& pending = s.gradients[worker];
+  pending.received.Clear();
+  if (g.plain() && g.data.keep != nullptr) {
+    pending.received = g.data;
   } else {
-    buf.assign(g.data());
-    ToNativeFloats(&buf);
+    // Native floats (sparse: scattered into zeros), so the rank-order sum
+    // below is the same whatever the format.
+    pending.floats.resize(c.length * sizeof(float));
+    if (g.plain()) {
+      DecodeFloats(g.data, AsFloats(pending.floats));
+    } else {
+      DecodePayload(g.format, g.flat_data(), g.indices,
+                    AsFloats(pending.floats));
+    }
   }
   s.pushed[worker] = 1;
   ++tally->accepted;
@@ -107,7 +117,7 @@ void BufferBspGradient(Job& job, Chunk& c, uint32_t worker, uint64_t step,
 // ASP/SSP: applies the gradient on arrival, undivided, unless this worker's
 // step was already applied to `c`.
 void ApplyAspGradient(Job& job, Chunk& c, uint32_t worker, uint64_t step,
-                      const ChunkData& g, PushTally* tally,
+                      const GradientIn& g, PushTally* tally,
                       std::vector<WaiterPtr>* ready,
                       std::vector<Chunk*>* advanced)
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu) {
@@ -120,18 +130,17 @@ void ApplyAspGradient(Job& job, Chunk& c, uint32_t worker, uint64_t step,
   }
   s.next_step[worker] = step + 1;
   // Only a restored job sees a gradient ahead of the chunk.
-  const uint64_t staleness =
-      s.version >= g.version() ? s.version - g.version() : 0;
+  const uint64_t staleness = s.version >= g.version ? s.version - g.version : 0;
   tally->max_staleness = std::max(tally->max_staleness, staleness);
   job.counters.staleness.Record(staleness);
-  // Straight from the request's bytes (a copy only on big-endian hosts),
-  // or decoded from the narrow or sparse format.
+  // Straight from the request's bytes where they lie in one aligned piece,
+  // or decoded from the pieces, or from the narrow or sparse format.
   const float* grad = nullptr;
-  if (IsPlainFp32(g)) {
-    grad = NativeFloats(g.data(), &scratch);
+  if (g.plain()) {
+    grad = PlainFloats(g, c.length, &scratch);
   } else {
     scratch.resize(c.length);
-    DecodePayload(g.format(), g.data(), g.indices(), absl::MakeSpan(scratch));
+    DecodePayload(g.format, g.flat_data(), g.indices, absl::MakeSpan(scratch));
     grad = scratch.data();
   }
   const uint64_t t0 = NowNanos();
@@ -172,7 +181,7 @@ void AdvanceClock(Job& job, uint32_t worker, uint64_t step,
 
 }  // namespace
 
-PushCounts ApplyPush(Job& job, const PushArgs& push, ChunkDataList* take,
+PushCounts ApplyPush(Job& job, const PushArgs& push,
                      std::vector<WaiterPtr>* ready,
                      std::vector<Chunk*>* advanced) {
   const std::vector<Chunk*>& chunks = *push.chunks;
@@ -181,16 +190,14 @@ PushCounts ApplyPush(Job& job, const PushArgs& push, ChunkDataList* take,
   const bool narrow = Resolved(job.wire_format) != FP32;
   for (size_t i = 0; i < chunks.size(); ++i) {
     Chunk& c = *chunks[i];
-    const int index = static_cast<int>(i);
-    const ChunkData& g = (*push.gradients)[index];
-    bytes += g.data().size() + g.indices().size();
+    const GradientIn& g = (*push.gradients)[i];
+    bytes += g.data.size() + g.indices.size();
     dense_bytes += c.length * sizeof(float);
     // A narrow-format job's worker sends FP32 only when a value did not fit.
-    fallbacks += narrow && Resolved(g.format()) == FP32;
+    fallbacks += narrow && Resolved(static_cast<WireFormat>(g.format)) == FP32;
     absl::MutexLock l(&c.mu);
     if (job.mode == BSP) {
-      ChunkData* mine = take != nullptr ? take->Mutable(index) : nullptr;
-      BufferBspGradient(job, c, push.worker, push.step, g, mine, &tally, ready,
+      BufferBspGradient(job, c, push.worker, push.step, g, &tally, ready,
                         advanced);
     } else {
       ApplyAspGradient(job, c, push.worker, push.step, g, &tally, ready,
@@ -226,18 +233,28 @@ bool ApplyStepIfReady(Job& job, Chunk& c, std::vector<WaiterPtr>* ready) {
   if (!BspQuorumReached(members, arrived, job.backup_workers)) return false;
   const uint64_t t0 = NowNanos();
   // Rank order, into the lowest rank's buffer: the same bits whatever the
-  // order the pushes came in.
+  // order the pushes came in, and wherever each gradient lies.
   float* sum = nullptr;
   for (uint32_t r = 0; r < job.num_workers; ++r) {
     if (!c.active[r] || !s.pushed[r]) continue;
+    PendingGradient& g = s.gradients[r];
+    const bool received = !g.received.pieces.empty();
     if (sum == nullptr) {
-      sum = AsFloats(s.gradients[r]).data();
+      if (received) {
+        g.floats.resize(c.length * sizeof(float));
+        DecodeFloats(g.received, AsFloats(g.floats));
+      }
+      sum = AsFloats(g.floats).data();
+    } else if (received) {
+      AddInto(absl::MakeSpan(sum, c.length), g.received);
     } else {
-      AddInto(absl::MakeSpan(sum, c.length), AsFloats(s.gradients[r]).data());
+      AddInto(absl::MakeSpan(sum, c.length), AsFloats(g.floats).data());
     }
   }
   ApplyToValues(job, c, sum, 1.0f / static_cast<float>(arrived));
   std::fill(s.pushed.begin(), s.pushed.end(), 0);
+  // The requests' receive buffers go back now, not at the next step.
+  for (PendingGradient& g : s.gradients) g.received.Clear();
   const uint64_t t1 = NowNanos();
   job.counters.apply_ns.Record(t1 - t0);
   if (job.trace.Covers(s.version)) RecordBspApply(job, s.version, t0, t1);

@@ -3,7 +3,7 @@
 // PushPull or Pull waits for, and what a membership change completes.
 // Storage (job.h), waiting (waits.h) and stats live elsewhere.
 //
-//   PushCounts counts = ApplyPush(job, push, take, chunks, &ready, &advanced);
+//   PushCounts counts = ApplyPush(job, push, &ready, &advanced);
 //   CompleteAll(&ready);   // waits.h, under no lock
 //
 // Thread safety: any thread. A push takes its chunks' mutexes one at a time
@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "server/internal/job.h"
+#include "server/push_input.h"
 
 namespace ps {
 namespace internal {
@@ -29,15 +30,15 @@ struct PushCounts {
 struct PushArgs {
   uint32_t worker = 0;
   uint64_t step = 0;
-  const ChunkDataList* gradients = nullptr;
+  const GradientsIn* gradients = nullptr;
   const std::vector<Chunk*>* chunks = nullptr;
 };
 
 // Applies a validated push; completed waits are appended to `ready`, the
-// chunks whose version moved to `advanced`. BSP takes the payload buffers
-// out of `take` (the same list as `gradients`) when it is not null,
-// swapping in buffers of earlier steps (no copy).
-PushCounts ApplyPush(Job& job, const PushArgs& push, ChunkDataList* take,
+// chunks whose version moved to `advanced`. BSP keeps a plain gradient's
+// payload where it arrived (its pieces and their keep) until the step is
+// applied when it comes with a keep, and copies it otherwise.
+PushCounts ApplyPush(Job& job, const PushArgs& push,
                      std::vector<WaiterPtr>* ready,
                      std::vector<Chunk*>* advanced);
 

@@ -58,11 +58,11 @@ absl::StatusOr<Chunk*> TargetChunk(Job& job, uint32_t shard_id, uint32_t id,
 }
 
 // The size and version checks of gradient `i` (`g`) for chunk `c`.
-absl::Status CheckGradient(Job& job, uint32_t shard_id, uint64_t step, int i,
-                           const ChunkData& g, const Chunk& c) {
+absl::Status CheckGradient(Job& job, uint32_t shard_id, uint64_t step, size_t i,
+                           const GradientIn& g, const Chunk& c) {
   const std::string field = absl::StrCat("gradients[", i, "]");
   PayloadProblem problem;
-  if (absl::Status st = CheckPayload(g.format(), g.data(), g.indices(),
+  if (absl::Status st = CheckPayload(g.format, g.data.size(), g.indices,
                                      c.length, field, &problem);
       !st.ok()) {
     const char* reason = problem == PayloadProblem::kFormat ? kBadFormat
@@ -73,7 +73,7 @@ absl::Status CheckGradient(Job& job, uint32_t shard_id, uint64_t step, int i,
                       absl::StrCat(st.message(), "; ", ChunkName(c.placement),
                                    " holds ", c.length, " floats")));
   }
-  if (g.has_base_version()) {
+  if (g.has_base_version) {
     return Reject(job, kBadDelta,
                   absl::InvalidArgumentError(absl::StrCat(
                       field,
@@ -82,12 +82,12 @@ absl::Status CheckGradient(Job& job, uint32_t shard_id, uint64_t step, int i,
   }
   const uint64_t version = c.version.load(std::memory_order_acquire);
   if (job.restored && job.mode == BSP &&
-      (step > version || g.version() > version)) {
+      (step > version || g.version > version)) {
     // The worker saw parameters this shard lost when it restarted.
     return Reject(
         job, kAheadOfRestore,
         absl::FailedPreconditionError(absl::StrCat(
-            "step: ", step, " (gradient of version ", g.version(),
+            "step: ", step, " (gradient of version ", g.version,
             ") is ahead of ", ChunkName(c.placement), " at version ", version,
             ": shard ", shard_id, " restarted and restored job \"", job.id,
             "\" from its checkpoint of step ", job.restored_from_step,
@@ -96,10 +96,10 @@ absl::Status CheckGradient(Job& job, uint32_t shard_id, uint64_t step, int i,
   }
   // ASP/SSP after a restore: updates after the checkpoint are lost, so a
   // gradient may be of a version the chunk no longer reached.
-  if (g.version() > version && !job.restored) {
+  if (g.version > version && !job.restored) {
     return Reject(job, kVersionAhead,
                   absl::InvalidArgumentError(absl::StrCat(
-                      field, ".version: ", g.version(), " is ahead of ",
+                      field, ".version: ", g.version, " is ahead of ",
                       ChunkName(c.placement), " at version ", version)));
   }
   if (job.mode == BSP && step > version) {
@@ -113,18 +113,20 @@ absl::Status CheckGradient(Job& job, uint32_t shard_id, uint64_t step, int i,
 }
 
 // The one full read of the payloads: every element must be finite.
-absl::Status CheckFinite(Job& job, const ChunkDataList& gradients,
+absl::Status CheckFinite(Job& job, const GradientsIn& gradients,
                          const std::vector<Chunk*>& chunks) {
-  for (int i = 0; i < gradients.size(); ++i) {
-    const ChunkData& g = gradients[i];
-    const int64_t at = FirstNonFiniteValue(g.format(), g.data());
+  for (size_t i = 0; i < gradients.size(); ++i) {
+    const GradientIn& g = gradients[i];
+    const int64_t at = g.plain() ? FirstNonFinite(g.data)
+                                 : FirstNonFiniteValue(g.format, g.flat_data());
     if (at < 0) continue;
-    const float x = ValueAt(g.format(), g.data(), static_cast<size_t>(at));
+    const float x =
+        ValueAt(g.format, g.data.Flatten(), static_cast<size_t>(at));
     // Sparse: name the chunk offset too.
     const std::string offset =
-        g.indices().empty()
+        g.indices.empty()
             ? ""
-            : absl::StrCat(" (offset ", OffsetAt(g.indices(), at), ")");
+            : absl::StrCat(" (offset ", OffsetAt(g.indices, at), ")");
     return Reject(job, kNonFinite,
                   absl::InvalidArgumentError(absl::StrCat(
                       "gradients[", i, "].data: element ", at, offset, " is ",
@@ -158,7 +160,7 @@ absl::Status CheckPullNotAheadOfRestore(Job& job, uint32_t shard_id,
 }  // namespace
 
 absl::Status ValidatePush(Job& job, uint32_t shard_id, uint32_t worker,
-                          uint64_t step, const ChunkDataList& gradients,
+                          uint64_t step, const GradientsIn& gradients,
                           std::vector<Chunk*>* chunks) {
   PS_RETURN_IF_ERROR(CheckWorkerInRange(job, worker));
   if (!job.is_active[worker].load(std::memory_order_acquire)) {
@@ -170,12 +172,12 @@ absl::Status ValidatePush(Job& job, uint32_t shard_id, uint32_t worker,
   chunks->clear();
   chunks->reserve(gradients.size());
   absl::flat_hash_map<uint32_t, int> seen;
-  for (int i = 0; i < gradients.size(); ++i) {
-    const ChunkData& g = gradients[i];
+  for (size_t i = 0; i < gradients.size(); ++i) {
+    const GradientIn& g = gradients[i];
     PS_ASSIGN_OR_RETURN(Chunk * c,
-                        TargetChunk(job, shard_id, g.chunk_id(),
+                        TargetChunk(job, shard_id, g.chunk_id,
                                     absl::StrCat("gradients[", i, "].chunk_id"),
-                                    "gradients", i, &seen));
+                                    "gradients", static_cast<int>(i), &seen));
     PS_RETURN_IF_ERROR(CheckGradient(job, shard_id, step, i, g, *c));
     chunks->push_back(c);
   }

@@ -15,6 +15,7 @@
 #include "absl/types/span.h"
 #include "proto/ps.pb.h"
 #include "server/internal/job.h"
+#include "server/push_input.h"
 
 namespace ps {
 namespace internal {
@@ -22,7 +23,7 @@ namespace internal {
 // Checks a whole push of `worker` for `step` to shard `shard_id`; on
 // success `chunks` lists the target chunk of each gradient.
 absl::Status ValidatePush(Job& job, uint32_t shard_id, uint32_t worker,
-                          uint64_t step, const ChunkDataList& gradients,
+                          uint64_t step, const GradientsIn& gradients,
                           std::vector<Chunk*>* chunks);
 
 // Checks a pull; on success `chunks` lists the chunks to answer with

@@ -1,6 +1,8 @@
 #include "server/rpc/ps_service.h"
 
 #include <atomic>
+#include <deque>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -11,6 +13,7 @@
 #include "core/wire_codec.h"
 #include "grpcpp/support/proto_buffer_reader.h"
 #include "grpcpp/support/slice.h"
+#include "server/rpc/push_decoder.h"
 #include "server/rpc/request_limits.h"
 
 namespace ps {
@@ -52,7 +55,11 @@ bool Parse(const grpc::ByteBuffer& bytes, google::protobuf::MessageLite* msg) {
 struct PsMessages {
   std::shared_ptr<PsMessagePool> pool;  // set while in use
   std::atomic<int> refs{0};
+  // A PushPull's fields but its gradients, which stay in the received
+  // slices (push_gradients; push_owned holds what had to be copied).
   PushPullRequest push_request;
+  GradientsIn push_gradients;
+  std::deque<std::string> push_owned;
   PushPullResponse push_response;
   PullRequest pull_request;
   PullResponse pull_response;
@@ -93,6 +100,8 @@ class PsMessagePool : public std::enable_shared_from_this<PsMessagePool> {
   void Put(std::unique_ptr<PsMessages> m) {
     // Clear() keeps the strings' capacity and the repeated fields' elements.
     m->push_request.Clear();
+    m->push_gradients.clear();
+    m->push_owned.clear();
     m->push_response.Clear();
     m->pull_request.Clear();
     m->pull_response.Clear();
@@ -156,6 +165,22 @@ void WriteReply(const google::protobuf::RepeatedPtrField<ChunkData>& chunks,
   *out = grpc::ByteBuffer(slices.data(), slices.size());
 }
 
+// Decodes a PushPull request into `m`, its gradients left in the received
+// slices (which they keep alive: BSP holds them until its step is applied).
+absl::Status DecodePush(const grpc::ByteBuffer& bytes, PsMessages* m) {
+  auto slices = std::make_shared<std::vector<grpc::Slice>>();
+  if (bytes.Valid() && !bytes.Dump(slices.get()).ok()) {
+    return absl::InvalidArgumentError("request: unreadable PushPullRequest");
+  }
+  std::vector<absl::string_view> pieces;
+  pieces.reserve(slices->size());
+  for (const grpc::Slice& s : *slices) {
+    pieces.emplace_back(reinterpret_cast<const char*>(s.begin()), s.size());
+  }
+  return DecodePushPullRequest(pieces, slices, &m->push_request,
+                               &m->push_gradients, &m->push_owned);
+}
+
 }  // namespace
 
 PsService::PsService(Shard* shard, const Security* security)
@@ -206,15 +231,14 @@ grpc::ServerUnaryReactor* PsService::PushPull(grpc::CallbackServerContext* ctx,
                                               grpc::ByteBuffer* resp) {
   PS_AUTHENTICATE(ctx);
   PsMessages* m = pool_->Take(2);
-  if (!Parse(*req, &m->push_request)) {
+  if (absl::Status st = DecodePush(*req, m); !st.ok()) {
     PsMessagePool::Unref(m);
     PsMessagePool::Unref(m);
-    return Done(ctx, absl::InvalidArgumentError(
-                         "request: not a valid PushPullRequest"));
+    return Done(ctx, st);
   }
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   shard_->PushPull(
-      &m->push_request, &m->push_response,
+      m->push_request, m->push_gradients, &m->push_response,
       [reactor, resp, m](absl::Status s) {
         if (s.ok()) {
           WriteReply(m->push_response.parameters(),

@@ -10,10 +10,11 @@
 // reactor when the Shard calls back. A PushPull that waits for the BSP
 // quorum holds no thread while it waits (callback API + Shard callbacks).
 //
-// PushPull and Pull, the calls that carry tensors, are raw methods: the
-// request is parsed here (into a pooled message, so a steady stream of
-// same-sized requests reuses its buffers instead of faulting in fresh pages
-// every call), and the reply is written as proto/ps.proto's
+// PushPull and Pull, the calls that carry tensors, are raw methods. A
+// PushPull request is decoded in place (server/rpc/push_decoder.h): its
+// gradients stay in gRPC's receive slices, which a BSP shard keeps until
+// the step is applied instead of copying them; a Pull request is parsed
+// into a pooled message. The reply is written as proto/ps.proto's
 // PushPullResponse / PullResponse wire format with each ChunkData.data
 // slice pointing into the pooled reply message instead of being serialized
 // (copied) again. The bytes on the wire are exactly what protobuf would

@@ -32,6 +32,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/notification.h"
 #include "common/config.h"
+#include "common/http_server.h"
 #include "common/metrics_server.h"
 #include "common/security.h"
 #include "server/coordinator/coordinator.h"
@@ -41,7 +42,6 @@
 #include "server/rpc/ps_service.h"
 #include "server/rpc/status_source.h"
 #include "server/shard.h"
-#include "server/status/http_server.h"
 
 namespace ps {
 

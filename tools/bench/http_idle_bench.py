@@ -2,11 +2,12 @@
 """Latency of a normal GET while many idle connections are held open to the
 same HTTP endpoint (issue 27: the status page and /metrics).
 
-For each --url, opens --idle connections that send nothing (or, with
---partial, half a request) and keeps that many open: a connection the
+To every --url at once, opens --idle connections that send nothing (or,
+with --partial, half a request) and keeps that many open: a connection the
 server closes (its header timeout) is opened again at once. Meanwhile it
-sends --probes GETs of the URL, one at a time, --interval-ms apart, each on
-a fresh connection, and reports their latency (connect to last byte):
+sends --probes GETs of each URL in turn, one at a time, --interval-ms apart,
+each on a fresh connection, and reports their latency (connect to last
+byte):
 
     tools/bench/http_idle_bench.py --url http://127.0.0.1:9100/metrics \\
         --url http://127.0.0.1:8080/api/jobs --idle 500 --probes 50
@@ -103,25 +104,21 @@ def percentile(values: List[float], q: float) -> float:
     return ordered[rank]
 
 
-def measure(url: str, args: argparse.Namespace) -> Dict:
+def measure(url: str, holder: IdleHolder, args: argparse.Namespace) -> Dict:
+    """Probes `url` while `holder` keeps its idle connections open."""
     host, port, path = parse_url(url)
-    greeting = b"GET / HTTP/1.1\r\n" if args.partial else b""
-    holder = IdleHolder(host, port, args.idle, greeting)
     latencies, failures = [], []
-    try:
-        for _ in range(args.probes):
-            try:
-                seconds, status = probe(host, port, path, args.timeout_s)
-                latencies.append(seconds * 1000)
-                if " 200 " not in status + " ":
-                    failures.append(status)
-            except OSError as e:
-                failures.append(str(e))
-            time.sleep(args.interval_ms / 1000)
-        held = holder.open_count()
-    finally:
-        holder.close()
-    result = {"url": url, "idle": args.idle, "held_at_end": held,
+    for _ in range(args.probes):
+        try:
+            seconds, status = probe(host, port, path, args.timeout_s)
+            latencies.append(seconds * 1000)
+            if " 200 " not in status + " ":
+                failures.append(status)
+        except OSError as e:
+            failures.append(str(e))
+        time.sleep(args.interval_ms / 1000)
+    result = {"url": url, "idle": args.idle,
+              "held_at_end": holder.open_count(),
               "reopened": holder.reopened, "probes": args.probes,
               "failures": failures}
     if latencies:
@@ -147,7 +144,15 @@ def main() -> int:
     parser.add_argument("--target-ms", type=float, default=100,
                         help="p99 above this fails (exit 1)")
     args = parser.parse_args()
-    results = [measure(url, args) for url in args.url]
+    greeting = b"GET / HTTP/1.1\r\n" if args.partial else b""
+    holders = [IdleHolder(*parse_url(url)[:2], args.idle, greeting)
+               for url in args.url]
+    try:
+        results = [measure(url, holder, args)
+                   for url, holder in zip(args.url, holders)]
+    finally:
+        for holder in holders:
+            holder.close()
     ok = True
     for r in results:
         print(f"{r['url']}: {r['idle']} idle ({r['reopened']} reopened, "

@@ -33,6 +33,18 @@ std::string TempPath(const std::string& name) {
   return absl::StrCat(dir != nullptr ? dir : "/tmp", "/", name);
 }
 
+// A server of OneGauge on a free loopback port, without a token; null
+// (and a test failure) when it does not start.
+std::unique_ptr<MetricsServer> StartPlain() {
+  static const Security* const plain = new Security();
+  MetricsServer::Options options;
+  options.listen_address = "127.0.0.1:0";
+  absl::StatusOr<std::unique_ptr<MetricsServer>> server =
+      MetricsServer::Start(options, std::make_shared<OneGauge>(), plain);
+  EXPECT_TRUE(server.ok()) << server.status();
+  return server.ok() ? *std::move(server) : nullptr;
+}
+
 TEST(MetricsServerTest, ServesTheCollectableAndWritesTheAddressFile) {
   Security plain;
   MetricsServer::Options options;
@@ -101,30 +113,22 @@ TEST(MetricsServerTest, TokenIsTheBasicAuthPassword) {
 }
 
 TEST(MetricsServerTest, OtherPathsAndMethodsAreRefused) {
-  Security plain;
-  MetricsServer::Options options;
-  options.listen_address = "127.0.0.1:0";
-  auto server =
-      MetricsServer::Start(options, std::make_shared<OneGauge>(), &plain);
-  ASSERT_TRUE(server.ok()) << server.status();
-  EXPECT_THAT(HttpGet((*server)->address(), "/"), HasSubstr("404"));
-  EXPECT_THAT(HttpGet((*server)->address(), "/metrics?x=1"),
+  std::unique_ptr<MetricsServer> server = StartPlain();
+  ASSERT_NE(server, nullptr);
+  EXPECT_THAT(HttpGet(server->address(), "/"), HasSubstr("404"));
+  EXPECT_THAT(HttpGet(server->address(), "/metrics?x=1"),
               HasSubstr("ps_test_value"));
 }
 
 // Issue 27: 500 connections that send nothing must not delay a scrape
 // (the old server answered one connection at a time, 5 s each).
 TEST(MetricsServerTest, IdleConnectionsDoNotBlockAScrape) {
-  Security plain;
-  MetricsServer::Options options;
-  options.listen_address = "127.0.0.1:0";
-  auto server =
-      MetricsServer::Start(options, std::make_shared<OneGauge>(), &plain);
-  ASSERT_TRUE(server.ok()) << server.status();
-  IdleConnections idle((*server)->address(), 500);
+  std::unique_ptr<MetricsServer> server = StartPlain();
+  ASSERT_NE(server, nullptr);
+  IdleConnections idle(server->address(), 500);
   ASSERT_EQ(idle.open(), 500);
   const absl::Time start = absl::Now();
-  EXPECT_THAT(HttpGet((*server)->address(), "/metrics", "", absl::Seconds(3)),
+  EXPECT_THAT(HttpGet(server->address(), "/metrics", "", absl::Seconds(3)),
               HasSubstr("ps_test_value"));
   // Generous: the target is 100 ms p99 (tools/bench/http_idle_bench.py).
   EXPECT_LT(absl::Now() - start, absl::Seconds(2));
@@ -132,14 +136,10 @@ TEST(MetricsServerTest, IdleConnectionsDoNotBlockAScrape) {
 
 // Issue 27: an unknown HTTP version is refused, not served.
 TEST(MetricsServerTest, AnUnknownHttpVersionGets505) {
-  Security plain;
-  MetricsServer::Options options;
-  options.listen_address = "127.0.0.1:0";
-  auto server =
-      MetricsServer::Start(options, std::make_shared<OneGauge>(), &plain);
-  ASSERT_TRUE(server.ok()) << server.status();
+  std::unique_ptr<MetricsServer> server = StartPlain();
+  ASSERT_NE(server, nullptr);
   const std::string reply = HttpExchange(
-      (*server)->address(), "GET /metrics HTTP/9.9\r\nHost: x\r\n\r\n");
+      server->address(), "GET /metrics HTTP/9.9\r\nHost: x\r\n\r\n");
   EXPECT_THAT(reply, HasSubstr("HTTP/1.1 505")) << reply;
 }
 

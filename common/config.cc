@@ -5,7 +5,6 @@
 #include <cmath>
 #include <filesystem>
 #include <system_error>
-#include <thread>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/ascii.h"
@@ -16,6 +15,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "common/text_proto.h"
 
@@ -203,7 +203,8 @@ absl::StatusOr<LoadedCluster> LoadNamedCluster(const std::string& cluster_file,
 }
 
 absl::StatusOr<std::string> ResolveShard(const LoadedCluster& cluster,
-                                         uint32_t shard, absl::Time deadline) {
+                                         uint32_t shard, absl::Time deadline,
+                                         const absl::Notification* stop) {
   // Polls: the file appears when a daemon in another process binds, and
   // there is no portable event to wait on across processes.
   absl::Duration backoff = absl::Milliseconds(10);
@@ -214,7 +215,14 @@ absl::StatusOr<std::string> ResolveShard(const LoadedCluster& cluster,
       return absl::DeadlineExceededError(absl::StrCat(
           address.status().message(), " (is psd shard ", shard, " running?)"));
     }
-    std::this_thread::sleep_for(absl::ToChronoMilliseconds(backoff));
+    const absl::Duration pause = std::min(backoff, deadline - absl::Now());
+    if (stop == nullptr) {
+      absl::SleepFor(pause);
+    } else if (stop->WaitForNotificationWithTimeout(pause)) {
+      return absl::CancelledError(
+          absl::StrCat("stopped while waiting for shard ", shard,
+                       "'s address (", address.status().message(), ")"));
+    }
     backoff = std::min(backoff * 2, absl::Milliseconds(200));
   }
 }
@@ -569,19 +577,22 @@ absl::StatusOr<std::string> ReadShardAddress(const LoadedCluster& cluster,
 }
 
 absl::StatusOr<std::vector<std::string>> ResolveShardAddresses(
-    const LoadedCluster& cluster, absl::Time deadline) {
+    const LoadedCluster& cluster, absl::Time deadline,
+    const absl::Notification* stop) {
   std::vector<std::string> out;
   for (int i = 0; i < cluster.config.shards_size(); ++i) {
     PS_ASSIGN_OR_RETURN(std::string address,
-                        ResolveShard(cluster, i, deadline));
+                        ResolveShard(cluster, i, deadline, stop));
     out.push_back(std::move(address));
   }
   return out;
 }
 
 absl::StatusOr<std::string> ResolveCoordinatorAddress(
-    const LoadedCluster& cluster, absl::Time deadline) {
-  return ResolveShard(cluster, cluster.config.coordinator_shard(), deadline);
+    const LoadedCluster& cluster, absl::Time deadline,
+    const absl::Notification* stop) {
+  return ResolveShard(cluster, cluster.config.coordinator_shard(), deadline,
+                      stop);
 }
 
 }  // namespace ps

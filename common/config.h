@@ -23,6 +23,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "common/defaults.h"  // the defaults that loading fills in
 #include "proto/cluster.pb.h"
@@ -98,9 +99,11 @@ absl::Status ValidateClusterConfig(const ClusterConfig& config,
 // The "host:port" of every shard, in shard order. Address files are read
 // (relative to the cluster file) and waited for until `deadline`: a shard
 // started on port 0 writes its file once it listens. DeadlineExceeded names
-// the files still missing.
+// the files still missing; CANCELLED as soon as `stop` (optional, e.g. the
+// daemon's stop request) is notified.
 absl::StatusOr<std::vector<std::string>> ResolveShardAddresses(
-    const LoadedCluster& cluster, absl::Time deadline);
+    const LoadedCluster& cluster, absl::Time deadline,
+    const absl::Notification* stop = nullptr);
 
 // One read of shard `shard`'s address, never waiting: its `address`, or
 // what its address file holds now. NotFound when the file is missing or
@@ -112,7 +115,8 @@ absl::StatusOr<std::string> ReadShardAddress(const LoadedCluster& cluster,
 
 // The coordinator's "host:port" (see ResolveShardAddresses).
 absl::StatusOr<std::string> ResolveCoordinatorAddress(
-    const LoadedCluster& cluster, absl::Time deadline);
+    const LoadedCluster& cluster, absl::Time deadline,
+    const absl::Notification* stop = nullptr);
 
 }  // namespace ps
 

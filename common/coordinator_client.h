@@ -71,7 +71,8 @@ class CoordinatorClient {
         stub_(Coordinator::NewStub(c.security.NewChannel(c.coordinator))) {}
 
   // One call, waiting up to the connect timeout for the coordinator to come
-  // up (a daemon just started, or still resolving its shards). Blocks.
+  // up (a daemon just started, or still resolving its shards). Blocks. An
+  // answer marked NotRetryable (grpc_status.h) returns at once.
   template <typename Req, typename Resp, typename Fn>
   absl::Status Call(Fn fn, const Req& req, Resp* resp) const {
     return CallUntil(fn, req, resp, absl::Now() + c_.connect_timeout);
@@ -87,7 +88,8 @@ class CoordinatorClient {
       ctx.set_wait_for_ready(true);
       c_.security.Authorize(&ctx);
       absl::Status s = FromGrpcStatus((stub_.get()->*fn)(&ctx, req, resp));
-      if (s.code() != absl::StatusCode::kUnavailable || absl::Now() >= deadline)
+      if (s.code() != absl::StatusCode::kUnavailable || IsNotRetryable(s) ||
+          absl::Now() >= deadline)
         return s;
       std::this_thread::sleep_for(
           std::chrono::milliseconds(100));  // coordinator starting

@@ -22,5 +22,18 @@ TEST(GrpcStatusTest, KeepsMessage) {
   EXPECT_EQ(g.error_message(), "gradients[0]: NaN");
 }
 
+TEST(GrpcStatusTest, CarriesTheNotRetryableMark) {
+  const absl::Status answer =
+      NotRetryable(absl::UnavailableError("job store /s/jobs.sqlite: locked"));
+  EXPECT_TRUE(IsNotRetryable(answer));
+  EXPECT_FALSE(IsNotRetryable(absl::UnavailableError("connection refused")));
+  const absl::Status back = FromGrpcStatus(ToGrpcStatus(answer));
+  EXPECT_TRUE(IsNotRetryable(back));
+  EXPECT_EQ(back.code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(back.message(), answer.message());
+  EXPECT_FALSE(IsNotRetryable(FromGrpcStatus(
+      grpc::Status(grpc::StatusCode::UNAVAILABLE, "connection refused"))));
+}
+
 }  // namespace
 }  // namespace ps

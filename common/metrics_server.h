@@ -6,8 +6,9 @@
 // Not prometheus-cpp's Exposer: its civetweb starts threads with a fixed
 // 100 KiB stack, which glibc refuses (EINVAL) in a process whose static TLS
 // is larger (workerd with OpenBLAS and cuBLASLt), and it takes 2 s to stop.
-// This server is one thread with an ordinary stack that answers one
-// request per connection, in turn, and stops at once.
+// This is the status page's HttpServer (http_server.h: one event-loop
+// thread, bounded connections and timeouts) with one handler thread, and
+// it stops at once.
 //
 //   auto collector = std::make_shared<ShardMetrics>(&shard);
 //   PS_ASSIGN_OR_RETURN(std::unique_ptr<MetricsServer> metrics,
@@ -19,17 +20,17 @@
 // password_file: ...}`. There is no TLS: with the cluster's tls set, the
 // server only binds loopback addresses.
 //
-// Thread-safe: scrapes run on the server's own thread, one at a time; the
-// Collectable must be thread-safe and must not block for long. A client
-// silent for 5 s is dropped.
+// Thread-safe: scrapes run on the server's handler thread, one at a time;
+// the Collectable must be thread-safe and must not block for long. Idle and
+// slow clients are bounded as HttpServer's are.
 #ifndef COMMON_METRICS_SERVER_H_
 #define COMMON_METRICS_SERVER_H_
 
 #include <memory>
 #include <string>
-#include <thread>
 
 #include "absl/status/statusor.h"
+#include "common/http_server.h"
 #include "common/security.h"
 #include "prometheus/collectable.h"
 
@@ -55,27 +56,16 @@ class MetricsServer {
       std::shared_ptr<prometheus::Collectable> collectable,
       const Security* security);
 
-  ~MetricsServer();  // stops serving; waits for a scrape in progress
+  ~MetricsServer() = default;  // stops serving; waits for a scrape
 
   // "host:port" actually bound.
-  const std::string& address() const { return address_; }
+  const std::string& address() const { return http_->address(); }
 
  private:
   MetricsServer() = default;
-  void Serve();  // the thread: accepts until woken by the destructor
-  void Answer(int client);
 
-  std::shared_ptr<prometheus::Collectable> collectable_;
-  const Security* security_ = nullptr;
-  int listen_fd_ = -1;
-  int wake_[2] = {-1, -1};  // a pipe: the destructor writes to stop Serve
-  std::thread thread_;
-  std::string address_;
+  std::unique_ptr<HttpServer> http_;
 };
-
-// Whether the host of "host:port" is a loopback address (127.0.0.0/8,
-// [::1] or "localhost").
-bool IsLoopbackAddress(const std::string& host_port);
 
 }  // namespace ps
 

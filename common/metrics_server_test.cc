@@ -1,10 +1,5 @@
 #include "common/metrics_server.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -14,6 +9,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/metric_writer.h"
+#include "common/testing/http_test_client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/cluster.pb.h"
@@ -32,41 +28,21 @@ class OneGauge : public prometheus::Collectable {
   }
 };
 
-// GET `path` from "127.0.0.1:port" with HTTP/1.0; the whole response.
-std::string HttpGet(const std::string& address, const std::string& path,
-                    const std::string& authorization = "") {
-  int port = 0;
-  if (!absl::SimpleAtoi(address.substr(address.rfind(':') + 1), &port)) {
-    return "bad address";
-  }
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_port = htons(static_cast<uint16_t>(port));
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0) {
-    close(fd);
-    return "connect failed";
-  }
-  std::string req = absl::StrCat("GET ", path, " HTTP/1.0\r\n");
-  if (!authorization.empty()) {
-    absl::StrAppend(&req, "Authorization: ", authorization, "\r\n");
-  }
-  req += "\r\n";
-  if (write(fd, req.data(), req.size()) != static_cast<ssize_t>(req.size())) {
-    close(fd);
-    return "write failed";
-  }
-  std::string out;
-  char buf[4096];
-  for (ssize_t n; (n = read(fd, buf, sizeof(buf))) > 0;) out.append(buf, n);
-  close(fd);
-  return out;
-}
-
 std::string TempPath(const std::string& name) {
   const char* dir = std::getenv("TEST_TMPDIR");
   return absl::StrCat(dir != nullptr ? dir : "/tmp", "/", name);
+}
+
+// A server of OneGauge on a free loopback port, without a token; null
+// (and a test failure) when it does not start.
+std::unique_ptr<MetricsServer> StartPlain() {
+  static const Security* const plain = new Security();
+  MetricsServer::Options options;
+  options.listen_address = "127.0.0.1:0";
+  absl::StatusOr<std::unique_ptr<MetricsServer>> server =
+      MetricsServer::Start(options, std::make_shared<OneGauge>(), plain);
+  EXPECT_TRUE(server.ok()) << server.status();
+  return server.ok() ? *std::move(server) : nullptr;
 }
 
 TEST(MetricsServerTest, ServesTheCollectableAndWritesTheAddressFile) {
@@ -137,15 +113,34 @@ TEST(MetricsServerTest, TokenIsTheBasicAuthPassword) {
 }
 
 TEST(MetricsServerTest, OtherPathsAndMethodsAreRefused) {
-  Security plain;
-  MetricsServer::Options options;
-  options.listen_address = "127.0.0.1:0";
-  auto server =
-      MetricsServer::Start(options, std::make_shared<OneGauge>(), &plain);
-  ASSERT_TRUE(server.ok()) << server.status();
-  EXPECT_THAT(HttpGet((*server)->address(), "/"), HasSubstr("404"));
-  EXPECT_THAT(HttpGet((*server)->address(), "/metrics?x=1"),
+  std::unique_ptr<MetricsServer> server = StartPlain();
+  ASSERT_NE(server, nullptr);
+  EXPECT_THAT(HttpGet(server->address(), "/"), HasSubstr("404"));
+  EXPECT_THAT(HttpGet(server->address(), "/metrics?x=1"),
               HasSubstr("ps_test_value"));
+}
+
+// Issue 27: 500 connections that send nothing must not delay a scrape
+// (the old server answered one connection at a time, 5 s each).
+TEST(MetricsServerTest, IdleConnectionsDoNotBlockAScrape) {
+  std::unique_ptr<MetricsServer> server = StartPlain();
+  ASSERT_NE(server, nullptr);
+  IdleConnections idle(server->address(), 500);
+  ASSERT_EQ(idle.open(), 500);
+  const absl::Time start = absl::Now();
+  EXPECT_THAT(HttpGet(server->address(), "/metrics", "", absl::Seconds(3)),
+              HasSubstr("ps_test_value"));
+  // Generous: the target is 100 ms p99 (tools/bench/http_idle_bench.py).
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+}
+
+// Issue 27: an unknown HTTP version is refused, not served.
+TEST(MetricsServerTest, AnUnknownHttpVersionGets505) {
+  std::unique_ptr<MetricsServer> server = StartPlain();
+  ASSERT_NE(server, nullptr);
+  const std::string reply = HttpExchange(
+      server->address(), "GET /metrics HTTP/9.9\r\nHost: x\r\n\r\n");
+  EXPECT_THAT(reply, HasSubstr("HTTP/1.1 505")) << reply;
 }
 
 TEST(IsLoopbackAddressTest, Table) {

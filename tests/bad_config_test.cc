@@ -131,6 +131,11 @@ TEST(BadConfigTest, BadConfigFilesStopTheDaemonsWithExitCode2) {
        {{"psd.pbtxt", psd_ok + "state_dir: \"state\"\n"},
         {"state/jobs.sqlite", std::string(4096, 'x')}},
        {"@/state/jobs.sqlite", "not a database", "--reset_state"}},
+      {"job store that is empty (0 bytes)",  // issue 27: it started empty
+       kPsd,
+       {{"psd.pbtxt", psd_ok + "state_dir: \"state\"\n"},
+        {"state/jobs.sqlite", ""}},
+       {"@/state/jobs.sqlite", "empty (0 bytes)", "--reset_state"}},
       {"address_file in a folder that does not exist",
        kPsd,
        {{"psd.pbtxt", psd_ok + "address_file: \"run/s0.addr\"\n"}},

@@ -67,14 +67,18 @@ absl::Status LocalCluster::StartWorker(int i) {
                             absl::StrCat(dir_, "/worker", i, ".log"));
 }
 
-absl::Status LocalCluster::Start() {
+absl::Status LocalCluster::WriteClusterFile() {
   std::string cluster;
   for (int i = 0; i < options_.shards; ++i) {
     absl::StrAppend(&cluster, "shards { address_file: \"s", i, ".addr\" }\n");
   }
   absl::StrAppend(&cluster, "coordinator_shard: 0\n", options_.cluster_extra,
                   "\n");
-  absl::Status s = WriteFileAtomically(cluster_file(), cluster);
+  return WriteFileAtomically(cluster_file(), cluster);
+}
+
+absl::Status LocalCluster::Start() {
+  absl::Status s = WriteClusterFile();
   for (int i = 0; s.ok() && i < options_.shards; ++i) s = StartShard(i);
   for (int i = 0; s.ok() && i < options_.workers; ++i) s = StartWorker(i);
   return s;

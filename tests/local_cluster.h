@@ -40,6 +40,9 @@ class LocalCluster {
   // Writes the configs, starts every psd and waits for its address file,
   // then starts every workerd.
   absl::Status Start();
+  // Writes the cluster file only (what Start writes first), for a test
+  // that starts some processes itself with StartShard and StartWorker.
+  absl::Status WriteClusterFile();
   // SIGTERM everything; the first process that does not exit 0 within 15 s
   // is an error.
   absl::Status Stop();

@@ -25,7 +25,6 @@ PACKAGES=(
   dataset-fashion-mnist                     # /usr/share/datasets/fashion-mnist
   libsqlite3-dev                            # the coordinator's job store
   python3-dev pybind11-dev python3-numpy    # python/psclient (the module)
-  libcivetweb-dev                           # the coordinator's status page
   prometheus-cpp-dev                        # /metrics of psd and workerd
 )
 TORCH_PACKAGES=(

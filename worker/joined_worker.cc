@@ -189,10 +189,7 @@ absl::StatusOr<RequestHandle> JoinedWorker::Start(
   std::shared_ptr<AsyncPsClient> client;
   {
     absl::MutexLock l(&mu_);
-    if (closed_) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("worker of job ", options_.job_id, " is closed"));
-    }
+    if (closed_) return ClosedStatus();
     client = client_;
   }
   for (const std::string& t : tensors) {
@@ -226,6 +223,7 @@ absl::Status JoinedWorker::Wait(RequestHandle handle, absl::Time deadline) {
   Pending p;
   {
     absl::MutexLock l(&mu_);
+    if (closed_) return ClosedStatus();
     auto it = pending_.find(handle.id());
     if (it == pending_.end()) {
       return absl::InvalidArgumentError(
@@ -263,18 +261,32 @@ absl::Status JoinedWorker::Wait(RequestHandle handle, absl::Time deadline) {
                              " of step ", p.step, ": ", s.message()));
 }
 
-void JoinedWorker::Cancel(RequestHandle handle) {
+absl::Status JoinedWorker::Cancel(RequestHandle handle) {
   std::shared_ptr<AsyncPsClient> client;
   {
     absl::MutexLock l(&mu_);
-    if (!pending_.contains(handle.id())) return;
+    if (closed_) return ClosedStatus();
+    if (!pending_.contains(handle.id())) return absl::OkStatus();
     client = client_;
   }
   if (client != nullptr) client->Cancel(handle);
+  return absl::OkStatus();
+}
+
+absl::Status JoinedWorker::ClosedStatus() const {
+  return absl::FailedPreconditionError(
+      absl::StrCat("worker of job ", options_.job_id, " is closed"));
+}
+
+bool JoinedWorker::closed() const {
+  absl::MutexLock l(&mu_);
+  return closed_;
 }
 
 absl::Status JoinedWorker::Report(const Progress& progress, bool finished,
                                   const std::string& error) {
+  // Before any wait: a closed worker has no session to report for.
+  if (closed()) return ClosedStatus();
   ProgressReport r;
   r.set_worker_id(worker_id_);
   r.set_job_id(options_.job_id);

@@ -110,10 +110,11 @@ class JoinedWorker {
   absl::Status Wait(RequestHandle handle, absl::Time deadline);
   // Ends the request early (its Wait then returns CANCELLED, naming the
   // job, unless it was over). Does not block; an unknown handle is
-  // ignored.
-  void Cancel(RequestHandle handle);
+  // ignored. FAILED_PRECONDITION once closed.
+  absl::Status Cancel(RequestHandle handle);
   // Sends a progress report (blocks up to the control deadline). ABORTED
-  // naming the job and the reason when the coordinator answers abort.
+  // naming the job and the reason when the coordinator answers abort;
+  // FAILED_PRECONDITION once closed, at once.
   absl::Status Report(const Progress& progress, bool finished,
                       const std::string& error);
   // The reason the job was aborted (heartbeat or report answer), if it was.
@@ -124,7 +125,8 @@ class JoinedWorker {
   // the one whose reports are the job's progress: the one to evaluate.
   bool leads() const { return session_.leads(); }
   // Stops the heartbeats, cancels every request and waits until each is
-  // over. Idempotent; blocks.
+  // over. Idempotent; blocks. Start, Wait, Cancel and Report fail with
+  // FAILED_PRECONDITION "worker of job J is closed" after it.
   void Close();
 
  private:
@@ -159,6 +161,9 @@ class JoinedWorker {
   std::shared_ptr<AsyncPsClient> client_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, Pending> pending_ ABSL_GUARDED_BY(mu_);
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  // FAILED_PRECONDITION naming the job: what every call answers once closed.
+  absl::Status ClosedStatus() const;
+  bool closed() const ABSL_LOCKS_EXCLUDED(mu_);
 };
 
 // "pull", "push" or "pushpull" (also "push_pull"); INVALID_ARGUMENT

@@ -191,7 +191,7 @@ absl::Status Workerd::Connect() {
   absl::Duration backoff = absl::Milliseconds(100);
   while (!stopping_.HasBeenNotified()) {
     absl::StatusOr<std::string> address = ResolveCoordinatorAddress(
-        config_.cluster, absl::Now() + absl::Seconds(10));
+        config_.cluster, absl::Now() + absl::Seconds(10), &stopping_);
     if (address.ok()) {
       coordinator_address_ = *address;
       stub_ = Coordinator::NewStub(security_.NewChannel(coordinator_address_));

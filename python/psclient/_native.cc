@@ -29,6 +29,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/coordinator_client.h"
+#include "common/not_retryable.h"
 #include "common/text_proto.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/message.h"
@@ -133,6 +134,10 @@ py::dict StatusToDict(const JobStatus& j) {
 // A coordinator call's failure, naming the coordinator when it is
 // unreachable.
 absl::Status Explain(const absl::Status& s, const std::string& address) {
+  if (IsNotRetryable(s)) {  // the coordinator's own answer: it was reached
+    return absl::Status(s.code(), absl::StrCat("the coordinator at ", address,
+                                               " answered: ", s.message()));
+  }
   if (s.code() == absl::StatusCode::kUnavailable ||
       s.code() == absl::StatusCode::kDeadlineExceeded) {
     return absl::UnavailableError(absl::StrCat(
@@ -205,8 +210,12 @@ class Worker {
   }
 
   void Cancel(RequestHandle handle) {
-    py::gil_scoped_release release;
-    w_->Cancel(handle);
+    absl::Status s;
+    {
+      py::gil_scoped_release release;
+      s = w_->Cancel(handle);
+    }
+    if (!s.ok()) Raise(s);
   }
 
   void Close() {

@@ -147,7 +147,9 @@ class Worker:
         return self._w.aborted
 
     def close(self) -> None:
-        """Stops the heartbeats and cancels every request; idempotent."""
+        """Stops the heartbeats and cancels every request; idempotent.
+        Every later call (start, wait, cancel, report, pull, push) raises
+        Error (FAILED_PRECONDITION, "... is closed") at once."""
         self._w.close()
 
     def __enter__(self) -> "Worker":
@@ -158,15 +160,37 @@ class Worker:
 
 
 class Client:
-    """A connection to a cluster's coordinator (from connect())."""
+    """A connection to a cluster's coordinator (from connect()). Close it
+    with close() or use it in a `with` block; every call on a closed client
+    raises Error (FAILED_PRECONDITION) at once. Workers it joined are not
+    closed with it (each holds its own connection)."""
 
     def __init__(self, native: "_native.Client") -> None:
-        self._c = native
+        self._native: Optional["_native.Client"] = native
+        self._address: str = native.coordinator
+
+    @property
+    def _c(self) -> "_native.Client":
+        native = self._native
+        if native is None:
+            raise Error(f"client of the coordinator at {self._address} is "
+                        "closed", "FAILED_PRECONDITION")
+        return native
 
     @property
     def coordinator(self) -> str:
         """The coordinator's "host:port"."""
         return self._c.coordinator
+
+    def close(self) -> None:
+        """Drops the connection to the coordinator; idempotent."""
+        self._native = None
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     def submit(self, spec: Union[str, bytes], join_existing: bool = False,
                dry_run: bool = False) -> Tuple[str, bool]:

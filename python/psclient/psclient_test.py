@@ -279,6 +279,43 @@ class PsclientTest(unittest.TestCase):
                 w.start("pull", 0)
             self.assertIn("closed", str(e.exception))
 
+    def test_every_call_on_a_closed_worker_fails_at_once(self):
+        """Issue 27: report() after close() waited and raised Timeout."""
+        job_id, _ = self.client.submit(custom_spec("closedcalls"))
+        w = self.client.join(job_id)
+        h = w.start("pull", 0)
+        w.close()
+        calls = {"start": lambda: w.start("pull", 0),
+                 "wait": lambda: w.wait(h),
+                 "cancel": lambda: w.cancel(h),
+                 "pull": lambda: w.pull(0),
+                 "report": lambda: w.report(step=1)}
+        for name, call in calls.items():
+            start = time.monotonic()
+            with self.assertRaises(psclient.Error, msg=name) as e:
+                call()
+            self.assertEqual(type(e.exception), psclient.Error, name)
+            self.assertEqual(e.exception.code, "FAILED_PRECONDITION", name)
+            self.assertIn(f"worker of job {job_id} is closed",
+                          str(e.exception), name)
+            self.assertLess(time.monotonic() - start, 1.0, name)
+
+    def test_a_client_closes_and_is_a_context_manager(self):
+        """Issue 27: Client had no close() nor `with`."""
+        with psclient.connect(cluster=self.cluster.cluster_file) as c:
+            self.assertEqual(c.coordinator, self.client.coordinator)
+            c.jobs()
+        calls = {"jobs": c.jobs, "coordinator": lambda: c.coordinator,
+                 "status": lambda: c.status("job-000001"),
+                 "submit": lambda: c.submit(custom_spec("never")),
+                 "join": lambda: c.join("job-000001")}
+        for name, call in calls.items():
+            with self.assertRaises(psclient.Error, msg=name) as e:
+                call()
+            self.assertEqual(e.exception.code, "FAILED_PRECONDITION", name)
+            self.assertIn("is closed", str(e.exception), name)
+        c.close()  # idempotent
+
     def test_cancelled_job_aborts_the_worker(self):
         job_id, _ = self.client.submit(custom_spec("cancelme"))
         with self.client.join(job_id) as w:

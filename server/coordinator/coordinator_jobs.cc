@@ -8,6 +8,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "common/not_retryable.h"
 #include "common/status_macros.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "server/coordinator/coordinator.h"
@@ -94,8 +95,9 @@ absl::Status JobCoordinator::SubmitJob(const SubmitJobRequest& request,
     const std::string id = job.id();
     if (absl::Status stored = Persist(); !stored.ok()) {
       jobs_.Unadd(id);
-      return absl::UnavailableError(
-          absl::StrCat("job not submitted: ", stored.message()));
+      // Retrying the same call at once would fail the same way.
+      return NotRetryable(absl::UnavailableError(
+          absl::StrCat("job not submitted: ", stored.message())));
     }
     response->set_job_id(id);
     spdlog::info("job {} ({}) submitted", id, job.status.name());

@@ -107,6 +107,33 @@ absl::StatusOr<int> Lock(const std::string& path) {
   return fd;
 }
 
+// Whether the store file exists. FAILED_PRECONDITION when it does but is no
+// SQLite database: SQLite would take an empty file for a new database (and
+// psd would start empty), and its own error for other files does not say
+// which test failed.
+absl::StatusOr<bool> CheckHeader(const std::string& path) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0 && errno == ENOENT) return false;
+  if (fd < 0)
+    return Refused(path, absl::StrCat("cannot open: ", strerror(errno)));
+  static constexpr char kHeader[] = "SQLite format 3";  // and its '\0'
+  char header[sizeof(kHeader)] = {};
+  const ssize_t n = pread(fd, header, sizeof(header), 0);
+  const int err = errno;
+  close(fd);
+  if (n < 0) return Refused(path, absl::StrCat("cannot read: ", strerror(err)));
+  if (n == 0) {
+    return Refused(path,
+                   "the file is empty (0 bytes), which is no job store (a "
+                   "store psd made always has its header)");
+  }
+  if (static_cast<size_t>(n) < sizeof(header) ||
+      memcmp(header, kHeader, sizeof(header)) != 0) {
+    return Refused(path, "file is not a database (no SQLite header)");
+  }
+  return true;
+}
+
 absl::Status MakeParentDir(const std::string& path) {
   const size_t slash = path.rfind('/');
   if (slash == std::string::npos || slash == 0) return absl::OkStatus();
@@ -330,15 +357,30 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(Options options) {
   }
   PS_RETURN_IF_ERROR(MakeParentDir(path));
   PS_ASSIGN_OR_RETURN(const int lock_fd, Lock(path));
+  absl::StatusOr<bool> exists = CheckHeader(path);
+  if (!exists.ok()) {
+    close(lock_fd);
+    return exists.status();
+  }
+  // Read-write or not at all: SQLite opens a file it cannot write
+  // read-only without a word, and every commit would fail later.
   sqlite3* db = nullptr;
   const int rc = sqlite3_open_v2(
-      path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr);
+      path.c_str(), &db,
+      SQLITE_OPEN_READWRITE | (*exists ? 0 : SQLITE_OPEN_CREATE), nullptr);
+  std::string why;
   if (rc != SQLITE_OK) {
-    const std::string why =
-        db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
+    why = absl::StrCat("cannot open: ",
+                       db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
+  } else if (sqlite3_db_readonly(db, "main") != 0) {
+    why = absl::StrCat("cannot be written (", strerror(EACCES),
+                       "); psd needs it, its folder and its -wal and -shm "
+                       "files read-write");
+  }
+  if (!why.empty()) {
     sqlite3_close(db);
     close(lock_fd);
-    return Refused(path, absl::StrCat("cannot open: ", why));
+    return Refused(path, why);
   }
   std::unique_ptr<JobStore> store(
       new JobStore(std::move(options), db, lock_fd));

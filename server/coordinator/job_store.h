@@ -118,10 +118,11 @@ class JobStore {
     uint32_t max_history_rows = 1000;
   };
 
-  // Opens (creating a new file, or an empty one) and migrates to
+  // Opens read-write (creating the file when there is none) and migrates to
   // kSchemaVersion. FAILED_PRECONDITION naming the file when it is locked
-  // by another process, unreadable, corrupt or of a newer schema; the file
-  // is left untouched then.
+  // by another process, empty (0 bytes: never a store psd made), without
+  // the SQLite header, unreadable, not writable, corrupt or of a newer
+  // schema; the file is left untouched then.
   static absl::StatusOr<std::unique_ptr<JobStore>> Open(Options options);
   ~JobStore();
   JobStore(const JobStore&) = delete;

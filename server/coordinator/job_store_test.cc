@@ -1,14 +1,19 @@
 #include "server/coordinator/job_store.h"
 
+#include <linux/capability.h>
 #include <signal.h>
 #include <sqlite3.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -225,6 +230,58 @@ TEST(JobStoreTest, RefusesACorruptFileAndLeavesIt) {
   std::ifstream in(path, std::ios::binary);
   std::string kept((std::istreambuf_iterator<char>(in)), {});
   EXPECT_EQ(kept, garbage) << "a refused file must stay as it was";
+}
+
+// Issue 27: SQLite opened an empty file as a new database, and psd
+// started empty and rewrote it.
+TEST(JobStoreTest, RefusesAZeroLengthFileAndLeavesIt) {
+  const std::string path = NewPath("empty");
+  std::filesystem::create_directories(
+      std::filesystem::path(path).parent_path());
+  { std::ofstream create(path); }
+  ASSERT_EQ(access(path.c_str(), F_OK), 0);
+  ExpectRefused(path, "empty (0 bytes)");
+  struct stat st {};
+  ASSERT_EQ(stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_size, 0) << "a refused file must stay as it was";
+}
+
+// Runs `fn` on a thread whose effective capabilities lack
+// CAP_DAC_OVERRIDE, so file modes bind it as they bind any user (tests
+// run as root, which chmod alone does not stop). Capabilities are per
+// thread; the test's other threads keep theirs.
+template <typename Fn>
+void WithoutDacOverride(Fn fn) {
+  std::thread t([&] {
+    if (geteuid() == 0) {
+      __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+      __user_cap_data_struct data[2] = {};
+      ASSERT_EQ(syscall(SYS_capget, &header, data), 0);
+      data[0].effective &= ~(1u << CAP_DAC_OVERRIDE);
+      ASSERT_EQ(syscall(SYS_capset, &header, data), 0);
+    }
+    fn();
+  });
+  t.join();
+}
+
+// Issue 27: SQLite opened a file it could not write read-only, without a
+// word; psd started and every commit failed.
+TEST(JobStoreTest, RefusesAFileItCannotWrite) {
+  const std::string path = NewPath("readonly");
+  {
+    auto store = JobStore::Open(At(path));
+    ASSERT_TRUE(store.ok()) << store.status();
+    StoreChanges c;
+    c.new_jobs = {MakeJob(1, RUNNING, 1)};
+    ASSERT_TRUE((*store)->Commit(c).ok());
+  }
+  ASSERT_EQ(chmod(path.c_str(), 0444), 0);
+  WithoutDacOverride([&] { ExpectRefused(path, "cannot be written"); });
+  ASSERT_EQ(chmod(path.c_str(), 0644), 0);
+  auto store = JobStore::Open(At(path));
+  ASSERT_TRUE(store.ok()) << store.status();
+  EXPECT_EQ((*store)->Load()->jobs.size(), 1u) << "the file was left whole";
 }
 
 TEST(JobStoreTest, RefusesAFileLockedByAnotherProcess) {

@@ -209,7 +209,11 @@ absl::Status PsdServer::StartMetrics() {
 
 void PsdServer::StartCoordinator() {
   absl::Status s = OpenCoordinator();
-  if (!s.ok()) spdlog::error("coordinator not started: {}", s.message());
+  if (s.code() == absl::StatusCode::kCancelled) {
+    spdlog::info("coordinator not started: {}", s.message());
+  } else if (!s.ok()) {
+    spdlog::error("coordinator not started: {}", s.message());
+  }
   coordinator_ready_.Notify();
 }
 
@@ -217,7 +221,7 @@ absl::Status PsdServer::OpenCoordinator() {
   PS_ASSIGN_OR_RETURN(
       std::vector<std::string> addresses,
       ResolveShardAddresses(config_.cluster,
-                            absl::Now() + kResolveShardsTimeout));
+                            absl::Now() + kResolveShardsTimeout, &stopping_));
   addresses[config_.psd.shard_id()] = address_;
   ShardDirectory::Options directory_options;
   directory_options.refresh_interval =

@@ -32,6 +32,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/notification.h"
 #include "common/config.h"
+#include "common/http_server.h"
 #include "common/metrics_server.h"
 #include "common/security.h"
 #include "server/coordinator/coordinator.h"
@@ -41,7 +42,6 @@
 #include "server/rpc/ps_service.h"
 #include "server/rpc/status_source.h"
 #include "server/shard.h"
-#include "server/status/http_server.h"
 
 namespace ps {
 
@@ -56,13 +56,13 @@ class PsdServer {
   // an unusable directory fails Start with INVALID_ARGUMENT), then binds
   // the listen address (port 0: any free port), writes the bound address to
   // address_file, starts serving. The coordinator shard then
-  // resolves every shard's address (waiting up to 60 s for address files)
-  // in the background and opens the Coordinator service. From then on it
-  // follows shards that move: a shard's address file is re-read (at most
-  // every shard_address_refresh_ms) when the coordinator's own calls cannot
-  // reach it, for GetShardAddresses and for each Assignment.
-  // A job store that cannot be used (corrupt, newer schema, locked by
-  // another psd, unreadable) fails it with INVALID_ARGUMENT naming the file.
+  // resolves every shard's address (waiting up to 60 s for address files,
+  // or until Stop) in the background and opens the Coordinator service. From
+  // then on it follows shards that move: a shard's address file is re-read (at
+  // most every shard_address_refresh_ms) when the coordinator's own calls
+  // cannot reach it, for GetShardAddresses and for each Assignment. A job store
+  // that cannot be used (empty, corrupt, newer schema, locked by another psd,
+  // unreadable, not writable) fails it with INVALID_ARGUMENT naming the file.
   // With metrics_address set, it then serves /metrics (ShardMetrics) there
   // and writes metrics_address_file; a port it cannot bind fails it with
   // INVALID_ARGUMENT naming metrics_address (nothing left running).

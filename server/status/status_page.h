@@ -27,9 +27,9 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "common/http_server.h"
 #include "proto/coordinator.pb.h"
 #include "proto/ps.pb.h"
-#include "server/status/http_server.h"
 
 namespace ps {
 

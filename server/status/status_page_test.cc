@@ -43,7 +43,11 @@ HttpResponse Call(const HttpServer::Routes& routes, const std::string& path,
                   const std::string& query = "") {
   auto it = routes.find(path);
   EXPECT_NE(it, routes.end()) << path;
-  return it == routes.end() ? HttpResponse{} : it->second({path, query});
+  HttpRequest request;
+  request.method = "GET";
+  request.path = path;
+  request.query = query;
+  return it == routes.end() ? HttpResponse{} : it->second(request);
 }
 
 TEST(StatusPageTest, PageAndScriptAreServed) {

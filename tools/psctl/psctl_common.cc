@@ -6,6 +6,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/not_retryable.h"
 #include "common/status_macros.h"
 
 namespace ps {
@@ -111,6 +112,10 @@ int ExitCodeFor(const absl::Status& s) {
 }
 
 std::string Explain(const absl::Status& s, const std::string& address) {
+  if (IsNotRetryable(s)) {  // the coordinator's own answer: it was reached
+    return absl::StrCat("the coordinator at ", address,
+                        " answered: ", s.message());
+  }
   if (ExitCodeFor(s) == kExitUnreachable) {
     return absl::StrCat("cannot reach the coordinator at ", address, ": ",
                         s.message(),

@@ -1,0 +1,21 @@
+#include "common/not_retryable.h"
+
+#include "absl/strings/cord.h"
+
+namespace ps {
+namespace {
+
+constexpr char kNotRetryableUrl[] = "type.ps/not_retryable";
+
+}  // namespace
+
+absl::Status NotRetryable(absl::Status status) {
+  if (!status.ok()) status.SetPayload(kNotRetryableUrl, absl::Cord("1"));
+  return status;
+}
+
+bool IsNotRetryable(const absl::Status& status) {
+  return status.GetPayload(kNotRetryableUrl).has_value();
+}
+
+}  // namespace ps

@@ -155,6 +155,17 @@ class CheckpointStore {
   static absl::StatusOr<std::unique_ptr<CheckpointStore>> Open(
       std::string dir, uint32_t shard_id);
 
+  // For readers that are not the shard (psctl export): opens an existing
+  // directory without creating it or removing anything, so a live psd's
+  // writes in progress are left alone. INVALID_ARGUMENT naming `dir` when
+  // it is missing or not a directory.
+  static absl::StatusOr<std::unique_ptr<CheckpointStore>> OpenForReading(
+      std::string dir, uint32_t shard_id);
+
+  // The shard ids with at least one checkpoint in `dir`, sorted.
+  // INVALID_ARGUMENT naming `dir` when it cannot be listed.
+  static absl::StatusOr<std::vector<uint32_t>> ShardsIn(const std::string& dir);
+
   const std::string& dir() const { return dir_; }
   uint32_t shard_id() const { return shard_id_; }
 

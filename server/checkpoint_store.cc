@@ -225,6 +225,35 @@ absl::StatusOr<std::unique_ptr<CheckpointStore>> CheckpointStore::Open(
   return store;
 }
 
+absl::StatusOr<std::unique_ptr<CheckpointStore>>
+CheckpointStore::OpenForReading(std::string dir, uint32_t shard_id) {
+  std::error_code ec;
+  if (dir.empty() || !std::filesystem::is_directory(dir, ec)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint directory \"", dir, "\": not a directory",
+                     ec ? absl::StrCat(" (", ec.message(), ")") : ""));
+  }
+  return std::unique_ptr<CheckpointStore>(
+      new CheckpointStore(std::move(dir), shard_id));
+}
+
+absl::StatusOr<std::vector<uint32_t>> CheckpointStore::ShardsIn(
+    const std::string& dir) {
+  std::set<uint32_t> shards;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    FileName f;
+    if (ParseFileName(e.path().filename().string(), kSuffix, &f)) {
+      shards.insert(f.shard);
+    }
+  }
+  if (ec) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot list ", dir, ": ", ec.message()));
+  }
+  return std::vector<uint32_t>(shards.begin(), shards.end());
+}
+
 std::string CheckpointStore::PathFor(absl::string_view job_id,
                                      uint64_t sequence) const {
   return absl::StrFormat("%s/%s.shard%d.%012d%s", dir_, EscapeJobId(job_id),

@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "tools/psctl/psctl_common.h"
 #include "tools/psctl/psctl_curves.h"
+#include "tools/psctl/psctl_export.h"
 #include "tools/psctl/psctl_jobs.h"
 #include "tools/psctl/psctl_stats.h"
 #include "tools/psctl/psctl_submit.h"
@@ -38,6 +39,14 @@ Commands:
                      device, calls per shard, applies, flows; at most 1000
                      steps; waits for the workers to pass step B
       --timeout=S      give up after S seconds (default 600)
+  export JOB -o FILE.npz
+                     a running job's dense parameters, pulled from the
+                     shards: one array per tensor (name and shape), and the
+                     job spec as JSON under "__job_spec__" (numpy.load)
+      --timeout=S      each pull's deadline (default 60)
+  export [JOB] --from-checkpoint DIR -o FILE.npz
+                     the same from the shards' newest intact checkpoints in
+                     DIR (PsdConfig.checkpoint_dir), for stopped shards
 
 Flags (every command):
   --cluster=FILE          cluster file (default configs/local/cluster.pbtxt)
@@ -72,6 +81,7 @@ int RunPsctl(const std::vector<std::string>& raw, std::ostream& out,
   if (a.command == "stats") return psctl::Stats(a, out, err);
   if (a.command == "curves") return psctl::Curves(a, out, err);
   if (a.command == "trace") return psctl::Trace(a, out, err);
+  if (a.command == "export") return psctl::Export(a, out, err);
   err << (a.command.empty()
               ? std::string("psctl: missing command")
               : absl::StrCat("psctl: unknown command \"", a.command, "\""))

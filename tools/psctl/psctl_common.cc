@@ -18,7 +18,7 @@ const char* const kKnownFlags[] = {
     "--dry-run", "--wait",        "--timeout",
     "--job",     "--help",        "--connect-timeout",
     "--hot",     "--all",         "--out",
-    "--python",  "--steps"};
+    "--python",  "--steps",       "--from-checkpoint"};
 
 // A failure of the user's flags or files: exit code kExitUsage.
 absl::Status AsUsage(const absl::Status& s) {
@@ -47,6 +47,11 @@ absl::Status ParseArgs(const std::vector<std::string>& raw, Args* args) {
       for (const char* k : kKnownFlags) known |= name == k;
       if (!known)
         return absl::InvalidArgumentError(absl::StrCat("unknown flag ", name));
+      if (name == "--from-checkpoint" && eq == std::string::npos &&
+          i + 1 < raw.size()) {
+        args->flags[name] = raw[++i];  // also "--from-checkpoint DIR"
+        continue;
+      }
       args->flags[name] = eq == std::string::npos ? "" : a.substr(eq + 1);
     } else if (args->command.empty()) {
       args->command = a;

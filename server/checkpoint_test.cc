@@ -568,5 +568,38 @@ TEST(CheckpointStoreTest, OpenRefusesAFile) {
   EXPECT_THAT(std::string(s.status().message()), HasSubstr(dir + "/plain"));
 }
 
+// A reader (psctl export) opens a live psd's directory without creating it
+// or removing the psd's temporaries, and finds which shards wrote there.
+TEST(CheckpointStoreTest, OpenForReadingChangesNothing) {
+  const std::string dir = TempDir("for_reading");
+  auto s2 = OpenStore(dir, 2);
+  ASSERT_TRUE(
+      s2->Write("j", 1,
+                Encoded(MakeCheckpoint(Registration("j", SGD, 2), 2, 1)))
+          .ok());
+  WriteAll(dir + "/j.shard2.000000000002.ckpt.tmp", "a write in progress");
+  WriteAll(dir + "/j.shard0.000000000001.ckpt", "corrupt, still a shard 0");
+  absl::StatusOr<std::unique_ptr<CheckpointStore>> r =
+      CheckpointStore::OpenForReading(dir, 2);
+  ASSERT_TRUE(r.ok()) << r.status();
+  absl::StatusOr<CheckpointStore::Loaded> l = (*r)->LoadLatest("j");
+  ASSERT_TRUE(l.ok()) << l.status();
+  EXPECT_EQ(l->checkpoint.shard_id, 2u);
+  EXPECT_EQ(Listing(dir),
+            (std::vector<std::string>{"j.shard0.000000000001.ckpt",
+                                      "j.shard2.000000000001.ckpt",
+                                      "j.shard2.000000000002.ckpt.tmp"}));
+  EXPECT_EQ(*CheckpointStore::ShardsIn(dir), (std::vector<uint32_t>{0, 2}));
+
+  for (const std::string& bad :
+       {dir + "/missing", dir + "/j.shard0.000000000001.ckpt"}) {
+    absl::StatusOr<std::unique_ptr<CheckpointStore>> s =
+        CheckpointStore::OpenForReading(bad, 0);
+    EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(s.status().message()), HasSubstr(bad));
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir + "/missing"));
+}
+
 }  // namespace
 }  // namespace ps

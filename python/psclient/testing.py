@@ -133,6 +133,13 @@ class LocalCluster:
     def stop(self) -> None:
         """Stops every psd (SIGTERM, SIGKILL after STOP_TIMEOUT_S) and
         removes the folder."""
+        self.stop_daemons()
+        if self.dir and not os.environ.get("PSCLIENT_KEEP_CLUSTER_DIR"):
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    def stop_daemons(self) -> None:
+        """Stops every psd (SIGTERM, SIGKILL after STOP_TIMEOUT_S), keeping
+        the folder (logs, address files) until stop()."""
         for p in self._procs:
             if p.poll() is None:
                 p.send_signal(signal.SIGTERM)
@@ -143,8 +150,6 @@ class LocalCluster:
                 p.kill()
                 p.wait()
         self._procs = []
-        if self.dir and not os.environ.get("PSCLIENT_KEEP_CLUSTER_DIR"):
-            shutil.rmtree(self.dir, ignore_errors=True)
 
     def __enter__(self) -> "LocalCluster":
         return self.start()

@@ -115,7 +115,7 @@ def _optimizer_text(optimizer):
 
 def job_spec(model, job, workers, optimizer, mode="bsp", staleness=0,
              batch_size=1, seed=0, init=None, step_deadline_ms=0,
-             on_worker_failure=""):
+             on_worker_failure="", checkpoint_every_steps=0):
     """The JobSpec text join() submits (also for `psctl submit --dry-run`)."""
     if mode not in _MODES:
         raise ValueError("mode: %r is not one of %s" % (mode, sorted(_MODES)))
@@ -152,6 +152,8 @@ def job_spec(model, job, workers, optimizer, mode="bsp", staleness=0,
     ]
     if on_worker_failure:
         spec.append("on_worker_failure: %s" % on_worker_failure)
+    if checkpoint_every_steps:
+        spec.append("checkpoint { every_steps: %d }" % checkpoint_every_steps)
     return "\n".join(spec)
 
 
@@ -421,7 +423,8 @@ class Worker:
 def join(model, job, optimizer, workers=None, mode="bsp", staleness=0,
          batch_size=1, seed=0, init=None, cluster=None, coordinator=None,
          timeout_s=600.0, fusion_bytes=_DEFAULT_FUSION_BYTES,
-         step_deadline_ms=0, on_worker_failure="", **connect_kwargs):
+         step_deadline_ms=0, on_worker_failure="", checkpoint_every_steps=0,
+         **connect_kwargs):
     """Joins `model` to the job named `job` (creating it if it is new).
 
     workers: the job's number of workers (world size), default
@@ -434,7 +437,10 @@ def join(model, job, optimizer, workers=None, mode="bsp", staleness=0,
     worker per step (for samples/s). init: InitSpec text by parameter name,
     over the defaults (see the module comment). cluster / coordinator: the
     cluster file or the coordinator's address; default $PSCLIENT_CLUSTER or
-    $PSCLIENT_COORDINATOR (set by `python3 -m psclient.run`). Other keyword
+    $PSCLIENT_COORDINATOR (set by `python3 -m psclient.run`).
+    checkpoint_every_steps: the shards checkpoint the job every N steps
+    (0 = never; needs PsdConfig.checkpoint_dir), which `psctl export
+    --from-checkpoint` reads once the shards are gone. Other keyword
     arguments (tls_ca, tls_cert, tls_key, token) go to psclient.connect.
     """
     if cluster is None and coordinator is None:
@@ -449,7 +455,8 @@ def join(model, job, optimizer, workers=None, mode="bsp", staleness=0,
     spec = job_spec(model, job, workers, optimizer, mode=mode,
                     staleness=staleness, batch_size=batch_size, seed=seed,
                     init=init, step_deadline_ms=step_deadline_ms,
-                    on_worker_failure=on_worker_failure)
+                    on_worker_failure=on_worker_failure,
+                    checkpoint_every_steps=checkpoint_every_steps)
     client = psclient.connect(cluster=cluster, coordinator=coordinator,
                               timeout_s=min(timeout_s, _CONNECT_TIMEOUT_S),
                               **connect_kwargs)

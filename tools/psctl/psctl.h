@@ -5,6 +5,7 @@
 //   psctl list [--json]
 //   psctl cancel JOB
 //   psctl stats [--json] [--job=JOB] [--hot=N]
+//   psctl export [JOB] [--from-checkpoint DIR] -o FILE.npz
 //   common: --cluster=FILE | --coordinator=HOST:PORT, --help
 //
 // Exit codes: 0 success, 1 job failed or cancelled, 2 usage or validation
@@ -12,7 +13,7 @@
 //
 // One file per command group: psctl_submit (submit, --dry-run, --wait),
 // psctl_jobs (status, list, cancel), psctl_stats (with psctl_tables, its
-// sparse-table view); psctl_common holds the flags, the connection and the
+// sparse-table view), psctl_export (with npz_writer); psctl_common holds the flags, the connection and the
 // exit codes.
 #ifndef TOOLS_PSCTL_PSCTL_H_
 #define TOOLS_PSCTL_PSCTL_H_

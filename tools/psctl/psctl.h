@@ -13,8 +13,8 @@
 //
 // One file per command group: psctl_submit (submit, --dry-run, --wait),
 // psctl_jobs (status, list, cancel), psctl_stats (with psctl_tables, its
-// sparse-table view), psctl_export (with npz_writer); psctl_common holds the flags, the connection and the
-// exit codes.
+// sparse-table view), psctl_export (with npz_writer); psctl_common holds the
+// flags, the connection and the exit codes.
 #ifndef TOOLS_PSCTL_PSCTL_H_
 #define TOOLS_PSCTL_PSCTL_H_
 

@@ -57,7 +57,9 @@ absl::Status TakeChunk(const ChunkData& c, const Placement& placement,
 }
 
 // Pulls every chunk of the running job from its shards, a few chunks per
-// call; each call has `timeout`.
+// call; each call has `timeout`. The pulls are worker 0's (any rank may
+// read): under delta pulls this only makes that worker's next reply dense,
+// as the shard then last answered it a version it does not hold.
 absl::Status PullChunks(const Connection& c,
                         const std::vector<std::string>& addresses,
                         absl::Duration timeout, Gathered* g) {

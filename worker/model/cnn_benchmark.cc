@@ -73,11 +73,13 @@ void BM_CnnTrainStep(benchmark::State& state) {
   const ModelSpec spec = FashionCnnSpec();
   const size_t batch = static_cast<size_t>(state.range(0));
   absl::StatusOr<std::unique_ptr<CpuBackend>> cpu =
-      CpuBackend::Create(0, static_cast<int>(state.range(1)));
+      CpuBackend::Create(0, static_cast<int>(state.range(1)),
+                         static_cast<CpuKernels>(state.range(2)));
   if (!cpu.ok()) return state.SkipWithError("CpuBackend::Create failed");
   absl::StatusOr<std::unique_ptr<Model>> model =
       Model::Create(spec, cpu->get(), batch);
   if (!model.ok()) return state.SkipWithError("Model::Create failed");
+  for (const std::string& c : (*model)->kernel_choices()) fprintf(stderr, "%s\n", c.c_str());
   const std::vector<float> params = InitParameters((*model)->tensors(), 1);
   // Pixel intensities in [0, 1], as Fashion-MNIST after scaling.
   std::mt19937 rng(5);
@@ -102,8 +104,8 @@ void BM_CnnTrainStep(benchmark::State& state) {
                          benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_CnnTrainStep)
-    ->ArgNames({"batch", "threads"})
-    ->ArgsProduct({{32, 64}, {1}})
+    ->ArgNames({"batch", "threads", "kernels"})
+    ->ArgsProduct({{32, 64}, {1}, {0, 1, 2}})
     ->UseRealTime();
 
 // Raw sgemm C[m x n] = op(A) op(B) at the step's GEMM shapes for batch 64:

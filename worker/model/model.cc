@@ -99,7 +99,11 @@ Model::Model(Backend* backend, size_t max_batch, size_t chunk,
 absl::Status Model::Allocate() {
   absl::Status s;
   AllocInto(backend_, num_parameters_, &grad_, &s);
-  if (convs_ != nullptr && s.ok()) s = convs_->Allocate();
+  if (convs_ != nullptr && s.ok()) {
+    s = convs_->Allocate();
+    kernel_choices_ = convs_->kernel_choices();
+  }
+  PrepareDenseGemms();
   acts_.resize(layers_.size());
   for (size_t l = 0; l < layers_.size(); ++l) {
     AllocInto(backend_, chunk_ * layers_[l].out, &acts_[l], &s);
@@ -177,6 +181,25 @@ std::pair<size_t, size_t> Model::LayerRange(size_t layer) const {
   }
   const Layer& l = layers_[layer - convs];
   return {l.w_offset, l.b_offset + l.out - l.w_offset};
+}
+
+void Model::PrepareDenseGemms() {
+  const int rows = static_cast<int>(chunk_);
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    const Layer& layer = layers_[l];
+    // Forward, dW, and d(input) unless it is the model's input (Backward).
+    for (const std::string& c :
+         {backend_->PrepareGemm(Transpose::kNo, Transpose::kNo, rows,
+                                layer.out, layer.in),
+          backend_->PrepareGemm(Transpose::kYes, Transpose::kNo, layer.in,
+                                layer.out, rows),
+          l == 0 && convs_ == nullptr
+              ? std::string()
+              : backend_->PrepareGemm(Transpose::kNo, Transpose::kYes, rows,
+                                      layer.in, layer.out)}) {
+      if (!c.empty()) kernel_choices_.push_back(c);
+    }
+  }
 }
 
 absl::Status Model::Forward(const float* params, const float* upload,

@@ -38,6 +38,7 @@
 #include <functional>
 #include <memory>
 #include <utility>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -99,6 +100,12 @@ class Model {
   size_t num_classes() const { return widths_.back(); }
   size_t max_batch() const { return max_batch_; }
   Backend* backend() const { return backend_; }
+  // What Create picked per layer where the backend has a choice of kernels
+  // (Backend::CreateDirectConv, Backend::PrepareGemm), one line each, for
+  // the start log; empty when it had none.
+  const std::vector<std::string>& kernel_choices() const {
+    return kernel_choices_;
+  }
 
   // grad_scale times the gradient of the SUM of per-example cross-entropy
   // losses over the n examples. A caller that wants the mean over a global
@@ -161,6 +168,8 @@ class Model {
     return convs_ == nullptr ? 0 : convs_->num_layers();
   }
   absl::Status Allocate();
+  // Lets the backend pick the dense layers' GEMM kernels (PrepareGemm).
+  void PrepareDenseGemms();
   // Where a call's parameters come from.
   struct Params {
     const float* device;  // backend memory the layers read
@@ -199,6 +208,7 @@ class Model {
   std::vector<Layer> layers_;  // dense, offsets after the conv layers'
   size_t num_parameters_ = 0;
   size_t max_width_ = 0;  // widest dense layer output or conv gradient
+  std::vector<std::string> kernel_choices_;
 
   // Backend memory.
   DeviceBuffer<float> grad_;             // device_gradient()

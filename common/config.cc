@@ -16,6 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/cpu_placement.h"
 #include "common/status_macros.h"
 #include "common/text_proto.h"
 
@@ -217,6 +218,15 @@ absl::StatusOr<std::string> ResolveShard(const LoadedCluster& cluster,
     std::this_thread::sleep_for(absl::ToChronoMilliseconds(backoff));
     backoff = std::min(backoff * 2, absl::Milliseconds(200));
   }
+}
+
+// cpu_cores against the cores this process may use.
+void ParseCoresInto(const std::string& list, std::vector<int>* cores,
+                    Problems* p) {
+  absl::StatusOr<std::vector<int>> parsed =
+      ParseCpuCores("cpu_cores", list, AllowedCores());
+  if (parsed.ok()) *cores = *std::move(parsed);
+  p->Add(parsed.status());
 }
 
 // Fills the default device and weights, and checks "cpu:N" / "gpu:N", no
@@ -468,6 +478,7 @@ absl::StatusOr<LoadedPsdConfig> ParsePsdConfig(const std::string& text,
     ValidateOutputFile("status_address_file", c.status_address_file(), &p);
   ValidateMetricsFields(path, c.mutable_metrics_address(),
                         c.mutable_metrics_address_file(), &p);
+  ParseCoresInto(c.cpu_cores(), &out.cpu_cores, &p);
   PS_RETURN_IF_ERROR(p.ToStatus());
   PS_ASSIGN_OR_RETURN(out.cluster, LoadNamedCluster(c.cluster_file(), &p));
   if (c.shard_id() >= static_cast<uint32_t>(out.cluster.config.shards_size())) {
@@ -524,6 +535,9 @@ absl::StatusOr<LoadedWorkerdConfig> ParseWorkerdConfig(
   }
   ValidateMetricsFields(path, c.mutable_metrics_address(),
                         c.mutable_metrics_address_file(), &p);
+  ParseCoresInto(c.cpu_cores(), &out.cpu_cores, &p);
+  if (c.cpu_kernels().empty()) c.set_cpu_kernels(kDefaultCpuKernels);
+  p.Add(ValidateCpuKernels(c.cpu_kernels()));
   PS_RETURN_IF_ERROR(p.ToStatus());
   c.set_cluster_file(ResolvePath(c.cluster_file(), path));
   c.set_data_dir(ResolvePath(c.data_dir(), path));

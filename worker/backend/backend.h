@@ -270,11 +270,13 @@ class Backend {
     return nullptr;
   }
 
-  // Picks this backend's fastest Gemm kernel for one shape (the arguments of
-  // a later Gemm call with row-major dense operands), once, before the
-  // calls; a shape never prepared runs the default kernel. Returns a
-  // one-line account for the start log, or "" when there is no choice to
-  // make (the default).
+  // Picks this backend's fastest Gemm kernel for one shape, once, before the
+  // calls: m, n, k as a later Gemm's, with the batch dimension (m when A is
+  // not transposed, k when it is) at the row count the calls will mostly
+  // have. The choice holds for every later Gemm with the same transposes
+  // and the same other two dimensions, whatever its batch dimension; shapes
+  // never prepared run the default kernel. Returns a one-line account for
+  // the start log, or "" when there is no choice to make (the default).
   virtual std::string PrepareGemm(Transpose trans_a, Transpose trans_b, int m,
                                   int n, int k) {
     (void)trans_a, (void)trans_b, (void)m, (void)n, (void)k;

@@ -31,6 +31,9 @@ struct DirectConvShape {
   int filters = 0;
   int kernel = 0;        // odd
   bool input_grad = true;  // whether BackwardData will be called
+  // The row count the calls will mostly have, to time candidates at
+  // (0: max_rows).
+  int tune_rows = 0;
 };
 
 class DirectConv {

@@ -83,12 +83,15 @@ class Model {
   static constexpr size_t kMaxConvScratchBytes = size_t{256} << 20;
 
   // A replica of `spec` on `backend` (borrowed; must outlive the Model).
-  // kInvalidArgument for an invalid spec (field named), a lab model, a null
-  // backend or max_batch outside [1, kMaxBatch]; kResourceExhausted when the
-  // buffers do not fit the device.
+  // Where the backend has a choice of kernels it times them at tune_batch
+  // examples per call (the training share; 0 or more than a chunk: a
+  // chunk), see kernel_choices(). kInvalidArgument for an invalid spec
+  // (field named), a lab model, a null backend or max_batch outside [1,
+  // kMaxBatch]; kResourceExhausted when the buffers do not fit the device.
   static absl::StatusOr<std::unique_ptr<Model>> Create(const ModelSpec& spec,
                                                        Backend* backend,
-                                                       size_t max_batch);
+                                                       size_t max_batch,
+                                                       size_t tune_batch = 0);
 
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
@@ -163,7 +166,8 @@ class Model {
   // `convs` (null unless a CNN) holds buffers for `chunk` examples.
   Model(Backend* backend, size_t max_batch, size_t chunk,
         std::vector<uint32_t> widths, std::vector<TensorSpec> tensors,
-        std::unique_ptr<model_internal::ConvStack> convs, size_t input_dim);
+        std::unique_ptr<model_internal::ConvStack> convs, size_t input_dim,
+        size_t tune_rows);
   size_t num_conv_layers() const {
     return convs_ == nullptr ? 0 : convs_->num_layers();
   }
@@ -205,6 +209,7 @@ class Model {
   const std::unique_ptr<model_internal::ConvStack> convs_;  // CNN, else null
   const size_t input_dim_;
   const size_t chunk_;         // examples per chunk, <= max_batch_
+  const size_t tune_rows_;     // in [1, chunk_]
   std::vector<Layer> layers_;  // dense, offsets after the conv layers'
   size_t num_parameters_ = 0;
   size_t max_width_ = 0;  // widest dense layer output or conv gradient

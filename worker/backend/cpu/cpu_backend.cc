@@ -31,6 +31,10 @@ namespace {
 // kernels use aligned loads.
 constexpr size_t kAlignment = 64;
 
+// kAuto takes oneDNN's kernel only when it needs less than this fraction of
+// the OpenBLAS path's time.
+constexpr double kSwitchMargin = 0.9;
+
 void* AlignedAlloc(size_t bytes) {
   const size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
   return std::aligned_alloc(kAlignment, rounded);
@@ -154,8 +158,7 @@ void CpuBackend::Gemm(Transpose trans_a, Transpose trans_b, int m, int n, int k,
     return;
   }
   if (!dnnl_gemms_.empty() &&
-      dnnl_gemms_.count({trans_a == Transpose::kYes, trans_b == Transpose::kYes,
-                         m, n, k}) > 0) {
+      dnnl_gemms_.count(KeyOf(trans_a, trans_b, m, n, k)) > 0) {
     if (!cpu_internal::DnnlSgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b,
                                  ldb, beta, c, ldc, threads_)) {
       Record(absl::InternalError("Gemm: oneDNN's sgemm failed"));
@@ -164,6 +167,12 @@ void CpuBackend::Gemm(Transpose trans_a, Transpose trans_b, int m, int n, int k,
   }
   cblas_sgemm(CblasRowMajor, ToCblas(trans_a), ToCblas(trans_b), m, n, k, alpha,
               a, lda, b, ldb, beta, c, ldc);
+}
+
+CpuBackend::GemmKey CpuBackend::KeyOf(Transpose trans_a, Transpose trans_b,
+                                      int m, int n, int k) {
+  const bool ta = trans_a == Transpose::kYes;
+  return {ta, trans_b == Transpose::kYes, ta ? m : k, n};
 }
 
 std::unique_ptr<DirectConv> CpuBackend::CreateDirectConv(
@@ -187,7 +196,8 @@ std::unique_ptr<DirectConv> CpuBackend::CreateDirectConv(
           cpu_internal::TimeConvStep(this, dnnl->get(), shape);
       absl::StatusOr<double> ms_blas =
           cpu_internal::TimeConvStep(this, nullptr, shape);
-      const bool use = ms_dnnl.ok() && (!ms_blas.ok() || *ms_dnnl <= *ms_blas);
+      const bool use = ms_dnnl.ok() &&
+                       (!ms_blas.ok() || *ms_dnnl < kSwitchMargin * *ms_blas);
       note = absl::StrFormat(
           "%s (fwd+bwd: onednn %.2f ms, im2col+openblas %.2f ms; %s)",
           use ? "onednn" : "im2col+openblas", ms_dnnl.value_or(-1),
@@ -209,15 +219,17 @@ std::string CpuBackend::PrepareGemm(Transpose trans_a, Transpose trans_b,
                                         tb ? "T" : "N", " m ", m, " n ", n,
                                         " k ", k, ": ");
   if (kernels_ == CpuKernels::kOneDnn) {
-    dnnl_gemms_.insert({ta, tb, m, n, k});
+    dnnl_gemms_.insert(KeyOf(trans_a, trans_b, m, n, k));
     return name + "onednn (cpu_kernels onednn)";
   }
   const auto [blas, dnnl] =
       cpu_internal::TimeGemms(trans_a, trans_b, m, n, k, threads_);
-  if (dnnl < blas) dnnl_gemms_.insert({ta, tb, m, n, k});
+  // OpenBLAS stays unless oneDNN is clearly faster, so that timing noise
+  // rarely flips the choice (and the bits) between runs.
+  const bool use = dnnl < kSwitchMargin * blas;
+  if (use) dnnl_gemms_.insert(KeyOf(trans_a, trans_b, m, n, k));
   return name + absl::StrFormat("%s (openblas %.3f ms, onednn %.3f ms)",
-                                dnnl < blas ? "onednn" : "openblas", blas,
-                                dnnl);
+                                use ? "onednn" : "openblas", blas, dnnl);
 }
 
 void CpuBackend::BiasAdd(int rows, int cols, const float* bias, float* x) {

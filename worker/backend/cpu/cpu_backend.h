@@ -149,8 +149,12 @@ class CpuBackend final : public Backend {
   const CpuKernels kernels_;
   const int threads_;  // oneDNN's threads per call
   absl::Status error_;
-  // Gemm shapes (trans_a, trans_b, m, n, k) that run on oneDNN's sgemm.
-  std::set<std::tuple<bool, bool, int, int, int>> dnnl_gemms_;
+  // Gemm shapes that run on oneDNN's sgemm: (trans_a, trans_b, and the two
+  // dimensions besides the batch one; see Backend::PrepareGemm).
+  using GemmKey = std::tuple<bool, bool, int, int>;
+  static GemmKey KeyOf(Transpose trans_a, Transpose trans_b, int m, int n,
+                       int k);
+  std::set<GemmKey> dnnl_gemms_;
   // EmbeddingBagBackward's per-occurrence gradient sources; kept to avoid a
   // per-batch allocation.
   std::vector<cpu_internal::OccurrenceSource> sources_;

@@ -42,7 +42,8 @@ double MedianMs(const std::function<void()>& fn, int reps) {
 
 absl::StatusOr<double> TimeConvStep(Backend* backend, DirectConv* conv,
                                     const DirectConvShape& s) {
-  const int rows = s.max_rows;
+  const int rows = s.tune_rows > 0 ? std::min(s.tune_rows, s.max_rows)
+                                   : s.max_rows;
   const int pixels = rows * s.height * s.width;
   const int row_len = s.kernel * s.kernel * s.in_c;
   const ImageShape image{rows, s.height, s.width, s.in_c};

@@ -19,8 +19,8 @@ namespace cpu_internal {
 // The median wall milliseconds of `reps` calls of fn, after one more.
 double MedianMs(const std::function<void()>& fn, int reps);
 
-// Milliseconds of one training step's convolution work at shape.max_rows
-// rows: Forward + BackwardWeights (+ BackwardData with input_grad) on
+// Milliseconds of one training step's convolution work at shape.tune_rows
+// rows (max_rows when 0): Forward + BackwardWeights (+ BackwardData with input_grad) on
 // `conv`, or the same through `backend`'s Im2Col, Gemm, BiasRelu,
 // ColumnSums and Col2Im when conv is null. kResourceExhausted when the
 // scratch buffers do not fit.

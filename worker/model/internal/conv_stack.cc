@@ -16,8 +16,11 @@ ImageShape Image(int rows, uint32_t h, uint32_t w, uint32_t c) {
 }  // namespace
 
 ConvStack::ConvStack(Backend* backend,
-                     const std::vector<ConvLayerShape>& layers, size_t max_rows)
-    : backend_(backend), max_rows_(max_rows) {
+                     const std::vector<ConvLayerShape>& layers, size_t max_rows,
+                     size_t tune_rows)
+    : backend_(backend),
+      max_rows_(max_rows),
+      tune_rows_(tune_rows == 0 ? max_rows : std::min(tune_rows, max_rows)) {
   size_t offset = 0;
   for (const ConvLayerShape& shape : layers) {
     ConvStage s;
@@ -46,13 +49,14 @@ void ConvStack::PickKernels() {
                                 static_cast<int>(sh.in_c),
                                 static_cast<int>(sh.filters),
                                 static_cast<int>(sh.kernel),
-                                /*input_grad=*/l > 0};
+                                /*input_grad=*/l > 0,
+                                static_cast<int>(tune_rows_)};
     std::string choice;
     direct_[l] = backend_->CreateDirectConv(shape, &choice);
     if (!choice.empty()) choices_.push_back(std::move(choice));
     if (direct_[l] != nullptr) continue;
     // The im2col path's three GEMMs (forward, dW, d_cols).
-    const int pixels = shape.max_rows * shape.height * shape.width;
+    const int pixels = shape.tune_rows * shape.height * shape.width;
     const int k = stages_[l].row_len();
     for (const std::string& c :
          {backend_->PrepareGemm(Transpose::kNo, Transpose::kNo, pixels,

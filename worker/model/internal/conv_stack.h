@@ -53,9 +53,10 @@ struct ConvStage {
 class ConvStack {
  public:
   // `layers` from CnnConvLayers of a valid spec; up to max_rows examples
-  // per call. `backend` is borrowed and must outlive this.
+  // per call, mostly tune_rows (where kernels are timed; 0: max_rows).
+  // `backend` is borrowed and must outlive this.
   ConvStack(Backend* backend, const std::vector<ConvLayerShape>& layers,
-            size_t max_rows);
+            size_t max_rows, size_t tune_rows = 0);
 
   // Picks each layer's kernels (the backend may time them) and allocates the
   // buffers for max_rows examples; kResourceExhausted when they do not fit.
@@ -95,6 +96,7 @@ class ConvStack {
 
   Backend* const backend_;  // borrowed
   const size_t max_rows_;
+  const size_t tune_rows_;  // in [1, max_rows_]
   std::vector<ConvStage> stages_;
   size_t num_parameters_ = 0;
   size_t max_act_ = 0;

@@ -220,15 +220,6 @@ absl::StatusOr<std::string> ResolveShard(const LoadedCluster& cluster,
   }
 }
 
-// cpu_cores against the cores this process may use.
-void ParseCoresInto(const std::string& list, std::vector<int>* cores,
-                    Problems* p) {
-  absl::StatusOr<std::vector<int>> parsed =
-      ParseCpuCores("cpu_cores", list, AllowedCores());
-  if (parsed.ok()) *cores = *std::move(parsed);
-  p->Add(parsed.status());
-}
-
 // Fills the default device and weights, and checks "cpu:N" / "gpu:N", no
 // repeats, and one positive weight per device. (Whether this machine can
 // drive a GPU is workerd's check at start.)
@@ -478,7 +469,10 @@ absl::StatusOr<LoadedPsdConfig> ParsePsdConfig(const std::string& text,
     ValidateOutputFile("status_address_file", c.status_address_file(), &p);
   ValidateMetricsFields(path, c.mutable_metrics_address(),
                         c.mutable_metrics_address_file(), &p);
-  ParseCoresInto(c.cpu_cores(), &out.cpu_cores, &p);
+  absl::StatusOr<std::vector<int>> cores =
+      ParseCpuCores("cpu_cores", c.cpu_cores(), AllowedCores());
+  if (cores.ok()) out.cpu_cores = *cores;
+  p.Add(cores.status());
   PS_RETURN_IF_ERROR(p.ToStatus());
   PS_ASSIGN_OR_RETURN(out.cluster, LoadNamedCluster(c.cluster_file(), &p));
   if (c.shard_id() >= static_cast<uint32_t>(out.cluster.config.shards_size())) {
@@ -535,7 +529,10 @@ absl::StatusOr<LoadedWorkerdConfig> ParseWorkerdConfig(
   }
   ValidateMetricsFields(path, c.mutable_metrics_address(),
                         c.mutable_metrics_address_file(), &p);
-  ParseCoresInto(c.cpu_cores(), &out.cpu_cores, &p);
+  absl::StatusOr<std::vector<int>> cores =
+      ParseCpuCores("cpu_cores", c.cpu_cores(), AllowedCores());
+  if (cores.ok()) out.cpu_cores = *cores;
+  p.Add(cores.status());
   if (c.cpu_kernels().empty()) c.set_cpu_kernels(kDefaultCpuKernels);
   p.Add(ValidateCpuKernels(c.cpu_kernels()));
   PS_RETURN_IF_ERROR(p.ToStatus());

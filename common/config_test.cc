@@ -224,9 +224,10 @@ TEST_F(ConfigTest, CpuCores) {
   ASSERT_TRUE(w.ok()) << w.status();
   EXPECT_EQ(w->cpu_cores, std::vector<int>{core});
   EXPECT_EQ(w->workerd.cpu_kernels(), kDefaultCpuKernels);
-  absl::StatusOr<LoadedPsdConfig> p = LoadPsdConfig(
-      Write("p.pbtxt", "cluster_file: \"cluster.pbtxt\" "
-                       "cpu_cores: \"0-1023\"\n"));
+  absl::StatusOr<LoadedPsdConfig> p =
+      LoadPsdConfig(Write("p.pbtxt",
+                          "cluster_file: \"cluster.pbtxt\" "
+                          "cpu_cores: \"0-1023\"\n"));
   ASSERT_FALSE(p.ok());
   EXPECT_THAT(std::string(p.status().message()),
               HasSubstr("cpu_cores: \"0-1023\": core "));

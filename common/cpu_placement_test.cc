@@ -30,7 +30,8 @@ TEST(CpuPlacementTest, BadListsNameTheField) {
     EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(c.status().message(), HasSubstr("cpu_cores: \""));
   }
-  absl::StatusOr<std::vector<int>> c = ParseCpuCores("cpu_cores", "0-2", allowed);
+  absl::StatusOr<std::vector<int>> c =
+      ParseCpuCores("cpu_cores", "0-2", allowed);
   ASSERT_FALSE(c.ok());
   EXPECT_THAT(c.status().message(),
               HasSubstr("core 2 is not available to this process (it may "

@@ -29,7 +29,7 @@ struct DirectConvShape {
   int width = 0;
   int in_c = 0;
   int filters = 0;
-  int kernel = 0;        // odd
+  int kernel = 0;          // odd
   bool input_grad = true;  // whether BackwardData will be called
   // The row count the calls will mostly have, to time candidates at
   // (0: max_rows).
@@ -43,8 +43,8 @@ class DirectConv {
   // y [rows, height, width, filters] = max(conv(x, w) + b, 0), for 1 <= rows
   // <= max_rows. Keeps w (in the kernels' own layout) for BackwardData, so
   // the caller may change w after this returns.
-  virtual void Forward(int rows, const float* x, const float* w,
-                       const float* b, float* y) = 0;
+  virtual void Forward(int rows, const float* x, const float* w, const float* b,
+                       float* y) = 0;
 
   // dx [rows, height, width, in_c] = the input gradient of the last
   // Forward's convolution (its w) for dy, the gradient at the convolution's

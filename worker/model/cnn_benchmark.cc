@@ -82,9 +82,9 @@ void BM_CnnTrainStep(benchmark::State& state) {
     benchmark::DoNotOptimize(grad.data());
   }
   state.SetItemsProcessed(state.iterations() * batch);
-  state.SetLabel(absl::StrCat(
-      CpuKernelsName(static_cast<CpuKernels>(state.range(2))),
-      " openblas:", CpuBackend::BlasCore()));
+  state.SetLabel(
+      absl::StrCat(CpuKernelsName(static_cast<CpuKernels>(state.range(2))),
+                   " openblas:", CpuBackend::BlasCore()));
   state.counters["GFLOPs"] =
       benchmark::Counter(CnnTrainFlops(spec, batch) * 1e-9,
                          benchmark::Counter::kIsIterationInvariantRate);

@@ -215,8 +215,8 @@ TEST(CnnModelTest, RepeatedCallsAndFreshBackendsAreBitwiseEqual) {
       for (int call = 0; call < 2; ++call) {
         runs.emplace_back(m->num_parameters());
         ASSERT_TRUE(m->ComputeGradient(params.data(), d.x.data(),
-                                       d.labels.data(), d.n,
-                                       runs.back().data(), nullptr, nullptr)
+                                       d.labels.data(), d.n, runs.back().data(),
+                                       nullptr, nullptr)
                         .ok());
       }
     }
@@ -230,8 +230,7 @@ TEST(CnnModelTest, RepeatedCallsAndFreshBackendsAreBitwiseEqual) {
 // relative (different summation orders, nothing else), and the same loss
 // and arg-max counts to 1e-5 relative.
 TEST(CnnModelTest, OneDnnMatchesOpenBlasWithinTolerance) {
-  const ModelSpec spec =
-      CnnSpec(28, 28, 1, {{32, 5, 2}, {64, 5, 2}}, {64}, 10);
+  const ModelSpec spec = CnnSpec(28, 28, 1, {{32, 5, 2}, {64, 5, 2}}, {64}, 10);
   const LabeledData d = LinearlySeparable(6, 784, 10, 9);
   std::vector<std::vector<float>> grads;
   std::vector<double> losses;

@@ -65,9 +65,9 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(const ModelSpec& spec,
   if (!conv_layers.empty()) {
     convs = std::make_unique<ConvStack>(backend, conv_layers, chunk, tune);
   }
-  std::unique_ptr<Model> model(new Model(
-      backend, max_batch, chunk, std::move(widths), ModelTensors(spec),
-      std::move(convs), input_dim, tune));
+  std::unique_ptr<Model> model(new Model(backend, max_batch, chunk,
+                                         std::move(widths), ModelTensors(spec),
+                                         std::move(convs), input_dim, tune));
   PS_RETURN_IF_ERROR(model->Allocate());
   return model;
 }
@@ -194,8 +194,8 @@ void Model::PrepareDenseGemms() {
     const Layer& layer = layers_[l];
     // Forward, dW, and d(input) unless it is the model's input (Backward).
     for (const std::string& c :
-         {backend_->PrepareGemm(Transpose::kNo, Transpose::kNo, rows,
-                                layer.out, layer.in),
+         {backend_->PrepareGemm(Transpose::kNo, Transpose::kNo, rows, layer.out,
+                                layer.in),
           backend_->PrepareGemm(Transpose::kYes, Transpose::kNo, layer.in,
                                 layer.out, rows),
           l == 0 && convs_ == nullptr

@@ -34,7 +34,6 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-
 #include "benchmark/benchmark.h"
 #include "core/model_spec.h"
 #include "worker/backend/cpu/cpu_backend.h"

@@ -1,8 +1,8 @@
 #include "worker/trainer/device_group.h"
 
 #include <algorithm>
-#include <numeric>
 #include <cmath>
+#include <numeric>
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"

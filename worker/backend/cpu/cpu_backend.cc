@@ -9,8 +9,8 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
-#include "worker/backend/arg_checks.h"
 #include "absl/strings/str_format.h"
+#include "worker/backend/arg_checks.h"
 #include "worker/backend/cpu/conv_loops.h"
 #include "worker/backend/cpu/dnnl_conv.h"
 #include "worker/backend/cpu/embedding_loops.h"
@@ -185,11 +185,11 @@ std::unique_ptr<DirectConv> CpuBackend::CreateDirectConv(
     absl::StatusOr<std::unique_ptr<DnnlConv>> dnnl = DnnlConv::Create(
         shape, threads_, [this](absl::Status s) { Record(std::move(s)); });
     if (!dnnl.ok()) {
-      note = absl::StrCat("im2col+openblas (oneDNN has none: ",
-                          dnnl.status().message(), ")");
+      note = absl::StrCat(
+          "im2col+openblas (oneDNN has none: ", dnnl.status().message(), ")");
     } else if (kernels_ == CpuKernels::kOneDnn) {
-      note = absl::StrCat("onednn (cpu_kernels onednn; ",
-                          (*dnnl)->ImplNames(), ")");
+      note = absl::StrCat("onednn (cpu_kernels onednn; ", (*dnnl)->ImplNames(),
+                          ")");
       chosen = *std::move(dnnl);
     } else {
       absl::StatusOr<double> ms_dnnl =
@@ -211,13 +211,13 @@ std::unique_ptr<DirectConv> CpuBackend::CreateDirectConv(
   return chosen;
 }
 
-std::string CpuBackend::PrepareGemm(Transpose trans_a, Transpose trans_b,
-                                    int m, int n, int k) {
+std::string CpuBackend::PrepareGemm(Transpose trans_a, Transpose trans_b, int m,
+                                    int n, int k) {
   if (kernels_ == CpuKernels::kOpenBlas || m < 1 || n < 1 || k < 1) return "";
   const bool ta = trans_a == Transpose::kYes, tb = trans_b == Transpose::kYes;
-  const std::string name = absl::StrCat(device_, " gemm ", ta ? "T" : "N",
-                                        tb ? "T" : "N", " m ", m, " n ", n,
-                                        " k ", k, ": ");
+  const std::string name =
+      absl::StrCat(device_, " gemm ", ta ? "T" : "N", tb ? "T" : "N", " m ", m,
+                   " n ", n, " k ", k, ": ");
   if (kernels_ == CpuKernels::kOneDnn) {
     dnnl_gemms_.insert(KeyOf(trans_a, trans_b, m, n, k));
     return name + "onednn (cpu_kernels onednn)";

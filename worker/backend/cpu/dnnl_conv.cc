@@ -54,8 +54,7 @@ absl::StatusOr<std::unique_ptr<DnnlConv>> DnnlConv::Create(
     return absl::InvalidArgumentError(absl::StrCat(
         "DnnlConv: bad shape or threads (rows ", shape.max_rows, ", ",
         shape.height, "x", shape.width, "x", shape.in_c, ", kernel ",
-        shape.kernel, ", filters ", shape.filters, ", threads ", threads,
-        ")"));
+        shape.kernel, ", filters ", shape.filters, ", threads ", threads, ")"));
   }
   absl::Status error;
   auto keep = [&error](absl::Status s) {
@@ -96,17 +95,16 @@ DnnlConv::Prims* DnnlConv::PrimsFor(int rows) {
     dnnl::primitive_attr fwd_attr;
     fwd_attr.set_post_ops(relu);
     p->fwd_pd = dnnl::convolution_forward::primitive_desc(
-        {dnnl::prop_kind::forward_training,
-         dnnl::algorithm::convolution_direct, src_md, wei_any, bias_md, dst_md,
-         stride, pad, pad},
+        {dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
+         src_md, wei_any, bias_md, dst_md, stride, pad, pad},
         fwd_attr, engine_);
     p->bwd_d_pd = dnnl::convolution_backward_data::primitive_desc(
         {dnnl::algorithm::convolution_direct, src_md, wei_any, dst_md, stride,
          pad, pad},
         engine_, p->fwd_pd);
     p->bwd_w_pd = dnnl::convolution_backward_weights::primitive_desc(
-        {dnnl::algorithm::convolution_direct, src_md, wei_any, bias_md,
-         dst_md, stride, pad, pad},
+        {dnnl::algorithm::convolution_direct, src_md, wei_any, bias_md, dst_md,
+         stride, pad, pad},
         engine_, p->fwd_pd);
     p->fwd = dnnl::convolution_forward(p->fwd_pd);
     p->bwd_d = dnnl::convolution_backward_data(p->bwd_d_pd);
@@ -150,14 +148,14 @@ std::string DnnlConv::ImplNames() {
 
 bool DnnlConv::CheckRows(const char* op, int rows) {
   if (rows >= 1 && rows <= shape_.max_rows) return true;
-  record_(absl::InvalidArgumentError(absl::StrCat(
-      "DnnlConv::", op, ": rows must be in [1, ", shape_.max_rows, "], got ",
-      rows)));
+  record_(absl::InvalidArgumentError(
+      absl::StrCat("DnnlConv::", op, ": rows must be in [1, ", shape_.max_rows,
+                   "], got ", rows)));
   return false;
 }
 
-void DnnlConv::Forward(int rows, const float* x, const float* w,
-                       const float* b, float* y) {
+void DnnlConv::Forward(int rows, const float* x, const float* w, const float* b,
+                       float* y) {
   if (!CheckRows("Forward", rows)) return;
   Prims* p = PrimsFor(rows);
   if (p == nullptr) return;
@@ -217,8 +215,8 @@ void DnnlConv::BackwardWeights(int rows, const float* x, const float* dy,
     memory diff_dst(p->bwd_w_pd.diff_dst_desc(), engine_,
                     const_cast<float*>(dy));
     const bool add = beta != 0.0f;
-    memory diff_bias = add ? p->db : memory(p->bwd_w_pd.diff_bias_desc(),
-                                            engine_, db);
+    memory diff_bias =
+        add ? p->db : memory(p->bwd_w_pd.diff_bias_desc(), engine_, db);
     p->bwd_w.execute(stream_, {{DNNL_ARG_SRC, src},
                                {DNNL_ARG_DIFF_DST, diff_dst},
                                {DNNL_ARG_DIFF_WEIGHTS, p->dw},

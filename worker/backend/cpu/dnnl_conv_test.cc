@@ -44,8 +44,8 @@ void ForEachTerm(const DirectConvShape& s, int rows, Visit visit) {
             for (int j = 0; j < s.kernel; ++j) {
               const int yy = y + i - p, xx = x + j - p;
               if (yy < 0 || yy >= s.height || xx < 0 || xx >= s.width) continue;
-              const size_t in = ((size_t(n) * s.height + yy) * s.width + xx) *
-                                    s.in_c + c;
+              const size_t in =
+                  ((size_t(n) * s.height + yy) * s.width + xx) * s.in_c + c;
               const size_t out = (size_t(n) * s.height + y) * s.width + x;
               const size_t wrow = (size_t(c) * s.kernel + i) * s.kernel + j;
               for (int f = 0; f < s.filters; ++f) visit(in, out, wrow, f);
@@ -62,8 +62,8 @@ void ExpectNear(const std::vector<float>& got, const Ref& want,
 }
 
 std::unique_ptr<DnnlConv> Make(const DirectConvShape& s, absl::Status* err) {
-  absl::StatusOr<std::unique_ptr<DnnlConv>> c = DnnlConv::Create(
-      s, 1, [err](absl::Status st) {
+  absl::StatusOr<std::unique_ptr<DnnlConv>> c =
+      DnnlConv::Create(s, 1, [err](absl::Status st) {
         if (err->ok()) *err = st;
       });
   EXPECT_TRUE(c.ok()) << c.status();
@@ -71,9 +71,9 @@ std::unique_ptr<DnnlConv> Make(const DirectConvShape& s, absl::Status* err) {
 }
 
 void CheckShape(const DirectConvShape& s, int rows) {
-  SCOPED_TRACE(testing::Message() << s.height << "x" << s.width << "x"
-                                  << s.in_c << " k" << s.kernel << " f"
-                                  << s.filters << " rows " << rows);
+  SCOPED_TRACE(testing::Message()
+               << s.height << "x" << s.width << "x" << s.in_c << " k"
+               << s.kernel << " f" << s.filters << " rows " << rows);
   const size_t in_n = size_t(rows) * s.height * s.width * s.in_c;
   const size_t out_n = size_t(rows) * s.height * s.width * s.filters;
   const size_t w_n = size_t(s.kernel) * s.kernel * s.in_c * s.filters;
@@ -200,8 +200,7 @@ TEST(CpuKernelsTest, PoliciesChooseAndGemmsAgree) {
     ASSERT_TRUE(cpu.ok());
     std::string choice;
     std::unique_ptr<DirectConv> conv = (*cpu)->CreateDirectConv(s, &choice);
-    EXPECT_NE(choice.find("cpu:0 conv 6x6x2 k3 f4 rows 2: "),
-              std::string::npos)
+    EXPECT_NE(choice.find("cpu:0 conv 6x6x2 k3 f4 rows 2: "), std::string::npos)
         << choice;
     const std::string gemm =
         (*cpu)->PrepareGemm(Transpose::kNo, Transpose::kYes, m, n, k);
@@ -224,7 +223,8 @@ TEST(CpuKernelsTest, PoliciesChooseAndGemmsAgree) {
     for (int j = 0; j < n; ++j) {
       double mag = 0;
       for (int p = 0; p < k; ++p) mag += std::abs(a[i * k + p] * b[j * k + p]);
-      ASSERT_NEAR(c[1][i * n + j], c[0][i * n + j], 1e-5 * mag) << i << "," << j;
+      ASSERT_NEAR(c[1][i * n + j], c[0][i * n + j], 1e-5 * mag)
+          << i << "," << j;
     }
   }
 }

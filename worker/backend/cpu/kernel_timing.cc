@@ -42,8 +42,8 @@ double MedianMs(const std::function<void()>& fn, int reps) {
 
 absl::StatusOr<double> TimeConvStep(Backend* backend, DirectConv* conv,
                                     const DirectConvShape& s) {
-  const int rows = s.tune_rows > 0 ? std::min(s.tune_rows, s.max_rows)
-                                   : s.max_rows;
+  const int rows =
+      s.tune_rows > 0 ? std::min(s.tune_rows, s.max_rows) : s.max_rows;
   const int pixels = rows * s.height * s.width;
   const int row_len = s.kernel * s.kernel * s.in_c;
   const ImageShape image{rows, s.height, s.width, s.in_c};
@@ -96,8 +96,8 @@ bool DnnlSgemm(Transpose trans_a, Transpose trans_b, int m, int n, int k,
                     lda, b, ldb, beta, c, ldc) == dnnl_success;
 }
 
-std::pair<double, double> TimeGemms(Transpose trans_a, Transpose trans_b,
-                                    int m, int n, int k, int threads) {
+std::pair<double, double> TimeGemms(Transpose trans_a, Transpose trans_b, int m,
+                                    int n, int k, int threads) {
   const std::vector<float> a = Random(static_cast<size_t>(m) * k, 5);
   const std::vector<float> b = Random(static_cast<size_t>(k) * n, 6);
   std::vector<float> c(static_cast<size_t>(m) * n);
@@ -112,8 +112,8 @@ std::pair<double, double> TimeGemms(Transpose trans_a, Transpose trans_b,
       kReps);
   const double dnnl = MedianMs(
       [&] {
-        DnnlSgemm(trans_a, trans_b, m, n, k, 1.0f, a.data(), lda, b.data(),
-                  ldb, 0.0f, c.data(), n, threads);
+        DnnlSgemm(trans_a, trans_b, m, n, k, 1.0f, a.data(), lda, b.data(), ldb,
+                  0.0f, c.data(), n, threads);
       },
       kReps);
   return {blas, dnnl};

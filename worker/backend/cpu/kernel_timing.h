@@ -20,17 +20,17 @@ namespace cpu_internal {
 double MedianMs(const std::function<void()>& fn, int reps);
 
 // Milliseconds of one training step's convolution work at shape.tune_rows
-// rows (max_rows when 0): Forward + BackwardWeights (+ BackwardData with input_grad) on
-// `conv`, or the same through `backend`'s Im2Col, Gemm, BiasRelu,
-// ColumnSums and Col2Im when conv is null. kResourceExhausted when the
-// scratch buffers do not fit.
+// rows (max_rows when 0): Forward + BackwardWeights (+ BackwardData with
+// input_grad) on `conv`, or the same through `backend`'s Im2Col, Gemm,
+// BiasRelu, ColumnSums and Col2Im when conv is null. kResourceExhausted when
+// the scratch buffers do not fit.
 absl::StatusOr<double> TimeConvStep(Backend* backend, DirectConv* conv,
                                     const DirectConvShape& shape);
 
 // Milliseconds of a dense row-major Gemm of that shape on OpenBLAS (.first)
 // and on oneDNN's sgemm (.second), each with `threads` threads.
-std::pair<double, double> TimeGemms(Transpose trans_a, Transpose trans_b,
-                                    int m, int n, int k, int threads);
+std::pair<double, double> TimeGemms(Transpose trans_a, Transpose trans_b, int m,
+                                    int n, int k, int threads);
 
 // oneDNN's sgemm with row-major operands, as cblas_sgemm; its threads are
 // the calling thread's OpenMP threads (set to `threads` first). Returns

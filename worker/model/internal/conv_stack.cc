@@ -43,14 +43,11 @@ void ConvStack::PickKernels() {
   choices_.clear();
   for (size_t l = 0; l < n; ++l) {
     const ConvLayerShape& sh = stages_[l].shape;
-    const DirectConvShape shape{static_cast<int>(max_rows_),
-                                static_cast<int>(sh.in_h),
-                                static_cast<int>(sh.in_w),
-                                static_cast<int>(sh.in_c),
-                                static_cast<int>(sh.filters),
-                                static_cast<int>(sh.kernel),
-                                /*input_grad=*/l > 0,
-                                static_cast<int>(tune_rows_)};
+    const DirectConvShape shape{
+        static_cast<int>(max_rows_),  static_cast<int>(sh.in_h),
+        static_cast<int>(sh.in_w),    static_cast<int>(sh.in_c),
+        static_cast<int>(sh.filters), static_cast<int>(sh.kernel),
+        /*input_grad=*/l > 0,         static_cast<int>(tune_rows_)};
     std::string choice;
     direct_[l] = backend_->CreateDirectConv(shape, &choice);
     if (!choice.empty()) choices_.push_back(std::move(choice));

@@ -103,7 +103,7 @@ class ConvStack {
   size_t max_out_ = 0;
   // Per layer: the backend's direct convolution, or null for im2col + Gemm.
   std::vector<std::unique_ptr<DirectConv>> direct_;
-  std::vector<const float*> inputs_;         // per layer, of the last Forward
+  std::vector<const float*> inputs_;  // per layer, of the last Forward
   std::vector<std::string> choices_;
   std::vector<DeviceBuffer<float>> cols_;    // im2col layers; dcols too
   std::vector<DeviceBuffer<float>> act_;     // per layer, conv + ReLU

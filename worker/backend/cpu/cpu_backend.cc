@@ -46,7 +46,8 @@ CBLAS_TRANSPOSE ToCblas(Transpose t) {
 
 std::string ConvName(const DirectConvShape& s) {
   return absl::StrCat("conv ", s.height, "x", s.width, "x", s.in_c, " k",
-                      s.kernel, " f", s.filters, " rows ", s.max_rows);
+                      s.kernel, " f", s.filters, " rows ",
+                      s.tune_rows > 0 ? s.tune_rows : s.max_rows);
 }
 
 }  // namespace

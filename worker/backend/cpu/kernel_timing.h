@@ -1,7 +1,7 @@
 // Timings behind the CPU backend's choice between oneDNN and OpenBLAS per
 // shape (CpuBackend::CreateDirectConv, CpuBackend::PrepareGemm). Each runs
 // the candidates on fixed pseudo-random data of the real shape: one warm-up
-// call, then the median of a few, in wall milliseconds. Private to
+// call, then the fastest of a few, in wall milliseconds. Private to
 // :cpu_backend.
 
 #ifndef WORKER_BACKEND_CPU_KERNEL_TIMING_H_
@@ -16,8 +16,8 @@
 namespace ps {
 namespace cpu_internal {
 
-// The median wall milliseconds of `reps` calls of fn, after one more.
-double MedianMs(const std::function<void()>& fn, int reps);
+// The fewest wall milliseconds of `reps` calls of fn, after one more.
+double MinMs(const std::function<void()>& fn, int reps);
 
 // Milliseconds of one training step's convolution work at shape.tune_rows
 // rows (max_rows when 0): Forward + BackwardWeights (+ BackwardData with

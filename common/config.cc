@@ -16,6 +16,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "common/cpu_placement.h"
 #include "common/status_macros.h"
 #include "common/text_proto.h"
 
@@ -476,6 +477,10 @@ absl::StatusOr<LoadedPsdConfig> ParsePsdConfig(const std::string& text,
     ValidateOutputFile("status_address_file", c.status_address_file(), &p);
   ValidateMetricsFields(path, c.mutable_metrics_address(),
                         c.mutable_metrics_address_file(), &p);
+  absl::StatusOr<std::vector<int>> cores =
+      ParseCpuCores("cpu_cores", c.cpu_cores(), AllowedCores());
+  if (cores.ok()) out.cpu_cores = *cores;
+  p.Add(cores.status());
   PS_RETURN_IF_ERROR(p.ToStatus());
   PS_ASSIGN_OR_RETURN(out.cluster, LoadNamedCluster(c.cluster_file(), &p));
   if (c.shard_id() >= static_cast<uint32_t>(out.cluster.config.shards_size())) {
@@ -532,6 +537,12 @@ absl::StatusOr<LoadedWorkerdConfig> ParseWorkerdConfig(
   }
   ValidateMetricsFields(path, c.mutable_metrics_address(),
                         c.mutable_metrics_address_file(), &p);
+  absl::StatusOr<std::vector<int>> cores =
+      ParseCpuCores("cpu_cores", c.cpu_cores(), AllowedCores());
+  if (cores.ok()) out.cpu_cores = *cores;
+  p.Add(cores.status());
+  if (c.cpu_kernels().empty()) c.set_cpu_kernels(kDefaultCpuKernels);
+  p.Add(ValidateCpuKernels(c.cpu_kernels()));
   PS_RETURN_IF_ERROR(p.ToStatus());
   c.set_cluster_file(ResolvePath(c.cluster_file(), path));
   c.set_data_dir(ResolvePath(c.data_dir(), path));

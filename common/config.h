@@ -60,12 +60,14 @@ struct LoadedPsdConfig {
   std::string path;
   PsdConfig psd;  // defaults filled, paths resolved
   LoadedCluster cluster;
+  std::vector<int> cpu_cores;  // psd.cpu_cores parsed; empty: not pinned
 };
 
 struct LoadedWorkerdConfig {
   std::string path;
   WorkerdConfig workerd;  // defaults filled, paths resolved
   LoadedCluster cluster;
+  std::vector<int> cpu_cores;  // workerd.cpu_cores parsed; empty: not pinned
 };
 
 // Checks "host:port": host is a name (letters, digits, '-', '.'), a dotted

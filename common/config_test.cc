@@ -5,6 +5,7 @@
 #include <string>
 
 #include "absl/time/clock.h"
+#include "common/cpu_placement.h"
 #include "common/defaults.h"
 #include "common/text_proto.h"
 #include "gmock/gmock.h"
@@ -196,7 +197,8 @@ TEST_F(ConfigTest, WorkerdValidation) {
             "devices: \"cpu:0\" devices: \"tpu:1\" devices: \"cpu:0\"\n"
             "device_weights: 1\n"
             "max_request_bytes: 512 channels_per_shard: 17\n"
-            "fusion_bytes: 67108865\n");
+            "fusion_bytes: 67108865\n"
+            "cpu_kernels: \"mkl\" cpu_cores: \"0-x\"\n");
   absl::StatusOr<LoadedWorkerdConfig> c = LoadWorkerdConfig(path);
   ASSERT_FALSE(c.ok());
   std::string m(c.status().message());
@@ -206,6 +208,29 @@ TEST_F(ConfigTest, WorkerdValidation) {
   EXPECT_THAT(m, HasSubstr("max_request_bytes: 512 is outside 1024..67108864"));
   EXPECT_THAT(m, HasSubstr("channels_per_shard: 17 is outside 1..16"));
   EXPECT_THAT(m, HasSubstr("fusion_bytes: 67108865 is outside 1..67108864"));
+  EXPECT_THAT(m, HasSubstr("cpu_kernels: \"mkl\" is not \"auto\""));
+  EXPECT_THAT(m, HasSubstr("cpu_cores: \"0-x\": \"0-x\" is not a core"));
+}
+
+// Core sets: a core this process may not use is a config error naming the
+// field; a valid one is parsed into the loaded config.
+TEST_F(ConfigTest, CpuCores) {
+  Write("cluster.pbtxt", "shards { address: \"127.0.0.1:7001\" }\n");
+  const int core = AllowedCores().front();
+  absl::StatusOr<LoadedWorkerdConfig> w = LoadWorkerdConfig(
+      Write("w.pbtxt", absl::StrCat("cluster_file: \"cluster.pbtxt\" "
+                                    "cpu_cores: \"",
+                                    core, "\"\n")));
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_EQ(w->cpu_cores, std::vector<int>{core});
+  EXPECT_EQ(w->workerd.cpu_kernels(), kDefaultCpuKernels);
+  absl::StatusOr<LoadedPsdConfig> p =
+      LoadPsdConfig(Write("p.pbtxt",
+                          "cluster_file: \"cluster.pbtxt\" "
+                          "cpu_cores: \"0-1023\"\n"));
+  ASSERT_FALSE(p.ok());
+  EXPECT_THAT(std::string(p.status().message()),
+              HasSubstr("cpu_cores: \"0-1023\": core "));
 }
 
 TEST_F(ConfigTest, ResolvesAddressFilesAndTimesOut) {

@@ -28,6 +28,7 @@ inline constexpr char kDefaultDevice[] = "cpu:0";
 inline constexpr float kDefaultDeviceWeight = 1.0f;
 inline constexpr char kDefaultDataDir[] = "/usr/share/datasets/fashion-mnist";
 inline constexpr uint32_t kDefaultThreadsPerDevice = 1;
+inline constexpr char kDefaultCpuKernels[] = "auto";
 // The daemon has always run with 1 (config loading); TrainerOptions said 2.
 inline constexpr uint32_t kDefaultLoaderThreads = 1;
 inline constexpr uint32_t kDefaultPrefetchBatches = 4;

@@ -109,6 +109,7 @@ TEST(DefaultsTest, ProtoCommentsDocumentTheConstants) {
       {"cluster.proto", "WorkerdConfig", "data_dir", kDefaultDataDir},
       {"cluster.proto", "WorkerdConfig", "threads_per_device",
        absl::StrCat(kDefaultThreadsPerDevice)},
+      {"cluster.proto", "WorkerdConfig", "cpu_kernels", kDefaultCpuKernels},
       {"cluster.proto", "WorkerdConfig", "loader_threads",
        absl::StrCat(kDefaultLoaderThreads)},
       {"cluster.proto", "WorkerdConfig", "prefetch_batches",

@@ -7,6 +7,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "common/config.h"
+#include "common/cpu_placement.h"
 #include "common/logging.h"
 #include "common/process_tuning.h"
 #include "common/signals.h"
@@ -40,6 +41,13 @@ int main(int argc, char** argv) {
   if (absl::Status s = ps::InitLogging("psd", level); !s.ok()) {
     std::cerr << s.message() << "\n";
     return 2;
+  }
+  if (absl::Status s = ps::PinProcessToCores(config->cpu_cores); !s.ok()) {
+    spdlog::error("{}", s.message());
+    return 2;
+  }
+  if (!config->cpu_cores.empty()) {
+    spdlog::info("cpu_cores: running on cores {}", config->psd.cpu_cores());
   }
   ps::PsdServer server(*config);
   if (absl::GetFlag(FLAGS_reset_state)) {

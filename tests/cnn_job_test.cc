@@ -3,7 +3,8 @@
 // training images for 2 epochs in BSP: test accuracy well above chance
 // (0.1), and a second run with the same seed on a fresh cluster, without
 // overlap, ends with bitwise-identical parameters (the model computes the
-// same bits every time; the shards sum in rank order).
+// same bits every time, on oneDNN's kernels here: LocalCluster fixes
+// cpu_kernels "onednn"; the shards sum in rank order).
 #include <filesystem>
 #include <iostream>
 #include <string>

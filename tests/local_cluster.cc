@@ -60,6 +60,7 @@ absl::Status LocalCluster::StartWorker(int i) {
   absl::Status s = WriteFileAtomically(
       cfg, absl::StrCat("cluster_file: \"cluster.pbtxt\"\nname: \"worker", i,
                         "\"\ndevices: \"cpu:0\"\nheartbeat_interval_ms: 200\n",
+                        "cpu_kernels: \"", options_.cpu_kernels, "\"\n",
                         MetricsLines(options_.metrics, absl::StrCat("w", i)),
                         options_.workerd_extra, "\n"));
   if (!s.ok()) return s;

@@ -24,6 +24,9 @@ struct LocalClusterOptions {
   // Extra text appended to every psd / workerd config.
   std::string psd_extra;
   std::string workerd_extra;
+  // WorkerdConfig.cpu_kernels of every workerd: fixed, not "auto", so that
+  // runs compared bit for bit compute with the same kernels.
+  std::string cpu_kernels = "onednn";
   // Extra text appended to the cluster file (tls, auth_token_file).
   std::string cluster_extra;
   // Every psd and workerd serves /metrics on a free loopback port

@@ -19,6 +19,7 @@ PACKAGES=(
   libabsl-dev libspdlog-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenblas-dev
+  libdnnl-dev                               # oneDNN: the CPU backend's conv kernels
   openssl iperf3 procps psmisc
   clang libclang-rt-14-dev                  # libFuzzer targets (fuzz/)
   clang-format-14                           # tools/format.sh

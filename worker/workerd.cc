@@ -95,6 +95,9 @@ TrainerOptions TrainerOptionsFor(const Assignment& a, const WorkerdConfig& c) {
   options.devices.assign(c.devices().begin(), c.devices().end());
   options.weights.assign(c.device_weights().begin(), c.device_weights().end());
   options.threads_per_device = static_cast<int>(c.threads_per_device());
+  // Config loading has checked the name.
+  options.cpu_kernels =
+      ParseCpuKernels(c.cpu_kernels()).value_or(CpuKernels::kOpenBlas);
   options.loader_threads = c.loader_threads();
   options.prefetch = c.prefetch_batches();
   options.data_dir = c.data_dir();

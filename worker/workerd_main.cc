@@ -12,6 +12,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "common/config.h"
+#include "common/cpu_placement.h"
 #include "common/logging.h"
 #include "common/process_tuning.h"
 #include "common/signals.h"
@@ -82,6 +83,13 @@ int main(int argc, char** argv) {
   if (absl::Status s = ps::InitLogging("workerd", level); !s.ok()) {
     std::cerr << s.message() << "\n";
     return 2;
+  }
+  if (absl::Status s = ps::PinProcessToCores(config->cpu_cores); !s.ok()) {
+    spdlog::error("{}", s.message());
+    return 2;
+  }
+  if (!config->cpu_cores.empty()) {
+    spdlog::info("cpu_cores: running on cores {}", config->workerd.cpu_cores());
   }
   // Still slow kernels: OPENBLAS_CORETYPE was set by the user, or the
   // re-run failed.

@@ -26,6 +26,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -34,6 +35,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/status_macros.h"
+#include "worker/backend/direct_conv.h"
 #include "worker/backend/elementwise.h"
 
 namespace ps {
@@ -256,6 +258,30 @@ class Backend {
   virtual void MaxPoolBackward(const ImageShape& shape, int pool,
                                const int32_t* argmax, const float* dy,
                                float* dx) = 0;
+
+  // Direct convolution kernels for `shape` when this backend has them and
+  // they beat its Im2Col + Gemm at that shape (measured when asked), else
+  // null. *choice (when not null) receives a one-line account of what was
+  // chosen and why, for the start log. The default has none.
+  virtual std::unique_ptr<DirectConv> CreateDirectConv(
+      const DirectConvShape& shape, std::string* choice) {
+    (void)shape;
+    if (choice != nullptr) choice->clear();
+    return nullptr;
+  }
+
+  // Picks this backend's fastest Gemm kernel for one shape, once, before the
+  // calls: m, n, k as a later Gemm's, with the batch dimension (m when A is
+  // not transposed, k when it is) at the row count the calls will mostly
+  // have. The choice holds for every later Gemm with the same transposes
+  // and the same other two dimensions, whatever its batch dimension; shapes
+  // never prepared run the default kernel. Returns a one-line account for
+  // the start log, or "" when there is no choice to make (the default).
+  virtual std::string PrepareGemm(Transpose trans_a, Transpose trans_b, int m,
+                                  int n, int k) {
+    (void)trans_a, (void)trans_b, (void)m, (void)n, (void)k;
+    return "";
+  }
 
   // y += alpha * x.
   virtual void Axpy(size_t n, float alpha, const float* x, float* y) = 0;

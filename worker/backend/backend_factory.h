@@ -14,6 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "worker/backend/backend.h"
+#include "worker/backend/cpu/cpu_backend.h"
 
 namespace ps {
 
@@ -22,9 +23,11 @@ namespace ps {
 // OpenBLAS's PROCESS-WIDE thread count (see cpu/cpu_backend.h), 0 leaves it.
 // kInvalidArgument for a malformed device string or cpu_threads < 0;
 // kFailedPrecondition for "gpu:*" when CUDA was not built in or no such GPU
-// is visible. Thread-safe apart from the OpenBLAS setting.
+// is visible. Thread-safe apart from the OpenBLAS setting. `cpu_kernels`
+// applies to "cpu:*" only (CpuKernels, cpu/cpu_backend.h).
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(
-    const std::string& device, int cpu_threads);
+    const std::string& device, int cpu_threads,
+    CpuKernels cpu_kernels = CpuKernels::kOpenBlas);
 
 // CpuBackend::BlasCoreAdvice(): empty, or a warning that OpenBLAS runs
 // kernels below this CPU's vector unit and the OPENBLAS_CORETYPE to set.

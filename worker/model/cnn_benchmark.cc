@@ -8,7 +8,9 @@
 //   bazel run --config=opt //worker/model:cnn_benchmark --
 //       --benchmark_filter=CnnTrainStep
 //
-// Arguments: batch size, OpenBLAS threads (process-wide; see cpu_backend.h).
+// Arguments: batch size, OpenBLAS threads (process-wide; see cpu_backend.h),
+// kernels (CpuKernels: 0 OpenBLAS with im2col, 1 oneDNN, 2 timed per shape).
+// The same step beside PyTorch's is in //worker/model:model_benchmark.
 // Rates use wall time: on a shared machine, compare runs taken side by side.
 // The label names OpenBLAS's kernel set: "Prescott" on a CPU with AVX-512
 // means OPENBLAS_CORETYPE=SkylakeX is missing (CpuBackend::BlasCoreAdvice).
@@ -20,6 +22,7 @@
 #include <random>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "benchmark/benchmark.h"
 #include "core/model_spec.h"
 #include "worker/backend/cpu/cpu_backend.h"
@@ -30,24 +33,6 @@ namespace ps {
 namespace {
 
 constexpr int kImageSide = 28;
-constexpr int kClasses = 10;
-
-ModelSpec FashionCnnSpec() {
-  ModelSpec s;
-  Cnn* m = s.mutable_cnn();
-  m->set_height(kImageSide);
-  m->set_width(kImageSide);
-  m->set_channels(1);
-  for (uint32_t filters : {32, 64}) {
-    ConvLayer* l = m->add_conv();
-    l->set_filters(filters);
-    l->set_kernel(5);
-    l->set_pool(2);
-  }
-  m->add_hidden(1024);
-  m->set_num_classes(kClasses);
-  return s;
-}
 
 // Multiply-add FLOPs of one forward+backward of the CNN (2 per multiply-add):
 // per conv layer the forward and dW GEMMs, plus the input-gradient GEMM for
@@ -73,7 +58,8 @@ void BM_CnnTrainStep(benchmark::State& state) {
   const ModelSpec spec = FashionCnnSpec();
   const size_t batch = static_cast<size_t>(state.range(0));
   absl::StatusOr<std::unique_ptr<CpuBackend>> cpu =
-      CpuBackend::Create(0, static_cast<int>(state.range(1)));
+      CpuBackend::Create(0, static_cast<int>(state.range(1)),
+                         static_cast<CpuKernels>(state.range(2)));
   if (!cpu.ok()) return state.SkipWithError("CpuBackend::Create failed");
   absl::StatusOr<std::unique_ptr<Model>> model =
       Model::Create(spec, cpu->get(), batch);
@@ -96,14 +82,16 @@ void BM_CnnTrainStep(benchmark::State& state) {
     benchmark::DoNotOptimize(grad.data());
   }
   state.SetItemsProcessed(state.iterations() * batch);
-  state.SetLabel("openblas:" + CpuBackend::BlasCore());
+  state.SetLabel(
+      absl::StrCat(CpuKernelsName(static_cast<CpuKernels>(state.range(2))),
+                   " openblas:", CpuBackend::BlasCore()));
   state.counters["GFLOPs"] =
       benchmark::Counter(CnnTrainFlops(spec, batch) * 1e-9,
                          benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_CnnTrainStep)
-    ->ArgNames({"batch", "threads"})
-    ->ArgsProduct({{32, 64}, {1}})
+    ->ArgNames({"batch", "threads", "kernels"})
+    ->ArgsProduct({{32, 64}, {1}, {0, 1, 2}})
     ->UseRealTime();
 
 // Raw sgemm C[m x n] = op(A) op(B) at the step's GEMM shapes for batch 64:

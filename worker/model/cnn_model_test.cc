@@ -1,5 +1,8 @@
 // The CNN (ModelSpec.cnn) through Model: numerical gradient checks, hooks
-// and layer ranges, the device path and chunking, and a short training run.
+// and layer ranges, the device path and chunking, and a short training run;
+// on the CPU backend's OpenBLAS (im2col) kernels and on its oneDNN ones,
+// which also must match each other within a stated tolerance and repeat
+// their bits across fresh backends.
 
 #include <algorithm>
 #include <cmath>
@@ -40,8 +43,11 @@ ModelSpec CnnSpec(uint32_t h, uint32_t w, uint32_t c,
   return s;
 }
 
-std::unique_ptr<CpuBackend> Cpu() {
-  absl::StatusOr<std::unique_ptr<CpuBackend>> b = CpuBackend::Create(0, 1);
+constexpr CpuKernels kBoth[] = {CpuKernels::kOpenBlas, CpuKernels::kOneDnn};
+
+std::unique_ptr<CpuBackend> Cpu(CpuKernels kernels = CpuKernels::kOpenBlas) {
+  absl::StatusOr<std::unique_ptr<CpuBackend>> b =
+      CpuBackend::Create(0, 1, kernels);
   EXPECT_TRUE(b.ok()) << b.status();
   return *std::move(b);
 }
@@ -79,9 +85,20 @@ TEST(CnnModelTest, ShapesLayersAndRanges) {
 // Central differences of the summed loss against the analytic gradient, for
 // every parameter (max pooling is piecewise linear: with random data no
 // window's maximum changes within eps).
-void GradientCheck(const ModelSpec& spec, size_t n, size_t max_batch) {
-  auto cpu = Cpu();
+void GradientCheck(const ModelSpec& spec, size_t n, size_t max_batch,
+                   CpuKernels kernels) {
+  SCOPED_TRACE(CpuKernelsName(kernels));
+  auto cpu = Cpu(kernels);
   auto m = MakeModel(spec, cpu.get(), max_batch);
+  if (kernels == CpuKernels::kOneDnn) {
+    // Every conv layer runs on oneDNN, not just some.
+    size_t onednn = 0;
+    for (const std::string& c : m->kernel_choices()) {
+      onednn += c.find(": onednn") != std::string::npos &&
+                c.find(" conv ") != std::string::npos;
+    }
+    EXPECT_EQ(onednn, m->num_layers() - ModelLayerWidths(spec).size() + 1);
+  }
   absl::StatusOr<GradientCheckData> g =
       GradientAndFiniteDifferences(*m, n, /*eps=*/1e-3f);
   ASSERT_TRUE(g.ok()) << g.status();
@@ -106,13 +123,17 @@ TEST(CnnModelTest, GradientMatchesFiniteDifferences) {
   // Two conv layers (k = 3 with 2 x 2 pooling, then k = 5 without), a hidden
   // layer, channels > 1 and odd sizes whose last row and column the pooling
   // drops.
-  GradientCheck(CnnSpec(7, 6, 2, {{3, 3, 2}, {4, 5, 1}}, {5}, 3), 4, 4);
+  for (CpuKernels k : kBoth) {
+    GradientCheck(CnnSpec(7, 6, 2, {{3, 3, 2}, {4, 5, 1}}, {5}, 3), 4, 4, k);
+  }
 }
 
 TEST(CnnModelTest, GradientMatchesFiniteDifferencesAcrossChunks) {
   // One conv with 3 x 3 pooling straight into the softmax layer, over a batch
   // larger than max_batch (two chunks, the second accumulating).
-  GradientCheck(CnnSpec(6, 6, 1, {{2, 1, 3}}, {}, 4), 5, 3);
+  for (CpuKernels k : kBoth) {
+    GradientCheck(CnnSpec(6, 6, 1, {{2, 1, 3}}, {}, 4), 5, 3, k);
+  }
 }
 
 TEST(CnnModelTest, HooksSeeEveryLayerInOrder) {
@@ -178,27 +199,76 @@ TEST(CnnModelTest, DevicePathMatchesHostPathExactly) {
   EXPECT_GT(dev.calls_run(), 0);
 }
 
-TEST(CnnModelTest, RepeatedCallsAreBitwiseEqual) {
-  auto cpu = Cpu();
-  auto m = MakeModel(CnnSpec(12, 12, 1, {{8, 5, 2}, {8, 3, 2}}, {16}, 4),
-                     cpu.get(), 32);
-  const std::vector<float> params = InitParameters(m->tensors(), 6);
+// BSP's bitwise reproducibility needs every step's gradient to repeat its
+// bits: across calls, and across fresh backends and models (a new process,
+// new oneDNN primitives).
+TEST(CnnModelTest, RepeatedCallsAndFreshBackendsAreBitwiseEqual) {
+  const ModelSpec spec = CnnSpec(12, 12, 1, {{8, 5, 2}, {8, 3, 2}}, {16}, 4);
   const LabeledData d = LinearlySeparable(32, 144, 4, 3);
-  std::vector<float> first(m->num_parameters()), second(m->num_parameters());
-  ASSERT_TRUE(m->ComputeGradient(params.data(), d.x.data(), d.labels.data(),
-                                 d.n, first.data(), nullptr, nullptr)
-                  .ok());
-  ASSERT_TRUE(m->ComputeGradient(params.data(), d.x.data(), d.labels.data(),
-                                 d.n, second.data(), nullptr, nullptr)
-                  .ok());
-  EXPECT_EQ(first, second);
+  for (CpuKernels k : kBoth) {
+    SCOPED_TRACE(CpuKernelsName(k));
+    std::vector<std::vector<float>> runs;
+    for (int fresh = 0; fresh < 2; ++fresh) {
+      auto cpu = Cpu(k);
+      auto m = MakeModel(spec, cpu.get(), 32);
+      const std::vector<float> params = InitParameters(m->tensors(), 6);
+      for (int call = 0; call < 2; ++call) {
+        runs.emplace_back(m->num_parameters());
+        ASSERT_TRUE(m->ComputeGradient(params.data(), d.x.data(),
+                                       d.labels.data(), d.n, runs.back().data(),
+                                       nullptr, nullptr)
+                        .ok());
+      }
+    }
+    for (size_t r = 1; r < runs.size(); ++r) EXPECT_EQ(runs[r], runs[0]) << r;
+  }
+}
+
+// oneDNN's convolutions and sgemm against the im2col + OpenBLAS reference at
+// the built-in CNN's layer shapes (smaller batch): every gradient element
+// within 1e-4 of the reference's largest magnitude in its layer plus 1e-3
+// relative (different summation orders, nothing else), and the same loss
+// and arg-max counts to 1e-5 relative.
+TEST(CnnModelTest, OneDnnMatchesOpenBlasWithinTolerance) {
+  const ModelSpec spec = CnnSpec(28, 28, 1, {{32, 5, 2}, {64, 5, 2}}, {64}, 10);
+  const LabeledData d = LinearlySeparable(6, 784, 10, 9);
+  std::vector<std::vector<float>> grads;
+  std::vector<double> losses;
+  for (CpuKernels k : kBoth) {
+    auto cpu = Cpu(k);
+    auto m = MakeModel(spec, cpu.get(), 6);
+    const std::vector<float> params = InitParameters(m->tensors(), 8);
+    grads.emplace_back(m->num_parameters());
+    losses.emplace_back();
+    ASSERT_TRUE(m->ComputeGradient(params.data(), d.x.data(), d.labels.data(),
+                                   d.n, grads.back().data(), &losses.back(),
+                                   nullptr)
+                    .ok());
+    if (k == CpuKernels::kOneDnn) {
+      for (size_t l = 0; l < m->num_layers(); ++l) {
+        const auto [offset, length] = m->LayerRange(l);
+        float scale = 0;
+        for (size_t i = offset; i < offset + length; ++i) {
+          scale = std::max(scale, std::abs(grads[0][i]));
+        }
+        for (size_t i = offset; i < offset + length; ++i) {
+          ASSERT_NEAR(grads[1][i], grads[0][i],
+                      1e-4 * scale + 1e-3 * std::abs(grads[0][i]))
+              << "layer " << l << " param " << i;
+        }
+      }
+    }
+  }
+  EXPECT_NEAR(losses[1], losses[0], 1e-5 * std::abs(losses[0]));
+  EXPECT_NE(grads[0], grads[1]);  // really two kernels
 }
 
 // Plain SGD on a separable set of 8 x 8 "images" (no pooling, which would
 // lose what a linear teacher looks at): the loss falls well below
 // its start and the training accuracy ends high.
-TEST(CnnModelTest, TrainsWithSgd) {
-  auto cpu = Cpu();
+void TrainsWithSgd(CpuKernels kernels) {
+  SCOPED_TRACE(CpuKernelsName(kernels));
+  auto cpu = Cpu(kernels);
   const size_t batch = 32;
   auto m = MakeModel(CnnSpec(8, 8, 1, {{8, 3, 1}}, {32}, 4), cpu.get(), batch);
   std::vector<float> params = InitParameters(m->tensors(), 7);
@@ -228,6 +298,10 @@ TEST(CnnModelTest, TrainsWithSgd) {
   EXPECT_LT(end_loss, 0.3 * start_loss)
       << "start " << start_loss / d.n << " end " << end_loss / d.n;
   EXPECT_GT(correct, 0.85 * d.n);
+}
+
+TEST(CnnModelTest, TrainsWithSgd) {
+  for (CpuKernels k : kBoth) TrainsWithSgd(k);
 }
 
 }  // namespace

@@ -34,7 +34,8 @@ size_t ChunkRows(const std::vector<ConvLayerShape>& convs, size_t max_batch) {
 
 absl::StatusOr<std::unique_ptr<Model>> Model::Create(const ModelSpec& spec,
                                                      Backend* backend,
-                                                     size_t max_batch) {
+                                                     size_t max_batch,
+                                                     size_t tune_batch) {
   PS_RETURN_IF_ERROR(ValidateModelSpec(spec));
   if (spec.has_lab()) {
     return absl::InvalidArgumentError(
@@ -58,27 +59,31 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(const ModelSpec& spec,
     input_dim = size_t{cnn.height()} * cnn.width() * cnn.channels();
   }
   const size_t chunk = ChunkRows(conv_layers, max_batch);
+  const size_t tune =
+      tune_batch == 0 ? chunk : std::min<size_t>(tune_batch, chunk);
   std::unique_ptr<ConvStack> convs;
   if (!conv_layers.empty()) {
-    convs = std::make_unique<ConvStack>(backend, conv_layers, chunk);
+    convs = std::make_unique<ConvStack>(backend, conv_layers, chunk, tune);
   }
   std::unique_ptr<Model> model(new Model(backend, max_batch, chunk,
                                          std::move(widths), ModelTensors(spec),
-                                         std::move(convs), input_dim));
+                                         std::move(convs), input_dim, tune));
   PS_RETURN_IF_ERROR(model->Allocate());
   return model;
 }
 
 Model::Model(Backend* backend, size_t max_batch, size_t chunk,
              std::vector<uint32_t> widths, std::vector<TensorSpec> tensors,
-             std::unique_ptr<ConvStack> convs, size_t input_dim)
+             std::unique_ptr<ConvStack> convs, size_t input_dim,
+             size_t tune_rows)
     : backend_(backend),
       max_batch_(max_batch),
       widths_(std::move(widths)),
       tensors_(std::move(tensors)),
       convs_(std::move(convs)),
       input_dim_(input_dim),
-      chunk_(chunk) {
+      chunk_(chunk),
+      tune_rows_(tune_rows) {
   layers_ = model_internal::DenseLayers(widths_, &num_parameters_);
   for (const Layer& layer : layers_) {
     max_width_ = std::max<size_t>(max_width_, layer.out);
@@ -99,7 +104,11 @@ Model::Model(Backend* backend, size_t max_batch, size_t chunk,
 absl::Status Model::Allocate() {
   absl::Status s;
   AllocInto(backend_, num_parameters_, &grad_, &s);
-  if (convs_ != nullptr && s.ok()) s = convs_->Allocate();
+  if (convs_ != nullptr && s.ok()) {
+    s = convs_->Allocate();
+    kernel_choices_ = convs_->kernel_choices();
+  }
+  PrepareDenseGemms();
   acts_.resize(layers_.size());
   for (size_t l = 0; l < layers_.size(); ++l) {
     AllocInto(backend_, chunk_ * layers_[l].out, &acts_[l], &s);
@@ -177,6 +186,25 @@ std::pair<size_t, size_t> Model::LayerRange(size_t layer) const {
   }
   const Layer& l = layers_[layer - convs];
   return {l.w_offset, l.b_offset + l.out - l.w_offset};
+}
+
+void Model::PrepareDenseGemms() {
+  const int rows = static_cast<int>(tune_rows_);
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    const Layer& layer = layers_[l];
+    // Forward, dW, and d(input) unless it is the model's input (Backward).
+    for (const std::string& c :
+         {backend_->PrepareGemm(Transpose::kNo, Transpose::kNo, rows, layer.out,
+                                layer.in),
+          backend_->PrepareGemm(Transpose::kYes, Transpose::kNo, layer.in,
+                                layer.out, rows),
+          l == 0 && convs_ == nullptr
+              ? std::string()
+              : backend_->PrepareGemm(Transpose::kNo, Transpose::kYes, rows,
+                                      layer.in, layer.out)}) {
+      if (!c.empty()) kernel_choices_.push_back(c);
+    }
+  }
 }
 
 absl::Status Model::Forward(const float* params, const float* upload,

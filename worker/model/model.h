@@ -37,6 +37,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -82,12 +83,15 @@ class Model {
   static constexpr size_t kMaxConvScratchBytes = size_t{256} << 20;
 
   // A replica of `spec` on `backend` (borrowed; must outlive the Model).
-  // kInvalidArgument for an invalid spec (field named), a lab model, a null
-  // backend or max_batch outside [1, kMaxBatch]; kResourceExhausted when the
-  // buffers do not fit the device.
+  // Where the backend has a choice of kernels it times them at tune_batch
+  // examples per call (the training share; 0 or more than a chunk: a
+  // chunk), see kernel_choices(). kInvalidArgument for an invalid spec
+  // (field named), a lab model, a null backend or max_batch outside [1,
+  // kMaxBatch]; kResourceExhausted when the buffers do not fit the device.
   static absl::StatusOr<std::unique_ptr<Model>> Create(const ModelSpec& spec,
                                                        Backend* backend,
-                                                       size_t max_batch);
+                                                       size_t max_batch,
+                                                       size_t tune_batch = 0);
 
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
@@ -99,6 +103,12 @@ class Model {
   size_t num_classes() const { return widths_.back(); }
   size_t max_batch() const { return max_batch_; }
   Backend* backend() const { return backend_; }
+  // What Create picked per layer where the backend has a choice of kernels
+  // (Backend::CreateDirectConv, Backend::PrepareGemm), one line each, for
+  // the start log; empty when it had none.
+  const std::vector<std::string>& kernel_choices() const {
+    return kernel_choices_;
+  }
 
   // grad_scale times the gradient of the SUM of per-example cross-entropy
   // losses over the n examples. A caller that wants the mean over a global
@@ -156,11 +166,14 @@ class Model {
   // `convs` (null unless a CNN) holds buffers for `chunk` examples.
   Model(Backend* backend, size_t max_batch, size_t chunk,
         std::vector<uint32_t> widths, std::vector<TensorSpec> tensors,
-        std::unique_ptr<model_internal::ConvStack> convs, size_t input_dim);
+        std::unique_ptr<model_internal::ConvStack> convs, size_t input_dim,
+        size_t tune_rows);
   size_t num_conv_layers() const {
     return convs_ == nullptr ? 0 : convs_->num_layers();
   }
   absl::Status Allocate();
+  // Lets the backend pick the dense layers' GEMM kernels (PrepareGemm).
+  void PrepareDenseGemms();
   // Where a call's parameters come from.
   struct Params {
     const float* device;  // backend memory the layers read
@@ -196,9 +209,11 @@ class Model {
   const std::unique_ptr<model_internal::ConvStack> convs_;  // CNN, else null
   const size_t input_dim_;
   const size_t chunk_;         // examples per chunk, <= max_batch_
+  const size_t tune_rows_;     // in [1, chunk_]
   std::vector<Layer> layers_;  // dense, offsets after the conv layers'
   size_t num_parameters_ = 0;
   size_t max_width_ = 0;  // widest dense layer output or conv gradient
+  std::vector<std::string> kernel_choices_;
 
   // Backend memory.
   DeviceBuffer<float> grad_;             // device_gradient()

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
@@ -131,15 +132,19 @@ absl::StatusOr<std::unique_ptr<DeviceGroup>> DeviceGroup::Create(
     auto d = std::make_unique<Device>();
     d->name = name;
     absl::StatusOr<std::unique_ptr<Backend>> backend =
-        CreateBackend(name, options.threads_per_device);
+        CreateBackend(name, options.threads_per_device, options.cpu_kernels);
     if (!backend.ok()) {
       return absl::Status(
           backend.status().code(),
           absl::StrCat("device ", name, ": ", backend.status().message()));
     }
     d->backend = *std::move(backend);
+    // This device's share of a training step, rounded up.
+    const size_t share = static_cast<size_t>(std::ceil(
+        options.tune_batch * group->weights_[group->devices_.size()] /
+        std::accumulate(group->weights_.begin(), group->weights_.end(), 0.0)));
     absl::StatusOr<std::unique_ptr<Model>> model =
-        Model::Create(spec, d->backend.get(), options.max_batch);
+        Model::Create(spec, d->backend.get(), options.max_batch, share);
     if (!model.ok()) {
       return absl::Status(
           model.status().code(),
@@ -162,6 +167,15 @@ absl::StatusOr<std::unique_ptr<DeviceGroup>> DeviceGroup::Create(
     group->devices_[i]->thread = std::thread([g, i] { g->DeviceMain(i); });
   }
   return group;
+}
+
+std::vector<std::string> DeviceGroup::kernel_choices() const {
+  std::vector<std::string> out;
+  for (const auto& d : devices_) {
+    const std::vector<std::string>& c = d->model->kernel_choices();
+    out.insert(out.end(), c.begin(), c.end());
+  }
+  return out;
 }
 
 absl::Status DeviceGroup::MaybeReduceOnDevices() {

@@ -64,6 +64,7 @@
 #include "common/trace_recorder.h"
 #include "proto/job.pb.h"
 #include "worker/backend/backend.h"
+#include "worker/backend/backend_factory.h"
 #include "worker/model/model.h"
 
 namespace ps {
@@ -110,6 +111,12 @@ class DeviceGroup {
     // has one process-wide count, so K CPU replicas on C cores want
     // max(1, C / K); 0 leaves OpenBLAS's own setting.
     int threads_per_device = 1;
+    // Kernels of the "cpu:*" replicas (CpuKernels in
+    // worker/backend/cpu/cpu_backend.h); kAuto times them at tune_batch.
+    CpuKernels cpu_kernels = CpuKernels::kOpenBlas;
+    // The examples of one training step across all devices: each times its
+    // kernel choices at its share of it (Model::Create); 0: at max_batch.
+    size_t tune_batch = 0;
     // Examples a replica processes at once (its buffers are sized for it);
     // larger calls run in chunks of max_batch.
     size_t max_batch = 0;
@@ -136,6 +143,8 @@ class DeviceGroup {
 
   size_t num_devices() const { return devices_.size(); }
   const std::vector<std::string>& device_names() const { return names_; }
+  // Every device's Model::kernel_choices(), device by device.
+  std::vector<std::string> kernel_choices() const;
   size_t num_parameters() const;
   size_t input_dim() const;
   size_t num_classes() const;

@@ -105,10 +105,16 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
   group.devices = options.devices;
   group.weights = options.weights;
   group.threads_per_device = options.threads_per_device;
+  group.cpu_kernels = options.cpu_kernels;
+  group.tune_batch = job.data().batch_size();
   group.max_batch =
       std::max<size_t>(job.data().batch_size(), options.eval_batch);
   PS_ASSIGN_OR_RETURN(std::unique_ptr<DeviceGroup> devices,
                       DeviceGroup::Create(job.model(), group));
+  // Decided once, here: the start log says which kernels run each layer.
+  for (const std::string& choice : devices->kernel_choices()) {
+    spdlog::info("job {}: kernels: {}", job.name(), choice);
+  }
   PS_RETURN_IF_ERROR(CheckModelFitsData(*devices, options.data));
   return std::unique_ptr<Trainer>(new Trainer(std::move(options), client,
                                               std::move(plan),

@@ -126,6 +126,8 @@ struct TrainerOptions {
   std::vector<std::string> devices = {"cpu:0"};
   std::vector<double> weights;
   int threads_per_device = kDefaultThreadsPerDevice;
+  // Kernels of "cpu:*" devices (WorkerdConfig.cpu_kernels).
+  CpuKernels cpu_kernels = CpuKernels::kOpenBlas;
 
   // Batch loader threads and batches loaded ahead of the step.
   size_t loader_threads = kDefaultLoaderThreads;

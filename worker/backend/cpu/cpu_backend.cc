@@ -9,9 +9,12 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "worker/backend/arg_checks.h"
 #include "worker/backend/cpu/conv_loops.h"
+#include "worker/backend/cpu/dnnl_conv.h"
 #include "worker/backend/cpu/embedding_loops.h"
+#include "worker/backend/cpu/kernel_timing.h"
 #include "worker/backend/elementwise.h"
 
 // OpenBLAS's thread-count controls. <cblas.h> from OpenBLAS declares them too;
@@ -28,6 +31,10 @@ namespace {
 // kernels use aligned loads.
 constexpr size_t kAlignment = 64;
 
+// kAuto takes oneDNN's kernel only when it needs less than this fraction of
+// the OpenBLAS path's time.
+constexpr double kSwitchMargin = 0.9;
+
 void* AlignedAlloc(size_t bytes) {
   const size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
   return std::aligned_alloc(kAlignment, rounded);
@@ -37,10 +44,39 @@ CBLAS_TRANSPOSE ToCblas(Transpose t) {
   return t == Transpose::kNo ? CblasNoTrans : CblasTrans;
 }
 
+std::string ConvName(const DirectConvShape& s) {
+  return absl::StrCat("conv ", s.height, "x", s.width, "x", s.in_c, " k",
+                      s.kernel, " f", s.filters, " rows ",
+                      s.tune_rows > 0 ? s.tune_rows : s.max_rows);
+}
+
 }  // namespace
 
+const char* CpuKernelsName(CpuKernels kernels) {
+  switch (kernels) {
+    case CpuKernels::kOpenBlas:
+      return "openblas";
+    case CpuKernels::kOneDnn:
+      return "onednn";
+    case CpuKernels::kAuto:
+      return "auto";
+  }
+  return "?";
+}
+
+absl::StatusOr<CpuKernels> ParseCpuKernels(absl::string_view name) {
+  for (CpuKernels k :
+       {CpuKernels::kOpenBlas, CpuKernels::kOneDnn, CpuKernels::kAuto}) {
+    if (name == CpuKernelsName(k)) return k;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("cpu_kernels: must be \"auto\", \"onednn\" or "
+                   "\"openblas\", got \"",
+                   name, "\""));
+}
+
 absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(
-    int index, int blas_threads) {
+    int index, int blas_threads, CpuKernels kernels) {
   if (index < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("cpu device index must be >= 0, got ", index));
@@ -50,8 +86,9 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(
         absl::StrCat("cpu_threads must be >= 0, got ", blas_threads));
   }
   if (blas_threads > 0) openblas_set_num_threads(blas_threads);
+  const int threads = std::max(1, openblas_get_num_threads());
   return std::unique_ptr<CpuBackend>(
-      new CpuBackend(absl::StrCat("cpu:", index)));
+      new CpuBackend(absl::StrCat("cpu:", index), kernels, threads));
 }
 
 int CpuBackend::BlasThreads() { return openblas_get_num_threads(); }
@@ -121,8 +158,79 @@ void CpuBackend::Gemm(Transpose trans_a, Transpose trans_b, int m, int n, int k,
     }
     return;
   }
+  if (!dnnl_gemms_.empty() &&
+      dnnl_gemms_.count(KeyOf(trans_a, trans_b, m, n, k)) > 0) {
+    if (!cpu_internal::DnnlSgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b,
+                                 ldb, beta, c, ldc, threads_)) {
+      Record(absl::InternalError("Gemm: oneDNN's sgemm failed"));
+    }
+    return;
+  }
   cblas_sgemm(CblasRowMajor, ToCblas(trans_a), ToCblas(trans_b), m, n, k, alpha,
               a, lda, b, ldb, beta, c, ldc);
+}
+
+CpuBackend::GemmKey CpuBackend::KeyOf(Transpose trans_a, Transpose trans_b,
+                                      int m, int n, int k) {
+  const bool ta = trans_a == Transpose::kYes;
+  return {ta, trans_b == Transpose::kYes, ta ? m : k, n};
+}
+
+std::unique_ptr<DirectConv> CpuBackend::CreateDirectConv(
+    const DirectConvShape& shape, std::string* choice) {
+  std::string note;
+  std::unique_ptr<DirectConv> chosen;
+  if (kernels_ == CpuKernels::kOpenBlas) {
+    note = "im2col+openblas (cpu_kernels openblas)";
+  } else {
+    absl::StatusOr<std::unique_ptr<DnnlConv>> dnnl = DnnlConv::Create(
+        shape, threads_, [this](absl::Status s) { Record(std::move(s)); });
+    if (!dnnl.ok()) {
+      note = absl::StrCat(
+          "im2col+openblas (oneDNN has none: ", dnnl.status().message(), ")");
+    } else if (kernels_ == CpuKernels::kOneDnn) {
+      note = absl::StrCat("onednn (cpu_kernels onednn; ", (*dnnl)->ImplNames(),
+                          ")");
+      chosen = *std::move(dnnl);
+    } else {
+      absl::StatusOr<double> ms_dnnl =
+          cpu_internal::TimeConvStep(this, dnnl->get(), shape);
+      absl::StatusOr<double> ms_blas =
+          cpu_internal::TimeConvStep(this, nullptr, shape);
+      const bool use = ms_dnnl.ok() &&
+                       (!ms_blas.ok() || *ms_dnnl < kSwitchMargin * *ms_blas);
+      note = absl::StrFormat(
+          "%s (fwd+bwd: onednn %.2f ms, im2col+openblas %.2f ms; %s)",
+          use ? "onednn" : "im2col+openblas", ms_dnnl.value_or(-1),
+          ms_blas.value_or(-1), (*dnnl)->ImplNames());
+      if (use) chosen = *std::move(dnnl);
+    }
+  }
+  if (choice != nullptr) {
+    *choice = absl::StrCat(device_, " ", ConvName(shape), ": ", note);
+  }
+  return chosen;
+}
+
+std::string CpuBackend::PrepareGemm(Transpose trans_a, Transpose trans_b, int m,
+                                    int n, int k) {
+  if (kernels_ == CpuKernels::kOpenBlas || m < 1 || n < 1 || k < 1) return "";
+  const bool ta = trans_a == Transpose::kYes, tb = trans_b == Transpose::kYes;
+  const std::string name =
+      absl::StrCat(device_, " gemm ", ta ? "T" : "N", tb ? "T" : "N", " m ", m,
+                   " n ", n, " k ", k, ": ");
+  if (kernels_ == CpuKernels::kOneDnn) {
+    dnnl_gemms_.insert(KeyOf(trans_a, trans_b, m, n, k));
+    return name + "onednn (cpu_kernels onednn)";
+  }
+  const auto [blas, dnnl] =
+      cpu_internal::TimeGemms(trans_a, trans_b, m, n, k, threads_);
+  // OpenBLAS stays unless oneDNN is clearly faster, so that timing noise
+  // rarely flips the choice (and the bits) between runs.
+  const bool use = dnnl < kSwitchMargin * blas;
+  if (use) dnnl_gemms_.insert(KeyOf(trans_a, trans_b, m, n, k));
+  return name + absl::StrFormat("%s (openblas %.3f ms, onednn %.3f ms)",
+                                use ? "onednn" : "openblas", blas, dnnl);
 }
 
 void CpuBackend::BiasAdd(int rows, int cols, const float* bias, float* x) {

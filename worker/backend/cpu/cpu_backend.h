@@ -1,5 +1,6 @@
-// The CPU backend: OpenBLAS sgemm through CBLAS plus vectorisable loops over
-// the shared element-wise math (worker/backend/elementwise.h).
+// The CPU backend: OpenBLAS sgemm through CBLAS, oneDNN's convolutions and
+// sgemm where they are faster (CpuKernels), plus vectorisable loops over the
+// shared element-wise math (worker/backend/elementwise.h).
 //
 // Backend memory is host memory (host_memory() is true): Allocate is an
 // aligned malloc, copies are memcpy, every call runs to completion before it
@@ -15,13 +16,25 @@
 // cores, blas_threads = max(1, C / K) keeps the machine busy without
 // oversubscription. Concurrent calls from K threads into distinct CpuBackends
 // are safe: OpenBLAS's pthread build serialises its thread pool internally,
-// and with blas_threads == 1 each call runs on its caller's thread.
+// and with blas_threads == 1 each call runs on its caller's thread. oneDNN
+// (OpenMP build) runs each call with blas_threads OpenMP threads of the
+// calling thread (OpenBLAS's count when blas_threads is 0).
+//
+// Kernels. With CpuKernels::kAuto, CreateDirectConv and PrepareGemm time
+// oneDNN against Im2Col + OpenBLAS (or OpenBLAS sgemm) at the asked shape and
+// keep the faster, once; the account they return goes to the start log. A
+// timed choice can differ between runs on a loaded machine, and the two
+// kernels differ in the last bits: for bitwise reproducible runs, fix the
+// choice (kOneDnn or kOpenBlas). Given the choice and the thread count,
+// every call gives the same bits each run.
 
 #ifndef WORKER_BACKEND_CPU_CPU_BACKEND_H_
 #define WORKER_BACKEND_CPU_CPU_BACKEND_H_
 
 #include <memory>
+#include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -32,15 +45,27 @@
 
 namespace ps {
 
+// Which kernels the CPU backend runs where oneDNN and OpenBLAS both can.
+enum class CpuKernels {
+  kOpenBlas,  // Im2Col + OpenBLAS sgemm everywhere: the reference
+  kOneDnn,    // oneDNN's convolutions and sgemm wherever asked
+  kAuto,      // per shape, whichever measures faster when asked
+};
+
+// "openblas", "onednn", "auto" (the config spelling) and back.
+const char* CpuKernelsName(CpuKernels kernels);
+absl::StatusOr<CpuKernels> ParseCpuKernels(absl::string_view name);
+
 // Thread-compatible (one thread drives it); see the file comment for OpenBLAS
 // threading.
 class CpuBackend final : public Backend {
  public:
   // A backend named "cpu:<index>". blas_threads > 0 sets OpenBLAS's
   // process-wide thread count; 0 leaves it as it is (OPENBLAS_NUM_THREADS or
-  // all cores). kInvalidArgument for index < 0 or blas_threads < 0.
-  static absl::StatusOr<std::unique_ptr<CpuBackend>> Create(int index,
-                                                            int blas_threads);
+  // all cores). `kernels` picks oneDNN or OpenBLAS (see the file comment).
+  // kInvalidArgument for index < 0 or blas_threads < 0.
+  static absl::StatusOr<std::unique_ptr<CpuBackend>> Create(
+      int index, int blas_threads, CpuKernels kernels = CpuKernels::kOpenBlas);
 
   // OpenBLAS's current process-wide thread count.
   static int BlasThreads();
@@ -88,6 +113,10 @@ class CpuBackend final : public Backend {
                int32_t* argmax) override;
   void MaxPoolBackward(const ImageShape& shape, int pool, const int32_t* argmax,
                        const float* dy, float* dx) override;
+  std::unique_ptr<DirectConv> CreateDirectConv(const DirectConvShape& shape,
+                                               std::string* choice) override;
+  std::string PrepareGemm(Transpose trans_a, Transpose trans_b, int m, int n,
+                          int k) override;
   void Axpy(size_t n, float alpha, const float* x, float* y) override;
   void Scale(size_t n, float alpha, float* x) override;
   void Fill(size_t n, float value, float* x) override;
@@ -111,12 +140,21 @@ class CpuBackend final : public Backend {
   void CopyOnDeviceBytes(const void* src, size_t bytes, void* dst) override;
 
  private:
-  explicit CpuBackend(std::string device) : device_(std::move(device)) {}
+  CpuBackend(std::string device, CpuKernels kernels, int threads)
+      : device_(std::move(device)), kernels_(kernels), threads_(threads) {}
   // Keeps the first error for Synchronize().
   void Record(absl::Status status);
 
   const std::string device_;
+  const CpuKernels kernels_;
+  const int threads_;  // oneDNN's threads per call
   absl::Status error_;
+  // Gemm shapes that run on oneDNN's sgemm: (trans_a, trans_b, and the two
+  // dimensions besides the batch one; see Backend::PrepareGemm).
+  using GemmKey = std::tuple<bool, bool, int, int>;
+  static GemmKey KeyOf(Transpose trans_a, Transpose trans_b, int m, int n,
+                       int k);
+  std::set<GemmKey> dnnl_gemms_;
   // EmbeddingBagBackward's per-occurrence gradient sources; kept to avoid a
   // per-batch allocation.
   std::vector<cpu_internal::OccurrenceSource> sources_;

@@ -16,8 +16,11 @@ ImageShape Image(int rows, uint32_t h, uint32_t w, uint32_t c) {
 }  // namespace
 
 ConvStack::ConvStack(Backend* backend,
-                     const std::vector<ConvLayerShape>& layers, size_t max_rows)
-    : backend_(backend), max_rows_(max_rows) {
+                     const std::vector<ConvLayerShape>& layers, size_t max_rows,
+                     size_t tune_rows)
+    : backend_(backend),
+      max_rows_(max_rows),
+      tune_rows_(tune_rows == 0 ? max_rows : std::min(tune_rows, max_rows)) {
   size_t offset = 0;
   for (const ConvLayerShape& shape : layers) {
     ConvStage s;
@@ -33,7 +36,41 @@ ConvStack::ConvStack(Backend* backend,
   num_parameters_ = offset;
 }
 
+void ConvStack::PickKernels() {
+  const size_t n = stages_.size();
+  direct_.resize(n);
+  inputs_.assign(n, nullptr);
+  choices_.clear();
+  for (size_t l = 0; l < n; ++l) {
+    const ConvLayerShape& sh = stages_[l].shape;
+    const DirectConvShape shape{
+        static_cast<int>(max_rows_),  static_cast<int>(sh.in_h),
+        static_cast<int>(sh.in_w),    static_cast<int>(sh.in_c),
+        static_cast<int>(sh.filters), static_cast<int>(sh.kernel),
+        /*input_grad=*/l > 0,         static_cast<int>(tune_rows_)};
+    std::string choice;
+    direct_[l] = backend_->CreateDirectConv(shape, &choice);
+    if (!choice.empty()) choices_.push_back(std::move(choice));
+    if (direct_[l] != nullptr) continue;
+    // The im2col path's three GEMMs (forward, dW, d_cols).
+    const int pixels = shape.tune_rows * shape.height * shape.width;
+    const int k = stages_[l].row_len();
+    for (const std::string& c :
+         {backend_->PrepareGemm(Transpose::kNo, Transpose::kNo, pixels,
+                                shape.filters, k),
+          backend_->PrepareGemm(Transpose::kYes, Transpose::kNo, k,
+                                shape.filters, pixels),
+          shape.input_grad
+              ? backend_->PrepareGemm(Transpose::kNo, Transpose::kYes, pixels,
+                                      k, shape.filters)
+              : std::string()}) {
+      if (!c.empty()) choices_.push_back(c);
+    }
+  }
+}
+
 absl::Status ConvStack::Allocate() {
+  PickKernels();
   absl::Status s;
   const size_t n = stages_.size();
   cols_.resize(n);
@@ -42,9 +79,11 @@ absl::Status ConvStack::Allocate() {
   arg_.resize(n);
   for (size_t l = 0; l < n; ++l) {
     const ConvStage& st = stages_[l];
-    AllocInto(backend_,
-              max_rows_ * st.shape.in_h * st.shape.in_w * st.row_len(),
-              &cols_[l], &s);
+    if (direct_[l] == nullptr) {
+      AllocInto(backend_,
+                max_rows_ * st.shape.in_h * st.shape.in_w * st.row_len(),
+                &cols_[l], &s);
+    }
     AllocInto(backend_, max_rows_ * st.act_size(), &act_[l], &s);
     if (st.shape.pool > 1) {
       AllocInto(backend_, max_rows_ * st.out_size(), &pooled_[l], &s);
@@ -65,12 +104,19 @@ void ConvStack::Forward(size_t l, const float* params, const float* in,
   const ConvLayerShape& sh = st.shape;
   const int pixels = rows * static_cast<int>(sh.in_h * sh.in_w);
   const int filters = static_cast<int>(sh.filters);
-  backend_->Im2Col(Image(rows, sh.in_h, sh.in_w, sh.in_c),
-                   static_cast<int>(sh.kernel), in, cols_[l].data());
-  backend_->Gemm(Transpose::kNo, Transpose::kNo, pixels, filters, st.row_len(),
-                 1.0f, cols_[l].data(), st.row_len(), params + st.w_offset,
-                 filters, 0.0f, act_[l].data(), filters);
-  backend_->BiasRelu(pixels, filters, params + st.b_offset, act_[l].data());
+  inputs_[l] = in;
+  if (direct_[l] != nullptr) {
+    direct_[l]->Forward(rows, in, params + st.w_offset, params + st.b_offset,
+                        act_[l].data());
+  } else {
+    backend_->Im2Col(Image(rows, sh.in_h, sh.in_w, sh.in_c),
+                     static_cast<int>(sh.kernel), in, cols_[l].data());
+    backend_->Gemm(Transpose::kNo, Transpose::kNo, pixels, filters,
+                   st.row_len(), 1.0f, cols_[l].data(), st.row_len(),
+                   params + st.w_offset, filters, 0.0f, act_[l].data(),
+                   filters);
+    backend_->BiasRelu(pixels, filters, params + st.b_offset, act_[l].data());
+  }
   if (sh.pool > 1) {
     backend_->MaxPool(Image(rows, sh.in_h, sh.in_w, sh.filters),
                       static_cast<int>(sh.pool), act_[l].data(),
@@ -93,6 +139,12 @@ void ConvStack::Backward(size_t l, const float* params, int rows, float* d_out,
   }
   backend_->ReluBackward(static_cast<size_t>(pixels) * filters, act_[l].data(),
                          d_act, d_act);
+  if (direct_[l] != nullptr) {
+    direct_[l]->BackwardWeights(rows, inputs_[l], d_act, beta,
+                                grad + st.w_offset, grad + st.b_offset);
+    if (d_in != nullptr) direct_[l]->BackwardData(rows, d_act, d_in);
+    return;
+  }
   // dW = cols^T d_act, db = column sums of d_act.
   backend_->Gemm(Transpose::kYes, Transpose::kNo, st.row_len(), filters, pixels,
                  1.0f, cols_[l].data(), st.row_len(), d_act, filters, beta,

@@ -7,6 +7,23 @@
 
 namespace ps {
 
+ModelSpec FashionCnnSpec() {
+  ModelSpec s;
+  Cnn* m = s.mutable_cnn();
+  m->set_height(28);
+  m->set_width(28);
+  m->set_channels(1);
+  for (uint32_t filters : {32, 64}) {
+    ConvLayer* l = m->add_conv();
+    l->set_filters(filters);
+    l->set_kernel(5);
+    l->set_pool(2);
+  }
+  m->add_hidden(1024);
+  m->set_num_classes(10);
+  return s;
+}
+
 std::vector<float> InitParameters(const std::vector<TensorSpec>& tensors,
                                   uint64_t seed) {
   std::mt19937_64 rng(seed);

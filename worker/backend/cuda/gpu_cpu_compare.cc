@@ -322,32 +322,6 @@ absl::Status CheckConv2Ops(Twin& twin, std::mt19937* rng,
       checks);
 }
 
-ModelSpec MlpSpec() {
-  ModelSpec s;
-  s.mutable_mlp()->set_input_dim(784);
-  s.mutable_mlp()->add_hidden(256);
-  s.mutable_mlp()->add_hidden(128);
-  s.mutable_mlp()->set_num_classes(kClasses);
-  return s;
-}
-
-// configs/jobs/fashion_cnn.pbtxt's model.
-ModelSpec CnnSpec() {
-  ModelSpec s;
-  Cnn* m = s.mutable_cnn();
-  m->set_height(28);
-  m->set_width(28);
-  m->set_channels(1);
-  for (uint32_t filters : {32, 64}) {
-    ConvLayer* l = m->add_conv();
-    l->set_filters(filters);
-    l->set_kernel(5);
-  }
-  m->add_hidden(1024);
-  m->set_num_classes(kClasses);
-  return s;
-}
-
 // One model's forward+backward on both devices from the same parameters and
 // batch: each gradient tensor, the loss and the correct count, then the
 // forward pass alone (Evaluate).
@@ -418,8 +392,8 @@ absl::Status CompareCnnOps(Backend* cpu, Backend* gpu,
 
 absl::Status CompareModels(Backend* cpu, Backend* gpu,
                            std::vector<Check>* checks) {
-  PS_RETURN_IF_ERROR(CheckModel("mlp", MlpSpec(), cpu, gpu, checks));
-  return CheckModel("cnn", CnnSpec(), cpu, gpu, checks);
+  PS_RETURN_IF_ERROR(CheckModel("mlp", FashionMlpSpec(), cpu, gpu, checks));
+  return CheckModel("cnn", FashionCnnSpec(), cpu, gpu, checks);
 }
 
 }  // namespace ps

@@ -7,6 +7,15 @@
 
 namespace ps {
 
+ModelSpec FashionMlpSpec() {
+  ModelSpec s;
+  s.mutable_mlp()->set_input_dim(784);
+  s.mutable_mlp()->add_hidden(256);
+  s.mutable_mlp()->add_hidden(128);
+  s.mutable_mlp()->set_num_classes(10);
+  return s;
+}
+
 ModelSpec FashionCnnSpec() {
   ModelSpec s;
   Cnn* m = s.mutable_cnn();

@@ -23,6 +23,8 @@ namespace ps {
 // The built-in CNN (configs/jobs/fashion_cnn.pbtxt): conv5x5-32, pool 2,
 // conv5x5-64, pool 2, fc 1024, fc 10 on 28x28x1.
 ModelSpec FashionCnnSpec();
+// The demo's MLP (configs/jobs/fashion_mlp.pbtxt): 784-256-128-10.
+ModelSpec FashionMlpSpec();
 
 // Flat-layout parameters drawn per each tensor's InitSpec with a fixed seed.
 std::vector<float> InitParameters(const std::vector<TensorSpec>& tensors,

@@ -46,12 +46,50 @@ FAILS=0
 PIDS=()
 fail() { echo "FAIL: $*"; FAILS=$((FAILS + 1)); }
 
+# running PID: PID exists and is not a zombie.
+running() {
+  local st
+  st=$(ps -o stat= -p "$1" 2>/dev/null)
+  [[ -n $st && $st != Z* ]]
+}
+
+# describe PID: what a stuck process is doing (state, kernel wait channel,
+# its children), for a failure message.
+describe() {
+  local c
+  echo "pid $1: $(ps -o stat=,wchan:32=,args= -p "$1" 2>/dev/null)"
+  for c in $(pgrep -P "$1"); do echo "  child $(ps -o pid=,stat=,wchan:32=,args= -p "$c" 2>/dev/null)"; done
+}
+
+# stop_within SECONDS PID: waits for our child PID to exit, at most SECONDS,
+# and reaps it (its exit status in STOP_RC). One still running then is
+# described and killed with its process group (a job started under `set -m`)
+# and the function returns 1.
+STOP_RC=0
+stop_within() {
+  local deadline=$((SECONDS + $1)) pid=$2
+  while running "$pid" && ((SECONDS < deadline)); do
+    sleep 0.05 # polls for another process's exit
+  done
+  if running "$pid"; then
+    echo "still running after $1 s, killing: $(describe "$pid")"
+    kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null
+    wait "$pid" 2>/dev/null
+    STOP_RC=$?
+    return 1
+  fi
+  wait "$pid" 2>/dev/null
+  STOP_RC=$?
+}
+
 cleanup() {
   local rc=$? pid p
-  # Stop our processes and wait for them (an interrupted `up` removes its
-  # partial lab before it exits).
-  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null; done
-  for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null; done
+  # Stop our processes and wait for them, at most 8 s each (Bazel's timeout
+  # leaves 15 s); what is left then is killed, so a stuck child can neither
+  # hang the test past Bazel's timeout nor keep netlab's lock from the
+  # `down`s below.
+  for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null; done
+  for pid in "${PIDS[@]}"; do stop_within 8 "$pid"; done
   for p in "$P" "${P}c" "${P}i"; do "$NETLAB" down --prefix="$p" >/dev/null 2>&1; done
   ip netns del "${P}c-h9" 2>/dev/null
   local left
@@ -132,9 +170,16 @@ until grep -q "netns ${P}i-h2$" "/run/netlab/${P}i.state" 2>/dev/null; do
   if ((SECONDS > deadline)) || ! kill -0 "$up_pid" 2>/dev/null; then break; fi
   sleep 0.02 # polls for a file written by another process
 done
-kill -INT "$up_pid"
-wait "$up_pid"
-rc=$?
+# Ctrl-C signals the whole foreground process group (the `ip` that up is
+# running too), not only the shell; do the same. Within 60 s up must have
+# removed what it made and exited 130.
+kill -INT -- "-$up_pid"
+if ! stop_within 60 "$up_pid"; then
+  fail "up still running 60 s after SIGINT (killed, see above): $(cat "$TMP/int.out")"
+  "$NETLAB" down --prefix="${P}i" >/dev/null 2>&1
+fi
+rc=$STOP_RC
+PIDS=() # reaped
 set +m
 if [[ $rc -ne 130 ]]; then
   fail "up interrupted by SIGINT exited $rc, want 130: $(cat "$TMP/int.out")"
@@ -238,12 +283,6 @@ out=$(tc qdisc show dev "$P-v2")
 # them and rank 1 at least STEPS - 1 (BSP: rank 0's next step waits for rank
 # 1's push, which waits for its reply), so train_s >= 2 * STEPS * 4 MB / cap.
 LAB_STEPS=3
-# running PID: PID exists and is not a zombie.
-running() {
-  local st
-  st=$(ps -o stat= -p "$1" 2>/dev/null)
-  [[ -n $st && $st != Z* ]]
-}
 run_lab_job() {
   local fails_before=$FAILS h pid wpids=() deadline
   for h in 2 3; do

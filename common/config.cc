@@ -517,6 +517,13 @@ absl::StatusOr<LoadedWorkerdConfig> ParseWorkerdConfig(
   p.Add(cores.status());
   if (c.cpu_kernels().empty()) c.set_cpu_kernels(kDefaultCpuKernels);
   p.Add(ValidateCpuKernels(c.cpu_kernels()));
+  if (!c.cpu_kernel_choices_file().empty() &&
+      c.cpu_kernel_choices_file() != "none") {
+    c.set_cpu_kernel_choices_file(
+        ResolvePath(c.cpu_kernel_choices_file(), path));
+    ValidateOutputFile("cpu_kernel_choices_file", c.cpu_kernel_choices_file(),
+                       &p);
+  }
   PS_RETURN_IF_ERROR(p.ToStatus());
   c.set_cluster_file(ResolvePath(c.cluster_file(), path));
   c.set_data_dir(ResolvePath(c.data_dir(), path));

@@ -198,7 +198,8 @@ TEST_F(ConfigTest, WorkerdValidation) {
             "device_weights: 1\n"
             "max_request_bytes: 512 channels_per_shard: 17\n"
             "fusion_bytes: 67108865\n"
-            "cpu_kernels: \"mkl\" cpu_cores: \"0-x\"\n");
+            "cpu_kernels: \"mkl\" cpu_cores: \"0-x\"\n"
+            "cpu_kernel_choices_file: \"no/such/dir/k.tsv\"\n");
   absl::StatusOr<LoadedWorkerdConfig> c = LoadWorkerdConfig(path);
   ASSERT_FALSE(c.ok());
   std::string m(c.status().message());
@@ -210,6 +211,7 @@ TEST_F(ConfigTest, WorkerdValidation) {
   EXPECT_THAT(m, HasSubstr("fusion_bytes: 67108865 is outside 1..67108864"));
   EXPECT_THAT(m, HasSubstr("cpu_kernels: \"mkl\" is not \"auto\""));
   EXPECT_THAT(m, HasSubstr("cpu_cores: \"0-x\": \"0-x\" is not a core"));
+  EXPECT_THAT(m, HasSubstr("cpu_kernel_choices_file: folder "));
 }
 
 // Core sets: a core this process may not use is a config error naming the
@@ -224,6 +226,19 @@ TEST_F(ConfigTest, CpuCores) {
   ASSERT_TRUE(w.ok()) << w.status();
   EXPECT_EQ(w->cpu_cores, std::vector<int>{core});
   EXPECT_EQ(w->workerd.cpu_kernels(), kDefaultCpuKernels);
+  EXPECT_EQ(w->workerd.cpu_kernel_choices_file(), "");
+  // A relative choices file is resolved against the config's folder;
+  // "none" stays "none".
+  w = LoadWorkerdConfig(Write("w.pbtxt",
+                              "cluster_file: \"cluster.pbtxt\" "
+                              "cpu_kernel_choices_file: \"k.tsv\"\n"));
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_EQ(w->workerd.cpu_kernel_choices_file(), (dir_ / "k.tsv").string());
+  w = LoadWorkerdConfig(Write("w.pbtxt",
+                              "cluster_file: \"cluster.pbtxt\" "
+                              "cpu_kernel_choices_file: \"none\"\n"));
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_EQ(w->workerd.cpu_kernel_choices_file(), "none");
   absl::StatusOr<LoadedPsdConfig> p =
       LoadPsdConfig(Write("p.pbtxt",
                           "cluster_file: \"cluster.pbtxt\" "

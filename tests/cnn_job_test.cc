@@ -2,9 +2,11 @@
 // conv5x5-8, pool, conv5x5-16, pool, fc 64, fc 10) on 4000 Fashion-MNIST
 // training images for 2 epochs in BSP: test accuracy well above chance
 // (0.1), and a second run with the same seed on a fresh cluster, without
-// overlap, ends with bitwise-identical parameters (the model computes the
-// same bits every time, on oneDNN's kernels here: LocalCluster fixes
-// cpu_kernels "onednn"; the shards sum in rank order).
+// overlap, ends with bitwise-identical parameters. Both runs leave the
+// kernels to cpu_kernels "auto" with one cpu_kernel_choices_file: the first
+// run's workerds time each layer shape and record the choice there, the
+// second run's follow it, so the model computes the same bits (the shards
+// sum in rank order).
 #include <filesystem>
 #include <iostream>
 #include <string>
@@ -53,10 +55,14 @@ struct RunResult {
   uint64_t checksum = 0;
 };
 
-void TrainOnce(const std::string& name, bool overlap, RunResult* result) {
+void TrainOnce(const std::string& name, bool overlap,
+               const std::string& kernel_choices, RunResult* result) {
   std::string dir = TestDir(name);
   LocalClusterOptions options;
-  if (!overlap) options.workerd_extra = "disable_overlap: true";
+  options.cpu_kernels = "auto";
+  options.workerd_extra =
+      absl::StrCat("cpu_kernel_choices_file: \"", kernel_choices, "\"\n",
+                   overlap ? "" : "disable_overlap: true\n");
   LocalCluster cluster(dir, options);
   ASSERT_TRUE(cluster.Start().ok());
   ASSERT_TRUE(WriteFileAtomically(dir + "/job.pbtxt", kJob).ok());
@@ -84,12 +90,18 @@ TEST(CnnJobTest, TrainsAboveChanceAndIsBitwiseReproducible) {
     GTEST_SKIP() << "Fashion-MNIST not installed at " << kDataDir
                  << " (tools/setup.sh installs dataset-fashion-mnist)";
   }
+  const std::string choices = TestDir("cnn_kernels") + "/choices.tsv";
   RunResult first, second;
-  ASSERT_NO_FATAL_FAILURE(TrainOnce("cnn1", /*overlap=*/true, &first));
+  ASSERT_NO_FATAL_FAILURE(TrainOnce("cnn1", /*overlap=*/true, choices, &first));
   std::cout << "run 1: test accuracy " << first.test_accuracy << ", checksum "
             << first.checksum << std::endl;
   EXPECT_GE(first.test_accuracy, 0.70);
-  ASSERT_NO_FATAL_FAILURE(TrainOnce("cnn2", /*overlap=*/false, &second));
+  std::string recorded;
+  ASSERT_TRUE(ReadFile(choices, &recorded).ok()) << choices;
+  std::cout << "kernel choices recorded by run 1:\n" << recorded;
+  EXPECT_NE(recorded.find("conv 28x28x1 k5 f8"), std::string::npos);
+  ASSERT_NO_FATAL_FAILURE(
+      TrainOnce("cnn2", /*overlap=*/false, choices, &second));
   EXPECT_EQ(first.checksum, second.checksum)
       << "same seed, overlap on and off, different parameters";
   EXPECT_EQ(first.test_accuracy, second.test_accuracy);

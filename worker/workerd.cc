@@ -141,10 +141,41 @@ absl::Status CheckDevices(const WorkerdConfig& config) {
   return CheckDevices(config, CudaBuilt(), GpuCount());
 }
 
+namespace {
+
+// The table cpu_kernels "auto" keeps its choices in: the configured file,
+// the default one, or (with "none", or a file that cannot be read) memory.
+std::unique_ptr<KernelChoices> OpenKernelChoices(const WorkerdConfig& c) {
+  if (c.cpu_kernels() != "auto") return std::make_unique<KernelChoices>();
+  std::string path = c.cpu_kernel_choices_file();
+  if (path == "none") return std::make_unique<KernelChoices>();
+  if (path.empty()) path = DefaultKernelChoicesPath();
+  absl::StatusOr<std::unique_ptr<KernelChoices>> choices =
+      KernelChoices::Open(path);
+  if (!choices.ok()) {
+    spdlog::warn(
+        "cpu_kernel_choices_file: {}; kernel choices kept in memory only, "
+        "timed at every start",
+        choices.status().message());
+    return std::make_unique<KernelChoices>();
+  }
+  if ((*choices)->skipped_lines() > 0) {
+    spdlog::warn(
+        "cpu_kernel_choices_file {}: {} lines skipped (not KEY<TAB>"
+        "onednn|openblas); those shapes are timed again",
+        path, (*choices)->skipped_lines());
+  }
+  spdlog::info("cpu kernel choices: {}", path.empty() ? "memory" : path);
+  return *std::move(choices);
+}
+
+}  // namespace
+
 Workerd::Workerd(LoadedWorkerdConfig config)
     : config_(std::move(config)),
       name_(config_.workerd.name().empty() ? DefaultWorkerName()
-                                           : config_.workerd.name()) {}
+                                           : config_.workerd.name()),
+      kernel_choices_(OpenKernelChoices(config_.workerd)) {}
 
 Workerd::~Workerd() {
   Stop();
@@ -405,6 +436,7 @@ absl::Status Workerd::Train(const Assignment& a,
     return TrainCtr(a, client.get(), report, last);
   }
   TrainerOptions options = TrainerOptionsFor(a, config_.workerd);
+  options.cpu_kernel_choices = kernel_choices_.get();
   options.tracer = &tracer_;
   options.leader = [this] { return session_->leads(); };
   // A lab model reads no data (worker/trainer/lab_workload.h).

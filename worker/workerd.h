@@ -30,6 +30,7 @@
 #include "common/security.h"
 #include "common/trace_recorder.h"
 #include "proto/coordinator.grpc.pb.h"
+#include "worker/backend/cpu/kernel_choices.h"
 #include "worker/client/async_ps_client.h"
 #include "worker/coordinator_session.h"
 #include "worker/data/dataset.h"
@@ -102,6 +103,9 @@ class Workerd {
 
   const LoadedWorkerdConfig config_;
   std::string name_;
+  // cpu_kernels "auto"'s choices (WorkerdConfig.cpu_kernel_choices_file),
+  // shared by every job's replicas.
+  const std::unique_ptr<KernelChoices> kernel_choices_;
   Security security_;
   std::string coordinator_address_;
   std::unique_ptr<Coordinator::Stub> stub_;

@@ -56,12 +56,13 @@ absl::StatusOr<ParsedDevice> ParseDevice(const std::string& device) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(
-    const std::string& device, int cpu_threads, CpuKernels cpu_kernels) {
+    const std::string& device, int cpu_threads, CpuKernels cpu_kernels,
+    KernelChoices* cpu_kernel_choices) {
   PS_ASSIGN_OR_RETURN(ParsedDevice parsed, ParseDevice(device));
   if (parsed.kind == "cpu") {
-    PS_ASSIGN_OR_RETURN(
-        std::unique_ptr<CpuBackend> cpu,
-        CpuBackend::Create(parsed.index, cpu_threads, cpu_kernels));
+    PS_ASSIGN_OR_RETURN(std::unique_ptr<CpuBackend> cpu,
+                        CpuBackend::Create(parsed.index, cpu_threads,
+                                           cpu_kernels, cpu_kernel_choices));
     return std::unique_ptr<Backend>(std::move(cpu));
   }
 #ifdef PS_HAVE_CUDA

@@ -24,10 +24,12 @@ namespace ps {
 // kInvalidArgument for a malformed device string or cpu_threads < 0;
 // kFailedPrecondition for "gpu:*" when CUDA was not built in or no such GPU
 // is visible. Thread-safe apart from the OpenBLAS setting. `cpu_kernels`
-// applies to "cpu:*" only (CpuKernels, cpu/cpu_backend.h).
+// and `cpu_kernel_choices` (optional, outliving the backend) apply to
+// "cpu:*" only (CpuKernels, cpu/cpu_backend.h).
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(
     const std::string& device, int cpu_threads,
-    CpuKernels cpu_kernels = CpuKernels::kOpenBlas);
+    CpuKernels cpu_kernels = CpuKernels::kOpenBlas,
+    KernelChoices* cpu_kernel_choices = nullptr);
 
 // CpuBackend::BlasCoreAdvice(): empty, or a warning that OpenBLAS runs
 // kernels below this CPU's vector unit and the OPENBLAS_CORETYPE to set.

@@ -132,7 +132,8 @@ absl::StatusOr<std::unique_ptr<DeviceGroup>> DeviceGroup::Create(
     auto d = std::make_unique<Device>();
     d->name = name;
     absl::StatusOr<std::unique_ptr<Backend>> backend =
-        CreateBackend(name, options.threads_per_device, options.cpu_kernels);
+        CreateBackend(name, options.threads_per_device, options.cpu_kernels,
+                      options.cpu_kernel_choices);
     if (!backend.ok()) {
       return absl::Status(
           backend.status().code(),

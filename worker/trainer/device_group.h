@@ -112,8 +112,11 @@ class DeviceGroup {
     // max(1, C / K); 0 leaves OpenBLAS's own setting.
     int threads_per_device = 1;
     // Kernels of the "cpu:*" replicas (CpuKernels in
-    // worker/backend/cpu/cpu_backend.h); kAuto times them at tune_batch.
+    // worker/backend/cpu/cpu_backend.h); kAuto times them at tune_batch,
+    // or follows cpu_kernel_choices (optional; outlives the group), where
+    // its timed choices are also recorded for every replica and later run.
     CpuKernels cpu_kernels = CpuKernels::kOpenBlas;
+    KernelChoices* cpu_kernel_choices = nullptr;
     // The examples of one training step across all devices: each times its
     // kernel choices at its share of it (Model::Create); 0: at max_batch.
     size_t tune_batch = 0;

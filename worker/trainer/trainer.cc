@@ -106,6 +106,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
   group.weights = options.weights;
   group.threads_per_device = options.threads_per_device;
   group.cpu_kernels = options.cpu_kernels;
+  group.cpu_kernel_choices = options.cpu_kernel_choices;
   group.tune_batch = job.data().batch_size();
   group.max_batch =
       std::max<size_t>(job.data().batch_size(), options.eval_batch);

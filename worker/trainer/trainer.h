@@ -126,8 +126,10 @@ struct TrainerOptions {
   std::vector<std::string> devices = {"cpu:0"};
   std::vector<double> weights;
   int threads_per_device = kDefaultThreadsPerDevice;
-  // Kernels of "cpu:*" devices (WorkerdConfig.cpu_kernels).
+  // Kernels of "cpu:*" devices (WorkerdConfig.cpu_kernels) and, under
+  // kAuto, the table of recorded choices (optional; outlives the trainer).
   CpuKernels cpu_kernels = CpuKernels::kOpenBlas;
+  KernelChoices* cpu_kernel_choices = nullptr;
 
   // Batch loader threads and batches loaded ahead of the step.
   size_t loader_threads = kDefaultLoaderThreads;

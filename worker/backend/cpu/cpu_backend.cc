@@ -5,11 +5,15 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "oneapi/dnnl/dnnl.h"
 #include "worker/backend/arg_checks.h"
 #include "worker/backend/cpu/conv_loops.h"
 #include "worker/backend/cpu/dnnl_conv.h"
@@ -76,7 +80,7 @@ absl::StatusOr<CpuKernels> ParseCpuKernels(absl::string_view name) {
 }
 
 absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(
-    int index, int blas_threads, CpuKernels kernels) {
+    int index, int blas_threads, CpuKernels kernels, KernelChoices* choices) {
   if (index < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("cpu device index must be >= 0, got ", index));
@@ -88,7 +92,52 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(
   if (blas_threads > 0) openblas_set_num_threads(blas_threads);
   const int threads = std::max(1, openblas_get_num_threads());
   return std::unique_ptr<CpuBackend>(
-      new CpuBackend(absl::StrCat("cpu:", index), kernels, threads));
+      new CpuBackend(absl::StrCat("cpu:", index), kernels, threads, choices));
+}
+
+std::string CpuBackend::MachineKey() {
+  static const std::string* const key = new std::string([] {
+    std::string model = "unknown CPU";
+    std::ifstream cpuinfo("/proc/cpuinfo");
+    std::string line;
+    while (std::getline(cpuinfo, line)) {
+      if (!absl::StartsWith(line, "model name")) continue;
+      const size_t colon = line.find(':');
+      if (colon != std::string::npos) {
+        model = std::string(absl::StripAsciiWhitespace(line.substr(colon + 1)));
+      }
+      break;
+    }
+    std::replace(model.begin(), model.end(), '\t', ' ');
+    const dnnl_version_t* v = dnnl_version();
+    return absl::StrCat(model, " | openblas ", BlasCore(), " | onednn ",
+                        v->major, ".", v->minor, ".", v->patch);
+  }());
+  return *key;
+}
+
+bool CpuBackend::AutoPicksOneDnn(
+    const std::string& shape, const std::function<bool(std::string*)>& time_it,
+    std::string* note) {
+  const std::string key =
+      absl::StrCat(MachineKey(), " | threads ", threads_, " | ", shape);
+  if (choices_ != nullptr) {
+    if (std::optional<std::string> recorded = choices_->Find(key)) {
+      absl::StrAppend(note, "recorded in ",
+                      choices_->path().empty() ? "memory" : choices_->path());
+      return *recorded == "onednn";
+    }
+  }
+  const bool onednn = time_it(note);
+  if (choices_ == nullptr) return onednn;
+  std::string warning;
+  const std::string use =
+      choices_->Record(key, onednn ? "onednn" : "openblas", &warning);
+  if (!warning.empty()) absl::StrAppend(note, "; ", warning);
+  if ((use == "onednn") != onednn) {
+    absl::StrAppend(note, "; ", use, " recorded first by another process");
+  }
+  return use == "onednn";
 }
 
 int CpuBackend::BlasThreads() { return openblas_get_num_threads(); }
@@ -193,16 +242,24 @@ std::unique_ptr<DirectConv> CpuBackend::CreateDirectConv(
                           ")");
       chosen = *std::move(dnnl);
     } else {
-      absl::StatusOr<double> ms_dnnl =
-          cpu_internal::TimeConvStep(this, dnnl->get(), shape);
-      absl::StatusOr<double> ms_blas =
-          cpu_internal::TimeConvStep(this, nullptr, shape);
-      const bool use = ms_dnnl.ok() &&
-                       (!ms_blas.ok() || *ms_dnnl < kSwitchMargin * *ms_blas);
-      note = absl::StrFormat(
-          "%s (fwd+bwd: onednn %.2f ms, im2col+openblas %.2f ms; %s)",
-          use ? "onednn" : "im2col+openblas", ms_dnnl.value_or(-1),
-          ms_blas.value_or(-1), (*dnnl)->ImplNames());
+      DirectConv* conv = dnnl->get();
+      std::string how;
+      const bool use = AutoPicksOneDnn(
+          ConvName(shape),
+          [&](std::string* timing) {
+            absl::StatusOr<double> ms_dnnl =
+                cpu_internal::TimeConvStep(this, conv, shape);
+            absl::StatusOr<double> ms_blas =
+                cpu_internal::TimeConvStep(this, nullptr, shape);
+            absl::StrAppendFormat(
+                timing, "fwd+bwd: onednn %.2f ms, im2col+openblas %.2f ms",
+                ms_dnnl.value_or(-1), ms_blas.value_or(-1));
+            return ms_dnnl.ok() &&
+                   (!ms_blas.ok() || *ms_dnnl < kSwitchMargin * *ms_blas);
+          },
+          &how);
+      note = absl::StrCat(use ? "onednn" : "im2col+openblas", " (", how, "; ",
+                          (*dnnl)->ImplNames(), ")");
       if (use) chosen = *std::move(dnnl);
     }
   }
@@ -216,21 +273,27 @@ std::string CpuBackend::PrepareGemm(Transpose trans_a, Transpose trans_b, int m,
                                     int n, int k) {
   if (kernels_ == CpuKernels::kOpenBlas || m < 1 || n < 1 || k < 1) return "";
   const bool ta = trans_a == Transpose::kYes, tb = trans_b == Transpose::kYes;
-  const std::string name =
-      absl::StrCat(device_, " gemm ", ta ? "T" : "N", tb ? "T" : "N", " m ", m,
-                   " n ", n, " k ", k, ": ");
+  const std::string shape = absl::StrCat(
+      "gemm ", ta ? "T" : "N", tb ? "T" : "N", " m ", m, " n ", n, " k ", k);
+  const std::string name = absl::StrCat(device_, " ", shape, ": ");
   if (kernels_ == CpuKernels::kOneDnn) {
     dnnl_gemms_.insert(KeyOf(trans_a, trans_b, m, n, k));
     return name + "onednn (cpu_kernels onednn)";
   }
-  const auto [blas, dnnl] =
-      cpu_internal::TimeGemms(trans_a, trans_b, m, n, k, threads_);
-  // OpenBLAS stays unless oneDNN is clearly faster, so that timing noise
-  // rarely flips the choice (and the bits) between runs.
-  const bool use = dnnl < kSwitchMargin * blas;
+  std::string how;
+  const bool use = AutoPicksOneDnn(
+      shape,
+      [&](std::string* timing) {
+        const auto [blas, dnnl] =
+            cpu_internal::TimeGemms(trans_a, trans_b, m, n, k, threads_);
+        absl::StrAppendFormat(timing, "openblas %.3f ms, onednn %.3f ms", blas,
+                              dnnl);
+        // OpenBLAS stays unless oneDNN is clearly faster.
+        return dnnl < kSwitchMargin * blas;
+      },
+      &how);
   if (use) dnnl_gemms_.insert(KeyOf(trans_a, trans_b, m, n, k));
-  return name + absl::StrFormat("%s (openblas %.3f ms, onednn %.3f ms)",
-                                use ? "onednn" : "openblas", blas, dnnl);
+  return absl::StrCat(name, use ? "onednn" : "openblas", " (", how, ")");
 }
 
 void CpuBackend::BiasAdd(int rows, int cols, const float* bias, float* x) {

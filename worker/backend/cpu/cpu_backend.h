@@ -24,13 +24,16 @@
 // oneDNN against Im2Col + OpenBLAS (or OpenBLAS sgemm) at the asked shape and
 // keep the faster, once; the account they return goes to the start log. A
 // timed choice can differ between runs on a loaded machine, and the two
-// kernels differ in the last bits: for bitwise reproducible runs, fix the
-// choice (kOneDnn or kOpenBlas). Given the choice and the thread count,
-// every call gives the same bits each run.
+// kernels differ in the last bits, so a backend given KernelChoices
+// (kernel_choices.h) looks the shape up there first and records what it
+// timed: every later run on the machine, and every replica sharing the
+// table, computes with the same kernels. Given the choice and the thread
+// count, every call gives the same bits each run.
 
 #ifndef WORKER_BACKEND_CPU_CPU_BACKEND_H_
 #define WORKER_BACKEND_CPU_CPU_BACKEND_H_
 
+#include <functional>
 #include <memory>
 #include <set>
 #include <string>
@@ -42,6 +45,7 @@
 #include "absl/strings/string_view.h"
 #include "worker/backend/backend.h"
 #include "worker/backend/cpu/embedding_loops.h"
+#include "worker/backend/cpu/kernel_choices.h"
 
 namespace ps {
 
@@ -62,10 +66,16 @@ class CpuBackend final : public Backend {
  public:
   // A backend named "cpu:<index>". blas_threads > 0 sets OpenBLAS's
   // process-wide thread count; 0 leaves it as it is (OPENBLAS_NUM_THREADS or
-  // all cores). `kernels` picks oneDNN or OpenBLAS (see the file comment).
-  // kInvalidArgument for index < 0 or blas_threads < 0.
+  // all cores). `kernels` picks oneDNN or OpenBLAS (see the file comment);
+  // under kAuto, `choices` (optional, shared, outliving the backend) keeps
+  // the choices. kInvalidArgument for index < 0 or blas_threads < 0.
   static absl::StatusOr<std::unique_ptr<CpuBackend>> Create(
-      int index, int blas_threads, CpuKernels kernels = CpuKernels::kOpenBlas);
+      int index, int blas_threads, CpuKernels kernels = CpuKernels::kOpenBlas,
+      KernelChoices* choices = nullptr);
+
+  // What kernel-choice keys start with: this CPU's model, the OpenBLAS
+  // kernel set and oneDNN's version.
+  static std::string MachineKey();
 
   // OpenBLAS's current process-wide thread count.
   static int BlasThreads();
@@ -140,14 +150,26 @@ class CpuBackend final : public Backend {
   void CopyOnDeviceBytes(const void* src, size_t bytes, void* dst) override;
 
  private:
-  CpuBackend(std::string device, CpuKernels kernels, int threads)
-      : device_(std::move(device)), kernels_(kernels), threads_(threads) {}
+  CpuBackend(std::string device, CpuKernels kernels, int threads,
+             KernelChoices* choices)
+      : device_(std::move(device)),
+        kernels_(kernels),
+        threads_(threads),
+        choices_(choices) {}
   // Keeps the first error for Synchronize().
   void Record(absl::Status status);
+  // kAuto: whether oneDNN runs `shape` (a ConvName or gemm name): the choice
+  // in choices_, else what time_it says (true: oneDNN is faster; it appends
+  // its timings to *note), recorded in choices_. Appends how it was decided
+  // to *note.
+  bool AutoPicksOneDnn(const std::string& shape,
+                       const std::function<bool(std::string*)>& time_it,
+                       std::string* note);
 
   const std::string device_;
   const CpuKernels kernels_;
-  const int threads_;  // oneDNN's threads per call
+  const int threads_;             // oneDNN's threads per call
+  KernelChoices* const choices_;  // may be null
   absl::Status error_;
   // Gemm shapes that run on oneDNN's sgemm: (trans_a, trans_b, and the two
   // dimensions besides the batch one; see Backend::PrepareGemm).

@@ -13,6 +13,8 @@
 #include <random>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "worker/backend/cpu/cpu_backend.h"
 
@@ -227,6 +229,57 @@ TEST(CpuKernelsTest, PoliciesChooseAndGemmsAgree) {
           << i << "," << j;
     }
   }
+}
+
+// Under kAuto with a KernelChoices table: a shape's recorded choice is
+// followed without timing, whichever it is, and a timed one is recorded, so
+// a second backend (a replica, or the next run) takes the same kernels and
+// computes the same bits.
+TEST(CpuKernelsTest, AutoFollowsAndRecordsKernelChoices) {
+  const DirectConvShape s{2, 6, 6, 2, 4, 3, true};
+  const std::string prefix =
+      absl::StrCat(CpuBackend::MachineKey(), " | threads 1 | ");
+  const std::string conv_key = prefix + "conv 6x6x2 k3 f4 rows 2";
+  const std::string gemm_key = prefix + "gemm NT m 33 n 17 k 65";
+  for (const char* recorded : {"onednn", "openblas"}) {
+    SCOPED_TRACE(recorded);
+    KernelChoices choices;
+    std::string warning;
+    choices.Record(conv_key, recorded, &warning);
+    choices.Record(gemm_key, recorded, &warning);
+    absl::StatusOr<std::unique_ptr<CpuBackend>> cpu =
+        CpuBackend::Create(0, 1, CpuKernels::kAuto, &choices);
+    ASSERT_TRUE(cpu.ok());
+    std::string choice;
+    std::unique_ptr<DirectConv> conv = (*cpu)->CreateDirectConv(s, &choice);
+    EXPECT_EQ(conv != nullptr, std::string(recorded) == "onednn") << choice;
+    EXPECT_NE(choice.find("recorded in memory"), std::string::npos) << choice;
+    EXPECT_EQ(choice.find(" ms"), std::string::npos) << choice;  // not timed
+    const std::string gemm =
+        (*cpu)->PrepareGemm(Transpose::kNo, Transpose::kYes, 33, 17, 65);
+    EXPECT_NE(gemm.find(absl::StrCat(": ", recorded, " (recorded")),
+              std::string::npos)
+        << gemm;
+  }
+
+  KernelChoices shared;
+  std::vector<std::string> accounts;
+  std::vector<bool> direct;
+  for (int replica = 0; replica < 2; ++replica) {
+    absl::StatusOr<std::unique_ptr<CpuBackend>> cpu =
+        CpuBackend::Create(replica, 1, CpuKernels::kAuto, &shared);
+    ASSERT_TRUE(cpu.ok());
+    std::string choice;
+    direct.push_back((*cpu)->CreateDirectConv(s, &choice) != nullptr);
+    accounts.push_back(choice);
+  }
+  EXPECT_NE(accounts[0].find(" ms"), std::string::npos) << accounts[0];
+  EXPECT_NE(accounts[1].find("recorded in memory"), std::string::npos)
+      << accounts[1];
+  EXPECT_EQ(direct[0], direct[1]);
+  EXPECT_THAT(
+      shared.Find(conv_key),
+      ::testing::Optional(std::string(direct[0] ? "onednn" : "openblas")));
 }
 
 }  // namespace

@@ -7,7 +7,12 @@
 #                 process) fetches all four every second (Prometheus's
 #                 default is every 15 s: harsher);
 #   --on=trace    `psctl trace` of steps A:B of the run's job (the window);
-#   --on=both     both at once.
+#   --on=both     both at once;
+#   --on=idle     every daemon serves /metrics, psd 0 the status page, and
+#                 tools/bench/http_idle_bench.py holds 500 idle connections
+#                 to each of the five (reopened as the servers close them)
+#                 while probing them in turn, 10 GETs a second (issue 27:
+#                 idle clients must not slow training by more than 5%).
 # Each run prints three figures:
 #   job       samples/s of the whole job (its final report);
 #   window    samples/s over steps [A, B) only, from the job's curve
@@ -26,7 +31,7 @@
 # submitting psctl), so on - off is what the feature costs.
 # Then the medians and each pair's on/off ratio (docs/OBSERVABILITY.md).
 #
-#   tools/bench/bench_metrics.sh [--on=metrics|trace|both] [--pairs=N] [--job=FILE]
+#   tools/bench/bench_metrics.sh [--on=metrics|trace|both|idle] [--pairs=N] [--job=FILE]
 #                          [--steps=A:B] [--no-pin] [--perf] [--no-build]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -39,7 +44,7 @@ PIN=1
 PERF=0
 for arg in "$@"; do
   case $arg in
-    --on=metrics | --on=trace | --on=both) ON=${arg#*=} ;;
+    --on=metrics | --on=trace | --on=both | --on=idle) ON=${arg#*=} ;;
     --steps=*:*) STEPS=${arg#*=} ;;
     --pairs=*) PAIRS=${arg#*=} ;;
     --job=*) JOB=${arg#*=} ;;
@@ -47,7 +52,7 @@ for arg in "$@"; do
     --no-pin) PIN=0 ;;
     --perf) PERF=1 ;;
     --no-build) BUILD=0 ;;
-    -h | --help) sed -n '2,32p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,37p' "$0"; exit 0 ;;
     *) echo "bench_metrics: unknown argument '$arg'" >&2; exit 2 ;;
   esac
 done
@@ -55,8 +60,12 @@ A=${STEPS%%:*} B=${STEPS##*:}
 # Samples per step: the batch of every worker.
 PER_STEP=$(($(sed -n 's/.*batch_size: *\([0-9]*\).*/\1/p' "$JOB" | head -1) *
   $(sed -n 's/^num_workers: *\([0-9]*\).*/\1/p' "$JOB" | head -1)))
-[[ $ON != metrics ]] && TRACE=1 || TRACE=0
+[[ $ON == trace || $ON == both ]] && TRACE=1 || TRACE=0
 [[ $ON != trace ]] && METRICS=1 || METRICS=0
+[[ $ON == idle ]] && IDLE=1 || IDLE=0
+# 500 idle connections to each of five servers: 2500 sockets in the holder,
+# 1000 in psd 0.
+((IDLE)) && { ulimit -n 8192 2>/dev/null || ulimit -n "$(ulimit -Hn)"; }
 if ((BUILD)); then
   bazel build -c opt //server:psd //worker:workerd //tools/psctl:psctl >/dev/null
 fi
@@ -106,6 +115,8 @@ run() {
   for i in 0 1; do
     [[ $mode == on ]] && ((METRICS)) &&
       metrics="metrics_address: \"127.0.0.1:0\" metrics_address_file: \"ms$i.addr\""
+    [[ $mode == on ]] && ((IDLE)) && ((i == 0)) &&
+      metrics+=" status_address: \"127.0.0.1:0\" status_address_file: \"status.addr\""
     printf 'cluster_file: "cluster.pbtxt"\nshard_id: %d\naddress_file: "s%d.addr"\nmemory_budget_bytes: 2147483648\n%s\n' \
       "$i" "$i" "$metrics" >"$dir/psd$i.pbtxt"
     start_on "$i" "$BIN/server/psd" --config="$dir/psd$i.pbtxt" >"$dir/psd$i.log" 2>&1
@@ -128,6 +139,16 @@ run() {
       for _ in $(seq 50); do [[ -s $dir/$f.addr ]] && break; sleep 0.1; done
       urls+=("http://$(cat "$dir/$f.addr")/metrics")
     done
+    if ((IDLE)); then
+      for _ in $(seq 50); do [[ -s $dir/status.addr ]] && break; sleep 0.1; done
+      urls+=("http://$(cat "$dir/status.addr")/api/jobs")
+      python3 tools/bench/http_idle_bench.py --idle 500 --interval-ms 100 \
+        --until-signal "${urls[@]/#/--url=}" >"$dir/idle.out" 2>&1 &
+      HELPERS+=($!)
+      for _ in $(seq 300); do grep -q '^holding' "$dir/idle.out" && break; sleep 0.1; done
+      grep -q '^holding' "$dir/idle.out" ||
+        { echo "bench_metrics: the idle holder did not start:" >&2; cat "$dir/idle.out" >&2; }
+    else
     # One process that stays up, as Prometheus does, fetching the four every
     # second.
     python3 -c '
@@ -141,6 +162,7 @@ while True:
     time.sleep(1)
 ' "${urls[@]}" &
     HELPERS+=($!)
+    fi
   fi
   local perf=()
   ((PERF)) && perf=(perf record -q -a -F 999 -o "$dir/perf.data" --)
@@ -167,6 +189,10 @@ while True:
   done
   "${psctl[@]}" curves job-000001 -o "$dir/curves.csv" >/dev/null
   stop_all
+  if [[ $mode == on ]] && ((IDLE)); then
+    # What the holder saw: connections held at the end, probe latencies.
+    grep -v '^\[' "$dir/idle.out" | grep -v '^holding' | sed 's/^/  idle: /' >&2
+  fi
   local share=""
   ((PERF)) && share=$(feature_share "$dir/perf.data")
   local job_rate

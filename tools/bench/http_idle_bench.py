@@ -14,11 +14,16 @@ byte):
 
 Prints one line per URL, then a JSON line with every figure. Exit code 1
 when a probe failed or the p99 is over --target-ms.
+
+With --until-signal it holds the connections and probes the URLs in turn
+until SIGTERM or SIGINT, then reports: tools/bench/http_idle_training.sh
+runs it that way beside a training job.
 """
 
 import argparse
 import json
 import selectors
+import signal
 import socket
 import threading
 import time
@@ -104,28 +109,53 @@ def percentile(values: List[float], q: float) -> float:
     return ordered[rank]
 
 
-def measure(url: str, holder: IdleHolder, args: argparse.Namespace) -> Dict:
-    """Probes `url` while `holder` keeps its idle connections open."""
-    host, port, path = parse_url(url)
-    latencies, failures = [], []
-    for _ in range(args.probes):
+class Probes:
+    """Latencies and failures of the GETs of one URL."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.latencies: List[float] = []
+        self.failures: List[str] = []
+
+    def once(self, timeout_s: float) -> None:
+        host, port, path = parse_url(self.url)
         try:
-            seconds, status = probe(host, port, path, args.timeout_s)
-            latencies.append(seconds * 1000)
+            seconds, status = probe(host, port, path, timeout_s)
+            self.latencies.append(seconds * 1000)
             if " 200 " not in status + " ":
-                failures.append(status)
+                self.failures.append(status)
         except OSError as e:
-            failures.append(str(e))
-        time.sleep(args.interval_ms / 1000)
-    result = {"url": url, "idle": args.idle,
-              "held_at_end": holder.open_count(),
-              "reopened": holder.reopened, "probes": args.probes,
-              "failures": failures}
-    if latencies:
-        result.update(p50_ms=percentile(latencies, 50),
-                      p99_ms=percentile(latencies, 99),
-                      max_ms=max(latencies))
-    return result
+            self.failures.append(str(e))
+
+    def result(self, holder: IdleHolder, idle: int) -> Dict:
+        result = {"url": self.url, "idle": idle,
+                  "held_at_end": holder.open_count(),
+                  "reopened": holder.reopened,
+                  "probes": len(self.latencies) + len(self.failures),
+                  "failures": self.failures}
+        if self.latencies:
+            result.update(p50_ms=percentile(self.latencies, 50),
+                          p99_ms=percentile(self.latencies, 99),
+                          max_ms=max(self.latencies))
+        return result
+
+
+def probe_all(probes: List[Probes], args: argparse.Namespace) -> None:
+    """--probes GETs of each URL in turn; with --until-signal, round robin
+    over the URLs until SIGTERM or SIGINT."""
+    if not args.until_signal:
+        for p in probes:
+            for _ in range(args.probes):
+                p.once(args.timeout_s)
+                time.sleep(args.interval_ms / 1000)
+        return
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    while not stop.is_set():
+        for p in probes:
+            p.once(args.timeout_s)
+        stop.wait(args.interval_ms / 1000)
 
 
 def main() -> int:
@@ -143,13 +173,19 @@ def main() -> int:
                         help="idle connections send half a request line")
     parser.add_argument("--target-ms", type=float, default=100,
                         help="p99 above this fails (exit 1)")
+    parser.add_argument("--until-signal", action="store_true",
+                        help="probe until SIGTERM/SIGINT (--probes unused)")
     args = parser.parse_args()
     greeting = b"GET / HTTP/1.1\r\n" if args.partial else b""
     holders = [IdleHolder(*parse_url(url)[:2], args.idle, greeting)
                for url in args.url]
+    print(f"holding {args.idle} idle connections to each of "
+          f"{len(args.url)} URLs", flush=True)
+    probes = [Probes(url) for url in args.url]
     try:
-        results = [measure(url, holder, args)
-                   for url, holder in zip(args.url, holders)]
+        probe_all(probes, args)
+        results = [p.result(holder, args.idle)
+                   for p, holder in zip(probes, holders)]
     finally:
         for holder in holders:
             holder.close()

@@ -32,8 +32,6 @@
 namespace ps {
 namespace {
 
-constexpr int kImageSide = 28;
-
 // Multiply-add FLOPs of one forward+backward of the CNN (2 per multiply-add):
 // per conv layer the forward and dW GEMMs, plus the input-gradient GEMM for
 // every layer but the first; per dense layer all three. Element-wise work
@@ -61,25 +59,15 @@ void BM_CnnTrainStep(benchmark::State& state) {
       CpuBackend::Create(0, static_cast<int>(state.range(1)),
                          static_cast<CpuKernels>(state.range(2)));
   if (!cpu.ok()) return state.SkipWithError("CpuBackend::Create failed");
-  absl::StatusOr<std::unique_ptr<Model>> model =
-      Model::Create(spec, cpu->get(), batch);
-  if (!model.ok()) return state.SkipWithError("Model::Create failed");
-  const std::vector<float> params = InitParameters((*model)->tensors(), 1);
   // Pixel intensities in [0, 1], as Fashion-MNIST after scaling.
-  std::mt19937 rng(5);
-  std::uniform_real_distribution<float> pixel(0.0f, 1.0f);
-  std::vector<float> x(batch * kImageSide * kImageSide);
-  for (float& v : x) v = pixel(rng);
-  std::vector<int32_t> labels(batch);
-  for (size_t i = 0; i < batch; ++i) labels[i] = static_cast<int>(i % 10);
-  std::vector<float> grad((*model)->num_parameters());
+  absl::StatusOr<StepBench> step = MakeStepBench(spec, cpu->get(), batch);
+  if (!step.ok()) return state.SkipWithError("Model::Create failed");
   double loss = 0;
   for (auto _ : state) {
-    absl::Status s =
-        (*model)->ComputeGradient(params.data(), x.data(), labels.data(), batch,
-                                  grad.data(), &loss, nullptr);
-    if (!s.ok()) return state.SkipWithError("ComputeGradient failed");
-    benchmark::DoNotOptimize(grad.data());
+    if (!step->Step(&loss).ok()) {
+      return state.SkipWithError("ComputeGradient failed");
+    }
+    benchmark::DoNotOptimize(step->grad.data());
   }
   state.SetItemsProcessed(state.iterations() * batch);
   state.SetLabel(

@@ -220,25 +220,15 @@ void BM_VsTorch(benchmark::State& state) {
   absl::StatusOr<std::unique_ptr<CpuBackend>> cpu =
       CpuBackend::Create(0, 1, kernels);
   if (!cpu.ok()) return state.SkipWithError("CpuBackend::Create failed");
-  absl::StatusOr<std::unique_ptr<Model>> model =
-      Model::Create(spec, cpu->get(), batch);
-  if (!model.ok()) return state.SkipWithError("Model::Create failed");
-  const std::vector<float> params = InitParameters((*model)->tensors(), 1);
-  std::mt19937 rng(5);
-  std::uniform_real_distribution<float> pixel(0.0f, 1.0f);
-  std::vector<float> x(batch * (*model)->input_dim());
-  for (float& v : x) v = pixel(rng);
-  std::vector<int32_t> labels(batch);
-  for (size_t i = 0; i < batch; ++i) labels[i] = static_cast<int>(i % 10);
-  std::vector<float> grad((*model)->num_parameters());
+  absl::StatusOr<StepBench> step = MakeStepBench(spec, cpu->get(), batch);
+  if (!step.ok()) return state.SkipWithError("Model::Create failed");
   const double cpu_start = ThreadCpuSeconds();
   const auto wall_start = std::chrono::steady_clock::now();
   for (auto _ : state) {
-    absl::Status s =
-        (*model)->ComputeGradient(params.data(), x.data(), labels.data(), batch,
-                                  grad.data(), nullptr, nullptr);
-    if (!s.ok()) return state.SkipWithError("ComputeGradient failed");
-    benchmark::DoNotOptimize(grad.data());
+    if (!step->Step(nullptr).ok()) {
+      return state.SkipWithError("ComputeGradient failed");
+    }
+    benchmark::DoNotOptimize(step->grad.data());
   }
   const double samples = static_cast<double>(state.iterations()) * batch;
   const double wall_us = 1e6 *

@@ -7,6 +7,22 @@
 
 namespace ps {
 
+absl::StatusOr<StepBench> MakeStepBench(const ModelSpec& spec, Backend* backend,
+                                        size_t batch) {
+  StepBench b;
+  PS_ASSIGN_OR_RETURN(b.model, Model::Create(spec, backend, batch));
+  b.batch = batch;
+  b.params = InitParameters(b.model->tensors(), 1);
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> pixel(0.0f, 1.0f);
+  b.x.resize(batch * b.model->input_dim());
+  for (float& v : b.x) v = pixel(rng);
+  b.labels.resize(batch);
+  for (size_t i = 0; i < batch; ++i) b.labels[i] = static_cast<int>(i % 10);
+  b.grad.resize(b.model->num_parameters());
+  return b;
+}
+
 ModelSpec FashionMlpSpec() {
   ModelSpec s;
   s.mutable_mlp()->set_input_dim(784);

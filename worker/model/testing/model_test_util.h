@@ -12,8 +12,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "proto/job.pb.h"
 #include "worker/model/model.h"
@@ -41,6 +43,24 @@ struct LabeledData {
 // classes], so a linear classifier can fit it exactly.
 LabeledData LinearlySeparable(size_t n, size_t dim, size_t classes,
                               uint64_t seed);
+
+// One training step to time: the model on a backend at `batch` rows, its
+// InitParameters (seed 1), a batch of pixels U(0, 1) (seed 5) with labels
+// i % 10, and the gradient buffer.
+struct StepBench {
+  std::unique_ptr<Model> model;
+  size_t batch = 0;
+  std::vector<float> params, x, grad;
+  std::vector<int32_t> labels;
+
+  // One forward + backward (loss may be null).
+  absl::Status Step(double* loss) {
+    return model->ComputeGradient(params.data(), x.data(), labels.data(), batch,
+                                  grad.data(), loss, nullptr);
+  }
+};
+absl::StatusOr<StepBench> MakeStepBench(const ModelSpec& spec, Backend* backend,
+                                        size_t batch);
 
 // A model's gradient and its central differences, for a gradient check.
 struct GradientCheckData {

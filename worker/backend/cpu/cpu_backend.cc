@@ -248,9 +248,9 @@ std::unique_ptr<DirectConv> CpuBackend::CreateDirectConv(
           ConvName(shape),
           [&](std::string* timing) {
             absl::StatusOr<double> ms_dnnl =
-                cpu_internal::TimeConvStep(this, conv, shape);
+                cpu_internal::TimeConvStep(this, conv, shape, threads_);
             absl::StatusOr<double> ms_blas =
-                cpu_internal::TimeConvStep(this, nullptr, shape);
+                cpu_internal::TimeConvStep(this, nullptr, shape, threads_);
             absl::StrAppendFormat(
                 timing, "fwd+bwd: onednn %.2f ms, im2col+openblas %.2f ms",
                 ms_dnnl.value_or(-1), ms_blas.value_or(-1));

@@ -2,6 +2,7 @@
 
 #include <cblas.h>
 #include <omp.h>
+#include <time.h>
 
 #include <algorithm>
 #include <chrono>
@@ -28,21 +29,33 @@ std::vector<float> Random(size_t n, unsigned seed) {
 
 }  // namespace
 
-double MinMs(const std::function<void()>& fn, int reps) {
+double MinMs(const std::function<void()>& fn, int reps, int threads) {
+  // One thread: the kernels run on this one, and its CPU time leaves out
+  // what other processes take of the core (on a loaded machine wall time
+  // can be several times the CPU time, and unevenly so between the
+  // candidates). Several: their pools' threads work too, so wall time.
+  const auto now = [threads] {
+    if (threads == 1) {
+      timespec ts;
+      clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+      return 1e3 * ts.tv_sec + 1e-6 * ts.tv_nsec;
+    }
+    return std::chrono::duration<double, std::milli>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  };
   fn();
   std::vector<double> ms;
   for (int i = 0; i < reps; ++i) {
-    const auto start = std::chrono::steady_clock::now();
+    const double start = now();
     fn();
-    ms.push_back(std::chrono::duration<double, std::milli>(
-                     std::chrono::steady_clock::now() - start)
-                     .count());
+    ms.push_back(now() - start);
   }
   return *std::min_element(ms.begin(), ms.end());
 }
 
 absl::StatusOr<double> TimeConvStep(Backend* backend, DirectConv* conv,
-                                    const DirectConvShape& s) {
+                                    const DirectConvShape& s, int threads) {
   const int rows =
       s.tune_rows > 0 ? std::min(s.tune_rows, s.max_rows) : s.max_rows;
   const int pixels = rows * s.height * s.width;
@@ -61,7 +74,7 @@ absl::StatusOr<double> TimeConvStep(Backend* backend, DirectConv* conv,
                                 db.data());
           if (s.input_grad) conv->BackwardData(rows, dy.data(), dx.data());
         },
-        kReps);
+        kReps, threads);
   }
   absl::StatusOr<DeviceBuffer<float>> cols =
       backend->Allocate<float>(static_cast<size_t>(pixels) * row_len);
@@ -85,7 +98,7 @@ absl::StatusOr<double> TimeConvStep(Backend* backend, DirectConv* conv,
                       s.filters, 0.0f, c, row_len);
         backend->Col2Im(image, s.kernel, c, dx.data());
       },
-      kReps);
+      kReps, threads);
 }
 
 bool DnnlSgemm(Transpose trans_a, Transpose trans_b, int m, int n, int k,
@@ -110,13 +123,13 @@ std::pair<double, double> TimeGemms(Transpose trans_a, Transpose trans_b, int m,
                     tb ? CblasTrans : CblasNoTrans, m, n, k, 1.0f, a.data(),
                     lda, b.data(), ldb, 0.0f, c.data(), n);
       },
-      kReps);
+      kReps, threads);
   const double dnnl = MinMs(
       [&] {
         DnnlSgemm(trans_a, trans_b, m, n, k, 1.0f, a.data(), lda, b.data(), ldb,
                   0.0f, c.data(), n, threads);
       },
-      kReps);
+      kReps, threads);
   return {blas, dnnl};
 }
 

@@ -1,8 +1,9 @@
 // Timings behind the CPU backend's choice between oneDNN and OpenBLAS per
 // shape (CpuBackend::CreateDirectConv, CpuBackend::PrepareGemm). Each runs
 // the candidates on fixed pseudo-random data of the real shape: one warm-up
-// call, then the fastest of a few, in wall milliseconds. Private to
-// :cpu_backend.
+// call, then the fastest of a few, in milliseconds of the calling thread's
+// CPU time with one thread (what other processes' load disturbs least),
+// else of wall time. Private to :cpu_backend.
 
 #ifndef WORKER_BACKEND_CPU_KERNEL_TIMING_H_
 #define WORKER_BACKEND_CPU_KERNEL_TIMING_H_
@@ -16,16 +17,17 @@
 namespace ps {
 namespace cpu_internal {
 
-// The fewest wall milliseconds of `reps` calls of fn, after one more.
-double MinMs(const std::function<void()>& fn, int reps);
+// The fewest milliseconds of `reps` calls of fn, after one more: CPU time of
+// this thread when the kernels run `threads` = 1 thread, else wall time.
+double MinMs(const std::function<void()>& fn, int reps, int threads);
 
 // Milliseconds of one training step's convolution work at shape.tune_rows
 // rows (max_rows when 0): Forward + BackwardWeights (+ BackwardData with
 // input_grad) on `conv`, or the same through `backend`'s Im2Col, Gemm,
-// BiasRelu, ColumnSums and Col2Im when conv is null. kResourceExhausted when
-// the scratch buffers do not fit.
+// BiasRelu, ColumnSums and Col2Im when conv is null, both with `threads`
+// threads. kResourceExhausted when the scratch buffers do not fit.
 absl::StatusOr<double> TimeConvStep(Backend* backend, DirectConv* conv,
-                                    const DirectConvShape& shape);
+                                    const DirectConvShape& shape, int threads);
 
 // Milliseconds of a dense row-major Gemm of that shape on OpenBLAS (.first)
 // and on oneDNN's sgemm (.second), each with `threads` threads.

@@ -3,7 +3,8 @@
 // (server/rpc/ps_service.cc) sends each element's ids and values as pieces
 // borrowed from the request's ids and the rows it pulled, instead of
 // copying them into a message and serializing it. Decoding is
-// server/rpc/sparse_decoder.h (requests).
+// server/rpc/sparse_decoder.h (requests) and DecodeSparseReply below
+// (replies, read in place by the worker's clients).
 //
 //   std::string head;
 //   std::vector<WirePiece> pieces;
@@ -19,12 +20,21 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "core/wire_codec.h"
 
 namespace ps {
 
+// ParameterServer's SparseExchange, as a raw (generic) call names it.
+inline constexpr char kSparseExchangeRpc[] =
+    "/ps.ParameterServer/SparseExchange";
 // SparseExchangeRequest.
+inline constexpr uint8_t kSparseRequestJobIdTag = Tag(1, kLengthDelimited);
+inline constexpr uint8_t kSparseRequestWorkerTag = Tag(2, kVarint);
+inline constexpr uint8_t kSparseRequestStepTag = Tag(3, kVarint);
+inline constexpr uint8_t kSparseRequestAttemptTag = Tag(4, kVarint);
+inline constexpr uint8_t kSparseRequestPushTag = Tag(5, kVarint);
 inline constexpr uint8_t kSparseRequestGradientsTag = Tag(6, kLengthDelimited);
 inline constexpr uint8_t kSparseRequestPullTag = Tag(7, kLengthDelimited);
 // SparseExchangeResponse.
@@ -48,6 +58,31 @@ void EncodeSparseRows(uint8_t list_tag, absl::string_view table,
                       absl::string_view ids, absl::string_view values,
                       size_t copy_below, std::string* head,
                       std::vector<WirePiece>* pieces);
+
+// One SparseRows of a decoded reply: its ids and values stay in the
+// reader's pieces (the last occurrence of each field, as protobuf keeps).
+struct SparseRowsView {
+  std::string table;
+  size_t ids_bytes = 0;
+  WireReader::Mark ids;
+  size_t values_bytes = 0;
+  WireReader::Mark values;
+};
+struct SparseReplyView {
+  std::vector<SparseRowsView> rows;
+  uint64_t version = 0;
+  bool duplicate = false;
+  bool stale = false;
+};
+
+// Reads a whole SparseExchangeResponse from `in` (its fields in any order,
+// unknown ones skipped). Malformed or truncated input is kDataLoss naming
+// what broke and its byte offset.
+absl::Status DecodeSparseReply(WireReader* in, SparseReplyView* out);
+
+// Compares the `n` bytes at `at` with `want` (n == want.size()), in place.
+bool BytesEqual(const WireReader& in, const WireReader::Mark& at,
+                absl::string_view want);
 
 }  // namespace ps
 

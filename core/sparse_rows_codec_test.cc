@@ -62,5 +62,50 @@ TEST(SparseRowsCodecTest, ReplyIsByteIdenticalToProtobufAndBorrowsBigFields) {
   }
 }
 
+TEST(SparseRowsCodecTest, ReplyDecodesInPlaceWhereverTheBytesAreCut) {
+  SparseExchangeResponse resp;
+  SparseRows* r = resp.add_rows();
+  r->set_table("emb");
+  r->set_ids(std::string(80, '\x05'));
+  r->set_values(std::string(400, '\x06'));
+  resp.add_rows()->set_table("empty");
+  resp.set_version(7);
+  resp.set_duplicate(true);
+  const std::string bytes = resp.SerializeAsString();
+  for (size_t step : {1u, 5u, 64u, 1000u}) {
+    std::vector<std::string> storage;
+    for (size_t at = 0; at < bytes.size(); at += step) {
+      storage.push_back(bytes.substr(at, step));
+    }
+    std::vector<absl::string_view> pieces(storage.begin(), storage.end());
+    WireReader in(pieces);
+    SparseReplyView got;
+    ASSERT_TRUE(DecodeSparseReply(&in, &got).ok());
+    ASSERT_EQ(got.rows.size(), 2u);
+    EXPECT_EQ(got.rows[0].table, "emb");
+    EXPECT_EQ(got.rows[1].table, "empty");
+    EXPECT_EQ(got.version, 7u);
+    EXPECT_TRUE(got.duplicate);
+    EXPECT_FALSE(got.stale);
+    ASSERT_EQ(got.rows[0].ids_bytes, 80u);
+    EXPECT_TRUE(BytesEqual(in, got.rows[0].ids, r->ids()));
+    EXPECT_FALSE(BytesEqual(in, got.rows[0].ids, std::string(80, '\x04')));
+    std::string values(got.rows[0].values_bytes, '\0');
+    in.Seek(got.rows[0].values);
+    ASSERT_TRUE(in.Read(values.data(), values.size()));
+    EXPECT_EQ(values, r->values());
+  }
+  // Every truncation inside a field is DataLoss, never a crash.
+  for (size_t n = 1; n < bytes.size(); ++n) {
+    const std::string cut = bytes.substr(0, n);
+    std::vector<absl::string_view> pieces = {cut};
+    WireReader in(pieces);
+    SparseReplyView got;
+    SparseExchangeResponse want;
+    const absl::Status s = DecodeSparseReply(&in, &got);
+    EXPECT_EQ(s.ok(), want.ParseFromString(cut)) << n << " " << s;
+  }
+}
+
 }  // namespace
 }  // namespace ps

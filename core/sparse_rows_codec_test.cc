@@ -31,8 +31,8 @@ TEST(SparseRowsCodecTest, ReplyIsByteIdenticalToProtobufAndBorrowsBigFields) {
   const std::vector<Case> cases = {
       {"emb", big_ids, big_values},
       {"small", std::string(16, '\x02'), std::string(32, '\x03')},
-      {"", "", ""},                    // every field left off
-      {"t", big_ids, ""},              // a pull of ids only
+      {"", "", ""},        // every field left off
+      {"t", big_ids, ""},  // a pull of ids only
       {std::string(200, 'n'), "", big_values},
   };
   for (size_t copy_below : {size_t{0}, size_t{4096}, size_t{1} << 30}) {
@@ -56,9 +56,7 @@ TEST(SparseRowsCodecTest, ReplyIsByteIdenticalToProtobufAndBorrowsBigFields) {
         << "copy_below " << copy_below;
     size_t borrowed = 0;
     for (const WirePiece& p : pieces) borrowed += p.is_borrowed ? 1 : 0;
-    EXPECT_EQ(borrowed, copy_below == 0      ? 6u
-                        : copy_below == 4096 ? 4u
-                                             : 0u);
+    EXPECT_EQ(borrowed, copy_below == 0 ? 6u : copy_below == 4096 ? 4u : 0u);
   }
 }
 

@@ -9,9 +9,9 @@
 // SparseExchange), played against a fresh Shard that holds three registered
 // jobs (BSP with two workers, ASP with two, SSP(1) with three; chunks spread
 // over two shards so "chunk of another shard" is reachable; each with a
-// sparse table "emb" of 64 ids, dim 2, half of them on this shard). RegisterJob passes
-// through the admission check that the psd's ParameterServer service applies
-// first (server/rpc/request_limits.h), as in the daemon.
+// sparse table "emb" of 64 ids, dim 2, half of them on this shard). RegisterJob
+// passes through the admission check that the psd's ParameterServer service
+// applies first (server/rpc/request_limits.h), as in the daemon.
 //
 // Properties checked (a violation aborts, which libFuzzer reports):
 //   * nothing crashes, leaks, hangs or trips ASan/UBSan;
@@ -39,11 +39,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "core/chunking.h"
+#include "core/sparse_ids.h"
 #include "google/protobuf/stubs/logging.h"
 #include "google/protobuf/unknown_field_set.h"
 #include "proto/job.pb.h"
 #include "proto/ps.pb.h"
-#include "core/sparse_ids.h"
 #include "server/rpc/push_decoder.h"
 #include "server/rpc/request_limits.h"
 #include "server/rpc/sparse_decoder.h"
@@ -297,8 +297,9 @@ void RunOne(Shard& shard, uint8_t kind, const uint8_t* data, size_t size,
       const absl::string_view pieces[] = {all.substr(0, cut), all.substr(cut)};
       const bool ok = DecodeSparseExchangeRequest(pieces, in.get()).ok();
       if (ok != Decode(data, size, &parsed) && !HasUnknownGroup(parsed)) {
-        Fail(absl::StrCat("SparseExchange decoder ", ok ? "accepted" : "refused",
-                          " what protobuf ", ok ? "refused" : "accepted"));
+        Fail(absl::StrCat("SparseExchange decoder ",
+                          ok ? "accepted" : "refused", " what protobuf ",
+                          ok ? "refused" : "accepted"));
       }
       if (!ok) return;
       auto out = std::make_shared<SparseReplyOut>();

@@ -64,11 +64,11 @@
 #include "proto/job.pb.h"
 #include "proto/ps.pb.h"
 #include "server/sparse/byte_stream.h"
-#include "server/sparse/sparse_request.h"
 #include "server/sparse/internal/request_checks.h"
 #include "server/sparse/internal/step_barrier.h"
 #include "server/sparse/internal/table_set.h"
 #include "server/sparse/internal/waiters.h"
+#include "server/sparse/sparse_request.h"
 
 namespace ps {
 

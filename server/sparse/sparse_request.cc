@@ -16,7 +16,8 @@ SparseRowsIn RowsFromProto(const SparseRows& r) {
   in.ids.resize(in.ids_bytes / sizeof(uint64_t));
   in.values.resize(in.values_bytes / sizeof(float));
   if (!in.ids.empty()) {
-    std::memcpy(in.ids.data(), r.ids().data(), in.ids.size() * sizeof(uint64_t));
+    std::memcpy(in.ids.data(), r.ids().data(),
+                in.ids.size() * sizeof(uint64_t));
   }
   if (!in.values.empty()) {
     std::memcpy(in.values.data(), r.values().data(),

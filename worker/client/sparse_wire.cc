@@ -88,8 +88,9 @@ absl::Status ReadSparseReply(const grpc::ByteBuffer& reply,
         r.values_bytes != want) {
       return absl::InternalError(absl::StrCat(
           "reply rows[", j, "] (table \"", r.table, "\", ", r.ids_bytes,
-          " id bytes, ", r.values_bytes, " value bytes) does not answer pull of ",
-          pulls[j].ids.size(), " ids of \"", pulls[j].table, "\""));
+          " id bytes, ", r.values_bytes,
+          " value bytes) does not answer pull of ", pulls[j].ids.size(),
+          " ids of \"", pulls[j].table, "\""));
     }
   }
   for (size_t j = 0; j < pulls.size(); ++j) {

@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "server/sparse/sparse_request.h"
 #include "server/sparse/internal/table_set.h"
+#include "server/sparse/sparse_request.h"
 
 namespace ps {
 namespace sparse_internal {

@@ -20,9 +20,9 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "proto/job.pb.h"
-#include "server/sparse/sparse_request.h"
 #include "server/sparse/internal/step_barrier.h"
 #include "server/sparse/internal/table_set.h"
+#include "server/sparse/sparse_request.h"
 
 namespace ps {
 namespace sparse_internal {

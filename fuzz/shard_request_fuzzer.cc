@@ -5,12 +5,13 @@
 //
 // Each input is a short sequence of requests, each framed as
 //   [kind: 1 byte][length: 2 bytes, little-endian][wire-format proto]
-// (kind % 6: PushPull, Push, Pull, RegisterJob, SetMembership, DropJob),
-// played against a fresh Shard that holds three registered jobs (BSP with
-// two workers, ASP with two, SSP(1) with three; chunks spread over two
-// shards so "chunk of another shard" is reachable). RegisterJob passes
-// through the admission check that the psd's ParameterServer service applies
-// first (server/rpc/request_limits.h), as in the daemon.
+// (kind % 7: PushPull, Push, Pull, RegisterJob, SetMembership, DropJob,
+// SparseExchange), played against a fresh Shard that holds three registered
+// jobs (BSP with two workers, ASP with two, SSP(1) with three; chunks spread
+// over two shards so "chunk of another shard" is reachable; each with a
+// sparse table "emb" of 64 ids, dim 2, half of them on this shard). RegisterJob
+// passes through the admission check that the psd's ParameterServer service
+// applies first (server/rpc/request_limits.h), as in the daemon.
 //
 // Properties checked (a violation aborts, which libFuzzer reports):
 //   * nothing crashes, leaks, hangs or trips ASan/UBSan;
@@ -34,15 +35,18 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "core/chunking.h"
+#include "core/sparse_ids.h"
 #include "google/protobuf/stubs/logging.h"
 #include "google/protobuf/unknown_field_set.h"
 #include "proto/job.pb.h"
 #include "proto/ps.pb.h"
 #include "server/rpc/push_decoder.h"
 #include "server/rpc/request_limits.h"
+#include "server/rpc/sparse_decoder.h"
 #include "server/shard.h"
 
 namespace ps {
@@ -54,6 +58,9 @@ constexpr size_t kMaxRequests = 8;
 // Keeps any registration the fuzzer invents small enough for its 2 GiB RSS
 // limit; refusals past it are part of what is fuzzed.
 constexpr uint64_t kMemoryBudget = 64ull << 20;
+// The fixture jobs' sparse table: ids [0, kTableIds), dim kTableDim.
+constexpr uint64_t kTableIds = 64;
+constexpr uint32_t kTableDim = 2;
 
 enum Kind : uint8_t {
   kPushPull = 0,
@@ -62,7 +69,8 @@ enum Kind : uint8_t {
   kRegisterJob = 3,
   kSetMembership = 4,
   kDropJob = 5,
-  kNumKinds = 6,
+  kSparseExchange = 6,
+  kNumKinds = 7,
 };
 
 [[noreturn]] void Fail(const std::string& what) {
@@ -100,6 +108,15 @@ RegisterJobRequest MakeJob(const std::string& id, ConsistencyMode mode,
   *spec->add_tensors() = Tensor("w", {8, 6}, GLOROT_UNIFORM);
   *spec->add_tensors() = Tensor("b", {6}, ZEROS);
   *spec->add_tensors() = Tensor("e", {20}, UNIFORM);
+  TableSpec* t = spec->add_tables();
+  t->set_name("emb");
+  t->set_dim(kTableDim);
+  t->set_num_ids(kTableIds);
+  t->mutable_init()->set_kind(UNIFORM);
+  t->mutable_init()->set_scale(0.5f);
+  t->mutable_optimizer()->set_kind(opt == SGD ? SGD : ADAGRAD);
+  t->mutable_optimizer()->set_learning_rate(0.1f);
+  if (mode == BSP) t->set_admit_after(2);
   Placement* p = r.mutable_placement();
   p->set_num_shards(kNumShards);
   for (ChunkPlacement c : CutIntoChunks(*spec)) {
@@ -124,8 +141,31 @@ struct Call {
   absl::Status status;
 };
 
+// The tables' version and every row of this shard in table "emb" of
+// `job`, as SparseExchange pulls them at step 0 (answered at once).
+std::string TablesChecksum(Shard& shard, const std::string& job) {
+  SparseExchangeRequest req;
+  req.set_job_id(job);
+  SparseRows* pull = req.add_pull();
+  pull->set_table("emb");
+  for (uint64_t id = 0; id < kTableIds; ++id) {
+    if (ShardForId(id, kNumShards) != kShardId) continue;
+    pull->mutable_ids()->append(reinterpret_cast<const char*>(&id), 8);
+  }
+  SparseExchangeResponse resp;
+  Call call;
+  shard.SparseExchange(req, &resp, [&call](absl::Status s) {
+    ++call.calls;
+    call.status = std::move(s);
+  });
+  if (call.calls != 1) Fail("a table pull at step 0 did not answer at once");
+  if (!call.status.ok()) return "gone";
+  return absl::StrCat(resp.version(), ":",
+                      absl::CEscape(resp.rows(0).values()));
+}
+
 // FNV-1a over every local chunk's id, version and value bits of the three
-// fixed jobs ("" for a job that is gone).
+// fixed jobs ("" for a job that is gone), and their tables.
 std::string Checksum(Shard& shard) {
   std::string sum;
   for (const RegisterJobRequest& job : Jobs()) {
@@ -153,7 +193,8 @@ std::string Checksum(Shard& shard) {
       }
     }
     absl::StrAppend(&sum, job.job_id(), "=",
-                    call.status.ok() ? absl::StrCat(h) : "gone", ";");
+                    call.status.ok() ? absl::StrCat(h) : "gone", ";",
+                    TablesChecksum(shard, job.job_id()), ";");
   }
   return sum;
 }
@@ -169,6 +210,16 @@ bool HasUnknownGroup(const google::protobuf::Message& m) {
     }
   }
   return false;
+}
+bool HasUnknownGroup(const SparseExchangeRequest& req) {
+  for (const auto* list : {&req.gradients(), &req.pull()}) {
+    for (const SparseRows& r : *list) {
+      if (HasUnknownGroup(static_cast<const google::protobuf::Message&>(r))) {
+        return true;
+      }
+    }
+  }
+  return HasUnknownGroup(static_cast<const google::protobuf::Message&>(req));
 }
 bool HasUnknownGroup(const PushPullRequest& req) {
   for (const ChunkData& g : req.gradients()) {
@@ -235,6 +286,31 @@ void RunOne(Shard& shard, uint8_t kind, const uint8_t* data, size_t size,
       shard.PushPull(req, gradients, resp.get(), done_into(&call));
       responses.push_back(std::move(resp));
       if (call.calls == 1) expect_unchanged(call.status, "PushPull");
+      return;
+    }
+    case kSparseExchange: {
+      // The RPC layer's path: decoded from two pieces (cut mid message).
+      SparseExchangeRequest parsed;
+      auto in = std::make_shared<SparseRequestIn>();
+      const absl::string_view all(reinterpret_cast<const char*>(data), size);
+      const size_t cut = std::min(size, size / 2 | 1);
+      const absl::string_view pieces[] = {all.substr(0, cut), all.substr(cut)};
+      const bool ok = DecodeSparseExchangeRequest(pieces, in.get()).ok();
+      if (ok != Decode(data, size, &parsed) && !HasUnknownGroup(parsed)) {
+        Fail(absl::StrCat("SparseExchange decoder ",
+                          ok ? "accepted" : "refused", " what protobuf ",
+                          ok ? "refused" : "accepted"));
+      }
+      if (!ok) return;
+      auto out = std::make_shared<SparseReplyOut>();
+      Call& call = calls.emplace_back();
+      // The request and reply live until the callback ran.
+      shard.SparseExchange(in.get(), out.get(),
+                           [in, out, call = &call](absl::Status s) {
+                             ++call->calls;
+                             call->status = std::move(s);
+                           });
+      if (call.calls == 1) expect_unchanged(call.status, "SparseExchange");
       return;
     }
     case kPush: {
@@ -343,6 +419,30 @@ void WriteSeeds(const std::string& dir) {
     other.mutable_spec()->mutable_tensors(0)->set_shape(0, 9);
     seeds.push_back(
         {id + "_register_mismatched_placement", frame(kRegisterJob, other)});
+    SparseExchangeRequest sx;
+    sx.set_job_id(id);
+    sx.set_push(true);
+    SparseRows* g = sx.add_gradients();
+    g->set_table("emb");
+    // Two ids of this shard, the first repeated.
+    uint64_t ids[3] = {0, 0, 0};
+    for (uint64_t k = 0, found = 0; found < 2 && k < kTableIds; ++k) {
+      if (ShardForId(k, kNumShards) == kShardId) ids[found++] = k;
+    }
+    ids[2] = ids[0];
+    const float grads[] = {0.5f, -1, 2, 0.25f, 1, 1};
+    g->set_ids(reinterpret_cast<const char*>(ids), sizeof(ids));
+    g->set_values(reinterpret_cast<const char*>(grads), sizeof(grads));
+    *sx.add_pull() = *g;
+    sx.mutable_pull(0)->clear_values();
+    seeds.push_back({id + "_sparse_exchange", frame(kSparseExchange, sx)});
+    SparseExchangeRequest sx1 = sx;
+    sx1.set_worker(1);
+    seeds.push_back({id + "_sparse_two_workers",
+                     frame(kSparseExchange, sx) + frame(kSparseExchange, sx1)});
+    SparseExchangeRequest bad = sx;
+    bad.mutable_gradients(0)->mutable_values()->resize(sizeof(grads) - 4);
+    seeds.push_back({id + "_sparse_short_values", frame(kSparseExchange, bad)});
     DropJobRequest drop;
     drop.set_job_id(id);
     seeds.push_back(

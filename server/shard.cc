@@ -459,20 +459,36 @@ void Shard::Pull(const PullRequest& req, PullResponse* resp,
 void Shard::SparseExchange(const SparseExchangeRequest& req,
                            SparseExchangeResponse* resp,
                            std::function<void(absl::Status)> done) {
-  const int64_t start_ns = absl::GetCurrentTimeNanos();
+  struct Call {
+    SparseRequestIn in;
+    SparseReplyOut out;
+  };
+  auto call = std::make_shared<Call>();
+  call->in = SparseRequestFromProto(req);
   resp->Clear();
-  absl::StatusOr<JobPtr> job = FindJob(req.job_id());
+  SparseExchange(&call->in, &call->out,
+                 [call, resp, done = std::move(done)](absl::Status s) {
+                   if (s.ok()) SparseReplyToProto(call->in, call->out, resp);
+                   done(std::move(s));
+                 });
+}
+
+void Shard::SparseExchange(SparseRequestIn* req, SparseReplyOut* resp,
+                           std::function<void(absl::Status)> done) {
+  const int64_t start_ns = absl::GetCurrentTimeNanos();
+  *resp = SparseReplyOut();
+  absl::StatusOr<JobPtr> job = FindJob(req->job_id);
   if (!job.ok()) return done(job.status());
   if ((*job)->tables == nullptr) {
     (*job)->rejected.Add(internal::kNoTables);
     return done(absl::InvalidArgumentError(
-        absl::StrCat("job_id: job \"", req.job_id(),
+        absl::StrCat("job_id: job \"", req->job_id,
                      "\" has no sparse tables (JobSpec.tables)")));
   }
   // The job stays alive while the call waits: `done` holds a reference.
   JobTables* tables = (*job)->tables.get();
   // Read now: `req` may be gone once `done` ran.
-  const bool push = req.push();
+  const bool push = req->push;
   const JobPtr keep = *job;
   tables->Exchange(
       req, resp,
@@ -480,7 +496,7 @@ void Shard::SparseExchange(const SparseExchangeRequest& req,
        done = std::move(done)](absl::Status s) mutable {
         // Before `done`, while `resp` is valid.
         if (s.ok()) {
-          checkpointer_->AfterExchange(job, resp->version());
+          checkpointer_->AfterExchange(job, resp->version);
           job->counters.request_ns[internal::kSparseExchangeMethod].Record(
               static_cast<uint64_t>(absl::GetCurrentTimeNanos() - start_ns));
         }

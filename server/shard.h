@@ -176,6 +176,7 @@
 #include "proto/ps.pb.h"
 #include "server/checkpoint.h"
 #include "server/push_input.h"
+#include "server/sparse/sparse_request.h"
 #include "server/stats.h"
 
 namespace ps {
@@ -265,9 +266,13 @@ class Shard {
   // A worker's sparse step with this shard's part of the job's tables
   // (server/sparse/job_tables.h has the rules). INVALID_ARGUMENT for a job
   // without tables. Same callback contract as PushPull; `req` must stay
-  // valid until `done` runs too.
+  // valid until `done` runs too. The RPC layer calls the second form with
+  // a request decoded from the wire (server/rpc/sparse_decoder.h); the
+  // first converts (tests, in-process callers).
   void SparseExchange(const SparseExchangeRequest& req,
                       SparseExchangeResponse* resp,
+                      std::function<void(absl::Status)> done);
+  void SparseExchange(SparseRequestIn* req, SparseReplyOut* resp,
                       std::function<void(absl::Status)> done);
   // Pushes gradients without waiting for anything. May complete other
   // calls' waits (their callbacks run on this thread before it returns).

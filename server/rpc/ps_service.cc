@@ -10,11 +10,14 @@
 
 #include "absl/synchronization/mutex.h"
 #include "common/grpc_status.h"
+#include "common/status_macros.h"
+#include "core/sparse_rows_codec.h"
 #include "core/wire_codec.h"
 #include "grpcpp/support/proto_buffer_reader.h"
 #include "grpcpp/support/slice.h"
 #include "server/rpc/push_decoder.h"
 #include "server/rpc/request_limits.h"
+#include "server/rpc/sparse_decoder.h"
 
 namespace ps {
 namespace {
@@ -45,6 +48,20 @@ bool Parse(const grpc::ByteBuffer& bytes, google::protobuf::MessageLite* msg) {
   grpc::ByteBuffer copy(bytes);  // shares the slices; the reader consumes it
   grpc::ProtoBufferReader reader(&copy);
   return reader.status().ok() && msg->ParseFromZeroCopyStream(&reader);
+}
+
+// The slices of `bytes` (shared, not copied) and views of them.
+absl::Status DumpSlices(const grpc::ByteBuffer& bytes,
+                        std::vector<grpc::Slice>* slices,
+                        std::vector<absl::string_view>* pieces) {
+  if (bytes.Valid() && !bytes.Dump(slices).ok()) {
+    return absl::InvalidArgumentError("request: unreadable message");
+  }
+  pieces->reserve(slices->size());
+  for (const grpc::Slice& s : *slices) {
+    pieces->emplace_back(reinterpret_cast<const char*>(s.begin()), s.size());
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -169,16 +186,61 @@ void WriteReply(const google::protobuf::RepeatedPtrField<ChunkData>& chunks,
 // slices (which they keep alive: BSP holds them until its step is applied).
 absl::Status DecodePush(const grpc::ByteBuffer& bytes, PsMessages* m) {
   auto slices = std::make_shared<std::vector<grpc::Slice>>();
-  if (bytes.Valid() && !bytes.Dump(slices.get()).ok()) {
-    return absl::InvalidArgumentError("request: unreadable PushPullRequest");
-  }
   std::vector<absl::string_view> pieces;
-  pieces.reserve(slices->size());
-  for (const grpc::Slice& s : *slices) {
-    pieces.emplace_back(reinterpret_cast<const char*>(s.begin()), s.size());
-  }
+  PS_RETURN_IF_ERROR(DumpSlices(bytes, slices.get(), &pieces));
   return DecodePushPullRequest(pieces, slices, &m->push_request,
                                &m->push_gradients, &m->push_owned);
+}
+
+// One SparseExchange call: the decoded request and the reply's rows, which
+// the reply's slices borrow. Reference-counted like PsMessages: the call
+// holds two until the Shard called back and returned, and every borrowed
+// reply slice one more.
+struct SparseCall {
+  std::atomic<int> refs{2};
+  SparseRequestIn in;
+  SparseReplyOut out;
+
+  static void Unref(void* call) {
+    auto* c = static_cast<SparseCall*>(call);
+    if (c->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete c;
+  }
+};
+
+template <typename T>
+absl::string_view BytesOf(const std::vector<T>& v) {
+  return absl::string_view(reinterpret_cast<const char*>(v.data()),
+                           v.size() * sizeof(T));
+}
+
+// Writes the SparseExchangeResponse of `c` into `out`, byte for byte as
+// protobuf would, with the ids and rows of large entries as slices
+// borrowing c->in and c->out (each holding a reference to `c`).
+void WriteSparseReply(SparseCall* c, grpc::ByteBuffer* out) {
+  std::string head;
+  std::vector<WirePiece> pieces;
+  for (size_t i = 0; i < c->in.pull.size(); ++i) {
+    EncodeSparseRows(kSparseReplyRowsTag, c->in.pull[i].table,
+                     BytesOf(c->in.pull[i].ids), BytesOf(c->out.rows[i]),
+                     kCopyBelowBytes, &head, &pieces);
+  }
+  PutVarintField(kSparseReplyVersionTag, c->out.version, &head);
+  PutVarintField(kSparseReplyDuplicateTag, c->out.duplicate ? 1 : 0, &head);
+  PutVarintField(kSparseReplyStaleTag, c->out.stale ? 1 : 0, &head);
+  std::vector<grpc::Slice> slices;
+  slices.reserve(pieces.size() + 1);
+  for (WirePiece& p : pieces) {
+    if (!p.is_borrowed) {
+      slices.emplace_back(std::move(p.owned));
+      continue;
+    }
+    c->refs.fetch_add(1, std::memory_order_relaxed);
+    // gRPC never writes through a send slice (see WriteReply).
+    slices.emplace_back(const_cast<char*>(p.borrowed.data()), p.borrowed.size(),
+                        &SparseCall::Unref, c);
+  }
+  if (!head.empty()) slices.emplace_back(head);
+  *out = grpc::ByteBuffer(slices.data(), slices.size());
 }
 
 }  // namespace
@@ -307,13 +369,29 @@ grpc::ServerUnaryReactor* PsService::GetTrace(grpc::CallbackServerContext* ctx,
 }
 
 grpc::ServerUnaryReactor* PsService::SparseExchange(
-    grpc::CallbackServerContext* ctx, const SparseExchangeRequest* req,
-    SparseExchangeResponse* resp) {
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+    grpc::ByteBuffer* resp) {
   PS_AUTHENTICATE(ctx);
+  auto* call = new SparseCall();
+  absl::Status decoded;
+  {
+    std::vector<grpc::Slice> slices;
+    std::vector<absl::string_view> pieces;
+    decoded = DumpSlices(*req, &slices, &pieces);
+    if (decoded.ok()) decoded = DecodeSparseExchangeRequest(pieces, &call->in);
+  }
+  if (!decoded.ok()) {
+    delete call;
+    return Done(ctx, decoded);
+  }
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  shard_->SparseExchange(*req, resp, [reactor](absl::Status s) {
-    reactor->Finish(ToGrpcStatus(s));
-  });
+  shard_->SparseExchange(&call->in, &call->out,
+                         [reactor, resp, call](absl::Status s) {
+                           if (s.ok()) WriteSparseReply(call, resp);
+                           reactor->Finish(ToGrpcStatus(s));
+                           SparseCall::Unref(call);
+                         });
+  SparseCall::Unref(call);
   return reactor;
 }
 

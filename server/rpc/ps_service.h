@@ -37,9 +37,11 @@ class PsMessagePool;
 
 // Thread-safe (the Shard is). Borrows `shard` and `security`, which must
 // outlive the gRPC server the service is registered with.
-class PsService final : public ParameterServer::WithRawCallbackMethod_PushPull<
-                            ParameterServer::WithRawCallbackMethod_Pull<
-                                ParameterServer::CallbackService>> {
+class PsService final
+    : public ParameterServer::WithRawCallbackMethod_PushPull<
+          ParameterServer::WithRawCallbackMethod_Pull<
+              ParameterServer::WithRawCallbackMethod_SparseExchange<
+                  ParameterServer::CallbackService>>> {
  public:
   PsService(Shard* shard, const Security* security);
   ~PsService() override;
@@ -74,11 +76,13 @@ class PsService final : public ParameterServer::WithRawCallbackMethod_PushPull<
   grpc::ServerUnaryReactor* GetTrace(grpc::CallbackServerContext* ctx,
                                      const ShardTraceRequest* req,
                                      ShardTrace* resp) override;
-  // gRPC keeps `req` and `resp` until the reactor finishes, which is when
-  // the Shard calls back.
-  grpc::ServerUnaryReactor* SparseExchange(
-      grpc::CallbackServerContext* ctx, const SparseExchangeRequest* req,
-      SparseExchangeResponse* resp) override;
+  // Raw: SparseExchangeRequest in (decoded by server/rpc/sparse_decoder.h),
+  // SparseExchangeResponse out (hand-encoded, the rows borrowed). gRPC
+  // keeps `resp` until the reactor finishes, which is when the Shard calls
+  // back. A request that does not parse fails with INVALID_ARGUMENT.
+  grpc::ServerUnaryReactor* SparseExchange(grpc::CallbackServerContext* ctx,
+                                           const grpc::ByteBuffer* req,
+                                           grpc::ByteBuffer* resp) override;
 
  private:
   Shard* const shard_;

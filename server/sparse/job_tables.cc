@@ -12,11 +12,11 @@
 namespace ps {
 
 using sparse_internal::Answer;
-using sparse_internal::DecodePush;
 using sparse_internal::NewWaiter;
 using sparse_internal::StepBarrier;
 using sparse_internal::TablePushes;
 using sparse_internal::TableSet;
+using sparse_internal::TakePush;
 using sparse_internal::WaiterPtr;
 
 namespace {
@@ -81,58 +81,57 @@ absl::Status JobTables::MaybeCompleteStepLocked() {
   return absl::OkStatus();
 }
 
-absl::Status JobTables::PushBspLocked(const SparseExchangeRequest& req,
+absl::Status JobTables::PushBspLocked(const SparseRequestIn& req,
                                       TablePushes pushed,
-                                      SparseExchangeResponse* resp) {
-  const uint32_t w = req.worker();
+                                      SparseReplyOut* resp) {
+  const uint32_t w = req.worker;
   if (!barrier_.active(w)) return NotActive(w);
   const uint64_t version = barrier_.version();
-  if (req.step() < version) {
-    resp->set_stale(true);
+  if (req.step < version) {
+    resp->stale = true;
     return absl::OkStatus();
   }
-  if (req.step() > version) {
+  if (req.step > version) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "step: %d is ahead of the sparse tables' step %d on "
         "shard %d%s",
-        req.step(), version, where_.shard_id, barrier_.RestoredNote()));
+        req.step, version, where_.shard_id, barrier_.RestoredNote()));
   }
   if (barrier_.HasPushed(w)) {
-    resp->set_duplicate(true);
+    resp->duplicate = true;
     return absl::OkStatus();
   }
   barrier_.Buffer(w, std::move(pushed));
   return MaybeCompleteStepLocked();
 }
 
-absl::Status JobTables::PushUnordered(const SparseExchangeRequest& req,
-                                      TablePushes pushed,
-                                      SparseExchangeResponse* resp,
+absl::Status JobTables::PushUnordered(const SparseRequestIn& req,
+                                      TablePushes pushed, SparseReplyOut* resp,
                                       const WaiterPtr& waiter,
                                       std::vector<WaiterPtr>* ready) {
-  const uint32_t w = req.worker();
+  const uint32_t w = req.worker;
   absl::ReaderMutexLock applying(&apply_mu_);
   uint64_t claimed_before = 0;
   {
     absl::MutexLock l(&mu_);
     PS_RETURN_IF_ERROR(closed_);
     if (!barrier_.active(w)) return NotActive(w);
-    if (!barrier_.Claim(w, req.step(), &claimed_before)) {
-      resp->set_duplicate(true);
+    if (!barrier_.Claim(w, req.step, &claimed_before)) {
+      resp->duplicate = true;
       waits_.Add(waiter);
       CollectReadyLocked(ready);
       return absl::OkStatus();
     }
   }
-  const absl::Status applied = tables_->Apply({&pushed}, 1.0f, req.step());
+  const absl::Status applied = tables_->Apply({&pushed}, 1.0f, req.step);
   uint64_t evict_at = 0;
   {
     absl::MutexLock l(&mu_);
     if (!applied.ok()) {
-      barrier_.Unclaim(w, req.step(), claimed_before);
+      barrier_.Unclaim(w, req.step, claimed_before);
       return applied;
     }
-    evict_at = barrier_.CountApplied(w, req.step());
+    evict_at = barrier_.CountApplied(w, req.step);
     waits_.Add(waiter);
     CollectReadyLocked(ready);
   }
@@ -144,17 +143,33 @@ absl::Status JobTables::PushUnordered(const SparseExchangeRequest& req,
 void JobTables::Exchange(const SparseExchangeRequest& req,
                          SparseExchangeResponse* resp,
                          std::function<void(absl::Status)> done) {
+  struct Call {
+    SparseRequestIn in;
+    SparseReplyOut out;
+  };
+  auto call = std::make_shared<Call>();
+  call->in = SparseRequestFromProto(req);
+  Exchange(&call->in, &call->out,
+           [call, resp, done = std::move(done)](absl::Status s) {
+             if (s.ok()) SparseReplyToProto(call->in, call->out, resp);
+             done(std::move(s));
+           });
+}
+
+void JobTables::Exchange(SparseRequestIn* req_in, SparseReplyOut* resp,
+                         std::function<void(absl::Status)> done) {
+  const SparseRequestIn& req = *req_in;
   absl::Status valid = checks_.Check(req);
   if (!valid.ok()) {
     done(valid);
     return;
   }
-  TablePushes pushed = DecodePush(*tables_, req);
+  TablePushes pushed = TakePush(*tables_, req_in);
   WaiterPtr waiter = NewWaiter(req, resp, std::move(done), staleness_,
                                absl::Now() + step_deadline_);
   std::vector<WaiterPtr> ready, failed_waits;
   absl::Status failed;
-  if (req.push() && mode_ != BSP) {
+  if (req.push && mode_ != BSP) {
     failed = PushUnordered(req, std::move(pushed), resp, waiter, &ready);
     if (!failed.ok()) {
       waiter->done(failed);
@@ -168,7 +183,7 @@ void JobTables::Exchange(const SparseExchangeRequest& req,
     if (!closed_.ok()) {
       failed = closed_;
     } else {
-      if (req.push()) failed = PushBspLocked(req, std::move(pushed), resp);
+      if (req.push) failed = PushBspLocked(req, std::move(pushed), resp);
       if (failed.ok()) {
         waits_.Add(waiter);
         CollectReadyLocked(&ready);

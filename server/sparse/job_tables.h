@@ -68,6 +68,7 @@
 #include "server/sparse/internal/step_barrier.h"
 #include "server/sparse/internal/table_set.h"
 #include "server/sparse/internal/waiters.h"
+#include "server/sparse/sparse_request.h"
 
 namespace ps {
 
@@ -85,7 +86,12 @@ class JobTables {
   // A worker's sparse step (see the file comment). Never blocks: calls
   // `done` exactly once, on this thread or later on the one that completes
   // the wait (an Exchange, SetMembership, CheckDeadlines or Close). `req`
-  // and `resp` must stay valid until then.
+  // and `resp` must stay valid until then; the pushed rows are moved out of
+  // req->gradients once checked.
+  void Exchange(SparseRequestIn* req, SparseReplyOut* resp,
+                std::function<void(absl::Status)> done);
+  // The same over protobuf messages (tests, in-process callers): converts
+  // both ways; `resp` is written before `done` runs.
   void Exchange(const SparseExchangeRequest& req, SparseExchangeResponse* resp,
                 std::function<void(absl::Status)> done);
 
@@ -152,16 +158,16 @@ class JobTables {
   absl::Status NotActive(uint32_t worker) const;
   // BSP, under mu_: buffers the push, applies the step once complete; sets
   // resp->duplicate / stale.
-  absl::Status PushBspLocked(const SparseExchangeRequest& req,
+  absl::Status PushBspLocked(const SparseRequestIn& req,
                              sparse_internal::TablePushes pushed,
-                             SparseExchangeResponse* resp)
+                             SparseReplyOut* resp)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // ASP/SSP: the push is claimed under mu_ (duplicates), applied with no
   // JobTables lock (the tables lock their stripes), then counted under mu_.
   // Fills `ready` with the waits it completes, the caller's own included.
-  absl::Status PushUnordered(const SparseExchangeRequest& req,
+  absl::Status PushUnordered(const SparseRequestIn& req,
                              sparse_internal::TablePushes pushed,
-                             SparseExchangeResponse* resp,
+                             SparseReplyOut* resp,
                              const sparse_internal::WaiterPtr& waiter,
                              std::vector<sparse_internal::WaiterPtr>* ready);
   // BSP: applies the step once its quorum pushed. An error (a table's

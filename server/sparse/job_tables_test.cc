@@ -269,6 +269,10 @@ TEST(JobTablesTest, SaveRestoreKeepsRowsVersionAndBufferedPushes) {
   // Worker 0's step-3 push is in the checkpoint: a retry is a duplicate.
   auto retry = Exchange(0, 3, true, {7}, {4, 4}, {7});
   retry->Start(*copy);
+  // Answered (duplicate flag included) once the step completes.
+  auto last = Exchange(1, 3, true, {2}, {1, 1}, {1});
+  last->Start(*copy);
+  ASSERT_TRUE(retry->status.has_value() && retry->status->ok());
   EXPECT_TRUE(retry->resp.duplicate());
 
   // A truncated stream changes nothing.

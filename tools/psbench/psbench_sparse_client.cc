@@ -9,17 +9,56 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/grpc_status.h"
+#include "common/status_macros.h"
 #include "core/sparse_ids.h"
+#include "core/sparse_rows_codec.h"
+#include "grpcpp/support/slice.h"
 
 namespace ps {
 namespace bench {
 
-// One call's messages, reused for the same (shard, piece) every step.
+// Payloads shorter than this are copied into the request's head: a
+// borrowed slice costs more than copying a few KiB.
+constexpr size_t kCopyBelowBytes = 4096;
+
+// One call's buffers, reused for the same (shard, piece) every step. The
+// request is hand-encoded (core/sparse_rows_codec.h) with the ids and the
+// gathered gradients as slices borrowing `ids` and `values`; the reply's
+// rows are scattered straight from the received slices.
 struct SparseClient::Call {
   std::unique_ptr<grpc::ClientContext> context;
-  SparseExchangeRequest request;
-  SparseExchangeResponse response;
+  grpc::ByteBuffer request;
+  grpc::ByteBuffer response;
+  absl::string_view ids;
+  std::vector<float> values;
 };
+
+namespace {
+
+absl::string_view BytesOf(const void* p, size_t n) {
+  return absl::string_view(static_cast<const char*>(p), n);
+}
+
+// The encoded pieces as send slices. The borrowed ones point into the
+// call's buffers, which stay untouched until the call's callback ran (a
+// unary call's callback runs once gRPC is done with its request).
+grpc::ByteBuffer ToByteBuffer(std::vector<WirePiece>& pieces,
+                              std::string& head) {
+  std::vector<grpc::Slice> slices;
+  slices.reserve(pieces.size() + 1);
+  for (WirePiece& p : pieces) {
+    if (p.is_borrowed) {
+      slices.emplace_back(p.borrowed.data(), p.borrowed.size(),
+                          grpc::Slice::STATIC_SLICE);
+    } else {
+      slices.emplace_back(std::move(p.owned));
+    }
+  }
+  if (!head.empty()) slices.emplace_back(std::move(head));
+  return grpc::ByteBuffer(slices.data(), slices.size());
+}
+
+}  // namespace
 
 // What one Exchange shares with its calls' callbacks.
 struct SparseClient::Step {
@@ -70,7 +109,7 @@ absl::StatusOr<std::unique_ptr<SparseClient>> SparseClient::Create(
     c->stubs_.emplace_back();
     for (int k = 0; k < options.channels_per_shard; ++k) {
       c->stubs_.back().push_back(
-          ParameterServer::NewStub(security->NewChannel(address)));
+          std::make_unique<grpc::GenericStub>(security->NewChannel(address)));
     }
   }
   c->steps_.assign(options.ranks.size(),
@@ -89,62 +128,78 @@ void SparseClient::Send(const std::shared_ptr<Step>& step, uint32_t shard,
   const uint64_t* ids = step->batch->ids[shard].data() + begin;
   const uint32_t* pos = step->batch->pos[shard].data() + begin;
 
-  SparseExchangeRequest& req = call.request;
-  req.set_job_id(options_.job_id);
-  req.set_worker(options_.ranks[slot]);
-  req.set_step(++steps_[slot][shard]);
-  req.set_push(true);
-  SparseRows* g =
-      req.gradients_size() ? req.mutable_gradients(0) : req.add_gradients();
-  g->set_table(options_.table);
-  g->set_ids(reinterpret_cast<const char*>(ids), n * sizeof(uint64_t));
   // Gather the shard's gradient rows out of batch order.
-  std::string* values = g->mutable_values();
-  values->resize(n * dim * sizeof(float));
-  char* dst = values->data();
+  call.values.resize(n * dim);
   for (size_t i = 0; i < n; ++i) {
-    std::memcpy(dst + i * dim * sizeof(float), step->grads + pos[i] * dim,
+    std::memcpy(call.values.data() + i * dim, step->grads + pos[i] * dim,
                 dim * sizeof(float));
   }
-  SparseRows* p = req.pull_size() ? req.mutable_pull(0) : req.add_pull();
-  p->set_table(options_.table);
-  p->set_ids(g->ids());
+  call.ids = BytesOf(ids, n * sizeof(uint64_t));
+  std::string head;
+  std::vector<WirePiece> pieces;
+  PutBytesField(kSparseRequestJobIdTag, options_.job_id, &head);
+  PutVarintField(kSparseRequestWorkerTag, options_.ranks[slot], &head);
+  PutVarintField(kSparseRequestStepTag, ++steps_[slot][shard], &head);
+  PutVarintField(kSparseRequestPushTag, 1, &head);
+  EncodeSparseRows(kSparseRequestGradientsTag, options_.table, call.ids,
+                   BytesOf(call.values.data(), n * dim * sizeof(float)),
+                   kCopyBelowBytes, &head, &pieces);
+  EncodeSparseRows(kSparseRequestPullTag, options_.table, call.ids, {},
+                   kCopyBelowBytes, &head, &pieces);
+  call.request = ToByteBuffer(pieces, head);
 
   call.context = std::make_unique<grpc::ClientContext>();
   call.context->set_deadline(
       absl::ToChronoTime(absl::Now() + options_.rpc_deadline));
   security_->Authorize(call.context.get());
   calls_.fetch_add(1, std::memory_order_relaxed);
-  stubs_[shard][slot % stubs_[shard].size()]->async()->SparseExchange(
-      call.context.get(), &call.request, &call.response,
-      [this, step, shard, slot, piece](const grpc::Status& s) {
+  stubs_[shard][slot % stubs_[shard].size()]->UnaryCall(
+      call.context.get(), kSparseExchangeRpc, grpc::StubOptions(),
+      &call.request, &call.response,
+      [this, step, shard, slot, piece](grpc::Status s) {
         Done(step, shard, slot, piece, FromGrpcStatus(s));
       });
+}
+
+absl::Status SparseClient::Scatter(const Call& call, const uint32_t* pos,
+                                   float* rows_out) const {
+  const size_t dim = options_.dim;
+  const size_t n = call.ids.size() / sizeof(uint64_t);
+  std::vector<grpc::Slice> slices;
+  if (call.response.Valid() && !call.response.Dump(&slices).ok()) {
+    return absl::DataLossError("unreadable reply");
+  }
+  std::vector<absl::string_view> pieces;
+  for (const grpc::Slice& sl : slices) {
+    pieces.emplace_back(reinterpret_cast<const char*>(sl.begin()), sl.size());
+  }
+  WireReader in(pieces);
+  SparseReplyView reply;
+  PS_RETURN_IF_ERROR(DecodeSparseReply(&in, &reply));
+  if (reply.rows.size() != 1 || reply.rows[0].ids_bytes != call.ids.size() ||
+      !BytesEqual(in, reply.rows[0].ids, call.ids) ||
+      reply.rows[0].values_bytes != n * dim * sizeof(float)) {
+    return absl::DataLossError(absl::StrCat(
+        "the reply's rows do not match the ", n, " ids asked for"));
+  }
+  // Scatter the pulled rows back into batch order, from the slices.
+  in.Seek(reply.rows[0].values);
+  for (size_t i = 0; i < n; ++i) {
+    in.Read(reinterpret_cast<char*>(rows_out + size_t{pos[i]} * dim),
+            dim * sizeof(float));
+  }
+  return absl::OkStatus();
 }
 
 void SparseClient::Done(const std::shared_ptr<Step>& step, uint32_t shard,
                         size_t slot, size_t piece, const absl::Status& status) {
   absl::Status s = status;
   const Call& call = *calls_by_shard_[shard][piece];
-  const size_t dim = options_.dim;
   if (s.ok()) {
-    const std::string& asked = call.request.pull(0).ids();
-    const size_t n = asked.size() / sizeof(uint64_t);
-    if (call.response.rows_size() != 1 ||
-        call.response.rows(0).ids() != asked ||
-        call.response.rows(0).values().size() != n * dim * sizeof(float)) {
-      s = absl::DataLossError(
-          absl::StrCat("shard ", shard, ": the reply's rows do not match the ",
-                       n, " ids asked for"));
-    } else {
-      // Scatter the pulled rows back into batch order.
-      const size_t begin = piece * step->rows_per_piece[shard];
-      const uint32_t* pos = step->batch->pos[shard].data() + begin;
-      const char* src = call.response.rows(0).values().data();
-      for (size_t i = 0; i < n; ++i) {
-        std::memcpy(step->rows_out + pos[i] * dim,
-                    src + i * dim * sizeof(float), dim * sizeof(float));
-      }
+    const size_t begin = piece * step->rows_per_piece[shard];
+    s = Scatter(call, step->batch->pos[shard].data() + begin, step->rows_out);
+    if (!s.ok()) {
+      s = absl::DataLossError(absl::StrCat("shard ", shard, ": ", s.message()));
     }
   }
   const size_t next = piece + options_.ranks.size();

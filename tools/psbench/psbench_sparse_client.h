@@ -31,7 +31,7 @@
 #include "absl/types/span.h"
 #include "common/defaults.h"
 #include "common/security.h"
-#include "proto/ps.grpc.pb.h"
+#include "grpcpp/generic/generic_stub.h"
 
 namespace ps {
 namespace bench {
@@ -95,11 +95,15 @@ class SparseClient {
             size_t piece);
   void Done(const std::shared_ptr<Step>& step, uint32_t shard, size_t slot,
             size_t piece, const absl::Status& status);
+  // Checks `call`'s reply against its ids and copies its rows to
+  // rows_out[pos[i] * dim, ...), read in place from the received slices.
+  absl::Status Scatter(const Call& call, const uint32_t* pos,
+                       float* rows_out) const;
 
   const SparseClientOptions options_;
   const Security* const security_;
   // [shard][channel]
-  std::vector<std::vector<std::unique_ptr<ParameterServer::Stub>>> stubs_;
+  std::vector<std::vector<std::unique_ptr<grpc::GenericStub>>> stubs_;
   // [slot][shard]: the slot's last step sent to the shard.
   std::vector<std::vector<uint64_t>> steps_;
   // [shard][piece], reused across steps (buffers keep their capacity).

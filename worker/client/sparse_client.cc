@@ -10,6 +10,8 @@
 #include "common/grpc_status.h"
 #include "common/status_macros.h"
 #include "core/sparse_ids.h"
+#include "core/sparse_rows_codec.h"
+#include "worker/client/sparse_wire.h"
 
 namespace ps {
 
@@ -56,7 +58,7 @@ struct GrpcSparseClient::Step {
 // callback borrows it while it is on the wire.
 struct GrpcSparseClient::Call {
   enum class State { kOnWire, kBackoff, kEnded };
-  // request.pull(j) asks for the ids at `positions` of step entry `entry`.
+  // pull_rows[j] asks for the ids at `positions` of step entry `entry`.
   struct Pull {
     size_t entry = 0;
     std::vector<uint32_t> positions;
@@ -66,19 +68,35 @@ struct GrpcSparseClient::Call {
   uint32_t shard = 0;
   uint32_t channel = 0;
   // The attempt's stub (set by ArmLocked: the shard's may change after).
-  ParameterServer::Stub* stub = nullptr;
+  grpc::GenericStub* stub = nullptr;
   State state = State::kOnWire;  // (mu_)
   int attempt = 0;
   absl::Time retry_at;
-  SparseExchangeRequest request;
+  // The request's rows (its slices borrow them, every attempt), the
+  // encoded request of the current attempt and its reply.
+  std::vector<SparseRowsOut> gradients;
+  std::vector<SparseRowsOut> pull_rows;
+  grpc::ByteBuffer request;
   size_t request_bytes = 0;
-  SparseExchangeResponse response;
+  grpc::ByteBuffer response;
+  SparseReplyInfo reply;
   // Shared with a sibling that cancels it outside mu_.
   std::shared_ptr<grpc::ClientContext> context;
   std::vector<Pull> pulls;
   uint64_t rows_pushed = 0;
   uint64_t rows_pulled = 0;
 };
+
+// The request's scalar fields for `c`'s current attempt.
+SparseRequestHead GrpcSparseClient::HeadOf(const Call& c) const {
+  SparseRequestHead h;
+  h.job_id = job_id_;
+  h.worker = rank_;
+  h.step = c.step->args.step;
+  h.attempt = static_cast<uint32_t>(c.attempt);
+  h.push = c.step->args.push;
+  return h;
+}
 
 // What a locked section decided and the caller does once mu_ is released:
 // cancel calls on the wire (gRPC may run their callbacks inline), then
@@ -127,12 +145,12 @@ GrpcSparseClient::GrpcSparseClient(const PsClientOptions& options,
       retry_(RetryOptionsOf(options), assignment.spec().consistency(),
              StepDeadlineRule::kWaitingModes),
       num_shards_(static_cast<uint32_t>(assignment.shard_addresses_size())) {
-  channels_ = std::make_unique<ShardChannels<ParameterServer::Stub>>(
+  channels_ = std::make_unique<ShardChannels<grpc::GenericStub>>(
       ChannelOptionsOf(options_, job_id_, "sparse retries go there"), security_,
       std::vector<std::string>(assignment.shard_addresses().begin(),
                                assignment.shard_addresses().end()),
       [](std::shared_ptr<grpc::Channel> channel) {
-        return ParameterServer::NewStub(std::move(channel));
+        return std::make_unique<grpc::GenericStub>(std::move(channel));
       },
       [this](uint32_t shard) { OnShardMoved(shard); });
   retry_thread_ = std::thread([this] { RetryLoop(); });
@@ -222,10 +240,6 @@ GrpcSparseClient::Call* GrpcSparseClient::CallTo(
     c = step->calls.back().get();
     c->step = step;
     c->shard = shard;
-    c->request.set_job_id(job_id_);
-    c->request.set_worker(rank_);
-    c->request.set_step(step->args.step);
-    c->request.set_push(step->args.push);
   }
   return c;
 }
@@ -237,24 +251,24 @@ void GrpcSparseClient::PackPush(Step* step, size_t entry, const IdRoute& route,
   const size_t dim = step->dims[entry];
   const size_t row_bytes = dim * sizeof(float);
   const uint32_t n = num_shards();
-  std::vector<char*> id_out(n), value_out(n);
+  std::vector<uint64_t*> id_out(n);
+  std::vector<float*> value_out(n);
   for (uint32_t s = 0; s < n; ++s) {
     if (route.count[s] == 0) continue;
     Call* c = CallTo(step, s, by_shard);
-    SparseRows* rows = c->request.add_gradients();
-    rows->set_table(t.table);
-    rows->mutable_ids()->resize(route.count[s] * sizeof(uint64_t));
-    rows->mutable_values()->resize(route.count[s] * row_bytes);
-    id_out[s] = rows->mutable_ids()->data();
-    value_out[s] = rows->mutable_values()->data();
+    SparseRowsOut& rows = c->gradients.emplace_back();
+    rows.table = t.table;
+    rows.ids.resize(route.count[s]);
+    rows.values.resize(route.count[s] * dim);
+    id_out[s] = rows.ids.data();
+    value_out[s] = rows.values.data();
     c->rows_pushed += route.count[s];
   }
   for (size_t k = 0; k < t.push_ids.size(); ++k) {
     const uint32_t s = route.shard_of[k];
-    std::memcpy(id_out[s], &t.push_ids[k], sizeof(uint64_t));
+    *id_out[s]++ = t.push_ids[k];
     std::memcpy(value_out[s], t.push_grads.data() + k * dim, row_bytes);
-    id_out[s] += sizeof(uint64_t);
-    value_out[s] += row_bytes;
+    value_out[s] += dim;
   }
 }
 
@@ -263,15 +277,15 @@ void GrpcSparseClient::PackPull(Step* step, size_t entry, const IdRoute& route,
                                 std::vector<Call*>* by_shard) const {
   const SparseTableStep& t = step->args.tables[entry];
   const uint32_t n = num_shards();
-  std::vector<char*> id_out(n);
+  std::vector<uint64_t*> id_out(n);
   std::vector<Call::Pull*> pull_of(n, nullptr);
   for (uint32_t s = 0; s < n; ++s) {
     if (route.count[s] == 0) continue;
     Call* c = CallTo(step, s, by_shard);
-    SparseRows* rows = c->request.add_pull();
-    rows->set_table(t.table);
-    rows->mutable_ids()->resize(route.count[s] * sizeof(uint64_t));
-    id_out[s] = rows->mutable_ids()->data();
+    SparseRowsOut& rows = c->pull_rows.emplace_back();
+    rows.table = t.table;
+    rows.ids.resize(route.count[s]);
+    id_out[s] = rows.ids.data();
     c->pulls.emplace_back();
     c->pulls.back().entry = entry;
     c->pulls.back().positions.reserve(route.count[s]);
@@ -280,8 +294,7 @@ void GrpcSparseClient::PackPull(Step* step, size_t entry, const IdRoute& route,
   }
   for (size_t k = 0; k < t.pull_ids.size(); ++k) {
     const uint32_t s = route.shard_of[k];
-    std::memcpy(id_out[s], &t.pull_ids[k], sizeof(uint64_t));
-    id_out[s] += sizeof(uint64_t);
+    *id_out[s]++ = t.pull_ids[k];
     pull_of[s]->positions.push_back(static_cast<uint32_t>(k));
   }
 }
@@ -290,7 +303,8 @@ void GrpcSparseClient::PackPull(Step* step, size_t entry, const IdRoute& route,
 absl::Status GrpcSparseClient::CheckFits(Step* step) const {
   const size_t limit = static_cast<size_t>(options_.max_message_bytes);
   for (const auto& c : step->calls) {
-    c->request_bytes = c->request.ByteSizeLong();
+    c->request_bytes =
+        EncodeSparseRequest(HeadOf(*c), c->gradients, c->pull_rows).Length();
     size_t reply_bytes = 0;
     for (const Call::Pull& p : c->pulls) {
       const SparseTableStep& t = step->args.tables[p.entry];
@@ -369,8 +383,10 @@ void GrpcSparseClient::Cancel(RequestHandle handle) {
 void GrpcSparseClient::ArmLocked(Call* call) {
   call->attempt++;
   call->state = Call::State::kOnWire;
-  call->request.set_attempt(static_cast<uint32_t>(call->attempt));
+  call->request =
+      EncodeSparseRequest(HeadOf(*call), call->gradients, call->pull_rows);
   call->response.Clear();
+  call->reply = SparseReplyInfo();
   call->context = std::make_shared<grpc::ClientContext>();
   call->context->set_deadline(
       absl::ToChronoTime(absl::Now() + retry_.attempt_deadline()));
@@ -385,42 +401,23 @@ void GrpcSparseClient::ArmLocked(Call* call) {
 }
 
 void GrpcSparseClient::Send(Call* call) {
-  call->stub->async()->SparseExchange(
-      call->context.get(), &call->request, &call->response,
-      [this, call](grpc::Status s) { OnDone(call, s); });
+  call->stub->UnaryCall(call->context.get(), kSparseExchangeRpc,
+                        grpc::StubOptions(), &call->request, &call->response,
+                        [this, call](grpc::Status s) { OnDone(call, s); });
 }
 
 absl::Status GrpcSparseClient::Scatter(Call* call) const {
-  const SparseExchangeResponse& resp = call->response;
   const Step& step = *call->step;
-  if (resp.rows_size() != static_cast<int>(call->pulls.size())) {
-    return absl::InternalError(absl::StrCat("reply has ", resp.rows_size(),
-                                            " rows entries for ",
-                                            call->pulls.size(), " pulled"));
-  }
-  for (size_t j = 0; j < call->pulls.size(); ++j) {
-    const Call::Pull& p = call->pulls[j];
-    const SparseRows& rows = resp.rows(static_cast<int>(j));
-    const SparseTableStep& t = step.args.tables[p.entry];
-    const size_t row_bytes = step.dims[p.entry] * sizeof(float);
-    if (rows.table() != t.table ||
-        rows.ids() != call->request.pull(static_cast<int>(j)).ids() ||
-        rows.values().size() != p.positions.size() * row_bytes) {
-      return absl::InternalError(
-          absl::StrCat("reply rows[", j, "] (table \"", rows.table(), "\", ",
-                       rows.ids().size(), " id bytes, ", rows.values().size(),
-                       " value bytes) does not answer pull of ",
-                       p.positions.size(), " ids of \"", t.table, "\""));
-    }
-    const char* in = rows.values().data();
-    float* out = t.pull_rows.data();
-    const size_t dim = step.dims[p.entry];
-    for (uint32_t pos : p.positions) {
-      std::memcpy(out + pos * dim, in, row_bytes);
-      in += row_bytes;
-    }
-  }
-  return absl::OkStatus();
+  std::vector<size_t> dims;
+  for (const Call::Pull& p : call->pulls) dims.push_back(step.dims[p.entry]);
+  return ReadSparseReply(
+      call->response, call->pull_rows, dims,
+      [&](size_t j, size_t i) {
+        const Call::Pull& p = call->pulls[j];
+        return step.args.tables[p.entry].pull_rows.data() +
+               size_t{p.positions[i]} * dims[j];
+      },
+      &call->reply);
 }
 
 // Runs on a gRPC callback thread. Rows are copied outside the lock: each
@@ -428,7 +425,7 @@ absl::Status GrpcSparseClient::Scatter(Call* call) const {
 void GrpcSparseClient::OnDone(Call* call, const grpc::Status& grpc_status) {
   absl::Status status = FromGrpcStatus(grpc_status);
   if (status.ok()) status = Scatter(call);
-  const size_t reply_bytes = status.ok() ? call->response.ByteSizeLong() : 0;
+  const size_t reply_bytes = status.ok() ? call->reply.bytes : 0;
   Outcome outcome;
   {
     absl::MutexLock lock(&mu_);
@@ -438,8 +435,8 @@ void GrpcSparseClient::OnDone(Call* call, const grpc::Status& grpc_status) {
       stats_.bytes_received += reply_bytes;
       stats_.rows_pushed += call->rows_pushed;
       stats_.rows_pulled += call->rows_pulled;
-      if (call->response.duplicate()) stats_.duplicates++;
-      if (call->response.stale()) stats_.stale++;
+      if (call->reply.duplicate) stats_.duplicates++;
+      if (call->reply.stale) stats_.stale++;
     } else if (retry_.Retries(status, call->attempt) && step->status.ok()) {
       call->retry_at = absl::Now() + retry_.Backoff(call->attempt);
       call->state = Call::State::kBackoff;

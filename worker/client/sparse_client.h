@@ -48,14 +48,15 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "common/security.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "proto/coordinator.pb.h"
 #include "proto/job.pb.h"
-#include "proto/ps.grpc.pb.h"
 #include "worker/client/ps_client_options.h"
 #include "worker/client/request_handle.h"
 #include "worker/client/retry_policy.h"
 #include "worker/client/shard_channels.h"
 #include "worker/client/sparse_step.h"
+#include "worker/client/sparse_wire.h"
 
 namespace ps {
 
@@ -122,7 +123,8 @@ class SparseClient {
 // cancelled. Every attempt has a deadline (worker/client/retry_policy.h,
 // StepDeadlineRule::kWaitingModes): rpc_deadline under ASP, at least the
 // job's step deadline + 5 s under BSP/SSP (so the shard's own error, which
-// names the missing workers, arrives first). Pulled rows are copied
+// names the missing workers, arrives first). Requests are hand-encoded and
+// replies read in place (worker/client/sparse_wire.h). Pulled rows are copied
 // into pull_rows on the network threads, each shard's disjoint positions by
 // its own reply. A step's request to one shard must fit max_message_bytes
 // (and the reply too): a bigger one is kInvalidArgument, nothing sent.
@@ -187,7 +189,10 @@ class GrpcSparseClient final : public SparseClient {
   // callback before returning.
   void Send(Call* call);
   void OnDone(Call* call, const grpc::Status& grpc_status);
-  // Checks a reply and copies its rows into the caller's pull_rows.
+  // The request's scalar fields for the call's current attempt.
+  SparseRequestHead HeadOf(const Call& c) const;
+  // Checks a reply and copies its rows into the caller's pull_rows, read in
+  // place from the reply's slices (worker/client/sparse_wire.h).
   absl::Status Scatter(Call* call) const;
   // What a locked section leaves to do once mu_ is released.
   struct Outcome;
@@ -232,7 +237,7 @@ class GrpcSparseClient final : public SparseClient {
   std::thread retry_thread_;
   // Last: its relocator thread calls OnShardMoved; the destructor stops it
   // once no call is left.
-  std::unique_ptr<ShardChannels<ParameterServer::Stub>> channels_;
+  std::unique_ptr<ShardChannels<grpc::GenericStub>> channels_;
 };
 
 }  // namespace ps

@@ -1,6 +1,5 @@
 #include "server/sparse/internal/request_checks.h"
 
-#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -17,112 +16,96 @@ static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
 
 namespace {
 
-size_t IdCount(const SparseRows& r) { return r.ids().size() / 8; }
-
-uint64_t IdAt(const std::string& bytes, size_t i) {
-  uint64_t id;
-  std::memcpy(&id, bytes.data() + i * sizeof(id), sizeof(id));
-  return id;
+absl::string_view BytesOf(const std::vector<float>& v) {
+  return absl::string_view(reinterpret_cast<const char*>(v.data()),
+                           v.size() * sizeof(float));
 }
 
 }  // namespace
 
-absl::Status RequestChecks::CheckRows(const SparseRows& rows, bool push,
+absl::Status RequestChecks::CheckRows(const SparseRowsIn& rows, bool push,
                                       const std::string& at) const {
-  const Table* t = tables_.Find(rows.table());
+  const Table* t = tables_.Find(rows.table);
   if (t == nullptr) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "%s.table: unknown table \"%s\" in job %s", at, rows.table(), job_id_));
+        "%s.table: unknown table \"%s\" in job %s", at, rows.table, job_id_));
   }
-  if (rows.ids().size() % 8 != 0) {
+  if (rows.ids_bytes % 8 != 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "%s.ids: %d bytes, not a whole number of uint64 ids (table %s)", at,
-        rows.ids().size(), rows.table()));
+        rows.ids_bytes, rows.table));
   }
-  const size_t n = IdCount(rows);
+  const size_t n = rows.ids.size();
   const size_t want = push ? n * t->spec.dim() * sizeof(float) : 0;
-  if (rows.values().size() != want) {
+  if (rows.values_bytes != want) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "%s.values: %d bytes, want %d (%d ids x dim %d%s; table %s)", at,
-        rows.values().size(), want, n, t->spec.dim(),
-        push ? "" : ", none in a pull", rows.table()));
+        rows.values_bytes, want, n, t->spec.dim(),
+        push ? "" : ", none in a pull", rows.table));
   }
-  // Read in place: the push and the reply decode the ids once each.
   for (size_t i = 0; i < n; ++i) {
-    const uint64_t id = IdAt(rows.ids(), i);
+    const uint64_t id = rows.ids[i];
     if (t->spec.num_ids() != 0 && id >= t->spec.num_ids()) {
       return absl::InvalidArgumentError(
           absl::StrFormat("%s.ids[%d]: id %d is outside table %s (num_ids %d)",
-                          at, i, id, rows.table(), t->spec.num_ids()));
+                          at, i, id, rows.table, t->spec.num_ids()));
     }
     const uint32_t shard = ShardForId(id, where_.num_shards);
     if (shard != where_.shard_id) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "%s.ids[%d]: id %d belongs to shard %d, not %d (table %s)", at, i, id,
-          shard, where_.shard_id, rows.table()));
+          shard, where_.shard_id, rows.table));
     }
   }
-  const int64_t bad = push ? FirstNonFinite(rows.values()) : -1;
+  const int64_t bad = push ? FirstNonFinite(BytesOf(rows.values)) : -1;
   if (bad >= 0) {
-    float v;
-    std::memcpy(&v, rows.values().data() + bad * sizeof(float), sizeof(v));
     return absl::InvalidArgumentError(absl::StrFormat(
-        "%s.values[%d]: %g for id %d is not finite (table %s)", at, bad, v,
-        IdAt(rows.ids(), bad / t->spec.dim()), rows.table()));
+        "%s.values[%d]: %g for id %d is not finite (table %s)", at, bad,
+        rows.values[bad], rows.ids[bad / t->spec.dim()], rows.table));
   }
   return absl::OkStatus();
 }
 
-absl::Status RequestChecks::Check(const SparseExchangeRequest& req) const {
-  if (req.worker() >= where_.num_workers) {
+absl::Status RequestChecks::Check(const SparseRequestIn& req) const {
+  if (req.worker >= where_.num_workers) {
     return absl::InvalidArgumentError(
         absl::StrFormat("worker: %d is out of range [0, %d) for job %s",
-                        req.worker(), where_.num_workers, job_id_));
+                        req.worker, where_.num_workers, job_id_));
   }
-  if (!req.push() && req.gradients_size() > 0) {
+  if (!req.push && !req.gradients.empty()) {
     return absl::InvalidArgumentError(
         "gradients: set without push (set push: true to push them)");
   }
   std::vector<bool> seen(tables_.size(), false);
-  for (int i = 0; i < req.gradients_size(); ++i) {
+  for (size_t i = 0; i < req.gradients.size(); ++i) {
     const std::string at = absl::StrCat("gradients[", i, "]");
-    PS_RETURN_IF_ERROR(CheckRows(req.gradients(i), true, at));
-    const size_t k = tables_.IndexOf(req.gradients(i).table());
+    PS_RETURN_IF_ERROR(CheckRows(req.gradients[i], true, at));
+    const size_t k = tables_.IndexOf(req.gradients[i].table);
     if (seen[k]) {
       return absl::InvalidArgumentError(
           absl::StrFormat("%s.table: table %s appears twice in one push", at,
-                          req.gradients(i).table()));
+                          req.gradients[i].table));
     }
     seen[k] = true;
   }
-  for (int i = 0; i < req.pull_size(); ++i) {
+  for (size_t i = 0; i < req.pull.size(); ++i) {
     PS_RETURN_IF_ERROR(
-        CheckRows(req.pull(i), false, absl::StrCat("pull[", i, "]")));
+        CheckRows(req.pull[i], false, absl::StrCat("pull[", i, "]")));
   }
   return absl::OkStatus();
 }
 
-std::vector<uint64_t> DecodeIds(const std::string& bytes) {
-  std::vector<uint64_t> ids(bytes.size() / 8);
-  if (!ids.empty()) std::memcpy(ids.data(), bytes.data(), ids.size() * 8);
-  return ids;
-}
-
-TablePushes DecodePush(const TableSet& tables,
-                       const SparseExchangeRequest& req) {
+TablePushes TakePush(const TableSet& tables, SparseRequestIn* req) {
   TablePushes p;
   p.ids.resize(tables.size());
   p.grads.resize(tables.size());
-  for (const SparseRows& rows : req.gradients()) {
-    const size_t k = tables.IndexOf(rows.table());
-    p.ids[k] = DecodeIds(rows.ids());
-    p.grads[k].resize(rows.values().size() / sizeof(float));
-    if (!p.grads[k].empty()) {
-      std::memcpy(p.grads[k].data(), rows.values().data(),
-                  rows.values().size());
-    }
-    p.bytes += rows.ids().size() + rows.values().size();
+  for (SparseRowsIn& rows : req->gradients) {
+    const size_t k = tables.IndexOf(rows.table);
+    p.bytes += rows.ids_bytes + rows.values_bytes;
+    p.ids[k] = std::move(rows.ids);
+    p.grads[k] = std::move(rows.values);
   }
+  req->gradients.clear();
   return p;
 }
 

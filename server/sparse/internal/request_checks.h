@@ -4,7 +4,7 @@
 //
 //   RequestChecks checks(job_id, {shard_id, num_shards, num_workers}, &tables);
 //   PS_RETURN_IF_ERROR(checks.Check(req));
-//   TablePushes pushes = DecodePush(tables, req);
+//   TablePushes pushes = TakePush(tables, &req);
 //
 // Thread safety: const after construction; any thread.
 #ifndef SERVER_SPARSE_INTERNAL_REQUEST_CHECKS_H_
@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "proto/ps.pb.h"
 #include "server/sparse/internal/table_set.h"
+#include "server/sparse/sparse_request.h"
 
 namespace ps {
 namespace sparse_internal {
@@ -40,10 +40,10 @@ class RequestChecks {
   // without push, an unknown table or one pushed twice, ids not a whole
   // number of uint64, the wrong number of values, an id of another shard or
   // beyond num_ids, a value not finite.
-  absl::Status Check(const SparseExchangeRequest& req) const;
+  absl::Status Check(const SparseRequestIn& req) const;
 
  private:
-  absl::Status CheckRows(const SparseRows& rows, bool push,
+  absl::Status CheckRows(const SparseRowsIn& rows, bool push,
                          const std::string& at) const;
 
   const std::string job_id_;
@@ -51,12 +51,9 @@ class RequestChecks {
   const TableSet& tables_;
 };
 
-// The ids of a SparseRows.ids field (a whole number of uint64, checked).
-std::vector<uint64_t> DecodeIds(const std::string& bytes);
-
-// The pushed rows of a checked request, per table index of `tables`.
-TablePushes DecodePush(const TableSet& tables,
-                       const SparseExchangeRequest& req);
+// The pushed rows of a checked request, per table index of `tables`,
+// moved out of req->gradients (no copy).
+TablePushes TakePush(const TableSet& tables, SparseRequestIn* req);
 
 }  // namespace sparse_internal
 }  // namespace ps

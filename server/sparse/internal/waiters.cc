@@ -1,25 +1,22 @@
 #include "server/sparse/internal/waiters.h"
 
 #include <algorithm>
-#include <string>
 #include <utility>
 
 #include "absl/types/span.h"
-#include "server/sparse/internal/request_checks.h"
 
 namespace ps {
 namespace sparse_internal {
 
-WaiterPtr NewWaiter(const SparseExchangeRequest& req,
-                    SparseExchangeResponse* resp,
+WaiterPtr NewWaiter(const SparseRequestIn& req, SparseReplyOut* resp,
                     std::function<void(absl::Status)> done, uint32_t staleness,
                     absl::Time deadline) {
   auto waiter = std::make_shared<Waiter>();
   waiter->req = &req;
   waiter->resp = resp;
   waiter->done = std::move(done);
-  waiter->step = req.step();
-  const uint64_t next = req.push() ? req.step() + 1 : req.step();
+  waiter->step = req.step;
+  const uint64_t next = req.push ? req.step + 1 : req.step;
   waiter->need_version = next;
   waiter->need_clock = next > staleness ? next - staleness : 0;
   waiter->deadline = deadline;
@@ -76,18 +73,14 @@ std::vector<WaiterPtr> WaitList::TakeAll() {
 }
 
 void Answer(const TableSet& tables, Waiter& w) {
-  w.resp->set_version(w.answered_version);
-  for (const SparseRows& pull : w.req->pull()) {
-    const Table& t = *tables.Find(pull.table());
-    SparseRows* out = w.resp->add_rows();
-    out->set_table(pull.table());
-    out->set_ids(pull.ids());
-    const std::vector<uint64_t> ids = DecodeIds(pull.ids());
-    std::string* values = out->mutable_values();
-    values->resize(ids.size() * t.spec.dim() * sizeof(float));
-    absl::Span<float> rows(reinterpret_cast<float*>(values->data()),
-                           ids.size() * t.spec.dim());
-    absl::Status s = t.rows->Pull(ids, rows);
+  w.resp->version = w.answered_version;
+  w.resp->rows.resize(w.req->pull.size());
+  for (size_t i = 0; i < w.req->pull.size(); ++i) {
+    const SparseRowsIn& pull = w.req->pull[i];
+    const Table& t = *tables.Find(pull.table);
+    std::vector<float>& rows = w.resp->rows[i];
+    rows.resize(pull.ids.size() * t.spec.dim());
+    absl::Status s = t.rows->Pull(pull.ids, absl::MakeSpan(rows));
     if (!s.ok()) {
       w.done(s);
       return;

@@ -20,17 +20,17 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "proto/job.pb.h"
-#include "proto/ps.pb.h"
 #include "server/sparse/internal/step_barrier.h"
 #include "server/sparse/internal/table_set.h"
+#include "server/sparse/sparse_request.h"
 
 namespace ps {
 namespace sparse_internal {
 
 // A pending SparseExchange: answered once the list finds it satisfied.
 struct Waiter {
-  const SparseExchangeRequest* req = nullptr;
-  SparseExchangeResponse* resp = nullptr;
+  const SparseRequestIn* req = nullptr;
+  SparseReplyOut* resp = nullptr;
   std::function<void(absl::Status)> done;
   uint64_t step = 0;
   uint64_t need_version = 0;  // BSP
@@ -43,8 +43,7 @@ using WaiterPtr = std::shared_ptr<Waiter>;
 // The wait of `req` (borrowed with `resp` until `done` runs): BSP, the
 // version after its step (its step without a push); SSP, that version less
 // `staleness` as the slowest clock; failed at `deadline`.
-WaiterPtr NewWaiter(const SparseExchangeRequest& req,
-                    SparseExchangeResponse* resp,
+WaiterPtr NewWaiter(const SparseRequestIn& req, SparseReplyOut* resp,
                     std::function<void(absl::Status)> done, uint32_t staleness,
                     absl::Time deadline);
 
@@ -67,8 +66,9 @@ class WaitList {
   std::vector<WaiterPtr> waiters_;
 };
 
-// Reads the rows `w` asks for into its response and runs its callback
-// (with the error of a read that failed). Call with no lock held.
+// Reads the rows `w` asks for into its response (one buffer per pull
+// entry, which the reply's encoder sends as is) and runs its callback (with
+// the error of a read that failed). Call with no lock held.
 void Answer(const TableSet& tables, Waiter& w);
 
 }  // namespace sparse_internal

@@ -1,0 +1,109 @@
+#include "worker/client/sparse_wire.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/sparse_rows_codec.h"
+#include "core/wire_codec.h"
+#include "grpcpp/support/slice.h"
+
+namespace ps {
+namespace {
+
+// Fields shorter than this are copied into the head: a borrowed slice
+// costs more than copying a few KiB.
+constexpr size_t kCopyBelowBytes = 4096;
+
+template <typename T>
+absl::string_view BytesOf(const std::vector<T>& v) {
+  return absl::string_view(reinterpret_cast<const char*>(v.data()),
+                           v.size() * sizeof(T));
+}
+
+}  // namespace
+
+grpc::ByteBuffer EncodeSparseRequest(const SparseRequestHead& head,
+                                     absl::Span<const SparseRowsOut> gradients,
+                                     absl::Span<const SparseRowsOut> pulls) {
+  std::string h;
+  std::vector<WirePiece> pieces;
+  PutBytesField(kSparseRequestJobIdTag, head.job_id, &h);
+  PutVarintField(kSparseRequestWorkerTag, head.worker, &h);
+  PutVarintField(kSparseRequestStepTag, head.step, &h);
+  PutVarintField(kSparseRequestAttemptTag, head.attempt, &h);
+  PutVarintField(kSparseRequestPushTag, head.push ? 1 : 0, &h);
+  for (const SparseRowsOut& r : gradients) {
+    EncodeSparseRows(kSparseRequestGradientsTag, r.table, BytesOf(r.ids),
+                     BytesOf(r.values), kCopyBelowBytes, &h, &pieces);
+  }
+  for (const SparseRowsOut& r : pulls) {
+    EncodeSparseRows(kSparseRequestPullTag, r.table, BytesOf(r.ids), {},
+                     kCopyBelowBytes, &h, &pieces);
+  }
+  std::vector<grpc::Slice> slices;
+  slices.reserve(pieces.size() + 1);
+  for (WirePiece& p : pieces) {
+    if (p.is_borrowed) {
+      // Not copied, not freed: the caller keeps the buffer (see the header).
+      slices.emplace_back(p.borrowed.data(), p.borrowed.size(),
+                          grpc::Slice::STATIC_SLICE);
+    } else {
+      slices.emplace_back(std::move(p.owned));
+    }
+  }
+  if (!h.empty()) slices.emplace_back(std::move(h));
+  return grpc::ByteBuffer(slices.data(), slices.size());
+}
+
+absl::Status ReadSparseReply(const grpc::ByteBuffer& reply,
+                             absl::Span<const SparseRowsOut> pulls,
+                             absl::Span<const size_t> row_floats,
+                             const std::function<float*(size_t, size_t)>& dst,
+                             SparseReplyInfo* info) {
+  std::vector<grpc::Slice> slices;
+  if (reply.Valid() && !reply.Dump(&slices).ok()) {
+    return absl::InternalError("unreadable reply");
+  }
+  std::vector<absl::string_view> pieces;
+  pieces.reserve(slices.size());
+  for (const grpc::Slice& s : slices) {
+    pieces.emplace_back(reinterpret_cast<const char*>(s.begin()), s.size());
+    info->bytes += s.size();
+  }
+  WireReader in(pieces);
+  SparseReplyView view;
+  if (absl::Status s = DecodeSparseReply(&in, &view); !s.ok()) {
+    return absl::InternalError(s.message());
+  }
+  if (view.rows.size() != pulls.size()) {
+    return absl::InternalError(absl::StrCat("reply has ", view.rows.size(),
+                                            " rows entries for ", pulls.size(),
+                                            " pulled"));
+  }
+  for (size_t j = 0; j < pulls.size(); ++j) {
+    const SparseRowsView& r = view.rows[j];
+    const size_t want = pulls[j].ids.size() * row_floats[j] * sizeof(float);
+    if (r.table != pulls[j].table || r.ids_bytes != pulls[j].ids.size() * 8 ||
+        !BytesEqual(in, r.ids, BytesOf(pulls[j].ids)) ||
+        r.values_bytes != want) {
+      return absl::InternalError(absl::StrCat(
+          "reply rows[", j, "] (table \"", r.table, "\", ", r.ids_bytes,
+          " id bytes, ", r.values_bytes,
+          " value bytes) does not answer pull of ", pulls[j].ids.size(),
+          " ids of \"", pulls[j].table, "\""));
+    }
+  }
+  for (size_t j = 0; j < pulls.size(); ++j) {
+    in.Seek(view.rows[j].values);
+    const size_t row_bytes = row_floats[j] * sizeof(float);
+    for (size_t i = 0; i < pulls[j].ids.size(); ++i) {
+      in.Read(reinterpret_cast<char*>(dst(j, i)), row_bytes);
+    }
+  }
+  info->version = view.version;
+  info->duplicate = view.duplicate;
+  info->stale = view.stale;
+  return absl::OkStatus();
+}
+
+}  // namespace ps

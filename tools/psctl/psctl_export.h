@@ -18,7 +18,7 @@
 
 #include "absl/status/statusor.h"
 #include "proto/job.pb.h"
-#include "tools/psctl/npz_writer.h"
+#include "core/npz_writer.h"
 #include "tools/psctl/psctl_common.h"
 
 namespace ps {

@@ -112,7 +112,8 @@ absl::Status DecodeNpy(absl::string_view b, NpyArray* a) {
   }
   a->descr = std::string(descr.substr(1, descr.size() - 2));
   if (fortran != "False") {
-    return Bad("it is in Fortran order (write it with numpy.ascontiguousarray)");
+    return Bad(
+        "it is in Fortran order (write it with numpy.ascontiguousarray)");
   }
   PS_ASSIGN_OR_RETURN(a->shape, ParseShape(shape));
   a->data = std::string(b.substr(data_at + header_len));
@@ -251,15 +252,14 @@ absl::StatusOr<NpzTensors> MatchTensors(
     auto it = by_name.find(t.name());
     const std::string shape = ShapeText(t.shape());
     if (it == by_name.end()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("tensor \"", t.name(), "\" (shape ", shape,
-                       ") is not in ", source));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor \"", t.name(), "\" (shape ", shape, ") is not in ", source));
     }
     const NpyArray& a = *it->second;
     if (a.descr != "<f4") {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "tensor \"", t.name(), "\": dtype '", a.descr, "' in ", source,
-          ", expected float32 ('<f4')"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor \"", t.name(), "\": dtype '", a.descr, "' in ",
+                       source, ", expected float32 ('<f4')"));
     }
     if (ShapeText(a.shape) != shape) {
       return absl::InvalidArgumentError(

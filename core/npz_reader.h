@@ -5,7 +5,8 @@
 //   PS_ASSIGN_OR_RETURN(std::vector<NpyArray> arrays,
 //                       ReadNpzFile("/data/model.npz"));
 //   PS_ASSIGN_OR_RETURN(NpzTensors t,
-//                       MatchTensors(arrays, spec.tensors(), "/data/model.npz"));
+//                       MatchTensors(arrays, spec.tensors(),
+//                       "/data/model.npz"));
 //   absl::Span<const float> w = t.at("fc0/w");
 //
 // Accepted: a zip whose entries are stored (not compressed), without zip64,

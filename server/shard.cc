@@ -14,8 +14,8 @@
 #include "server/internal/reasons.h"
 #include "server/internal/registration.h"
 #include "server/internal/validation.h"
-#include "server/internal/warm_start.h"
 #include "server/internal/waits.h"
+#include "server/internal/warm_start.h"
 #include "spdlog/spdlog.h"
 
 namespace ps {

@@ -71,22 +71,21 @@ TEST(ShardWarmStartTest, ChunksComeFromAJobOnTheShard) {
   ASSERT_TRUE(shard.RegisterJob(first, &resp).ok());
   PushResponse pushed;
   ASSERT_TRUE(
-      shard.Push(PushRequestFor<PushRequest>(first, 0, 0, {0, 1, 2, 3}, 0),
-                 &pushed)
+      shard
+          .Push(PushRequestFor<PushRequest>(first, 0, 0, {0, 1, 2, 3}, 0),
+                &pushed)
           .ok());
   JobSpec spec = Spec(BSP, 1);
   spec.mutable_init()->set_from_job("first");
   spec.mutable_init()->set_optimizer_state(true);
   ASSERT_TRUE(shard.RegisterJob(Registration("second", spec), &resp).ok());
   EXPECT_EQ(Params(shard, "second"), Params(shard, "first"));
-  EXPECT_NE(Params(shard, "second"),
-            [&] {
-              Shard fresh(ShardOptions{});
-              RegisterJobResponse r;
-              EXPECT_TRUE(fresh.RegisterJob(first, &r).ok());
-              return Params(fresh, "first");
-            }())
-      << "the push changed nothing";
+  EXPECT_NE(Params(shard, "second"), [&] {
+    Shard fresh(ShardOptions{});
+    RegisterJobResponse r;
+    EXPECT_TRUE(fresh.RegisterJob(first, &r).ok());
+    return Params(fresh, "first");
+  }()) << "the push changed nothing";
 }
 
 TEST(ShardWarmStartTest, BadSourcesAreRefusedAndLeaveTheShardAsItWas) {
@@ -104,12 +103,15 @@ TEST(ShardWarmStartTest, BadSourcesAreRefusedAndLeaveTheShardAsItWas) {
   JobSpec no_job = Spec(BSP, 1);
   no_job.mutable_init()->set_from_job("nowhere");
   const std::vector<Case> cases = {
-      {"truncated", FromFile(truncated),
+      {"truncated",
+       FromFile(truncated),
        {"spec.init.from_file", "cut.npz", "not a zip file"}},
       {"corrupt", FromFile(corrupt), {"spec.init.from_file", "corrupt.npz"}},
-      {"missing", FromFile("/nonexistent/m.npz"),
+      {"missing",
+       FromFile("/nonexistent/m.npz"),
        {"spec.init.from_file", "/nonexistent/m.npz", "cannot open"}},
-      {"shape", FromFile(other),
+      {"shape",
+       FromFile(other),
        {"spec.init.from_file", "tensor \"w\"", "[30, 10] in the job",
         "[20, 10] in", "other.npz"}},
       {"no job", no_job, {"spec.init.from_job", "\"nowhere\"", "not held"}},

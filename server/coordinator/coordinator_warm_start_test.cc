@@ -7,8 +7,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
-#include "gtest/gtest.h"
 #include "google/protobuf/util/message_differencer.h"
+#include "gtest/gtest.h"
 #include "server/coordinator/coordinator.h"
 #include "server/coordinator/testing/coordinator_test_fixture.h"
 #include "server/coordinator/testing/fake_shard_control.h"
@@ -45,7 +45,8 @@ class SucceededJobsTest : public CoordinatorTest {
 
 TEST_F(SucceededJobsTest, TheOldestBeyondTheKeptAreDroppedOneEachSuccess) {
   worker_ = Register("host-a");
-  for (uint32_t i = 1; i <= kDefaultSucceededJobsKept; ++i) RunToSuccess(Spec(1));
+  for (uint32_t i = 1; i <= kDefaultSucceededJobsKept; ++i)
+    RunToSuccess(Spec(1));
   // Registered, never dropped.
   for (const std::string& call : shards_.TakeCalls()) {
     EXPECT_THAT(call, ::testing::StartsWith("register")) << call;
@@ -107,7 +108,8 @@ TEST_F(SucceededJobsTest, BadSourcesAreRefusedAtSubmitNamingTheTensor) {
   const std::vector<Case> cases = {
       {"nothing", Spec(1), {"init.from_job: no job \"nothing\""}},
       {running, Spec(1), {"init.from_job: job ", running, "is RUNNING"}},
-      {source, wider,
+      {source,
+       wider,
        {"init.from_job: tensor \"fc0/w\": shape [784, 12] in the job, "
         "[784, 10] in job ",
         source}},
@@ -134,7 +136,8 @@ TEST_F(SucceededJobsTest, BadSourcesAreRefusedAtSubmitNamingTheTensor) {
 TEST_F(SucceededJobsTest, ADroppedJobIsNoSource) {
   worker_ = Register("host-a");
   const std::string oldest = RunToSuccess(Spec(1));
-  for (uint32_t i = 0; i < kDefaultSucceededJobsKept; ++i) RunToSuccess(Spec(1));
+  for (uint32_t i = 0; i < kDefaultSucceededJobsKept; ++i)
+    RunToSuccess(Spec(1));
   SubmitJobResponse response;
   absl::Status st = SubmitFromJob(oldest, Spec(1), &response);
   EXPECT_TRUE(absl::IsInvalidArgument(st)) << st;

@@ -57,9 +57,10 @@ absl::Status CheckFromFile(const JobSpec& spec) {
   };
   if (path.empty()) return error("empty; name an .npz file");
   if (spec.init().optimizer_state()) {
-    return error(absl::StrCat(
-        path, ": init.optimizer_state needs init.from_job (an .npz file "
-              "holds parameters only)"));
+    return error(
+        absl::StrCat(path,
+                     ": init.optimizer_state needs init.from_job (an .npz file "
+                     "holds parameters only)"));
   }
   absl::StatusOr<std::vector<NpyArray>> arrays = ReadNpzFile(path);
   if (!arrays.ok()) return error(arrays.status().message());
@@ -76,8 +77,8 @@ absl::Status ResolveFromJob(JobTable& jobs, uint32_t kept, JobSpec* spec,
   if (source == nullptr) {
     return FromJobError(absl::StrCat("no job \"", name, "\""));
   }
-  const std::string job = absl::StrCat("job ", source->id(), " \"",
-                                       source->status.name(), "\"");
+  const std::string job =
+      absl::StrCat("job ", source->id(), " \"", source->status.name(), "\"");
   if (source->status.state() != SUCCEEDED) {
     return FromJobError(absl::StrCat(
         job, " is ", JobState_Name(source->status.state()),
@@ -101,10 +102,10 @@ absl::Status ResolveFromJob(JobTable& jobs, uint32_t kept, JobSpec* spec,
   }
   if (spec->init().optimizer_state() &&
       theirs.optimizer().kind() != spec->optimizer().kind()) {
-    return FromJobError(absl::StrCat(
-        "optimizer_state: the optimizer is ",
-        OptimizerKind_Name(spec->optimizer().kind()), ", ", job, "'s ",
-        OptimizerKind_Name(theirs.optimizer().kind())));
+    return FromJobError(
+        absl::StrCat("optimizer_state: the optimizer is ",
+                     OptimizerKind_Name(spec->optimizer().kind()), ", ", job,
+                     "'s ", OptimizerKind_Name(theirs.optimizer().kind())));
   }
   spec->mutable_init()->set_from_job(source->id());
   *placement = source->status.placement();

@@ -40,9 +40,10 @@ absl::Status FromJob(Job& job, const Job* source, uint32_t shard_id) {
   const std::string field = absl::StrCat("spec.init.from_job: job \"", id,
                                          "\" on shard ", shard_id, ": ");
   if (source == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        field, "not held here (dropped, or this shard restarted without "
-               "its checkpoint); export it and use init.from_file"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(field,
+                     "not held here (dropped, or this shard restarted without "
+                     "its checkpoint); export it and use init.from_file"));
   }
   const bool with_state = job.spec.init().optimizer_state();
   if (with_state &&
@@ -52,9 +53,8 @@ absl::Status FromJob(Job& job, const Job* source, uint32_t shard_id) {
   }
   for (const std::unique_ptr<Chunk>& c : job.chunks) {
     const ChunkPlacement& p = c->placement;
-    const int32_t at = p.chunk_id() < source->local.size()
-                           ? source->local[p.chunk_id()]
-                           : -1;
+    const int32_t at =
+        p.chunk_id() < source->local.size() ? source->local[p.chunk_id()] : -1;
     Chunk* from = at < 0 ? nullptr : source->chunks[at].get();
     if (from == nullptr || from->placement.tensor() != p.tensor() ||
         from->placement.offset() != p.offset() || from->length != c->length) {

@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "proto/job.pb.h"
 #include "core/npz_writer.h"
+#include "proto/job.pb.h"
 #include "tools/psctl/psctl_common.h"
 
 namespace ps {

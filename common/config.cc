@@ -421,6 +421,9 @@ absl::StatusOr<LoadedPsdConfig> ParsePsdConfig(const std::string& text,
                      &p);
   if (c.progress_history_rows() == 0)
     c.set_progress_history_rows(kDefaultProgressHistoryRows);
+  if (!c.has_succeeded_jobs_kept()) {
+    c.set_succeeded_jobs_kept(kDefaultSucceededJobsKept);
+  }
   if (c.progress_history_rows() < kMinProgressHistoryRows ||
       c.progress_history_rows() > kMaxProgressHistoryRows) {
     p.Add("progress_history_rows",

@@ -22,6 +22,7 @@ inline constexpr uint64_t kDefaultMemoryBudgetBytes = 8ull << 30;  // 8 GiB
 inline constexpr uint32_t kDefaultWorkerTimeoutMs = 10000;
 inline constexpr uint32_t kDefaultProgressHistoryRows = 1000;
 inline constexpr uint32_t kDefaultShardAddressRefreshMs = 100;
+inline constexpr uint32_t kDefaultSucceededJobsKept = 4;
 
 // ---- WorkerdConfig (proto/cluster.proto) -----------------------------------
 inline constexpr char kDefaultDevice[] = "cpu:0";

@@ -103,6 +103,8 @@ TEST(DefaultsTest, ProtoCommentsDocumentTheConstants) {
        absl::StrCat(kDefaultProgressHistoryRows)},
       {"cluster.proto", "PsdConfig", "shard_address_refresh_ms",
        absl::StrCat(kDefaultShardAddressRefreshMs)},
+      {"cluster.proto", "PsdConfig", "succeeded_jobs_kept",
+       absl::StrCat(kDefaultSucceededJobsKept)},
       {"cluster.proto", "WorkerdConfig", "devices", kDefaultDevice},
       {"cluster.proto", "WorkerdConfig", "device_weights",
        absl::StrCat(kDefaultDeviceWeight)},

@@ -6,9 +6,14 @@ while its job runs. The .npz holds every tensor by name and shape, equal to
 the parameters the worker pulled; loaded into a plain torch.nn module (no
 psclient) it gives the test accuracy the job reported, to the 4th decimal.
 Then the shards stop and the same parameters come back from their
-checkpoints (--from-checkpoint). Bad input (an unknown or finished job, an
-unwritable path, another job's or a corrupt checkpoint directory) exits 2
-naming the job or file and leaves no file under the output name.
+checkpoints (--from-checkpoint). A SUCCEEDED job exports after it ended,
+through psctl and psclient.export (the same bytes), and starts other jobs
+(JobSpec.init from_file and from_job) whose initial parameters are
+bitwise the exported ones, at the loss where the first one ended; bad warm
+starts are refused at submit naming the tensor, the field and the file.
+Bad input (an unknown or cancelled job, an unwritable path, another job's
+or a corrupt checkpoint directory) exits 2 naming the job or file and
+leaves no file under the output name.
 """
 
 import glob
@@ -177,20 +182,127 @@ class ExportTest(unittest.TestCase):
         bad = os.path.join(self.tmp, "bad.npz")
         self.assert_refused(self.export("no-such-job", "-o", bad),
                             "no-such-job")
-        # A finished job has left the shards.
-        job_id, _ = self.client.submit(
-            'name: "done" model { custom { tensors { name: "w" shape: 4 '
-            'init { kind: ZEROS } } } } data { batch_size: 1 } '
-            "optimizer { kind: SGD learning_rate: 0.1 } "
-            "consistency { mode: BSP } num_workers: 1")
-        with self.client.join(job_id) as w:
-            w.report(step=0, finished=True)
-        self.assertEqual(self.client.status(job_id)["state"], "SUCCEEDED")
+        # A cancelled job has left the shards.
+        spec = ('model { custom { tensors { name: "w" shape: 4 '
+                'init { kind: ZEROS } } } } data { batch_size: 1 } '
+                "optimizer { kind: SGD learning_rate: 0.1 } "
+                "consistency { mode: BSP } num_workers: 1")
+        job_id, _ = self.client.submit('name: "gone" ' + spec)
+        self.client.cancel(job_id)
         self.assert_refused(self.export(job_id, "-o", bad), job_id,
-                            "SUCCEEDED", "--from-checkpoint")
+                            "CANCELLED", "--from-checkpoint")
+        with self.assertRaisesRegex(psclient.Error, "CANCELLED"):
+            psclient.export(bad, job_id, cluster=self.cluster.cluster_file)
         # Not an .npz.
         path = os.path.join(self.tmp, "bad.pt")
         self.assert_refused(self.export(job_id, "-o", path), path)
+        with self.assertRaisesRegex(psclient.InvalidSpec, "bad.pt"):
+            psclient.export(path, job_id, cluster=self.cluster.cluster_file)
+        # A SUCCEEDED job stays on the shards (succeeded_jobs_kept).
+        job_id, _ = self.client.submit('name: "done" ' + spec)
+        with self.client.join(job_id) as w:
+            w.report(step=0, finished=True)
+        self.assertEqual(self.client.status(job_id)["state"], "SUCCEEDED")
+        done = os.path.join(self.tmp, "done.npz")
+        p = self.export(job_id, "-o", done)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        with np.load(done) as z:
+            np.testing.assert_array_equal(z["w"], np.zeros(4, np.float32))
+
+
+class WarmStartTest(ExportTest):
+    """Export of a SUCCEEDED job, and jobs started from it."""
+
+    # ExportTest's tests run once, under ExportTest.
+    test_export_running_job_then_from_its_checkpoints = None
+    test_bad_input_exits_2_and_writes_nothing = None
+
+    def join(self, model, job, warm_start):
+        ps = pst.join(model, job=job, workers=1, batch_size=BATCH,
+                      optimizer={"kind": "SGD", "learning_rate": 0.025,
+                                 "momentum": 0.9},
+                      cluster=self.cluster.cluster_file,
+                      warm_start=warm_start)
+        self.addCleanup(ps.close)
+        return ps
+
+    def test_finished_job_exports_and_warm_starts_others(self):
+        ps, model, job_id, _ = self.train()
+        x, y = next(iter(torch.utils.data.DataLoader(
+            fmnist.load("t10k"), batch_size=1000)))
+        with torch.no_grad():
+            end_loss = F.cross_entropy(model(x), y).item()
+        ps.finish()
+        self.assertEqual(self.client.status(job_id)["state"], "SUCCEEDED")
+        final = {n: p.detach().numpy().copy()
+                 for n, p in model.named_parameters()}
+
+        # After the end: psctl and psclient.export give the same bytes.
+        by_psctl = os.path.join(self.tmp, "final.npz")
+        p = self.export(job_id, "-o", by_psctl)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        by_python = os.path.join(self.tmp, "final-py.npz")
+        line = psclient.export(by_python, job_id,
+                               cluster=self.cluster.cluster_file)
+        self.assertIn(f"exported 6 tensors of job {job_id}", line)
+        with open(by_psctl, "rb") as a, open(by_python, "rb") as b:
+            self.assertEqual(a.read(), b.read())
+        with np.load(by_psctl) as z:
+            for name, a in final.items():
+                np.testing.assert_array_equal(z[name], a, err_msg=name)
+
+        # Started from the file, and from the job by name: the initial
+        # parameters are the final ones bitwise, so the loss starts where
+        # the first job ended.
+        for job, warm in (("warm-file", {"from_file": by_psctl}),
+                          ("warm-job", {"from_job": "export-mlp"})):
+            torch.manual_seed(1)
+            fresh = demo_mlp()
+            self.join(fresh, job, warm)
+            for name, p in fresh.named_parameters():
+                np.testing.assert_array_equal(p.detach().numpy(), final[name],
+                                              err_msg=f"{job} {name}")
+            with torch.no_grad():
+                self.assertEqual(F.cross_entropy(fresh(x), y).item(),
+                                 end_loss, job)
+
+        # Refused at submit, naming the tensor, the field and the file;
+        # no job is added.
+        jobs_before = len(self.client.jobs())
+        truncated = os.path.join(self.tmp, "truncated.npz")
+        with open(by_psctl, "rb") as f, open(truncated, "wb") as t:
+            t.write(f.read()[:5000])
+        opt = {"kind": "SGD", "learning_rate": 0.1}
+        wide = nn.Sequential(nn.Flatten(), nn.Linear(784, 300), nn.ReLU(),
+                             nn.Linear(300, 128), nn.ReLU(),
+                             nn.Linear(128, 10))
+        deeper = nn.Sequential(*demo_mlp(), nn.ReLU(), nn.Linear(10, 10))
+        cases = [
+            (wide, {"from_file": by_psctl},
+             ["init.from_file", 'tensor "1.weight"', "[300, 784]",
+              "[256, 784]", by_psctl]),
+            (deeper, {"from_file": by_psctl},
+             ["init.from_file", 'tensor "7.weight"', "is not in", by_psctl]),
+            (demo_mlp(), {"from_file": truncated},
+             ["init.from_file", truncated]),
+            (demo_mlp(), {"from_file": os.path.join(self.tmp, "none.npz")},
+             ["init.from_file", "none.npz", "cannot open"]),
+            (demo_mlp(), {"from_job": "no-such-job"},
+             ["init.from_job", '"no-such-job"']),
+            (demo_mlp(), {"from_job": "warm-file"},
+             ["init.from_job", "RUNNING"]),
+            (wide, {"from_job": job_id},
+             ["init.from_job", 'tensor "1.weight"', job_id]),
+            (demo_mlp(), {"from_file": by_psctl, "optimizer_state": True},
+             ["init.optimizer_state"]),
+        ]
+        for model, warm, named in cases:
+            spec = pst.job_spec(model, "bad", 1, opt, warm_start=warm)
+            with self.assertRaises(psclient.InvalidSpec) as e:
+                self.client.submit(spec)
+            for n in named:
+                self.assertIn(n, str(e.exception), warm)
+        self.assertEqual(len(self.client.jobs()), jobs_before)
 
 
 if __name__ == "__main__":

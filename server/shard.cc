@@ -15,6 +15,7 @@
 #include "server/internal/registration.h"
 #include "server/internal/validation.h"
 #include "server/internal/waits.h"
+#include "server/internal/warm_start.h"
 #include "spdlog/spdlog.h"
 
 namespace ps {
@@ -137,8 +138,16 @@ absl::Status Shard::RegisterJob(const RegisterJobRequest& req,
   if (!reserved) return absl::OkStatus();
 
   // Allocate and initialise without holding the map lock.
-  const absl::Status init_status =
-      internal::InitChunks(options_.shard_id, *job);
+  absl::Status init_status = internal::InitChunks(options_.shard_id, *job);
+  if (init_status.ok() && job->spec.has_init()) {
+    // The source of a from_job warm start: that job's chunks on this shard.
+    absl::StatusOr<JobPtr> source = absl::NotFoundError("");
+    if (job->spec.init().has_from_job()) {
+      source = FindJob(job->spec.init().from_job());
+    }
+    init_status = internal::ApplyWarmStart(
+        *job, source.ok() ? source->get() : nullptr, options_.shard_id);
+  }
   internal::InitJobState(*job, std::vector<uint8_t>(job->num_workers, 1));
   const CheckpointSpec& ck = req.spec().checkpoint();
   if ((ck.every_steps() > 0 || ck.every_seconds() > 0) && !job->checkpointing) {

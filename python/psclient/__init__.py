@@ -27,9 +27,9 @@ if not _os.path.exists(_os.path.join(_here, "_native.so")):
 
 from psclient.errors import (Error, InvalidSpec, JobAborted,  # noqa: E402
                              ShapeError, Timeout, Unavailable)
-from psclient.client import Client, Worker, connect  # noqa: E402
+from psclient.client import Client, Worker, connect, export  # noqa: E402
 
 __all__ = [
     "Client", "Error", "InvalidSpec", "JobAborted", "ShapeError", "Timeout",
-    "Unavailable", "Worker", "connect",
+    "Unavailable", "Worker", "connect", "export",
 ]

@@ -19,6 +19,7 @@
 #include <cmath>
 #include <memory>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -34,6 +35,8 @@
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/message.h"
 #include "proto/coordinator.pb.h"
+#include "tools/psctl/psctl_common.h"
+#include "tools/psctl/psctl_export.h"
 #include "worker/joined_worker.h"
 
 namespace py = pybind11;
@@ -485,6 +488,32 @@ void BindWorker(py::module_& m) {
       .def("close", &Worker::Close);
 }
 
+// psctl export with these arguments (["JOB", "-o", "FILE.npz",
+// "--cluster=...", ...]): the same code, so the same file and the same
+// refusals. Returns psctl's summary line; raises psclient.errors.Error
+// (InvalidSpec for bad input, exit 2) with psctl's message otherwise.
+std::string ExportModel(const std::vector<std::string>& argv) {
+  std::vector<std::string> raw = {"export"};
+  raw.insert(raw.end(), argv.begin(), argv.end());
+  psctl::Args args;
+  std::ostringstream out, err;
+  int code = psctl::kExitUsage;
+  absl::Status parsed = psctl::ParseArgs(raw, &args);
+  if (parsed.ok()) {
+    py::gil_scoped_release release;
+    code = psctl::Export(args, out, err);
+  } else {
+    err << parsed.message();
+  }
+  if (code != psctl::kExitOk) {
+    std::string why = err.str();
+    while (!why.empty() && why.back() == '\n') why.pop_back();
+    Raise(absl::InvalidArgumentError(why),
+          code == psctl::kExitUsage ? "InvalidSpec" : "Error");
+  }
+  return out.str();
+}
+
 }  // namespace
 }  // namespace ps
 
@@ -493,6 +522,7 @@ PYBIND11_MODULE(_native, m) {
   m.def("connect", &ps::Connect, py::arg("cluster"), py::arg("coordinator"),
         py::arg("tls_ca"), py::arg("tls_cert"), py::arg("tls_key"),
         py::arg("token"), py::arg("timeout_s"));
+  m.def("export_model", &ps::ExportModel, py::arg("argv"));
   ps::BindClient(m);
   ps::BindHandle(m);
   ps::BindWorker(m);

@@ -233,3 +233,35 @@ def connect(cluster: Optional[str] = None, coordinator: Optional[str] = None,
     return Client(_native.connect(cluster or "", coordinator or "",
                                   tls_ca or "", tls_cert or "",
                                   tls_key or "", token or "", timeout_s))
+
+
+def export(path: str, job: Optional[str] = None, *,
+           cluster: Optional[str] = None, coordinator: Optional[str] = None,
+           from_checkpoint: Optional[str] = None,
+           timeout_s: Optional[float] = None) -> str:
+    """Writes a job's dense parameters to `path` (.npz), as `psctl export`
+    does and with the same code: one float32 array per tensor name and
+    shape, and the JobSpec as JSON under "__job_spec__".
+
+    job: a running or SUCCEEDED job's id, pulled from its shards through
+    `cluster` (file) or `coordinator` ("host:port"); or, with
+    from_checkpoint=DIR, read from stopped shards' checkpoints in DIR (job
+    may then be left out when DIR holds one job). timeout_s: each pull's
+    deadline (default 60). The file appears complete or not at all.
+    Returns psctl's summary line. Raises InvalidSpec for bad input (an
+    unknown job, a path that cannot be written, a directory without the
+    job's checkpoints; psctl's exit 2) and Error otherwise, with psctl's
+    message naming the job or file."""
+    if not isinstance(path, str) or not path:
+        raise ValueError("path: expected a file name ending in .npz")
+    argv = [] if job is None else [str(job)]
+    argv += ["-o", path]
+    if cluster:
+        argv.append("--cluster=" + cluster)
+    if coordinator:
+        argv.append("--coordinator=" + coordinator)
+    if from_checkpoint is not None:
+        argv.append("--from-checkpoint=" + from_checkpoint)
+    if timeout_s is not None:
+        argv.append("--timeout=%r" % float(timeout_s))
+    return _native.export_model(argv).strip()

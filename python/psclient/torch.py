@@ -41,6 +41,7 @@ What join() does:
   lowest rank left after SHRINK lost rank 0).
 """
 
+import json
 import math
 import os
 import time
@@ -115,7 +116,7 @@ def _optimizer_text(optimizer):
 
 def job_spec(model, job, workers, optimizer, mode="bsp", staleness=0,
              batch_size=1, seed=0, init=None, step_deadline_ms=0,
-             on_worker_failure="", checkpoint_every_steps=0):
+             on_worker_failure="", checkpoint_every_steps=0, warm_start=None):
     """The JobSpec text join() submits (also for `psctl submit --dry-run`)."""
     if mode not in _MODES:
         raise ValueError("mode: %r is not one of %s" % (mode, sorted(_MODES)))
@@ -154,7 +155,25 @@ def job_spec(model, job, workers, optimizer, mode="bsp", staleness=0,
         spec.append("on_worker_failure: %s" % on_worker_failure)
     if checkpoint_every_steps:
         spec.append("checkpoint { every_steps: %d }" % checkpoint_every_steps)
+    if warm_start:
+        spec.append("init { %s }" % _warm_start_text(warm_start))
     return "\n".join(spec)
+
+
+def _warm_start_text(warm_start):
+    """JobSpec.init as text from {"from_file": path} or {"from_job": name},
+    with an optional "optimizer_state": True."""
+    known = {"from_file", "from_job", "optimizer_state"}
+    unknown = sorted(set(warm_start) - known)
+    sources = [k for k in ("from_file", "from_job") if k in warm_start]
+    if unknown or len(sources) != 1:
+        raise ValueError("warm_start: expected one of from_file, from_job "
+                         "(and optionally optimizer_state), got %r"
+                         % sorted(warm_start))
+    text = "%s: %s" % (sources[0], json.dumps(str(warm_start[sources[0]])))
+    if warm_start.get("optimizer_state"):
+        text += " optimizer_state: true"
+    return text
 
 
 def _check_tensor(name, p):
@@ -424,7 +443,7 @@ def join(model, job, optimizer, workers=None, mode="bsp", staleness=0,
          batch_size=1, seed=0, init=None, cluster=None, coordinator=None,
          timeout_s=600.0, fusion_bytes=_DEFAULT_FUSION_BYTES,
          step_deadline_ms=0, on_worker_failure="", checkpoint_every_steps=0,
-         **connect_kwargs):
+         warm_start=None, **connect_kwargs):
     """Joins `model` to the job named `job` (creating it if it is new).
 
     workers: the job's number of workers (world size), default
@@ -440,7 +459,10 @@ def join(model, job, optimizer, workers=None, mode="bsp", staleness=0,
     $PSCLIENT_COORDINATOR (set by `python3 -m psclient.run`).
     checkpoint_every_steps: the shards checkpoint the job every N steps
     (0 = never; needs PsdConfig.checkpoint_dir), which `psctl export
-    --from-checkpoint` reads once the shards are gone. Other keyword
+    --from-checkpoint` reads once the shards are gone. warm_start: the
+    initial parameters from {"from_file": "model.npz"} (psctl export or
+    psclient.export; a path the shards can read) or {"from_job": NAME} (a
+    SUCCEEDED job), instead of the initializers (JobSpec.init). Other keyword
     arguments (tls_ca, tls_cert, tls_key, token) go to psclient.connect.
     """
     if cluster is None and coordinator is None:
@@ -456,7 +478,8 @@ def join(model, job, optimizer, workers=None, mode="bsp", staleness=0,
                     staleness=staleness, batch_size=batch_size, seed=seed,
                     init=init, step_deadline_ms=step_deadline_ms,
                     on_worker_failure=on_worker_failure,
-                    checkpoint_every_steps=checkpoint_every_steps)
+                    checkpoint_every_steps=checkpoint_every_steps,
+                    warm_start=warm_start)
     client = psclient.connect(cluster=cluster, coordinator=coordinator,
                               timeout_s=min(timeout_s, _CONNECT_TIMEOUT_S),
                               **connect_kwargs)

@@ -88,6 +88,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/defaults.h"
 #include "proto/coordinator.pb.h"
 #include "proto/job.pb.h"
 #include "proto/ps.pb.h"
@@ -139,6 +140,9 @@ class JobCoordinator {
     // Points of each job's curve kept in memory (GetHistory); the store's
     // PsdConfig.progress_history_rows.
     uint32_t max_history_points = 1000;
+    // SUCCEEDED jobs left on the shards, newest first; the oldest beyond
+    // are dropped (PsdConfig.succeeded_jobs_kept).
+    uint32_t succeeded_jobs_kept = kDefaultSucceededJobsKept;
   };
 
   // Checks `options` (INVALID_ARGUMENT naming the field). `shards` is
@@ -271,6 +275,9 @@ class JobCoordinator {
   // shards, queues their DropJob.
   void EndJob(Job& job, const JobEnd& end, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Queues the DropJob of the SUCCEEDED jobs beyond the newest
+  // options_.succeeded_jobs_kept (once per coordinator life each).
+  void DropOldSucceeded() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Removes the worker; applies its job's failure policy. `why` completes
   // "worker w-3 (rank 1, name) lost: ".
   void LoseWorker(const std::string& worker_id, const std::string& why,

@@ -13,6 +13,7 @@
 #include "google/protobuf/util/message_differencer.h"
 #include "server/coordinator/coordinator.h"
 #include "server/coordinator/placement.h"
+#include "server/coordinator/warm_start.h"
 #include "spdlog/spdlog.h"
 
 namespace ps {
@@ -49,6 +50,12 @@ absl::Status NormalizeAndPlace(const JobSpec& spec,
   return absl::OkStatus();
 }
 
+// `st`, also listed in response->problems when it is an error.
+absl::Status Problem(absl::Status st, SubmitJobResponse* response) {
+  if (!st.ok()) response->add_problems(std::string(st.message()));
+  return st;
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------
@@ -64,8 +71,18 @@ absl::Status JobCoordinator::SubmitJob(const SubmitJobRequest& request,
     if (shutdown_) return ShuttingDown();
     ctx.num_registered_workers = static_cast<uint32_t>(workers_.size());
   }
-  // Outside the lock: the data_dir check touches the file system.
+  // Outside the lock: the data_dir and init.from_file checks touch the
+  // file system.
   PS_RETURN_IF_ERROR(NormalizeAndPlace(request.spec(), ctx, response));
+  PS_RETURN_IF_ERROR(Problem(CheckFromFile(response->spec()), response));
+  {
+    absl::MutexLock lock(&mu_);
+    if (shutdown_) return ShuttingDown();
+    PS_RETURN_IF_ERROR(Problem(
+        ResolveFromJob(jobs_, options_.succeeded_jobs_kept,
+                       response->mutable_spec(), response->mutable_placement()),
+        response));
+  }
   if (request.dry_run()) return absl::OkStatus();
   {
     absl::MutexLock lock(&mu_);
@@ -249,6 +266,18 @@ void JobCoordinator::EndJob(Job& job, const JobEnd& end, absl::Time now) {
   // instead of at their step deadline.
   if ((end.state == CANCELLED || end.state == FAILED) && left_queue) {
     shard_ops_.EnqueueDrop(job.id(), num_shards_);
+  }
+  if (end.state == SUCCEEDED) DropOldSucceeded();
+}
+
+void JobCoordinator::DropOldSucceeded() {
+  const std::vector<Job*> done = jobs_.SucceededNewestFirst();
+  for (size_t i = options_.succeeded_jobs_kept; i < done.size(); ++i) {
+    if (done[i]->dropped) continue;
+    done[i]->dropped = true;
+    spdlog::info("job {}: dropped from the shards ({} newer jobs succeeded)",
+                 done[i]->id(), i);
+    shard_ops_.EnqueueDrop(done[i]->id(), num_shards_);
   }
 }
 

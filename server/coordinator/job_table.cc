@@ -151,6 +151,29 @@ JobTable::Job* JobTable::FindLive(const std::string& name) {
   return nullptr;
 }
 
+std::vector<JobTable::Job*> JobTable::SucceededNewestFirst() {
+  std::vector<Job*> done;
+  for (auto it = jobs_.rbegin(); it != jobs_.rend(); ++it) {
+    if ((*it)->status.state() == SUCCEEDED) done.push_back(it->get());
+  }
+  // Stable: equal end times keep the later id first.
+  std::stable_sort(done.begin(), done.end(), [](const Job* a, const Job* b) {
+    return a->status.end_time_s() > b->status.end_time_s();
+  });
+  return done;
+}
+
+JobTable::Job* JobTable::FindByIdOrName(const std::string& name_or_id) {
+  if (Job* job = Find(name_or_id)) return job;
+  Job* newest = nullptr;
+  for (auto it = jobs_.rbegin(); it != jobs_.rend(); ++it) {
+    if ((*it)->status.name() != name_or_id) continue;
+    if ((*it)->status.state() == SUCCEEDED) return it->get();
+    if (newest == nullptr) newest = it->get();
+  }
+  return newest;
+}
+
 bool JobTable::StopRegistering(Job& job) {
   const bool still_starting = job.registering && !job.Ended();
   job.registering = false;

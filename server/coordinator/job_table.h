@@ -60,6 +60,9 @@ class JobTable {
     // The leader's latest samples_per_s: the job's rate if all num_workers
     // ran at its pace (see worker/trainer/trainer.h).
     float leader_samples_per_s = 0;
+    // SUCCEEDED and dropped from the shards (succeeded_jobs_kept); not
+    // stored, so a restarted coordinator drops the old ones once more.
+    bool dropped = false;
 
     const std::string& id() const { return status.job_id(); }
     bool Ended() const;
@@ -108,6 +111,11 @@ class JobTable {
   void ExplainPending(size_t idle_left, const JoinedCount& joined);
   // The newest job named `name` that has not ended; null when none.
   Job* FindLive(const std::string& name);
+  // The SUCCEEDED jobs, the latest to end first (ties: the later id).
+  std::vector<Job*> SucceededNewestFirst();
+  // The job `name_or_id` names: that id, else the newest SUCCEEDED job of
+  // that name, else the newest of that name; null when none.
+  Job* FindByIdOrName(const std::string& name_or_id);
   // Registration finished (either way); true when the job still waits to
   // run (was not ended meanwhile).
   static bool StopRegistering(Job& job);

@@ -242,6 +242,7 @@ absl::Status PsdServer::OpenCoordinator() {
   };
   options.store = job_store_.get();
   options.max_history_points = config_.psd.progress_history_rows();
+  options.succeeded_jobs_kept = config_.psd.succeeded_jobs_kept();
   PS_ASSIGN_OR_RETURN(coordinator_,
                       JobCoordinator::Create(options, shard_control_.get()));
   coordinator_service_->SetCoordinator(coordinator_.get(),

@@ -40,8 +40,8 @@ Commands:
                      steps; waits for the workers to pass step B
       --timeout=S      give up after S seconds (default 600)
   export JOB -o FILE.npz
-                     a running job's dense parameters, pulled from the
-                     shards: one array per tensor (name and shape), and the
+                     a running or SUCCEEDED job's dense parameters, pulled
+                     from the shards: one array per tensor (name, shape), the
                      job spec as JSON under "__job_spec__" (numpy.load)
       --timeout=S      each pull's deadline (default 60)
   export [JOB] --from-checkpoint DIR -o FILE.npz

@@ -119,12 +119,12 @@ absl::Status GatherFromShards(const Args& a, const std::string& job_id,
   req.set_job_id(job_id);
   JobStatus job;
   PS_RETURN_IF_ERROR(client.Call(&Coordinator::Stub::GetJob, req, &job));
-  if (job.state() != RUNNING) {
+  if (job.state() != RUNNING && job.state() != SUCCEEDED) {
     return absl::FailedPreconditionError(absl::StrCat(
         "job \"", job_id, "\" is ", JobState_Name(job.state()),
-        ": only a running job's parameters are on the shards (the shards "
-        "drop a job when it ends); for stopped shards use --from-checkpoint "
-        "DIR"));
+        ": only a running or SUCCEEDED job's parameters are on the shards "
+        "(they drop a failed or cancelled one); for stopped shards use "
+        "--from-checkpoint DIR"));
   }
   ShardAddressesResponse shards;
   PS_RETURN_IF_ERROR(client.Call(&Coordinator::Stub::GetShardAddresses,
@@ -135,7 +135,17 @@ absl::Status GatherFromShards(const Args& a, const std::string& job_id,
   g->source = "the shards";
   std::vector<std::string> addresses(shards.addresses().begin(),
                                      shards.addresses().end());
-  return PullChunks(c, addresses, timeout, g);
+  absl::Status pulled = PullChunks(c, addresses, timeout, g);
+  if (!pulled.ok() && job.state() == SUCCEEDED) {
+    // The likely cause: it is older than PsdConfig.succeeded_jobs_kept.
+    return absl::Status(
+        pulled.code(),
+        absl::StrCat(pulled.message(),
+                     " (a SUCCEEDED job stays on the shards while it is "
+                     "among the newest PsdConfig.succeeded_jobs_kept; "
+                     "its checkpoints go with it)"));
+  }
+  return pulled;
 }
 
 // The job whose checkpoints `dir` holds: `job_id` when given (it must be

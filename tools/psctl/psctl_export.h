@@ -1,10 +1,11 @@
 // psctl export: a job's dense parameters as an .npz file (numpy), by tensor
 // name and shape, with the job's spec as JSON under "__job_spec__":
 //
-//   psctl export JOB -o model.npz                       (a running job)
+//   psctl export JOB -o model.npz              (a running or SUCCEEDED job)
 //   psctl export [JOB] --from-checkpoint DIR -o model.npz (stopped shards)
 //
-// A running job's chunks are pulled from the shards (in the job's wire
+// A running or SUCCEEDED job's chunks are pulled from the shards (while the
+// coordinator keeps it there, PsdConfig.succeeded_jobs_kept; in the job's wire
 // format: exact for FP32 jobs); --from-checkpoint reads each shard's newest
 // intact checkpoint in DIR (server/checkpoint.h), exactly. Sparse tables are
 // not exported. The file appears complete or not at all (npz_writer.h).
@@ -17,8 +18,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/npz_writer.h"
 #include "proto/job.pb.h"
-#include "tools/psctl/npz_writer.h"
 #include "tools/psctl/psctl_common.h"
 
 namespace ps {

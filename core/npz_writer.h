@@ -8,8 +8,8 @@
 //
 // Limits: the archive must stay under 4 GiB and 65535 entries (no zip64);
 // larger inputs are refused with kInvalidArgument, never truncated.
-#ifndef TOOLS_PSCTL_NPZ_WRITER_H_
-#define TOOLS_PSCTL_NPZ_WRITER_H_
+#ifndef CORE_NPZ_WRITER_H_
+#define CORE_NPZ_WRITER_H_
 
 #include <cstdint>
 #include <string>
@@ -55,4 +55,4 @@ absl::Status WriteNpzFile(const std::string& path,
 
 }  // namespace ps
 
-#endif  // TOOLS_PSCTL_NPZ_WRITER_H_
+#endif  // CORE_NPZ_WRITER_H_

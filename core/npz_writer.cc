@@ -1,4 +1,4 @@
-#include "tools/psctl/npz_writer.h"
+#include "core/npz_writer.h"
 
 #include <fcntl.h>
 #include <unistd.h>

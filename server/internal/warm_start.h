@@ -1,0 +1,36 @@
+// Warm starts (JobSpec.init): a new job's chunks take their initial values
+// from an .npz file or from a SUCCEEDED job this shard still holds, instead
+// of their InitSpecs. Internal to the shard (server/shard.h says when
+// RegisterJob applies it); the coordinator checked the names and shapes at
+// submit, and this checks them again, since the file may have changed.
+//
+//   PS_RETURN_IF_ERROR(InitChunks(shard_id, job));
+//   PS_RETURN_IF_ERROR(ApplyWarmStart(job, source.get(), shard_id));
+//
+// Thread safety: `job` is not shared yet; the source's chunks are read
+// under their own locks, one at a time.
+#ifndef SERVER_INTERNAL_WARM_START_H_
+#define SERVER_INTERNAL_WARM_START_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "server/internal/job.h"
+
+namespace ps {
+namespace internal {
+
+// Overwrites the values of `job`'s local chunks (made by InitChunks) as
+// job.spec.init says; nothing when it is unset. from_job: `source` is the
+// job of that id on this shard (null when it is not here) and each local
+// chunk must be the same chunk there (the coordinator gave this job its
+// source's placement); with init.optimizer_state its optimizer state comes
+// too. INVALID_ARGUMENT naming "spec.init.from_file" and the file, or
+// "spec.init.from_job" and the job, and the tensor; `job` is then to be
+// discarded.
+absl::Status ApplyWarmStart(Job& job, const Job* source, uint32_t shard_id);
+
+}  // namespace internal
+}  // namespace ps
+
+#endif  // SERVER_INTERNAL_WARM_START_H_

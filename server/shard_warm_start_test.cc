@@ -1,0 +1,135 @@
+// Shard tests. Warm starts (JobSpec.init): a job's chunks from an .npz file
+// or from a job the shard holds, and every bad source refused with the
+// shard unchanged.
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/npz_writer.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/shard.h"
+#include "server/testing/shard_test_util.h"
+
+namespace ps {
+namespace shard_test {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Spec(BSP, 1)'s tensors "w" [30, 10] and "b" [10], values i * 0.5 - 7.
+std::vector<NpyArray> Arrays(uint64_t w_rows = 30) {
+  std::vector<NpyArray> arrays;
+  for (const auto& [name, shape] :
+       std::vector<std::pair<std::string, std::vector<uint64_t>>>{
+           {"w", {w_rows, 10}}, {"b", {10}}}) {
+    std::vector<float> v(shape.size() == 2 ? shape[0] * shape[1] : shape[0]);
+    for (size_t i = 0; i < v.size(); ++i) v[i] = i * 0.5f - 7;
+    arrays.push_back(NpyArray::Float32(name, shape, v));
+  }
+  return arrays;
+}
+
+std::string WriteFile(const std::string& name, const std::string& bytes) {
+  const std::string path = absl::StrCat(testing::TempDir(), "/", name);
+  std::ofstream(path, std::ios::binary) << bytes;
+  return path;
+}
+
+JobSpec FromFile(const std::string& path) {
+  JobSpec spec = Spec(BSP, 1);
+  spec.mutable_init()->set_from_file(path);
+  return spec;
+}
+
+TEST(ShardWarmStartTest, ChunksComeFromTheFile) {
+  const std::string path = WriteFile("good.npz", *EncodeNpz(Arrays()));
+  for (uint32_t shards : {1u, 3u}) {
+    Shard shard(Options(0));
+    const RegisterJobRequest reg = Registration("j", FromFile(path), shards);
+    RegisterJobResponse resp;
+    ASSERT_TRUE(shard.RegisterJob(reg, &resp).ok());
+    auto call = StartPull(shard, "j", 0, 0);
+    ASSERT_TRUE(call->status.ok());
+    ASSERT_GT(call->resp.parameters_size(), 0);
+    for (const ChunkData& d : call->resp.parameters()) {
+      const ChunkPlacement& p = reg.placement().chunks(d.chunk_id());
+      const std::vector<float> got = Floats(d.data());
+      for (size_t i = 0; i < got.size(); ++i) {
+        EXPECT_EQ(got[i], (p.offset() + i) * 0.5f - 7) << p.tensor() << i;
+      }
+    }
+  }
+}
+
+TEST(ShardWarmStartTest, ChunksComeFromAJobOnTheShard) {
+  Shard shard(ShardOptions{});
+  RegisterJobResponse resp;
+  const RegisterJobRequest first = Registration("first", Spec(BSP, 1));
+  ASSERT_TRUE(shard.RegisterJob(first, &resp).ok());
+  PushResponse pushed;
+  ASSERT_TRUE(
+      shard
+          .Push(PushRequestFor<PushRequest>(first, 0, 0, {0, 1, 2, 3}, 0),
+                &pushed)
+          .ok());
+  JobSpec spec = Spec(BSP, 1);
+  spec.mutable_init()->set_from_job("first");
+  spec.mutable_init()->set_optimizer_state(true);
+  ASSERT_TRUE(shard.RegisterJob(Registration("second", spec), &resp).ok());
+  EXPECT_EQ(Params(shard, "second"), Params(shard, "first"));
+  EXPECT_NE(Params(shard, "second"), [&] {
+    Shard fresh(ShardOptions{});
+    RegisterJobResponse r;
+    EXPECT_TRUE(fresh.RegisterJob(first, &r).ok());
+    return Params(fresh, "first");
+  }()) << "the push changed nothing";
+}
+
+TEST(ShardWarmStartTest, BadSourcesAreRefusedAndLeaveTheShardAsItWas) {
+  const std::string good = *EncodeNpz(Arrays());
+  struct Case {
+    std::string name;
+    JobSpec spec;
+    std::vector<std::string> named;
+  };
+  const std::string truncated = WriteFile("cut.npz", good.substr(0, 200));
+  const std::string other = WriteFile("other.npz", *EncodeNpz(Arrays(20)));
+  std::string flipped = good;
+  flipped[flipped.size() / 3] ^= 0x40;
+  const std::string corrupt = WriteFile("corrupt.npz", flipped);
+  JobSpec no_job = Spec(BSP, 1);
+  no_job.mutable_init()->set_from_job("nowhere");
+  const std::vector<Case> cases = {
+      {"truncated",
+       FromFile(truncated),
+       {"spec.init.from_file", "cut.npz", "not a zip file"}},
+      {"corrupt", FromFile(corrupt), {"spec.init.from_file", "corrupt.npz"}},
+      {"missing",
+       FromFile("/nonexistent/m.npz"),
+       {"spec.init.from_file", "/nonexistent/m.npz", "cannot open"}},
+      {"shape",
+       FromFile(other),
+       {"spec.init.from_file", "tensor \"w\"", "[30, 10] in the job",
+        "[20, 10] in", "other.npz"}},
+      {"no job", no_job, {"spec.init.from_job", "\"nowhere\"", "not held"}},
+  };
+  for (const Case& c : cases) {
+    Shard shard(ShardOptions{});
+    RegisterJobResponse resp;
+    absl::Status st = shard.RegisterJob(Registration("j", c.spec), &resp);
+    EXPECT_TRUE(absl::IsInvalidArgument(st)) << c.name << ": " << st;
+    for (const std::string& n : c.named) {
+      EXPECT_THAT(std::string(st.message()), HasSubstr(n)) << c.name;
+    }
+    auto call = StartPull(shard, "j", 0, 0);
+    EXPECT_EQ(call->status.code(), absl::StatusCode::kFailedPrecondition)
+        << c.name << ": the job is on the shard";
+  }
+}
+
+}  // namespace
+}  // namespace shard_test
+}  // namespace ps

@@ -202,8 +202,8 @@ void CheckReplication(const JobSpec& spec, const ValidationContext& ctx,
                       Problems& p) {
   const uint32_t k = spec.replication();
   if (k > kMaxReplication) {
-    p.Add("replication", absl::StrFormat("must be in [1, %d], got %d",
-                                         kMaxReplication, k));
+    p.Add("replication",
+          absl::StrFormat("must be in [1, %d], got %d", kMaxReplication, k));
     return;
   }
   if (k <= 1) return;

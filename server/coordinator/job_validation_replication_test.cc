@@ -53,7 +53,8 @@ struct Case {
 
 TEST(ReplicationValidationTest, RefusesBadInputNamingTheField) {
   const std::vector<Case> cases = {
-      {"OutOfRange", [](JobSpec& s, ValidationContext&) { s.set_replication(4); },
+      {"OutOfRange",
+       [](JobSpec& s, ValidationContext&) { s.set_replication(4); },
        {"replication: must be in [1, 3], got 4"}},
       {"MoreThanShards",
        [](JobSpec& s, ValidationContext& c) {
@@ -79,7 +80,8 @@ TEST(ReplicationValidationTest, RefusesBadInputNamingTheField) {
     JobSpec spec = ReplicatedSpec(2);
     ValidationContext ctx = ThreeShards();
     c.mutate(spec, ctx);
-    EXPECT_THAT(ValidateJobSpec(spec, ctx), ::testing::ElementsAreArray(c.problems))
+    EXPECT_THAT(ValidateJobSpec(spec, ctx),
+                ::testing::ElementsAreArray(c.problems))
         << c.label;
   }
 }
@@ -90,8 +92,9 @@ TEST(ReplicationValidationTest, SparseTablesAreRefusedForNow) {
   t->set_name("emb");
   t->set_dim(8);
   std::vector<std::string> problems = ValidateJobSpec(spec, ThreeShards());
-  EXPECT_THAT(problems, ::testing::Contains(
-                            "replication: k > 1 does not cover sparse tables yet"));
+  EXPECT_THAT(problems,
+              ::testing::Contains(
+                  "replication: k > 1 does not cover sparse tables yet"));
 }
 
 }  // namespace

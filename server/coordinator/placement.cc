@@ -75,7 +75,8 @@ absl::StatusOr<Placement> PlaceChunks(const JobSpec& normalized_spec,
         "replication: %d copies need %d shards, got %d", k, k, num_shards));
   }
   for (ChunkPlacement& c : chunks) {
-    for (uint32_t j = 1; j < k; ++j) c.add_backups((c.shard() + j) % num_shards);
+    for (uint32_t j = 1; j < k; ++j)
+      c.add_backups((c.shard() + j) % num_shards);
   }
 
   Placement placement;

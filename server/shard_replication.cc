@@ -6,6 +6,7 @@
 #include "server/internal/job.h"
 #include "server/internal/replica_view.h"
 #include "server/internal/replicator.h"
+#include "server/internal/waits.h"
 #include "server/shard.h"
 #include "spdlog/spdlog.h"
 
@@ -29,9 +30,20 @@ absl::Status Shard::SetReplicaView(const SetReplicaViewRequest& req,
                options_.shard_id, req.epoch(),
                absl::StrJoin(req.failed(), ", "));
   // Promoted chunks forward to the backups left; failed backups leave the
-  // acknowledgement set; the answers they held may go.
+  // acknowledgement set; the answers they held may go. A shard told that
+  // it failed (alive, but silent to the coordinator) is fenced: its waits
+  // fail UNAVAILABLE so that the workers find the successor.
+  const bool fenced = replica_view_->Failed(options_.shard_id);
   for (const JobPtr& job : AllJobs()) {
-    if (job->replicated) replicator_->Notify(job);
+    if (!job->replicated) continue;
+    if (fenced) {
+      internal::CloseJob(
+          *job, absl::UnavailableError(absl::StrCat(
+                    "shard ", options_.shard_id, " was failed over at epoch ",
+                    req.epoch(), "; its chunks are served by a backup")));
+    } else {
+      replicator_->Notify(job);
+    }
   }
   return absl::OkStatus();
 }

@@ -59,6 +59,7 @@ absl::Status JobCoordinator::SubmitJob(const SubmitJobRequest& request,
   response->Clear();
   ValidationContext ctx = options_.validation;
   ctx.num_shards = num_shards_;
+  if (replicas_ != nullptr) ctx.live_shards = replicas_->live_shards();
   {
     absl::MutexLock lock(&mu_);
     if (shutdown_) return ShuttingDown();
@@ -67,6 +68,7 @@ absl::Status JobCoordinator::SubmitJob(const SubmitJobRequest& request,
   // Outside the lock: the data_dir check touches the file system.
   PS_RETURN_IF_ERROR(NormalizeAndPlace(request.spec(), ctx, response));
   if (request.dry_run()) return absl::OkStatus();
+  MaybeArmReplicas(response->spec());
   {
     absl::MutexLock lock(&mu_);
     if (shutdown_) return ShuttingDown();

@@ -1,5 +1,9 @@
 // Shard: the replicated jobs' entry points (server/shard.h; the rules are
 // in server/internal/replicator.h).
+#include <algorithm>
+#include <memory>
+#include <vector>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
@@ -16,11 +20,40 @@ void Shard::SetReplicaSender(ReplicaSender sender) {
   replicator_->SetSender(std::move(sender));
 }
 
+namespace {
+
+// The chunks `job` serves here that had a backup in `failed`: they stop
+// waiting for it (counted in replica_drops, logged once per job).
+void DropFailedBackups(internal::Job& job, const std::vector<uint32_t>& failed,
+                       uint64_t epoch) {
+  uint64_t dropped = 0;
+  for (const std::unique_ptr<internal::Chunk>& c : job.chunks) {
+    if (!job.Serves(*c)) continue;
+    for (uint32_t b : c->placement.backups()) {
+      if (std::find(failed.begin(), failed.end(), b) != failed.end()) {
+        ++dropped;
+      }
+    }
+  }
+  if (dropped == 0) return;
+  job.counters.replica_drops.fetch_add(dropped);
+  spdlog::warn(
+      "shard {}: job {}: shards [{}] dropped from the "
+      "acknowledgement set of {} chunks (failed over at epoch {})",
+      job.view->self(), job.id, absl::StrJoin(failed, ", "), dropped, epoch);
+}
+
+}  // namespace
+
 absl::Status Shard::SetReplicaView(const SetReplicaViewRequest& req,
                                    SetReplicaViewResponse* resp) {
   {
     absl::ReaderMutexLock l(&mu_);
     if (shutdown_) return ShuttingDown();
+  }
+  std::vector<uint32_t> newly_failed;
+  for (uint32_t f : req.failed()) {
+    if (!replica_view_->Failed(f)) newly_failed.push_back(f);
   }
   absl::StatusOr<bool> moved = replica_view_->Set(req);
   resp->set_epoch(replica_view_->epoch());
@@ -42,6 +75,7 @@ absl::Status Shard::SetReplicaView(const SetReplicaViewRequest& req,
                     "shard ", options_.shard_id, " was failed over at epoch ",
                     req.epoch(), "; its chunks are served by a backup")));
     } else {
+      DropFailedBackups(*job, newly_failed, req.epoch());
       replicator_->Notify(job);
     }
   }

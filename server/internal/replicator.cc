@@ -174,14 +174,9 @@ bool Replicator::ForwardOnce(Job& job, uint64_t* epoch) {
     bool ok = true;
     for (uint32_t b : s.to) {
       if (acked[b]) continue;
-      if (view_->Failed(b)) {
-        job.counters.replica_drops.fetch_add(1);
-        spdlog::warn(
-            "shard {}: job {}: shard {} dropped from the acknowledgement set "
-            "of {} (failed over by the coordinator)",
-            view_->self(), job.id, b, ChunkName(s.chunk->placement));
-        continue;
-      }
+      // Failed by the coordinator since the copy: no longer waited for
+      // (counted and logged when the view moved, Shard::SetReplicaView).
+      if (view_->Failed(b)) continue;
       ok = false;
     }
     if (ok) {

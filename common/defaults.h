@@ -58,6 +58,14 @@ inline constexpr uint32_t kDefaultShardLocateIntervalMs = 200;
 
 // ---- JobSpec (proto/job.proto) ---------------------------------------------
 inline constexpr uint32_t kDefaultStepDeadlineMs = 60000;
+// Replicated jobs (JobSpec.replication > 1): a primary's forward to a
+// backup, its deadline and the wait before a failed one is tried again;
+// the coordinator's heartbeat to the shards and the missed heartbeats after
+// which it fails a shard over to its backups.
+inline constexpr uint32_t kDefaultReplicateDeadlineMs = 1000;
+inline constexpr uint32_t kDefaultReplicateRetryMs = 50;
+inline constexpr uint32_t kDefaultShardHeartbeatMs = 100;
+inline constexpr uint32_t kDefaultShardHeartbeatMisses = 3;
 inline constexpr uint64_t kDefaultPartitionBytes = 1u << 20;  // 1 MiB
 // OptimizerSpec's optional fields: the coordinator fills them in at submit
 // and the shard's optimizer falls back to them for specs that bypass it.

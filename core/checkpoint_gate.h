@@ -18,6 +18,15 @@ inline bool StepAnswersAwaitCheckpoint(const JobSpec& spec) {
          spec.checkpoint().every_steps() == 1;
 }
 
+// Whether a job's shards answer a step only once their backups hold it:
+// BSP with JobSpec.replication > 1 (server/internal/replicator.h). The
+// client puts a whole step on the wire for it too.
+inline bool StepAnswersAwaitReplicas(const JobSpec& spec) {
+  const ConsistencyMode mode = spec.consistency().mode();
+  return (mode == BSP || mode == CONSISTENCY_UNSPECIFIED) &&
+         spec.replication() > 1;
+}
+
 }  // namespace ps
 
 #endif  // CORE_CHECKPOINT_GATE_H_

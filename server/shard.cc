@@ -13,6 +13,8 @@
 #include "server/internal/job_stats.h"
 #include "server/internal/reasons.h"
 #include "server/internal/registration.h"
+#include "server/internal/replica_view.h"
+#include "server/internal/replicator.h"
 #include "server/internal/validation.h"
 #include "server/internal/waits.h"
 #include "server/internal/warm_start.h"
@@ -29,7 +31,12 @@ Shard::Shard(ShardOptions options)
     : options_(std::move(options)),
       start_time_(absl::Now()),
       checkpointer_(
-          std::make_unique<internal::Checkpointer>(options_.shard_id)) {}
+          std::make_unique<internal::Checkpointer>(options_.shard_id)),
+      replica_view_(std::make_shared<internal::ReplicaView>(options_.shard_id)),
+      replicator_(std::make_unique<internal::Replicator>(
+          internal::Replicator::Options{.deadline = options_.replicate_deadline,
+                                        .retry = options_.replicate_retry},
+          replica_view_)) {}
 
 Shard::~Shard() { Shutdown(); }
 
@@ -66,7 +73,11 @@ absl::StatusOr<Shard::JobPtr> Shard::NewJob(const RegisterJobRequest& req,
                                             int* local_count) const {
   absl::StatusOr<JobPtr> job = internal::NewJob(
       req, options_.shard_id, checkpointer_->enabled(), local_count);
-  if (!job.ok()) rejected_.Add(internal::kBadSpec);
+  if (!job.ok()) {
+    rejected_.Add(internal::kBadSpec);
+    return job;
+  }
+  (*job)->view = replica_view_;
   return job;
 }
 
@@ -200,6 +211,7 @@ absl::Status Shard::SetMembership(const SetMembershipRequest& req) {
   internal::CompleteAll(&ready);
   if (job->tables != nullptr) job->tables->SetMembership(active);
   checkpointer_->MaybeQueue(job, advanced, absl::InfinitePast());
+  if (job->replicated && !advanced.empty()) replicator_->Notify(job);
   return absl::OkStatus();
 }
 
@@ -312,6 +324,7 @@ absl::StatusOr<PushCounts> Shard::ApplyPush(const JobPtr& job, uint32_t worker,
       *job, {worker, step, &gradients, chunks}, &ready, &advanced);
   internal::CompleteAll(&ready);
   checkpointer_->MaybeQueue(job, advanced, absl::InfinitePast());
+  if (job->replicated && !advanced.empty()) replicator_->Notify(job);
   return counts;
 }
 
@@ -551,6 +564,7 @@ void Shard::Shutdown() {
         *job, absl::UnavailableError(absl::StrCat("shard ", options_.shard_id,
                                                   " is shutting down")));
   }
+  replicator_->Stop();
   checkpointer_->Shutdown(jobs);
 }
 

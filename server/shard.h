@@ -182,6 +182,8 @@
 namespace ps {
 namespace internal {
 class Checkpointer;
+class ReplicaView;
+class Replicator;
 class Job;
 struct Chunk;
 struct PushCounts;
@@ -198,6 +200,12 @@ struct ShardOptions {
   // Where OpenCheckpoints() keeps this shard's checkpoints ("" = none).
   // Several shards may share one directory (file names carry the shard id).
   std::string checkpoint_dir;
+  // Replicated jobs (JobSpec.replication > 1): the deadline of one forward
+  // to a backup, and the wait before a failed one is tried again (sooner
+  // when the coordinator's view moves).
+  absl::Duration replicate_deadline =
+      absl::Milliseconds(kDefaultReplicateDeadlineMs);
+  absl::Duration replicate_retry = absl::Milliseconds(kDefaultReplicateRetryMs);
 };
 
 class Shard {
@@ -367,6 +375,28 @@ class Shard {
   // so far (tests; a graceful stop gets the same from Shutdown).
   void FlushCheckpoints();
 
+  // Replicated jobs (JobSpec.replication > 1; server/internal/replicator.h
+  // and docs/OPERATIONS.md "Replication"). Each chunk's copies are created
+  // on its primary and backups at RegisterJob; only its acting primary
+  // (the first copy the coordinator has not failed) serves pushes and pulls
+  // (a backup answers UNAVAILABLE, reason not_acting_primary), and an
+  // answer carrying version v waits until every live backup acknowledged v.
+  //
+  // How forwards reach other shards (psd: gRPC). Call before serving;
+  // without it forwards fail and answers wait for their deadline.
+  using ReplicaSender = std::function<absl::Status(const std::string& address,
+                                                   const ReplicateRequest& req,
+                                                   absl::Time deadline)>;
+  void SetReplicaSender(ReplicaSender sender);
+  // The coordinator's view (heartbeat and failover): FAILED_PRECONDITION
+  // for an older epoch than held. A new epoch promotes this shard's backups
+  // whose primaries failed and drops failed backups from the forwards.
+  absl::Status SetReplicaView(const SetReplicaViewRequest& req,
+                              SetReplicaViewResponse* resp);
+  // A primary's forward (see internal::ApplyReplica for what is refused:
+  // a stale epoch is the fence). Blocks only on the chunks' locks.
+  absl::Status Replicate(const ReplicateRequest& req);
+
  private:
   using JobPtr = std::shared_ptr<internal::Job>;
 
@@ -436,6 +466,10 @@ class Shard {
   // Checkpoint scheduling and the background writer; disabled until
   // OpenCheckpoints opens a store.
   std::unique_ptr<internal::Checkpointer> checkpointer_;
+
+  // Replicated jobs: the coordinator's view and the forwards to backups.
+  const std::shared_ptr<internal::ReplicaView> replica_view_;
+  const std::unique_ptr<internal::Replicator> replicator_;
 };
 
 }  // namespace ps

@@ -57,6 +57,7 @@ absl::StatusOr<std::unique_ptr<JobCoordinator>> JobCoordinator::Create(
   if (coordinator->options_.store != nullptr) {
     PS_RETURN_IF_ERROR(coordinator->Restore());
   }
+  PS_RETURN_IF_ERROR(coordinator->StartReplicaMonitor());
   return coordinator;
 }
 
@@ -149,6 +150,7 @@ void JobCoordinator::Shutdown() {
     workers_.CompleteAllPolls(ShuttingDown(), done);
   }
   done.Run();
+  if (replicas_ != nullptr) replicas_->Stop();
 }
 
 }  // namespace ps

@@ -96,6 +96,7 @@
 #include "server/coordinator/job_table.h"
 #include "server/coordinator/job_validation.h"
 #include "server/coordinator/progress_history.h"
+#include "server/coordinator/replica_monitor.h"
 #include "server/coordinator/shard_op_queue.h"
 #include "server/coordinator/store_sync.h"
 #include "server/coordinator/trace_store.h"
@@ -126,6 +127,17 @@ class JobCoordinator {
     // Assignment instead of shard_addresses. Called under the coordinator's
     // lock: it must not call back into the coordinator.
     std::function<std::vector<std::string>()> current_shard_addresses;
+    // Replicated jobs (JobSpec.replication > 1): how a heartbeat carrying
+    // the replica view reaches a shard, blocking up to the deadline (psd:
+    // gRPC SetReplicaView). Set: the coordinator runs a ReplicaMonitor
+    // (replica_monitor.h) from the first replicated job on, failing a
+    // silent shard over to its backups. Unset: no failover.
+    std::function<absl::Status(uint32_t shard, const SetReplicaViewRequest&,
+                               absl::Time deadline)>
+        set_replica_view;
+    absl::Duration shard_heartbeat =
+        absl::Milliseconds(kDefaultShardHeartbeatMs);
+    uint32_t shard_heartbeat_misses = kDefaultShardHeartbeatMisses;
     // Time source for timestamps, heartbeats and long-poll deadlines.
     // Unset: absl::Now. Tests inject a fake so they never sleep.
     std::function<absl::Time()> clock;
@@ -247,6 +259,12 @@ class JobCoordinator {
   // RegisterWorker and GetAssignment calls get UNAVAILABLE. Idempotent.
   void Shutdown();
 
+  // Replicated jobs: points each shard failed over at its successor's
+  // address (GetShardAddresses, assignments); unchanged without failovers.
+  void RedirectFailedShards(std::vector<std::string>* addresses) const;
+  // The replica view's epoch (0 before any failover).
+  uint64_t replica_epoch() const;
+
  private:
   using Job = JobTable::Job;
   using Worker = WorkerRegistry::Worker;
@@ -256,6 +274,15 @@ class JobCoordinator {
   static absl::Status ShuttingDown();
   // Create's reload from options_.store.
   absl::Status Restore() ABSL_LOCKS_EXCLUDED(mu_);
+  // Create's ReplicaMonitor (with options_.set_replica_view), from the
+  // stored view; armed when a reloaded job is replicated.
+  absl::Status StartReplicaMonitor() ABSL_LOCKS_EXCLUDED(mu_);
+  // The monitor's commit: the view into the store before anyone hears it.
+  absl::Status CommitReplicaView(uint64_t epoch,
+                                 const std::vector<uint32_t>& failed)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Arms the monitor when `spec` is replicated.
+  void MaybeArmReplicas(const JobSpec& spec);
   // Commits the changes to the store; logs a failure.
   absl::Status Persist() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The worker called at `now`; logs the first call of a reloaded worker.
@@ -330,6 +357,9 @@ class JobCoordinator {
   TraceStore traces_ ABSL_GUARDED_BY(mu_);
   // When Restore reloaded the store (for the reattach log).
   absl::Time restored_at_ ABSL_GUARDED_BY(mu_);
+  // Set by Create when options_.set_replica_view is; its own lock, a leaf
+  // under mu_ (its commit takes mu_ with no monitor lock held).
+  std::unique_ptr<ReplicaMonitor> replicas_;
 };
 
 }  // namespace ps

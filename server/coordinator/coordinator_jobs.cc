@@ -66,6 +66,7 @@ absl::Status JobCoordinator::SubmitJob(const SubmitJobRequest& request,
   response->Clear();
   ValidationContext ctx = options_.validation;
   ctx.num_shards = num_shards_;
+  if (replicas_ != nullptr) ctx.live_shards = replicas_->live_shards();
   {
     absl::MutexLock lock(&mu_);
     if (shutdown_) return ShuttingDown();
@@ -84,6 +85,7 @@ absl::Status JobCoordinator::SubmitJob(const SubmitJobRequest& request,
         response));
   }
   if (request.dry_run()) return absl::OkStatus();
+  MaybeArmReplicas(response->spec());
   {
     absl::MutexLock lock(&mu_);
     if (shutdown_) return ShuttingDown();

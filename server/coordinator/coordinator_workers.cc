@@ -213,9 +213,10 @@ bool JobCoordinator::FillAssignment(const Worker& worker,
   *a->mutable_placement() = job->status.placement();
   a->set_rank(worker.rank);
   a->set_num_workers(job->status.spec().num_workers());
-  const std::vector<std::string> addresses =
-      options_.current_shard_addresses ? options_.current_shard_addresses()
-                                       : options_.shard_addresses;
+  std::vector<std::string> addresses = options_.current_shard_addresses
+                                           ? options_.current_shard_addresses()
+                                           : options_.shard_addresses;
+  RedirectFailedShards(&addresses);
   for (const std::string& address : addresses) a->add_shard_addresses(address);
   a->set_start_step(worker.start_step);
   return true;

@@ -344,10 +344,19 @@ absl::StatusOr<std::vector<StoredWorker>> LoadWorkers(sqlite3* db) {
 
 }  // namespace
 
+absl::StatusOr<StoredReplicaView> JobStore::LoadReplicaView() {
+  StoredReplicaView view;
+  PS_ASSIGN_OR_RETURN(int64_t epoch, Meta(db_, "replica_epoch", 0));
+  PS_ASSIGN_OR_RETURN(int64_t failed, Meta(db_, "replica_failed_mask", 0));
+  view.epoch = static_cast<uint64_t>(epoch);
+  view.failed_mask = static_cast<uint64_t>(failed);
+  return view;
+}
+
 bool StoreChanges::empty() const {
   return new_jobs.empty() && changed_jobs.empty() && workers.empty() &&
          removed_workers.empty() && progress.empty() && !next_job.has_value() &&
-         !next_worker_seq.has_value();
+         !next_worker_seq.has_value() && !replica_view.has_value();
 }
 
 absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(Options options) {
@@ -486,6 +495,12 @@ absl::Status JobStore::WriteChanges(const StoreChanges& changes) {
   if (changes.next_worker_seq.has_value()) {
     PS_RETURN_IF_ERROR(
         SetMeta(db_, "next_worker_seq", *changes.next_worker_seq));
+  }
+  if (changes.replica_view.has_value()) {
+    PS_RETURN_IF_ERROR(
+        SetMeta(db_, "replica_epoch", changes.replica_view->epoch));
+    PS_RETURN_IF_ERROR(
+        SetMeta(db_, "replica_failed_mask", changes.replica_view->failed_mask));
   }
   return absl::OkStatus();
 }

@@ -78,6 +78,13 @@ struct StoredWorker {
   std::string abort_reason;
 };
 
+// Replicated jobs: the failover epoch and the shards failed over (bit s =
+// shard s; shards >= 64 are never failed over), in the meta table.
+struct StoredReplicaView {
+  uint64_t epoch = 0;
+  uint64_t failed_mask = 0;
+};
+
 // Everything Load returns: jobs in submit order, workers in registration
 // order, and the counters new ids continue from.
 struct StoredState {
@@ -100,6 +107,7 @@ struct StoreChanges {
   std::vector<std::pair<std::string, Progress>> progress;
   std::optional<uint64_t> next_job;
   std::optional<uint64_t> next_worker_seq;
+  std::optional<StoredReplicaView> replica_view;
 
   bool empty() const;
 };
@@ -136,6 +144,9 @@ class JobStore {
   // when it fails (nothing of it stays), INTERNAL for a changed job that is
   // not stored (a caller bug).
   absl::Status Commit(const StoreChanges& changes);
+  // The replica view last committed (epoch 0, none failed, in a store that
+  // never had one).
+  absl::StatusOr<StoredReplicaView> LoadReplicaView();
 
   // The job's progress history, oldest step first.
   absl::StatusOr<std::vector<Progress>> History(const std::string& job_id);

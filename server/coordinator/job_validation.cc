@@ -195,6 +195,41 @@ void CheckWire(const WireSpec& w, Problems& p) {
   }
 }
 
+// replication: k in [0, kMaxReplication] (0 = 1); k > 1 needs k live
+// shards, BSP, dense tensors only and full pushes (what replicas cover so
+// far, docs/OPERATIONS.md "Replication").
+void CheckReplication(const JobSpec& spec, const ValidationContext& ctx,
+                      Problems& p) {
+  const uint32_t k = spec.replication();
+  if (k > kMaxReplication) {
+    p.Add("replication",
+          absl::StrFormat("must be in [1, %d], got %d", kMaxReplication, k));
+    return;
+  }
+  if (k <= 1) return;
+  const uint32_t live = ctx.live_shards > 0 ? ctx.live_shards : ctx.num_shards;
+  if (k > live) {
+    p.Add("replication",
+          absl::StrFormat("%d copies need %d live shards, the cluster has %d",
+                          k, k, live));
+  }
+  const ConsistencyMode mode = spec.consistency().mode();
+  if (mode != BSP && mode != CONSISTENCY_UNSPECIFIED) {
+    p.Add("replication", "k > 1 supports BSP jobs only (not yet ASP/SSP)");
+  }
+  if (spec.tables_size() > 0) {
+    p.Add("replication", "k > 1 does not cover sparse tables yet");
+  }
+  if (spec.wire().has_topk_fraction() && spec.wire().topk_fraction() < 1) {
+    p.Add("replication", "k > 1 does not support top-k pushes yet");
+  }
+  if (spec.has_init()) {
+    // The shards warm-start their own chunks; the backups' copies would
+    // start from the TensorSpec instead.
+    p.Add("replication", "k > 1 does not support a warm start (init) yet");
+  }
+}
+
 void CheckConsistency(const JobSpec& spec, Problems& p) {
   const ConsistencySpec& c = spec.consistency();
   const ConsistencyMode mode = c.mode();
@@ -418,6 +453,7 @@ std::vector<std::string> ValidateJobSpec(const JobSpec& spec,
   CheckOptimizer(spec.optimizer(), p);
   CheckConsistency(spec, p);
   CheckWire(spec.wire(), p);
+  CheckReplication(spec, ctx, p);
   for (const std::string& problem : TableProblems(spec)) p.Add(problem);
   if (spec.num_workers() == 0 || spec.num_workers() > kMaxNumWorkers) {
     p.Add("num_workers", absl::StrFormat("must be in [1, %d], got %d",

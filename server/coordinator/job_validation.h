@@ -35,6 +35,8 @@ namespace ps {
 // specs whose placement would not fit one gRPC message.
 inline constexpr uint32_t kMaxLayerWidth = 65536;
 inline constexpr uint32_t kMaxNumWorkers = 1024;
+// JobSpec.replication: copies of each chunk, at most.
+inline constexpr uint32_t kMaxReplication = 3;
 inline constexpr uint32_t kMaxBatchSize = 65536;
 inline constexpr uint64_t kMinPartitionBytes = 4 * 1024;
 inline constexpr uint64_t kMaxPartitionBytes = 3 * 1024 * 1024;
@@ -60,6 +62,8 @@ std::map<std::string, DatasetShape> KnownDatasets();
 struct ValidationContext {
   // Shards in the cluster (must be >= 1).
   uint32_t num_shards = 1;
+  // Shards not failed over (replication needs k of them); 0 = num_shards.
+  uint32_t live_shards = 0;
   // Workers registered right now. Informational: a job may ask for more and
   // wait for them, so this never produces a problem.
   uint32_t num_registered_workers = 0;

@@ -65,6 +65,20 @@ absl::StatusOr<Placement> PlaceChunks(const JobSpec& normalized_spec,
     loads.push(least);
   }
 
+  // Backups on the next shards of the ring: all of a shard's chunks fail
+  // over to one successor (a pure address change for the workers), and each
+  // shard's bytes are its own primaries' plus its k - 1 predecessors',
+  // balanced as those are.
+  const uint32_t k = std::max<uint32_t>(normalized_spec.replication(), 1);
+  if (k > num_shards) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "replication: %d copies need %d shards, got %d", k, k, num_shards));
+  }
+  for (ChunkPlacement& c : chunks) {
+    for (uint32_t j = 1; j < k; ++j)
+      c.add_backups((c.shard() + j) % num_shards);
+  }
+
   Placement placement;
   placement.set_num_shards(num_shards);
   for (ChunkPlacement& c : chunks) *placement.add_chunks() = std::move(c);

@@ -38,8 +38,11 @@ absl::StatusOr<std::vector<ChunkPlacement>> CutTensorsIntoChunks(
 // shard holding the fewest bytes so far, ties to the lowest shard id (and,
 // among equal-sized chunks, the lowest chunk id goes first). Chunks keep
 // their ids from CutTensorsIntoChunks. Any two shards' bytes differ by at most
-// the largest chunk's bytes. Fails with INVALID_ARGUMENT when num_shards is 0
-// or CutTensorsIntoChunks fails. Pure function; thread-safe.
+// the largest chunk's bytes. With spec.replication k > 1, each chunk's
+// backups are the k - 1 shards after its primary on the ring (shard + 1,
+// ... mod num_shards), so every shard holds its primaries' bytes plus its
+// k - 1 predecessors'. Fails with INVALID_ARGUMENT when num_shards is 0,
+// k > num_shards, or CutTensorsIntoChunks fails. Pure function; thread-safe.
 absl::StatusOr<Placement> PlaceChunks(const JobSpec& normalized_spec,
                                       uint32_t num_shards);
 

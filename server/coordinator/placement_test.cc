@@ -232,5 +232,42 @@ TEST(PlaceChunksTest, MoreShardsThanChunksLeavesSomeEmpty) {
   }
 }
 
+TEST(PlaceChunksTest, ReplicasFollowTheRingAndStayBalanced) {
+  JobSpec spec = MlpSpec(65536);
+  absl::StatusOr<Placement> one = PlaceChunks(spec, 3);
+  ASSERT_TRUE(one.ok()) << one.status();
+  for (uint32_t k : {2u, 3u}) {
+    spec.set_replication(k);
+    absl::StatusOr<Placement> p = PlaceChunks(spec, 3);
+    ASSERT_TRUE(p.ok()) << p.status();
+    std::vector<uint64_t> held(3, 0);
+    for (int i = 0; i < p->chunks_size(); ++i) {
+      const ChunkPlacement& c = p->chunks(i);
+      // Primaries exactly as without replicas (k = 1 is today's placement).
+      EXPECT_EQ(c.shard(), one->chunks(i).shard());
+      ASSERT_EQ(c.backups_size(), static_cast<int>(k - 1));
+      held[c.shard()] += c.length() * 4;
+      for (int j = 0; j < c.backups_size(); ++j) {
+        EXPECT_EQ(c.backups(j), (c.shard() + j + 1) % 3);
+        held[c.backups(j)] += c.length() * 4;
+      }
+    }
+    const uint64_t max = *std::max_element(held.begin(), held.end());
+    const uint64_t min = *std::min_element(held.begin(), held.end());
+    // Each shard: its primaries plus k - 1 predecessors', each within one
+    // chunk of the mean.
+    EXPECT_LE(max - min, k * spec.partition_bytes()) << k;
+  }
+  EXPECT_EQ(one->chunks(0).backups_size(), 0);
+}
+
+TEST(PlaceChunksTest, RefusesMoreCopiesThanShards) {
+  JobSpec spec = MlpSpec(65536);
+  spec.set_replication(3);
+  absl::StatusOr<Placement> p = PlaceChunks(spec, 2);
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(p.status().message(), HasSubstr("replication"));
+}
+
 }  // namespace
 }  // namespace ps

@@ -33,6 +33,10 @@ uint64_t Job::LowestVersion() const {
   return version == UINT64_MAX ? 0 : version;
 }
 
+bool Job::Serves(const Chunk& c) const {
+  return !replicated || view->ActingPrimary(c.placement) == view->self();
+}
+
 const char* RequestMethodName(RequestMethod m) {
   static constexpr const char* kNames[kNumRequestMethods] = {
       "PushPull", "Pull", "Push", "SparseExchange"};

@@ -24,6 +24,7 @@
 #ifndef SERVER_INTERNAL_JOB_H_
 #define SERVER_INTERNAL_JOB_H_
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -42,6 +43,7 @@
 #include "proto/ps.pb.h"
 #include "server/chunk_state.h"
 #include "server/internal/delta.h"
+#include "server/internal/replica_view.h"
 #include "server/optimizer.h"
 #include "server/sparse/job_tables.h"
 #include "server/stats.h"
@@ -140,6 +142,9 @@ struct Chunk {
   // Guarded by the job's CheckpointSchedule::mu: the checkpoint step this
   // chunk was last counted as having reached (see checkpointer.cc).
   uint64_t counted_for = UINT64_MAX;
+  // Replicated jobs, while this shard is the chunk's acting primary: the
+  // version every live backup acknowledged (Replicator).
+  std::atomic<uint64_t> replicated{0};
 };
 
 // A worker's counters: lock-free so pushes to different chunks share no
@@ -177,6 +182,10 @@ struct JobCounters {
   std::atomic<uint64_t> stale{0};
   std::atomic<uint64_t> applies{0};
   std::atomic<uint64_t> checkpoints{0};  // written by this process
+  // Replicated jobs: chunk states acknowledged by a backup, and backups
+  // dropped from the acknowledgement set (the coordinator failed them).
+  std::atomic<uint64_t> replica_forwards{0};
+  std::atomic<uint64_t> replica_drops{0};
   LatencyHistogram apply_ns;
   // Nanoseconds from a request's arrival to its answer, by RequestMethod.
   LatencyHistogram request_ns[kNumRequestMethods];
@@ -231,6 +240,10 @@ struct WaitState {
   // need_version.
   uint64_t durable_version ABSL_GUARDED_BY(mu) = 0;
   std::vector<WaiterPtr> durable_waiters ABSL_GUARDED_BY(mu);
+  // Job::replicated: the lowest version that every live backup of every
+  // chunk this shard is acting primary of holds; answers wait for it the
+  // same way (in durable_waiters).
+  uint64_t replicated_version ABSL_GUARDED_BY(mu) = 0;
 };
 
 class Job {
@@ -265,6 +278,11 @@ class Job {
   // every_steps 1, where answers wait until their version is durable.
   bool checkpointing = false;
   bool gate_replies = false;
+  // JobSpec.replication > 1: `chunks` holds this shard's backups too; only
+  // the chunks `view` makes this shard the acting primary of are served,
+  // and answers wait until the backups have their version.
+  bool replicated = false;
+  std::shared_ptr<const ReplicaView> view;
   uint32_t every_steps = 0;
   uint32_t every_seconds = 0;
   // Re-created from a checkpoint by this process, and the step it held.
@@ -302,6 +320,19 @@ class Job {
 
   // The lowest version among this shard's chunks (0 without chunks).
   uint64_t LowestVersion() const;
+
+  // Whether answers wait for durability or replicas (durable_waiters).
+  bool AnswersGated() const { return gate_replies || replicated; }
+  // The highest version an answer may carry now: the lower of the durable
+  // and the replicated versions, for the gates the job has.
+  uint64_t AnswerableVersion() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(waits.mu) {
+    uint64_t v = UINT64_MAX;
+    if (gate_replies) v = waits.durable_version;
+    if (replicated) v = std::min(v, waits.replicated_version);
+    return v;
+  }
+  // Replicated jobs: whether this shard serves `c` now (acting primary).
+  bool Serves(const Chunk& c) const;
 };
 
 // "chunk 3 of tensor w": how messages name a chunk.

@@ -79,6 +79,16 @@ void AddCounters(const Job& job, JobStats* js) {
   }
   js->set_applies(jc.applies.load(std::memory_order_relaxed));
   js->set_checkpoints(jc.checkpoints.load(std::memory_order_relaxed));
+  if (job.replicated) {
+    uint32_t backups = 0;
+    for (const std::unique_ptr<Chunk>& c : job.chunks) {
+      if (!job.Serves(*c)) ++backups;
+    }
+    js->set_backup_chunks(backups);
+    js->set_replica_forwards(jc.replica_forwards.load());
+    js->set_replica_drops(jc.replica_drops.load());
+    js->set_replica_epoch(job.view->epoch());
+  }
 }
 
 // Wire bytes, their dense FP32 equivalent, per step and the ratio.

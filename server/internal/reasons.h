@@ -27,6 +27,10 @@ inline constexpr char kShutdown[] = "shutdown";
 inline constexpr char kAheadOfRestore[] = "ahead_of_restore";
 inline constexpr char kNoCheckpointDir[] = "no_checkpoint_dir";
 inline constexpr char kCheckpointFailed[] = "checkpoint_failed";
+// Replicated jobs: a request for a chunk this shard holds a backup of, and
+// a forward refused (stale epoch, not from the acting primary, bad size).
+inline constexpr char kNotActingPrimary[] = "not_acting_primary";
+inline constexpr char kBadReplica[] = "bad_replica";
 // SparseExchange: a job without tables, a bad request (unknown table, an id
 // of another shard, a wrong size, NaN, ...), a table's budget reached.
 inline constexpr char kNoTables[] = "no_tables";

@@ -1,5 +1,6 @@
 #include "server/internal/registration.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
@@ -68,7 +69,8 @@ absl::Status ApplyConsistency(const ConsistencySpec& cs, Job& job) {
 
 // Placement entry `i` (`c`) must be the chunk the spec cuts (`w`).
 absl::Status CheckPlacedChunk(int i, const ChunkPlacement& c,
-                              const ChunkPlacement& w, uint32_t num_shards) {
+                              const ChunkPlacement& w, uint32_t num_shards,
+                              uint32_t copies) {
   if (c.chunk_id() != w.chunk_id() || c.tensor() != w.tensor() ||
       c.index() != w.index() || c.offset() != w.offset() ||
       c.length() != w.length()) {
@@ -84,7 +86,33 @@ absl::Status CheckPlacedChunk(int i, const ChunkPlacement& c,
     return Invalid(absl::StrCat("placement.chunks[", i, "].shard"),
                    absl::StrCat(c.shard(), " >= num_shards ", num_shards));
   }
+  const int backups = static_cast<int>(std::max(copies, 1u)) - 1;
+  if (c.backups_size() != backups) {
+    return Invalid(absl::StrCat("placement.chunks[", i, "].backups"),
+                   absl::StrCat(c.backups_size(), " backups, spec.replication ",
+                                copies, " needs ", backups));
+  }
+  for (int j = 0; j < c.backups_size(); ++j) {
+    const uint32_t b = c.backups(j);
+    const bool repeated =
+        b == c.shard() ||
+        std::find(c.backups().begin(), c.backups().begin() + j, b) !=
+            c.backups().begin() + j;
+    if (b >= num_shards || repeated) {
+      return Invalid(absl::StrCat("placement.chunks[", i, "].backups[", j, "]"),
+                     absl::StrCat(b,
+                                  ": out of range or a shard already "
+                                  "holding the chunk"));
+    }
+  }
   return absl::OkStatus();
+}
+
+// Whether shard `shard_id` holds a copy of `c` (primary or backup).
+bool HoldsCopy(const ChunkPlacement& c, uint32_t shard_id) {
+  return c.shard() == shard_id ||
+         std::find(c.backups().begin(), c.backups().end(), shard_id) !=
+             c.backups().end();
 }
 
 // The bytes one local chunk of `length` floats holds: what the budget
@@ -119,8 +147,9 @@ absl::Status CheckPlacement(const Placement& placement, uint32_t shard_id,
   *local_count = 0;
   for (int i = 0; i < placement.chunks_size(); ++i) {
     const ChunkPlacement& c = placement.chunks(i);
-    PS_RETURN_IF_ERROR(CheckPlacedChunk(i, c, want[i], placement.num_shards()));
-    if (c.shard() != shard_id) continue;
+    PS_RETURN_IF_ERROR(CheckPlacedChunk(i, c, want[i], placement.num_shards(),
+                                        job.spec.replication()));
+    if (!HoldsCopy(c, shard_id)) continue;
     ++*local_count;
     job.bytes += ChunkBytes(job, c.length());
   }
@@ -187,6 +216,12 @@ absl::StatusOr<std::shared_ptr<Job>> NewJob(const RegisterJobRequest& req,
   if (absl::Status st = ValidateTensors(req.spec()); !st.ok()) {
     return Prefixed("spec.", st);
   }
+  job->replicated = req.spec().replication() > 1;
+  if (job->replicated &&
+      (job->mode != BSP || req.spec().tables_size() > 0 || job->delta_pulls)) {
+    return Invalid("spec.replication",
+                   "k > 1 needs BSP, no tables and full pushes");
+  }
   PS_RETURN_IF_ERROR(
       CheckPlacement(req.placement(), shard_id, *job, local_count));
   PS_RETURN_IF_ERROR(NewTables(req.spec(), shard_id, *job));
@@ -200,7 +235,7 @@ absl::Status InitChunks(uint32_t shard_id, Job& job) {
   const std::vector<uint8_t> all_active(job.num_workers, 1);
   job.local.assign(job.placement.chunks_size(), -1);
   for (const ChunkPlacement& c : job.placement.chunks()) {
-    if (c.shard() != shard_id) continue;
+    if (!HoldsCopy(c, shard_id)) continue;
     ChunkState s = NewChunkState(c, *job.optimizer, job.num_workers);
     if (absl::Status st = InitValues(job.spec.seed(), *tensors[c.tensor()],
                                      c.offset(), absl::MakeSpan(s.values));

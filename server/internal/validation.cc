@@ -48,6 +48,16 @@ absl::StatusOr<Chunk*> TargetChunk(Job& job, uint32_t shard_id, uint32_t id,
                       absl::StrCat(field, ": ", ChunkName(p), " is on shard ",
                                    p.shard(), ", not shard ", shard_id)));
   }
+  if (!job.Serves(*c)) {
+    // A backup not promoted (yet): the client looks for the shard again.
+    const ChunkPlacement& p = c->placement;
+    return Reject(
+        job, kNotActingPrimary,
+        absl::UnavailableError(absl::StrCat(
+            field, ": shard ", shard_id, " holds a backup of ", ChunkName(p),
+            "; its acting primary is shard ", job.view->ActingPrimary(p),
+            " (epoch ", job.view->epoch(), ")")));
+  }
   if (auto [it, inserted] = seen->emplace(id, i); !inserted) {
     return Reject(
         job, kDuplicateChunk,
@@ -231,8 +241,9 @@ absl::Status ValidatePull(Job& job, uint32_t shard_id, const PullRequest& req,
   PS_RETURN_IF_ERROR(CheckWorkerInRange(job, req.worker()));
   chunks->clear();
   if (req.chunk_ids().empty()) {
+    // Every chunk this shard serves (not the backups it holds).
     for (const std::unique_ptr<Chunk>& c : job.chunks) {
-      chunks->push_back(c.get());
+      if (job.Serves(*c)) chunks->push_back(c.get());
     }
   }
   absl::flat_hash_map<uint32_t, int> seen;

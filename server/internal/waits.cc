@@ -162,9 +162,9 @@ void FileConditions(Job& job, const WaiterPtr& w) {
       job.waits.clock_waiters.push_back(w);
     }
   }
-  if (w->need_version > 0 && job.gate_replies) {
+  if (w->need_version > 0 && job.AnswersGated()) {
     absl::MutexLock l(&job.waits.mu);
-    if (job.waits.durable_version < w->need_version) {
+    if (job.AnswerableVersion() < w->need_version) {
       w->pending.fetch_add(1);
       job.waits.durable_waiters.push_back(w);
     }
@@ -233,6 +233,13 @@ absl::Status DeadlineError(const Job& job, const Expired& e) {
         absl::StrCat("job ", job.id, " step ", w.need_version - 1,
                      ": the checkpoint of version ", w.need_version,
                      " was not written within ", job.deadline_ms, " ms"));
+  }
+  if (step == UINT64_MAX && e.clock_missing.empty() && job.replicated &&
+      w.need_version > 0) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("job ", job.id, " step ", w.need_version - 1, ": version ",
+                     w.need_version, " did not reach every live backup within ",
+                     job.deadline_ms, " ms"));
   }
   if (step == UINT64_MAX) {
     ranks = e.clock_missing;
@@ -363,7 +370,7 @@ void ReleaseClockWaiters(Job& job, std::vector<WaiterPtr>* ready) {
 }
 
 void ReleaseDurableWaiters(Job& job, std::vector<WaiterPtr>* ready) {
-  const uint64_t durable = job.waits.durable_version;
+  const uint64_t durable = job.AnswerableVersion();
   ReleaseWaiters(
       &job.waits.durable_waiters,
       [durable](const Waiter& w) { return w.need_version <= durable; }, ready);

@@ -101,6 +101,21 @@ absl::Status GrpcShardControl::SetMembership(
       stub->SetMembership(NewContext().get(), request, &resp));
 }
 
+absl::Status GrpcShardControl::SetReplicaView(
+    uint32_t shard, const SetReplicaViewRequest& request, absl::Time deadline) {
+  SetReplicaViewResponse resp;
+  if (shard == local_shard_id_) return local_->SetReplicaView(request, &resp);
+  if (shard >= directory_->num_shards()) {
+    return absl::InvalidArgumentError(absl::StrCat("shard ", shard));
+  }
+  // No wait_for_ready: a dead shard must fail the heartbeat at once.
+  Peer peer = PeerAt(shard, directory_->Address(shard));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(deadline));
+  security_->Authorize(&ctx);
+  return FromGrpcStatus(peer.stub->SetReplicaView(&ctx, request, &resp));
+}
+
 void CoordinatorService::SetCoordinator(JobCoordinator* coordinator,
                                         ShardDirectory* directory) {
   absl::MutexLock lock(&mu_);
@@ -253,6 +268,7 @@ grpc::ServerUnaryReactor* CoordinatorService::GetShardAddresses(
     return Finish(ctx, absl::UnavailableError("shard addresses not known"));
   }
   ShardDirectory::Snapshot now = directory->Current();
+  (*c)->RedirectFailedShards(&now.addresses);
   for (std::string& a : now.addresses) resp->add_addresses(std::move(a));
   for (std::string& p : now.problems) resp->add_problems(std::move(p));
   return Finish(ctx, absl::OkStatus());

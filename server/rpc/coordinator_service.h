@@ -47,6 +47,11 @@ class GrpcShardControl final : public ShardControl {
   absl::Status DropJob(uint32_t shard, const std::string& job_id) override;
   absl::Status SetMembership(uint32_t shard,
                              const SetMembershipRequest& request) override;
+  // The coordinator's shard heartbeat (replica view) for replicated jobs:
+  // one try until `deadline`, failing at once when the shard is down.
+  absl::Status SetReplicaView(uint32_t shard,
+                              const SetReplicaViewRequest& request,
+                              absl::Time deadline);
 
  private:
   // One remote shard: the address its channel goes to.

@@ -361,6 +361,20 @@ grpc::ServerUnaryReactor* PsService::SetTrace(grpc::CallbackServerContext* ctx,
   return Done(ctx, shard_->SetTrace(*req));
 }
 
+grpc::ServerUnaryReactor* PsService::SetReplicaView(
+    grpc::CallbackServerContext* ctx, const SetReplicaViewRequest* req,
+    SetReplicaViewResponse* resp) {
+  PS_AUTHENTICATE(ctx);
+  return Done(ctx, shard_->SetReplicaView(*req, resp));
+}
+
+grpc::ServerUnaryReactor* PsService::Replicate(grpc::CallbackServerContext* ctx,
+                                               const ReplicateRequest* req,
+                                               ReplicateResponse*) {
+  PS_AUTHENTICATE(ctx);
+  return Done(ctx, shard_->Replicate(*req));
+}
+
 grpc::ServerUnaryReactor* PsService::GetTrace(grpc::CallbackServerContext* ctx,
                                               const ShardTraceRequest* req,
                                               ShardTrace* resp) {

@@ -73,6 +73,12 @@ class PsService final
   grpc::ServerUnaryReactor* SetTrace(grpc::CallbackServerContext* ctx,
                                      const SetTraceRequest* req,
                                      SetTraceResponse* resp) override;
+  grpc::ServerUnaryReactor* SetReplicaView(
+      grpc::CallbackServerContext* ctx, const SetReplicaViewRequest* req,
+      SetReplicaViewResponse* resp) override;
+  grpc::ServerUnaryReactor* Replicate(grpc::CallbackServerContext* ctx,
+                                      const ReplicateRequest* req,
+                                      ReplicateResponse* resp) override;
   grpc::ServerUnaryReactor* GetTrace(grpc::CallbackServerContext* ctx,
                                      const ShardTraceRequest* req,
                                      ShardTrace* resp) override;

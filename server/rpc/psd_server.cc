@@ -127,6 +127,13 @@ absl::Status PsdServer::OpenShard() {
   shard_options.memory_budget_bytes = config_.psd.memory_budget_bytes();
   shard_options.checkpoint_dir = config_.psd.checkpoint_dir();
   shard_ = std::make_unique<Shard>(shard_options);
+  replica_sender_ = std::make_unique<GrpcReplicaSender>(&security_);
+  shard_->SetReplicaSender(
+      [sender = replica_sender_.get()](const std::string& address,
+                                       const ReplicateRequest& req,
+                                       absl::Time deadline) {
+        return sender->Send(address, req, deadline);
+      });
   // Restore before listening: a worker retrying through a restart must find
   // its job exactly as the checkpoint left it, never a missing one.
   Shard::RestoreReport restore;
@@ -241,6 +248,12 @@ absl::Status PsdServer::OpenCoordinator() {
     return directory->Current().addresses;
   };
   options.store = job_store_.get();
+  options.set_replica_view = [control = shard_control_.get()](
+                                 uint32_t shard,
+                                 const SetReplicaViewRequest& req,
+                                 absl::Time deadline) {
+    return control->SetReplicaView(shard, req, deadline);
+  };
   options.max_history_points = config_.psd.progress_history_rows();
   options.succeeded_jobs_kept = config_.psd.succeeded_jobs_kept();
   PS_ASSIGN_OR_RETURN(coordinator_,

@@ -40,6 +40,7 @@
 #include "server/coordinator/shard_directory.h"
 #include "server/rpc/coordinator_service.h"
 #include "server/rpc/ps_service.h"
+#include "server/rpc/replica_sender.h"
 #include "server/rpc/status_source.h"
 #include "server/shard.h"
 
@@ -107,6 +108,8 @@ class PsdServer {
   const LoadedPsdConfig config_;
   Security security_;
   std::unique_ptr<Shard> shard_;
+  // The shard's forwards to its backups (replicated jobs).
+  std::unique_ptr<GrpcReplicaSender> replica_sender_;
   std::unique_ptr<PsService> ps_service_;
   std::unique_ptr<CoordinatorService> coordinator_service_;
   // Declared before shard_control_ and coordinator_, which borrow it.

@@ -95,6 +95,27 @@ std::string FormatRow(const ShardStats& s, const std::string& address) {
       missing.empty() ? "-" : absl::StrJoin(missing, ","));
 }
 
+// Replicated jobs (JobSpec.replication > 1): one line per shard and job,
+// "" when no job is replicated (the table then reads as it always did).
+std::string FormatReplicas(const std::vector<const ShardStats*>& shards) {
+  std::string out;
+  for (const ShardStats* s : shards) {
+    for (const JobStats& j : s->job_stats()) {
+      if (j.replica_epoch() == 0 && j.backup_chunks() == 0 &&
+          j.replica_forwards() == 0) {
+        continue;
+      }
+      absl::StrAppendFormat(
+          &out,
+          "replicas: shard %d job %s: %d of %d chunks backups, %d forwards "
+          "acknowledged, %d backups dropped, epoch %d\n",
+          s->shard_id(), j.job_id(), j.backup_chunks(), j.chunks(),
+          j.replica_forwards(), j.replica_drops(), j.replica_epoch());
+    }
+  }
+  return out;
+}
+
 void PrintTable(const ShardAnswers& answers,
                 const std::vector<std::string>& addresses,
                 const TableViewOptions& tables, std::ostream& out) {
@@ -111,6 +132,7 @@ void PrintTable(const ShardAnswers& answers,
     answered.push_back(&answers.stats[i]);
   }
   out << FormatTableStats(answered, tables);
+  out << FormatReplicas(answered);
 }
 
 void PrintJson(const ShardAnswers& answers, std::ostream& out) {

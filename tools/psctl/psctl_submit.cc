@@ -94,16 +94,27 @@ int WaitForJob(CoordinatorClient& client, const std::string& job_id,
   return job.state() == SUCCEEDED ? kExitOk : kExitJobFailed;
 }
 
-// The --dry-run answer: the spec's size and the bytes placed on each shard.
+// The --dry-run answer: the spec's size and the bytes placed on each shard
+// (with replication k > 1, its primaries' and its backups' bytes).
 void PrintPlacement(const SubmitJobResponse& resp, std::ostream& out) {
   std::map<uint32_t, uint64_t> bytes;
-  for (const ChunkPlacement& ch : resp.placement().chunks())
+  std::map<uint32_t, uint64_t> backup_bytes;
+  for (const ChunkPlacement& ch : resp.placement().chunks()) {
     bytes[ch.shard()] += ch.length() * 4;
+    for (uint32_t b : ch.backups()) backup_bytes[b] += ch.length() * 4;
+  }
   out << "valid: " << resp.spec().tensors_size() << " tensors, "
       << resp.placement().chunks_size() << " chunks on "
-      << resp.placement().num_shards() << " shards\n";
-  for (const auto& [shard, b] : bytes)
-    out << "  shard " << shard << ": " << b << " bytes\n";
+      << resp.placement().num_shards() << " shards";
+  const uint32_t k = resp.spec().replication();
+  if (k > 1) out << ", " << k << " copies each";
+  out << "\n";
+  for (uint32_t shard = 0; shard < resp.placement().num_shards(); ++shard) {
+    if (k <= 1 && !bytes.count(shard)) continue;
+    out << "  shard " << shard << ": " << bytes[shard] << " bytes";
+    if (k > 1) out << " primary, " << backup_bytes[shard] << " bytes backup";
+    out << "\n";
+  }
 }
 
 }  // namespace

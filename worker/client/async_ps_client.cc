@@ -24,7 +24,7 @@ namespace {
 
 // See core/checkpoint_gate.h: such a job's whole step goes on the wire.
 PsClientOptions ForJob(PsClientOptions options, const JobSpec& spec) {
-  if (StepAnswersAwaitCheckpoint(spec)) {
+  if (StepAnswersAwaitCheckpoint(spec) || StepAnswersAwaitReplicas(spec)) {
     options.max_inflight_per_shard = std::numeric_limits<int>::max();
   }
   return options;

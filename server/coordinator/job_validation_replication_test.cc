@@ -1,0 +1,110 @@
+// ValidateJobSpec on JobSpec.replication: the range, the live shards it
+// needs, and what replicas do not cover yet, each refused naming the field.
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "google/protobuf/text_format.h"
+#include "gtest/gtest.h"
+#include "server/coordinator/job_validation.h"
+
+namespace ps {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::IsEmpty;
+
+JobSpec ReplicatedSpec(uint32_t k) {
+  JobSpec spec;
+  EXPECT_TRUE(google::protobuf::TextFormat::ParseFromString(
+      R"pb(
+        name: "replicated"
+        model { mlp { input_dim: 784 hidden: 32 num_classes: 10 } }
+        data { dataset: "synthetic" batch_size: 32 epochs: 1 }
+        optimizer { kind: SGD learning_rate: 0.1 }
+        consistency { mode: BSP }
+        num_workers: 2
+      )pb",
+      &spec));
+  spec.set_replication(k);
+  return spec;
+}
+
+ValidationContext ThreeShards() {
+  ValidationContext ctx;
+  ctx.num_shards = 3;
+  ctx.path_exists = [](const std::string&) { return true; };
+  return ctx;
+}
+
+TEST(ReplicationValidationTest, AcceptsOneToThreeCopiesOnThreeShards) {
+  for (uint32_t k : {0u, 1u, 2u, 3u}) {
+    EXPECT_THAT(ValidateJobSpec(ReplicatedSpec(k), ThreeShards()), IsEmpty())
+        << k;
+  }
+}
+
+struct Case {
+  std::string label;
+  std::function<void(JobSpec&, ValidationContext&)> mutate;
+  std::vector<std::string> problems;
+};
+
+TEST(ReplicationValidationTest, RefusesBadInputNamingTheField) {
+  const std::vector<Case> cases = {
+      {"OutOfRange",
+       [](JobSpec& s, ValidationContext&) { s.set_replication(4); },
+       {"replication: must be in [1, 3], got 4"}},
+      {"MoreThanShards",
+       [](JobSpec& s, ValidationContext& c) {
+         s.set_replication(3);
+         c.num_shards = 2;
+       },
+       {"replication: 3 copies need 3 live shards, the cluster has 2"}},
+      {"MoreThanLiveShards",
+       [](JobSpec&, ValidationContext& c) { c.live_shards = 1; },
+       {"replication: 2 copies need 2 live shards, the cluster has 1"}},
+      {"Asp",
+       [](JobSpec& s, ValidationContext&) {
+         s.mutable_consistency()->set_mode(ASP);
+       },
+       {"replication: k > 1 supports BSP jobs only (not yet ASP/SSP)"}},
+      {"TopK",
+       [](JobSpec& s, ValidationContext&) {
+         s.mutable_wire()->set_topk_fraction(0.1f);
+       },
+       {"replication: k > 1 does not support top-k pushes yet"}},
+  };
+  for (const Case& c : cases) {
+    JobSpec spec = ReplicatedSpec(2);
+    ValidationContext ctx = ThreeShards();
+    c.mutate(spec, ctx);
+    EXPECT_THAT(ValidateJobSpec(spec, ctx),
+                ::testing::ElementsAreArray(c.problems))
+        << c.label;
+  }
+}
+
+TEST(ReplicationValidationTest, SparseTablesAreRefusedForNow) {
+  JobSpec spec = ReplicatedSpec(2);
+  TableSpec* t = spec.add_tables();
+  t->set_name("emb");
+  t->set_dim(8);
+  std::vector<std::string> problems = ValidateJobSpec(spec, ThreeShards());
+  EXPECT_THAT(problems,
+              ::testing::Contains(
+                  "replication: k > 1 does not cover sparse tables yet"));
+}
+
+TEST(ReplicationValidationTest, WarmStartIsRefusedForNow) {
+  JobSpec spec = ReplicatedSpec(2);
+  spec.mutable_init()->set_from_file("/data/model.npz");
+  EXPECT_THAT(ValidateJobSpec(spec, ThreeShards()),
+              ::testing::Contains(
+                  "replication: k > 1 does not support a warm start (init) "
+                  "yet"));
+}
+
+}  // namespace
+}  // namespace ps

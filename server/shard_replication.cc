@@ -1,0 +1,90 @@
+// Shard: the replicated jobs' entry points (server/shard.h; the rules are
+// in server/internal/replicator.h).
+#include <algorithm>
+#include <memory>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+#include "server/internal/job.h"
+#include "server/internal/replica_view.h"
+#include "server/internal/replicator.h"
+#include "server/internal/waits.h"
+#include "server/shard.h"
+#include "spdlog/spdlog.h"
+
+namespace ps {
+
+void Shard::SetReplicaSender(ReplicaSender sender) {
+  replicator_->SetSender(std::move(sender));
+}
+
+namespace {
+
+// The chunks `job` serves here that had a backup in `failed`: they stop
+// waiting for it (counted in replica_drops, logged once per job).
+void DropFailedBackups(internal::Job& job, const std::vector<uint32_t>& failed,
+                       uint64_t epoch) {
+  uint64_t dropped = 0;
+  for (const std::unique_ptr<internal::Chunk>& c : job.chunks) {
+    if (!job.Serves(*c)) continue;
+    for (uint32_t b : c->placement.backups()) {
+      if (std::find(failed.begin(), failed.end(), b) != failed.end()) {
+        ++dropped;
+      }
+    }
+  }
+  if (dropped == 0) return;
+  job.counters.replica_drops.fetch_add(dropped);
+  spdlog::warn(
+      "shard {}: job {}: shards [{}] dropped from the "
+      "acknowledgement set of {} chunks (failed over at epoch {})",
+      job.view->self(), job.id, absl::StrJoin(failed, ", "), dropped, epoch);
+}
+
+}  // namespace
+
+absl::Status Shard::SetReplicaView(const SetReplicaViewRequest& req,
+                                   SetReplicaViewResponse* resp) {
+  {
+    absl::ReaderMutexLock l(&mu_);
+    if (shutdown_) return ShuttingDown();
+  }
+  std::vector<uint32_t> newly_failed;
+  for (uint32_t f : req.failed()) {
+    if (!replica_view_->Failed(f)) newly_failed.push_back(f);
+  }
+  absl::StatusOr<bool> moved = replica_view_->Set(req);
+  resp->set_epoch(replica_view_->epoch());
+  if (!moved.ok()) return moved.status();
+  if (!*moved) return absl::OkStatus();
+  spdlog::info("shard {}: replica view epoch {}, failed shards [{}]",
+               options_.shard_id, req.epoch(),
+               absl::StrJoin(req.failed(), ", "));
+  // Promoted chunks forward to the backups left; failed backups leave the
+  // acknowledgement set; the answers they held may go. A shard told that
+  // it failed (alive, but silent to the coordinator) is fenced: its waits
+  // fail UNAVAILABLE so that the workers find the successor.
+  const bool fenced = replica_view_->Failed(options_.shard_id);
+  for (const JobPtr& job : AllJobs()) {
+    if (!job->replicated) continue;
+    if (fenced) {
+      internal::CloseJob(
+          *job, absl::UnavailableError(absl::StrCat(
+                    "shard ", options_.shard_id, " was failed over at epoch ",
+                    req.epoch(), "; its chunks are served by a backup")));
+    } else {
+      DropFailedBackups(*job, newly_failed, req.epoch());
+      replicator_->Notify(job);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Shard::Replicate(const ReplicateRequest& req) {
+  PS_ASSIGN_OR_RETURN(JobPtr job, FindJob(req.job_id()));
+  return internal::ApplyReplica(*job, req);
+}
+
+}  // namespace ps

@@ -1,0 +1,209 @@
+// Shard tests, replicated jobs (JobSpec.replication = 2) on two in-process
+// shards whose forwards call each other directly: answers wait for the
+// backup, a failed-over backup takes over bitwise where the primary was,
+// and the old primary, fenced by its stale epoch, can change nothing.
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/shard.h"
+#include "server/testing/shard_test_util.h"
+
+namespace ps {
+namespace shard_test {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr absl::Duration kWait = absl::Seconds(30);
+
+JobSpec ReplicatedSpec() {
+  JobSpec spec = Spec(BSP, 2);
+  spec.mutable_optimizer()->set_momentum(0.9f);
+  spec.set_replication(2);
+  return spec;
+}
+
+// Chunk i on shard i % 2, its backup on the other.
+RegisterJobRequest ReplicatedRegistration() {
+  RegisterJobRequest reg = Registration("j", ReplicatedSpec(), 2);
+  for (ChunkPlacement& c : *reg.mutable_placement()->mutable_chunks()) {
+    c.add_backups((c.shard() + 1) % 2);
+  }
+  return reg;
+}
+
+SetReplicaViewRequest View(uint64_t epoch, std::vector<uint32_t> failed) {
+  SetReplicaViewRequest v;
+  v.set_epoch(epoch);
+  for (uint32_t f : failed) v.add_failed(f);
+  v.add_addresses("s0");
+  v.add_addresses("s1");
+  return v;
+}
+
+class ShardReplicationTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    for (uint32_t s = 0; s < 2; ++s) {
+      ShardOptions o = Options(s);
+      o.replicate_retry = absl::Milliseconds(5);
+      shards_.push_back(std::make_unique<Shard>(o));
+      shards_[s]->SetReplicaSender([this](const std::string& address,
+                                          const ReplicateRequest& req,
+                                          absl::Time) {
+        absl::Status st = shards_[address == "s0" ? 0 : 1]->Replicate(req);
+        absl::MutexLock l(&fenced_mu_);
+        if (absl::IsFailedPrecondition(st) && !fenced_.HasBeenNotified()) {
+          fenced_status_ = st;
+          fenced_.Notify();
+        }
+        return st;
+      });
+      SetReplicaViewResponse resp;
+      ASSERT_TRUE(shards_[s]->SetReplicaView(View(1, {}), &resp).ok());
+      RegisterJobResponse reg;
+      ASSERT_TRUE(shards_[s]->RegisterJob(reg_, &reg).ok());
+      EXPECT_EQ(reg.chunks_held(), 4u);  // 2 primaries, 2 backups
+    }
+  }
+  void TearDown() override {
+    shards_[0].reset();  // its forwards call shard 1
+    shards_[1].reset();
+  }
+
+  // Both workers push `step`: to each shard of `to` its chunks, the whole
+  // step on the wire before any answer (as the client does for a job whose
+  // answers wait); every answer arrives.
+  void Step(uint64_t step,
+            std::vector<std::pair<uint32_t, std::vector<uint32_t>>> to) {
+    std::vector<std::unique_ptr<PushPullCall>> calls;
+    for (const auto& [shard, chunks] : to) {
+      for (uint32_t w = 0; w < 2; ++w) {
+        calls.push_back(StartPushPull(
+            *shards_[shard],
+            PushRequestFor<PushPullRequest>(reg_, w, step, chunks, step)));
+      }
+    }
+    for (auto& call : calls) {
+      ASSERT_TRUE(call->done.WaitForNotificationWithTimeout(kWait));
+      ASSERT_TRUE(call->status.ok()) << call->status;
+      for (const ChunkData& d : call->resp.parameters()) {
+        EXPECT_EQ(d.version(), step + 1);
+      }
+    }
+  }
+
+  const RegisterJobRequest reg_ = ReplicatedRegistration();
+  std::vector<std::unique_ptr<Shard>> shards_;
+  absl::Mutex fenced_mu_;  // the first refused forward, noted once
+  absl::Notification fenced_;
+  absl::Status fenced_status_;
+};
+
+// The same steps on one shard without replicas.
+std::vector<std::vector<float>> Reference(uint64_t steps) {
+  JobSpec spec = ReplicatedSpec();
+  spec.clear_replication();
+  const RegisterJobRequest reg = Registration("j", spec, 1);
+  Shard shard(ShardOptions{});
+  RegisterJobResponse resp;
+  EXPECT_TRUE(shard.RegisterJob(reg, &resp).ok());
+  for (uint64_t t = 0; t < steps; ++t) BspStep(shard, reg, t);
+  return Params(shard, "j");
+}
+
+TEST_F(ShardReplicationTest, BackupsHoldEachStepBeforeItIsAnswered) {
+  for (uint64_t t = 0; t < 3; ++t) Step(t, {{0, {0, 2}}, {1, {1, 3}}});
+  // Every answer waited for the backup: its copies are at the last step.
+  for (uint32_t s = 0; s < 2; ++s) {
+    const JobStats st = StatsOf(*shards_[s], "j");
+    EXPECT_EQ(st.version(), 3u) << s;
+    EXPECT_EQ(st.backup_chunks(), 2u) << s;
+    EXPECT_EQ(st.replica_forwards(), 6u) << s;  // 2 chunks x 3 steps
+    EXPECT_EQ(st.replica_epoch(), 1u);
+  }
+  // A backup serves nothing: the client looks for the primary again.
+  auto pull = StartPull(*shards_[1], "j", 0, 0, {0});
+  ASSERT_TRUE(pull->done.HasBeenNotified());
+  EXPECT_TRUE(absl::IsUnavailable(pull->status)) << pull->status;
+  EXPECT_THAT(pull->status.message(), HasSubstr("holds a backup"));
+  EXPECT_EQ(Rejected(StatsOf(*shards_[1], "j"), "not_acting_primary"), 1u);
+}
+
+TEST_F(ShardReplicationTest,
+       PromotedBackupGoesOnBitwiseAndTheOldPrimaryIsFenced) {
+  for (uint64_t t = 0; t < 2; ++t) Step(t, {{0, {0, 2}}, {1, {1, 3}}});
+  // The coordinator fails shard 0 over; shard 0 does not hear of it.
+  SetReplicaViewResponse resp;
+  ASSERT_TRUE(shards_[1]->SetReplicaView(View(2, {0}), &resp).ok());
+  EXPECT_EQ(resp.epoch(), 2u);
+  // An older view is refused.
+  EXPECT_TRUE(absl::IsFailedPrecondition(
+      shards_[1]->SetReplicaView(View(1, {}), &resp)));
+
+  // The old primary applies step 2 but cannot get it acknowledged.
+  std::vector<std::unique_ptr<PushPullCall>> lost;
+  for (uint32_t w = 0; w < 2; ++w) {
+    lost.push_back(StartPushPull(
+        *shards_[0], PushRequestFor<PushPullRequest>(reg_, w, 2, {0, 2}, 2)));
+  }
+  ASSERT_TRUE(fenced_.WaitForNotificationWithTimeout(kWait));
+  EXPECT_THAT(fenced_status_.message(), HasSubstr("fenced"));
+  for (auto& call : lost) EXPECT_FALSE(call->done.HasBeenNotified());
+  shards_[0]->CheckDeadlines(absl::Now() + absl::Hours(1));
+  for (auto& call : lost) {
+    ASSERT_TRUE(call->done.HasBeenNotified());
+    EXPECT_TRUE(absl::IsDeadlineExceeded(call->status)) << call->status;
+    EXPECT_THAT(call->status.message(), HasSubstr("live backup"));
+  }
+
+  // The workers resend step 2 of shard 0's chunks to shard 1: accepted
+  // (shard 1 is still at version 2), applied as shard 0 would have.
+  Step(2, {{1, {0, 2}}, {1, {1, 3}}});
+  Step(3, {{1, {0, 1, 2, 3}}});
+  const JobStats st = StatsOf(*shards_[1], "j");
+  EXPECT_EQ(st.backup_chunks(), 0u);
+  EXPECT_EQ(st.stale_pushes(), 0u);
+  EXPECT_EQ(Params(*shards_[1], "j"), Reference(4));
+}
+
+TEST_F(ShardReplicationTest, BadForwardsChangeNothing) {
+  Step(0, {{0, {0, 2}}});
+  const std::vector<std::vector<float>> before = Params(*shards_[0], "j");
+  ReplicateRequest req;
+  req.set_job_id("j");
+  req.set_epoch(1);
+  req.set_from_shard(1);  // not chunk 0's primary
+  ReplicaChunk* c = req.add_chunks();
+  c->set_chunk_id(0);
+  c->set_version(9);
+  c->set_values(std::string(4 * ChunkLength(reg_, 0), '\0'));
+  absl::Status st = shards_[1]->Replicate(req);
+  EXPECT_TRUE(absl::IsFailedPrecondition(st)) << st;
+  req.set_from_shard(0);
+  c->set_values("abc");  // wrong size
+  st = shards_[1]->Replicate(req);
+  EXPECT_TRUE(absl::IsInvalidArgument(st)) << st;
+  c->set_chunk_id(99);
+  st = shards_[1]->Replicate(req);
+  EXPECT_TRUE(absl::IsInvalidArgument(st)) << st;
+  EXPECT_THAT(st.message(), HasSubstr("chunks[0].chunk_id"));
+  EXPECT_EQ(Rejected(StatsOf(*shards_[1], "j"), "bad_replica"), 3u);
+  // Shard 0 is still the primary with its step-1 parameters, and its
+  // backup answers as before.
+  EXPECT_EQ(Params(*shards_[0], "j"), before);
+  Step(1, {{0, {0, 2}}});
+}
+
+}  // namespace
+}  // namespace shard_test
+}  // namespace ps

@@ -16,8 +16,8 @@ Prints one line per URL, then a JSON line with every figure. Exit code 1
 when a probe failed or the p99 is over --target-ms.
 
 With --until-signal it holds the connections and probes the URLs in turn
-until SIGTERM or SIGINT, then reports: tools/bench/http_idle_training.sh
-runs it that way beside a training job.
+until SIGTERM or SIGINT, then reports: `tools/bench/bench_metrics.sh
+--on=idle` runs it that way beside a training job.
 """
 
 import argparse

@@ -142,6 +142,31 @@ class PsMessagePool : public std::enable_shared_from_this<PsMessagePool> {
 
 namespace {
 
+// A reply's encoded pieces, then `head` (the fields after them), as send
+// slices: owned pieces moved in, borrowed ones pointing into `owner`, each
+// holding a reference on it (owner->refs) that `unref` drops when gRPC is
+// done with the slice.
+template <typename Owner>
+grpc::ByteBuffer ReplyBuffer(std::vector<WirePiece>& pieces,
+                             const std::string& head, Owner* owner,
+                             void (*unref)(void*)) {
+  std::vector<grpc::Slice> slices;
+  slices.reserve(pieces.size() + 1);
+  for (WirePiece& p : pieces) {
+    if (!p.is_borrowed) {
+      slices.emplace_back(std::move(p.owned));
+      continue;
+    }
+    owner->refs.fetch_add(1, std::memory_order_relaxed);
+    // gRPC never writes through a send slice; the const_cast only fits the
+    // constructor's signature.
+    slices.emplace_back(const_cast<char*>(p.borrowed.data()), p.borrowed.size(),
+                        unref, owner);
+  }
+  if (!head.empty()) slices.emplace_back(head);
+  return grpc::ByteBuffer(slices.data(), slices.size());
+}
+
 // Writes a PushPullResponse (or, with duplicates = stale = 0, a
 // PullResponse: same field 1) into `out`, byte for byte as protobuf would,
 // with ChunkData.data i from m->payloads[i]; large ones as slices borrowing
@@ -165,21 +190,7 @@ void WriteReply(const google::protobuf::RepeatedPtrField<ChunkData>& chunks,
   EncodeChunkList(kReplyChunksTag, refs, kCopyBelowBytes, &head, &pieces);
   PutVarintField(kReplyDuplicatesTag, duplicates, &head);
   PutVarintField(kReplyStaleTag, stale, &head);
-  std::vector<grpc::Slice> slices;
-  slices.reserve(pieces.size() + 1);
-  for (WirePiece& p : pieces) {
-    if (!p.is_borrowed) {
-      slices.emplace_back(std::move(p.owned));
-      continue;
-    }
-    m->refs.fetch_add(1, std::memory_order_relaxed);
-    // gRPC never writes through a send slice; the const_cast only fits the
-    // constructor's signature.
-    slices.emplace_back(const_cast<char*>(p.borrowed.data()), p.borrowed.size(),
-                        &PsMessagePool::Unref, m);
-  }
-  if (!head.empty()) slices.emplace_back(head);
-  *out = grpc::ByteBuffer(slices.data(), slices.size());
+  *out = ReplyBuffer(pieces, head, m, &PsMessagePool::Unref);
 }
 
 // Decodes a PushPull request into `m`, its gradients left in the received
@@ -227,20 +238,7 @@ void WriteSparseReply(SparseCall* c, grpc::ByteBuffer* out) {
   PutVarintField(kSparseReplyVersionTag, c->out.version, &head);
   PutVarintField(kSparseReplyDuplicateTag, c->out.duplicate ? 1 : 0, &head);
   PutVarintField(kSparseReplyStaleTag, c->out.stale ? 1 : 0, &head);
-  std::vector<grpc::Slice> slices;
-  slices.reserve(pieces.size() + 1);
-  for (WirePiece& p : pieces) {
-    if (!p.is_borrowed) {
-      slices.emplace_back(std::move(p.owned));
-      continue;
-    }
-    c->refs.fetch_add(1, std::memory_order_relaxed);
-    // gRPC never writes through a send slice (see WriteReply).
-    slices.emplace_back(const_cast<char*>(p.borrowed.data()), p.borrowed.size(),
-                        &SparseCall::Unref, c);
-  }
-  if (!head.empty()) slices.emplace_back(head);
-  *out = grpc::ByteBuffer(slices.data(), slices.size());
+  *out = ReplyBuffer(pieces, head, c, &SparseCall::Unref);
 }
 
 }  // namespace

@@ -35,15 +35,6 @@ class ModelGpuTest : public ::testing::Test {
   std::unique_ptr<Backend> gpu_;
 };
 
-ModelSpec Mlp784() {
-  ModelSpec s;
-  s.mutable_mlp()->set_input_dim(784);
-  s.mutable_mlp()->add_hidden(256);
-  s.mutable_mlp()->add_hidden(128);
-  s.mutable_mlp()->set_num_classes(10);
-  return s;
-}
-
 void ExpectClose(const std::vector<float>& got, const std::vector<float>& want,
                  const std::string& what) {
   ASSERT_EQ(got.size(), want.size());
@@ -58,7 +49,7 @@ void ExpectClose(const std::vector<float>& got, const std::vector<float>& want,
 }
 
 TEST_F(ModelGpuTest, GradientsMatchCpu) {
-  const ModelSpec spec = Mlp784();
+  const ModelSpec spec = FashionMlpSpec();
   // max_batch 48 on the GPU: a batch of 100 runs as 48 + 48 + 4.
   absl::StatusOr<std::unique_ptr<Model>> c =
       Model::Create(spec, cpu_.get(), 128);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "server/rpc/testing/pieces.h"
 
 namespace ps {
 namespace {
@@ -37,22 +38,6 @@ PushPullRequest Sample() {
   held->set_version(39);
   return req;
 }
-
-// `bytes` cut at `cuts` (ascending), each piece in its own buffer.
-struct Pieces {
-  std::vector<std::string> storage;
-  std::vector<absl::string_view> views;
-  Pieces(const std::string& bytes, std::vector<size_t> cuts) {
-    cuts.push_back(bytes.size());
-    size_t at = 0;
-    for (size_t c : cuts) {
-      c = std::min(std::max(c, at), bytes.size());
-      storage.push_back(bytes.substr(at, c - at));
-      at = c;
-    }
-    for (const std::string& s : storage) views.push_back(s);
-  }
-};
 
 struct Decoded {
   absl::Status status;

@@ -8,6 +8,7 @@
 
 #include "gtest/gtest.h"
 #include "proto/ps.pb.h"
+#include "server/rpc/testing/pieces.h"
 
 namespace ps {
 namespace {
@@ -40,22 +41,6 @@ SparseExchangeRequest Sample() {
   q->set_ids(Bytes(many.data(), many.size() * 8));
   return req;
 }
-
-// `bytes` cut at `cuts` (ascending), each piece in its own buffer.
-struct Pieces {
-  std::vector<std::string> storage;
-  std::vector<absl::string_view> views;
-  Pieces(const std::string& bytes, std::vector<size_t> cuts) {
-    cuts.push_back(bytes.size());
-    size_t at = 0;
-    for (size_t c : cuts) {
-      c = std::min(std::max(c, at), bytes.size());
-      storage.push_back(bytes.substr(at, c - at));
-      at = c;
-    }
-    for (const std::string& s : storage) views.push_back(s);
-  }
-};
 
 // Everything the tables read of a request, as one string.
 std::string Fields(const SparseRequestIn& r) {

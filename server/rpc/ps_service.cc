@@ -13,6 +13,7 @@
 #include "common/status_macros.h"
 #include "core/sparse_rows_codec.h"
 #include "core/wire_codec.h"
+#include "core/wire_slices.h"
 #include "grpcpp/support/proto_buffer_reader.h"
 #include "grpcpp/support/slice.h"
 #include "server/rpc/push_decoder.h"
@@ -143,28 +144,18 @@ class PsMessagePool : public std::enable_shared_from_this<PsMessagePool> {
 namespace {
 
 // A reply's encoded pieces, then `head` (the fields after them), as send
-// slices: owned pieces moved in, borrowed ones pointing into `owner`, each
-// holding a reference on it (owner->refs) that `unref` drops when gRPC is
-// done with the slice.
+// slices: borrowed ones point into `owner`, each holding a reference on it
+// (owner->refs) that `unref` drops when gRPC is done with the slice.
 template <typename Owner>
-grpc::ByteBuffer ReplyBuffer(std::vector<WirePiece>& pieces,
-                             const std::string& head, Owner* owner,
-                             void (*unref)(void*)) {
-  std::vector<grpc::Slice> slices;
-  slices.reserve(pieces.size() + 1);
-  for (WirePiece& p : pieces) {
-    if (!p.is_borrowed) {
-      slices.emplace_back(std::move(p.owned));
-      continue;
-    }
+grpc::ByteBuffer ReplyBuffer(std::vector<WirePiece>& pieces, std::string head,
+                             Owner* owner, void (*unref)(void*)) {
+  return ToSendBuffer(pieces, std::move(head), [&](absl::string_view bytes) {
     owner->refs.fetch_add(1, std::memory_order_relaxed);
     // gRPC never writes through a send slice; the const_cast only fits the
     // constructor's signature.
-    slices.emplace_back(const_cast<char*>(p.borrowed.data()), p.borrowed.size(),
-                        unref, owner);
-  }
-  if (!head.empty()) slices.emplace_back(head);
-  return grpc::ByteBuffer(slices.data(), slices.size());
+    return grpc::Slice(const_cast<char*>(bytes.data()), bytes.size(), unref,
+                       owner);
+  });
 }
 
 // Writes a PushPullResponse (or, with duplicates = stale = 0, a
@@ -190,7 +181,7 @@ void WriteReply(const google::protobuf::RepeatedPtrField<ChunkData>& chunks,
   EncodeChunkList(kReplyChunksTag, refs, kCopyBelowBytes, &head, &pieces);
   PutVarintField(kReplyDuplicatesTag, duplicates, &head);
   PutVarintField(kReplyStaleTag, stale, &head);
-  *out = ReplyBuffer(pieces, head, m, &PsMessagePool::Unref);
+  *out = ReplyBuffer(pieces, std::move(head), m, &PsMessagePool::Unref);
 }
 
 // Decodes a PushPull request into `m`, its gradients left in the received
@@ -238,7 +229,7 @@ void WriteSparseReply(SparseCall* c, grpc::ByteBuffer* out) {
   PutVarintField(kSparseReplyVersionTag, c->out.version, &head);
   PutVarintField(kSparseReplyDuplicateTag, c->out.duplicate ? 1 : 0, &head);
   PutVarintField(kSparseReplyStaleTag, c->out.stale ? 1 : 0, &head);
-  *out = ReplyBuffer(pieces, head, c, &SparseCall::Unref);
+  *out = ReplyBuffer(pieces, std::move(head), c, &SparseCall::Unref);
 }
 
 }  // namespace

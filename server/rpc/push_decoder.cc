@@ -5,7 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "core/wire_codec.h"
-#include "google/protobuf/stubs/common.h"
+#include "server/rpc/request_fields.h"
 
 namespace ps {
 namespace {
@@ -15,11 +15,7 @@ constexpr uint32_t kJobIdField = 1, kWorkerField = 2, kStepField = 3,
                    kAttemptField = 4, kHeldField = 6;
 constexpr uint32_t kHeldChunkIdField = 1, kHeldVersionField = 2;
 
-absl::Status Malformed(absl::string_view what, const WireReader& in) {
-  return absl::InvalidArgumentError(
-      absl::StrCat("request: not a valid PushPullRequest (", what, " at byte ",
-                   in.position(), ")"));
-}
+constexpr RequestFields kRequest("PushPullRequest");
 
 // The `n` bytes at `at` as one view: in place when they lie in one piece,
 // else copied into `*owned`.
@@ -60,22 +56,22 @@ absl::Status DecodeHeld(uint64_t length, WireReader* in, HeldChunk* held) {
   const size_t end = in->position() + length;
   while (in->position() < end) {
     uint64_t tag = 0, v = 0;
-    if (!in->ReadTag(&tag)) return Malformed("held (tag)", *in);
+    if (!in->ReadTag(&tag)) return kRequest.Malformed("held (tag)", *in);
     const uint64_t field = tag >> kWireTypeBits;
     const uint32_t wire = static_cast<uint32_t>(tag & kWireTypeMask);
     if (wire == kVarint &&
         (field == kHeldChunkIdField || field == kHeldVersionField)) {
-      if (!in->ReadVarint(&v)) return Malformed("held (varint)", *in);
+      if (!in->ReadVarint(&v)) return kRequest.Malformed("held (varint)", *in);
       if (field == kHeldChunkIdField) {
         held->set_chunk_id(static_cast<uint32_t>(v));
       } else {
         held->set_version(v);
       }
     } else if (!in->SkipField(wire)) {
-      return Malformed("held (field)", *in);
+      return kRequest.Malformed("held (field)", *in);
     }
   }
-  if (in->position() != end) return Malformed("held (overrun)", *in);
+  if (in->position() != end) return kRequest.Malformed("held (overrun)", *in);
   return absl::OkStatus();
 }
 
@@ -83,7 +79,7 @@ absl::Status DecodeHeld(uint64_t length, WireReader* in, HeldChunk* held) {
 absl::Status DecodeScalar(uint64_t field, WireReader* in,
                           PushPullRequest* header) {
   uint64_t v = 0;
-  if (!in->ReadVarint(&v)) return Malformed("varint", *in);
+  if (!in->ReadVarint(&v)) return kRequest.Malformed("varint", *in);
   if (field == kWorkerField) header->set_worker(static_cast<uint32_t>(v));
   if (field == kStepField) header->set_step(v);
   if (field == kAttemptField) header->set_attempt(static_cast<uint32_t>(v));
@@ -91,12 +87,12 @@ absl::Status DecodeScalar(uint64_t field, WireReader* in,
 }
 
 // A length-delimited field of the request.
-absl::Status DecodeNested(uint64_t field, WireReader* in,
+absl::Status DecodeNested(uint64_t field, size_t total, WireReader* in,
                           const std::shared_ptr<const void>& keep,
                           PushPullRequest* header, GradientsIn* gradients,
                           std::deque<std::string>* owned) {
   uint64_t length = 0;
-  if (!in->ReadLength(&length)) return Malformed("length", *in);
+  if (!in->ReadLength(&length)) return kRequest.Malformed("length", *in);
   if (field == kRequestGradientsField) {
     ChunkDataView view;
     if (absl::Status st = DecodeChunkData(length, in, &view); !st.ok()) {
@@ -107,17 +103,10 @@ absl::Status DecodeNested(uint64_t field, WireReader* in,
     return absl::OkStatus();
   }
   if (field == kHeldField) return DecodeHeld(length, in, header->add_held());
-  const WireReader::Mark at = in->mark();
-  if (!in->Read(nullptr, length)) return Malformed("job_id (truncated)", *in);
-  std::vector<absl::string_view> views;
-  in->Views(at, length, &views);
-  std::string* id = header->mutable_job_id();
-  id->clear();
-  for (absl::string_view v : views) id->append(v.data(), v.size());
-  if (!google::protobuf::internal::IsStructurallyValidUTF8(*id)) {
-    return Malformed("job_id is not UTF-8", *in);
+  if (length > total - in->position()) {
+    return kRequest.Malformed("job_id (truncated)", *in);
   }
-  return absl::OkStatus();
+  return kRequest.ReadString(in, length, "job_id", header->mutable_job_id());
 }
 
 }  // namespace
@@ -129,10 +118,12 @@ absl::Status DecodePushPullRequest(absl::Span<const absl::string_view> pieces,
                                    std::deque<std::string>* owned) {
   header->Clear();
   gradients->clear();
+  size_t total = 0;
+  for (absl::string_view p : pieces) total += p.size();
   WireReader in(pieces);
   while (!in.done()) {
     uint64_t tag = 0;
-    if (!in.ReadTag(&tag)) return Malformed("tag", in);
+    if (!in.ReadTag(&tag)) return kRequest.Malformed("tag", in);
     const uint64_t field = tag >> kWireTypeBits;
     const uint32_t wire = static_cast<uint32_t>(tag & kWireTypeMask);
     if (wire == kVarint && (field == kWorkerField || field == kStepField ||
@@ -142,9 +133,9 @@ absl::Status DecodePushPullRequest(absl::Span<const absl::string_view> pieces,
                (field == kJobIdField || field == kRequestGradientsField ||
                 field == kHeldField)) {
       PS_RETURN_IF_ERROR(
-          DecodeNested(field, &in, keep, header, gradients, owned));
+          DecodeNested(field, total, &in, keep, header, gradients, owned));
     } else if (!in.SkipField(wire)) {
-      return Malformed("field", in);
+      return kRequest.Malformed("field", in);
     }
   }
   return absl::OkStatus();

@@ -4,10 +4,9 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "core/wire_codec.h"
-#include "google/protobuf/stubs/common.h"
+#include "server/rpc/request_fields.h"
 
 namespace ps {
 namespace {
@@ -21,32 +20,7 @@ constexpr uint32_t kJobIdField = 1, kWorkerField = 2, kStepField = 3,
                    kPullField = 7;
 constexpr uint32_t kTableField = 1, kIdsField = 2, kValuesField = 3;
 
-absl::Status Malformed(absl::string_view what, const WireReader& in) {
-  return absl::InvalidArgumentError(
-      absl::StrCat("request: not a valid SparseExchangeRequest (", what,
-                   " at byte ", in.position(), ")"));
-}
-
-// A length prefix whose bytes lie before `end`.
-absl::Status ReadBoundedLength(WireReader* in, size_t end, absl::string_view at,
-                               uint64_t* n) {
-  if (!in->ReadLength(n)) return Malformed(absl::StrCat(at, " (length)"), *in);
-  if (*n > end - in->position()) {
-    return Malformed(absl::StrCat(at, " (truncated)"), *in);
-  }
-  return absl::OkStatus();
-}
-
-// A string field of `n` bytes, which exist; protobuf refuses one not UTF-8.
-absl::Status ReadString(WireReader* in, size_t n, absl::string_view at,
-                        std::string* out) {
-  out->resize(n);
-  in->Read(out->data(), n);
-  if (!google::protobuf::internal::IsStructurallyValidUTF8(*out)) {
-    return Malformed(absl::StrCat(at, " is not UTF-8"), *in);
-  }
-  return absl::OkStatus();
-}
+constexpr RequestFields kRequest("SparseExchangeRequest");
 
 // A bytes field of `n` bytes (which exist) as whole T's, copied once into
 // `out`; the bytes past the last whole T are skipped.
@@ -62,17 +36,18 @@ absl::Status DecodeRows(uint64_t length, WireReader* in, SparseRowsIn* rows) {
   const size_t end = in->position() + length;
   while (in->position() < end) {
     uint64_t tag = 0, n = 0;
-    if (!in->ReadTag(&tag)) return Malformed("rows (tag)", *in);
+    if (!in->ReadTag(&tag)) return kRequest.Malformed("rows (tag)", *in);
     const uint64_t field = tag >> kWireTypeBits;
     const uint32_t wire = static_cast<uint32_t>(tag & kWireTypeMask);
     if (wire != kLengthDelimited ||
         (field != kTableField && field != kIdsField && field != kValuesField)) {
-      if (!in->SkipField(wire)) return Malformed("rows (field)", *in);
+      if (!in->SkipField(wire)) return kRequest.Malformed("rows (field)", *in);
       continue;
     }
-    PS_RETURN_IF_ERROR(ReadBoundedLength(in, end, "rows", &n));
+    PS_RETURN_IF_ERROR(kRequest.ReadBoundedLength(in, end, "rows", &n));
     if (field == kTableField) {
-      PS_RETURN_IF_ERROR(ReadString(in, n, "rows.table", &rows->table));
+      PS_RETURN_IF_ERROR(
+          kRequest.ReadString(in, n, "rows.table", &rows->table));
     } else if (field == kIdsField) {
       rows->ids_bytes = n;
       ReadWhole(in, n, &rows->ids);
@@ -81,7 +56,7 @@ absl::Status DecodeRows(uint64_t length, WireReader* in, SparseRowsIn* rows) {
       ReadWhole(in, n, &rows->values);
     }
   }
-  if (in->position() != end) return Malformed("rows (overrun)", *in);
+  if (in->position() != end) return kRequest.Malformed("rows (overrun)", *in);
   return absl::OkStatus();
 }
 
@@ -89,7 +64,7 @@ absl::Status DecodeRows(uint64_t length, WireReader* in, SparseRowsIn* rows) {
 absl::Status DecodeScalar(uint64_t field, WireReader* in,
                           SparseRequestIn* req) {
   uint64_t v = 0;
-  if (!in->ReadVarint(&v)) return Malformed("varint", *in);
+  if (!in->ReadVarint(&v)) return kRequest.Malformed("varint", *in);
   // Truncated to the field's width, as protobuf does.
   if (field == kWorkerField) req->worker = static_cast<uint32_t>(v);
   if (field == kStepField) req->step = v;
@@ -102,8 +77,9 @@ absl::Status DecodeScalar(uint64_t field, WireReader* in,
 absl::Status DecodeNested(uint64_t field, size_t total, WireReader* in,
                           SparseRequestIn* req) {
   uint64_t n = 0;
-  PS_RETURN_IF_ERROR(ReadBoundedLength(in, total, "field", &n));
-  if (field == kJobIdField) return ReadString(in, n, "job_id", &req->job_id);
+  PS_RETURN_IF_ERROR(kRequest.ReadBoundedLength(in, total, "field", &n));
+  if (field == kJobIdField)
+    return kRequest.ReadString(in, n, "job_id", &req->job_id);
   std::vector<SparseRowsIn>& list =
       field == kGradientsField ? req->gradients : req->pull;
   return DecodeRows(n, in, &list.emplace_back());
@@ -119,7 +95,7 @@ absl::Status DecodeSparseExchangeRequest(
   WireReader in(pieces);
   while (!in.done()) {
     uint64_t tag = 0;
-    if (!in.ReadTag(&tag)) return Malformed("tag", in);
+    if (!in.ReadTag(&tag)) return kRequest.Malformed("tag", in);
     const uint64_t field = tag >> kWireTypeBits;
     const uint32_t wire = static_cast<uint32_t>(tag & kWireTypeMask);
     if (wire == kVarint && field >= kWorkerField && field <= kPushField) {
@@ -129,7 +105,7 @@ absl::Status DecodeSparseExchangeRequest(
                 field == kPullField)) {
       PS_RETURN_IF_ERROR(DecodeNested(field, total, &in, req));
     } else if (!in.SkipField(wire)) {
-      return Malformed("field", in);
+      return kRequest.Malformed("field", in);
     }
   }
   return absl::OkStatus();

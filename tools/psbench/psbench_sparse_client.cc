@@ -12,6 +12,7 @@
 #include "common/status_macros.h"
 #include "core/sparse_ids.h"
 #include "core/sparse_rows_codec.h"
+#include "core/wire_slices.h"
 #include "grpcpp/support/slice.h"
 
 namespace ps {
@@ -37,25 +38,6 @@ namespace {
 
 absl::string_view BytesOf(const void* p, size_t n) {
   return absl::string_view(static_cast<const char*>(p), n);
-}
-
-// The encoded pieces as send slices. The borrowed ones point into the
-// call's buffers, which stay untouched until the call's callback ran (a
-// unary call's callback runs once gRPC is done with its request).
-grpc::ByteBuffer ToByteBuffer(std::vector<WirePiece>& pieces,
-                              std::string& head) {
-  std::vector<grpc::Slice> slices;
-  slices.reserve(pieces.size() + 1);
-  for (WirePiece& p : pieces) {
-    if (p.is_borrowed) {
-      slices.emplace_back(p.borrowed.data(), p.borrowed.size(),
-                          grpc::Slice::STATIC_SLICE);
-    } else {
-      slices.emplace_back(std::move(p.owned));
-    }
-  }
-  if (!head.empty()) slices.emplace_back(std::move(head));
-  return grpc::ByteBuffer(slices.data(), slices.size());
 }
 
 }  // namespace
@@ -146,7 +128,10 @@ void SparseClient::Send(const std::shared_ptr<Step>& step, uint32_t shard,
                    kCopyBelowBytes, &head, &pieces);
   EncodeSparseRows(kSparseRequestPullTag, options_.table, call.ids, {},
                    kCopyBelowBytes, &head, &pieces);
-  call.request = ToByteBuffer(pieces, head);
+  // The borrowed pieces point into the call's buffers, which stay untouched
+  // until the call's callback ran (a unary call's callback runs once gRPC is
+  // done with its request).
+  call.request = ToSendBuffer(pieces, std::move(head), StaticSlice);
 
   call.context = std::make_unique<grpc::ClientContext>();
   call.context->set_deadline(

@@ -6,6 +6,7 @@
 #include "common/status_macros.h"
 #include "core/wire_codec.h"
 #include "core/wire_format.h"
+#include "core/wire_slices.h"
 #include "proto/ps.pb.h"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
@@ -87,22 +88,14 @@ grpc::ByteBuffer EncodePush(const RequestHead& head, const RequestPlan& plan,
     if (bases[j] == kNotHeld) continue;
     PutHeldChunk(plan.chunks()[group.chunks[j]].id, bases[j], &fields);
   }
-  std::vector<grpc::Slice> slices;
-  slices.reserve(pieces.size() + 1);
   *borrowed = 0;
-  for (WirePiece& p : pieces) {
-    if (!p.is_borrowed) {
-      slices.emplace_back(p.owned);
-      continue;
-    }
+  return ToSendBuffer(pieces, std::move(fields), [&](absl::string_view bytes) {
+    ++*borrowed;
     // gRPC never writes through a send slice; the const_cast only fits
     // the constructor's signature.
-    slices.emplace_back(const_cast<char*>(p.borrowed.data()), p.borrowed.size(),
-                        release, release_arg);
-    ++*borrowed;
-  }
-  if (!fields.empty()) slices.emplace_back(fields);
-  return grpc::ByteBuffer(slices.data(), slices.size());
+    return grpc::Slice(const_cast<char*>(bytes.data()), bytes.size(), release,
+                       release_arg);
+  });
 }
 
 namespace {

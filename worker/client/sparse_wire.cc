@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/sparse_rows_codec.h"
 #include "core/wire_codec.h"
+#include "core/wire_slices.h"
 #include "grpcpp/support/slice.h"
 
 namespace ps {
@@ -40,19 +41,9 @@ grpc::ByteBuffer EncodeSparseRequest(const SparseRequestHead& head,
     EncodeSparseRows(kSparseRequestPullTag, r.table, BytesOf(r.ids), {},
                      kCopyBelowBytes, &h, &pieces);
   }
-  std::vector<grpc::Slice> slices;
-  slices.reserve(pieces.size() + 1);
-  for (WirePiece& p : pieces) {
-    if (p.is_borrowed) {
-      // Not copied, not freed: the caller keeps the buffer (see the header).
-      slices.emplace_back(p.borrowed.data(), p.borrowed.size(),
-                          grpc::Slice::STATIC_SLICE);
-    } else {
-      slices.emplace_back(std::move(p.owned));
-    }
-  }
-  if (!h.empty()) slices.emplace_back(std::move(h));
-  return grpc::ByteBuffer(slices.data(), slices.size());
+  // Borrowed pieces are not copied, not freed: the caller keeps the buffers
+  // (see the header).
+  return ToSendBuffer(pieces, std::move(h), StaticSlice);
 }
 
 absl::Status ReadSparseReply(const grpc::ByteBuffer& reply,

@@ -30,6 +30,7 @@ PACKAGES=(
 )
 TORCH_PACKAGES=(
   python3-torch                             # PyTorch: peers, examples/
+  python3-onnx                              # psclient.export_model's .onnx check
 )
 TEST_PACKAGES=(
   "${TORCH_PACKAGES[@]}"

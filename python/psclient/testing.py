@@ -6,6 +6,9 @@
 
 Every psd listens on 127.0.0.1 port 0 and writes the address it got to an
 address file, which the cluster file names; shard 0 runs the coordinator.
+With workerds=N it also starts N workerd processes (built-in models, one
+CPU device with one thread each, cpu_kernels fixed to oneDNN) that read
+Fashion-MNIST from data_dir.
 The configs and logs go to a fresh temporary folder (under $TEST_TMPDIR in
 a Bazel test). Every process is stopped on exit (SIGTERM, then SIGKILL),
 also when starting fails part way.
@@ -62,8 +65,11 @@ class LocalCluster:
 
     def __init__(self, shards: int = 2, psd_extra: str = "",
                  cluster_extra: str = "", taskset: Optional[str] = None,
-                 token: str = ""):
+                 token: str = "", workerds: int = 0,
+                 data_dir: str = "/usr/share/datasets/fashion-mnist"):
         self.shards = shards
+        self.workerds = workerds
+        self.data_dir = data_dir
         self.token = token  # set: every call must carry it (auth_token_file)
         self.psd_extra = psd_extra
         self.cluster_extra = cluster_extra
@@ -129,6 +135,24 @@ class LocalCluster:
                         f"psd {i} wrote no address file {path} within "
                         f"{START_TIMEOUT_S} s:\n{self.log(i)[-2000:]}")
                 time.sleep(0.05)  # polling a file another process writes
+        self._start_workerds()
+
+    def _start_workerds(self) -> None:
+        if not self.workerds:
+            return
+        workerd = find_binary("worker/workerd")
+        for i in range(self.workerds):
+            config = os.path.join(self.dir, f"worker{i}.pbtxt")
+            with open(config, "w") as f:
+                f.write(f'cluster_file: "cluster.pbtxt"\nname: "worker{i}"\n'
+                        'devices: "cpu:0"\nthreads_per_device: 1\n'
+                        f'data_dir: "{self.data_dir}"\nloader_threads: 1\n'
+                        'heartbeat_interval_ms: 200\n'
+                        'cpu_kernels: "onednn"\n')
+            with open(os.path.join(self.dir, f"worker{i}.log"), "w") as log:
+                self._procs.append(subprocess.Popen(
+                    [workerd, f"--config={config}"], stdout=log,
+                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL))
 
     def stop(self) -> None:
         """Stops every psd (SIGTERM, SIGKILL after STOP_TIMEOUT_S) and

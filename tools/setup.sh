@@ -35,6 +35,7 @@ TORCH_PACKAGES=(
 TEST_PACKAGES=(
   "${TORCH_PACKAGES[@]}"
   python3-matplotlib                        # tools/lab/plot_scaling.py charts
+  python3-grpcio                            # python:grpc_conventions_test
   slurmctld slurmd slurm-client munge       # tests/slurm_test.sh (tools/slurm/)
   chromium                                  # tests/observability_test (headless)
   prometheus                                # tests/prometheus_test

@@ -3,12 +3,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/logging.h"
+#include "common/status_macros.h"
+#include "common/text_proto.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "proto/coordinator.grpc.pb.h"
 #include "proto/ps.grpc.pb.h"
-#include "common/status_macros.h"
-#include "common/text_proto.h"
 #include "server/shard_metrics.h"
 #include "spdlog/spdlog.h"
 
@@ -283,8 +283,7 @@ void PsdServer::SetHealth(bool shard_serving, bool coordinator_serving) {
   grpc::HealthCheckServiceInterface* health =
       server_ == nullptr ? nullptr : server_->GetHealthCheckService();
   if (draining_ || health == nullptr) return;
-  health->SetServingStatus(ParameterServer::service_full_name(),
-                           shard_serving);
+  health->SetServingStatus(ParameterServer::service_full_name(), shard_serving);
   bool whole = shard_serving;
   if (is_coordinator()) {
     health->SetServingStatus(Coordinator::service_full_name(),

@@ -193,11 +193,14 @@ class ExportTest(unittest.TestCase):
                             "CANCELLED", "--from-checkpoint")
         with self.assertRaisesRegex(psclient.Error, "CANCELLED"):
             psclient.export(bad, job_id, cluster=self.cluster.cluster_file)
-        # Not an .npz.
+        # Not an .npz: psctl names the command that writes .pt; through
+        # psclient.export (which converts) the cancelled job is refused.
         path = os.path.join(self.tmp, "bad.pt")
-        self.assert_refused(self.export(job_id, "-o", path), path)
-        with self.assertRaisesRegex(psclient.InvalidSpec, "bad.pt"):
+        self.assert_refused(self.export(job_id, "-o", path), path,
+                            "psclient.export_model")
+        with self.assertRaisesRegex(psclient.InvalidSpec, "CANCELLED"):
             psclient.export(path, job_id, cluster=self.cluster.cluster_file)
+        self.assertFalse(os.path.exists(path))
         # A SUCCEEDED job stays on the shards (succeeded_jobs_kept).
         job_id, _ = self.client.submit('name: "done" ' + spec)
         with self.client.join(job_id) as w:

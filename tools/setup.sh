@@ -30,10 +30,12 @@ PACKAGES=(
 )
 TORCH_PACKAGES=(
   python3-torch                             # PyTorch: peers, examples/
+  python3-onnx                              # psclient.export_model's .onnx check
 )
 TEST_PACKAGES=(
   "${TORCH_PACKAGES[@]}"
   python3-matplotlib                        # tools/lab/plot_scaling.py charts
+  python3-grpcio                            # python:grpc_conventions_test
   slurmctld slurmd slurm-client munge       # tests/slurm_test.sh (tools/slurm/)
   chromium                                  # tests/observability_test (headless)
   prometheus                                # tests/prometheus_test

@@ -241,7 +241,10 @@ def export(path: str, job: Optional[str] = None, *,
            timeout_s: Optional[float] = None) -> str:
     """Writes a job's dense parameters to `path` (.npz), as `psctl export`
     does and with the same code: one float32 array per tensor name and
-    shape, and the JobSpec as JSON under "__job_spec__".
+    shape, and the JobSpec as JSON under "__job_spec__". A path ending in
+    .pt, .ts or .onnx gets a built-in model's PyTorch state_dict,
+    TorchScript or ONNX instead (psclient.export_model, which raises
+    ValueError naming the file or tensor for a model it cannot convert).
 
     job: a running or SUCCEEDED job's id, pulled from its shards through
     `cluster` (file) or `coordinator` ("host:port"); or, with
@@ -254,6 +257,11 @@ def export(path: str, job: Optional[str] = None, *,
     message naming the job or file."""
     if not isinstance(path, str) or not path:
         raise ValueError("path: expected a file name ending in .npz")
+    if path.endswith((".pt", ".ts", ".onnx")):
+        from psclient import export_model  # imports torch
+        return export_model.export(
+            path, job, cluster=cluster, coordinator=coordinator,
+            from_checkpoint=from_checkpoint, timeout_s=timeout_s)
     argv = [] if job is None else [str(job)]
     argv += ["-o", path]
     if cluster:

@@ -35,12 +35,24 @@ What join() does:
   priority), so communication overlaps the rest of backward. step() waits for
   every exchange of the step, so the next forward sees the new parameters.
 - The optimizer is the job's, applied by the shards: do not also call a
-  torch optimizer. One backward per step (no gradient accumulation).
+  torch optimizer.
+- Gradient accumulation: backward passes run inside `with ps.no_sync():`
+  sum their gradients into the client's buffer and send nothing; the step's
+  last backward (outside no_sync, its exchanges overlapping it as above) or
+  step() itself sends the sums. Scale each micro-batch's loss by
+  1 / micro-batches to get the large batch's mean:
+      for i, (x, y) in enumerate(micro_batches):
+          with ps.no_sync() if i + 1 < len(micro_batches) else nullcontext():
+              (F.cross_entropy(model(x), y) / len(micro_batches)).backward()
+      ps.step()
+  A second backward outside no_sync in one step raises (its first
+  gradients are already on the wire).
 - rank and world_size come from the coordinator (for DistributedSampler);
   `leads` says whether this worker is the one to evaluate (rank 0, or the
   lowest rank left after SHRINK lost rank 0).
 """
 
+import contextlib
 import json
 import math
 import os
@@ -250,6 +262,9 @@ class Worker:
 
     def _begin_step(self):
         self._ready = [False] * len(self._params)
+        # Per parameter: a no_sync backward's gradient is in the buffer.
+        self._accumulated = [False] * len(self._params)
+        self._no_sync = False
         self._bucket = []  # parameter indices held for fusion
         self._bucket_bytes = 0
         self._handles = []
@@ -263,12 +278,20 @@ class Worker:
     def _on_grad(self, index, grad):
         if self._ready[index]:
             raise RuntimeError(
-                "psclient: parameter %r got a second gradient in step %d: "
-                "call ps.step() after each backward (gradient accumulation "
-                "is not supported)" % (self._slots[index][0], self.step_count))
-        self._ready[index] = True
+                "psclient: parameter %r got a second gradient in step %d "
+                "after its first was sent: call ps.step() after each "
+                "backward, or run all but the step's last backward inside "
+                "`with ps.no_sync():` (gradient accumulation)"
+                % (self._slots[index][0], self.step_count))
         name, gview, nbytes = self._slots[index]
-        gview.copy_(grad)
+        if self._accumulated[index]:
+            gview.add_(grad)
+        else:
+            gview.copy_(grad)
+        if self._no_sync:
+            self._accumulated[index] = True
+            return
+        self._ready[index] = True
         self._bucket.append(index)
         self._bucket_bytes += nbytes
         if self._bucket_bytes >= self._fusion_bytes or all(self._ready):
@@ -298,11 +321,16 @@ class Worker:
         """
         t0 = time.monotonic()
         self._raise_if_aborted()
-        # Parameters that got no gradient this step (unused in the graph)
-        # push zeros, so every tensor is exchanged once per step.
+        if self._no_sync:
+            raise RuntimeError("psclient: ps.step() inside ps.no_sync(): "
+                               "leave the block first")
+        # Parameters not sent yet push what no_sync backwards summed, or
+        # zeros (no gradient this step: unused in the graph), so every
+        # tensor is exchanged once per step.
         for i, done in enumerate(self._ready):
             if not done:
-                self._slots[i][1].zero_()
+                if not self._accumulated[i]:
+                    self._slots[i][1].zero_()
                 self._ready[i] = True
                 self._bucket.append(i)
                 self._bucket_bytes += self._slots[i][2]
@@ -328,6 +356,19 @@ class Worker:
         if t1 - self._t_report >= _REPORT_INTERVAL_S:
             self._report()
         self._begin_step()
+
+    @contextlib.contextmanager
+    def no_sync(self):
+        """Backward passes inside sum their gradients into the buffer and
+        send nothing until the step's last backward or step() (gradient
+        accumulation; see the module comment)."""
+        if self._no_sync:
+            raise RuntimeError("psclient: ps.no_sync() is already active")
+        self._no_sync = True
+        try:
+            yield
+        finally:
+            self._no_sync = False
 
     def timed(self, iterable):
         """Yields from `iterable`, counting the wait in the data time."""

@@ -5,6 +5,10 @@
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "common/text_proto.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "proto/coordinator.grpc.pb.h"
+#include "proto/ps.grpc.pb.h"
 #include "server/shard_metrics.h"
 #include "spdlog/spdlog.h"
 
@@ -177,6 +181,9 @@ absl::Status PsdServer::StartStatusPage() {
 
 absl::Status PsdServer::Listen() {
   ps_service_ = std::make_unique<PsService>(shard_.get(), &security_);
+  // Both are process-wide settings read by the builder.
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(config_.psd.listen_address(),
@@ -194,6 +201,9 @@ absl::Status PsdServer::Listen() {
         "listen_address: cannot listen on ", config_.psd.listen_address(),
         " (in use, or not an address of this machine)"));
   }
+  // The shard restored its checkpoints before: it serves from here on, the
+  // coordinator (if this shard runs it) once it opened.
+  SetHealth(/*shard_serving=*/true, /*coordinator_serving=*/false);
   std::string host = config_.psd.listen_address().substr(
       0, config_.psd.listen_address().rfind(':'));
   address_ = absl::StrCat(host, ":", port);
@@ -221,6 +231,7 @@ void PsdServer::StartCoordinator() {
   } else if (!s.ok()) {
     spdlog::error("coordinator not started: {}", s.message());
   }
+  SetHealth(/*shard_serving=*/true, /*coordinator_serving=*/s.ok());
   coordinator_ready_.Notify();
 }
 
@@ -267,6 +278,22 @@ absl::Status PsdServer::OpenCoordinator() {
   return absl::OkStatus();
 }
 
+void PsdServer::SetHealth(bool shard_serving, bool coordinator_serving) {
+  absl::MutexLock lock(&health_mu_);
+  grpc::HealthCheckServiceInterface* health =
+      server_ == nullptr ? nullptr : server_->GetHealthCheckService();
+  if (draining_ || health == nullptr) return;
+  health->SetServingStatus(ParameterServer::service_full_name(), shard_serving);
+  bool whole = shard_serving;
+  if (is_coordinator()) {
+    health->SetServingStatus(Coordinator::service_full_name(),
+                             coordinator_serving);
+    whole = whole && coordinator_serving;
+  }
+  // "" by name: the overload without one would set every service's.
+  health->SetServingStatus("", whole);
+}
+
 void PsdServer::Housekeeping() {
   while (!stopping_.WaitForNotificationWithTimeout(kHousekeepingPeriod)) {
     absl::Time now = absl::Now();
@@ -281,6 +308,13 @@ void PsdServer::Housekeeping() {
 void PsdServer::Stop() {
   if (!started_) return;
   started_ = false;
+  // Probes see NOT_SERVING while it drains (from here to the server's
+  // shutdown, which holds every status there).
+  SetHealth(/*shard_serving=*/false, /*coordinator_serving=*/false);
+  {
+    absl::MutexLock lock(&health_mu_);
+    draining_ = true;
+  }
   stopping_.Notify();
   // Fail parked waits first so Shutdown does not wait for their deadlines.
   if (coordinator_starter_.joinable()) coordinator_starter_.join();

@@ -16,6 +16,20 @@
 //   ... SIGTERM ...
 //   server.Stop();
 //
+// Health and reflection: psd serves the standard grpc.health.v1.Health
+// (gRPC's default health service) and server reflection
+// (grpc.reflection.v1alpha), so probes and generic gRPC clients need no
+// psctl. Health's service "ps.ParameterServer" is SERVING from the moment
+// psd listens (the shard restored its checkpoints before: it listens only
+// once ready, and the address file is written after); on the coordinator
+// shard "ps.Coordinator" is NOT_SERVING until the coordinator opened
+// (every shard's address resolved, up to 60 s), and for good when it could
+// not; "" (the whole psd) is SERVING when both are. Every one turns
+// NOT_SERVING at the start of Stop (while it drains: last checkpoints,
+// pending waits fail) and stays so until the server is gone. (gRPC's
+// default service marks "" SERVING as the server starts; Listen corrects it
+// right after, before the address file is written.)
+//
 // Life cycle:
 //
 //   constructed --Start()--> serving --Stop()--> stopped
@@ -29,7 +43,9 @@
 #include <string>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "common/config.h"
 #include "common/http_server.h"
@@ -104,6 +120,11 @@ class PsdServer {
   // Resolves every shard's address, creates the coordinator and opens the
   // Coordinator service.
   absl::Status OpenCoordinator();
+  // grpc.health.v1.Health: the ParameterServer service's, the
+  // Coordinator's and the whole psd's statuses (see the file comment);
+  // nothing once draining_ (Stop).
+  void SetHealth(bool shard_serving, bool coordinator_serving)
+      ABSL_LOCKS_EXCLUDED(health_mu_);
 
   const LoadedPsdConfig config_;
   Security security_;
@@ -131,6 +152,8 @@ class PsdServer {
   std::thread housekeeping_;
   std::thread coordinator_starter_;
   bool started_ = false;
+  absl::Mutex health_mu_;
+  bool draining_ ABSL_GUARDED_BY(health_mu_) = false;
 };
 
 }  // namespace ps

@@ -47,6 +47,8 @@ Commands:
   export [JOB] --from-checkpoint DIR -o FILE.npz
                      the same from the shards' newest intact checkpoints in
                      DIR (PsdConfig.checkpoint_dir), for stopped shards
+                     (a built-in model as PyTorch .pt/.ts or ONNX:
+                     python3 -m psclient.export_model, docs/TUTORIAL.md)
 
 Flags (every command):
   --cluster=FILE          cluster file (default configs/local/cluster.pbtxt)

@@ -270,7 +270,11 @@ int Export(const Args& a, std::ostream& out, std::ostream& err) {
     return kExitUsage;
   }
   if (path.size() < 4 || path.substr(path.size() - 4) != ".npz") {
-    err << "psctl export: " << path << ": only .npz output is supported\n";
+    err << "psctl export: " << path
+        << ": psctl writes .npz only; for a PyTorch state_dict (.pt), "
+           "TorchScript (.ts) or ONNX (.onnx) of a built-in model run: "
+           "python3 -m psclient.export_model JOB -o "
+        << path << " (docs/TUTORIAL.md)\n";
     return kExitUsage;
   }
   const std::string job_id = a.positional.empty() ? "" : a.positional[0];

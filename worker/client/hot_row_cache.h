@@ -36,14 +36,11 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "core/table_spec.h"  // kRowCacheOverheadBytes
 
 namespace ps {
 
 enum class RowCachePolicy { kLru, kLfu };
-
-// Bytes accounted per cached row besides its floats: its entry (id,
-// version, frequency, links) and about two index slots.
-inline constexpr uint64_t kRowCacheOverheadBytes = 64;
 
 struct HotRowCacheOptions {
   uint32_t dim = 0;            // floats per row, >= 1

@@ -1,10 +1,11 @@
 // The worker-side hot-row cache end to end (TableSpec.max_row_staleness,
 // docs/SPARSE.md "Hot-row cache"): the CTR job on real daemons (2 psd, 2
 // workerd, BSP) trained with max_row_staleness 0 and 4. With 4 the workers
-// pull far fewer rows (rank 0's count in the submit summary, and the
+// pull a third fewer rows (rank 0's count in the submit summary, and the
 // shards' own count of rows served), push the same rows, and reach the same
 // AUC within a small tolerance.
 #include <cstdint>
+#include <iostream>
 #include <string>
 
 #include "absl/strings/numbers.h"
@@ -46,7 +47,7 @@ constexpr char kCtrJob[] = R"pb(
 )pb";
 
 struct CacheRun {
-  double auc = 0;
+  double auc = 0, samples_per_s = 0;
   uint64_t pushed = 0, pulled = 0, hits = 0;  // rank 0's, training
   uint64_t shard_pulled = 0;                  // both shards, evaluation too
 };
@@ -58,22 +59,27 @@ uint64_t Field(const std::string& summary, const std::string& key) {
   return v;
 }
 
-void TrainOnce(const std::string& dir, int staleness, CacheRun* out) {
+// Trains `job` (kCtrJob's text with its STALENESS) on a fresh cluster.
+void TrainOnce(const std::string& dir, const std::string& job, int staleness,
+               CacheRun* out, int timeout_s = 240) {
   LocalCluster cluster(dir, LocalClusterOptions{});
   ASSERT_TRUE(cluster.Start().ok());
   const std::string spec = dir + "/ctr.pbtxt";
   ASSERT_TRUE(WriteFileAtomically(
-                  spec, absl::StrReplaceAll(kCtrJob, {{"STALENESS",
-                                                       absl::StrCat(staleness)}}))
+                  spec, absl::StrReplaceAll(
+                            job, {{"STALENESS", absl::StrCat(staleness)}}))
                   .ok());
   absl::StatusOr<CommandResult> run = cluster.Psctl(
-      {"submit", spec, "--wait", "--timeout=240"}, absl::Seconds(270));
+      {"submit", spec, "--wait", absl::StrCat("--timeout=", timeout_s)},
+      absl::Seconds(timeout_s + 30));
   ASSERT_TRUE(run.ok()) << run.status();
   ASSERT_EQ(run->exit_code, 0)
       << run->out << run->err << cluster.Log("worker0") << cluster.Log("psd0");
   EXPECT_EQ(SummaryField(run->out, "state"), "SUCCEEDED") << run->out;
   ASSERT_TRUE(absl::SimpleAtod(SummaryField(run->out, "test_auc"), &out->auc))
       << run->out;
+  ASSERT_TRUE(absl::SimpleAtod(SummaryField(run->out, "samples_per_s"),
+                               &out->samples_per_s));
   out->pushed = Field(run->out, "table_rows_pushed");
   out->pulled = Field(run->out, "table_rows_pulled");
   out->hits = Field(run->out, "row_cache_hits");
@@ -92,16 +98,20 @@ void TrainOnce(const std::string& dir, int staleness, CacheRun* out) {
 
 TEST(RowCacheJobTest, StalenessFourPullsFewerRowsAtTheSameAuc) {
   CacheRun fresh, cached;
-  TrainOnce(TestDir("cache_0"), 0, &fresh);
+  TrainOnce(TestDir("cache_0"), kCtrJob, 0, &fresh);
   if (HasFatalFailure()) return;
-  TrainOnce(TestDir("cache_4"), 4, &cached);
+  TrainOnce(TestDir("cache_4"), kCtrJob, 4, &cached);
   if (HasFatalFailure()) return;
 
   EXPECT_EQ(fresh.hits, 0u);
   EXPECT_EQ(cached.pushed, fresh.pushed) << "every gradient is still pushed";
   EXPECT_EQ(cached.hits + cached.pulled, fresh.pulled);
-  // docs/SPARSE.md: 61% fewer rows pulled on this job.
-  EXPECT_LT(cached.pulled, fresh.pulled / 2)
+  // Deterministic (BSP, fixed seeds): 280397 of 427621 rows pulled, 0.656
+  // (on this small job only ids read in the 4 previous steps can be
+  // answered; docs/SPARSE.md).
+  std::cout << "rows pulled " << cached.pulled << " vs " << fresh.pulled
+            << ", auc " << cached.auc << " vs " << fresh.auc << "\n";
+  EXPECT_LT(cached.pulled * 4, fresh.pulled * 3)
       << cached.pulled << " vs " << fresh.pulled;
   // The shards served fewer rows by at least rank 0's saving (both workers
   // save; evaluation pulls the same rows in both runs).
@@ -110,6 +120,34 @@ TEST(RowCacheJobTest, StalenessFourPullsFewerRowsAtTheSameAuc) {
   // the full-size figures).
   EXPECT_NEAR(cached.auc, fresh.auc, 0.005);
   EXPECT_GT(cached.auc, 0.74);
+}
+
+// The measurement in docs/SPARSE.md, not run by tools/test.sh (minutes):
+// the 1M-example job at each staleness, one line per run.
+//   bazel run //tests:row_cache_job_test --
+//     --gtest_also_run_disabled_tests --gtest_filter='*Sweep*'
+TEST(RowCacheJobTest, DISABLED_SweepOnTheMillionExampleJob) {
+  std::string job = absl::StrReplaceAll(
+      kCtrJob, {{"synthetic_train: 81920", "synthetic_train: 1000000"},
+                {"synthetic_test: 16384", "synthetic_test: 200000"},
+                {"batch_size: 256", "batch_size: 512"},
+                {"embedding_dim: 8 hidden: 64 hidden: 32",
+                 "embedding_dim: 16 hidden: 256 hidden: 128"},
+                {"dim: 8", "dim: 16"},
+                {"seed: 11", "seed: 42"},
+                {"step_deadline_ms: 30000", "step_deadline_ms: 120000"},
+                {"partition_bytes: 65536", "partition_bytes: 262144"}});
+  std::cout << "staleness auc samples_per_s rank0_pushed rank0_pulled "
+               "rank0_hits shards_pulled\n";
+  for (int staleness : {0, 1, 2, 4, 8}) {
+    CacheRun r;
+    TrainOnce(TestDir(absl::StrCat("sweep_", staleness)), job, staleness, &r,
+              1800);
+    if (HasFatalFailure()) return;
+    std::cout << staleness << " " << r.auc << " " << r.samples_per_s << " "
+              << r.pushed << " " << r.pulled << " " << r.hits << " "
+              << r.shard_pulled << std::endl;
+  }
 }
 
 }  // namespace

@@ -26,10 +26,10 @@ void WriteSparse(const SparseProgress& s, const MetricLabels& worker,
             "Rows evicted from the hot-row cache.", worker,
             s.row_cache_evictions());
   w.Counter("ps_worker_row_cache_saved_bytes_total",
-            "Wire bytes the hot-row cache's hits saved (ids and rows).",
-            worker, s.row_cache_bytes_saved());
-  w.Gauge("ps_worker_row_cache_bytes", "Bytes the hot-row cache holds.",
-          worker, s.row_cache_bytes_used());
+            "Wire bytes the hot-row cache's hits saved (ids and rows).", worker,
+            s.row_cache_bytes_saved());
+  w.Gauge("ps_worker_row_cache_bytes", "Bytes the hot-row cache holds.", worker,
+          s.row_cache_bytes_used());
   const uint64_t reads = s.row_cache_hits() + s.row_cache_misses();
   if (reads > 0) {
     w.Gauge("ps_worker_row_cache_hit_ratio",

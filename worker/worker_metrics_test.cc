@@ -80,7 +80,8 @@ TEST(WorkerMetricsTest, TableTrafficAndRowCache) {
               HasSubstr("ps_worker_table_rows_pushed_total" + labels + "1000"));
   EXPECT_THAT(text,
               HasSubstr("ps_worker_table_rows_pulled_total" + labels + "300"));
-  EXPECT_THAT(text, HasSubstr("ps_worker_row_cache_hits_total" + labels + "700"));
+  EXPECT_THAT(text,
+              HasSubstr("ps_worker_row_cache_hits_total" + labels + "700"));
   EXPECT_THAT(text,
               HasSubstr("ps_worker_row_cache_misses_total" + labels + "300"));
   EXPECT_THAT(text,
@@ -88,7 +89,8 @@ TEST(WorkerMetricsTest, TableTrafficAndRowCache) {
   EXPECT_THAT(text, HasSubstr("ps_worker_row_cache_saved_bytes_total" + labels +
                               "33600"));
   EXPECT_THAT(text, HasSubstr("ps_worker_row_cache_bytes" + labels + "4096"));
-  EXPECT_THAT(text, HasSubstr("ps_worker_row_cache_hit_ratio" + labels + "0.7"));
+  EXPECT_THAT(text,
+              HasSubstr("ps_worker_row_cache_hit_ratio" + labels + "0.7"));
 }
 
 }  // namespace

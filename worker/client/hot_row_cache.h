@@ -43,10 +43,10 @@ namespace ps {
 enum class RowCachePolicy { kLru, kLfu };
 
 struct HotRowCacheOptions {
-  uint32_t dim = 0;            // floats per row, >= 1
-  uint64_t max_staleness = 0;  // steps a row may be reused
+  uint32_t dim = 0;             // floats per row, >= 1
+  uint64_t max_staleness = 0;   // steps a row may be reused
   uint64_t capacity_bytes = 0;  // at least one row's accounted bytes
-  RowCachePolicy policy = RowCachePolicy::kLfu;
+  RowCachePolicy policy = RowCachePolicy::kLru;
 };
 
 struct HotRowCacheStats {
@@ -115,7 +115,7 @@ class HotRowCache {
   const uint64_t capacity_rows_;
 
   std::vector<Entry> entries_;
-  std::vector<float> rows_;  // entries_.size() x dim
+  std::vector<float> rows_;                        // entries_.size() x dim
   absl::flat_hash_map<uint64_t, uint32_t> index_;  // id -> slot
   // By frequency (kLru: everything at 1). min_freq_ has the victim's list.
   absl::flat_hash_map<uint64_t, List> lists_;

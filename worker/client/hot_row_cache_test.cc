@@ -73,11 +73,9 @@ TEST(HotRowCacheTest, ARowIsReusedForAtMostMaxStalenessSteps) {
   EXPECT_THAT(pulled, ElementsAre(7));
   EXPECT_THAT(ReadThrough(*cache, 2, {7}, &pulled), ElementsAre(7, 1));
   EXPECT_TRUE(pulled.empty());
-  EXPECT_THAT(ReadThrough(*cache, 3, {7, 8}, &pulled),
-              ElementsAre(7, 1, 8, 3));
+  EXPECT_THAT(ReadThrough(*cache, 3, {7, 8}, &pulled), ElementsAre(7, 1, 8, 3));
   EXPECT_THAT(pulled, ElementsAre(8));
-  EXPECT_THAT(ReadThrough(*cache, 4, {8, 7}, &pulled),
-              ElementsAre(8, 3, 7, 4));
+  EXPECT_THAT(ReadThrough(*cache, 4, {8, 7}, &pulled), ElementsAre(8, 3, 7, 4));
   EXPECT_THAT(pulled, ElementsAre(7));
   const HotRowCacheStats s = cache->stats();
   EXPECT_EQ(s.hits, 3u);
@@ -99,8 +97,7 @@ TEST(HotRowCacheTest, StalenessZeroPullsEveryRow) {
 }
 
 TEST(HotRowCacheTest, LruEvictsTheLeastRecentlyRead) {
-  std::unique_ptr<HotRowCache> cache =
-      MakeCache(100, 2, RowCachePolicy::kLru);
+  std::unique_ptr<HotRowCache> cache = MakeCache(100, 2, RowCachePolicy::kLru);
   std::vector<uint64_t> pulled;
   ReadThrough(*cache, 1, {1, 2}, &pulled);
   ReadThrough(*cache, 2, {1}, &pulled);     // 2 is now the least recent
@@ -112,15 +109,14 @@ TEST(HotRowCacheTest, LruEvictsTheLeastRecentlyRead) {
 }
 
 TEST(HotRowCacheTest, LfuKeepsTheFrequentlyReadRow) {
-  std::unique_ptr<HotRowCache> cache =
-      MakeCache(100, 2, RowCachePolicy::kLfu);
+  std::unique_ptr<HotRowCache> cache = MakeCache(100, 2, RowCachePolicy::kLfu);
   std::vector<uint64_t> pulled;
   ReadThrough(*cache, 1, {1, 2}, &pulled);
   ReadThrough(*cache, 2, {1}, &pulled);
-  ReadThrough(*cache, 3, {1}, &pulled);     // 1 read 3 times, 2 once
-  ReadThrough(*cache, 4, {2}, &pulled);     // 2 read twice, most recent
-  ReadThrough(*cache, 5, {3}, &pulled);     // evicts 2 (fewer reads than 1)
-  ReadThrough(*cache, 6, {4}, &pulled);     // evicts 3 (1 read)
+  ReadThrough(*cache, 3, {1}, &pulled);  // 1 read 3 times, 2 once
+  ReadThrough(*cache, 4, {2}, &pulled);  // 2 read twice, most recent
+  ReadThrough(*cache, 5, {3}, &pulled);  // evicts 2 (fewer reads than 1)
+  ReadThrough(*cache, 6, {4}, &pulled);  // evicts 3 (1 read)
   ReadThrough(*cache, 7, {1, 3}, &pulled);
   EXPECT_THAT(pulled, ElementsAre(3));
 }

@@ -65,7 +65,7 @@ absl::StatusOr<std::unique_ptr<HotRowCache>> CacheFor(const TableSpec& spec) {
   o.dim = t.dim();
   o.max_staleness = t.max_row_staleness();
   o.capacity_bytes = t.row_cache_bytes();
-  o.policy = RowCachePolicy::kLfu;
+  o.policy = RowCachePolicy::kLru;
   return HotRowCache::Create(o);
 }
 

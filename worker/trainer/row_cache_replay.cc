@@ -6,7 +6,7 @@
 // values, so this measures LRU against LFU on the job's own data in
 // seconds; AUC needs the real job (docs/SPARSE.md "Hot-row cache").
 //
-//   row_cache_replay --job=configs/jobs/ctr_synthetic.pbtxt --steps=2000 \
+//   row_cache_replay --job=configs/jobs/ctr_synthetic.pbtxt --steps=2000
 //       --staleness=1,2,4,8 --cache_mb=4,16,64 --policy=lru,lfu
 #include <cstdint>
 #include <iostream>
@@ -69,8 +69,9 @@ absl::StatusOr<std::vector<RowCachePolicy>> ParsePolicies(
 }
 
 // The unique ids of each step's batch, as CtrReplica::Prepare finds them.
-absl::StatusOr<std::vector<std::vector<uint64_t>>> LoadIds(
-    const JobSpec& job, uint32_t rank, uint64_t steps) {
+absl::StatusOr<std::vector<std::vector<uint64_t>>> LoadIds(const JobSpec& job,
+                                                           uint32_t rank,
+                                                           uint64_t steps) {
   CtrDataOptions o;
   o.rank = rank;
   o.num_workers = job.num_workers();

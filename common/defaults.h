@@ -91,6 +91,8 @@ inline constexpr uint32_t kDefaultCnnPool = 2;
 inline constexpr uint32_t kDefaultTableAdmitAfter = 1;
 inline constexpr uint32_t kDefaultTableHotIds = 10;
 inline constexpr float kDefaultTableInitScale = 0.01f;
+// TableSpec.row_cache_bytes when max_row_staleness > 0 leaves it 0.
+inline constexpr uint64_t kDefaultRowCacheBytes = uint64_t{64} << 20;
 
 // ---- psctl (tools/psctl/psctl.cc) -------------------------------------------
 // How long psctl waits for the cluster (--connect-timeout, seconds).

@@ -66,6 +66,23 @@ void CheckInit(const InitSpec& init, const std::string& at,
   }
 }
 
+// The worker-side hot-row cache (worker/client/hot_row_cache.h).
+void CheckRowCache(const TableSpec& t, const std::string& at,
+                   std::vector<std::string>& p) {
+  if (t.max_row_staleness() > kMaxRowStaleness) {
+    p.push_back(
+        absl::StrFormat("%s.max_row_staleness: must be at most %d, got %d", at,
+                        kMaxRowStaleness, t.max_row_staleness()));
+  }
+  const uint64_t row = uint64_t{t.dim()} * 4 + kRowCacheOverheadBytes;
+  const uint64_t bytes = t.row_cache_bytes();
+  if (bytes > kMaxRowCacheBytes || (bytes > 0 && bytes < row)) {
+    p.push_back(absl::StrFormat(
+        "%s.row_cache_bytes: must be 0 or in [%d (one row), %d], got %d", at,
+        row, kMaxRowCacheBytes, bytes));
+  }
+}
+
 void CheckTable(const TableSpec& t, const std::string& at,
                 std::vector<std::string>& p) {
   CheckName(t, at, p);
@@ -95,6 +112,7 @@ void CheckTable(const TableSpec& t, const std::string& at,
     p.push_back(absl::StrFormat("%s.hot_ids: must be at most %d, got %d", at,
                                 kMaxTableHotIds, t.hot_ids()));
   }
+  CheckRowCache(t, at, p);
 }
 
 // The CTR model names a table of its embedding dimension.
@@ -139,6 +157,9 @@ std::vector<std::string> TableProblems(const JobSpec& spec) {
 void ApplyTableDefaults(TableSpec* t) {
   if (t->admit_after() == 0) t->set_admit_after(kDefaultTableAdmitAfter);
   if (!t->has_hot_ids()) t->set_hot_ids(kDefaultTableHotIds);
+  if (t->max_row_staleness() > 0 && t->row_cache_bytes() == 0) {
+    t->set_row_cache_bytes(kDefaultRowCacheBytes);
+  }
   if (t->init().kind() == INIT_UNSPECIFIED) {
     t->mutable_init()->set_kind(NORMAL);
     t->mutable_init()->set_scale(kDefaultTableInitScale);

@@ -21,6 +21,11 @@ inline constexpr size_t kMaxTableNameLength = 64;
 inline constexpr uint32_t kMaxTables = 64;
 inline constexpr uint32_t kMaxTableAdmitAfter = 1000000;
 inline constexpr uint32_t kMaxTableHotIds = 1000;
+inline constexpr uint32_t kMaxRowStaleness = 64;
+inline constexpr uint64_t kMaxRowCacheBytes = uint64_t{64} << 30;
+// Bytes a worker's hot-row cache accounts per row besides its floats: its
+// entry (id, version, frequency, links) and about two index slots.
+inline constexpr uint64_t kRowCacheOverheadBytes = 64;
 
 // Every problem with spec.tables, each "tables[i].field: reason", and with
 // the CTR model's reference to its table ("model.ctr.table: ...",

@@ -62,6 +62,14 @@ TEST(TableSpecTest, EachBadFieldIsNamed) {
        "keeps the table under)"},
       {ok_opt + "dim: 4 hot_ids: 5000",
        "tables[0].hot_ids: must be at most 1000, got 5000"},
+      {ok_opt + "dim: 4 max_row_staleness: 65",
+       "tables[0].max_row_staleness: must be at most 64, got 65"},
+      {ok_opt + "dim: 4 max_row_staleness: 4 row_cache_bytes: 79",
+       "tables[0].row_cache_bytes: must be 0 or in [80 (one row), "
+       "68719476736], got 79"},
+      {ok_opt + "dim: 4 row_cache_bytes: 68719476737",
+       "tables[0].row_cache_bytes: must be 0 or in [80 (one row), "
+       "68719476736], got 68719476737"},
   };
   for (const Case& c : cases) {
     const JobSpec spec = Parse("tables { name: \"t\" " + c.table + " }");
@@ -106,6 +114,19 @@ TEST(TableSpecTest, DefaultsAreFilledIn) {
   EXPECT_EQ(t.init().kind(), NORMAL);
   EXPECT_FLOAT_EQ(t.init().scale(), kDefaultTableInitScale);
   EXPECT_FLOAT_EQ(t.optimizer().epsilon(), kDefaultAdagradEpsilon);
+}
+
+TEST(TableSpecTest, TheRowCacheGetsItsDefaultBytesOnlyWithStaleness) {
+  TableSpec none = Parse(kValid).tables(0);
+  ApplyTableDefaults(&none);
+  EXPECT_EQ(none.row_cache_bytes(), 0u);
+  TableSpec cached = Parse(kValid).tables(0);
+  cached.set_max_row_staleness(4);
+  ApplyTableDefaults(&cached);
+  EXPECT_EQ(cached.row_cache_bytes(), kDefaultRowCacheBytes);
+  cached.set_row_cache_bytes(1 << 20);
+  ApplyTableDefaults(&cached);
+  EXPECT_EQ(cached.row_cache_bytes(), 1u << 20);
 }
 
 }  // namespace

@@ -4,6 +4,41 @@
 #include "common/metric_writer.h"
 
 namespace ps {
+namespace {
+
+// A ctr model's table traffic and hot-row cache (Progress.sparse).
+void WriteSparse(const SparseProgress& s, const MetricLabels& worker,
+                 MetricWriter& w) {
+  w.Counter("ps_worker_table_rows_pushed_total",
+            "Table rows this worker pushed for training.", worker,
+            s.rows_pushed());
+  w.Counter("ps_worker_table_rows_pulled_total",
+            "Table rows this worker pulled for training (the row cache's "
+            "misses when it has one).",
+            worker, s.rows_pulled());
+  w.Counter("ps_worker_row_cache_hits_total",
+            "Table rows read from the worker's hot-row cache.", worker,
+            s.row_cache_hits());
+  w.Counter("ps_worker_row_cache_misses_total",
+            "Table rows the hot-row cache left to pull.", worker,
+            s.row_cache_misses());
+  w.Counter("ps_worker_row_cache_evictions_total",
+            "Rows evicted from the hot-row cache.", worker,
+            s.row_cache_evictions());
+  w.Counter("ps_worker_row_cache_saved_bytes_total",
+            "Wire bytes the hot-row cache's hits saved (ids and rows).", worker,
+            s.row_cache_bytes_saved());
+  w.Gauge("ps_worker_row_cache_bytes", "Bytes the hot-row cache holds.", worker,
+          s.row_cache_bytes_used());
+  const uint64_t reads = s.row_cache_hits() + s.row_cache_misses();
+  if (reads > 0) {
+    w.Gauge("ps_worker_row_cache_hit_ratio",
+            "Share of the rows read that the hot-row cache answered.", worker,
+            static_cast<double>(s.row_cache_hits()) / reads);
+  }
+}
+
+}  // namespace
 
 std::vector<prometheus::MetricFamily> WorkerMetricFamilies(
     const std::string& job_id, uint32_t rank, const Progress& p) {
@@ -41,6 +76,7 @@ std::vector<prometheus::MetricFamily> WorkerMetricFamilies(
             "Accuracy on the test set at the latest evaluation (0 to 1).",
             worker, p.test_accuracy());
   }
+  if (p.has_sparse()) WriteSparse(p.sparse(), worker, w);
   w.Gauge("ps_worker_elapsed_seconds", "Seconds since the run started.", worker,
           p.elapsed_s());
   return w.Take();

@@ -60,5 +60,38 @@ TEST(WorkerMetricsTest, StepSplitLossAccuracyAndThroughput) {
   EXPECT_THAT(next, Not(HasSubstr("job=\"j\"")));
 }
 
+TEST(WorkerMetricsTest, TableTrafficAndRowCache) {
+  WorkerMetrics m;
+  Progress p;
+  m.Update("j", 0, p);
+  EXPECT_THAT(Scrape(m), Not(HasSubstr("row_cache")));
+  SparseProgress* s = p.mutable_sparse();
+  s->set_rows_pushed(1000);
+  s->set_rows_pulled(300);
+  s->set_row_cache_hits(700);
+  s->set_row_cache_misses(300);
+  s->set_row_cache_evictions(5);
+  s->set_row_cache_bytes_saved(33600);
+  s->set_row_cache_bytes_used(4096);
+  m.Update("j", 0, p);
+  const std::string text = Scrape(m);
+  const std::string labels = "{job=\"j\",worker=\"0\"} ";
+  EXPECT_THAT(text,
+              HasSubstr("ps_worker_table_rows_pushed_total" + labels + "1000"));
+  EXPECT_THAT(text,
+              HasSubstr("ps_worker_table_rows_pulled_total" + labels + "300"));
+  EXPECT_THAT(text,
+              HasSubstr("ps_worker_row_cache_hits_total" + labels + "700"));
+  EXPECT_THAT(text,
+              HasSubstr("ps_worker_row_cache_misses_total" + labels + "300"));
+  EXPECT_THAT(text,
+              HasSubstr("ps_worker_row_cache_evictions_total" + labels + "5"));
+  EXPECT_THAT(text, HasSubstr("ps_worker_row_cache_saved_bytes_total" + labels +
+                              "33600"));
+  EXPECT_THAT(text, HasSubstr("ps_worker_row_cache_bytes" + labels + "4096"));
+  EXPECT_THAT(text,
+              HasSubstr("ps_worker_row_cache_hit_ratio" + labels + "0.7"));
+}
+
 }  // namespace
 }  // namespace ps

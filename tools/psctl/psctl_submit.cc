@@ -29,17 +29,25 @@ std::string FormatSummary(const JobStatus& j) {
   auto metric = [](const char* key, float value) {
     return value < 0 ? std::string() : absl::StrFormat(" %s=%.4f", key, value);
   };
+  // A ctr model's table traffic (rank 0's, training only).
+  const std::string rows =
+      p.has_sparse()
+          ? absl::StrFormat(
+                " table_rows_pushed=%d table_rows_pulled=%d row_cache_hits=%d",
+                p.sparse().rows_pushed(), p.sparse().rows_pulled(),
+                p.sparse().row_cache_hits())
+          : "";
   return absl::StrFormat(
       "job=%s state=%s%s loss=%.4f steps=%d samples_per_s=%.0f "
       "data_s=%.2f compute_s=%.2f comm_s=%.2f overlap=%d train_s=%.2f "
-      "wall_s=%.2f%s%s%s reason=\"%s\"",
+      "wall_s=%.2f%s%s%s%s reason=\"%s\"",
       j.job_id(), JobState_Name(j.state()),
       ctr ? "" : metric("test_accuracy", p.test_accuracy()), p.loss(), p.step(),
       p.samples_per_s(), p.data_s(), p.compute_s(), p.comm_s(),
       p.overlap() ? 1 : 0, p.elapsed_s(), wall,
       ctr ? metric("test_auc", p.test_auc()) : "",
       ctr ? metric("test_logloss", p.test_logloss()) : "",
-      ctr ? metric("teacher_auc", p.teacher_auc()) : "", reason);
+      ctr ? metric("teacher_auc", p.teacher_auc()) : "", rows, reason);
 }
 
 namespace {

@@ -55,6 +55,21 @@ TEST(FormatSummaryTest, CtrJobHasAucAndNoAccuracy) {
             "test_logloss=0.4625 teacher_auc=0.8125 reason=\"done 'early'\"");
 }
 
+TEST(FormatSummaryTest, CtrJobWithTableTraffic) {
+  JobStatus j = FinishedJob(/*ctr=*/true);
+  SparseProgress* s = j.mutable_progress()->mutable_sparse();
+  s->set_rows_pushed(5000);
+  s->set_rows_pulled(2000);
+  s->set_row_cache_hits(3000);
+  EXPECT_EQ(FormatSummary(j),
+            "job=job-000001 state=SUCCEEDED loss=0.2112 steps=4680 "
+            "samples_per_s=44608 data_s=1.25 compute_s=8.50 comm_s=2.00 "
+            "overlap=1 train_s=12.00 wall_s=12.50 test_auc=0.7500 "
+            "test_logloss=0.4625 teacher_auc=0.8125 table_rows_pushed=5000 "
+            "table_rows_pulled=2000 row_cache_hits=3000 "
+            "reason=\"done 'early'\"");
+}
+
 // -1 in Progress: the value does not exist, so the field is left out.
 TEST(FormatSummaryTest, AbsentMetricsAreLeftOut) {
   struct Case {

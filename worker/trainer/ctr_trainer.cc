@@ -8,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
 #include "core/model_spec.h"
+#include "core/table_spec.h"
 #include "spdlog/spdlog.h"
 #include "worker/backend/backend_factory.h"
 #include "worker/trainer/ctr_metrics.h"
@@ -54,6 +55,20 @@ absl::Status Validate(const CtrTrainer::Options& o) {
   return absl::OkStatus();
 }
 
+// The table's hot-row cache, or null when its row_cache_bytes (after the
+// defaults) is 0.
+absl::StatusOr<std::unique_ptr<HotRowCache>> CacheFor(const TableSpec& spec) {
+  TableSpec t = spec;
+  ApplyTableDefaults(&t);
+  if (t.row_cache_bytes() == 0) return std::unique_ptr<HotRowCache>();
+  HotRowCacheOptions o;
+  o.dim = t.dim();
+  o.max_staleness = t.max_row_staleness();
+  o.capacity_bytes = t.row_cache_bytes();
+  o.policy = RowCachePolicy::kLru;
+  return HotRowCache::Create(o);
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<CtrTrainer>> CtrTrainer::Create(
@@ -85,9 +100,12 @@ absl::StatusOr<std::unique_ptr<CtrTrainer>> CtrTrainer::Create(
                         CtrReplica::Create(options.job.model(), backend.get(),
                                            options.eval_batch));
   }
+  PS_ASSIGN_OR_RETURN(
+      std::unique_ptr<HotRowCache> cache,
+      CacheFor(*FindTable(options.job, options.job.model().ctr().table())));
   return std::unique_ptr<CtrTrainer>(new CtrTrainer(
       std::move(options), dense, sparse, std::move(data), std::move(backend),
-      std::move(model), std::move(eval_model)));
+      std::move(model), std::move(eval_model), std::move(cache)));
 }
 
 CtrTrainer::CtrTrainer(Options options, ParameterClient* dense,
@@ -95,7 +113,8 @@ CtrTrainer::CtrTrainer(Options options, ParameterClient* dense,
                        std::unique_ptr<CtrDataSource> data,
                        std::unique_ptr<Backend> backend,
                        std::unique_ptr<CtrReplica> model,
-                       std::unique_ptr<CtrReplica> eval_model)
+                       std::unique_ptr<CtrReplica> eval_model,
+                       std::unique_ptr<HotRowCache> cache)
     : options_(std::move(options)),
       dense_(dense),
       sparse_(sparse),
@@ -107,7 +126,8 @@ CtrTrainer::CtrTrainer(Options options, ParameterClient* dense,
       total_steps_(steps_per_epoch_ * options_.job.data().epochs()),
       backend_(std::move(backend)),
       model_(std::move(model)),
-      eval_model_(std::move(eval_model)) {
+      eval_model_(std::move(eval_model)),
+      cache_(std::move(cache)) {
   const size_t n = model_->num_parameters();
   params_.assign(n, 0.0f);
   grad_.assign(n, 0.0f);
@@ -129,6 +149,39 @@ absl::Status CtrTrainer::PullRows(uint64_t step, absl::Span<const uint64_t> ids,
   s.pull_ids = ids;
   s.pull_rows = absl::MakeSpan(*rows);
   return sparse_->Exchange(step, /*push=*/false, {s});
+}
+
+absl::Status CtrTrainer::PullFirstRows(uint64_t step) {
+  next_rows_.resize(next_ids_.size() * dim_);
+  if (cache_ == nullptr) {
+    rows_pulled_ += next_ids_.size();
+    return PullRows(step, next_ids_, &next_rows_);
+  }
+  // Without a push the rows read are those of version `step`.
+  cache_->Read(step, next_ids_, absl::MakeSpan(next_rows_), &misses_);
+  rows_pulled_ += misses_.ids.size();
+  SparseTableStep s;
+  s.table = table_;
+  s.pull_ids = misses_.ids;
+  s.pull_rows = absl::MakeSpan(misses_.rows);
+  PS_RETURN_IF_ERROR(sparse_->Exchange(step, /*push=*/false, {s}));
+  cache_->Complete(step, misses_, absl::MakeSpan(next_rows_));
+  return absl::OkStatus();
+}
+
+void CtrTrainer::ReportSparse() {
+  SparseProgress p;
+  p.set_rows_pushed(rows_pushed_);
+  p.set_rows_pulled(rows_pulled_);
+  if (cache_ != nullptr) {
+    const HotRowCacheStats c = cache_->stats();
+    p.set_row_cache_hits(c.hits);
+    p.set_row_cache_misses(c.misses);
+    p.set_row_cache_evictions(c.evictions);
+    p.set_row_cache_bytes_saved(c.bytes_saved);
+    p.set_row_cache_bytes_used(c.bytes_used);
+  }
+  meter_->SetSparse(p);
 }
 
 absl::Status CtrTrainer::Step(uint64_t t) {
@@ -162,6 +215,14 @@ absl::Status CtrTrainer::Step(uint64_t t) {
   s.push_grads = row_grads_;
   s.pull_ids = next_ids_;
   s.pull_rows = absl::MakeSpan(next_rows_);
+  // With a push the rows read are those of version t + 1.
+  if (cache_ != nullptr) {
+    cache_->Read(t + 1, next_ids_, absl::MakeSpan(next_rows_), &misses_);
+    s.pull_ids = misses_.ids;
+    s.pull_rows = absl::MakeSpan(misses_.rows);
+  }
+  rows_pushed_ += ids_.size();
+  rows_pulled_ += s.pull_ids.size();
   const RequestHandle sparse = sparse_->Start(std::move(step));
   absl::Status dense_status =
       dense_->PushPull(t, grad_, absl::MakeSpan(params_));
@@ -169,11 +230,15 @@ absl::Status CtrTrainer::Step(uint64_t t) {
   const absl::Status sparse_status = sparse_->Wait(sparse);
   PS_RETURN_IF_ERROR(dense_status);
   PS_RETURN_IF_ERROR(sparse_status);
+  if (cache_ != nullptr) {
+    cache_->Complete(t + 1, misses_, absl::MakeSpan(next_rows_));
+  }
   const Clock::time_point end = Clock::now();
   marks.Phase(TRACE_COMM_WAIT);
   marks.Finish();
   meter_->AddStep(loaded - computed, computed - start, end - loaded, loss_sum,
                   /*correct=*/0);
+  ReportSparse();
   return absl::OkStatus();
 }
 
@@ -237,7 +302,7 @@ absl::Status CtrTrainer::Run(const ProgressCallback& on_progress,
       AtStep(start, dense_->Pull(start, absl::MakeSpan(params_))));
   if (start < total_steps_) {
     PS_RETURN_IF_ERROR(AtStep(start, LoadBatch(start)));
-    PS_RETURN_IF_ERROR(AtStep(start, PullRows(start, next_ids_, &next_rows_)));
+    PS_RETURN_IF_ERROR(AtStep(start, PullFirstRows(start)));
   }
   meter_->AddComm(Clock::now() - pull_start);
   const uint64_t eval_every = options_.job.eval_every();
@@ -259,6 +324,14 @@ absl::Status CtrTrainer::Run(const ProgressCallback& on_progress,
     options_.tracer->Reached(std::numeric_limits<uint64_t>::max());
   }
   PS_RETURN_IF_ERROR(AtStep(total_steps_, Evaluate(total_steps_)));
+  ReportSparse();
+  const SparseProgress& sp = meter_->progress().sparse();
+  spdlog::info(
+      "sparse job={} rank={} rows_pushed={} rows_pulled={} row_cache_hits={} "
+      "row_cache_misses={} row_cache_evictions={} row_cache_bytes_saved={}",
+      options_.job.name(), options_.rank, sp.rows_pushed(), sp.rows_pulled(),
+      sp.row_cache_hits(), sp.row_cache_misses(), sp.row_cache_evictions(),
+      sp.row_cache_bytes_saved());
   meter_->Report(total_steps_, on_progress);
   return absl::OkStatus();
 }

@@ -42,8 +42,17 @@
 // elapsed_s=E train_s=T".
 //
 // Progress: as Trainer's (worker/trainer/trainer.h), loss the training
-// logloss; train_accuracy is not measured (0): AUC is the metric. One
-// device: options.device.
+// logloss; train_accuracy is not measured (0): AUC is the metric; sparse
+// the rows this worker pushed and pulled for training and its hot-row
+// cache's counters. One device: options.device.
+//
+// Hot-row cache (TableSpec.max_row_staleness, row_cache_bytes;
+// worker/client/hot_row_cache.h): with row_cache_bytes > 0 (filled in
+// when max_row_staleness > 0) the rows of batch t + 1 that were pulled at
+// most max_row_staleness steps ago come from the cache, and only the others
+// ride with step t's push; every row's gradient is still pushed. With
+// max_row_staleness 0 every row is pulled, bitwise as without a cache.
+// Evaluation always pulls the rows it reads.
 #ifndef WORKER_TRAINER_CTR_TRAINER_H_
 #define WORKER_TRAINER_CTR_TRAINER_H_
 
@@ -62,6 +71,7 @@
 #include "proto/coordinator.pb.h"
 #include "proto/job.pb.h"
 #include "worker/backend/backend.h"
+#include "worker/client/hot_row_cache.h"
 #include "worker/client/parameter_client.h"
 #include "worker/client/sparse_client.h"
 #include "worker/data/ctr_example.h"
@@ -123,13 +133,19 @@ class CtrTrainer {
              std::unique_ptr<CtrDataSource> data,
              std::unique_ptr<Backend> backend,
              std::unique_ptr<CtrReplica> model,
-             std::unique_ptr<CtrReplica> eval_model);
+             std::unique_ptr<CtrReplica> eval_model,
+             std::unique_ptr<HotRowCache> cache);
 
   // Batch t of this rank into batch_, and the model's unique ids for it.
   absl::Status LoadBatch(uint64_t t);
   // Rows of `ids` at the version step `step` reads, without a push.
   absl::Status PullRows(uint64_t step, absl::Span<const uint64_t> ids,
                         std::vector<float>* rows);
+  // The rows of next_ids_ into next_rows_ before step `step` (the start),
+  // through the cache when there is one.
+  absl::Status PullFirstRows(uint64_t step);
+  // The table traffic and cache counters so far, into the meter.
+  void ReportSparse();
   absl::Status Step(uint64_t t);
   absl::Status Evaluate(uint64_t done);
   // Whether this rank evaluates now (Options::leader).
@@ -148,6 +164,9 @@ class CtrTrainer {
   std::unique_ptr<CtrReplica> model_;
   std::unique_ptr<CtrReplica> eval_model_;  // ranks that may lead only
   std::unique_ptr<ProgressMeter> meter_;
+  std::unique_ptr<HotRowCache> cache_;  // null: no row cache
+  RowCacheMisses misses_;               // the cache's part of a pull
+  uint64_t rows_pushed_ = 0, rows_pulled_ = 0;
 
   CtrBatch batch_;
   std::vector<float> params_, grad_;

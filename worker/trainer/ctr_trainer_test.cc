@@ -159,5 +159,94 @@ TEST(CtrTrainerTest, TheLeaderEvaluates) {
                                           Pair(6, true), Pair(8, true)));
 }
 
+// One run of `spec` on fresh fakes: the trainer's final parameters and
+// progress, and the sparse client's exchanges.
+struct CacheRun {
+  std::vector<float> params;
+  Progress progress;
+  std::vector<FakeSparseClient::Record> exchanges;
+};
+
+absl::StatusOr<CacheRun> RunWithSpec(const JobSpec& spec) {
+  PS_ASSIGN_OR_RETURN(Fakes fakes, MakeFakes(spec));
+  CtrTrainer::Options options;
+  options.job = spec;
+  options.eval_batch = 512;
+  PS_ASSIGN_OR_RETURN(
+      std::unique_ptr<CtrTrainer> trainer,
+      CtrTrainer::Create(options, fakes.dense.get(), fakes.sparse.get()));
+  PS_RETURN_IF_ERROR(trainer->Run(nullptr, nullptr));
+  CacheRun run;
+  run.params = trainer->parameters();
+  run.progress = trainer->last_progress();
+  run.exchanges = fakes.sparse->exchanges();
+  return run;
+}
+
+// The training exchanges (the start's pull and one per step), not the
+// evaluation's pulls after them.
+uint64_t TrainRowsPulled(const CacheRun& r, uint64_t steps) {
+  uint64_t n = 0;
+  for (size_t i = 0; i <= steps && i < r.exchanges.size(); ++i) {
+    n += r.exchanges[i].pulled_ids;
+  }
+  return n;
+}
+
+// max_row_staleness 0 with a cache: every row pulled at every step, the
+// same exchanges and bitwise the same model as without a cache.
+TEST(CtrTrainerTest, StalenessZeroWithACacheIsBitwiseTheSameAsWithout) {
+  JobSpec plain;
+  ASSERT_TRUE(ParseTextProto(kJob, "job", &plain).ok());
+  JobSpec cached = plain;
+  cached.mutable_tables(0)->set_row_cache_bytes(1 << 20);
+  absl::StatusOr<CacheRun> a = RunWithSpec(plain);
+  ASSERT_TRUE(a.ok()) << a.status();
+  absl::StatusOr<CacheRun> b = RunWithSpec(cached);
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(a->params, b->params);
+  EXPECT_EQ(a->progress.test_auc(), b->progress.test_auc());
+  ASSERT_EQ(a->exchanges.size(), b->exchanges.size());
+  for (size_t i = 0; i < a->exchanges.size(); ++i) {
+    EXPECT_EQ(a->exchanges[i].pushed_ids, b->exchanges[i].pushed_ids) << i;
+    EXPECT_EQ(a->exchanges[i].pulled_ids, b->exchanges[i].pulled_ids) << i;
+  }
+  EXPECT_EQ(b->progress.sparse().row_cache_hits(), 0u);
+  EXPECT_EQ(b->progress.sparse().rows_pulled(), TrainRowsPulled(*a, 8));
+  EXPECT_EQ(b->progress.sparse().row_cache_misses(),
+            b->progress.sparse().rows_pulled());
+  EXPECT_EQ(a->progress.sparse().rows_pushed(),
+            b->progress.sparse().rows_pushed());
+}
+
+// max_row_staleness 4: fewer rows pulled, the same rows pushed, counters
+// that add up, and still deterministic.
+TEST(CtrTrainerTest, StalenessFourPullsFewerRowsAndIsDeterministic) {
+  JobSpec plain;
+  ASSERT_TRUE(ParseTextProto(kJob, "job", &plain).ok());
+  JobSpec cached = plain;
+  cached.mutable_tables(0)->set_max_row_staleness(4);
+  absl::StatusOr<CacheRun> a = RunWithSpec(plain);
+  ASSERT_TRUE(a.ok()) << a.status();
+  absl::StatusOr<CacheRun> b = RunWithSpec(cached);
+  ASSERT_TRUE(b.ok()) << b.status();
+  const SparseProgress& sa = a->progress.sparse();
+  const SparseProgress& sb = b->progress.sparse();
+  EXPECT_EQ(sa.rows_pushed(), sb.rows_pushed());
+  EXPECT_EQ(sa.rows_pulled(), TrainRowsPulled(*a, 8));
+  EXPECT_EQ(sb.rows_pulled(), TrainRowsPulled(*b, 8));
+  EXPECT_LT(sb.rows_pulled(), sa.rows_pulled());
+  EXPECT_GT(sb.row_cache_hits(), 0u);
+  EXPECT_EQ(sb.row_cache_hits() + sb.row_cache_misses(), sa.rows_pulled());
+  EXPECT_EQ(sb.row_cache_misses(), sb.rows_pulled());
+  EXPECT_EQ(sb.row_cache_bytes_saved(), sb.row_cache_hits() * (16 + 4 * 4));
+  EXPECT_GT(b->progress.test_auc(), 0.0f);
+
+  absl::StatusOr<CacheRun> again = RunWithSpec(cached);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(b->params, again->params);
+  EXPECT_EQ(b->progress.test_auc(), again->progress.test_auc());
+}
+
 }  // namespace
 }  // namespace ps

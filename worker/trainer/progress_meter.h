@@ -70,6 +70,11 @@ class ProgressMeter {
     progress_.set_teacher_auc(teacher_auc);
   }
 
+  // A ctr model's sparse table traffic and row cache, cumulative.
+  void SetSparse(const SparseProgress& sparse) {
+    *progress_.mutable_sparse() = sparse;
+  }
+
   // Fills the progress after `step_done` steps, hands it to `on_progress`
   // (may be empty) and starts a new report window.
   void Report(uint64_t step_done,

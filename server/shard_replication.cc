@@ -55,13 +55,44 @@ absl::Status Shard::SetReplicaView(const SetReplicaViewRequest& req,
   for (uint32_t f : req.failed()) {
     if (!replica_view_->Failed(f)) newly_failed.push_back(f);
   }
+  if (req.epoch() > replica_view_->epoch()) {
+    // A shard that comes back joins empty: what it acknowledged before it
+    // failed no longer counts (before the view moves, so that no forward
+    // to it is in flight).
+    for (uint32_t j : req.joining()) {
+      if (replica_view_->Joining(j)) continue;
+      for (const JobPtr& job : AllJobs()) {
+        if (job->replicated) internal::ForgetAcks(*job, j);
+      }
+    }
+  }
   absl::StatusOr<bool> moved = replica_view_->Set(req);
   resp->set_epoch(replica_view_->epoch());
   if (!moved.ok()) return moved.status();
-  if (!*moved) return absl::OkStatus();
-  spdlog::info("shard {}: replica view epoch {}, failed shards [{}]",
-               options_.shard_id, req.epoch(),
-               absl::StrJoin(req.failed(), ", "));
+  if (*moved) {
+    spdlog::info(
+        "shard {}: replica view epoch {}, failed shards [{}], joining [{}], "
+        "rejoined [{}]",
+        options_.shard_id, req.epoch(), absl::StrJoin(req.failed(), ", "),
+        absl::StrJoin(req.joining(), ", "), absl::StrJoin(req.rejoined(), ", "));
+    ApplyViewChange(req, newly_failed);
+  }
+  // The joining shards this shard still copies to.
+  std::vector<uint32_t> behind;
+  for (const JobPtr& job : AllJobs()) {
+    if (!job->replicated || job->waits.is_closed.load()) continue;
+    for (uint32_t j : internal::Behind(*job, *replica_view_)) {
+      if (std::find(behind.begin(), behind.end(), j) == behind.end()) {
+        behind.push_back(j);
+      }
+    }
+  }
+  for (uint32_t j : behind) resp->add_behind(j);
+  return absl::OkStatus();
+}
+
+void Shard::ApplyViewChange(const SetReplicaViewRequest& req,
+                            const std::vector<uint32_t>& newly_failed) {
   // Promoted chunks forward to the backups left; failed backups leave the
   // acknowledgement set; the answers they held may go. A shard told that
   // it failed (alive, but silent to the coordinator) is fenced: its waits
@@ -79,7 +110,6 @@ absl::Status Shard::SetReplicaView(const SetReplicaViewRequest& req,
       replicator_->Notify(job);
     }
   }
-  return absl::OkStatus();
 }
 
 absl::Status Shard::Replicate(const ReplicateRequest& req) {

@@ -348,8 +348,12 @@ absl::StatusOr<StoredReplicaView> JobStore::LoadReplicaView() {
   StoredReplicaView view;
   PS_ASSIGN_OR_RETURN(int64_t epoch, Meta(db_, "replica_epoch", 0));
   PS_ASSIGN_OR_RETURN(int64_t failed, Meta(db_, "replica_failed_mask", 0));
+  PS_ASSIGN_OR_RETURN(int64_t joining, Meta(db_, "replica_joining_mask", 0));
+  PS_ASSIGN_OR_RETURN(int64_t rejoined, Meta(db_, "replica_rejoined_mask", 0));
   view.epoch = static_cast<uint64_t>(epoch);
   view.failed_mask = static_cast<uint64_t>(failed);
+  view.joining_mask = static_cast<uint64_t>(joining);
+  view.rejoined_mask = static_cast<uint64_t>(rejoined);
   return view;
 }
 
@@ -501,6 +505,10 @@ absl::Status JobStore::WriteChanges(const StoreChanges& changes) {
         SetMeta(db_, "replica_epoch", changes.replica_view->epoch));
     PS_RETURN_IF_ERROR(
         SetMeta(db_, "replica_failed_mask", changes.replica_view->failed_mask));
+    PS_RETURN_IF_ERROR(SetMeta(db_, "replica_joining_mask",
+                               changes.replica_view->joining_mask));
+    PS_RETURN_IF_ERROR(SetMeta(db_, "replica_rejoined_mask",
+                               changes.replica_view->rejoined_mask));
   }
   return absl::OkStatus();
 }

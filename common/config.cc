@@ -158,6 +158,21 @@ void CheckShardInterval(const std::string& field, uint32_t ms, Problems* p) {
   }
 }
 
+// PsdConfig.shard_heartbeat_ms and shard_heartbeat_misses: defaults filled
+// in, ranges checked.
+void CheckShardHeartbeat(PsdConfig& c, Problems* p) {
+  if (c.shard_heartbeat_ms() == 0)
+    c.set_shard_heartbeat_ms(kDefaultShardHeartbeatMs);
+  CheckShardInterval("shard_heartbeat_ms", c.shard_heartbeat_ms(), p);
+  if (c.shard_heartbeat_misses() == 0)
+    c.set_shard_heartbeat_misses(kDefaultShardHeartbeatMisses);
+  if (c.shard_heartbeat_misses() > kMaxShardHeartbeatMisses) {
+    p->Add("shard_heartbeat_misses",
+           absl::StrCat("must be in [1, ", kMaxShardHeartbeatMisses, "], got ",
+                        c.shard_heartbeat_misses()));
+  }
+}
+
 // A file the daemon will write: its folder must exist and it must not be a
 // folder itself.
 void ValidateOutputFile(const std::string& field, const std::string& path,
@@ -420,16 +435,7 @@ absl::StatusOr<LoadedPsdConfig> ParsePsdConfig(const std::string& text,
     c.set_shard_address_refresh_ms(kDefaultShardAddressRefreshMs);
   CheckShardInterval("shard_address_refresh_ms", c.shard_address_refresh_ms(),
                      &p);
-  if (c.shard_heartbeat_ms() == 0)
-    c.set_shard_heartbeat_ms(kDefaultShardHeartbeatMs);
-  CheckShardInterval("shard_heartbeat_ms", c.shard_heartbeat_ms(), &p);
-  if (c.shard_heartbeat_misses() == 0)
-    c.set_shard_heartbeat_misses(kDefaultShardHeartbeatMisses);
-  if (c.shard_heartbeat_misses() > kMaxShardHeartbeatMisses) {
-    p.Add("shard_heartbeat_misses",
-          absl::StrCat("must be in [1, ", kMaxShardHeartbeatMisses, "], got ",
-                       c.shard_heartbeat_misses()));
-  }
+  CheckShardHeartbeat(c, &p);
   if (c.progress_history_rows() == 0)
     c.set_progress_history_rows(kDefaultProgressHistoryRows);
   if (!c.has_succeeded_jobs_kept()) {

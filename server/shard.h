@@ -400,6 +400,10 @@ class Shard {
   absl::Status Replicate(const ReplicateRequest& req);
 
  private:
+  // FindJob's answer for a job not held: FAILED_PRECONDITION, or
+  // UNAVAILABLE (the clients retry elsewhere) while the view says this
+  // shard was failed over or is joining.
+  absl::Status UnknownJob(const std::string& job_id) const;
   // SetReplicaView's work once the epoch moved: fencing, promotions,
   // dropped backups, forwards to joining shards.
   void ApplyViewChange(const SetReplicaViewRequest& req,

@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "server/internal/job.h"
+#include "server/internal/reasons.h"
 #include "server/internal/replica_view.h"
 #include "server/internal/replicator.h"
 #include "server/internal/waits.h"
@@ -74,7 +75,8 @@ absl::Status Shard::SetReplicaView(const SetReplicaViewRequest& req,
         "shard {}: replica view epoch {}, failed shards [{}], joining [{}], "
         "rejoined [{}]",
         options_.shard_id, req.epoch(), absl::StrJoin(req.failed(), ", "),
-        absl::StrJoin(req.joining(), ", "), absl::StrJoin(req.rejoined(), ", "));
+        absl::StrJoin(req.joining(), ", "),
+        absl::StrJoin(req.rejoined(), ", "));
     ApplyViewChange(req, newly_failed);
   }
   // The joining shards this shard still copies to.
@@ -84,6 +86,20 @@ absl::Status Shard::SetReplicaView(const SetReplicaViewRequest& req,
     for (uint32_t j : internal::Behind(*job, *replica_view_)) {
       if (std::find(behind.begin(), behind.end(), j) == behind.end()) {
         behind.push_back(j);
+      }
+    }
+  }
+  // Joining: not caught up while a chunk held here got no copy yet (its
+  // acting primary may be gone: then it must never count as a copy).
+  const uint32_t self = options_.shard_id;
+  if (replica_view_->Joining(self)) {
+    for (const JobPtr& job : AllJobs()) {
+      if (!job->replicated || job->waits.is_closed.load()) continue;
+      for (const std::unique_ptr<internal::Chunk>& c : job->chunks) {
+        if (!c->copied.load() &&
+            std::find(behind.begin(), behind.end(), self) == behind.end()) {
+          behind.push_back(self);
+        }
       }
     }
   }
@@ -110,6 +126,22 @@ void Shard::ApplyViewChange(const SetReplicaViewRequest& req,
       replicator_->Notify(job);
     }
   }
+}
+
+absl::Status Shard::UnknownJob(const std::string& job_id) const {
+  rejected_.Add(internal::kUnknownJob);
+  if (replica_view_->Failed(options_.shard_id) ||
+      replica_view_->Joining(options_.shard_id)) {
+    // Failed over (a restarted psd), not yet holding the job again: its
+    // clients retry and find the acting primary through the coordinator.
+    return absl::UnavailableError(absl::StrCat(
+        "job_id: no job \"", job_id, "\" on shard ", options_.shard_id,
+        ", which was failed over at epoch ", replica_view_->epoch(),
+        " (its chunks are served by a backup)"));
+  }
+  return absl::FailedPreconditionError(
+      absl::StrCat("job_id: no job \"", job_id, "\" on shard ",
+                   options_.shard_id, " (never registered, or dropped)"));
 }
 
 absl::Status Shard::Replicate(const ReplicateRequest& req) {

@@ -3,7 +3,7 @@
 // no checkpoints.
 //
 // RestartedPrimaryRejoinsAndLaterTakesOver (3 shards, k = 2): shard 1 is
-// SIGKILLed, shard 2 takes its chunks over; shard 1 is restarted on its
+// SIGKILLed, shard 2 takes its chunks over; shard 1 is restarted on a new
 // port: it serves nothing (the coordinator registers the job on it afresh
 // and it joins as a backup), copies its replicas from shards 0 and 2 while
 // training goes on, and becomes a backup once caught up. Then shard 2 is
@@ -45,12 +45,9 @@ std::string JobSpecText(int replication) {
       R"pb(
         name: "replicated-rejoin"
         model { mlp { input_dim: 784 hidden: 32 num_classes: 10 } }
-        data {
-          dataset: "synthetic"
-          batch_size: 32
-          synthetic_train: 4096
-          synthetic_test: 512
-          epochs:)pb",
+        data { dataset: "synthetic" batch_size: 32 synthetic_train: 4096
+               synthetic_test: 512
+               epochs:)pb",
       kEpochs, R"pb(
         }
         optimizer { kind: SGD learning_rate: 0.05 momentum: 0.9 }
@@ -77,9 +74,8 @@ void AwaitLog(const LocalCluster& cluster, const std::string& line,
               absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
   while (cluster.Log("psd0").find(line) == std::string::npos) {
-    ASSERT_LT(absl::Now(), deadline)
-        << "psd0 never logged \"" << line << "\"\n"
-        << cluster.Log("psd0");
+    ASSERT_LT(absl::Now(), deadline) << "psd0 never logged \"" << line << "\"\n"
+                                     << cluster.Log("psd0");
     absl::SleepFor(absl::Milliseconds(20));  // a poll, not a synchronization
   }
 }
@@ -97,11 +93,20 @@ uint64_t AwaitStep(const LocalCluster& cluster, const std::string& job,
   return s->progress().step();
 }
 
-// Restarts the SIGKILLed shard `s` on its old address.
-void Restart(LocalCluster& cluster, int s, const std::string& address) {
-  absl::Status restarted = cluster.StartShard(
-      s, absl::StrCat("listen_address: \"", address, "\""));
-  ASSERT_TRUE(restarted.ok()) << restarted << cluster.Log(absl::StrCat("psd", s));
+// Restarts the SIGKILLed shard `s` on a new port (as under a scheduler;
+// the coordinator finds it through its address file): the workers' retries
+// to the old address fail at once and they find the acting primary.
+// Returns the new address in *address.
+void Restart(LocalCluster& cluster, int s, std::string* address) {
+  const std::string file = absl::StrCat(cluster.dir(), "/s", s, ".addr");
+  ASSERT_TRUE(WriteFileAtomically(file, "").ok());
+  absl::Status restarted = cluster.StartShard(s);
+  ASSERT_TRUE(restarted.ok())
+      << restarted << cluster.Log(absl::StrCat("psd", s));
+  absl::StatusOr<std::string> a = WaitForFile(file, absl::Seconds(10));
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_NE(*a, *address) << "the kernel gave the same port again";
+  *address = *a;
 }
 
 // Shard `s` holds every chunk of `job` it has a copy of as a backup and
@@ -134,9 +139,10 @@ void Finish(LocalCluster& cluster, const std::string& job,
   EXPECT_EQ(end->progress().step(), kTotalSteps);
   result->test_accuracy = end->progress().test_accuracy();
   for (size_t s = 0; s < live.size(); ++s) {
-    ASSERT_TRUE(WriteFileAtomically(
-                    absl::StrCat(cluster.dir(), "/s", s, ".addr"), live[s] + "\n")
-                    .ok());
+    ASSERT_TRUE(
+        WriteFileAtomically(absl::StrCat(cluster.dir(), "/s", s, ".addr"),
+                            live[s] + "\n")
+            .ok());
   }
   absl::StatusOr<FinishedJob> finished = ReadFinishedJob(cluster, job, live);
   ASSERT_TRUE(finished.ok()) << finished.status();
@@ -168,7 +174,7 @@ TEST(ReplicatedRejoinTest, RestartedPrimaryRejoinsAndLaterTakesOver) {
   absl::StatusOr<std::vector<std::string>> addresses =
       ShardAddresses(cluster, 3);
   ASSERT_TRUE(addresses.ok()) << addresses.status();
-  const std::vector<std::string>& a = *addresses;
+  std::vector<std::string>& a = *addresses;
 
   AwaitStep(cluster, job, kKillAfterStep);
   ASSERT_FALSE(::testing::Test::HasFailure());
@@ -176,13 +182,13 @@ TEST(ReplicatedRejoinTest, RestartedPrimaryRejoinsAndLaterTakesOver) {
   ASSERT_NO_FATAL_FAILURE(
       AwaitLog(cluster, "shard 1 failed over at epoch 1", absl::Seconds(30)));
   const absl::Time restarted_at = absl::Now();
-  ASSERT_NO_FATAL_FAILURE(Restart(cluster, 1, a[1]));
+  ASSERT_NO_FATAL_FAILURE(Restart(cluster, 1, &a[1]));
   ASSERT_NO_FATAL_FAILURE(AwaitLog(
       cluster, "shard 1 answers again: it rejoins as a backup at epoch 2",
       absl::Seconds(30)));
-  ASSERT_NO_FATAL_FAILURE(AwaitLog(
-      cluster, "shard 1 caught up: a backup again at epoch 3",
-      absl::Seconds(60)));
+  ASSERT_NO_FATAL_FAILURE(
+      AwaitLog(cluster, "shard 1 caught up: a backup again at epoch 3",
+               absl::Seconds(60)));
   const absl::Duration rejoin = absl::Now() - restarted_at;
   // Refused as a primary: the workers never reached it; it holds a copy of
   // every chunk it had, all as a backup, each copied in.
@@ -229,7 +235,7 @@ TEST(ReplicatedRejoinTest, APrimaryLostDuringTheCopy) {
   absl::StatusOr<std::vector<std::string>> addresses =
       ShardAddresses(cluster, 4);
   ASSERT_TRUE(addresses.ok()) << addresses.status();
-  const std::vector<std::string>& a = *addresses;
+  std::vector<std::string>& a = *addresses;
 
   AwaitStep(cluster, job, kKillAfterStep);
   ASSERT_FALSE(::testing::Test::HasFailure());
@@ -240,7 +246,7 @@ TEST(ReplicatedRejoinTest, APrimaryLostDuringTheCopy) {
   // back and joins while shard 2 cannot copy to it, and is still joining
   // when shard 2 is failed over (a silent shard holds back the catch-up).
   ASSERT_EQ(kill(cluster.shard(2).pid(), SIGSTOP), 0);
-  ASSERT_NO_FATAL_FAILURE(Restart(cluster, 1, a[1]));
+  ASSERT_NO_FATAL_FAILURE(Restart(cluster, 1, &a[1]));
   ASSERT_NO_FATAL_FAILURE(AwaitLog(
       cluster, "shard 1 answers again: it rejoins as a backup at epoch 2",
       absl::Seconds(30)));
@@ -252,9 +258,9 @@ TEST(ReplicatedRejoinTest, APrimaryLostDuringTheCopy) {
   cluster.shard(2).Kill();
   // Shard 3 is the acting primary of shard 1's and shard 2's chunks now
   // and copies them to shard 1.
-  ASSERT_NO_FATAL_FAILURE(AwaitLog(
-      cluster, "shard 1 caught up: a backup again at epoch 4",
-      absl::Seconds(60)));
+  ASSERT_NO_FATAL_FAILURE(
+      AwaitLog(cluster, "shard 1 caught up: a backup again at epoch 4",
+               absl::Seconds(60)));
   ASSERT_NO_FATAL_FAILURE(ExpectServesNothing(a[1], job, 1));
   RunResult killed;
   ASSERT_NO_FATAL_FAILURE(

@@ -116,9 +116,9 @@ absl::Status JobCoordinator::RejoinShard(uint32_t shard) {
     // starts again from nothing, like a restarted one.
     PS_RETURN_IF_ERROR(shards->DropJob(shard, r.job_id()));
     if (absl::Status st = shards->RegisterJob(shard, r); !st.ok()) {
-      return absl::Status(st.code(), absl::StrCat("job ", r.job_id(),
-                                                   ": RegisterJob on shard ",
-                                                   shard, ": ", st.message()));
+      return absl::Status(
+          st.code(), absl::StrCat("job ", r.job_id(), ": RegisterJob on shard ",
+                                  shard, ": ", st.message()));
     }
   }
   // A job that ended meanwhile was dropped everywhere but maybe not here.

@@ -88,14 +88,15 @@ void ReplicaMonitor::Beat(absl::Time now) {
   bool all_answered = true;
   const std::vector<uint32_t> failed(view.failed().begin(),
                                      view.failed().end());
-  // A killed shard refuses the connection at once; a hung one gets the
-  // whole window of `misses` beats.
-  const absl::Time deadline = now + options_.interval * options_.misses;
   for (uint32_t s = 0; s < options_.num_shards; ++s) {
     // Failed shards hear the view too (best effort): one still alive learns
-    // that it is fenced and stops serving; one that answers rejoins.
+    // that it is fenced and stops serving; one that answers rejoins. A
+    // killed shard refuses the connection at once; a hung one gets the
+    // whole window of `misses` beats (its own: the shards after it do not
+    // pay for it).
     SetReplicaViewResponse resp;
-    absl::Status st = options_.send(s, view, deadline, &resp);
+    absl::Status st = options_.send(
+        s, view, absl::Now() + options_.interval * options_.misses, &resp);
     if (Contains(failed, s)) {
       if (st.ok()) back.push_back(s);
       continue;
@@ -202,10 +203,10 @@ absl::Status ReplicaMonitor::Move(const ReplicaSets& next, absl::Time now,
     sets_ = next;
     view = ViewLocked();
   }
-  const absl::Time deadline = now + options_.interval * options_.misses;
   for (uint32_t s = 0; s < options_.num_shards; ++s) {
     SetReplicaViewResponse ignored;
-    (void)options_.send(s, view, deadline, &ignored);
+    (void)options_.send(
+        s, view, absl::Now() + options_.interval * options_.misses, &ignored);
   }
   return absl::OkStatus();
 }

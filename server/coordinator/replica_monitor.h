@@ -117,8 +117,8 @@ class ReplicaMonitor {
                const std::vector<uint32_t>& caught_up, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(beat_mu_);
   // Commits `next` under the next epoch, then sends it to every shard.
-  absl::Status Move(const ReplicaSets& next, absl::Time now,
-                    uint64_t* epoch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(beat_mu_);
+  absl::Status Move(const ReplicaSets& next, absl::Time now, uint64_t* epoch)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(beat_mu_);
   void Loop();
 
   const Options options_;

@@ -17,6 +17,19 @@ void Erase(std::vector<uint32_t>& v, uint32_t x) {
   v.erase(std::remove(v.begin(), v.end(), x), v.end());
 }
 
+// Whether shard s's address is another shard's too (a stale address file
+// naming a live shard): what answers there is not s.
+bool SharesAddress(const SetReplicaViewRequest& view, uint32_t s) {
+  if (s >= static_cast<uint32_t>(view.addresses_size())) return false;
+  for (int t = 0; t < view.addresses_size(); ++t) {
+    if (static_cast<uint32_t>(t) != s &&
+        view.addresses(t) == view.addresses(s)) {
+      return true;
+    }
+  }
+  return false;
+}
+
 }  // namespace
 
 ReplicaMonitor::ReplicaMonitor(Options options)
@@ -98,7 +111,7 @@ void ReplicaMonitor::Beat(absl::Time now) {
     absl::Status st = options_.send(
         s, view, absl::Now() + options_.interval * options_.misses, &resp);
     if (Contains(failed, s)) {
-      if (st.ok()) back.push_back(s);
+      if (st.ok() && !SharesAddress(view, s)) back.push_back(s);
       continue;
     }
     if (st.ok()) {

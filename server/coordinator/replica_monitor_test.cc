@@ -156,6 +156,19 @@ TEST(ReplicaMonitorTest, AFailedShardThatAnswersRejoinsAndCatchesUp) {
   EXPECT_THAT(addresses, ElementsAre("a:0", "b:1", "a:0"));
 }
 
+TEST(ReplicaMonitorTest, AFailedShardsAddressHeldByAnotherShardIsNoRejoin) {
+  Fake fake;
+  ReplicaMonitor::Options o = fake.Options();
+  o.sets.failed = {1};
+  o.epoch = 1;
+  // Shard 1's address file now names shard 2: shard 2 answers there.
+  o.addresses = [] { return std::vector<std::string>{"a:0", "c:2", "c:2"}; };
+  ReplicaMonitor monitor(o);
+  monitor.Beat(absl::Now());
+  EXPECT_TRUE(fake.rejoined_calls.empty());
+  EXPECT_EQ(monitor.epoch(), 1u);
+}
+
 TEST(ReplicaMonitorTest, AJoiningShardIsNotCaughtUpWhileAShardIsSilent) {
   Fake fake;
   ReplicaMonitor::Options o = fake.Options();

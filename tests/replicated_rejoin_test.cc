@@ -35,8 +35,10 @@
 namespace ps {
 namespace {
 
-// 4096 examples / (2 workers x 32) = 64 steps per epoch.
-constexpr uint64_t kEpochs = 6;
+// 4096 examples / (2 workers x 32) = 64 steps per epoch. A step takes a
+// few ms on an idle machine: enough of them that the job still runs after
+// a restart and a rejoin (about a second).
+constexpr uint64_t kEpochs = 40;
 constexpr uint64_t kTotalSteps = 64 * kEpochs;
 constexpr uint64_t kKillAfterStep = 30;
 
@@ -55,7 +57,7 @@ std::string JobSpecText(int replication) {
         num_workers: 2
         partition_bytes: 16384
         seed: 11
-        eval_every: 20
+        eval_every: 200
         replication:)pb",
       replication);
 }

@@ -9,9 +9,9 @@
 # the undisturbed run; prints both summaries and the shard statistics.
 #
 # --replicated: the replicated-shard drill instead (3 psd, 2 workerd, the job
-# with replication: 2 and no checkpoints): at ~30% kill -9 psd 1 (shard 2
+# with replication: 2 and no checkpoints): at ~20% kill -9 psd 1 (shard 2
 # takes its chunks over), restart it on a new port (it rejoins as a backup,
-# copies its replicas in and catches up), then at ~60% kill -9 psd 2 (shard
+# copies its replicas in and catches up), then at once kill -9 psd 2 (shard
 # 1 serves its chunks again from the copy). Passes when the job SUCCEEDS
 # with the undisturbed run's test accuracy exactly.
 #
@@ -148,7 +148,7 @@ for _ in $(seq 300); do
   sleep 0.1
 done
 if ((REPLICATED)); then
-  wait_step "$job" $((total * 30 / 100))
+  wait_step "$job" $((total * 20 / 100))
   echo "drill: kill -9 psd 1 at step $("${PSCTL[@]}" status "$job" --json | field step) of $total"
   t0=$(date +%s.%N)
   kill_psd 1
@@ -158,8 +158,11 @@ if ((REPLICATED)); then
   t1=$(date +%s.%N)
   echo "drill: psd 1 restarted, rejoined as a backup and caught up $(python3 -c "print(round($t1 - $t0, 2))") s after the kill (step $("${PSCTL[@]}" status "$job" --json | field step))"
   "${PSCTL[@]}" stats | grep '^replicas:' || true
-  wait_step "$job" $((total * 60 / 100))
-  echo "drill: kill -9 psd 2 at step $("${PSCTL[@]}" status "$job" --json | field step)"
+  # At once: a step takes a few ms, the whole job may last seconds.
+  js=$("${PSCTL[@]}" status "$job" --json)
+  [[ $(state <<<"$js") == RUNNING ]] \
+    || { echo "drill: FAILED: the job ended before psd 2 was killed; use more epochs" >&2; exit 1; }
+  echo "drill: kill -9 psd 2 at step $(field step <<<"$js")"
   kill_psd 2
   wait_log "shard 2 failed over at epoch"
 fi
@@ -194,7 +197,7 @@ echo "drill: shard statistics after the faults (a killed shard answers no stats)
 "${PSCTL[@]}" stats --json 2>/dev/null | python3 -c "
 import json,sys
 for s in json.load(sys.stdin):
-  for j in s.get('job_stats', []):
+  for j in (s or {}).get('job_stats', []):
     print('shard', s.get('shard_id', 0), j['job_id'], 'restored_from_step', j.get('restored_from_step', '0'),
           'checkpoints', j.get('checkpoints', '0'), 'stale', j.get('stale_pushes', '0'),
           'duplicates', j.get('duplicates', '0'))" || true

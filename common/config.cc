@@ -149,11 +149,27 @@ void ResolveTlsPaths(TlsConfig* tls, const std::string& base) {
   tls->set_ca_file(ResolvePath(tls->ca_file(), base));
 }
 
-// PsdConfig.shard_address_refresh_ms, WorkerdConfig.shard_locate_interval_ms.
+// PsdConfig.shard_address_refresh_ms and shard_heartbeat_ms,
+// WorkerdConfig.shard_locate_interval_ms.
 void CheckShardInterval(const std::string& field, uint32_t ms, Problems* p) {
   if (ms < kMinShardIntervalMs || ms > kMaxShardIntervalMs) {
     p->Add(field, absl::StrCat("must be in [", kMinShardIntervalMs, ", ",
                                kMaxShardIntervalMs, "], got ", ms));
+  }
+}
+
+// PsdConfig.shard_heartbeat_ms and shard_heartbeat_misses: defaults filled
+// in, ranges checked.
+void CheckShardHeartbeat(PsdConfig& c, Problems* p) {
+  if (c.shard_heartbeat_ms() == 0)
+    c.set_shard_heartbeat_ms(kDefaultShardHeartbeatMs);
+  CheckShardInterval("shard_heartbeat_ms", c.shard_heartbeat_ms(), p);
+  if (c.shard_heartbeat_misses() == 0)
+    c.set_shard_heartbeat_misses(kDefaultShardHeartbeatMisses);
+  if (c.shard_heartbeat_misses() > kMaxShardHeartbeatMisses) {
+    p->Add("shard_heartbeat_misses",
+           absl::StrCat("must be in [1, ", kMaxShardHeartbeatMisses, "], got ",
+                        c.shard_heartbeat_misses()));
   }
 }
 
@@ -419,6 +435,7 @@ absl::StatusOr<LoadedPsdConfig> ParsePsdConfig(const std::string& text,
     c.set_shard_address_refresh_ms(kDefaultShardAddressRefreshMs);
   CheckShardInterval("shard_address_refresh_ms", c.shard_address_refresh_ms(),
                      &p);
+  CheckShardHeartbeat(c, &p);
   if (c.progress_history_rows() == 0)
     c.set_progress_history_rows(kDefaultProgressHistoryRows);
   if (!c.has_succeeded_jobs_kept()) {

@@ -48,6 +48,9 @@ inline constexpr size_t kMaxAddressFileBytes = 4096;
 // leave a moved shard unfound longer than the workers' retries last.
 inline constexpr uint32_t kMinShardIntervalMs = 10;
 inline constexpr uint32_t kMaxShardIntervalMs = 60000;
+// PsdConfig.shard_heartbeat_misses: more would leave a dead shard's chunks
+// unserved for longer than the workers' retries last.
+inline constexpr uint32_t kMaxShardHeartbeatMisses = 100;
 // A bearer token travels as an HTTP/2 header value.
 inline constexpr size_t kMaxTokenBytes = 4096;
 

@@ -50,12 +50,7 @@ absl::StatusOr<Shard::JobPtr> Shard::FindJob(const std::string& job_id) const {
   absl::ReaderMutexLock l(&mu_);
   if (shutdown_) return ShuttingDown();
   auto it = jobs_.find(job_id);
-  if (it == jobs_.end()) {
-    rejected_.Add(internal::kUnknownJob);
-    return absl::FailedPreconditionError(
-        absl::StrCat("job_id: no job \"", job_id, "\" on shard ",
-                     options_.shard_id, " (never registered, or dropped)"));
-  }
+  if (it == jobs_.end()) return UnknownJob(job_id);
   return it->second;
 }
 

@@ -390,7 +390,9 @@ class Shard {
   void SetReplicaSender(ReplicaSender sender);
   // The coordinator's view (heartbeat and failover): FAILED_PRECONDITION
   // for an older epoch than held. A new epoch promotes this shard's backups
-  // whose primaries failed and drops failed backups from the forwards.
+  // whose primaries failed and drops failed backups from the forwards;
+  // joining shards get copies. resp->behind: the joining shards this
+  // shard has not finished copying to.
   absl::Status SetReplicaView(const SetReplicaViewRequest& req,
                               SetReplicaViewResponse* resp);
   // A primary's forward (see internal::ApplyReplica for what is refused:
@@ -398,6 +400,14 @@ class Shard {
   absl::Status Replicate(const ReplicateRequest& req);
 
  private:
+  // FindJob's answer for a job not held: FAILED_PRECONDITION, or
+  // UNAVAILABLE (the clients retry elsewhere) while the view says this
+  // shard was failed over or is joining.
+  absl::Status UnknownJob(const std::string& job_id) const;
+  // SetReplicaView's work once the epoch moved: fencing, promotions,
+  // dropped backups, forwards to joining shards.
+  void ApplyViewChange(const SetReplicaViewRequest& req,
+                       const std::vector<uint32_t>& newly_failed);
   using JobPtr = std::shared_ptr<internal::Job>;
 
   // `done` wrapped to record a TRACE_SHARD_REQUEST span from start_ns

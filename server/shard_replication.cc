@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "server/internal/job.h"
+#include "server/internal/reasons.h"
 #include "server/internal/replica_view.h"
 #include "server/internal/replicator.h"
 #include "server/internal/waits.h"
@@ -55,13 +56,59 @@ absl::Status Shard::SetReplicaView(const SetReplicaViewRequest& req,
   for (uint32_t f : req.failed()) {
     if (!replica_view_->Failed(f)) newly_failed.push_back(f);
   }
+  if (req.epoch() > replica_view_->epoch()) {
+    // A shard that comes back joins empty: what it acknowledged before it
+    // failed no longer counts (before the view moves, so that no forward
+    // to it is in flight).
+    for (uint32_t j : req.joining()) {
+      if (replica_view_->Joining(j)) continue;
+      for (const JobPtr& job : AllJobs()) {
+        if (job->replicated) internal::ForgetAcks(*job, j);
+      }
+    }
+  }
   absl::StatusOr<bool> moved = replica_view_->Set(req);
   resp->set_epoch(replica_view_->epoch());
   if (!moved.ok()) return moved.status();
-  if (!*moved) return absl::OkStatus();
-  spdlog::info("shard {}: replica view epoch {}, failed shards [{}]",
-               options_.shard_id, req.epoch(),
-               absl::StrJoin(req.failed(), ", "));
+  if (*moved) {
+    spdlog::info(
+        "shard {}: replica view epoch {}, failed shards [{}], joining [{}], "
+        "rejoined [{}]",
+        options_.shard_id, req.epoch(), absl::StrJoin(req.failed(), ", "),
+        absl::StrJoin(req.joining(), ", "),
+        absl::StrJoin(req.rejoined(), ", "));
+    ApplyViewChange(req, newly_failed);
+  }
+  // The joining shards this shard still copies to.
+  std::vector<uint32_t> behind;
+  for (const JobPtr& job : AllJobs()) {
+    if (!job->replicated || job->waits.is_closed.load()) continue;
+    for (uint32_t j : internal::Behind(*job, *replica_view_)) {
+      if (std::find(behind.begin(), behind.end(), j) == behind.end()) {
+        behind.push_back(j);
+      }
+    }
+  }
+  // Joining: not caught up while a chunk held here got no copy yet (its
+  // acting primary may be gone: then it must never count as a copy).
+  const uint32_t self = options_.shard_id;
+  if (replica_view_->Joining(self)) {
+    for (const JobPtr& job : AllJobs()) {
+      if (!job->replicated || job->waits.is_closed.load()) continue;
+      for (const std::unique_ptr<internal::Chunk>& c : job->chunks) {
+        if (!c->copied.load() &&
+            std::find(behind.begin(), behind.end(), self) == behind.end()) {
+          behind.push_back(self);
+        }
+      }
+    }
+  }
+  for (uint32_t j : behind) resp->add_behind(j);
+  return absl::OkStatus();
+}
+
+void Shard::ApplyViewChange(const SetReplicaViewRequest& req,
+                            const std::vector<uint32_t>& newly_failed) {
   // Promoted chunks forward to the backups left; failed backups leave the
   // acknowledgement set; the answers they held may go. A shard told that
   // it failed (alive, but silent to the coordinator) is fenced: its waits
@@ -79,7 +126,22 @@ absl::Status Shard::SetReplicaView(const SetReplicaViewRequest& req,
       replicator_->Notify(job);
     }
   }
-  return absl::OkStatus();
+}
+
+absl::Status Shard::UnknownJob(const std::string& job_id) const {
+  rejected_.Add(internal::kUnknownJob);
+  if (replica_view_->Failed(options_.shard_id) ||
+      replica_view_->Joining(options_.shard_id)) {
+    // Failed over (a restarted psd), not yet holding the job again: its
+    // clients retry and find the acting primary through the coordinator.
+    return absl::UnavailableError(absl::StrCat(
+        "job_id: no job \"", job_id, "\" on shard ", options_.shard_id,
+        ", which was failed over at epoch ", replica_view_->epoch(),
+        " (its chunks are served by a backup)"));
+  }
+  return absl::FailedPreconditionError(
+      absl::StrCat("job_id: no job \"", job_id, "\" on shard ",
+                   options_.shard_id, " (never registered, or dropped)"));
 }
 
 absl::Status Shard::Replicate(const ReplicateRequest& req) {

@@ -133,7 +133,7 @@ class JobCoordinator {
     // (replica_monitor.h) from the first replicated job on, failing a
     // silent shard over to its backups. Unset: no failover.
     std::function<absl::Status(uint32_t shard, const SetReplicaViewRequest&,
-                               absl::Time deadline)>
+                               absl::Time deadline, SetReplicaViewResponse*)>
         set_replica_view;
     absl::Duration shard_heartbeat =
         absl::Milliseconds(kDefaultShardHeartbeatMs);
@@ -278,9 +278,11 @@ class JobCoordinator {
   // stored view; armed when a reloaded job is replicated.
   absl::Status StartReplicaMonitor() ABSL_LOCKS_EXCLUDED(mu_);
   // The monitor's commit: the view into the store before anyone hears it.
-  absl::Status CommitReplicaView(uint64_t epoch,
-                                 const std::vector<uint32_t>& failed)
+  absl::Status CommitReplicaView(uint64_t epoch, const ReplicaSets& sets)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // The monitor's rejoin: the running replicated jobs dropped and
+  // registered afresh on `shard` (a failed shard that answers again).
+  absl::Status RejoinShard(uint32_t shard) ABSL_LOCKS_EXCLUDED(mu_);
   // Arms the monitor when `spec` is replicated.
   void MaybeArmReplicas(const JobSpec& spec);
   // Commits the changes to the store; logs a failure.

@@ -345,12 +345,15 @@ absl::StatusOr<std::vector<StoredWorker>> LoadWorkers(sqlite3* db) {
 }  // namespace
 
 absl::StatusOr<StoredReplicaView> JobStore::LoadReplicaView() {
-  StoredReplicaView view;
-  PS_ASSIGN_OR_RETURN(int64_t epoch, Meta(db_, "replica_epoch", 0));
-  PS_ASSIGN_OR_RETURN(int64_t failed, Meta(db_, "replica_failed_mask", 0));
-  view.epoch = static_cast<uint64_t>(epoch);
-  view.failed_mask = static_cast<uint64_t>(failed);
-  return view;
+  StoredReplicaView v;
+  for (auto [key, out] : {std::pair{"replica_epoch", &v.epoch},
+                          {"replica_failed_mask", &v.failed_mask},
+                          {"replica_joining_mask", &v.joining_mask},
+                          {"replica_rejoined_mask", &v.rejoined_mask}}) {
+    PS_ASSIGN_OR_RETURN(int64_t stored, Meta(db_, key, 0));
+    *out = static_cast<uint64_t>(stored);
+  }
+  return v;
 }
 
 bool StoreChanges::empty() const {
@@ -496,11 +499,13 @@ absl::Status JobStore::WriteChanges(const StoreChanges& changes) {
     PS_RETURN_IF_ERROR(
         SetMeta(db_, "next_worker_seq", *changes.next_worker_seq));
   }
-  if (changes.replica_view.has_value()) {
-    PS_RETURN_IF_ERROR(
-        SetMeta(db_, "replica_epoch", changes.replica_view->epoch));
-    PS_RETURN_IF_ERROR(
-        SetMeta(db_, "replica_failed_mask", changes.replica_view->failed_mask));
+  if (const auto& v = changes.replica_view; v.has_value()) {
+    for (auto [key, value] : {std::pair{"replica_epoch", v->epoch},
+                              {"replica_failed_mask", v->failed_mask},
+                              {"replica_joining_mask", v->joining_mask},
+                              {"replica_rejoined_mask", v->rejoined_mask}}) {
+      PS_RETURN_IF_ERROR(SetMeta(db_, key, value));
+    }
   }
   return absl::OkStatus();
 }

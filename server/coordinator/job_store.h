@@ -78,11 +78,14 @@ struct StoredWorker {
   std::string abort_reason;
 };
 
-// Replicated jobs: the failover epoch and the shards failed over (bit s =
-// shard s; shards >= 64 are never failed over), in the meta table.
+// Replicated jobs: the failover epoch and the shards failed over, joining
+// back and rejoined (bit s = shard s; shards >= 64 are never failed over),
+// in the meta table.
 struct StoredReplicaView {
   uint64_t epoch = 0;
   uint64_t failed_mask = 0;
+  uint64_t joining_mask = 0;
+  uint64_t rejoined_mask = 0;
 };
 
 // Everything Load returns: jobs in submit order, workers in registration

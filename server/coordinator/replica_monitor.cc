@@ -7,24 +7,51 @@
 #include "spdlog/spdlog.h"
 
 namespace ps {
+namespace {
+
+bool Contains(const std::vector<uint32_t>& v, uint32_t x) {
+  return std::find(v.begin(), v.end(), x) != v.end();
+}
+
+void Erase(std::vector<uint32_t>& v, uint32_t x) {
+  v.erase(std::remove(v.begin(), v.end(), x), v.end());
+}
+
+// Whether shard s's address is another shard's too (a stale address file
+// naming a live shard): what answers there is not s.
+bool SharesAddress(const SetReplicaViewRequest& view, uint32_t s) {
+  if (s >= static_cast<uint32_t>(view.addresses_size())) return false;
+  for (int t = 0; t < view.addresses_size(); ++t) {
+    if (static_cast<uint32_t>(t) != s &&
+        view.addresses(t) == view.addresses(s)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
 
 ReplicaMonitor::ReplicaMonitor(Options options)
     : options_(std::move(options)),
       missed_(options_.num_shards, 0),
+      rejoin_error_(options_.num_shards),
       epoch_(options_.epoch),
-      failed_(options_.failed) {}
+      sets_(options_.sets) {}
 
 ReplicaMonitor::~ReplicaMonitor() { Stop(); }
 
-void ReplicaMonitor::Arm() {
+void ReplicaMonitor::Arm(uint32_t copies) {
   absl::MutexLock l(&mu_);
+  copies_ = std::max(copies_, copies);
   if (armed_ || stop_) return;
   armed_ = true;
   spdlog::info(
       "coordinator: shard heartbeats every {} for replicated jobs "
-      "(epoch {}, failed shards [{}])",
+      "(epoch {}, failed shards [{}], joining [{}], rejoined [{}])",
       absl::FormatDuration(options_.interval), epoch_,
-      absl::StrJoin(failed_, ", "));
+      absl::StrJoin(sets_.failed, ", "), absl::StrJoin(sets_.joining, ", "),
+      absl::StrJoin(sets_.rejoined, ", "));
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -48,13 +75,15 @@ void ReplicaMonitor::Loop() {
 }
 
 bool ReplicaMonitor::FailedLocked(uint32_t shard) const {
-  return std::find(failed_.begin(), failed_.end(), shard) != failed_.end();
+  return Contains(sets_.failed, shard);
 }
 
 SetReplicaViewRequest ReplicaMonitor::ViewLocked() const {
   SetReplicaViewRequest view;
   view.set_epoch(epoch_);
-  for (uint32_t f : failed_) view.add_failed(f);
+  for (uint32_t f : sets_.failed) view.add_failed(f);
+  for (uint32_t j : sets_.joining) view.add_joining(j);
+  for (uint32_t r : sets_.rejoined) view.add_rejoined(r);
   for (std::string& a : options_.addresses()) view.add_addresses(std::move(a));
   return view;
 }
@@ -67,61 +96,161 @@ void ReplicaMonitor::Beat(absl::Time now) {
     view = ViewLocked();
   }
   std::vector<uint32_t> dead;
-  std::vector<uint32_t> failed(view.failed().begin(), view.failed().end());
-  // A killed shard refuses the connection at once; a hung one gets the
-  // whole window of `misses` beats.
-  const absl::Time deadline = now + options_.interval * options_.misses;
+  std::vector<uint32_t> back;    // failed shards that answered
+  std::vector<uint32_t> behind;  // joining shards some primary still copies
+  bool all_answered = true;
+  const std::vector<uint32_t> failed(view.failed().begin(),
+                                     view.failed().end());
   for (uint32_t s = 0; s < options_.num_shards; ++s) {
-    const bool was_failed =
-        std::find(failed.begin(), failed.end(), s) != failed.end();
     // Failed shards hear the view too (best effort): one still alive learns
-    // that it is fenced and stops serving.
-    absl::Status st = options_.send(s, view, deadline);
-    if (was_failed) continue;
+    // that it is fenced and stops serving; one that answers rejoins. A
+    // killed shard refuses the connection at once; a hung one gets the
+    // whole window of `misses` beats (its own: the shards after it do not
+    // pay for it).
+    SetReplicaViewResponse resp;
+    absl::Status st = options_.send(
+        s, view, absl::Now() + options_.interval * options_.misses, &resp);
+    if (Contains(failed, s)) {
+      if (st.ok() && !SharesAddress(view, s)) back.push_back(s);
+      continue;
+    }
     if (st.ok()) {
       missed_[s] = 0;
-    } else if (++missed_[s] == options_.misses) {
+      for (uint32_t b : resp.behind()) behind.push_back(b);
+      continue;
+    }
+    all_answered = false;
+    if (++missed_[s] == options_.misses) {
       spdlog::warn("coordinator: shard {} missed {} heartbeats: {}", s,
                    options_.misses, st.ToString());
       dead.push_back(s);
     }
   }
-  if (!dead.empty()) FailOver(dead, now);
+  if (!dead.empty()) {
+    FailOver(dead, now);
+    return;
+  }
+  // Caught up: every shard answered this view and none has a chunk left
+  // to copy to it.
+  std::vector<uint32_t> caught_up;
+  if (all_answered) {
+    for (uint32_t j : view.joining()) {
+      if (!Contains(behind, j)) caught_up.push_back(j);
+    }
+  }
+  if (!options_.rejoin) back.clear();
+  if (!back.empty() || !caught_up.empty()) Readmit(back, caught_up, now);
+}
+
+void ReplicaMonitor::Readmit(const std::vector<uint32_t>& back,
+                             const std::vector<uint32_t>& caught_up,
+                             absl::Time now) {
+  ReplicaSets next;
+  {
+    absl::MutexLock l(&mu_);
+    next = sets_;
+  }
+  std::vector<uint32_t> joined;
+  for (uint32_t s : back) {
+    // Its old state is gone or stale: the jobs start afresh there, and the
+    // acting primaries copy them in once it is joining.
+    absl::Status st = options_.rejoin(s);
+    if (!st.ok()) {
+      if (rejoin_error_[s] != st.ToString()) {
+        rejoin_error_[s] = st.ToString();
+        spdlog::warn(
+            "coordinator: failed shard {} answers again but cannot rejoin "
+            "yet (retried every heartbeat): {}",
+            s, st.ToString());
+      }
+      continue;
+    }
+    rejoin_error_[s].clear();
+    Erase(next.failed, s);
+    Erase(next.rejoined, s);
+    next.joining.push_back(s);
+    missed_[s] = 0;
+    joined.push_back(s);
+  }
+  for (uint32_t s : caught_up) {
+    Erase(next.joining, s);
+    next.rejoined.push_back(s);
+  }
+  if (joined.empty() && caught_up.empty()) return;
+  uint64_t epoch = 0;
+  if (absl::Status st = Move(next, now, &epoch); !st.ok()) {
+    spdlog::error(
+        "coordinator: shards [{}] rejoining, [{}] caught up: not committed, "
+        "retrying at the next heartbeat: {}",
+        absl::StrJoin(joined, ", "), absl::StrJoin(caught_up, ", "),
+        st.ToString());
+    return;
+  }
+  for (uint32_t s : joined) {
+    spdlog::warn(
+        "coordinator: shard {} answers again: it rejoins as a backup at "
+        "epoch {}, copying its replicas from the acting primaries",
+        s, epoch);
+  }
+  for (uint32_t s : caught_up) {
+    spdlog::info(
+        "coordinator: shard {} caught up: a backup again at epoch {} "
+        "(acknowledgements wait for it)",
+        s, epoch);
+  }
+}
+
+absl::Status ReplicaMonitor::Move(const ReplicaSets& next, absl::Time now,
+                                  uint64_t* epoch) {
+  {
+    absl::MutexLock l(&mu_);
+    *epoch = epoch_ + 1;
+  }
+  // Durable before anyone is told: a restarted coordinator never hands out
+  // an older epoch.
+  if (absl::Status st = options_.commit(*epoch, next); !st.ok()) return st;
+  SetReplicaViewRequest view;
+  {
+    absl::MutexLock l(&mu_);
+    epoch_ = *epoch;
+    sets_ = next;
+    view = ViewLocked();
+  }
+  for (uint32_t s = 0; s < options_.num_shards; ++s) {
+    SetReplicaViewResponse ignored;
+    (void)options_.send(
+        s, view, absl::Now() + options_.interval * options_.misses, &ignored);
+  }
+  return absl::OkStatus();
 }
 
 bool ReplicaMonitor::FailOver(const std::vector<uint32_t>& dead,
                               absl::Time now) {
-  uint64_t epoch;
-  std::vector<uint32_t> failed;
+  ReplicaSets next;
   {
     absl::MutexLock l(&mu_);
-    epoch = epoch_ + 1;
-    failed = failed_;
+    next = sets_;
   }
-  failed.insert(failed.end(), dead.begin(), dead.end());
-  if (failed.size() >= options_.num_shards) {
+  for (uint32_t s : dead) {
+    Erase(next.joining, s);
+    Erase(next.rejoined, s);
+    next.failed.push_back(s);
+  }
+  if (next.failed.size() >= options_.num_shards) {
     spdlog::error(
         "coordinator: every shard would be failed; not failing "
         "over [{}]",
         absl::StrJoin(dead, ", "));
     return false;
   }
-  // Durable before anyone is told: a restarted coordinator never hands out
-  // an older epoch.
-  if (absl::Status st = options_.commit(epoch, failed); !st.ok()) {
+  uint64_t epoch = 0;
+  if (absl::Status st = Move(next, now, &epoch); !st.ok()) {
     spdlog::error(
         "coordinator: failover of shards [{}] not committed, "
         "retrying at the next heartbeat: {}",
         absl::StrJoin(dead, ", "), st.ToString());
     for (uint32_t s : dead) missed_[s] = options_.misses - 1;
     return false;
-  }
-  SetReplicaViewRequest view;
-  {
-    absl::MutexLock l(&mu_);
-    epoch_ = epoch;
-    failed_ = failed;
-    view = ViewLocked();
   }
   std::vector<std::string> redirected = options_.addresses();
   Redirect(&redirected);
@@ -130,10 +259,6 @@ bool ReplicaMonitor::FailOver(const std::vector<uint32_t>& dead,
         "coordinator: shard {} failed over at epoch {}; its chunks "
         "are served at {}",
         s, epoch, redirected[s]);
-  }
-  const absl::Time deadline = now + options_.interval * options_.misses;
-  for (uint32_t s = 0; s < options_.num_shards; ++s) {
-    (void)options_.send(s, view, deadline);
   }
   return true;
 }
@@ -145,27 +270,40 @@ uint64_t ReplicaMonitor::epoch() const {
 
 std::vector<uint32_t> ReplicaMonitor::failed() const {
   absl::MutexLock l(&mu_);
-  return failed_;
+  return sets_.failed;
+}
+
+ReplicaSets ReplicaMonitor::sets() const {
+  absl::MutexLock l(&mu_);
+  return sets_;
 }
 
 uint32_t ReplicaMonitor::live_shards() const {
   absl::MutexLock l(&mu_);
-  return options_.num_shards - static_cast<uint32_t>(failed_.size());
+  return options_.num_shards - static_cast<uint32_t>(sets_.failed.size());
 }
 
 void ReplicaMonitor::Redirect(std::vector<std::string>* addresses) const {
   absl::MutexLock l(&mu_);
   const uint32_t n = static_cast<uint32_t>(addresses->size());
   const std::vector<std::string> original = *addresses;
-  for (uint32_t s : failed_) {
-    if (s >= n) continue;
-    for (uint32_t j = 1; j < n; ++j) {
-      const uint32_t t = (s + j) % n;
-      if (!FailedLocked(t)) {
-        (*addresses)[s] = original[t];
-        break;
-      }
+  auto in_service = [this](uint32_t t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return !FailedLocked(t) && !Contains(sets_.joining, t) &&
+           !Contains(sets_.rejoined, t);
+  };
+  const uint32_t copies = std::min(copies_, n);
+  for (uint32_t s = 0; s < n; ++s) {
+    if (in_service(s)) continue;
+    // The acting primary of the chunks whose primary is s (ReplicaView).
+    uint32_t to = n;
+    for (uint32_t j = 0; j < copies && to == n; ++j) {
+      if (in_service((s + j) % n)) to = (s + j) % n;
     }
+    for (uint32_t j = 0; j < copies && to == n; ++j) {
+      const uint32_t t = (s + j) % n;
+      if (Contains(sets_.rejoined, t) && !FailedLocked(t)) to = t;
+    }
+    if (to < n) (*addresses)[s] = original[to];
   }
 }
 

@@ -1,26 +1,34 @@
 // ReplicaMonitor: the coordinator's failure detector and failover for
 // replicated jobs (JobSpec.replication > 1, docs/OPERATIONS.md
 // "Replication"). Once armed (a replicated job was submitted or reloaded),
-// it sends the replica view (SetReplicaView: epoch, failed shards, the
-// shards' addresses) to every shard every `interval`; the view is the
-// heartbeat. A shard that fails `misses` heartbeats in a row is failed
-// over: a new epoch with it in the failed set is committed (the SQLite
-// store) before any shard hears of it, then sent to every shard. Each
-// chunk's acting primary is then its first copy not failed, and
-// Redirect() points the failed shard's address at its successor on the
-// ring, where the workers' relocator finds it.
+// it sends the replica view (SetReplicaView: epoch, failed, joining and
+// rejoined shards, the shards' addresses) to every shard every `interval`;
+// the view is the heartbeat. A shard that fails `misses` heartbeats in a
+// row is failed over: a new epoch with it in the failed set is committed
+// (the SQLite store) before any shard hears of it, then sent to every
+// shard. Each chunk's acting primary is then its first copy in service,
+// and Redirect() points the failed shard's address at that successor on
+// the ring, where the workers' relocator finds it.
 //
-//   ReplicaMonitor monitor(options);   // epoch and failed set as stored
-//   monitor.Arm();                      // starts the heartbeat thread
+// A failed shard that answers a heartbeat again (restarted, or its link
+// back) rejoins as a backup: `rejoin` registers the running replicated
+// jobs on it afresh, then it is `joining` under a new epoch (the acting
+// primaries copy its replicas in while training goes on, answering without
+// it); once every shard answered a beat with it not `behind`, it is
+// `rejoined` under a new epoch: a backup again, waited for, acting primary
+// of a chunk only when no other copy of it is live.
+//
+//   ReplicaMonitor monitor(options);   // epoch and sets as stored
+//   monitor.Arm(2);                     // starts the heartbeat thread
 //   monitor.Redirect(&addresses);       // GetShardAddresses, assignments
 //
-//   epoch e, failed F --(shard s misses `misses` beats)--> commit(e+1, F+s)
-//        ^                                                   | ok
-//        +------------------ send view to every shard <------+
+//   live --(misses)--> failed --(answers, rejoin ok)--> joining
+//     ^                                                    | nobody behind
+//     +--------------- rejoined <--------------------------+
+//   (each arrow: commit(e + 1, sets), then the view to every shard)
 //
-// A failed shard never comes back in this version (no rejoin). Thread-safe;
-// Beat blocks for the heartbeat calls (each bounded by its deadline) and
-// the commit.
+// Thread-safe; Beat blocks for the heartbeat calls (each bounded by its
+// deadline), the rejoin registrations and the commit.
 #ifndef SERVER_COORDINATOR_REPLICA_MONITOR_H_
 #define SERVER_COORDINATOR_REPLICA_MONITOR_H_
 
@@ -39,25 +47,34 @@
 
 namespace ps {
 
+// Who is not simply in service, by shard id.
+struct ReplicaSets {
+  std::vector<uint32_t> failed;
+  std::vector<uint32_t> joining;
+  std::vector<uint32_t> rejoined;
+};
+
 class ReplicaMonitor {
  public:
   struct Options {
     uint32_t num_shards = 0;
     absl::Duration interval = absl::Milliseconds(kDefaultShardHeartbeatMs);
     uint32_t misses = kDefaultShardHeartbeatMisses;
-    // One heartbeat to `shard`, blocking up to `deadline`. Required.
+    // One heartbeat to `shard`, blocking up to `deadline`; its answer
+    // into the last argument. Required.
     std::function<absl::Status(uint32_t shard, const SetReplicaViewRequest&,
-                               absl::Time deadline)>
+                               absl::Time deadline, SetReplicaViewResponse*)>
         send;
-    // Makes (epoch, failed) durable before anyone is told. Required.
-    std::function<absl::Status(uint64_t epoch,
-                               const std::vector<uint32_t>& failed)>
-        commit;
+    // Makes (epoch, sets) durable before anyone is told. Required.
+    std::function<absl::Status(uint64_t epoch, const ReplicaSets&)> commit;
     // The shards' addresses now, by shard id. Required.
     std::function<std::vector<std::string>()> addresses;
+    // Registers the running replicated jobs afresh on `shard`, a failed
+    // shard that answers again. Unset: failed shards never rejoin.
+    std::function<absl::Status(uint32_t shard)> rejoin;
     // As last committed.
     uint64_t epoch = 0;
-    std::vector<uint32_t> failed;
+    ReplicaSets sets;
   };
 
   explicit ReplicaMonitor(Options options);
@@ -67,8 +84,9 @@ class ReplicaMonitor {
   ReplicaMonitor(const ReplicaMonitor&) = delete;
   ReplicaMonitor& operator=(const ReplicaMonitor&) = delete;
 
-  // Starts the heartbeat thread (idempotent).
-  void Arm() ABSL_LOCKS_EXCLUDED(mu_);
+  // Starts the heartbeat thread (idempotent); `copies`: a replicated job's
+  // k, the most seen is what Redirect looks through.
+  void Arm(uint32_t copies) ABSL_LOCKS_EXCLUDED(mu_);
   // Stops it; a beat in flight ends within its deadlines. Idempotent.
   void Stop() ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -78,9 +96,12 @@ class ReplicaMonitor {
 
   uint64_t epoch() const ABSL_LOCKS_EXCLUDED(mu_);
   std::vector<uint32_t> failed() const ABSL_LOCKS_EXCLUDED(mu_);
+  ReplicaSets sets() const ABSL_LOCKS_EXCLUDED(mu_);
   uint32_t live_shards() const ABSL_LOCKS_EXCLUDED(mu_);
-  // Replaces each failed shard's address with its successor's: the next
-  // shard on the ring not failed (unchanged when every shard failed).
+  // Replaces the address of each shard not in service (failed, joining,
+  // rejoined) with the acting primary's of its chunks: the first of the
+  // next `copies` shards on the ring in service, else the first rejoined
+  // one not failed (unchanged when none is).
   void Redirect(std::vector<std::string>* addresses) const
       ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -90,16 +111,27 @@ class ReplicaMonitor {
   // Commits and announces `dead` as failed; false if the commit failed.
   bool FailOver(const std::vector<uint32_t>& dead, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(beat_mu_);
+  // Failed shards in `back` rejoin (those `rejoin` registered), joining
+  // ones in `caught_up` become rejoined: one new epoch for both.
+  void Readmit(const std::vector<uint32_t>& back,
+               const std::vector<uint32_t>& caught_up, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(beat_mu_);
+  // Commits `next` under the next epoch, then sends it to every shard.
+  absl::Status Move(const ReplicaSets& next, absl::Time now, uint64_t* epoch)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(beat_mu_);
   void Loop();
 
   const Options options_;
   // Serializes beats (the thread's and tests'); taken before mu_.
   absl::Mutex beat_mu_;
   std::vector<uint32_t> missed_ ABSL_GUARDED_BY(beat_mu_);
+  // The last rejoin failure logged, by shard (not repeated every beat).
+  std::vector<std::string> rejoin_error_ ABSL_GUARDED_BY(beat_mu_);
 
   mutable absl::Mutex mu_;
   uint64_t epoch_ ABSL_GUARDED_BY(mu_);
-  std::vector<uint32_t> failed_ ABSL_GUARDED_BY(mu_);
+  ReplicaSets sets_ ABSL_GUARDED_BY(mu_);
+  uint32_t copies_ ABSL_GUARDED_BY(mu_) = 2;
   bool armed_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;

@@ -23,19 +23,29 @@ struct Fake {
   std::vector<std::pair<uint32_t, uint64_t>> seen;
   std::vector<uint64_t> committed;
   absl::Status commit_status;
+  // What each shard answers as `behind` (joining shards it still copies).
+  std::vector<std::vector<uint32_t>> behind = {{}, {}, {}};
+  std::vector<uint32_t> rejoined_calls;
+  absl::Status rejoin_status;
 
   ReplicaMonitor::Options Options() {
     ReplicaMonitor::Options o;
     o.num_shards = 3;
     o.misses = 2;
-    o.send = [this](uint32_t s, const SetReplicaViewRequest& v, absl::Time) {
+    o.send = [this](uint32_t s, const SetReplicaViewRequest& v, absl::Time,
+                    SetReplicaViewResponse* resp) {
       if (down[s]) return absl::UnavailableError("connection refused");
       seen.push_back({s, v.epoch()});
+      for (uint32_t b : behind[s]) resp->add_behind(b);
       return absl::OkStatus();
     };
-    o.commit = [this](uint64_t epoch, const std::vector<uint32_t>&) {
+    o.commit = [this](uint64_t epoch, const ReplicaSets&) {
       if (commit_status.ok()) committed.push_back(epoch);
       return commit_status;
+    };
+    o.rejoin = [this](uint32_t s) {
+      rejoined_calls.push_back(s);
+      return rejoin_status;
     };
     o.addresses = [] { return std::vector<std::string>{"a:0", "b:1", "c:2"}; };
     return o;
@@ -87,7 +97,7 @@ TEST(ReplicaMonitorTest, AFailedCommitTellsNobodyAndIsRetried) {
 TEST(ReplicaMonitorTest, NeverFailsTheLastShard) {
   Fake fake;
   ReplicaMonitor::Options o = fake.Options();
-  o.failed = {0, 1};
+  o.sets.failed = {0, 1};
   o.epoch = 4;
   ReplicaMonitor monitor(o);
   fake.down = {true, true, true};
@@ -95,6 +105,83 @@ TEST(ReplicaMonitorTest, NeverFailsTheLastShard) {
   monitor.Beat(absl::Now());
   EXPECT_EQ(monitor.epoch(), 4u);
   EXPECT_THAT(monitor.failed(), ElementsAre(0u, 1u));
+}
+
+TEST(ReplicaMonitorTest, AFailedShardThatAnswersRejoinsAndCatchesUp) {
+  Fake fake;
+  ReplicaMonitor monitor(fake.Options());
+  fake.down[1] = true;
+  monitor.Beat(absl::Now());
+  monitor.Beat(absl::Now());
+  ASSERT_EQ(monitor.epoch(), 1u);
+  // Back, but its registration fails: it stays failed, nothing committed.
+  fake.down[1] = false;
+  fake.rejoin_status = absl::ResourceExhaustedError("over budget");
+  monitor.Beat(absl::Now());
+  EXPECT_EQ(monitor.epoch(), 1u);
+  EXPECT_THAT(fake.rejoined_calls, ElementsAre(1u));
+  // Registered: joining under epoch 2, still served by shard 2.
+  fake.rejoin_status = absl::OkStatus();
+  fake.behind[2] = {1};
+  monitor.Beat(absl::Now());
+  EXPECT_EQ(monitor.epoch(), 2u);
+  EXPECT_THAT(monitor.sets().joining, ElementsAre(1u));
+  EXPECT_TRUE(monitor.failed().empty());
+  std::vector<std::string> addresses = {"a:0", "b:1", "c:2"};
+  monitor.Redirect(&addresses);
+  EXPECT_THAT(addresses, ElementsAre("a:0", "c:2", "c:2"));
+  // Shard 2 still copies to it: no change.
+  monitor.Beat(absl::Now());
+  EXPECT_EQ(monitor.epoch(), 2u);
+  // Caught up: a backup again (rejoined) under epoch 3; shard 2 still
+  // serves shard 1's chunks.
+  fake.behind[2] = {};
+  monitor.Beat(absl::Now());
+  EXPECT_EQ(monitor.epoch(), 3u);
+  EXPECT_TRUE(monitor.sets().joining.empty());
+  EXPECT_THAT(monitor.sets().rejoined, ElementsAre(1u));
+  EXPECT_THAT(fake.committed, ElementsAre(1u, 2u, 3u));
+  addresses = {"a:0", "b:1", "c:2"};
+  monitor.Redirect(&addresses);
+  EXPECT_THAT(addresses, ElementsAre("a:0", "c:2", "c:2"));
+  // Shard 2 dies: shard 1 is the only copy of its own chunks left and
+  // serves them; shard 2's go to shard 0.
+  fake.down[2] = true;
+  monitor.Beat(absl::Now());
+  monitor.Beat(absl::Now());
+  EXPECT_EQ(monitor.epoch(), 4u);
+  EXPECT_THAT(monitor.failed(), ElementsAre(2u));
+  addresses = {"a:0", "b:1", "c:2"};
+  monitor.Redirect(&addresses);
+  EXPECT_THAT(addresses, ElementsAre("a:0", "b:1", "a:0"));
+}
+
+TEST(ReplicaMonitorTest, AFailedShardsAddressHeldByAnotherShardIsNoRejoin) {
+  Fake fake;
+  ReplicaMonitor::Options o = fake.Options();
+  o.sets.failed = {1};
+  o.epoch = 1;
+  // Shard 1's address file now names shard 2: shard 2 answers there.
+  o.addresses = [] { return std::vector<std::string>{"a:0", "c:2", "c:2"}; };
+  ReplicaMonitor monitor(o);
+  monitor.Beat(absl::Now());
+  EXPECT_TRUE(fake.rejoined_calls.empty());
+  EXPECT_EQ(monitor.epoch(), 1u);
+}
+
+TEST(ReplicaMonitorTest, AJoiningShardIsNotCaughtUpWhileAShardIsSilent) {
+  Fake fake;
+  ReplicaMonitor::Options o = fake.Options();
+  o.sets.joining = {1};
+  o.epoch = 2;
+  ReplicaMonitor monitor(o);
+  fake.down[0] = true;  // one miss: its answer is unknown
+  monitor.Beat(absl::Now());
+  EXPECT_EQ(monitor.epoch(), 2u);
+  EXPECT_THAT(monitor.sets().joining, ElementsAre(1u));
+  fake.down[0] = false;
+  monitor.Beat(absl::Now());
+  EXPECT_THAT(monitor.sets().rejoined, ElementsAre(1u));
 }
 
 }  // namespace

@@ -58,6 +58,10 @@ class ShardOpQueue {
   // `shards` is borrowed and must outlive the queue.
   ShardOpQueue(ShardControl* shards, uint32_t num_shards);
 
+  // The shards, for calls made outside the queue's order (a shard
+  // rejoining after a failover registers its jobs at once).
+  ShardControl* control() const { return shards_; }
+
   ShardOpQueue(const ShardOpQueue&) = delete;
   ShardOpQueue& operator=(const ShardOpQueue&) = delete;
 

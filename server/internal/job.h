@@ -25,6 +25,7 @@
 #define SERVER_INTERNAL_JOB_H_
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -57,6 +58,9 @@ using ChunkDataList = google::protobuf::RepeatedPtrField<ChunkData>;
 
 class Job;
 struct Chunk;
+
+// The most copies of a chunk (JobSpec.replication <= 3).
+inline constexpr size_t kMaxChunkCopies = 3;
 
 // The requests whose answer time JobCounters.request_ns keeps
 // (JobStats.request_seconds), in RequestMethodName's order.
@@ -145,6 +149,11 @@ struct Chunk {
   // Replicated jobs, while this shard is the chunk's acting primary: the
   // version every live backup acknowledged (Replicator).
   std::atomic<uint64_t> replicated{0};
+  // By copy (0: placement.shard(), i: backups(i - 1)): 1 + the version that
+  // copy acknowledged, 0 when none since it (re)joined (Replicator).
+  std::array<std::atomic<uint64_t>, kMaxChunkCopies> acked{};
+  // Backup side: a forward reached this chunk since the job was registered.
+  std::atomic<bool> copied{false};
 };
 
 // A worker's counters: lock-free so pushes to different chunks share no

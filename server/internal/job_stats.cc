@@ -81,10 +81,15 @@ void AddCounters(const Job& job, JobStats* js) {
   js->set_checkpoints(jc.checkpoints.load(std::memory_order_relaxed));
   if (job.replicated) {
     uint32_t backups = 0;
+    uint32_t copied = 0;
     for (const std::unique_ptr<Chunk>& c : job.chunks) {
-      if (!job.Serves(*c)) ++backups;
+      if (job.Serves(*c)) continue;
+      ++backups;
+      if (c->copied.load()) ++copied;
     }
     js->set_backup_chunks(backups);
+    js->set_replica_copied_chunks(copied);
+    js->set_replica_joining(job.view->Joining(job.view->self()));
     js->set_replica_forwards(jc.replica_forwards.load());
     js->set_replica_drops(jc.replica_drops.load());
     js->set_replica_epoch(job.view->epoch());

@@ -18,6 +18,8 @@ absl::StatusOr<bool> ReplicaView::Set(const SetReplicaViewRequest& req) {
   if (req.epoch() == epoch_) return false;
   epoch_ = req.epoch();
   failed_.assign(req.failed().begin(), req.failed().end());
+  joining_.assign(req.joining().begin(), req.joining().end());
+  rejoined_.assign(req.rejoined().begin(), req.rejoined().end());
   return true;
 }
 
@@ -30,6 +32,39 @@ bool ReplicaView::FailedLocked(uint32_t shard) const {
   return std::find(failed_.begin(), failed_.end(), shard) != failed_.end();
 }
 
+namespace {
+
+bool Contains(const std::vector<uint32_t>& v, uint32_t x) {
+  return std::find(v.begin(), v.end(), x) != v.end();
+}
+
+// (primary, backups...).
+std::vector<uint32_t> Copies(const ChunkPlacement& p) {
+  std::vector<uint32_t> out = {p.shard()};
+  out.insert(out.end(), p.backups().begin(), p.backups().end());
+  return out;
+}
+
+}  // namespace
+
+bool ReplicaView::JoiningLocked(uint32_t shard) const {
+  return Contains(joining_, shard);
+}
+
+bool ReplicaView::RejoinedLocked(uint32_t shard) const {
+  return Contains(rejoined_, shard);
+}
+
+bool ReplicaView::Joining(uint32_t shard) const {
+  absl::MutexLock l(&mu_);
+  return JoiningLocked(shard);
+}
+
+std::vector<uint32_t> ReplicaView::joining() const {
+  absl::MutexLock l(&mu_);
+  return joining_;
+}
+
 bool ReplicaView::Failed(uint32_t shard) const {
   absl::MutexLock l(&mu_);
   return FailedLocked(shard);
@@ -37,9 +72,13 @@ bool ReplicaView::Failed(uint32_t shard) const {
 
 uint32_t ReplicaView::ActingPrimary(const ChunkPlacement& p) const {
   absl::MutexLock l(&mu_);
-  if (!FailedLocked(p.shard())) return p.shard();
-  for (uint32_t b : p.backups()) {
-    if (!FailedLocked(b)) return b;
+  const std::vector<uint32_t> copies = Copies(p);
+  for (uint32_t s : copies) {
+    if (!FailedLocked(s) && !JoiningLocked(s) && !RejoinedLocked(s)) return s;
+  }
+  // Only copies that came back are left: the first of them takes over.
+  for (uint32_t s : copies) {
+    if (RejoinedLocked(s) && !FailedLocked(s)) return s;
   }
   return kNoShard;
 }
@@ -47,9 +86,18 @@ uint32_t ReplicaView::ActingPrimary(const ChunkPlacement& p) const {
 std::vector<uint32_t> ReplicaView::LiveBackups(const ChunkPlacement& p) const {
   absl::MutexLock l(&mu_);
   std::vector<uint32_t> out;
-  if (p.shard() != self_ && !FailedLocked(p.shard())) out.push_back(p.shard());
-  for (uint32_t b : p.backups()) {
-    if (b != self_ && !FailedLocked(b)) out.push_back(b);
+  for (uint32_t s : Copies(p)) {
+    if (s != self_ && !FailedLocked(s) && !JoiningLocked(s)) out.push_back(s);
+  }
+  return out;
+}
+
+std::vector<uint32_t> ReplicaView::JoiningBackups(
+    const ChunkPlacement& p) const {
+  absl::MutexLock l(&mu_);
+  std::vector<uint32_t> out;
+  for (uint32_t s : Copies(p)) {
+    if (s != self_ && JoiningLocked(s) && !FailedLocked(s)) out.push_back(s);
   }
   return out;
 }

@@ -1,7 +1,10 @@
 // ReplicaView: which shards the coordinator failed over, as this shard was
 // last told (SetReplicaView), for replicated jobs (JobSpec.replication > 1).
-// A chunk's acting primary is the first shard of (primary, backups...) not
-// failed; only it takes pushes and pulls and forwards to the live others.
+// A chunk's acting primary is the first shard of (primary, backups...) that
+// is in service (neither failed, joining nor rejoined), else the first
+// rejoined one; only it takes pushes and pulls and forwards to the others
+// not failed. A joining shard (back after a failover, copying its replicas
+// in) is forwarded to but not waited for; a rejoined one is a backup again.
 //
 //   ReplicaView view(/*self=*/1);
 //   PS_RETURN_IF_ERROR(view.Set(request));  // epochs only grow
@@ -45,10 +48,16 @@ class ReplicaView {
   // The first of (p.shard(), p.backups()...) not failed, or kNoShard.
   uint32_t ActingPrimary(const ChunkPlacement& p) const
       ABSL_LOCKS_EXCLUDED(mu_);
-  // The copies of `p` other than this shard that are not failed: where the
-  // acting primary forwards.
+  // The copies of `p` other than this shard that are neither failed nor
+  // joining: those the acting primary's answers wait for.
   std::vector<uint32_t> LiveBackups(const ChunkPlacement& p) const
       ABSL_LOCKS_EXCLUDED(mu_);
+  // The copies of `p` other than this shard that are joining: forwarded to,
+  // not waited for.
+  std::vector<uint32_t> JoiningBackups(const ChunkPlacement& p) const
+      ABSL_LOCKS_EXCLUDED(mu_);
+  bool Joining(uint32_t shard) const ABSL_LOCKS_EXCLUDED(mu_);
+  std::vector<uint32_t> joining() const ABSL_LOCKS_EXCLUDED(mu_);
   // The address the coordinator gave for `shard` ("" when unknown).
   std::string Address(uint32_t shard) const ABSL_LOCKS_EXCLUDED(mu_);
   // Blocks until the epoch is past `epoch` or `deadline`; the epoch now.
@@ -58,11 +67,15 @@ class ReplicaView {
 
  private:
   bool FailedLocked(uint32_t shard) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool JoiningLocked(uint32_t shard) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool RejoinedLocked(uint32_t shard) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const uint32_t self_;
   mutable absl::Mutex mu_;
   uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<uint32_t> failed_ ABSL_GUARDED_BY(mu_);
+  std::vector<uint32_t> joining_ ABSL_GUARDED_BY(mu_);
+  std::vector<uint32_t> rejoined_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> addresses_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -28,12 +28,44 @@ ReplicaChunk CopyChunk(const Chunk& c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu) {
   return out;
 }
 
-// Sets the job's replicated version to the lowest acknowledged version of
-// the chunks it serves and answers the waits that releases.
-void PublishReplicated(Job& job) {
+// The index of `shard` among (p.shard(), p.backups()...), or -1 (also for
+// an index past Chunk::acked).
+int CopyIndex(const ChunkPlacement& p, uint32_t shard) {
+  if (p.shard() == shard) return 0;
+  for (int i = 0; i < p.backups_size(); ++i) {
+    if (p.backups(i) == shard) {
+      return i + 1 < static_cast<int>(kMaxChunkCopies) ? i + 1 : -1;
+    }
+  }
+  return -1;
+}
+
+// 1 + the version `shard` acknowledged of `c` (0: none).
+uint64_t Acked(const Chunk& c, uint32_t shard) {
+  const int i = CopyIndex(c.placement, shard);
+  return i < 0 ? 0 : c.acked[i].load();
+}
+
+void RaiseTo(std::atomic<uint64_t>& a, uint64_t v) {
+  uint64_t seen = a.load();
+  while (seen < v && !a.compare_exchange_weak(seen, v)) {
+  }
+}
+
+// Raises each served chunk's replicated version to the lowest version its
+// live backups acknowledged (its own version without any), sets the job's
+// to the lowest of those and answers the waits that releases.
+void PublishReplicated(Job& job, const ReplicaView& view) {
   uint64_t lowest = UINT64_MAX;
   for (const std::unique_ptr<Chunk>& c : job.chunks) {
-    if (job.Serves(*c)) lowest = std::min(lowest, c->replicated.load());
+    if (!job.Serves(*c)) continue;
+    uint64_t v = c->version.load();
+    for (uint32_t b : view.LiveBackups(c->placement)) {
+      const uint64_t acked = Acked(*c, b);
+      v = std::min(v, acked == 0 ? 0 : acked - 1);
+    }
+    RaiseTo(c->replicated, v);
+    lowest = std::min(lowest, c->replicated.load());
   }
   if (lowest == UINT64_MAX) return;
   std::vector<WaiterPtr> ready;
@@ -44,6 +76,10 @@ void PublishReplicated(Job& job) {
   }
   CompleteAll(&ready);
 }
+
+// Forwards of one backup cut at this many bytes (messages stay under the
+// 4 MiB gRPC limit).
+constexpr size_t kForwardBytes = size_t{2} << 20;
 
 absl::Status Refused(Job& job, absl::Status status) {
   job.rejected.Add(kBadReplica);
@@ -123,73 +159,104 @@ void Replicator::CatchUp(Job& job) {
 
 bool Replicator::ForwardOnce(Job& job, uint64_t* epoch) {
   *epoch = view_->epoch();
-  std::map<uint32_t, ReplicateRequest> requests;  // by backup shard
+  // By backup: its requests, each under kForwardBytes.
+  std::map<uint32_t, std::vector<ReplicateRequest>> requests;
   struct Sent {
     Chunk* chunk;
     uint64_t version;
-    std::vector<uint32_t> to;
+    uint32_t to;
+    size_t request;  // index in requests[to]
   };
   std::vector<Sent> sent;
   for (const std::unique_ptr<Chunk>& c : job.chunks) {
     if (!job.Serves(*c)) continue;
-    if (c->version.load() <= c->replicated.load()) continue;
+    // Live backups (waited for) and joining ones (copied in, not waited
+    // for) alike: every copy behind this chunk's version gets its state.
     std::vector<uint32_t> to = view_->LiveBackups(c->placement);
+    for (uint32_t j : view_->JoiningBackups(c->placement)) to.push_back(j);
+    const uint64_t version = c->version.load();
+    to.erase(std::remove_if(to.begin(), to.end(),
+                            [&](uint32_t b) {
+                              return CopyIndex(c->placement, b) < 0 ||
+                                     Acked(*c, b) > version;
+                            }),
+             to.end());
+    if (to.empty()) continue;
     ReplicaChunk copy;
     {
       absl::MutexLock l(&c->mu);
-      if (to.empty()) {
-        c->replicated.store(c->state.version);
-        continue;
-      }
       copy = CopyChunk(*c);
     }
     for (uint32_t b : to) {
-      ReplicateRequest& req = requests[b];
-      *req.add_chunks() = copy;
+      std::vector<ReplicateRequest>& reqs = requests[b];
+      if (reqs.empty() || reqs.back().ByteSizeLong() > kForwardBytes) {
+        reqs.emplace_back();
+      }
+      *reqs.back().add_chunks() = copy;
+      sent.push_back({c.get(), copy.version(), b, reqs.size() - 1});
     }
-    sent.push_back({c.get(), copy.version(), std::move(to)});
   }
   ReplicaSender sender;
   {
     absl::MutexLock l(&mu_);
     sender = sender_;
   }
-  std::map<uint32_t, bool> acked;
-  for (auto& [backup, req] : requests) {
-    req.set_job_id(job.id);
-    req.set_epoch(*epoch);
-    req.set_from_shard(view_->self());
-    absl::Status s = sender == nullptr
-                         ? absl::UnavailableError("no replica sender")
-                         : sender(view_->Address(backup), req,
-                                  absl::Now() + options_.deadline);
-    if (!s.ok()) {
-      spdlog::debug("shard {}: forward of job {} to shard {}: {}",
-                    view_->self(), job.id, backup, s.ToString());
+  std::map<std::pair<uint32_t, size_t>, bool> acked;
+  for (auto& [backup, reqs] : requests) {
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      ReplicateRequest& req = reqs[i];
+      req.set_job_id(job.id);
+      req.set_epoch(*epoch);
+      req.set_from_shard(view_->self());
+      absl::Status s = sender == nullptr
+                           ? absl::UnavailableError("no replica sender")
+                           : sender(view_->Address(backup), req,
+                                    absl::Now() + options_.deadline);
+      if (!s.ok()) {
+        spdlog::debug("shard {}: forward of job {} to shard {}: {}",
+                      view_->self(), job.id, backup, s.ToString());
+      }
+      acked[{backup, i}] = s.ok();
+      if (!s.ok()) break;  // the rest would fail too; retried as a whole
     }
-    acked[backup] = s.ok();
   }
   bool all = true;
   for (const Sent& s : sent) {
-    bool ok = true;
-    for (uint32_t b : s.to) {
-      if (acked[b]) continue;
-      // Failed by the coordinator since the copy: no longer waited for
-      // (counted and logged when the view moved, Shard::SetReplicaView).
-      if (view_->Failed(b)) continue;
-      ok = false;
+    if (acked[{s.to, s.request}]) {
+      RaiseTo(s.chunk->acked[CopyIndex(s.chunk->placement, s.to)],
+              s.version + 1);
+      job.counters.replica_forwards.fetch_add(1);
+      continue;
     }
-    if (ok) {
-      uint64_t seen = s.chunk->replicated.load();
-      while (seen < s.version &&
-             !s.chunk->replicated.compare_exchange_weak(seen, s.version)) {
-      }
-      job.counters.replica_forwards.fetch_add(s.to.size());
-    }
-    all = all && ok;
+    // Failed by the coordinator since the copy: no longer forwarded to
+    // (counted and logged when the view moved, Shard::SetReplicaView).
+    if (view_->Failed(s.to)) continue;
+    all = false;
   }
-  PublishReplicated(job);
+  PublishReplicated(job, *view_);
   return all;
+}
+
+std::vector<uint32_t> Behind(const Job& job, const ReplicaView& view) {
+  std::vector<uint32_t> behind;
+  for (const std::unique_ptr<Chunk>& c : job.chunks) {
+    if (!job.Serves(*c)) continue;
+    const uint64_t version = c->version.load();
+    for (uint32_t j : view.JoiningBackups(c->placement)) {
+      if (Acked(*c, j) <= version &&
+          std::find(behind.begin(), behind.end(), j) == behind.end()) {
+        behind.push_back(j);
+      }
+    }
+  }
+  return behind;
+}
+
+void ForgetAcks(Job& job, uint32_t shard) {
+  for (const std::unique_ptr<Chunk>& c : job.chunks) {
+    const int i = CopyIndex(c->placement, shard);
+    if (i >= 0) c->acked[i].store(0);
+  }
 }
 
 absl::Status ApplyReplica(Job& job, const ReplicateRequest& req) {
@@ -245,6 +312,7 @@ absl::Status ApplyReplica(Job& job, const ReplicateRequest& req) {
     const ReplicaChunk& r = req.chunks(i);
     Chunk& c = *chunks[i];
     absl::MutexLock l(&c.mu);
+    c.copied.store(true);
     if (r.version() <= c.state.version && r.version() > 0) continue;
     DecodeFloats(r.values(), absl::MakeSpan(c.state.values));
     for (int s = 0; s < r.slots_size(); ++s) {

@@ -16,6 +16,13 @@
 // (JobStats.replica_drops), never silently. One thread forwards for every
 // job, in the order they were notified.
 //
+// Re-replication: a shard back after a failover is `joining` in the view.
+// It gets every chunk it holds a copy of (the pre-copy), then each chunk
+// again whenever its version moved past what it acknowledged (the updates
+// made during the copy), without the answers waiting for it; the
+// coordinator makes it a backup (`rejoined`, waited for) once every acting
+// primary reports it caught up (Behind, in the heartbeat's answer).
+//
 // Thread safety: every method may be called concurrently; Notify never
 // blocks; the destructor stops the thread (a forward in flight ends within
 // its deadline).
@@ -28,6 +35,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -100,6 +108,13 @@ class Replicator {
 // naming the field), then stores every chunk newer than what it holds.
 // Nothing changes unless the whole request is good.
 absl::Status ApplyReplica(Job& job, const ReplicateRequest& req);
+
+// Of the view's joining shards, those that lack a chunk `job` serves here
+// at its current version (SetReplicaViewResponse.behind).
+std::vector<uint32_t> Behind(const Job& job, const ReplicaView& view);
+
+// `shard` (re)joins empty: none of its acknowledgements count any more.
+void ForgetAcks(Job& job, uint32_t shard);
 
 }  // namespace internal
 }  // namespace ps

@@ -102,9 +102,9 @@ absl::Status GrpcShardControl::SetMembership(
 }
 
 absl::Status GrpcShardControl::SetReplicaView(
-    uint32_t shard, const SetReplicaViewRequest& request, absl::Time deadline) {
-  SetReplicaViewResponse resp;
-  if (shard == local_shard_id_) return local_->SetReplicaView(request, &resp);
+    uint32_t shard, const SetReplicaViewRequest& request, absl::Time deadline,
+    SetReplicaViewResponse* resp) {
+  if (shard == local_shard_id_) return local_->SetReplicaView(request, resp);
   if (shard >= directory_->num_shards()) {
     return absl::InvalidArgumentError(absl::StrCat("shard ", shard));
   }
@@ -113,7 +113,7 @@ absl::Status GrpcShardControl::SetReplicaView(
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(deadline));
   security_->Authorize(&ctx);
-  return FromGrpcStatus(peer.stub->SetReplicaView(&ctx, request, &resp));
+  return FromGrpcStatus(peer.stub->SetReplicaView(&ctx, request, resp));
 }
 
 void CoordinatorService::SetCoordinator(JobCoordinator* coordinator,

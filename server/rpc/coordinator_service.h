@@ -51,7 +51,8 @@ class GrpcShardControl final : public ShardControl {
   // one try until `deadline`, failing at once when the shard is down.
   absl::Status SetReplicaView(uint32_t shard,
                               const SetReplicaViewRequest& request,
-                              absl::Time deadline);
+                              absl::Time deadline,
+                              SetReplicaViewResponse* response);
 
  private:
   // One remote shard: the address its channel goes to.

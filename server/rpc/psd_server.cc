@@ -259,12 +259,15 @@ absl::Status PsdServer::OpenCoordinator() {
     return directory->Current().addresses;
   };
   options.store = job_store_.get();
-  options.set_replica_view = [control = shard_control_.get()](
-                                 uint32_t shard,
-                                 const SetReplicaViewRequest& req,
-                                 absl::Time deadline) {
-    return control->SetReplicaView(shard, req, deadline);
-  };
+  options.set_replica_view =
+      [control = shard_control_.get()](
+          uint32_t shard, const SetReplicaViewRequest& req, absl::Time deadline,
+          SetReplicaViewResponse* resp) {
+        return control->SetReplicaView(shard, req, deadline, resp);
+      };
+  options.shard_heartbeat =
+      absl::Milliseconds(config_.psd.shard_heartbeat_ms());
+  options.shard_heartbeat_misses = config_.psd.shard_heartbeat_misses();
   options.max_history_points = config_.psd.progress_history_rows();
   options.succeeded_jobs_kept = config_.psd.succeeded_jobs_kept();
   PS_ASSIGN_OR_RETURN(coordinator_,

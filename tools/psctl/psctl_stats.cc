@@ -111,6 +111,13 @@ std::string FormatReplicas(const std::vector<const ShardStats*>& shards) {
           "acknowledged, %d backups dropped, epoch %d\n",
           s->shard_id(), j.job_id(), j.backup_chunks(), j.chunks(),
           j.replica_forwards(), j.replica_drops(), j.replica_epoch());
+      if (j.replica_joining()) {
+        absl::StrAppendFormat(
+            &out,
+            "replicas: shard %d job %s: rejoining, copied %d of %d chunks in\n",
+            s->shard_id(), j.job_id(), j.replica_copied_chunks(),
+            j.backup_chunks());
+      }
     }
   }
   return out;

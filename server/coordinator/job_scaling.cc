@@ -99,8 +99,8 @@ void FillSlot(JobTable::Job& job, uint32_t rank, const std::string& worker_id,
 }
 
 void UpdateScale(JobTable::Job& job, absl::Time now) {
+  if (job.status.scale().target_workers() == 0) return;  // never scaled
   ScaleStatus& s = *job.status.mutable_scale();
-  if (s.target_workers() == 0) return;
   s.set_active_workers(static_cast<uint32_t>(job.active.size()));
   if (s.reached_s() == 0 && job.active.size() == s.target_workers()) {
     s.set_reached_s(absl::ToDoubleSeconds(now - absl::UnixEpoch()));

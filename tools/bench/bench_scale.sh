@@ -62,7 +62,8 @@ for i in 0 1 2 3; do
   PIDS+=($!)
 done
 PSCTL=("$BIN/tools/psctl/psctl" --cluster="$DIR/cluster.pbtxt" --connect-timeout=30)
-{ grep -v '^num_workers' configs/jobs/fashion_mlp.pbtxt
+# 100 epochs: long enough to run past the command whatever the machine.
+{ grep -v '^num_workers' configs/jobs/fashion_mlp.pbtxt | sed 's/epochs: [0-9]*/epochs: 100/'
   echo 'num_workers: 2'
   echo 'max_workers: 4'
   echo 'on_worker_failure: SHRINK'; } >"$DIR/job.pbtxt"
@@ -77,6 +78,7 @@ JOB=$("${PSCTL[@]}" submit "$DIR/job.pbtxt" | grep -o 'job-[0-9]*' | head -1)
 echo "bench_scale: $JOB submitted; scaling to 4 workers after ${GROW_AT_S} s of training"
 json_field() { grep -o "\"$1\": [0-9.e+-]*" | head -1 | awk '{print $2}'; }
 while :; do
+  "${PSCTL[@]}" status "$JOB" | grep -q RUNNING || { echo "bench_scale: $JOB is not running" >&2; exit 1; }
   elapsed=$("${PSCTL[@]}" status "$JOB" --json | json_field elapsed_s)
   [[ -n $elapsed ]] && awk -v e="$elapsed" -v g="$GROW_AT_S" 'BEGIN{exit !(e >= g)}' && break
   sleep 0.2

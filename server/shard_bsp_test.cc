@@ -184,6 +184,47 @@ TEST(ShardBspTest, AppliesTheMeanGradient) {
   }
 }
 
+// Elastic job (JobSpec.max_workers 4, lr_rule LINEAR, submitted with 2):
+// the shard holds 4 rank slots; with 3 of them active a step's update is
+// the pushes' sum over 2, i.e. lr x 3/2 times their mean.
+TEST(ShardBspTest, LinearLrRuleScalesWithTheWorkersCounted) {
+  Shard shard(ShardOptions{});
+  JobSpec spec = Spec(BSP, 2);
+  spec.set_max_workers(4);
+  spec.set_lr_rule(LR_RULE_LINEAR);
+  RegisterJobRequest reg = Registration("j", spec);
+  reg.set_num_workers(5);  // neither num_workers nor max_workers
+  RegisterJobResponse resp;
+  EXPECT_EQ(shard.RegisterJob(reg, &resp).code(),
+            absl::StatusCode::kInvalidArgument);
+  reg.set_num_workers(4);
+  ASSERT_TRUE(shard.RegisterJob(reg, &resp).ok());
+  SetMembershipRequest m;
+  m.set_job_id("j");
+  for (uint32_t w : {0, 1, 2}) m.add_active_workers(w);
+  ASSERT_TRUE(shard.SetMembership(m).ok());
+  const std::vector<std::vector<float>> before = Params(shard, "j");
+  auto a = StartPushPull(shard, reg, 2, 0, 0);
+  auto b = StartPushPull(shard, reg, 0, 0, 0);
+  auto c = StartPushPull(shard, reg, 1, 0, 0);
+  ASSERT_TRUE(c->done.HasBeenNotified() && c->status.ok());
+
+  auto opt = Optimizer::Create(reg.spec().optimizer());
+  ASSERT_TRUE(opt.ok());
+  for (uint32_t chunk = 0; chunk < kNumChunks; ++chunk) {
+    const uint64_t n = ChunkLength(reg, chunk);
+    std::vector<float> sum = Gradient(0, 0, chunk, n);
+    for (uint32_t w : {1, 2}) {
+      const std::vector<float> g = Gradient(w, 0, chunk, n);
+      for (uint64_t i = 0; i < n; ++i) sum[i] += g[i];
+    }
+    std::vector<float> want = before[chunk];
+    OptimizerState state = (*opt)->NewState(n);
+    (*opt)->Apply(absl::MakeSpan(want), sum.data(), 1.0f / 2, &state);
+    EXPECT_EQ(Floats(a->resp.parameters(chunk).data()), want) << chunk;
+  }
+}
+
 TEST(ShardBspTest, DuplicatesWaitAndAreCountedStaleAnsweredAtOnce) {
   Shard shard(ShardOptions{});
   const RegisterJobRequest reg = Registration("j", Spec(BSP, 2));

@@ -250,6 +250,9 @@ absl::Status JoinedWorker::Wait(RequestHandle handle, absl::Time deadline) {
   {
     absl::MutexLock l(&mu_);
     pending_.erase(handle.id());
+    if (s.ok() && p.op != ParamOp::kPull) {
+      next_step_ = std::max(next_step_, p.step + 1);
+    }
   }
   if (s.ok()) return s;
   if (aborted()) {
@@ -328,11 +331,30 @@ void JoinedWorker::Close() {
     pending_.clear();
   }
   session_.Close();  // the heartbeats
-  if (client == nullptr) return;
-  for (const RequestHandle& h : cancel) client->Cancel(h);
-  for (const RequestHandle& h : wait) (void)client->Wait(h);
-  // Waits still running in other threads hold their own reference; the
-  // last one out destroys the client, which waits for every request.
+  if (client != nullptr) {
+    for (const RequestHandle& h : cancel) client->Cancel(h);
+    for (const RequestHandle& h : wait) (void)client->Wait(h);
+    // Waits still running in other threads hold their own reference; the
+    // last one out destroys the client, which waits for every request.
+  }
+  if (!worker_id_.empty()) Leave();
+}
+
+void JoinedWorker::Leave() {
+  UnregisterRequest req;
+  req.set_worker_id(worker_id_);
+  {
+    absl::MutexLock l(&mu_);
+    req.set_next_step(next_step_);
+  }
+  req.set_reason("close()");
+  UnregisterResponse resp;
+  // Its failure is nobody's to handle: unheard, the coordinator loses the
+  // worker after its timeout, as without Unregister.
+  coordinator_
+      .CallUntil(&Coordinator::Stub::Unregister, req, &resp,
+                 absl::Now() + options_.control_deadline)
+      .IgnoreError();
 }
 
 }  // namespace ps

@@ -125,8 +125,13 @@ class JoinedWorker {
   // the one whose reports are the job's progress: the one to evaluate.
   bool leads() const { return session_.leads(); }
   // Stops the heartbeats, cancels every request and waits until each is
-  // over. Idempotent; blocks. Start, Wait, Cancel and Report fail with
-  // FAILED_PRECONDITION "worker of job J is closed" after it.
+  // over, then leaves the coordinator at once (Unregister, naming the
+  // first step whose push it did not complete): its rank leaves the job's
+  // quorum now, not after the worker timeout. A push cancelled here may
+  // have reached some shards: call it between steps. Idempotent; blocks
+  // (up to the control deadline for Unregister). Start, Wait, Cancel and
+  // Report fail with FAILED_PRECONDITION "worker of job J is closed"
+  // after it.
   void Close();
 
  private:
@@ -139,6 +144,8 @@ class JoinedWorker {
 
   JoinedWorker(const Connection& connection, const JoinOptions& options);
   absl::Status Register();
+  // Close's Unregister; a failure leaves the worker to the timeout.
+  void Leave();
   absl::Status AwaitAssignment();
   absl::Status Setup();
   absl::Status AbortedStatus(absl::string_view during) const;
@@ -161,6 +168,8 @@ class JoinedWorker {
   std::shared_ptr<AsyncPsClient> client_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, Pending> pending_ ABSL_GUARDED_BY(mu_);
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  // One past the highest step whose push (or push-pull) completed.
+  uint64_t next_step_ ABSL_GUARDED_BY(mu_) = 0;
   // FAILED_PRECONDITION naming the job: what every call answers once closed.
   absl::Status ClosedStatus() const;
   bool closed() const ABSL_LOCKS_EXCLUDED(mu_);

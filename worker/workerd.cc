@@ -191,7 +191,32 @@ void Workerd::Stop() {
     session_->Stop();
   }
   if (poll_context_ != nullptr) poll_context_->TryCancel();
-  if (job_client_ != nullptr) job_client_->CancelAll("workerd stopping");
+  // Leaving: the step in flight completes, so that no push of it is left
+  // half-applied when the rank leaves the quorum.
+  if (job_client_ != nullptr && !config_.workerd.leave_on_term()) {
+    job_client_->CancelAll("workerd stopping");
+  }
+}
+
+void Workerd::Leave(const std::string& reason) {
+  if (session_ == nullptr || !session_->registered()) return;
+  UnregisterRequest req;
+  req.set_worker_id(session_->worker_id());
+  req.set_next_step(next_step_);
+  req.set_reason(reason);
+  UnregisterResponse resp;
+  absl::Status s = FromGrpcStatus(
+      stub_->Unregister(NewContext(kControlDeadline).get(), req, &resp));
+  if (!s.ok()) {
+    spdlog::warn(
+        "Unregister: {}; the coordinator loses this worker after "
+        "its timeout",
+        s.message());
+  } else {
+    spdlog::info("left the coordinator{} before step {}",
+                 resp.known() ? "" : " (it did not know this worker)",
+                 next_step_);
+  }
 }
 
 PsClientOptions Workerd::JobClientOptions() {
@@ -260,6 +285,14 @@ void Workerd::StartSession() {
 }
 
 void Workerd::OnHeartbeat(const HeartbeatResponse& resp) {
+  if (!resp.leave_job().empty() &&
+      resp.leave_job() == session_->snapshot().job_id &&
+      !scaled_down_.exchange(true)) {
+    // The trainer stops before its next step; RunJob then unregisters.
+    spdlog::info("job {}: scaled down, leaving after the step in flight",
+                 resp.leave_job());
+    session_->Abort("scaled down");
+  }
   if (resp.has_trace() &&
       resp.trace().job_id() == session_->snapshot().job_id) {
     tracer_.SetWindow(resp.trace());
@@ -379,6 +412,9 @@ absl::Status Workerd::Run() {
         jobs_done >= config_.workerd.max_jobs())
       break;
   }
+  if (config_.workerd.leave_on_term() && stopping_.HasBeenNotified()) {
+    Leave("SIGTERM (leave_on_term)");
+  }
   return absl::OkStatus();
 }
 
@@ -415,6 +451,7 @@ absl::Status Workerd::TrainCtr(
   absl::Status status =
       trainer->Run(report, [this] { return session_->abort_requested(); });
   *last = trainer->last_progress();
+  next_step_ = trainer->next_step();
   return status;
 }
 
@@ -448,6 +485,7 @@ absl::Status Workerd::Train(const Assignment& a,
   absl::Status status =
       trainer->Run(report, [this] { return session_->abort_requested(); });
   *last = trainer->last_progress();
+  next_step_ = trainer->next_step();
   PsClientStats cs = client->stats();
   spdlog::info("job {}: {} requests, {} retries, {} MB sent, {} MB received",
                a.job_id(), cs.requests, cs.retries, cs.bytes_sent / 1e6,
@@ -468,7 +506,9 @@ void Workerd::SendProgress(const ProgressReport& r) {
 
 void Workerd::RunJob(const Assignment& a) {
   session_->ClearAbort();
+  scaled_down_ = false;
   session_->StartJob(a.job_id(), a.rank());
+  next_step_ = a.start_step();
   tracer_.Clear();
   if (stopping_.HasBeenNotified()) session_->Abort("");
   const std::string worker_id = session_->worker_id();
@@ -518,6 +558,12 @@ void Workerd::RunJob(const Assignment& a) {
   }
   if (status.code() != absl::StatusCode::kCancelled) send(final_report);
   session_->EndJob();
+  if (scaled_down_.exchange(false) && !stopping_.HasBeenNotified()) {
+    // Our rank leaves the quorum now; registered again, this worker is
+    // idle for the next job (or the next scale up).
+    Leave("scaled down");
+    session_->Reregister();
+  }
 }
 
 }  // namespace ps

@@ -14,9 +14,13 @@
 //                |                          +--- done / failed ---+
 //                +-- coordinator forgot us (heartbeat says reregister)
 //   Stop() from any state: the current step finishes, Run() returns OK.
+//   With leave_on_term, Stop() does not cancel the step in flight, and Run()
+//   unregisters (Unregister RPC, naming the first step not run) before it
+//   returns: the coordinator drops the worker at once.
 #ifndef WORKER_WORKERD_H_
 #define WORKER_WORKERD_H_
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
@@ -77,6 +81,10 @@ class Workerd {
   void OnHeartbeat(const HeartbeatResponse& resp);
   // Runs one assignment to its end and reports the outcome.
   void RunJob(const Assignment& assignment);
+  // Tells the coordinator this worker leaves (Unregister naming next_step_
+  // and `reason`): at Run's end with leave_on_term, and after a job that a
+  // scale down asked it to leave (HeartbeatResponse.leave_job).
+  void Leave(const std::string& reason);
   // Sends one progress report; an answer that aborts the job sets
   // abort_job_ and abort_reason_.
   void SendProgress(const ProgressReport& report);
@@ -134,6 +142,13 @@ class Workerd {
   TraceRecorder tracer_;
   absl::Mutex trace_mu_;  // serializes uploads; acquired before mu_
   TraceWindow trace_uploaded_ ABSL_GUARDED_BY(trace_mu_);
+
+  // The first step the last job did not run (its trainer's next_step);
+  // Run's thread only.
+  uint64_t next_step_ = 0;
+  // A heartbeat answered leave_job for the running job (set by the
+  // heartbeat thread, taken by RunJob).
+  std::atomic<bool> scaled_down_{false};
 
   // Data sets kept across jobs: (dataset, data_dir, seed) -> data.
   std::string data_key_;

@@ -147,7 +147,10 @@ class Worker:
         return self._w.aborted
 
     def close(self) -> None:
-        """Stops the heartbeats and cancels every request; idempotent.
+        """Stops the heartbeats, cancels every request and leaves the job
+        at once (the coordinator drops this worker's rank now, not after
+        its heartbeat timeout; the last step counted for it is the last
+        whose push it waited for: close between steps). Idempotent.
         Every later call (start, wait, cancel, report, pull, push) raises
         Error (FAILED_PRECONDITION, "... is closed") at once."""
         self._w.close()

@@ -233,9 +233,11 @@ class PsclientTest(unittest.TestCase):
             for h in hs:
                 w0.wait(h, timeout_s=30)
         finally:
+            # Cancelled first: a worker that closes without finishing
+            # leaves at once, and under FAIL that fails the job.
+            self.client.cancel(job_id)
             w0.close()
             w1.close()
-            self.client.cancel(job_id)
 
     def test_the_lowest_rank_left_leads(self):
         job_id, _ = self.client.submit(custom_spec(
@@ -243,8 +245,9 @@ class PsclientTest(unittest.TestCase):
         w0, w1 = join_all(self.client, job_id, 2)
         try:
             self.assertEqual((w0.leads, w1.leads), (True, False))
-            # Rank 0 leaves without finishing: lost after worker_timeout_ms
-            # (3 s here); the job goes on with rank 1, which now leads.
+            # Rank 0 leaves without finishing (close() unregisters it at
+            # once); the job goes on with rank 1, which leads from its
+            # next heartbeat.
             w0.close()
             deadline = time.monotonic() + 30.0
             while not w1.leads and time.monotonic() < deadline:
@@ -254,6 +257,34 @@ class PsclientTest(unittest.TestCase):
             self.assertEqual(status["state"], "RUNNING")
             self.assertIn("shrunk", status["reason"])
             w1.report(step=0, finished=True)
+            self.assertEqual(self.client.status(job_id)["state"], "SUCCEEDED")
+        finally:
+            w0.close()
+            w1.close()
+
+    def test_close_leaves_at_once(self):
+        job_id, _ = self.client.submit(custom_spec(
+            "leave", workers=2, extra="on_worker_failure: SHRINK\n"))
+        w0, w1 = join_all(self.client, job_id, 2)
+        try:
+            # Step 0 needs both pushes (BSP).
+            t = threading.Thread(target=w1.push_pull, args=(0,))
+            t.start()
+            w0.push_pull(0)
+            t.join()
+            closed = time.monotonic()
+            w1.close()
+            # No wait: the coordinator dropped rank 1 within close(), not
+            # after worker_timeout_ms (3 s here).
+            status = self.client.status(job_id)
+            self.assertLess(time.monotonic() - closed, 3.0)
+            self.assertEqual(status["state"], "RUNNING")
+            self.assertIn("left: after step 0 (the last counted), close()",
+                          status["reason"])
+            # Step 1's quorum is rank 0 alone now: it does not wait.
+            w0.grads[:] = 1.0
+            w0.push_pull(1)
+            w0.report(step=2, finished=True)
             self.assertEqual(self.client.status(job_id)["state"], "SUCCEEDED")
         finally:
             w0.close()

@@ -182,6 +182,13 @@ class JobCoordinator {
   absl::Status SubmitJob(const SubmitJobRequest& request,
                          SubmitJobResponse* response);
 
+  // Grows or shrinks a running job to request.workers (ScaleJobRequest has
+  // the rules; job_scaling.h). Growing takes idle workers at once, and
+  // later ones as they register; shrinking asks the highest ranks to leave
+  // through their heartbeats. A refused call changes nothing.
+  absl::Status ScaleJob(const ScaleJobRequest& request,
+                        ScaleJobResponse* response);
+
   // NOT_FOUND for an unknown job_id.
   absl::Status GetJob(const GetJobRequest& request, JobStatus* response);
 
@@ -220,6 +227,13 @@ class JobCoordinator {
   void GetAssignment(const GetAssignmentRequest& request,
                      GetAssignmentResponse* response,
                      std::function<void(absl::Status)> done);
+
+  // A worker leaves at once (UnregisterRequest): removed like a lost one,
+  // without waiting for worker_timeout_ms; its rank leaves the job's quorum
+  // (SHRINK goes on, FAIL fails naming it). An unknown worker: OK with
+  // known = false, nothing changed. May block on the shards (membership).
+  absl::Status Unregister(const UnregisterRequest& request,
+                          UnregisterResponse* response);
 
   // A worker's progress on its job. The leader's (rank 0, or the lowest
   // rank left after SHRINK) becomes the job's progress, with samples_per_s
@@ -294,6 +308,10 @@ class JobCoordinator {
   // Lock-held steps. Each may queue shard work (run by the caller's
   // shard_ops_.Drain() after unlocking) and completes polls into `done`.
 
+  // Gives idle workers (of no job, registration order) to the free rank
+  // slots of the running jobs that a scale grows (coordinator_scale.cc).
+  void MaybeGrow(absl::Time now, CompletedPolls& done)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Starts pending jobs, oldest first, while enough workers are idle.
   void MaybeStartJobs() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether a worker named `name` may join job `job_id` (RegisterWorker).
@@ -308,9 +326,9 @@ class JobCoordinator {
   // options_.succeeded_jobs_kept (once per coordinator life each).
   void DropOldSucceeded() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Removes the worker; applies its job's failure policy. `why` completes
-  // "worker w-3 (rank 1, name) lost: ".
+  // "worker w-3 (rank 1, name) lost: " ("... left: " when `left`).
   void LoseWorker(const std::string& worker_id, const std::string& why,
-                  absl::Time now, CompletedPolls& done)
+                  absl::Time now, CompletedPolls& done, bool left = false)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Gives a lost rank of a running SHRINK job back to a worker of the same
   // name.

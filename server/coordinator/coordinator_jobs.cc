@@ -12,6 +12,7 @@
 #include "common/status_macros.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "server/coordinator/coordinator.h"
+#include "server/coordinator/job_scaling.h"
 #include "server/coordinator/placement.h"
 #include "server/coordinator/warm_start.h"
 #include "spdlog/spdlog.h"
@@ -299,6 +300,7 @@ void JobCoordinator::EnqueueMembership(const Job& job) {
   SetMembershipRequest request;
   request.set_job_id(job.id());
   for (uint32_t rank : job.active) request.add_active_workers(rank);
+  LogLearningRate(job);
   shard_ops_.EnqueueMembership(std::move(request),
                                [this, id = job.id()](absl::Status failure) {
                                  MembershipFailed(id, failure);
@@ -327,7 +329,9 @@ std::optional<RegisterJobRequest> JobCoordinator::RegisterRequest(
   request.set_job_id(job_id);
   *request.mutable_spec() = job->status.spec();
   *request.mutable_placement() = job->status.placement();
-  request.set_num_workers(job->status.spec().num_workers());
+  // Every rank slot (JobSpec.max_workers): StartRunning's membership
+  // leaves the unfilled ones out of the quorum.
+  request.set_num_workers(RankSlots(job->status.spec()));
   return request;
 }
 

@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -93,6 +94,34 @@ TEST_F(CoordinatorRestartTest, RunningJobCarriesOnWithItsWorkers) {
   // Ids continue from the highest stored.
   EXPECT_EQ(Register("host-c"), "w-3");
   EXPECT_EQ(Submit(Spec(1)), "job-000002");
+}
+
+TEST_F(CoordinatorRestartTest, AScaleInProgressSurvivesARestart) {
+  const std::string w1 = Register("host-a");
+  JobSpec spec = Spec(1, SHRINK);
+  spec.set_max_workers(3);
+  const std::string job = Submit(spec);
+  ScaleJobRequest scale;
+  scale.set_job_id(job);
+  scale.set_workers(3);
+  ScaleJobResponse scaled;
+  ASSERT_TRUE(coord_->ScaleJob(scale, &scaled).ok());
+  const std::string w2 = Register("host-b");  // takes rank 1
+  ASSERT_NO_FATAL_FAILURE(Restart());
+
+  JobStatus status = Job(job);
+  EXPECT_EQ(status.scale().target_workers(), 3u);
+  EXPECT_EQ(status.scale().active_workers(), 2u);
+  EXPECT_EQ(status.scale().reached_s(), 0);
+  // The scale goes on: the next worker takes the last slot.
+  const std::string w3 = Register("host-c");
+  std::optional<Assignment> assigned = Assigned(w3);
+  ASSERT_TRUE(assigned.has_value());
+  EXPECT_EQ(assigned->rank(), 2u);
+  EXPECT_EQ(assigned->num_workers(), 3u);
+  status = Job(job);
+  EXPECT_EQ(status.scale().active_workers(), 3u);
+  EXPECT_GT(status.scale().reached_s(), 0);
 }
 
 TEST_F(CoordinatorRestartTest, AWorkerThatNeverComesBackIsLost) {

@@ -1,5 +1,6 @@
 // JobCoordinator's workers: registration (and rejoining a SHRINK job's lost
-// rank), heartbeats, the assignment long-poll, and losing a worker.
+// rank), heartbeats, the assignment long-poll, leaving (Unregister) and
+// losing a worker.
 #include <algorithm>
 #include <memory>
 #include <optional>
@@ -11,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "server/coordinator/coordinator.h"
+#include "server/coordinator/job_scaling.h"
 #include "spdlog/spdlog.h"
 
 namespace ps {
@@ -43,6 +45,7 @@ absl::Status JobCoordinator::RegisterWorker(
                      ? ""
                      : absl::StrCat(" for job ", worker.joined_job));
     MaybeRejoin(worker, done);
+    MaybeGrow(now, done);
     MaybeStartJobs();
     response->set_worker_id(worker.id);
     response->set_heartbeat_interval_ms(options_.heartbeat_interval_ms);
@@ -78,7 +81,45 @@ absl::Status JobCoordinator::Heartbeat(const HeartbeatRequest& request,
         (*job)->rank_worker[worker->rank] == worker->id) {
       response->set_leads_job(worker->job_id);
     }
+    if (job.ok()) {
+      const std::vector<uint32_t> leaving = LeavingRanks(**job);
+      if (std::find(leaving.begin(), leaving.end(), worker->rank) !=
+          leaving.end()) {
+        response->set_leave_job(worker->job_id);
+      }
+    }
   }
+  return absl::OkStatus();
+}
+
+absl::Status JobCoordinator::Unregister(const UnregisterRequest& request,
+                                        UnregisterResponse* response) {
+  response->Clear();
+  CompletedPolls done;
+  {
+    absl::MutexLock lock(&mu_);
+    if (workers_.Find(request.worker_id()) == nullptr) return absl::OkStatus();
+    response->set_known(true);
+    // Every step below next_step came back to the worker, so each had its
+    // push on every shard: the membership change drops nothing of it.
+    std::string why = request.next_step() == 0
+                          ? std::string("before its first step")
+                          : absl::StrFormat("after step %d (the last counted)",
+                                            request.next_step() - 1);
+    // The caller's words, bounded: they go into the job's reason.
+    constexpr size_t kMaxReason = 200;
+    if (!request.reason().empty()) {
+      absl::StrAppend(
+          &why, ", ",
+          absl::string_view(request.reason()).substr(0, kMaxReason));
+    }
+    LoseWorker(request.worker_id(), why, options_.clock(), done,
+               /*left=*/true);
+    MaybeStartJobs();
+    Persist().IgnoreError();  // logged; a reload loses it after the timeout
+  }
+  done.Run();
+  shard_ops_.Drain();
   return absl::OkStatus();
 }
 
@@ -98,6 +139,8 @@ void JobCoordinator::GetAssignment(const GetAssignmentRequest& request,
                      absl::StrCat("worker_id: unknown worker \"",
                                   request.worker_id(), "\"; register again")));
     } else {
+      // A worker back from a job may be what a scale waits for.
+      if (worker->job_id.empty()) MaybeGrow(options_.clock(), to_run);
       AnswerOrPark(*worker, request, response, std::move(done), to_run);
       Persist().IgnoreError();  // logged
     }
@@ -157,7 +200,7 @@ absl::Status JobCoordinator::CheckJoin(const std::string& job_id,
 
 void JobCoordinator::LoseWorker(const std::string& worker_id,
                                 const std::string& why, absl::Time now,
-                                CompletedPolls& done) {
+                                CompletedPolls& done, bool left) {
   std::unique_ptr<Worker> worker = workers_.Remove(worker_id);
   if (worker == nullptr) return;
   WorkerRegistry::CompletePoll(
@@ -170,13 +213,18 @@ void JobCoordinator::LoseWorker(const std::string& worker_id,
       job == nullptr
           ? absl::StrFormat("worker %s (%s)", worker_id, worker->name)
           : WorkerLabel(worker_id, worker->rank, worker->name);
-  const std::string event = absl::StrCat(label, " lost: ", why);
+  const std::string event =
+      absl::StrCat(label, left ? " left: " : " lost: ", why);
   if (job == nullptr || job->Ended()) {
     spdlog::info("{}", event);
     return;
   }
-  if (std::optional<JobEnd> end =
-          JobTable::LoseRank(*job, worker->rank, event)) {
+  // A rank left cleanly is free for any worker (a scale), not kept for a
+  // restart of this one.
+  if (left) job->rank_name[worker->rank].clear();
+  std::optional<JobEnd> end = JobTable::LoseRank(*job, worker->rank, event);
+  UpdateScale(*job, now);
+  if (end.has_value()) {
     EndJob(*job, *end, now);
   } else if (job->status.state() == RUNNING) {
     // While registering, FinishRegistering sends the membership.
@@ -198,6 +246,7 @@ void JobCoordinator::MaybeRejoin(Worker& worker, CompletedPolls& done) {
   WorkerRegistry::AssignRank(worker, job->id(), rank,
                              job->status.progress().step());
   JobTable::Rejoin(*job, rank, worker.id, worker.start_step);
+  UpdateScale(*job, options_.clock());
   EnqueueMembership(*job);
   DeliverAssignment(worker, done);
 }
@@ -212,7 +261,7 @@ bool JobCoordinator::FillAssignment(const Worker& worker,
   *a->mutable_spec() = job->status.spec();
   *a->mutable_placement() = job->status.placement();
   a->set_rank(worker.rank);
-  a->set_num_workers(job->status.spec().num_workers());
+  a->set_num_workers(RankSlots(job->status.spec()));
   std::vector<std::string> addresses = options_.current_shard_addresses
                                            ? options_.current_shard_addresses()
                                            : options_.shard_addresses;

@@ -157,6 +157,7 @@ std::string StatusBytes(const JobStatus& status) {
   light.set_submit_time_s(status.submit_time_s());
   light.set_start_time_s(status.start_time_s());
   light.set_end_time_s(status.end_time_s());
+  if (status.has_scale()) *light.mutable_scale() = status.scale();
   return light.SerializeAsString();
 }
 

@@ -114,9 +114,13 @@ void JobTable::BeginRegistering(Job& job,
   job.registering = true;
   job.status.set_reason(
       absl::StrFormat("registering on %d shards", num_shards));
+  // Slots past n (JobSpec.max_workers) wait for a scale to fill them.
+  const size_t slots = std::max<size_t>(n, RankSlots(job.status.spec()));
   job.rank_worker = worker_ids;
+  job.rank_worker.resize(slots);
   job.rank_name = worker_names;
-  job.rank_finished.assign(n, false);
+  job.rank_name.resize(slots);
+  job.rank_finished.assign(slots, false);
   job.active.clear();
   job.status.clear_workers();
   for (uint32_t rank = 0; rank < n; ++rank) {
@@ -298,10 +302,15 @@ std::optional<JobEnd> JobTable::ApplyReport(Job& job,
 }
 
 void JobTable::UpdateSamplesPerS(Job& job) {
-  const uint32_t n = job.status.spec().num_workers();
+  // The leader's rate counts every slot (Assignment.num_workers).
+  const uint32_t n = RankSlots(job.status.spec());
   if (n == 0) return;
   job.status.mutable_progress()->set_samples_per_s(job.leader_samples_per_s *
                                                    job.active.size() / n);
+}
+
+uint32_t RankSlots(const JobSpec& spec) {
+  return std::max(spec.num_workers(), spec.max_workers());
 }
 
 }  // namespace ps

@@ -163,6 +163,10 @@ class JobTable {
   uint64_t next_job_ = 1;
 };
 
+// The rank slots the shards hold for a job: max(num_workers, max_workers)
+// (job_scaling.h).
+uint32_t RankSlots(const JobSpec& spec);
+
 // "worker w-3 (rank 1, host-b)": how messages name a worker of a job.
 std::string WorkerLabel(const std::string& id, uint32_t rank,
                         const std::string& name);

@@ -459,6 +459,24 @@ std::vector<std::string> ValidateJobSpec(const JobSpec& spec,
     p.Add("num_workers", absl::StrFormat("must be in [1, %d], got %d",
                                          kMaxNumWorkers, spec.num_workers()));
   }
+  if (spec.max_workers() != 0 && (spec.max_workers() < spec.num_workers() ||
+                                  spec.max_workers() > kMaxNumWorkers)) {
+    p.Add("max_workers",
+          absl::StrFormat("must be 0 or in [num_workers %d, %d], got %d",
+                          spec.num_workers(), kMaxNumWorkers,
+                          spec.max_workers()));
+  } else if (spec.max_workers() > spec.num_workers() &&
+             spec.model().has_custom()) {
+    p.Add("max_workers",
+          "a custom model's job cannot grow: its workers join it by job id");
+  }
+  if (!LrRule_IsValid(spec.lr_rule())) {
+    p.Add("lr_rule", absl::StrFormat("unknown rule %d", spec.lr_rule()));
+  } else if (spec.lr_rule() == LR_RULE_LINEAR &&
+             (spec.consistency().mode() != BSP || spec.tables_size() > 0)) {
+    p.Add("lr_rule",
+          "LR_RULE_LINEAR needs BSP and no sparse tables (not built yet)");
+  }
   CheckData(spec, ctx, p);
   CheckPartitioning(spec, p);
   if (spec.checkpoint().every_seconds() > kMaxCheckpointSeconds) {

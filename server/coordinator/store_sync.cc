@@ -28,6 +28,7 @@ StoredJob ToStored(const Job& job, bool with_spec) {
     stored.status.set_submit_time_s(s.submit_time_s());
     stored.status.set_start_time_s(s.start_time_s());
     stored.status.set_end_time_s(s.end_time_s());
+    if (s.has_scale()) *stored.status.mutable_scale() = s.scale();
   }
   stored.registering = job.registering;
   stored.leader_samples_per_s = job.leader_samples_per_s;

@@ -251,7 +251,11 @@ bool ApplyStepIfReady(Job& job, Chunk& c, std::vector<WaiterPtr>* ready) {
       AddInto(absl::MakeSpan(sum, c.length), AsFloats(g.floats).data());
     }
   }
-  ApplyToValues(job, c, sum, 1.0f / static_cast<float>(arrived));
+  // The mean of the pushes, or under LR_RULE_LINEAR their sum over the
+  // submitted worker count: lr x arrived / num_workers times the mean.
+  const uint32_t divisor =
+      job.linear_lr_workers != 0 ? job.linear_lr_workers : arrived;
+  ApplyToValues(job, c, sum, 1.0f / static_cast<float>(divisor));
   std::fill(s.pushed.begin(), s.pushed.end(), 0);
   // The requests' receive buffers go back now, not at the next step.
   for (PendingGradient& g : s.gradients) g.received.Clear();

@@ -262,6 +262,10 @@ class Job {
   JobSpec spec;
   Placement placement;
   uint32_t num_workers = 0;
+  // LR_RULE_LINEAR (JobSpec.lr_rule): a BSP step's summed gradient is
+  // divided by this (the submitted num_workers) instead of by the pushes
+  // that arrived, so the update grows linearly with them. 0: the mean.
+  uint32_t linear_lr_workers = 0;
   ConsistencyMode mode = BSP;
   uint32_t staleness_bound = 0;
   uint32_t backup_workers = 0;

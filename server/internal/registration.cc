@@ -27,13 +27,17 @@ absl::Status Prefixed(absl::string_view prefix, const absl::Status& st) {
 }
 
 // req.num_workers, or spec.num_workers when 0 (they must agree when both
-// are set).
+// are set, or req.num_workers is the spec's rank slots: max_workers).
 absl::StatusOr<uint32_t> ResolveNumWorkers(const RegisterJobRequest& req) {
   const uint32_t in_spec = req.spec().num_workers();
-  if (req.num_workers() != 0 && in_spec != 0 && req.num_workers() != in_spec) {
-    return Invalid("num_workers",
-                   absl::StrCat(req.num_workers(),
-                                " differs from spec.num_workers ", in_spec));
+  const uint32_t slots = std::max(in_spec, req.spec().max_workers());
+  if (req.num_workers() != 0 && in_spec != 0 && req.num_workers() != in_spec &&
+      req.num_workers() != slots) {
+    return Invalid(
+        "num_workers",
+        absl::StrCat(req.num_workers(), " differs from spec.num_workers ",
+                     in_spec, " and spec.max_workers ",
+                     req.spec().max_workers()));
   }
   const uint32_t n = req.num_workers() != 0 ? req.num_workers() : in_spec;
   if (n == 0) return Invalid("num_workers", "must be >= 1");
@@ -198,6 +202,9 @@ absl::StatusOr<std::shared_ptr<Job>> NewJob(const RegisterJobRequest& req,
   job->spec = req.spec();
   job->placement = req.placement();
   job->num_workers = num_workers;
+  if (req.spec().lr_rule() == LR_RULE_LINEAR) {
+    job->linear_lr_workers = std::max(1u, req.spec().num_workers());
+  }
   job->registration = req;
   job->registration.set_num_workers(num_workers);
 

@@ -208,6 +208,22 @@ grpc::ServerUnaryReactor* CoordinatorService::Heartbeat(
                 [&](JobCoordinator& c) { return c.Heartbeat(*req, resp); });
 }
 
+grpc::ServerUnaryReactor* CoordinatorService::ScaleJob(
+    grpc::CallbackServerContext* ctx, const ScaleJobRequest* req,
+    ScaleJobResponse* resp) {
+  // May wait on the shards (the membership change).
+  return Serial(
+      ctx, [req, resp](JobCoordinator& c) { return c.ScaleJob(*req, resp); });
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::Unregister(
+    grpc::CallbackServerContext* ctx, const UnregisterRequest* req,
+    UnregisterResponse* resp) {
+  // May wait on the shards (the membership change), like RegisterWorker.
+  return Serial(
+      ctx, [req, resp](JobCoordinator& c) { return c.Unregister(*req, resp); });
+}
+
 grpc::ServerUnaryReactor* CoordinatorService::GetAssignment(
     grpc::CallbackServerContext* ctx, const GetAssignmentRequest* req,
     GetAssignmentResponse* resp) {

@@ -119,6 +119,12 @@ class CoordinatorService final : public Coordinator::CallbackService {
   grpc::ServerUnaryReactor* ReportProgress(
       grpc::CallbackServerContext* ctx, const ProgressReport* req,
       ProgressReportResponse* resp) override;
+  grpc::ServerUnaryReactor* ScaleJob(grpc::CallbackServerContext* ctx,
+                                     const ScaleJobRequest* req,
+                                     ScaleJobResponse* resp) override;
+  grpc::ServerUnaryReactor* Unregister(grpc::CallbackServerContext* ctx,
+                                       const UnregisterRequest* req,
+                                       UnregisterResponse* resp) override;
   grpc::ServerUnaryReactor* GetHistory(grpc::CallbackServerContext* ctx,
                                        const GetHistoryRequest* req,
                                        GetHistoryResponse* resp) override;

@@ -24,6 +24,10 @@ Commands:
                      their results too (kept across coordinator restarts
                      with PsdConfig.state_dir)            [--json] [--all]
   cancel JOB         cancel a pending or running job
+  scale JOB --workers=N
+                     grow or shrink a running job to N workers (up to its
+                     spec's max_workers; on_worker_failure SHRINK); status
+                     shows the progress (docs/OPERATIONS.md "Elastic jobs")
   stats              per-shard statistics                 [--json] [--job=JOB]
                      and per sparse table and shard (rows, bytes vs budget,
                      admissions, evictions, rows/s, hottest ids)
@@ -80,6 +84,7 @@ int RunPsctl(const std::vector<std::string>& raw, std::ostream& out,
   if (a.command == "status") return psctl::Status(a, out, err);
   if (a.command == "list") return psctl::List(a, out, err);
   if (a.command == "cancel") return psctl::Cancel(a, out, err);
+  if (a.command == "scale") return psctl::Scale(a, out, err);
   if (a.command == "stats") return psctl::Stats(a, out, err);
   if (a.command == "curves") return psctl::Curves(a, out, err);
   if (a.command == "trace") return psctl::Trace(a, out, err);

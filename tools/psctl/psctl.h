@@ -4,6 +4,7 @@
 //   psctl status JOB [--json]
 //   psctl list [--json]
 //   psctl cancel JOB
+//   psctl scale JOB --workers=N
 //   psctl stats [--json] [--job=JOB] [--hot=N]
 //   psctl export [JOB] [--from-checkpoint DIR] -o FILE.npz
 //   common: --cluster=FILE | --coordinator=HOST:PORT, --help
@@ -12,7 +13,7 @@
 // error, 3 cluster unreachable (psctl::kExit* in tools/psctl/psctl_common.h).
 //
 // One file per command group: psctl_submit (submit, --dry-run, --wait),
-// psctl_jobs (status, list, cancel), psctl_stats (with psctl_tables, its
+// psctl_jobs (status, list, cancel, scale), psctl_stats (with psctl_tables, its
 // sparse-table view), psctl_export (with npz_writer); psctl_common holds the
 // flags, the connection and the exit codes.
 #ifndef TOOLS_PSCTL_PSCTL_H_

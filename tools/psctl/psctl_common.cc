@@ -18,7 +18,8 @@ const char* const kKnownFlags[] = {
     "--dry-run", "--wait",        "--timeout",
     "--job",     "--help",        "--connect-timeout",
     "--hot",     "--all",         "--out",
-    "--python",  "--steps",       "--from-checkpoint"};
+    "--python",  "--steps",       "--from-checkpoint",
+    "--workers"};
 
 // A failure of the user's flags or files: exit code kExitUsage.
 absl::Status AsUsage(const absl::Status& s) {

@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 
@@ -26,6 +27,9 @@ int Status(const Args& a, std::ostream& out, std::ostream& err) {
     if (!job.reason().empty()) out << "reason: " << job.reason() << "\n";
     if (job.workers_size() > 0)
       out << "workers: " << absl::StrJoin(job.workers(), ", ") << "\n";
+    if (std::string scale = FormatScale(job.scale()); !scale.empty()) {
+      out << scale << "\n";
+    }
   }
   return kExitOk;
 }
@@ -65,6 +69,34 @@ int Cancel(const Args& a, std::ostream& out, std::ostream& err) {
                            &resp, err);
   if (rc != kExitOk) return rc;
   out << a.positional[0] << " " << JobState_Name(resp.state()) << "\n";
+  return kExitOk;
+}
+
+std::string FormatScale(const ScaleStatus& s) {
+  if (s.target_workers() == 0) return "";
+  return absl::StrFormat(
+      "scale: %d -> %d workers, %d active (%s)", s.from_workers(),
+      s.target_workers(), s.active_workers(),
+      s.reached_s() > 0 ? absl::StrFormat("reached %.1f s after the command",
+                                          s.reached_s() - s.requested_s())
+                        : std::string("in progress"));
+}
+
+int Scale(const Args& a, std::ostream& out, std::ostream& err) {
+  uint32_t workers = 0;
+  if (a.positional.size() != 1 || !Has(a, "--workers") ||
+      !absl::SimpleAtoi(FlagOr(a, "--workers", ""), &workers)) {
+    err << "psctl scale: expected one JOB id and --workers=N (a count)\n";
+    return kExitUsage;
+  }
+  ScaleJobRequest req;
+  req.set_job_id(a.positional[0]);
+  req.set_workers(workers);
+  ScaleJobResponse resp;
+  int rc = CallCoordinator(a, "scale", &Coordinator::Stub::ScaleJob, req, &resp,
+                           err);
+  if (rc != kExitOk) return rc;
+  out << a.positional[0] << " " << FormatScale(resp.scale()) << "\n";
   return kExitOk;
 }
 

@@ -1,4 +1,4 @@
-// psctl status, list and cancel: one coordinator call each.
+// psctl status, list, cancel and scale: one coordinator call each.
 #ifndef TOOLS_PSCTL_PSCTL_JOBS_H_
 #define TOOLS_PSCTL_PSCTL_JOBS_H_
 
@@ -17,6 +17,12 @@ int Status(const Args& a, std::ostream& out, std::ostream& err);
 int List(const Args& a, std::ostream& out, std::ostream& err);
 // `psctl cancel JOB`: cancels a pending or running job.
 int Cancel(const Args& a, std::ostream& out, std::ostream& err);
+// `psctl scale JOB --workers=N`: grows or shrinks a running job's workers
+// (ScaleJobRequest); prints the scale's progress.
+int Scale(const Args& a, std::ostream& out, std::ostream& err);
+// "scale: 2 -> 4 workers, 3 active (in progress)": the line status prints
+// for a job that was scaled; "" for one that never was.
+std::string FormatScale(const ScaleStatus& s);
 
 }  // namespace psctl
 }  // namespace ps

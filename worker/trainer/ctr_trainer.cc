@@ -306,12 +306,15 @@ absl::Status CtrTrainer::Run(const ProgressCallback& on_progress,
   }
   meter_->AddComm(Clock::now() - pull_start);
   const uint64_t eval_every = options_.job.eval_every();
+  next_step_ = start;
   for (uint64_t t = start; t < total_steps_; ++t) {
+    next_step_ = t;
     if (should_abort && should_abort()) {
       return absl::CancelledError(absl::StrCat("aborted before step ", t));
     }
     PS_RETURN_IF_ERROR(AtStep(t, Step(t)));
     const uint64_t done = t + 1;
+    next_step_ = done;
     if (eval_every > 0 && done % eval_every == 0 && done < total_steps_) {
       PS_RETURN_IF_ERROR(AtStep(done, Evaluate(done)));
       meter_->Report(done, on_progress);

@@ -127,6 +127,9 @@ class CtrTrainer {
   uint64_t total_steps() const { return total_steps_; }
   const std::vector<float>& parameters() const { return params_; }
   const Progress& last_progress() const { return meter_->progress(); }
+  // After Run: the first step it did not complete (total_steps() when
+  // done).
+  uint64_t next_step() const { return next_step_; }
 
  private:
   CtrTrainer(Options options, ParameterClient* dense, SparseClient* sparse,
@@ -160,6 +163,7 @@ class CtrTrainer {
   const uint64_t batch_size_;
   const uint64_t steps_per_epoch_;
   const uint64_t total_steps_;
+  uint64_t next_step_ = 0;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<CtrReplica> model_;
   std::unique_ptr<CtrReplica> eval_model_;  // ranks that may lead only

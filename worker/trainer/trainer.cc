@@ -381,7 +381,9 @@ absl::Status Trainer::RunSteps(const ProgressCallback& on_progress,
   }
   PS_RETURN_IF_ERROR(PullInitial());
 
+  next_step_ = options_.start_step;
   for (uint64_t t = options_.start_step; t < total_steps_; ++t) {
+    next_step_ = t;
     if (should_abort && should_abort()) {
       return AtStep(t, absl::CancelledError("job aborted"));
     }
@@ -400,6 +402,7 @@ absl::Status Trainer::RunSteps(const ProgressCallback& on_progress,
     absl::Status s = Drain();
     if (!s.ok()) return AtStep(total_steps_ - 1, s);
   }
+  next_step_ = total_steps_;
   // The last step's exchanges are in: its trace is complete.
   if (options_.tracer != nullptr) {
     options_.tracer->Reached(std::numeric_limits<uint64_t>::max());

@@ -202,6 +202,10 @@ class Trainer {
   const std::vector<float>& parameters() const { return params_; }
   // The last progress reported (also filled when no callback is given).
   const Progress& last_progress() const;
+  // After Run: the first step it did not run (it completed every step
+  // before, exchanges included): total_steps() when done, the step it
+  // stopped before when aborted or failed.
+  uint64_t next_step() const { return next_step_; }
 
  private:
   using Clock = ProgressMeter::Clock;
@@ -250,6 +254,7 @@ class Trainer {
   const uint64_t steps_per_epoch_;
   const uint64_t batch_size_;
   const uint64_t total_steps_;
+  uint64_t next_step_ = 0;
   // Rank 0 of a model trained on data only (else null); uses devices_.
   const std::unique_ptr<Evaluator> evaluator_;
 

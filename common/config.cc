@@ -173,6 +173,14 @@ void CheckShardHeartbeat(PsdConfig& c, Problems* p) {
   }
 }
 
+// link_rate_mbit (PsdConfig, WorkerdConfig): 0 (no pacing) to 400 Gbit/s.
+void CheckLinkRate(uint32_t mbit, Problems* p) {
+  if (mbit > kMaxLinkRateMbit) {
+    p->Add("link_rate_mbit", absl::StrCat("must be in [0, ", kMaxLinkRateMbit,
+                                          "] (Mbit/s), got ", mbit));
+  }
+}
+
 // A file the daemon will write: its folder must exist and it must not be a
 // folder itself.
 void ValidateOutputFile(const std::string& field, const std::string& path,
@@ -291,7 +299,10 @@ void FillWorkerdDefaults(WorkerdConfig* c) {
     c->set_max_request_bytes(kDefaultMaxRequestBytes);
   }
   if (c->channels_per_shard() == 0) {
-    c->set_channels_per_shard(kDefaultChannelsPerShard);
+    // Paced flows: one connection per shard carries the whole share
+    // (WorkerdConfig.link_rate_mbit).
+    c->set_channels_per_shard(
+        c->link_rate_mbit() > 0 ? 1 : kDefaultChannelsPerShard);
   }
   if (c->fusion_bytes() == 0) c->set_fusion_bytes(kDefaultFusionBytes);
   if (c->shard_locate_interval_ms() == 0) {
@@ -436,6 +447,7 @@ absl::StatusOr<LoadedPsdConfig> ParsePsdConfig(const std::string& text,
   CheckShardInterval("shard_address_refresh_ms", c.shard_address_refresh_ms(),
                      &p);
   CheckShardHeartbeat(c, &p);
+  CheckLinkRate(c.link_rate_mbit(), &p);
   if (c.progress_history_rows() == 0)
     c.set_progress_history_rows(kDefaultProgressHistoryRows);
   if (!c.has_succeeded_jobs_kept()) {
@@ -514,6 +526,7 @@ absl::StatusOr<LoadedWorkerdConfig> ParseWorkerdConfig(
     p.Add("max_request_bytes",
           absl::StrCat(c.max_request_bytes(), " is outside 1024..67108864"));
   }
+  CheckLinkRate(c.link_rate_mbit(), &p);
   if (c.channels_per_shard() > 16) {
     p.Add("channels_per_shard",
           absl::StrCat(c.channels_per_shard(), " is outside 1..16"));

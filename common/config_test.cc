@@ -248,6 +248,35 @@ TEST_F(ConfigTest, CpuCores) {
               HasSubstr("cpu_cores: \"0-1023\": core "));
 }
 
+TEST_F(ConfigTest, LinkRatePacesOneChannelPerShard) {
+  Write("cluster.pbtxt", "shards { address: \"127.0.0.1:7001\" }\n");
+  // Pacing: one channel per shard unless the config names a count.
+  absl::StatusOr<LoadedWorkerdConfig> w = LoadWorkerdConfig(Write(
+      "w.pbtxt", "cluster_file: \"cluster.pbtxt\" link_rate_mbit: 1000\n"));
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_EQ(w->workerd.link_rate_mbit(), 1000u);
+  EXPECT_EQ(w->workerd.channels_per_shard(), 1u);
+  w = LoadWorkerdConfig(Write("w.pbtxt",
+                              "cluster_file: \"cluster.pbtxt\" "
+                              "link_rate_mbit: 1000 channels_per_shard: 3\n"));
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_EQ(w->workerd.channels_per_shard(), 3u);
+  w = LoadWorkerdConfig(Write(
+      "w.pbtxt", "cluster_file: \"cluster.pbtxt\" link_rate_mbit: 400001\n"));
+  ASSERT_FALSE(w.ok());
+  EXPECT_THAT(std::string(w.status().message()),
+              HasSubstr("link_rate_mbit: must be in [0, 400000]"));
+  absl::StatusOr<LoadedPsdConfig> p = LoadPsdConfig(Write(
+      "p.pbtxt", "cluster_file: \"cluster.pbtxt\" link_rate_mbit: 500000\n"));
+  ASSERT_FALSE(p.ok());
+  EXPECT_THAT(std::string(p.status().message()),
+              HasSubstr("link_rate_mbit: must be in [0, 400000]"));
+  p = LoadPsdConfig(Write(
+      "p.pbtxt", "cluster_file: \"cluster.pbtxt\" link_rate_mbit: 100\n"));
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->psd.link_rate_mbit(), 100u);
+}
+
 TEST_F(ConfigTest, ResolvesAddressFilesAndTimesOut) {
   Write("cluster.pbtxt",
         "shards { address: \"127.0.0.1:7001\" }\n"

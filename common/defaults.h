@@ -45,6 +45,8 @@ inline constexpr uint32_t kDefaultMaxInflightPerShard = 4;
 // rest are on the wire (docs/SCALING.md); not slower on loopback.
 inline constexpr uint32_t kDefaultMaxRequestBytes = 256u << 10;
 inline constexpr uint32_t kDefaultChannelsPerShard = 2;
+// link_rate_mbit (PsdConfig, WorkerdConfig): at most 400 Gbit/s.
+inline constexpr uint32_t kMaxLinkRateMbit = 400000;
 // PsClientOptions.delta_pulls (WorkerdConfig.disable_delta_pulls negates).
 inline constexpr bool kDefaultDeltaPulls = true;
 // Overlapped steps: layers are held until this many gradient bytes are held,

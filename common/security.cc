@@ -3,6 +3,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "common/socket_pacing.h"
 #include "common/status_macros.h"
 #include "common/text_proto.h"
 
@@ -90,7 +91,8 @@ std::shared_ptr<grpc::ChannelCredentials> Security::ChannelCredentials() const {
 }
 
 std::shared_ptr<grpc::Channel> Security::NewChannel(
-    const std::string& address, int max_message_bytes) const {
+    const std::string& address, int max_message_bytes,
+    uint64_t pacing_bytes_per_s) const {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(max_message_bytes);
   args.SetMaxSendMessageSize(max_message_bytes);
@@ -106,6 +108,7 @@ std::shared_ptr<grpc::Channel> Security::NewChannel(
   // connection, which one thread at a time reads and writes. PsClient opens
   // channels_per_shard channels per shard to use several.
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  SetClientPacing(pacing_bytes_per_s, &args);
   if (!server_name_override_.empty()) {
     args.SetSslTargetNameOverride(server_name_override_);
   }

@@ -10,6 +10,7 @@
 #ifndef COMMON_SECURITY_H_
 #define COMMON_SECURITY_H_
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -36,9 +37,12 @@ class Security {
   std::shared_ptr<grpc::ChannelCredentials> ChannelCredentials() const;
 
   // A channel to `address` with these credentials and the channel arguments
-  // this project uses everywhere (message size limit, keepalive).
+  // this project uses everywhere (message size limit, keepalive). With
+  // `pacing_bytes_per_s` > 0 its connection sends at most that many bytes
+  // per second (common/socket_pacing.h).
   std::shared_ptr<grpc::Channel> NewChannel(
-      const std::string& address, int max_message_bytes = 4 << 20) const;
+      const std::string& address, int max_message_bytes = 4 << 20,
+      uint64_t pacing_bytes_per_s = 0) const;
 
   // Attaches the bearer token (if any) to an outgoing call.
   void Authorize(grpc::ClientContext* context) const;

@@ -61,6 +61,12 @@ std::vector<Shard::JobPtr> Shard::AllJobs() const {
   return jobs;
 }
 
+uint32_t Shard::WorkerSlots() const {
+  uint32_t slots = 0;
+  for (const JobPtr& job : AllJobs()) slots += job->num_workers;
+  return slots;
+}
+
 // ---------------------------------------------------------------------------
 // Registration.
 

@@ -338,6 +338,11 @@ class Shard {
   // Waits (PushPull, Pull) not yet completed.
   size_t PendingWaits() const;
 
+  // The workers of every job on this shard, summed (each job's
+  // num_workers): the peers its replies go to, for pacing each connection
+  // at the link's rate / this (PsdConfig.link_rate_mbit).
+  uint32_t WorkerSlots() const;
+
   // Completes every pending wait with UNAVAILABLE; later calls fail with
   // UNAVAILABLE (Stats keeps working). Then stops the checkpoint writer and
   // writes a last checkpoint of every job that changed since its previous

@@ -11,6 +11,7 @@
 #include "absl/time/clock.h"
 #include "common/grpc_status.h"
 #include "common/logging.h"
+#include "common/socket_pacing.h"
 #include "common/status_macros.h"
 #include "spdlog/spdlog.h"
 #include "worker/backend/backend_factory.h"
@@ -81,6 +82,7 @@ PsClientOptions ClientOptions(const WorkerdConfig& c) {
   options.max_inflight_per_shard = static_cast<int>(c.max_inflight_per_shard());
   options.max_request_bytes = c.max_request_bytes();
   options.channels_per_shard = static_cast<int>(c.channels_per_shard());
+  options.link_bytes_per_s = LinkBytesPerSecond(c.link_rate_mbit());
   options.delta_pulls = !c.disable_delta_pulls();
   options.locate_interval = absl::Milliseconds(c.shard_locate_interval_ms());
   return options;
@@ -165,7 +167,7 @@ std::unique_ptr<KernelChoices> OpenKernelChoices(const WorkerdConfig& c) {
         "onednn|openblas); those shapes are timed again",
         path, (*choices)->skipped_lines());
   }
-  spdlog::info("cpu kernel choices: {}", path.empty() ? "memory" : path);
+  spdlog::info("cpu kernel choices: {}", path);
   return *std::move(choices);
 }
 

@@ -1,8 +1,11 @@
 #include "server/rpc/psd_server.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/logging.h"
+#include "common/socket_pacing.h"
 #include "common/status_macros.h"
 #include "common/text_proto.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
@@ -190,6 +193,14 @@ absl::Status PsdServer::Listen() {
                            security_.ServerCredentials(), &port);
   ApplyTransportSettings(static_cast<int>(config_.psd.max_message_bytes()),
                          &builder);
+  if (const uint64_t link = LinkBytesPerSecond(config_.psd.link_rate_mbit());
+      link > 0) {
+    // Each connection accepted gets its share of the link by the workers of
+    // the jobs registered then (workers connect after their job is).
+    builder.SetOption(ServerPacingOption([this, link] {
+      return link / std::max<uint64_t>(1, shard_->WorkerSlots());
+    }));
+  }
   builder.RegisterService(ps_service_.get());
   if (is_coordinator()) {
     coordinator_service_ = std::make_unique<CoordinatorService>(&security_);

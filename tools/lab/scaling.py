@@ -160,6 +160,19 @@ seed: 1
 """
 
 
+def pacing_config(lab: Lab, args, host: int, last_host: int) -> str:
+    """With --pacing: `link_rate_mbit` for the daemon on `host` (1-based), its
+    link's rate (with --straggler, the last worker's host `last_host` is
+    slower), so it paces its connections at their share of it
+    (docs/SCALING.md, "Paced flows")."""
+    if not args.pacing:
+        return ""
+    bits = parse_rate_bits(lab.rate)
+    if args.straggler and host == last_host:
+        bits *= args.straggler
+    return f"link_rate_mbit: {max(1, int(bits // 1e6))}\n"
+
+
 def start_ps(lab: Lab, args, bindir: str, shards: int, workers: int, d: str,
              procs: List[subprocess.Popen]) -> None:
     """Shards on hosts 1..S, workers on the next W hosts, from configs in `d`;
@@ -173,7 +186,8 @@ def start_ps(lab: Lab, args, bindir: str, shards: int, workers: int, d: str,
             f.write(f'listen_address: "{lab.hosts[i]}:0"\nshard_id: {i}\n'
                     f'cluster_file: "{d}/cluster.pbtxt"\n'
                     f'address_file: "{d}/psd{i}.addr"\n'
-                    f"memory_budget_bytes: {args.shard_budget}\n")
+                    f"memory_budget_bytes: {args.shard_budget}\n"
+                    f"{pacing_config(lab, args, i + 1, shards + workers)}")
         procs.append(lab.popen(i + 1, [f"{bindir}/server/psd",
                                        f"--config={d}/psd{i}.pbtxt"],
                                f"{d}/psd{i}.log"))
@@ -181,7 +195,8 @@ def start_ps(lab: Lab, args, bindir: str, shards: int, workers: int, d: str,
     for j in range(workers):
         with open(f"{d}/worker{j}.pbtxt", "w") as f:
             f.write(f'cluster_file: "{d}/cluster.pbtxt"\nname: "w{j}"\n'
-                    f'devices: "cpu:0"\n{args.worker_config}\n')
+                    f'devices: "cpu:0"\n{args.worker_config}\n'
+                    f"{pacing_config(lab, args, shards + j + 1, shards + workers)}")
         procs.append(lab.popen(shards + j + 1,
                                [f"{bindir}/worker/workerd",
                                 f"--config={d}/worker{j}.pbtxt"],
@@ -380,6 +395,9 @@ def parse_args() -> argparse.Namespace:
                     metavar="FRACTION",
                     help="the last worker's host gets FRACTION x the lab's "
                     "rate (both directions) for every row, restored after it")
+    ap.add_argument("--pacing", action="store_true",
+                    help="set link_rate_mbit (the lab's rate) in every psd "
+                    "and workerd config: each connection paced at its share")
     ap.add_argument("--tcp-seconds", type=float, default=5.0,
                     help="the raw-TCP reference (iperf3 in a ring of hosts "
                     "before the rows): seconds of the lab rate per stream; 0: none")
@@ -438,7 +456,7 @@ def sweep(lab: Lab, args, bindir: str, work: str, ref: Optional[Dict]):
             return
         tcp = ref and ref["cpu_s_per_gb"]
         mine = r.get("cpu_s_per_gb")
-        r.update(straggler=args.straggler,
+        r.update(straggler=args.straggler, pacing=args.pacing,
                  straggler_host=host if args.straggler else None,
                  tcp_cpu_s_per_gb=tcp,
                  cpu_vs_tcp=mine / tcp if tcp and mine is not None else None)

@@ -17,6 +17,7 @@ ShardChannelsOptions ChannelOptionsOf(const PsClientOptions& options,
   ShardChannelsOptions channels;
   channels.channels_per_shard = options.channels_per_shard;
   channels.max_message_bytes = options.max_message_bytes;
+  channels.link_bytes_per_s = options.link_bytes_per_s;
   channels.locate_shards = options.locate_shards;
   channels.locate_interval = options.locate_interval;
   channels.job_id = job_id;

@@ -40,6 +40,10 @@ struct PsClientOptions {
   // written by one thread at a time, so a second one lets a large exchange
   // use both directions of two connections at once.
   int channels_per_shard = kDefaultChannelsPerShard;
+  // This host's link in bytes per second (WorkerdConfig.link_rate_mbit); 0:
+  // no pacing. Otherwise each channel is paced at this / (shards x
+  // channels_per_shard), so every flow into a shard runs at its share.
+  uint64_t link_bytes_per_s = 0;
   // Delta pulls, for jobs whose workers push top-k (wire.topk_fraction <
   // 1): a pull of a chunk into the same `params` buffer that the previous
   // successful pull of it wrote names the version it brought

@@ -45,7 +45,12 @@ std::shared_ptr<grpc::Channel> ShardChannelsBase::NewChannel(
     const std::string& address) const {
   // NewChannel gives every channel its own connection (see
   // common/security.h), so a shard's channels do not share one TCP stream.
-  return security_->NewChannel(address, options_.max_message_bytes);
+  // Paced: this host's link split evenly over every connection to a shard.
+  const uint64_t connections =
+      uint64_t{num_shards_} * static_cast<uint64_t>(channels_per_shard_);
+  return security_->NewChannel(
+      address, options_.max_message_bytes,
+      options_.link_bytes_per_s / std::max<uint64_t>(1, connections));
 }
 
 std::string ShardChannelsBase::address(uint32_t shard) const {

@@ -50,7 +50,8 @@ struct ShardChannelsOptions {
   // PsClientOptions' fields of the same names.
   int channels_per_shard = kDefaultChannelsPerShard;
   int max_message_bytes = kDefaultMaxMessageBytes;
-  LocateShards locate_shards;  // unset: shards never move
+  uint64_t link_bytes_per_s = 0;  // 0: channels not paced
+  LocateShards locate_shards;     // unset: shards never move
   absl::Duration locate_interval =
       absl::Milliseconds(kDefaultShardLocateIntervalMs);
   // For the log line of a move: "job <job_id>: shard 1 moved from A to B;

@@ -16,6 +16,7 @@
 #   tools/demo.sh SCRIPT.py [ARGS...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source tools/lib/daemons.sh
 JOB=${1:-configs/jobs/fashion_mlp.pbtxt}
 SCRIPT_ARGS=("${@:2}")
 PYTHON=0
@@ -45,16 +46,7 @@ cleanup() {
   local rc=$?
   trap - EXIT INT TERM
   if ((${#PIDS[@]})); then
-    kill -TERM "${PIDS[@]}" 2>/dev/null || true
-    # Daemons exit cleanly on SIGTERM; give them 10 s, then insist.
-    for _ in $(seq 100); do
-      alive=0
-      for p in "${PIDS[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
-      ((alive)) || break
-      sleep 0.1
-    done
-    kill -KILL "${PIDS[@]}" 2>/dev/null || true
-    wait 2>/dev/null || true
+    stop_pids "${PIDS[@]}"
   fi
   echo "demo: stopped all daemons (logs in $LOGS)"
   exit $rc

@@ -18,6 +18,7 @@
 #   tools/fault_drill.sh [--replicated] [EPOCHS]      (default 5)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source tools/lib/daemons.sh
 REPLICATED=0
 if [[ ${1:-} == --replicated ]]; then REPLICATED=1; shift; fi
 EPOCHS=${1:-5}
@@ -33,12 +34,7 @@ declare -A PID
 cleanup() {
   local rc=$?
   trap - EXIT INT TERM
-  for p in "${PID[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-  for p in "${PID[@]}"; do
-    for _ in $(seq 100); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$p" 2>/dev/null || true
-  done
-  wait 2>/dev/null || true
+  stop_pids "${PID[@]}"
   exit $rc
 }
 trap cleanup EXIT

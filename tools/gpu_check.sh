@@ -25,6 +25,8 @@
 # It writes OUTDIR/gpu_check.json, OUTDIR/gpu_check.md and
 # OUTDIR/gpu_check_logs.tar.gz. Exit 0 when everything passed, 1 otherwise.
 set -uo pipefail
+# stop_pids (SIGTERM, 10 s, SIGKILL, reap).
+source "$(dirname "${BASH_SOURCE[0]}")/lib/daemons.sh"
 
 # ---- what to build and where it lands (labels; paths follow from them) ----
 # Fix these when targets move; the script derives every path from them.
@@ -293,13 +295,7 @@ run_job() { # WORK
     submit "$DEMO_JOB" --wait --timeout=$((limit - 5)) \
     >"$work/logs/psctl.log" 2>&1
   rc=$?
-  kill -TERM "${pids[@]}" 2>/dev/null
-  for _ in $(seq 100); do
-    kill -0 "${pids[@]}" 2>/dev/null || break
-    sleep 0.1
-  done
-  kill -KILL "${pids[@]}" 2>/dev/null
-  wait 2>/dev/null
+  stop_pids "${pids[@]}"
   trap - EXIT
   echo "$rc" >"$work/job.rc"
   grep -o 'job=.*' "$work/logs/psctl.log" | tail -1 >"$work/job.line"

@@ -95,6 +95,7 @@
 # interpreter): without it they are skipped, with one line saying so.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+source tools/lib/daemons.sh
 
 EPOCHS=5
 BATCHES="64 256"
@@ -231,19 +232,8 @@ echo "bench_e2e: logs in $LOGS" >&2
 PIDS=()
 ROW_PIDS=()
 PSD_PIDS=()
-stop_pids() {
-  (($# == 0)) && return 0
-  kill -TERM "$@" 2>/dev/null || true
-  # Daemons exit cleanly on SIGTERM; give them 10 s, then insist.
-  local alive
-  for _ in $(seq 100); do
-    alive=0
-    for p in "$@"; do kill -0 "$p" 2>/dev/null && alive=1; done
-    ((alive)) || break
-    sleep 0.1
-  done
-  kill -KILL "$@" 2>/dev/null || true
-  for p in "$@"; do wait "$p" 2>/dev/null || true; done
+stop_and_forget() {  # tools/lib/daemons.sh's stop_pids, then forget them
+  stop_pids "$@"
   forget "$@"
 }
 forget() {  # forget PID...: reaped, so never signalled again (pids get reused)
@@ -261,8 +251,8 @@ cleanup() {
   # its RPCs for seconds before it exits.
   local first=() p
   for p in "${PIDS[@]}"; do [[ " ${PSD_PIDS[*]} " == *" $p "* ]] || first+=("$p"); done
-  if ((${#first[@]})); then stop_pids "${first[@]}"; fi
-  if ((${#PSD_PIDS[@]})); then stop_pids "${PSD_PIDS[@]}"; fi
+  if ((${#first[@]})); then stop_and_forget "${first[@]}"; fi
+  if ((${#PSD_PIDS[@]})); then stop_and_forget "${PSD_PIDS[@]}"; fi
   exit $rc
 }
 trap cleanup EXIT
@@ -401,8 +391,8 @@ EOF
   taskset -c "${P[0]},${P[1]}" "$BIN/tools/psctl/psctl" "--cluster=$dir/cluster.pbtxt" stats >"$dir/stats.out" 2>&1 || true
   local others=()
   for p in "${ROW_PIDS[@]}"; do [[ " ${psd_pids[*]} " == *" $p "* ]] || others+=("$p"); done
-  stop_pids "${others[@]}"
-  stop_pids "${psd_pids[@]}"
+  stop_and_forget "${others[@]}"
+  stop_and_forget "${psd_pids[@]}"
   ROW_PIDS=()
   local rank0
   rank0=$(grep -l "rank 0 of" "$dir"/worker*.log 2>/dev/null | head -n 1 || true)

@@ -20,6 +20,7 @@
 # Logs, configs and curves.csv stay in the printed folder.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+source tools/lib/daemons.sh
 GROW_AT_S=${1:-20}
 AFTER_S=${2:-20}
 for v in "$GROW_AT_S" "$AFTER_S"; do
@@ -35,15 +36,7 @@ PIDS=()
 cleanup() {
   local rc=$?
   trap - EXIT INT TERM
-  ((${#PIDS[@]})) && kill -TERM "${PIDS[@]}" 2>/dev/null
-  for _ in $(seq 100); do
-    alive=0
-    for p in "${PIDS[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
-    ((alive)) || break
-    sleep 0.1
-  done
-  ((${#PIDS[@]})) && kill -KILL "${PIDS[@]}" 2>/dev/null
-  wait 2>/dev/null || true
+  stop_pids "${PIDS[@]}"
   exit $rc
 }
 trap cleanup EXIT

@@ -1,0 +1,24 @@
+# Sourced by the scripts that start daemons (tools/demo.sh, tools/fault_drill.sh,
+# tools/gpu_check.sh, tools/bench/*.sh):
+#
+#   source "$(dirname "$0")/lib/daemons.sh"
+#   stop_pids "${PIDS[@]}"
+#
+# stop_pids PID...: SIGTERM every PID (the daemons drain and exit cleanly on
+# it), wait up to 10 s for all of them, SIGKILL whatever is left, then reap
+# them. PIDs must be children of the calling shell for the reaping; others
+# are still stopped. Returns 0.
+stop_pids() {
+  (($# == 0)) && return 0
+  kill -TERM "$@" 2>/dev/null || true
+  local alive p
+  for _ in $(seq 100); do
+    alive=0
+    for p in "$@"; do kill -0 "$p" 2>/dev/null && alive=1; done
+    ((alive)) || break
+    sleep 0.1
+  done
+  kill -KILL "$@" 2>/dev/null || true
+  for p in "$@"; do wait "$p" 2>/dev/null || true; done
+  return 0
+}

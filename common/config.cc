@@ -415,6 +415,50 @@ absl::StatusOr<LoadedCluster> LoadClusterConfig(const std::string& path) {
   return ParseClusterConfig(text, path);
 }
 
+namespace {
+
+// PsdConfig's numeric fields: defaults filled in, ranges checked.
+void FillPsdDefaults(PsdConfig& c, Problems* p) {
+  if (c.max_message_bytes() == 0)
+    c.set_max_message_bytes(kDefaultMaxMessageBytes);
+  if (c.max_message_bytes() < kMinMaxMessageBytes ||
+      c.max_message_bytes() > kMaxMaxMessageBytes) {
+    p->Add("max_message_bytes",
+           absl::StrCat("must be in [", kMinMaxMessageBytes, ", ",
+                        kMaxMaxMessageBytes, "], got ", c.max_message_bytes()));
+  }
+  if (c.memory_budget_bytes() == 0)
+    c.set_memory_budget_bytes(kDefaultMemoryBudgetBytes);
+  if (c.worker_timeout_ms() == 0)
+    c.set_worker_timeout_ms(kDefaultWorkerTimeoutMs);
+  if (c.worker_timeout_ms() < kMinWorkerTimeoutMs) {
+    p->Add("worker_timeout_ms",
+           absl::StrCat("must be at least ", kMinWorkerTimeoutMs,
+                        " (heartbeats come every 100 ms or more), got ",
+                        c.worker_timeout_ms()));
+  }
+  if (c.shard_address_refresh_ms() == 0)
+    c.set_shard_address_refresh_ms(kDefaultShardAddressRefreshMs);
+  CheckShardInterval("shard_address_refresh_ms", c.shard_address_refresh_ms(),
+                     p);
+  CheckShardHeartbeat(c, p);
+  CheckLinkRate(c.link_rate_mbit(), p);
+  if (c.progress_history_rows() == 0)
+    c.set_progress_history_rows(kDefaultProgressHistoryRows);
+  if (!c.has_succeeded_jobs_kept()) {
+    c.set_succeeded_jobs_kept(kDefaultSucceededJobsKept);
+  }
+  if (c.progress_history_rows() < kMinProgressHistoryRows ||
+      c.progress_history_rows() > kMaxProgressHistoryRows) {
+    p->Add("progress_history_rows",
+           absl::StrCat("must be in [", kMinProgressHistoryRows, ", ",
+                        kMaxProgressHistoryRows, "], got ",
+                        c.progress_history_rows()));
+  }
+}
+
+}  // namespace
+
 absl::StatusOr<LoadedPsdConfig> ParsePsdConfig(const std::string& text,
                                                const std::string& path) {
   LoadedPsdConfig out;
@@ -424,42 +468,7 @@ absl::StatusOr<LoadedPsdConfig> ParsePsdConfig(const std::string& text,
   Problems p(path);
   if (c.listen_address().empty()) c.set_listen_address(kDefaultListenAddress);
   p.Add(ValidateHostPort(c.listen_address(), "listen_address", true));
-  if (c.max_message_bytes() == 0)
-    c.set_max_message_bytes(kDefaultMaxMessageBytes);
-  if (c.max_message_bytes() < kMinMaxMessageBytes ||
-      c.max_message_bytes() > kMaxMaxMessageBytes) {
-    p.Add("max_message_bytes",
-          absl::StrCat("must be in [", kMinMaxMessageBytes, ", ",
-                       kMaxMaxMessageBytes, "], got ", c.max_message_bytes()));
-  }
-  if (c.memory_budget_bytes() == 0)
-    c.set_memory_budget_bytes(kDefaultMemoryBudgetBytes);
-  if (c.worker_timeout_ms() == 0)
-    c.set_worker_timeout_ms(kDefaultWorkerTimeoutMs);
-  if (c.worker_timeout_ms() < kMinWorkerTimeoutMs) {
-    p.Add("worker_timeout_ms",
-          absl::StrCat("must be at least ", kMinWorkerTimeoutMs,
-                       " (heartbeats come every 100 ms or more), got ",
-                       c.worker_timeout_ms()));
-  }
-  if (c.shard_address_refresh_ms() == 0)
-    c.set_shard_address_refresh_ms(kDefaultShardAddressRefreshMs);
-  CheckShardInterval("shard_address_refresh_ms", c.shard_address_refresh_ms(),
-                     &p);
-  CheckShardHeartbeat(c, &p);
-  CheckLinkRate(c.link_rate_mbit(), &p);
-  if (c.progress_history_rows() == 0)
-    c.set_progress_history_rows(kDefaultProgressHistoryRows);
-  if (!c.has_succeeded_jobs_kept()) {
-    c.set_succeeded_jobs_kept(kDefaultSucceededJobsKept);
-  }
-  if (c.progress_history_rows() < kMinProgressHistoryRows ||
-      c.progress_history_rows() > kMaxProgressHistoryRows) {
-    p.Add("progress_history_rows",
-          absl::StrCat("must be in [", kMinProgressHistoryRows, ", ",
-                       kMaxProgressHistoryRows, "], got ",
-                       c.progress_history_rows()));
-  }
+  FillPsdDefaults(c, &p);
   if (!c.status_address().empty()) {
     p.Add(ValidateHostPort(c.status_address(), "status_address", true));
   }

@@ -57,6 +57,9 @@ constexpr char kJob[] = R"pb(
 LocalClusterOptions Options() {
   LocalClusterOptions o;
   o.shards = kShards;
+  // 5 psd writing a checkpoint every step beside 2 workers on a loaded
+  // machine: a worker's heartbeat may be starved for seconds.
+  o.worker_timeout_ms = 30000;
   o.psd_extra = "checkpoint_dir: \"ckpt\"";
   // Enough retries (backoff capped at 2 s) to outlast a restart.
   o.workerd_extra = "rpc_max_attempts: 30";

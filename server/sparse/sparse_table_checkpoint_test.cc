@@ -72,7 +72,9 @@ TEST(SparseTableCheckpointTest, SnapshotWritesTheStateOfItsInstant) {
 TEST(SparseTableCheckpointTest, SnapshotIsCopyOnWriteAndExchangesGoOn) {
   SparseTable::Options o = CheckpointOptions();
   o.lru = true;
+  o.memory_budget_bytes = 64 << 20;  // lru needs one; none is evicted by it
   auto a = MustCreate(o);
+  ASSERT_NE(a, nullptr);
   CountingSgd sgd(o.dim);
   std::vector<uint64_t> all;
   for (uint64_t id = 0; id < 20000; ++id) all.push_back(id * 7919);

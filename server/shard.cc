@@ -535,6 +535,12 @@ void Shard::SparseExchange(SparseRequestIn* req, SparseReplyOut* resp,
   // Counted once the push is buffered or applied (or refused), so that a
   // snapshot which saw the count holds the push.
   if (push) checkpointer_->CountSparsePush(*keep);
+  // Gated answers wait for the checkpoint this step makes due, so it is
+  // scheduled here, not when the answer goes out (a shard without dense
+  // chunks has no other trigger).
+  if (push && keep->gate_replies) {
+    checkpointer_->AfterExchange(keep, tables->version());
+  }
 }
 
 // ---------------------------------------------------------------------------

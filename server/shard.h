@@ -62,16 +62,16 @@
 //     steps) in a companion .tables file of the same sequence, written
 //     before the .ckpt that names its size and CRC (server/checkpoint.h):
 //     a crash leaves the previous pair or the new one.
-//   * The tables' copy: under the tables' mutex, their consistency state
-//     and a memcpy of every table (JobTables::TakeSnapshot), so the saved
-//     tables are exactly those of one version; sparse exchanges of the job
-//     wait for that copy only (10M rows x dim 16 Adagrad, 1.66 GB: up to
-//     3.7 s on a loaded 2-core VM, server/shard_sparse_checkpoint_
-//     benchmark), not for the encoding and the file I/O (34 s there). The
-//     copy costs about the tables' bytes_used of extra memory, not counted
-//     in the budget, until it is written. The chunks are copied before it,
-//     each under its own lock; chunks and tables each restore to their own
-//     saved version.
+//   * The tables' snapshot: under the tables' mutex, their consistency
+//     state is copied and every table frozen copy on write (JobTables::
+//     TakeSnapshot; no row is copied), so the saved tables are exactly
+//     those of one version; sparse exchanges of the job wait for that
+//     freeze only, not for the encoding and the file I/O, which read the
+//     rows a batch at a time under each stripe's reader lock. Meanwhile
+//     each row a push changes is copied once (not counted in the budget),
+//     so the extra memory is the rows changed during the save. The chunks
+//     are copied before it, each under its own lock; chunks and tables
+//     each restore to their own saved version.
 //   * When: at registration (version 0, durable before RegisterJob
 //     returns); then, BSP, once every local chunk and the tables (whose
 //     version counts BSP steps) are at version previous + every_steps,
@@ -99,9 +99,11 @@
 //     bitwise identical to an undisturbed run (without backup_workers,
 //     whose quorum depends on arrival order anyway). The price is one
 //     checkpoint write per step on each step's latency, under no lock.
-//     Sparse exchanges are not held back: the gate covers the dense
-//     chunks only, so after a crash the tables may be behind the workers
-//     (see the next point).
+//     The tables' answers are held back the same way (JobTables::
+//     GateAnswers: a sparse answer carrying version v waits until a
+//     checkpoint holding the tables at >= v is durable), also on a shard
+//     holding no dense chunk of the job, so after a crash the restored
+//     tables are at the workers' step or one ahead too.
 //   * Otherwise, BSP: the workers may be past the restored version; their
 //     pushes (and pulls beyond version + 1) then fail with
 //     FAILED_PRECONDITION "... restarted and restored job j from its

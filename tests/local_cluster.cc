@@ -41,11 +41,12 @@ absl::Status LocalCluster::StartShard(int i, const std::string& extra) {
   std::filesystem::remove(absl::StrCat(dir_, "/s", i, ".metrics.addr"));
   std::string cfg = absl::StrCat(dir_, "/psd", i, ".pbtxt");
   absl::Status s = WriteFileAtomically(
-      cfg, absl::StrCat("cluster_file: \"cluster.pbtxt\"\nshard_id: ", i,
-                        "\naddress_file: \"s", i,
-                        ".addr\"\nworker_timeout_ms: 3000\n",
-                        MetricsLines(options_.metrics, absl::StrCat("s", i)),
-                        options_.psd_extra, "\n", extra, "\n"));
+      cfg,
+      absl::StrCat("cluster_file: \"cluster.pbtxt\"\nshard_id: ", i,
+                   "\naddress_file: \"s", i,
+                   ".addr\"\nworker_timeout_ms: ", options_.worker_timeout_ms,
+                   "\n", MetricsLines(options_.metrics, absl::StrCat("s", i)),
+                   options_.psd_extra, "\n", extra, "\n"));
   if (!s.ok()) return s;
   s = shards_[i]->Start({"server/psd", "--config=" + cfg},
                         absl::StrCat(dir_, "/psd", i, ".log"));

@@ -21,6 +21,9 @@ namespace ps {
 struct LocalClusterOptions {
   int shards = 2;
   int workers = 2;
+  // The coordinator's worker_timeout_ms (psd config): a worker with no
+  // heartbeat for this long is lost.
+  int worker_timeout_ms = 3000;
   // Extra text appended to every psd / workerd config.
   std::string psd_extra;
   std::string workerd_extra;

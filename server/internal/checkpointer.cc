@@ -78,7 +78,8 @@ struct Snapshot {
   std::optional<JobTables::Snapshot> tables;
   uint64_t sequence = 0;
   uint64_t step = 0;
-  uint64_t min_version = 0;  // the lowest chunk version it holds
+  uint64_t min_version = 0;     // the lowest chunk version it holds
+  uint64_t tables_version = 0;  // the tables' version it holds
 };
 
 // BSP: the lowest chunk version, or the tables' version when lower;
@@ -122,7 +123,10 @@ Snapshot TakeSnapshot(uint32_t shard_id, Job& j)
       steps[r] = std::max(steps[r], c->state.next_step[r]);
     }
   }
-  if (j.tables != nullptr) snap.tables.emplace(j.tables->TakeSnapshot());
+  if (j.tables != nullptr) {
+    snap.tables.emplace(j.tables->TakeSnapshot());
+    snap.tables_version = snap.tables->version();
+  }
   snap.min_version = min_version == UINT64_MAX ? 0 : min_version;
   snap.step = CheckpointStep(j, active, steps, snap.min_version, snap.tables);
   snap.sequence = ++j.files.sequence;
@@ -148,11 +152,11 @@ absl::StatusOr<std::string> WriteFiles(const CheckpointStore& store,
       std::move(*snap.dense).Finish(snap.sequence, snap.step, tables));
 }
 
-// gate_replies: the answers up to `min_version` may go. A failed write
-// releases them too: training goes on without this checkpoint (logged and
-// counted), and a later restore falls back to an older one, which then
-// refuses the lost steps loudly.
-void ReleaseDurable(Job& j, uint64_t min_version) {
+// gate_replies: the answers up to `min_version` (the tables': up to
+// `tables_version`) may go. A failed write releases them too: training goes
+// on without this checkpoint (logged and counted), and a later restore falls
+// back to an older one, which then refuses the lost steps loudly.
+void ReleaseDurable(Job& j, uint64_t min_version, uint64_t tables_version) {
   std::vector<WaiterPtr> ready;
   {
     absl::MutexLock l(&j.waits.mu);
@@ -160,6 +164,7 @@ void ReleaseDurable(Job& j, uint64_t min_version) {
     ReleaseDurableWaiters(j, &ready);
   }
   CompleteAll(&ready);
+  if (j.tables != nullptr) j.tables->SetDurableVersion(tables_version);
 }
 
 }  // namespace
@@ -273,6 +278,7 @@ absl::Status Checkpointer::Write(const std::shared_ptr<Job>& job) {
   Job& j = *job;
   absl::Status status;
   uint64_t min_version = 0;
+  uint64_t tables_version = 0;
   {
     absl::MutexLock w(&j.files.mu);
     if (j.files.removed) {
@@ -287,6 +293,7 @@ absl::Status Checkpointer::Write(const std::shared_ptr<Job>& job) {
         j.schedule.table_pushes.load(std::memory_order_relaxed);
     Snapshot snap = TakeSnapshot(shard_id_, j);
     min_version = snap.min_version;
+    tables_version = snap.tables_version;
     {
       absl::MutexLock l(&j.schedule.mu);
       j.schedule.queued = false;
@@ -305,7 +312,7 @@ absl::Status Checkpointer::Write(const std::shared_ptr<Job>& job) {
                     j.id, snap.step, shard_id_, std::string(status.message()));
     }
   }
-  if (j.gate_replies) ReleaseDurable(j, min_version);
+  if (j.gate_replies) ReleaseDurable(j, min_version, tables_version);
   // Due again already (the chunks moved on while this one was copied, and
   // their triggers found it queued)?
   MaybeQueue(job, {}, absl::InfinitePast(), /*recheck=*/true);

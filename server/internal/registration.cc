@@ -167,6 +167,8 @@ void ApplyCheckpointSpec(const JobSpec& spec, bool can_checkpoint, Job& job) {
   job.checkpointing =
       can_checkpoint && (ck.every_steps() > 0 || ck.every_seconds() > 0);
   job.gate_replies = job.checkpointing && StepAnswersAwaitCheckpoint(spec);
+  // The tables' answers wait for their checkpoints too.
+  if (job.gate_replies && job.tables != nullptr) job.tables->GateAnswers();
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "server/sparse/job_tables.h"
 
+#include <cstdint>
 #include <utility>
 
 #include "absl/strings/str_format.h"
@@ -65,7 +66,23 @@ absl::Status JobTables::NotActive(uint32_t worker) const {
 }
 
 void JobTables::CollectReadyLocked(std::vector<WaiterPtr>* ready) {
-  waits_.CollectReady(barrier_, ready);
+  waits_.CollectReady(barrier_, gated_ ? durable_ : UINT64_MAX, ready);
+}
+
+void JobTables::GateAnswers() {
+  absl::MutexLock l(&mu_);
+  gated_ = true;
+}
+
+void JobTables::SetDurableVersion(uint64_t version) {
+  std::vector<WaiterPtr> ready;
+  {
+    absl::MutexLock l(&mu_);
+    if (version <= durable_) return;
+    durable_ = version;
+    CollectReadyLocked(&ready);
+  }
+  for (auto& w : ready) Answer(*tables_, *w);
 }
 
 absl::Status JobTables::MaybeCompleteStepLocked() {
@@ -219,6 +236,7 @@ void JobTables::SetMembership(const std::vector<uint8_t>& active) {
 void JobTables::CheckDeadlines(absl::Time now) {
   std::vector<WaiterPtr> late;
   std::string missing;
+  std::string durable;
   uint64_t version = 0;
   {
     absl::MutexLock l(&mu_);
@@ -226,13 +244,14 @@ void JobTables::CheckDeadlines(absl::Time now) {
     if (late.empty()) return;
     missing = absl::StrJoin(barrier_.MissingWorkers(), ", ");
     version = barrier_.version();
+    if (gated_) durable = absl::StrFormat(", durable at %d", durable_);
   }
   for (auto& w : late) {
     w->done(absl::DeadlineExceededError(absl::StrFormat(
         "job %s sparse tables on shard %d, step %d: no answer within %s "
-        "(tables at version %d; waiting for workers [%s])",
+        "(tables at version %d%s; waiting for workers [%s])",
         job_id_, where_.shard_id, w->step, absl::FormatDuration(step_deadline_),
-        version, missing)));
+        version, durable, missing)));
   }
 }
 
@@ -284,6 +303,7 @@ JobTables::Snapshot JobTables::TakeSnapshot() const {
   absl::MutexLock l(&mu_);
   d->state = barrier_.CopyState();
   // Under mu_ no apply runs (pulls may): every table is at the version.
+  // The tables are frozen copy on write: nothing is copied here.
   d->tables = tables_->TakeSnapshots();
   return Snapshot(std::move(d));
 }
@@ -311,6 +331,8 @@ absl::Status JobTables::Restore(ByteSource& source) {
   absl::MutexLock l(&mu_);
   tables_->Replace(std::move(restored));
   barrier_.Restore(std::move(state));
+  // The checkpoint it came from is durable.
+  durable_ = barrier_.version();
   return absl::OkStatus();
 }
 

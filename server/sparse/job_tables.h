@@ -103,6 +103,17 @@ class JobTables {
   // the step misses.
   void CheckDeadlines(absl::Time now);
 
+  // BSP with a checkpoint every step (core/checkpoint_gate.h): from now on
+  // an answer carrying version v (the push of step v - 1, a pull of step v)
+  // waits until SetDurableVersion(>= v), so no worker holds a table version
+  // that a crash can lose. Call before the first Exchange.
+  void GateAnswers();
+  // The tables' version in the newest durable checkpoint (or one whose
+  // write failed: training goes on without it); releases the answers it
+  // covers. Lower versions than the last one are ignored. Restore sets it
+  // to the restored version.
+  void SetDurableVersion(uint64_t version);
+
   // Fails every pending wait and every later call with `why` (DropJob,
   // Shutdown).
   void Close(const absl::Status& why);
@@ -122,17 +133,23 @@ class JobTables {
   // No other call may be in progress (the shard restores before serving).
   // After it, a BSP push of a step beyond the restored version fails
   // INVALID_ARGUMENT saying that the tables were restored (the updates
-  // after the checkpoint are lost), like any step from the future.
+  // after the checkpoint are lost), like any step from the future; with
+  // GateAnswers no worker can be there (it saw no version beyond the
+  // durable one).
   absl::Status Restore(ByteSource& source);
 
   // The state Save writes, captured at one instant: under the mutex (so
   // no apply runs; exchanges wait meanwhile) the consistency state is
-  // copied and each table's stripes are memcpy'd (SparseTable::
-  // TakeSnapshot). That copy is the whole pause a checkpoint causes; it
-  // holds about bytes_used() of extra memory until the Snapshot is
-  // written or destroyed. WriteTo encodes and writes it with no lock held,
-  // so exchanges and applies go on during the I/O. Thread-compatible; it
-  // must not outlive this JobTables.
+  // copied (the buffered BSP pushes) and each table's stripes are frozen
+  // copy on write (SparseTable::TakeSnapshot: no row is copied then).
+  // That is the whole pause a checkpoint causes. Until the Snapshot is
+  // written or destroyed, each row an apply, a new row or an eviction
+  // changes is copied once, so its extra memory is the rows changed
+  // meanwhile. WriteTo encodes and writes it with no JobTables lock held
+  // (a batch of rows at a time under a stripe's reader lock), so exchanges
+  // and applies go on during the encoding and the I/O. Thread-compatible;
+  // it must not outlive this JobTables, and Restore must not run while it
+  // is held.
   class Snapshot {
    public:
     Snapshot(Snapshot&&) noexcept;
@@ -193,6 +210,9 @@ class JobTables {
   sparse_internal::StepBarrier barrier_ ABSL_GUARDED_BY(mu_);
   sparse_internal::WaitList waits_ ABSL_GUARDED_BY(mu_);
   absl::Status closed_ ABSL_GUARDED_BY(mu_);
+  // GateAnswers: BSP answers wait for durable_ to reach their version.
+  bool gated_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t durable_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace ps

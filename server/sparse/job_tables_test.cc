@@ -282,6 +282,60 @@ TEST(JobTablesTest, SaveRestoreKeepsRowsVersionAndBufferedPushes) {
   EXPECT_EQ(other->version(), 0u);
 }
 
+// BSP with a checkpoint every step: an answer waits until its version is
+// durable; a restored copy counts its own version as durable.
+TEST(JobTablesTest, GatedAnswersWaitUntilTheirVersionIsDurable) {
+  const JobSpec spec = Spec("BSP");
+  auto t = Make(spec, 2);
+  t->GateAnswers();
+  // Version 0 is durable (the registration's checkpoint).
+  EXPECT_EQ(Pull(*t, {1}), (std::vector<float>{1, 1}));
+  auto a = Exchange(0, 0, true, {1}, {2, 2}, {1});
+  auto b = Exchange(1, 0, true, {1}, {0, 0}, {1});
+  a->Start(*t);
+  b->Start(*t);
+  EXPECT_EQ(t->version(), 1u) << "applied at once";
+  EXPECT_FALSE(a->status.has_value()) << "answered before it was durable";
+  EXPECT_FALSE(b->status.has_value());
+  // A pull of step 1 waits too; an older durable version releases nothing.
+  auto pull = Exchange(0, 1, false, {}, {}, {1});
+  pull->Start(*t);
+  t->SetDurableVersion(0);
+  EXPECT_FALSE(pull->status.has_value());
+  t->SetDurableVersion(1);
+  for (Call* c : {a.get(), b.get(), pull.get()}) {
+    ASSERT_TRUE(c->status.has_value() && c->status->ok());
+    EXPECT_EQ(c->resp.version(), 1u);
+    EXPECT_EQ(ToFloats(c->resp.rows(0).values()),
+              (std::vector<float>{0.5f, 0.5f}));
+  }
+
+  // The next step's answers wait for version 2; the deadline names the
+  // durable version it waits for.
+  auto c = Exchange(0, 1, true, {1}, {1, 1}, {1});
+  auto d = Exchange(1, 1, true, {1}, {1, 1}, {1});
+  c->Start(*t);
+  d->Start(*t);
+  std::string bytes;
+  StringSink sink(&bytes);
+  ASSERT_TRUE(t->Save(sink).ok());
+  t->CheckDeadlines(absl::Now() + absl::Seconds(2));
+  ASSERT_TRUE(c->status.has_value());
+  EXPECT_TRUE(absl::IsDeadlineExceeded(*c->status));
+  EXPECT_THAT(c->status->message(), HasSubstr("durable at 1")) << *c->status;
+
+  // Restored from that save (version 2): its answers up to 2 go at once.
+  auto copy = Make(spec, 2);
+  copy->GateAnswers();
+  StringSource source(bytes);
+  ASSERT_TRUE(copy->Restore(source).ok());
+  auto retry = Exchange(0, 1, true, {1}, {1, 1}, {1});
+  retry->Start(*copy);
+  ASSERT_TRUE(retry->status.has_value() && retry->status->ok());
+  EXPECT_TRUE(retry->resp.stale());
+  EXPECT_EQ(retry->resp.version(), 2u);
+}
+
 TEST(JobTablesTest, AspPushesFromManyThreadsAreEachAppliedOnce) {
   // SGD at 0.5 from 1: after every worker pushed gradient 1 for row 3 in
   // each of its steps, the row is 1 - 0.5 * workers * steps.

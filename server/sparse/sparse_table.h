@@ -122,13 +122,35 @@ class SparseTable {
 
   // Save() in two parts, for a caller that must capture the table at one
   // instant (JobTables: while no apply runs) but not hold up pushes for
-  // the encoding and the I/O: TakeSnapshot copies every stripe's slabs and
-  // counters into memory (one stripe at a time under its reader lock: a
-  // memcpy, about bytes_used() of extra memory until the snapshot is
-  // freed), WriteSnapshot encodes the copy with no lock held and writes
-  // exactly what Save would have written at that instant.
-  struct Snapshot {
-    std::vector<sparse_internal::StripeImage> stripes;
+  // the encoding and the I/O. TakeSnapshot freezes every stripe (one at a
+  // time under its lock; O(1) but for the admission counters, which are
+  // copied): the rows are copied on write from then on, each row the first
+  // time a push, an eviction or a new row changes it (a copy of its record,
+  // plus ~14 bytes of index), so the snapshot's memory is the rows changed
+  // while it is held. WriteSnapshot encodes stripe by stripe, a batch of
+  // rows at a time under the stripe's reader lock (a push to that stripe
+  // waits for one batch at most), releases each stripe's copies once its
+  // section is written, and writes exactly what Save would have written at
+  // the instant of TakeSnapshot. A second snapshot taken while one is held
+  // copies its stripes instead (about bytes_used() of memory). Destroying
+  // a Snapshot unwritten releases it. It must not outlive the table, and
+  // Restore must not run while one is held.
+  class Snapshot {
+   public:
+    Snapshot() = default;
+    Snapshot(Snapshot&&) noexcept;
+    Snapshot& operator=(Snapshot&&) noexcept;
+    ~Snapshot();
+    // Whether every stripe is copy on write (none was copied up front).
+    bool copy_on_write() const;
+    // Bytes of rows copied so far (copy on write) or up front.
+    uint64_t held_bytes() const;
+
+   private:
+    friend class SparseTable;
+    void Release();
+    const SparseTable* table_ = nullptr;
+    std::vector<sparse_internal::StripeImage> stripes_;
   };
   Snapshot TakeSnapshot() const;
   absl::Status WriteSnapshot(Snapshot snapshot, ByteSink& sink) const;
@@ -154,6 +176,10 @@ class SparseTable {
   };
 
   explicit SparseTable(Options options);
+  // Writes stripe s's section of `image` (a capture's records read under
+  // the stripe's reader lock, a batch of rows at a time).
+  absl::Status EncodeStripe(size_t s, sparse_internal::StripeImage& image,
+                            ByteSink& sink) const;
   sparse_internal::StripeConfig StripeConfigFor() const;
   uint32_t StripeOf(uint64_t hash) const {
     return static_cast<uint32_t>(hash) & stripe_mask_;

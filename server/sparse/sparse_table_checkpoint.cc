@@ -33,6 +33,7 @@ namespace {
 using internal::GetLe;
 using internal::PutLe;
 using internal::SetLe;
+using sparse_internal::RowCapture;
 using sparse_internal::RowMeta;
 using sparse_internal::RowStore;
 using sparse_internal::Stripe;
@@ -49,42 +50,114 @@ constexpr size_t kCounterBytes = 12;
 // A row's bytes in the stream besides its floats: id, last_step, pushes.
 constexpr size_t kRowMetaBytes = 24;
 
-// Appends one stripe's section, encoded from its snapshot. Counters are
-// written in id order, so equal tables give equal streams whatever their
-// hash tables' history.
-void EncodeSection(StripeImage& image, uint32_t floats_per_row,
-                   std::string* out) {
-  std::sort(image.counters.begin(), image.counters.end());
-  const size_t record_bytes = RowStore::RecordBytes(floats_per_row);
-  const size_t row_bytes = kRowMetaBytes + size_t{floats_per_row} * 4;
-  const size_t start = out->size();
-  const size_t body_bytes =
-      image.rows * row_bytes + image.counters.size() * kCounterBytes;
-  out->resize(start + 20 + body_bytes + 4);
-  char* p = out->data() + start;
-  p = SetLe(image.rows, 8, p);
-  p = SetLe(image.counters.size(), 8, p);
-  p = SetLe(Crc32c(absl::string_view(p - 16, 16)), 4, p);
-  char* const body = p;
-  for (uint32_t slot = image.oldest; slot != RowStore::kNil;) {
-    const RowMeta m =
-        RowStore::MetaAt(image.records.data(), record_bytes, slot);
-    p = SetLe(m.id, 8, p);
-    p = SetLe(m.last_step, 8, p);
-    p = SetLe(m.pushes, 8, p);
-    const char* rec = image.records.data() + size_t{slot} * record_bytes;
-    for (uint32_t e = 0; e < floats_per_row; ++e) {
-      uint32_t bits;
-      std::memcpy(&bits, rec + 4 * size_t{e}, 4);
-      p = SetLe(bits, 4, p);
+// Rows per batch: copied out of a copy-on-write capture under one hold of
+// the stripe's reader lock (a push to the stripe waits for one batch's
+// memcpy at most), then encoded and written with no lock held.
+constexpr size_t kRowsPerBatch = 1024;
+
+// One stripe's section, encoded from its image and written as it goes: the
+// head, the rows in LRU order a batch at a time (Gather copies a batch's
+// records, Encode encodes them), then Finish (counters, the body's CRC).
+// Counters are written in id order, so equal tables give equal streams
+// whatever their hash tables' history.
+class SectionEncoder {
+ public:
+  SectionEncoder(StripeImage& image, uint32_t floats_per_row, ByteSink& sink)
+      : image_(image),
+        floats_(floats_per_row),
+        record_bytes_(RowStore::RecordBytes(floats_per_row)),
+        row_bytes_(kRowMetaBytes + size_t{floats_per_row} * 4),
+        next_(image.oldest),
+        sink_(sink) {
+    std::sort(image.counters.begin(), image.counters.end());
+  }
+
+  absl::Status Begin() {
+    buf_.clear();
+    PutLe(image_.rows, 8, &buf_);
+    PutLe(image_.counters.size(), 8, &buf_);
+    PutLe(Crc32c(buf_), 4, &buf_);
+    return sink_.Write(buf_);
+  }
+
+  bool rows_left() const { return next_ != RowStore::kNil; }
+
+  // Copies the records of up to kRowsPerBatch more rows, in LRU order, into
+  // the batch; record(slot) gives each record.
+  template <typename RecordAt>
+  void Gather(RecordAt record) {
+    raw_.resize(kRowsPerBatch * record_bytes_);
+    size_t n = 0;
+    for (; n < kRowsPerBatch && next_ != RowStore::kNil; ++n) {
+      const char* rec = record(next_);
+      std::memcpy(raw_.data() + n * record_bytes_, rec, record_bytes_);
+      next_ = RowStore::MetaAt(rec, record_bytes_, 0).newer;
     }
-    slot = m.newer;
+    raw_.resize(n * record_bytes_);
   }
-  for (const auto& [id, count] : image.counters) {
-    p = SetLe(id, 8, p);
-    p = SetLe(count, 4, p);
+
+  // Encodes the gathered rows and writes them.
+  absl::Status Encode() {
+    const size_t n = raw_.size() / record_bytes_;
+    buf_.resize(n * row_bytes_);
+    char* p = buf_.data();
+    for (size_t k = 0; k < n; ++k) {
+      const char* rec = raw_.data() + k * record_bytes_;
+      const RowMeta m = RowStore::MetaAt(rec, record_bytes_, 0);
+      p = SetLe(m.id, 8, p);
+      p = SetLe(m.last_step, 8, p);
+      p = SetLe(m.pushes, 8, p);
+      for (uint32_t e = 0; e < floats_; ++e) {
+        uint32_t bits;
+        std::memcpy(&bits, rec + 4 * size_t{e}, 4);
+        p = SetLe(bits, 4, p);
+      }
+    }
+    crc_ = Crc32c(buf_, crc_);
+    rows_written_ += buf_.size() / row_bytes_;
+    return sink_.Write(buf_);
   }
-  SetLe(Crc32c(absl::string_view(body, body_bytes)), 4, p);
+
+  absl::Status Finish() {
+    if (rows_written_ != image_.rows) {
+      return absl::InternalError("a snapshot's rows do not match its count");
+    }
+    buf_.clear();
+    for (const auto& [id, count] : image_.counters) {
+      PutLe(id, 8, &buf_);
+      PutLe(count, 4, &buf_);
+    }
+    crc_ = Crc32c(buf_, crc_);
+    PutLe(crc_, 4, &buf_);
+    return sink_.Write(buf_);
+  }
+
+ private:
+  StripeImage& image_;
+  const uint32_t floats_;
+  const size_t record_bytes_;
+  const size_t row_bytes_;
+  uint32_t next_;
+  ByteSink& sink_;
+  std::string raw_;  // a batch's records
+  std::string buf_;  // their encoding
+  uint32_t crc_ = 0;
+  uint64_t rows_written_ = 0;
+};
+
+// A section of a copied image (no lock needed).
+absl::Status EncodeSection(StripeImage& image, uint32_t floats_per_row,
+                           ByteSink& sink) {
+  SectionEncoder section(image, floats_per_row, sink);
+  PS_RETURN_IF_ERROR(section.Begin());
+  const size_t record_bytes = RowStore::RecordBytes(floats_per_row);
+  while (section.rows_left()) {
+    section.Gather([&](uint32_t slot) {
+      return image.records.data() + size_t{slot} * record_bytes;
+    });
+    PS_RETURN_IF_ERROR(section.Encode());
+  }
+  return section.Finish();
 }
 
 // Reads n bytes, extending a running CRC.
@@ -135,7 +208,6 @@ absl::Status SparseTable::Save(ByteSink& sink) const {
   const uint32_t floats = options_.dim + options_.state_floats_per_row;
   PS_RETURN_IF_ERROR(sink.Write(EncodeHeader(options_)));
   uint64_t rows = 0, counters = 0;
-  std::string out;
   StripeImage image;
   for (const auto& stripe : stripes_) {
     {
@@ -144,39 +216,107 @@ absl::Status SparseTable::Save(ByteSink& sink) const {
       absl::ReaderMutexLock lock(&stripe->mu);
       stripe->data.Snapshot(&image);
     }
-    out.clear();
-    EncodeSection(image, floats, &out);
     rows += image.rows;
     counters += image.counters.size();
-    PS_RETURN_IF_ERROR(sink.Write(out));
+    PS_RETURN_IF_ERROR(EncodeSection(image, floats, sink));
   }
   return sink.Write(EncodeTrailer(rows, counters));
 }
 
+SparseTable::Snapshot::Snapshot(Snapshot&& o) noexcept
+    : table_(o.table_), stripes_(std::move(o.stripes_)) {
+  o.table_ = nullptr;
+  o.stripes_.clear();
+}
+
+SparseTable::Snapshot& SparseTable::Snapshot::operator=(Snapshot&& o) noexcept {
+  if (this != &o) {
+    Release();
+    table_ = o.table_;
+    stripes_ = std::move(o.stripes_);
+    o.table_ = nullptr;
+    o.stripes_.clear();
+  }
+  return *this;
+}
+
+SparseTable::Snapshot::~Snapshot() { Release(); }
+
+void SparseTable::Snapshot::Release() {
+  for (size_t s = 0; s < stripes_.size(); ++s) {
+    if (stripes_[s].capture == nullptr) continue;
+    LockedStripe& stripe = *table_->stripes_[s];
+    absl::MutexLock lock(&stripe.mu);
+    stripe.data.Release(stripes_[s].capture.get());
+  }
+  stripes_.clear();
+}
+
+bool SparseTable::Snapshot::copy_on_write() const {
+  for (const StripeImage& image : stripes_) {
+    if (image.capture == nullptr) return false;
+  }
+  return true;
+}
+
+uint64_t SparseTable::Snapshot::held_bytes() const {
+  uint64_t bytes = 0;
+  for (size_t s = 0; s < stripes_.size(); ++s) {
+    const StripeImage& image = stripes_[s];
+    bytes += image.records.size();
+    if (image.capture == nullptr) continue;
+    absl::ReaderMutexLock lock(&table_->stripes_[s]->mu);
+    bytes += image.capture->bytes();
+  }
+  return bytes;
+}
+
 SparseTable::Snapshot SparseTable::TakeSnapshot() const {
   Snapshot snap;
-  snap.stripes.resize(stripes_.size());
+  snap.table_ = this;
+  snap.stripes_.resize(stripes_.size());
   for (size_t s = 0; s < stripes_.size(); ++s) {
-    absl::ReaderMutexLock lock(&stripes_[s]->mu);
-    stripes_[s]->data.Snapshot(&snap.stripes[s]);
+    absl::MutexLock lock(&stripes_[s]->mu);
+    stripes_[s]->data.Freeze(&snap.stripes_[s]);
   }
   return snap;
 }
 
+absl::Status SparseTable::EncodeStripe(size_t s, StripeImage& image,
+                                       ByteSink& sink) const {
+  const uint32_t floats = options_.dim + options_.state_floats_per_row;
+  if (image.capture == nullptr) return EncodeSection(image, floats, sink);
+  const LockedStripe& stripe = *stripes_[s];
+  const RowCapture& capture = *image.capture;
+  SectionEncoder section(image, floats, sink);
+  PS_RETURN_IF_ERROR(section.Begin());
+  while (section.rows_left()) {
+    {
+      absl::ReaderMutexLock lock(&stripe.mu);
+      section.Gather([&](uint32_t slot) {
+        return stripe.data.FrozenRecord(capture, slot);
+      });
+    }
+    PS_RETURN_IF_ERROR(section.Encode());
+  }
+  return section.Finish();
+}
+
 absl::Status SparseTable::WriteSnapshot(Snapshot snapshot,
                                         ByteSink& sink) const {
-  const uint32_t floats = options_.dim + options_.state_floats_per_row;
   PS_RETURN_IF_ERROR(sink.Write(EncodeHeader(options_)));
   uint64_t rows = 0, counters = 0;
-  std::string out;
-  for (StripeImage& image : snapshot.stripes) {
-    out.clear();
-    EncodeSection(image, floats, &out);
+  for (size_t s = 0; s < snapshot.stripes_.size(); ++s) {
+    StripeImage& image = snapshot.stripes_[s];
     rows += image.rows;
     counters += image.counters.size();
-    // Free each stripe's copy as soon as it is written.
+    PS_RETURN_IF_ERROR(EncodeStripe(s, image, sink));
+    // Free each stripe's copy (or end its copy on write) once written.
+    if (image.capture != nullptr) {
+      absl::MutexLock lock(&stripes_[s]->mu);
+      stripes_[s]->data.Release(image.capture.get());
+    }
     image = StripeImage();
-    PS_RETURN_IF_ERROR(sink.Write(out));
   }
   return sink.Write(EncodeTrailer(rows, counters));
 }

@@ -14,18 +14,16 @@
 #include "core/sparse_rows_codec.h"
 #include "core/wire_slices.h"
 #include "grpcpp/support/slice.h"
+#include "worker/client/sparse_wire.h"
 
 namespace ps {
 namespace bench {
 
-// Payloads shorter than this are copied into the request's head: a
-// borrowed slice costs more than copying a few KiB.
-constexpr size_t kCopyBelowBytes = 4096;
-
 // One call's buffers, reused for the same (shard, piece) every step. The
-// request is hand-encoded (core/sparse_rows_codec.h) with the ids and the
-// gathered gradients as slices borrowing `ids` and `values`; the reply's
-// rows are scattered straight from the received slices.
+// request is encoded by the worker's encoder (worker/client/sparse_wire.h)
+// with the ids and the gathered gradients as slices borrowing `ids` and
+// `values`; the reply's rows are scattered straight from the received
+// slices.
 struct SparseClient::Call {
   std::unique_ptr<grpc::ClientContext> context;
   grpc::ByteBuffer request;
@@ -117,21 +115,18 @@ void SparseClient::Send(const std::shared_ptr<Step>& step, uint32_t shard,
                 dim * sizeof(float));
   }
   call.ids = BytesOf(ids, n * sizeof(uint64_t));
-  std::string head;
-  std::vector<WirePiece> pieces;
-  PutBytesField(kSparseRequestJobIdTag, options_.job_id, &head);
-  PutVarintField(kSparseRequestWorkerTag, options_.ranks[slot], &head);
-  PutVarintField(kSparseRequestStepTag, ++steps_[slot][shard], &head);
-  PutVarintField(kSparseRequestPushTag, 1, &head);
-  EncodeSparseRows(kSparseRequestGradientsTag, options_.table, call.ids,
-                   BytesOf(call.values.data(), n * dim * sizeof(float)),
-                   kCopyBelowBytes, &head, &pieces);
-  EncodeSparseRows(kSparseRequestPullTag, options_.table, call.ids, {},
-                   kCopyBelowBytes, &head, &pieces);
-  // The borrowed pieces point into the call's buffers, which stay untouched
-  // until the call's callback ran (a unary call's callback runs once gRPC is
-  // done with its request).
-  call.request = ToSendBuffer(pieces, std::move(head), StaticSlice);
+  SparseRequestHead head;
+  head.job_id = options_.job_id;
+  head.worker = options_.ranks[slot];
+  head.step = ++steps_[slot][shard];
+  head.push = true;
+  const absl::Span<const uint64_t> id_span(ids, n);
+  const SparseRowsRef grads{options_.table, id_span, call.values};
+  const SparseRowsRef pull{options_.table, id_span, {}};
+  // The borrowed slices point into the batch's ids and the call's values,
+  // which stay untouched until the call's callback ran (a unary call's
+  // callback runs once gRPC is done with its request).
+  call.request = EncodeSparseRequest(head, {&grads, 1}, {&pull, 1});
 
   call.context = std::make_unique<grpc::ClientContext>();
   call.context->set_deadline(

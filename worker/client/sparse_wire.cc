@@ -16,9 +16,22 @@ namespace {
 constexpr size_t kCopyBelowBytes = 4096;
 
 template <typename T>
-absl::string_view BytesOf(const std::vector<T>& v) {
+absl::string_view BytesOf(absl::Span<const T> v) {
   return absl::string_view(reinterpret_cast<const char*>(v.data()),
                            v.size() * sizeof(T));
+}
+template <typename T>
+absl::string_view BytesOf(const std::vector<T>& v) {
+  return BytesOf(absl::MakeConstSpan(v));
+}
+
+std::vector<SparseRowsRef> RefsOf(absl::Span<const SparseRowsOut> rows) {
+  std::vector<SparseRowsRef> refs;
+  refs.reserve(rows.size());
+  for (const SparseRowsOut& r : rows) {
+    refs.push_back({r.table, r.ids, r.values});
+  }
+  return refs;
 }
 
 }  // namespace
@@ -26,6 +39,12 @@ absl::string_view BytesOf(const std::vector<T>& v) {
 grpc::ByteBuffer EncodeSparseRequest(const SparseRequestHead& head,
                                      absl::Span<const SparseRowsOut> gradients,
                                      absl::Span<const SparseRowsOut> pulls) {
+  return EncodeSparseRequest(head, RefsOf(gradients), RefsOf(pulls));
+}
+
+grpc::ByteBuffer EncodeSparseRequest(const SparseRequestHead& head,
+                                     absl::Span<const SparseRowsRef> gradients,
+                                     absl::Span<const SparseRowsRef> pulls) {
   std::string h;
   std::vector<WirePiece> pieces;
   PutBytesField(kSparseRequestJobIdTag, head.job_id, &h);
@@ -33,11 +52,11 @@ grpc::ByteBuffer EncodeSparseRequest(const SparseRequestHead& head,
   PutVarintField(kSparseRequestStepTag, head.step, &h);
   PutVarintField(kSparseRequestAttemptTag, head.attempt, &h);
   PutVarintField(kSparseRequestPushTag, head.push ? 1 : 0, &h);
-  for (const SparseRowsOut& r : gradients) {
+  for (const SparseRowsRef& r : gradients) {
     EncodeSparseRows(kSparseRequestGradientsTag, r.table, BytesOf(r.ids),
                      BytesOf(r.values), kCopyBelowBytes, &h, &pieces);
   }
-  for (const SparseRowsOut& r : pulls) {
+  for (const SparseRowsRef& r : pulls) {
     EncodeSparseRows(kSparseRequestPullTag, r.table, BytesOf(r.ids), {},
                      kCopyBelowBytes, &h, &pieces);
   }

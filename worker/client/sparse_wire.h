@@ -7,6 +7,9 @@
 //
 //   std::vector<SparseRowsOut> grads = ..., pulls = ...;
 //   grpc::ByteBuffer req = EncodeSparseRequest(head, grads, pulls);
+//   // or, over buffers the caller owns in another form:
+//   SparseRowsRef g{"emb", ids_span, values_span}, p{"emb", ids_span, {}};
+//   grpc::ByteBuffer req = EncodeSparseRequest(head, {&g, 1}, {&p, 1});
 //   ... send; the reply arrives ...
 //   SparseReplyInfo info;
 //   PS_RETURN_IF_ERROR(ReadSparseReply(reply, pulls, row_floats,
@@ -35,6 +38,14 @@ struct SparseRowsOut {
   std::vector<float> values;  // ids.size() x dim; empty in a pull
 };
 
+// One SparseRows to send, borrowed: the table name and the ids and (a push)
+// their gradient rows stay where the caller keeps them.
+struct SparseRowsRef {
+  absl::string_view table;
+  absl::Span<const uint64_t> ids;
+  absl::Span<const float> values;  // ids.size() x dim; empty in a pull
+};
+
 // The scalar fields of a request.
 struct SparseRequestHead {
   absl::string_view job_id;
@@ -45,9 +56,14 @@ struct SparseRequestHead {
 };
 
 // A SparseExchangeRequest, byte for byte as protobuf would write it. Its
-// large ids and values slices point into `gradients` and `pulls`, which
-// must stay unchanged until gRPC is done with the request (a unary call's
-// completion callback runs after that).
+// large ids and values slices point into the buffers `gradients` and
+// `pulls` view, which must stay unchanged until gRPC is done with the
+// request (a unary call's completion callback runs after that); the
+// SparseRowsRef entries themselves may go once it returns.
+grpc::ByteBuffer EncodeSparseRequest(const SparseRequestHead& head,
+                                     absl::Span<const SparseRowsRef> gradients,
+                                     absl::Span<const SparseRowsRef> pulls);
+// The same over owning rows (their vectors are what the slices borrow).
 grpc::ByteBuffer EncodeSparseRequest(const SparseRequestHead& head,
                                      absl::Span<const SparseRowsOut> gradients,
                                      absl::Span<const SparseRowsOut> pulls);

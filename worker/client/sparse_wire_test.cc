@@ -68,7 +68,17 @@ TEST(SparseWireTest, RequestIsByteIdenticalToProtobuf) {
   p->set_ids(Bytes(pulls[0].ids));
   EXPECT_EQ(Flat(EncodeSparseRequest(head, grads, pulls)),
             want.SerializeAsString());
-  EXPECT_EQ(Flat(EncodeSparseRequest({}, {}, {})), "");
+  // The same through borrowed views.
+  std::vector<SparseRowsRef> grad_refs;
+  for (const SparseRowsOut& g : grads) {
+    grad_refs.push_back({g.table, g.ids, g.values});
+  }
+  const SparseRowsRef pull_ref{"emb", pulls[0].ids, {}};
+  EXPECT_EQ(Flat(EncodeSparseRequest(head, grad_refs, {&pull_ref, 1})),
+            want.SerializeAsString());
+  EXPECT_EQ(Flat(EncodeSparseRequest({}, absl::Span<const SparseRowsRef>(),
+                                     absl::Span<const SparseRowsRef>())),
+            "");
 }
 
 TEST(SparseWireTest, ReplyRowsGoWhereAskedFromAnyCut) {

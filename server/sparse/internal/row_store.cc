@@ -86,6 +86,9 @@ uint32_t RowStore::Remove(uint32_t slot) {
 }
 
 void RowStore::Clear() {
+  if (capture_ != nullptr) {
+    for (uint32_t s = 0; s < capture_->rows_ && s < size_; ++s) CopyBefore(s);
+  }
   slabs_.clear();
   slabs_.shrink_to_fit();
   size_ = 0;
@@ -102,6 +105,50 @@ void RowStore::CopyRecords(std::string* out) const {
     std::memcpy(dst, slabs_[s >> slab_log2_].get(), size_t{n} * record_bytes_);
     dst += size_t{n} * record_bytes_;
   }
+}
+
+size_t RowCapture::bytes() const {
+  return blocks_.size() * kRecordsPerBlock * record_bytes_ +
+         index_.capacity() * (sizeof(uint32_t) * 2 + 1);
+}
+
+std::shared_ptr<const RowCapture> RowStore::Freeze() {
+  if (capture_ != nullptr) return nullptr;
+  capture_ = std::make_shared<RowCapture>();
+  capture_->rows_ = size_;
+  capture_->oldest_ = oldest_;
+  capture_->record_bytes_ = record_bytes_;
+  return capture_;
+}
+
+void RowStore::Release(const RowCapture* capture) {
+  if (capture_.get() == capture) capture_.reset();
+}
+
+void RowStore::CopyBefore(uint32_t slot) {
+  RowCapture& c = *capture_;
+  const auto [it, fresh] =
+      c.index_.try_emplace(slot, static_cast<uint32_t>(c.index_.size()));
+  if (!fresh) return;
+  const uint32_t k = it->second;
+  if (k / RowCapture::kRecordsPerBlock >= c.blocks_.size()) {
+    c.blocks_.emplace_back(
+        new char[RowCapture::kRecordsPerBlock * record_bytes_]);
+  }
+  char* dst = c.blocks_[k / RowCapture::kRecordsPerBlock].get() +
+              size_t{k % RowCapture::kRecordsPerBlock} * record_bytes_;
+  const char* src = slabs_[slot >> slab_log2_].get() +
+                    size_t{slot & slab_mask_} * record_bytes_;
+  std::memcpy(dst, src, record_bytes_);
+}
+
+const char* RowStore::FrozenRecord(const RowCapture& capture,
+                                   uint32_t slot) const {
+  const auto it = capture.index_.find(slot);
+  if (it == capture.index_.end()) return Record(slot);
+  const uint32_t k = it->second;
+  return capture.blocks_[k / RowCapture::kRecordsPerBlock].get() +
+         size_t{k % RowCapture::kRecordsPerBlock} * record_bytes_;
 }
 
 RowMeta RowStore::MetaAt(const char* records, size_t record_bytes,

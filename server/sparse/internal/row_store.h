@@ -9,7 +9,16 @@
 // a freed slot is reused by the next row and a slab that empties is freed at
 // once (bytes() goes down with evictions). Callers that index slots must
 // follow the move Remove() reports.
-// Not thread-safe: the stripe's mutex guards it.
+//
+// Copy on write (snapshots without a pause): Freeze() returns a RowCapture,
+// the store as it is now, in O(1). From then on, before a record of a slot
+// below the frozen size is first changed (values, metadata or LRU links,
+// moved over by Remove, or its slab freed), its bytes are copied into the
+// capture; FrozenRecord() reads the frozen image of a slot (the copy, or the
+// live record when it did not change). So a snapshot costs no copy up front
+// and its memory is the records changed while it is held, each once. One
+// capture at a time; Release() ends it.
+// Not thread-safe: the stripe's mutex guards it (the capture included).
 #ifndef SERVER_SPARSE_INTERNAL_ROW_STORE_H_
 #define SERVER_SPARSE_INTERNAL_ROW_STORE_H_
 
@@ -18,6 +27,8 @@
 #include <memory>
 #include <string>
 #include <vector>
+
+#include "absl/container/flat_hash_map.h"
 
 namespace ps {
 namespace sparse_internal {
@@ -29,6 +40,26 @@ struct RowMeta {
   uint64_t pushes;     // pushes counted for this id (see Stripe::Push)
   uint32_t newer;      // LRU neighbours (slots), kNil at the ends
   uint32_t older;
+};
+
+// The records of a RowStore at its Freeze(): see the file comment.
+class RowCapture {
+ public:
+  uint32_t rows() const { return rows_; }      // size() at the freeze
+  uint32_t oldest() const { return oldest_; }  // oldest() at the freeze
+  // Records copied so far, and the bytes they and their index hold.
+  size_t copied_rows() const { return index_.size(); }
+  size_t bytes() const;
+
+ private:
+  friend class RowStore;
+  static constexpr uint32_t kRecordsPerBlock = 64;
+  uint32_t rows_ = 0;
+  uint32_t oldest_ = 0;
+  size_t record_bytes_ = 0;
+  // slot -> copy number; copy k at blocks_[k / kRecordsPerBlock].
+  absl::flat_hash_map<uint32_t, uint32_t> index_;
+  std::vector<std::unique_ptr<char[]>> blocks_;
 };
 
 class RowStore {
@@ -96,12 +127,23 @@ class RowStore {
   // Appends the records of slots [0, size()) to `out`: a snapshot whose LRU
   // links stay valid (see MetaAt).
   void CopyRecords(std::string* out) const;
+
+  // Starts copy on write (file comment); null when a capture is already
+  // held (the caller then copies, CopyRecords).
+  std::shared_ptr<const RowCapture> Freeze();
+  // Ends `capture` if it is this store's current one (no-op otherwise).
+  void Release(const RowCapture* capture);
+  // The record of `slot` (< capture.rows()) as it was at the freeze.
+  // `capture` must be this store's current one.
+  const char* FrozenRecord(const RowCapture& capture, uint32_t slot) const;
   // The metadata of slot `slot` in a CopyRecords() snapshot.
   static RowMeta MetaAt(const char* records, size_t record_bytes,
                         uint32_t slot);
 
  private:
+  // Every write of a record goes through here (copy on write).
   char* Record(uint32_t slot) {
+    if (capture_ != nullptr && slot < capture_->rows_) CopyBefore(slot);
     return slabs_[slot >> slab_log2_].get() +
            (slot & slab_mask_) * record_bytes_;
   }
@@ -117,6 +159,8 @@ class RowStore {
   }
   void Unlink(uint32_t slot);
   void LinkNewest(uint32_t slot);
+  // Copies the record of `slot` into the capture unless it already is.
+  void CopyBefore(uint32_t slot);
 
   size_t meta_offset_;
   size_t record_bytes_;
@@ -127,6 +171,7 @@ class RowStore {
   uint32_t size_ = 0;
   uint32_t newest_ = kNil;
   uint32_t oldest_ = kNil;
+  std::shared_ptr<RowCapture> capture_;  // while a snapshot holds it
 };
 
 }  // namespace sparse_internal

@@ -1,6 +1,7 @@
 #include "server/sparse/internal/row_store.h"
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -59,6 +60,60 @@ TEST(RowStoreTest, AppendTouchRemoveKeepSlotsDenseAndLruOrdered) {
   while (s.size() > 0) s.Remove(s.oldest());
   EXPECT_EQ(s.bytes(), 0u);
   EXPECT_EQ(s.newest(), RowStore::kNil);
+}
+
+// The frozen image of every slot, read through the capture.
+std::string FrozenRecords(const RowStore& s, const RowCapture& c) {
+  std::string out;
+  for (uint32_t slot = 0; slot < c.rows(); ++slot) {
+    out.append(s.FrozenRecord(c, slot), s.record_bytes());
+  }
+  return out;
+}
+
+TEST(RowStoreTest, FrozenImageSurvivesEveryKindOfChange) {
+  RowStore s(/*floats_per_row=*/3, /*slab_rows_log2=*/2);
+  for (uint64_t id = 0; id < 10; ++id) {
+    const uint32_t slot = s.Append(id, id, 1);
+    for (int e = 0; e < 3; ++e) s.Values(slot)[e] = static_cast<float>(id + e);
+  }
+  std::string before;
+  s.CopyRecords(&before);
+  const uint32_t oldest = s.oldest();
+  std::shared_ptr<const RowCapture> c = s.Freeze();
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(s.Freeze(), nullptr) << "one capture at a time";
+  EXPECT_EQ(c->rows(), 10u);
+  EXPECT_EQ(c->copied_rows(), 0u) << "nothing is copied up front";
+  EXPECT_EQ(FrozenRecords(s, *c), before);
+
+  s.Values(3)[1] = -1;     // an update
+  s.Touch(5, 99);          // relinks 5 and its neighbours
+  s.Remove(0);             // row 9 moves into slot 0
+  s.Remove(s.size() - 1);  // the last slab (slots 8-9) is freed
+  s.Remove(4);
+  s.Remove(s.size() - 1);
+  s.Append(50, 50, 1);  // reuses a vacated slot below the frozen size
+  s.Append(51, 51, 1);
+  EXPECT_EQ(FrozenRecords(s, *c), before);
+  EXPECT_EQ(c->oldest(), oldest);
+  EXPECT_LE(c->copied_rows(), 10u);
+  EXPECT_GT(c->bytes(), c->copied_rows() * s.record_bytes() - 1);
+
+  // Released: changes no longer copy, and a new capture starts empty.
+  const size_t copied = c->copied_rows();
+  s.Release(c.get());
+  s.Values(1)[0] = 7;
+  EXPECT_EQ(c->copied_rows(), copied);
+  std::shared_ptr<const RowCapture> next = s.Freeze();
+  ASSERT_NE(next, nullptr);
+  EXPECT_EQ(next->copied_rows(), 0u);
+  std::string now;
+  s.CopyRecords(&now);
+  EXPECT_EQ(FrozenRecords(s, *next), now);
+  // Clear copies what is left, so the image stays readable.
+  s.Clear();
+  EXPECT_EQ(FrozenRecords(s, *next), now);
 }
 
 }  // namespace

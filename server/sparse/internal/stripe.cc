@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 
@@ -164,10 +165,20 @@ void Stripe::OfferHottest(TopHotIds* top) const {
   }
 }
 
-void Stripe::Snapshot(StripeImage* image) const {
+void Stripe::Freeze(StripeImage* image) {
+  std::shared_ptr<const RowCapture> capture = store_.Freeze();
+  if (capture == nullptr) return Snapshot(image);
+  Snapshot(image, std::move(capture));
+}
+
+void Stripe::Snapshot(StripeImage* image) const { Snapshot(image, nullptr); }
+
+void Stripe::Snapshot(StripeImage* image,
+                      std::shared_ptr<const RowCapture> capture) const {
   image->records.clear();
   image->rows = store_.size();
-  store_.CopyRecords(&image->records);
+  if (capture == nullptr) store_.CopyRecords(&image->records);
+  image->capture = std::move(capture);
   image->oldest = store_.oldest();
   image->counters.clear();
   image->counters.reserve(admission_.size());

@@ -22,6 +22,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -60,9 +61,12 @@ struct StripeCounters {
   uint64_t dropped = 0;      // lru only: pushes that could not fit at all
 };
 
-// A copy of a stripe's data taken under its lock, encoded after it.
+// A stripe's data at one instant, taken under its lock, encoded after it:
+// either a copy of its records, or (Stripe::Freeze) a copy-on-write capture
+// of them, read through Stripe::FrozenRecord under the stripe's lock.
 struct StripeImage {
-  std::string records;  // RowStore records, slot order
+  std::string records;  // RowStore records, slot order (without capture)
+  std::shared_ptr<const RowCapture> capture;
   uint32_t rows = 0;
   uint32_t oldest = RowStore::kNil;  // follow RowMeta::newer from here
   std::vector<std::pair<uint64_t, uint32_t>> counters;  // admission
@@ -106,7 +110,18 @@ class Stripe {
   // Removes rows with now_step - last_step >= ttl; returns how many.
   size_t EvictExpired(uint64_t now_step, uint64_t ttl);
 
+  // The stripe now, copied (records and admission counters).
   void Snapshot(StripeImage* image) const;
+  // The same with the records captured copy on write instead of copied
+  // (RowStore::Freeze), when no other capture is held; else as Snapshot.
+  void Freeze(StripeImage* image);
+  // The frozen record of `slot` of an image Freeze took, which must still
+  // be held (not released).
+  const char* FrozenRecord(const RowCapture& capture, uint32_t slot) const {
+    return store_.FrozenRecord(capture, slot);
+  }
+  // Ends the copy on write of `capture` (no-op if it is not this stripe's).
+  void Release(const RowCapture* capture) { store_.Release(capture); }
 
   // Restore: add a row as the newest (values_and_state: dim + state_floats
   // floats) or an admission counter. kDataLoss on a duplicate id, a row
@@ -121,6 +136,9 @@ class Stripe {
 
  private:
   int64_t Find(uint64_t id, uint64_t hash) const;
+  // Snapshot with `capture` (null: the records copied).
+  void Snapshot(StripeImage* image,
+                std::shared_ptr<const RowCapture> capture) const;
   // Prefetch for the k-th of n hashes: buckets kFar ahead, rows kNear ahead.
   template <typename HashAt>
   void PrefetchAhead(size_t k, size_t n, HashAt hash_at) const {

@@ -23,22 +23,24 @@ WaiterPtr NewWaiter(const SparseRequestIn& req, SparseReplyOut* resp,
   return waiter;
 }
 
-bool WaitList::Satisfied(const Waiter& w, const StepBarrier& barrier) {
+bool WaitList::Satisfied(const Waiter& w, const StepBarrier& barrier,
+                         uint64_t answerable) {
   switch (barrier.mode()) {
     case ASP:
       return true;
     case SSP:
       return barrier.Slowest() >= w.need_clock;
     default:
-      return barrier.version() >= w.need_version;
+      return barrier.version() >= w.need_version &&
+             w.need_version <= answerable;
   }
 }
 
-void WaitList::CollectReady(const StepBarrier& barrier,
+void WaitList::CollectReady(const StepBarrier& barrier, uint64_t answerable,
                             std::vector<WaiterPtr>* ready) {
   auto keep =
       std::remove_if(waiters_.begin(), waiters_.end(), [&](const WaiterPtr& w) {
-        if (!Satisfied(*w, barrier)) return false;
+        if (!Satisfied(*w, barrier, answerable)) return false;
         w->answered_version = barrier.version();
         ready->push_back(w);
         return true;

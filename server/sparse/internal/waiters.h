@@ -51,8 +51,11 @@ class WaitList {
  public:
   void Add(WaiterPtr w) { waiters_.push_back(std::move(w)); }
   // Moves the waits that `barrier` satisfies (ASP: all; SSP: the slowest
-  // clock; BSP: the version) to `ready`, stamped with its version.
-  void CollectReady(const StepBarrier& barrier, std::vector<WaiterPtr>* ready);
+  // clock; BSP: the version, and a need_version at most `answerable`, the
+  // newest durable version where answers wait for checkpoints) to `ready`,
+  // stamped with its version.
+  void CollectReady(const StepBarrier& barrier, uint64_t answerable,
+                    std::vector<WaiterPtr>* ready);
   // Moves the waits that need a version beyond `version` to `out`.
   void TakeBeyond(uint64_t version, std::vector<WaiterPtr>* out);
   // Moves the waits whose deadline is not after `now` to `late`.
@@ -61,7 +64,8 @@ class WaitList {
   std::vector<WaiterPtr> TakeAll();
 
  private:
-  static bool Satisfied(const Waiter& w, const StepBarrier& barrier);
+  static bool Satisfied(const Waiter& w, const StepBarrier& barrier,
+                        uint64_t answerable);
 
   std::vector<WaiterPtr> waiters_;
 };

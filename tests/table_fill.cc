@@ -3,10 +3,11 @@
 // tables"). Submits a one-worker ASP job with a tiny custom dense model and
 // a table of `--dim` floats per row (SGD: no optimizer state), joins it as
 // its worker, pushes ids 0 .. N-1 once each straight to their shards
-// (SparseExchange, 65536 rows per call), reports the job finished (it
+// (SparseExchange, at most 3 MiB of rows per call), reports the job finished (it
 // SUCCEEDED and stays on the shards) and prints its id.
 //
 //   table_fill --cluster=cluster.pbtxt --rows=10000000 --dim=16
+#include <algorithm>
 #include <cstdint>
 #include <iostream>
 #include <memory>
@@ -31,7 +32,8 @@ ABSL_FLAG(uint32_t, dim, 16, "floats per row");
 namespace ps {
 namespace {
 
-constexpr size_t kRowsPerCall = 65536;
+// Rows per SparseExchange: under gRPC's 4 MiB message limit.
+constexpr size_t kCallBytes = 3 << 20;
 
 absl::Status Push(ParameterServer::Stub& stub, const Connection& c,
                   const std::string& job, uint64_t step,
@@ -61,6 +63,7 @@ absl::Status Push(ParameterServer::Stub& stub, const Connection& c,
 absl::Status Run() {
   const uint64_t rows = absl::GetFlag(FLAGS_rows);
   const uint32_t dim = absl::GetFlag(FLAGS_dim);
+  const size_t per_call = std::max<size_t>(kCallBytes / (8 + 4 * dim), 1);
   ConnectOptions o;
   o.cluster_file = absl::GetFlag(FLAGS_cluster);
   PS_ASSIGN_OR_RETURN(Connection c, ConnectCoordinator(o));
@@ -104,10 +107,10 @@ absl::Status Run() {
   for (uint64_t id = 0; id < rows; ++id) {
     const uint32_t s = ShardForId(id, shards);
     pending[s].push_back(id);
-    if (pending[s].size() == kRowsPerCall || id + 1 == rows) {
+    if (pending[s].size() == per_call || id + 1 == rows) {
       for (uint32_t t = 0; t < shards; ++t) {
         if (pending[t].empty() ||
-            (pending[t].size() < kRowsPerCall && id + 1 < rows)) {
+            (pending[t].size() < per_call && id + 1 < rows)) {
           continue;
         }
         PS_RETURN_IF_ERROR(

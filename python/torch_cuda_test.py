@@ -63,7 +63,7 @@ class DeviceChecksTest(unittest.TestCase):
 
     def test_other_device_refused_naming_the_parameter(self):
         net = model()
-        net[2].bias.data = torch.empty(4, device="meta")
+        net[2].bias = nn.Parameter(torch.empty(4, device="meta"))
         with self.assertRaisesRegex(ValueError, r"'2\.bias'.*meta"):
             torch_cuda.cuda_device(list(net.named_parameters()))
         with self.assertRaisesRegex(psclient.ShapeError, r"'2\.bias'.*meta"):

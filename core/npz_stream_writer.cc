@@ -104,8 +104,8 @@ std::string EndRecords(uint64_t entries, uint64_t central_at,
                        uint64_t central_bytes, uint64_t zip64_from) {
   std::string out;
   const uint64_t zip64_at = central_at + central_bytes;
-  const bool zip64 = entries >= k16 || central_at >= zip64_from ||
-                     central_bytes >= zip64_from;
+  const bool zip64 =
+      entries >= k16 || central_at >= zip64_from || central_bytes >= zip64_from;
   if (zip64) {
     Put(&out, kZip64EndOfCentral, 4);
     Put(&out, 44, 8);  // bytes of the record after this field
@@ -243,9 +243,9 @@ absl::Status NpzStreamWriter::PatchAt(uint64_t offset,
 absl::Status NpzStreamWriter::CheckName(const std::string& name) {
   if (!failed_.ok()) return failed_;
   if (committed_ || open_ != nullptr) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        path_, ": array \"", name, "\" added while ",
-        committed_ ? "committed" : "another array is open"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(path_, ": array \"", name, "\" added while ",
+                     committed_ ? "committed" : "another array is open"));
   }
   if (name.empty() || name.size() > 0xFF00 || !names_.insert(name).second) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -260,7 +260,9 @@ absl::Status NpzStreamWriter::Add(const NpyArray& a) {
   const std::string npy = EncodeNpy(a);
   e.crc = Crc(0, npy);
   e.size = npy.size();
-  if (absl::Status st = Write(LocalHeader(e.file, e.crc, e.size, options_.zip64_at)); !st.ok()) {
+  if (absl::Status st =
+          Write(LocalHeader(e.file, e.crc, e.size, options_.zip64_at));
+      !st.ok()) {
     return st;
   }
   if (absl::Status st = Write(npy); !st.ok()) return st;
@@ -284,7 +286,9 @@ absl::Status NpzStreamWriter::Begin(std::string name, std::string descr,
   open->row_shape = std::move(row_shape);
   const std::string header =
       NpyHeader(open->descr, 0, open->row_shape, open->header_bytes);
-  if (absl::Status st = Write(LocalHeader(open->entry.file, 0, 0, options_.zip64_at)); !st.ok()) {
+  if (absl::Status st =
+          Write(LocalHeader(open->entry.file, 0, 0, options_.zip64_at));
+      !st.ok()) {
     return st;
   }
   if (absl::Status st = Write(header); !st.ok()) return st;
@@ -315,10 +319,9 @@ absl::Status NpzStreamWriter::End() {
   std::unique_ptr<Open> open = std::move(open_);
   if (open->row_bytes == 0 ? open->data_bytes != 0
                            : open->data_bytes % open->row_bytes != 0) {
-    return Fail(absl::InvalidArgumentError(
-        absl::StrCat(path_, ": array \"", open->entry.file, "\": ",
-                     open->data_bytes, " bytes are not whole rows of ",
-                     open->row_bytes)));
+    return Fail(absl::InvalidArgumentError(absl::StrCat(
+        path_, ": array \"", open->entry.file, "\": ", open->data_bytes,
+        " bytes are not whole rows of ", open->row_bytes)));
   }
   const uint64_t rows =
       open->row_bytes == 0 ? 0 : open->data_bytes / open->row_bytes;
@@ -328,7 +331,8 @@ absl::Status NpzStreamWriter::End() {
   e.size = header.size() + open->data_bytes;
   e.crc = static_cast<uint32_t>(::crc32_combine(
       Crc(0, header), open->data_crc, static_cast<z_off_t>(open->data_bytes)));
-  const std::string local = LocalHeader(e.file, e.crc, e.size, options_.zip64_at);
+  const std::string local =
+      LocalHeader(e.file, e.crc, e.size, options_.zip64_at);
   if (absl::Status st = PatchAt(e.offset, local); !st.ok()) return st;
   if (absl::Status st = PatchAt(e.offset + local.size(), header); !st.ok()) {
     return st;
@@ -346,13 +350,13 @@ absl::Status NpzStreamWriter::Commit() {
   const uint64_t central_at = offset_;
   uint64_t central_bytes = 0;
   for (const Entry& e : entries_) {
-    const std::string rec = CentralRecord(e.file, e.crc, e.size, e.offset, options_.zip64_at);
+    const std::string rec =
+        CentralRecord(e.file, e.crc, e.size, e.offset, options_.zip64_at);
     central_bytes += rec.size();
     if (absl::Status st = Write(rec); !st.ok()) return st;
   }
-  if (absl::Status st =
-          Write(EndRecords(entries_.size(), central_at, central_bytes,
-                             options_.zip64_at));
+  if (absl::Status st = Write(EndRecords(entries_.size(), central_at,
+                                         central_bytes, options_.zip64_at));
       !st.ok()) {
     return st;
   }

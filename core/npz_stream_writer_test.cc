@@ -24,7 +24,9 @@ std::string Bytes(const std::vector<float>& v) {
   return std::string(reinterpret_cast<const char*>(v.data()), v.size() * 4);
 }
 
-bool Exists(const std::string& path) { return ::access(path.c_str(), F_OK) == 0; }
+bool Exists(const std::string& path) {
+  return ::access(path.c_str(), F_OK) == 0;
+}
 
 // Streams `rows` rows of 3 floats in uneven pieces, plus a whole array.
 absl::Status WriteSample(NpzStreamWriter& w, int rows,
@@ -128,9 +130,9 @@ TEST(NpzStreamWriter, Zip64RecordsReadByNumpy) {
                            "assert (v.ravel() == 0.5 * want - 7).all()\n"
                            "assert z['__job_spec__'].item() == b'{\"x\": 1}'\n"
                            "assert z['empty/ids'].shape == (0,)\n";
-  EXPECT_EQ(std::system(
-                absl::StrCat("/usr/bin/python3 ", script, " ", path).c_str()),
-            0);
+  EXPECT_EQ(
+      std::system(absl::StrCat("/usr/bin/python3 ", script, " ", path).c_str()),
+      0);
 }
 
 }  // namespace

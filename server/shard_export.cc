@@ -19,15 +19,14 @@ absl::Status Shard::ExportRows(
                              ? kDefaultExportMessageBytes
                              : req.max_message_bytes();
   if (limit > kMaxExportMessageBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("max_message_bytes: ", limit, " is over ",
-                     kMaxExportMessageBytes));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_message_bytes: ", limit, " is over ", kMaxExportMessageBytes));
   }
   // The job stays alive while it is read, even if dropped meanwhile.
   PS_ASSIGN_OR_RETURN(JobPtr job, FindJob(req.job_id()));
   if (job->tables == nullptr) {
-    return absl::NotFoundError(absl::StrCat(
-        "job_id: job \"", req.job_id(), "\" has no sparse tables"));
+    return absl::NotFoundError(absl::StrCat("job_id: job \"", req.job_id(),
+                                            "\" has no sparse tables"));
   }
   uint32_t dim = 0;
   for (const TableSpec& t : job->spec.tables()) {

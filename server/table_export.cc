@@ -48,9 +48,9 @@ absl::StatusOr<std::unique_ptr<CheckpointTables>> CheckpointTables::Open(
   if (st.ok()) st = reader->Finish();
   if (!st.ok()) {
     return absl::Status(
-        st.code(), absl::StrCat("tables file ",
-                                store->TablesPathFor(job_id, ck.sequence),
-                                ": ", st.message()));
+        st.code(),
+        absl::StrCat("tables file ", store->TablesPathFor(job_id, ck.sequence),
+                     ": ", st.message()));
   }
   return std::unique_ptr<CheckpointTables>(new CheckpointTables(
       std::move(ck.registration), ck.step, *std::move(job)));

@@ -3,8 +3,8 @@
 // tables"). Submits a one-worker ASP job with a tiny custom dense model and
 // a table of `--dim` floats per row (SGD: no optimizer state), joins it as
 // its worker, pushes ids 0 .. N-1 once each straight to their shards
-// (SparseExchange, at most 3 MiB of rows per call), reports the job finished (it
-// SUCCEEDED and stays on the shards) and prints its id.
+// (SparseExchange, at most 3 MiB of rows per call), reports the job finished
+// (it SUCCEEDED and stays on the shards) and prints its id.
 //
 //   table_fill --cluster=cluster.pbtxt --rows=10000000 --dim=16
 #include <algorithm>
@@ -45,8 +45,8 @@ absl::Status Push(ParameterServer::Stub& stub, const Connection& c,
   req.set_push(true);
   SparseRows* g = req.add_gradients();
   g->set_table("emb");
-  g->set_ids(std::string(reinterpret_cast<const char*>(ids.data()),
-                         ids.size() * 8));
+  g->set_ids(
+      std::string(reinterpret_cast<const char*>(ids.data()), ids.size() * 8));
   std::vector<float> grads(ids.size() * dim);
   for (size_t i = 0; i < grads.size(); ++i) grads[i] = 0.001f * (i % 977);
   g->set_values(std::string(reinterpret_cast<const char*>(grads.data()),
@@ -69,25 +69,29 @@ absl::Status Run() {
   PS_ASSIGN_OR_RETURN(Connection c, ConnectCoordinator(o));
   CoordinatorClient client(c);
   SubmitJobRequest submit;
-  PS_RETURN_IF_ERROR(ParseTextProto(
-      absl::StrCat(R"pb(
-        name: "table-fill"
-        model {
-          custom { tensors { name: "w" shape: 1 init { kind: ZEROS } } }
-        }
-        tables {
-          name: "emb"
-          dim: )pb",
-                   dim, R"pb(
+  PS_RETURN_IF_ERROR(
+      ParseTextProto(absl::StrCat(R"pb(
+                                    name: "table-fill"
+                                    model {
+                                      custom {
+                                        tensors {
+                                          name: "w"
+                                          shape: 1
+                                          init { kind: ZEROS }
+                                        }
+                                      }
+                                    }
+                                    tables { name: "emb" dim:)pb",
+                                  dim, R"pb(
           init { kind: ZEROS }
           optimizer { kind: SGD learning_rate: 1 }
         }
-        data { batch_size: 1 }
+                                 data { batch_size: 1 }
         optimizer { kind: SGD learning_rate: 0.1 }
         consistency { mode: ASP }
         num_workers: 1
       )pb"),
-      "spec", submit.mutable_spec()));
+                     "spec", submit.mutable_spec()));
   SubmitJobResponse submitted;
   PS_RETURN_IF_ERROR(
       client.Call(&Coordinator::Stub::SubmitJob, submit, &submitted));

@@ -60,9 +60,11 @@ class ExportRowsReactor final : public grpc::ServerWriteReactor<SparseRows> {
     {
       absl::MutexLock l(&mu_);
       if (!AwaitWritable()) {
-        return absl::DeadlineExceededError(absl::StrCat(
-            "export of table \"", req_.table(), "\": the client took no rows "
-            "for ", absl::FormatDuration(kWriteTimeout)));
+        return absl::DeadlineExceededError(
+            absl::StrCat("export of table \"", req_.table(),
+                         "\": the client took no rows "
+                         "for ",
+                         absl::FormatDuration(kWriteTimeout)));
       }
       if (broken_) return absl::CancelledError("the client went away");
       in_flight_ = true;

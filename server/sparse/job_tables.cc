@@ -266,9 +266,8 @@ absl::Status JobTables::SaveTable(const std::string& name,
                                   ByteSink& sink) const {
   const sparse_internal::Table* t = tables_->Find(name);
   if (t == nullptr) {
-    return absl::NotFoundError(absl::StrCat("table: job \"", job_id_,
-                                            "\" has no sparse table \"",
-                                            name, "\""));
+    return absl::NotFoundError(absl::StrCat(
+        "table: job \"", job_id_, "\" has no sparse table \"", name, "\""));
   }
   return t->rows->Save(sink);
 }

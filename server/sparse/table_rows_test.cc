@@ -80,13 +80,13 @@ TEST(TableRowsSink, RowsEqualTheTableBitForBit) {
 TEST(TableRowsSink, StreamingThroughSaveKeepsBatchesBounded) {
   auto t = Filled();
   uint64_t seen = 0;
-  TableRowsSink sink(100, [&](absl::Span<const uint64_t> ids,
-                              absl::Span<const float> values) {
-    EXPECT_LE(ids.size(), 100u);
-    EXPECT_EQ(values.size(), ids.size() * 4);
-    seen += ids.size();
-    return absl::OkStatus();
-  });
+  TableRowsSink sink(
+      100, [&](absl::Span<const uint64_t> ids, absl::Span<const float> values) {
+        EXPECT_LE(ids.size(), 100u);
+        EXPECT_EQ(values.size(), ids.size() * 4);
+        seen += ids.size();
+        return absl::OkStatus();
+      });
   ASSERT_TRUE(t->Save(sink).ok());
   ASSERT_TRUE(sink.Finish().ok());
   EXPECT_EQ(seen, 500u);
@@ -104,10 +104,10 @@ TEST(TableRowsSink, EmptyTable) {
 
 TEST(TableRowsSink, EmitErrorStopsTheSave) {
   auto t = Filled();
-  TableRowsSink sink(10, [](absl::Span<const uint64_t>,
-                            absl::Span<const float>) {
-    return absl::CancelledError("client went away");
-  });
+  TableRowsSink sink(10,
+                     [](absl::Span<const uint64_t>, absl::Span<const float>) {
+                       return absl::CancelledError("client went away");
+                     });
   EXPECT_EQ(t->Save(sink).code(), absl::StatusCode::kCancelled);
 }
 
@@ -129,9 +129,9 @@ TEST(TableRowsSink, RefusesStreamsItDoesNotUnderstand) {
   EXPECT_EQ(Decode(bad, 4096, 10, &rows, 4).code(),
             absl::StatusCode::kDataLoss);
   // Truncated: Finish says so.
-  EXPECT_EQ(Decode(bytes.substr(0, bytes.size() - 5), 4096, 10, &rows, 4)
-                .code(),
-            absl::StatusCode::kDataLoss);
+  EXPECT_EQ(
+      Decode(bytes.substr(0, bytes.size() - 5), 4096, 10, &rows, 4).code(),
+      absl::StatusCode::kDataLoss);
   // Trailing bytes.
   EXPECT_EQ(Decode(bytes + "x", 4096, 10, &rows, 4).code(),
             absl::StatusCode::kDataLoss);

@@ -49,8 +49,7 @@ absl::Status ParseArgs(const std::vector<std::string>& raw, Args* args) {
       if (!known)
         return absl::InvalidArgumentError(absl::StrCat("unknown flag ", name));
       if ((name == "--from-checkpoint" || name == "--tables-dir") &&
-          eq == std::string::npos &&
-          i + 1 < raw.size()) {
+          eq == std::string::npos && i + 1 < raw.size()) {
         args->flags[name] = raw[++i];  // also "--from-checkpoint DIR"
         continue;
       }

@@ -337,8 +337,8 @@ int Export(const Args& a, std::ostream& out, std::ostream& err) {
   }
   out << "exported " << g.spec.tensors_size() << " tensors";
   if (g.spec.tables_size() > 0) {
-    out << " and " << g.spec.tables_size() << " sparse tables ("
-        << tables.rows << " rows)";
+    out << " and " << g.spec.tables_size() << " sparse tables (" << tables.rows
+        << " rows)";
   }
   out << " of job " << g.job_id << " from " << g.source << " to " << path;
   if (Has(a, "--tables-dir")) out << " and " << FlagOr(a, "--tables-dir", "");

@@ -42,7 +42,8 @@ class IdSpool {
   ~IdSpool() { ::close(fd_); }
 
   absl::Status Write(absl::string_view bytes) {
-    if (buffer_.size() + bytes.size() > kSpoolBytes) PS_RETURN_IF_ERROR(Flush());
+    if (buffer_.size() + bytes.size() > kSpoolBytes)
+      PS_RETURN_IF_ERROR(Flush());
     buffer_.append(bytes.data(), bytes.size());
     return absl::OkStatus();
   }
@@ -52,8 +53,8 @@ class IdSpool {
     PS_RETURN_IF_ERROR(Flush());
     std::string piece(kSpoolBytes, '\0');
     for (uint64_t at = 0; at < size_;) {
-      const ssize_t n = ::pread(fd_, piece.data(), piece.size(),
-                                static_cast<off_t>(at));
+      const ssize_t n =
+          ::pread(fd_, piece.data(), piece.size(), static_cast<off_t>(at));
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) return ErrnoError("read", path_);
       PS_RETURN_IF_ERROR(w.Append(absl::string_view(piece.data(), n)));
@@ -90,7 +91,8 @@ absl::Status WriteTable(const TableSpec& t, const std::vector<uint32_t>& shards,
                         const RowSource& source, const std::string& prefix,
                         NpzStreamWriter& w, TablesWritten* written) {
   const uint32_t dim = t.dim();
-  PS_ASSIGN_OR_RETURN(std::unique_ptr<IdSpool> spool, IdSpool::Create(w.path()));
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<IdSpool> spool,
+                      IdSpool::Create(w.path()));
   PS_RETURN_IF_ERROR(w.Begin(prefix + "values", "<f4", 4, {dim}));
   for (uint32_t s : shards) {
     absl::Status st = source(
@@ -100,17 +102,18 @@ absl::Status WriteTable(const TableSpec& t, const std::vector<uint32_t>& shards,
             return absl::InternalError(absl::StrCat(
                 ids.size(), " ids with ", values.size(), " values, dim ", dim));
           }
-          PS_RETURN_IF_ERROR(w.Append(absl::string_view(
-              reinterpret_cast<const char*>(values.data()), values.size() * 4)));
+          PS_RETURN_IF_ERROR(w.Append(
+              absl::string_view(reinterpret_cast<const char*>(values.data()),
+                                values.size() * 4)));
           written->rows += ids.size();
           written->bytes += ids.size() * 8 + values.size() * 4;
           return spool->Write(absl::string_view(
               reinterpret_cast<const char*>(ids.data()), ids.size() * 8));
         });
     if (!st.ok()) {
-      return absl::Status(st.code(), absl::StrCat("table \"", t.name(),
-                                                  "\", shard ", s, ": ",
-                                                  st.message()));
+      return absl::Status(
+          st.code(), absl::StrCat("table \"", t.name(), "\", shard ", s, ": ",
+                                  st.message()));
     }
   }
   PS_RETURN_IF_ERROR(w.End());
@@ -156,8 +159,8 @@ RowSource ShardRowSource(const Connection& c, std::string job_id,
           timeout](const std::string& table, uint32_t shard,
                    const TableRowsSink::EmitFn& emit) -> absl::Status {
     if (shard >= addresses.size()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "the coordinator knows ", addresses.size(), " shards"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("the coordinator knows ", addresses.size(), " shards"));
     }
     auto stub =
         ParameterServer::NewStub(c.security.NewChannel(addresses[shard]));
@@ -181,10 +184,9 @@ RowSource ShardRowSource(const Connection& c, std::string job_id,
     absl::Status finished = FromGrpcStatus(reader->Finish());
     if (!st.ok()) return st;
     if (!finished.ok()) {
-      return absl::Status(
-          finished.code(),
-          absl::StrCat("rows from ", addresses[shard], ": ",
-                       finished.message()));
+      return absl::Status(finished.code(),
+                          absl::StrCat("rows from ", addresses[shard], ": ",
+                                       finished.message()));
     }
     return absl::OkStatus();
   };
@@ -226,8 +228,8 @@ absl::Status WriteTablesDir(const JobSpec& spec, uint32_t num_shards,
   }
   const std::string tmp = absl::StrCat(dir, ".tmp.", ::getpid());
   if (!fs::create_directory(tmp, ec)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--tables-dir: cannot create ", tmp, ": ", ec.message()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--tables-dir: cannot create ", tmp, ": ", ec.message()));
   }
   absl::Status st;
   for (const TableSpec& t : spec.tables()) {

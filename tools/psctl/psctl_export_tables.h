@@ -30,8 +30,9 @@ namespace ps {
 namespace psctl {
 
 // Rows of `table` on `shard`, passed to `emit` in batches.
-using RowSource = std::function<absl::Status(
-    const std::string& table, uint32_t shard, const TableRowsSink::EmitFn& emit)>;
+using RowSource =
+    std::function<absl::Status(const std::string& table, uint32_t shard,
+                               const TableRowsSink::EmitFn& emit)>;
 
 // Rows per batch of a source (about 1 MiB of a dim-16 table).
 inline constexpr size_t kExportBatchRows = 8192;

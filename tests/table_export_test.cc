@@ -55,7 +55,9 @@ constexpr char kCtrJob[] = R"pb(
 // id -> the row's float bits.
 using Rows = std::map<uint64_t, std::vector<uint32_t>>;
 
-bool Exists(const std::string& path) { return ::access(path.c_str(), F_OK) == 0; }
+bool Exists(const std::string& path) {
+  return ::access(path.c_str(), F_OK) == 0;
+}
 
 // The rows of arrays prefix + "ids" / prefix + "values" of an .npz file.
 absl::Status ReadRows(const std::string& path, const std::string& prefix,
@@ -82,8 +84,8 @@ absl::Status ReadRows(const std::string& path, const std::string& prefix,
     std::vector<uint32_t> bits(dim);
     std::memcpy(bits.data(), values->data.data() + 4 * dim * i, 4 * dim);
     if (!rows->emplace(id, bits).second) {
-      return absl::InvalidArgumentError(absl::StrCat(path, ": id ", id,
-                                                     " appears twice"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": id ", id, " appears twice"));
     }
   }
   return absl::OkStatus();
@@ -102,8 +104,8 @@ absl::StatusOr<Rows> PullFromShard(const std::string& address,
   for (const auto& [id, bits] : rows) {
     if (ShardForId(id, shards) == shard) ids.push_back(id);
   }
-  pull->set_ids(std::string(reinterpret_cast<const char*>(ids.data()),
-                            ids.size() * 8));
+  pull->set_ids(
+      std::string(reinterpret_cast<const char*>(ids.data()), ids.size() * 8));
   Security security;
   auto stub = ParameterServer::NewStub(security.NewChannel(address));
   grpc::ClientContext ctx;
@@ -149,8 +151,8 @@ TEST(TableExportTest, RowsEqualTheShardsAndSurviveTheirStop) {
   ASSERT_TRUE(ReadRows(out, "tables/emb/", 4, &live).ok());
   uint64_t stored = 0;
   for (uint32_t s = 0; s < 2; ++s) {
-    absl::StatusOr<std::string> addr = WaitForFile(
-        absl::StrCat(dir, "/s", s, ".addr"), absl::Seconds(1));
+    absl::StatusOr<std::string> addr =
+        WaitForFile(absl::StrCat(dir, "/s", s, ".addr"), absl::Seconds(1));
     ASSERT_TRUE(addr.ok());
     stored += StoredRows(*addr, job);
     absl::StatusOr<Rows> served = PullFromShard(*addr, job, s, 2, 4, live);
@@ -182,8 +184,8 @@ TEST(TableExportTest, RowsEqualTheShardsAndSurviveTheirStop) {
 
   // One file per table and shard.
   const std::string tdir = dir + "/rows";
-  ex = cluster.Psctl({"export", job, "-o", dir + "/dense.npz",
-                      "--tables-dir", tdir});
+  ex = cluster.Psctl(
+      {"export", job, "-o", dir + "/dense.npz", "--tables-dir", tdir});
   ASSERT_TRUE(ex.ok());
   ASSERT_EQ(ex->exit_code, 0) << ex->err;
   Rows split;
@@ -193,8 +195,8 @@ TEST(TableExportTest, RowsEqualTheShardsAndSurviveTheirStop) {
             .ok());
   }
   EXPECT_EQ(split, live);
-  ex = cluster.Psctl({"export", job, "-o", dir + "/dense2.npz",
-                      "--tables-dir", tdir});  // exists: refused
+  ex = cluster.Psctl({"export", job, "-o", dir + "/dense2.npz", "--tables-dir",
+                      tdir});  // exists: refused
   ASSERT_TRUE(ex.ok());
   EXPECT_EQ(ex->exit_code, 2) << ex->err;
   EXPECT_FALSE(Exists(dir + "/dense2.npz"));
@@ -214,8 +216,8 @@ TEST(TableExportTest, RowsEqualTheShardsAndSurviveTheirStop) {
   // the same rows.
   ASSERT_TRUE(cluster.Stop().ok());
   const std::string ck = dir + "/ck.npz";
-  ex = cluster.Psctl({"export", job, "--from-checkpoint", dir + "/ckpt", "-o",
-                      ck});
+  ex = cluster.Psctl(
+      {"export", job, "--from-checkpoint", dir + "/ckpt", "-o", ck});
   ASSERT_TRUE(ex.ok());
   ASSERT_EQ(ex->exit_code, 0) << ex->out << ex->err;
   Rows from_ck;

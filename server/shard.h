@@ -382,6 +382,19 @@ class Shard {
   // so far (tests; a graceful stop gets the same from Shutdown).
   void FlushCheckpoints();
 
+  // Sparse table export (proto/ps.proto ExportRowsRequest): the rows of
+  // table req.table() of job req.job_id() held here, as SparseRows
+  // messages passed to `send` in order. `send` may block (flow control);
+  // an error from it stops the export and is returned. FAILED_PRECONDITION
+  // for a job not held, NOT_FOUND naming a table the job lacks,
+  // INVALID_ARGUMENT for max_message_bytes over kMaxExportMessageBytes.
+  // Memory: one stripe's copy (SparseTable::Save) and one message.
+  static constexpr uint32_t kDefaultExportMessageBytes = 1 << 20;
+  static constexpr uint32_t kMaxExportMessageBytes = 3 << 20;
+  absl::Status ExportRows(
+      const ExportRowsRequest& req,
+      const std::function<absl::Status(const SparseRows&)>& send) const;
+
   // Replicated jobs (JobSpec.replication > 1; server/internal/replicator.h
   // and docs/OPERATIONS.md "Replication"). Each chunk's copies are created
   // on its primary and backups at RegisterJob; only its acting primary

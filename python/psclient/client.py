@@ -241,10 +241,15 @@ def connect(cluster: Optional[str] = None, coordinator: Optional[str] = None,
 def export(path: str, job: Optional[str] = None, *,
            cluster: Optional[str] = None, coordinator: Optional[str] = None,
            from_checkpoint: Optional[str] = None,
+           tables_dir: Optional[str] = None,
            timeout_s: Optional[float] = None) -> str:
-    """Writes a job's dense parameters to `path` (.npz), as `psctl export`
+    """Writes a job's parameters to `path` (.npz), as `psctl export`
     does and with the same code: one float32 array per tensor name and
-    shape, and the JobSpec as JSON under "__job_spec__". A path ending in
+    shape, and the JobSpec as JSON under "__job_spec__". A job's sparse
+    tables' rows are streamed in (never the whole table in memory) as
+    "tables/NAME/ids" (uint64) and "tables/NAME/values" (float32, rows x
+    dim), or with tables_dir=DIR (which must not exist) as one file per
+    table and shard, DIR/NAME.shardN.npz with "ids" and "values". A path ending in
     .pt, .ts or .onnx gets a built-in model's PyTorch state_dict,
     TorchScript or ONNX instead (psclient.export_model, which raises
     ValueError naming the file or tensor for a model it cannot convert).
@@ -253,7 +258,8 @@ def export(path: str, job: Optional[str] = None, *,
     `cluster` (file) or `coordinator` ("host:port"); or, with
     from_checkpoint=DIR, read from stopped shards' checkpoints in DIR (job
     may then be left out when DIR holds one job). timeout_s: each pull's
-    deadline (default 60). The file appears complete or not at all.
+    deadline, and one table's rows from one shard (default 60). The file
+    (and tables_dir) appears complete or not at all.
     Returns psctl's summary line. Raises InvalidSpec for bad input (an
     unknown job, a path that cannot be written, a directory without the
     job's checkpoints; psctl's exit 2) and Error otherwise, with psctl's
@@ -273,6 +279,8 @@ def export(path: str, job: Optional[str] = None, *,
         argv.append("--coordinator=" + coordinator)
     if from_checkpoint is not None:
         argv.append("--from-checkpoint=" + from_checkpoint)
+    if tables_dir is not None:
+        argv.append("--tables-dir=" + tables_dir)
     if timeout_s is not None:
         argv.append("--timeout=%r" % float(timeout_s))
     return _native.export_model(argv).strip()

@@ -47,6 +47,12 @@ What join() does:
       ps.step()
   A second backward outside no_sync in one step raises (its first
   gradients are already on the wire).
+- A model on a CUDA device works as it is: its parameters live in a device
+  buffer mirroring the client's (page-locked) host buffer; gradients go
+  device-to-host on a side stream as backward produces them, each bucket's
+  push starting once its copies landed, and step() queues the new
+  parameters host-to-device (non_blocking) before the next forward without
+  synchronizing the device (psclient/torch_cuda.py).
 - rank and world_size come from the coordinator (for DistributedSampler);
   `leads` says whether this worker is the one to evaluate (rank 0, or the
   lowest rank left after SHRINK lost rank 0).
@@ -61,6 +67,7 @@ import time
 import torch
 
 import psclient
+from psclient import torch_cuda
 
 # Parameters by module type: (weight init, bias init) as InitSpec text.
 _NORM_TYPES = (
@@ -78,6 +85,9 @@ _MODES = {"bsp": "BSP", "asp": "ASP", "ssp": "SSP"}
 _DEFAULT_FUSION_BYTES = 64 * 1024  # as workerd's fusion_bytes default
 _REPORT_INTERVAL_S = 1.0
 _CONNECT_TIMEOUT_S = 10.0
+# How long step() waits for a CUDA bucket's device-to-host copy (its push
+# starts after it): the GPU finishing the backward kernels before it.
+_SEND_TIMEOUT_S = 300.0
 
 
 def _uniform(scale):
@@ -193,10 +203,10 @@ def _check_tensor(name, p):
         raise psclient.ShapeError(
             "parameter %r: dtype %s, the parameter servers hold float32 "
             "(model.float())" % (name, p.dtype), "INVALID_ARGUMENT")
-    if p.device.type != "cpu":
+    if p.device.type not in ("cpu", "cuda"):
         raise psclient.ShapeError(
-            "parameter %r: on %s; the Python client exchanges CPU tensors"
-            % (name, p.device), "INVALID_ARGUMENT")
+            "parameter %r: on %s; the Python client exchanges CPU and CUDA "
+            "tensors" % (name, p.device), "INVALID_ARGUMENT")
 
 
 def _check_parameters(model, tensors):
@@ -234,20 +244,35 @@ class Worker:
         self._batch_size = batch_size
         self._fusion_bytes = fusion_bytes
         self._params = _check_parameters(model, worker.tensors)
+        try:
+            device = torch_cuda.cuda_device(self._params)
+        except ValueError as e:
+            raise psclient.ShapeError(str(e), "INVALID_ARGUMENT") from None
         flat_params = torch.from_numpy(worker.params)
         flat_grads = torch.from_numpy(worker.grads)
         self._slots = []  # per parameter: (name, grad view, bytes)
         for (name, p), (_, shape, offset, size) in zip(self._params,
                                                        worker.tensors):
-            view = flat_params[offset:offset + size].view(p.shape)
-            p.data = view  # the model now lives in the client's buffer
+            if device is None:
+                # The model now lives in the client's buffer.
+                p.data = flat_params[offset:offset + size].view(p.shape)
             gview = flat_grads[offset:offset + size].view(p.shape)
             self._slots.append((name, gview, 4 * size))
+        # A CUDA model: its parameters in a device buffer mirroring the
+        # client's (psclient/torch_cuda.py).
+        self._cuda = None
+        if device is not None:
+            self._cuda = torch_cuda.CudaExchange(
+                self._params, flat_params, flat_grads,
+                [(offset, size) for _, _, offset, size in worker.tensors],
+                device)
         self._hooks = [p.register_hook(self._hook(i))
                        for i, (_, p) in enumerate(self._params)]
         self._begin_step()
         # The shards' initial values (or, rejoining, the current ones).
-        self._wait_all([self._w.start("pull", self.step_count)])
+        self._w.wait(self._w.start("pull", self.step_count))
+        if self._cuda is not None:
+            self._cuda.load_all()
         self._t_step_end = time.monotonic()
         self._t_start = self._t_step_end
         self._t_report = self._t_step_end
@@ -284,7 +309,10 @@ class Worker:
                 "`with ps.no_sync():` (gradient accumulation)"
                 % (self._slots[index][0], self.step_count))
         name, gview, nbytes = self._slots[index]
-        if self._accumulated[index]:
+        if self._cuda is not None:
+            self._cuda.take(index, grad, self._accumulated[index],
+                            self._no_sync)
+        elif self._accumulated[index]:
             gview.add_(grad)
         else:
             gview.copy_(grad)
@@ -303,15 +331,30 @@ class Worker:
         names = [self._slots[i][0] for i in self._bucket]
         # The first layer's parameters are needed first by the next forward.
         priority = len(self._slots) - min(self._bucket)
-        self._handles.append(
-            self._w.start("pushpull", self.step_count, tensors=names,
-                          priority=priority))
+        step = self.step_count
+
+        def start():
+            return self._w.start("pushpull", step, tensors=names,
+                                 priority=priority)
+
+        if self._cuda is None:
+            self._handles.append((start(), None))
+        else:  # started once the bucket's gradients reached the host
+            self._handles.append((self._cuda.send(start), self._bucket))
         self._bucket = []
         self._bucket_bytes = 0
 
     def _wait_all(self, handles):
-        for h in handles:
+        """Waits for the step's exchanges; on CUDA, queues each bucket's new
+        parameters to the device as its exchange ends."""
+        if self._cuda is not None:
+            # Every start first (the sender thread's), then the waits.
+            handles = [(f.result(timeout=_SEND_TIMEOUT_S), bucket)
+                       for f, bucket in handles]
+        for h, bucket in handles:
             self._w.wait(h)
+            if self._cuda is not None:
+                self._cuda.load(bucket)
 
     def step(self, loss=None, accuracy=None):
         """Ends the step: every gradient pushed, the new parameters in the model.
@@ -331,6 +374,8 @@ class Worker:
             if not done:
                 if not self._accumulated[i]:
                     self._slots[i][1].zero_()
+                elif self._cuda is not None:
+                    self._cuda.take_accumulated(i)
                 self._ready[i] = True
                 self._bucket.append(i)
                 self._bucket_bytes += self._slots[i][2]
@@ -461,7 +506,10 @@ class Worker:
             h.remove()
         self._hooks = []
         for _, p in self._params:
-            p.data = p.data.clone()  # off the client's buffer
+            p.data = p.data.clone()  # off the client's (or device) buffer
+        if self._cuda is not None:
+            self._cuda.close()
+            self._cuda = None
         self._w.close()
 
     def __enter__(self):

@@ -89,6 +89,10 @@ class PsService final
   grpc::ServerUnaryReactor* SparseExchange(grpc::CallbackServerContext* ctx,
                                            const grpc::ByteBuffer* req,
                                            grpc::ByteBuffer* resp) override;
+  // Server streaming (ps_service_export.cc): the table is read on a thread
+  // of the call's own, one message ahead of the client (flow control).
+  grpc::ServerWriteReactor<SparseRows>* ExportRows(
+      grpc::CallbackServerContext* ctx, const ExportRowsRequest* req) override;
 
  private:
   Shard* const shard_;

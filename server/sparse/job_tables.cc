@@ -281,6 +281,16 @@ void JobTables::FillStats(JobStats* out) const {
   out->set_tables_version(version());
 }
 
+absl::Status JobTables::SaveTable(const std::string& name,
+                                  ByteSink& sink) const {
+  const sparse_internal::Table* t = tables_->Find(name);
+  if (t == nullptr) {
+    return absl::NotFoundError(absl::StrCat(
+        "table: job \"", job_id_, "\" has no sparse table \"", name, "\""));
+  }
+  return t->rows->Save(sink);
+}
+
 struct JobTables::Snapshot::Data {
   const JobTables* owner = nullptr;
   StepBarrier::State state;  // the buffered pushes copied

@@ -125,6 +125,13 @@ class JobTables {
   // TableStats per table, and tables_version.
   void FillStats(JobStats* out) const;
 
+  // Writes table `name`'s SparseTable::Save stream (rows, optimizer state,
+  // admission counters) to `sink`, for an export of its rows
+  // (server/sparse/table_rows.h). One stripe is copied at a time, so a
+  // running job's table is not read at one instant (each row is whole);
+  // the extra memory is one stripe's copy. NOT_FOUND naming the table.
+  absl::Status SaveTable(const std::string& name, ByteSink& sink) const;
+
   // The version, the consistency state (buffered BSP pushes, ASP/SSP
   // pushed steps) and every table, restored exactly by Restore (which
   // replaces everything, or changes nothing on an error). Save() =

@@ -46,8 +46,12 @@ Commands:
   export JOB -o FILE.npz
                      a running or SUCCEEDED job's dense parameters, pulled
                      from the shards: one array per tensor (name, shape), the
-                     job spec as JSON under "__job_spec__" (numpy.load)
-      --timeout=S      each pull's deadline (default 60)
+                     job spec as JSON under "__job_spec__" (numpy.load); its
+                     sparse tables' rows streamed in as tables/NAME/ids and
+                     tables/NAME/values (rows x dim)
+      --tables-dir=DIR the tables instead as DIR/NAME.shardN.npz (ids, values)
+      --timeout=S      each call's deadline: a pull, or one table's rows from
+                       one shard (default 60)
   export [JOB] --from-checkpoint DIR -o FILE.npz
                      the same from the shards' newest intact checkpoints in
                      DIR (PsdConfig.checkpoint_dir), for stopped shards

@@ -19,7 +19,7 @@ const char* const kKnownFlags[] = {
     "--job",     "--help",        "--connect-timeout",
     "--hot",     "--all",         "--out",
     "--python",  "--steps",       "--from-checkpoint",
-    "--workers"};
+    "--workers", "--tables-dir"};
 
 // A failure of the user's flags or files: exit code kExitUsage.
 absl::Status AsUsage(const absl::Status& s) {
@@ -48,8 +48,8 @@ absl::Status ParseArgs(const std::vector<std::string>& raw, Args* args) {
       for (const char* k : kKnownFlags) known |= name == k;
       if (!known)
         return absl::InvalidArgumentError(absl::StrCat("unknown flag ", name));
-      if (name == "--from-checkpoint" && eq == std::string::npos &&
-          i + 1 < raw.size()) {
+      if ((name == "--from-checkpoint" || name == "--tables-dir") &&
+          eq == std::string::npos && i + 1 < raw.size()) {
         args->flags[name] = raw[++i];  // also "--from-checkpoint DIR"
         continue;
       }

@@ -1,7 +1,9 @@
 #include "tools/psctl/psctl_export.h"
 
+#include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -15,6 +17,7 @@
 #include "core/wire_format.h"
 #include "proto/ps.grpc.pb.h"
 #include "server/checkpoint.h"
+#include "tools/psctl/psctl_export_tables.h"
 
 namespace ps {
 namespace psctl {
@@ -35,6 +38,10 @@ struct Gathered {
   Placement placement;
   ChunkValues chunks;
   std::string source;  // for the summary line
+  // A running job's: how its tables' rows are reached.
+  std::optional<Connection> connection;
+  std::vector<std::string> addresses;
+  absl::Duration timeout = absl::Seconds(kDefaultExportTimeoutSeconds);
 };
 
 // Decodes a pull reply's chunk into `chunks`, checking it is one asked for.
@@ -113,7 +120,9 @@ absl::Status GatherFromShards(const Args& a, const std::string& job_id,
     }
     timeout = absl::Seconds(s);
   }
-  PS_ASSIGN_OR_RETURN(Connection c, Connect(a, /*need_cluster=*/false));
+  g->timeout = timeout;
+  PS_ASSIGN_OR_RETURN(g->connection, Connect(a, /*need_cluster=*/false));
+  const Connection& c = *g->connection;
   CoordinatorClient client(c);
   GetJobRequest req;
   req.set_job_id(job_id);
@@ -133,9 +142,8 @@ absl::Status GatherFromShards(const Args& a, const std::string& job_id,
   g->spec = job.spec();
   g->placement = job.placement();
   g->source = "the shards";
-  std::vector<std::string> addresses(shards.addresses().begin(),
-                                     shards.addresses().end());
-  absl::Status pulled = PullChunks(c, addresses, timeout, g);
+  g->addresses.assign(shards.addresses().begin(), shards.addresses().end());
+  absl::Status pulled = PullChunks(c, g->addresses, timeout, g);
   if (!pulled.ok() && job.state() == SUCCEEDED) {
     // The likely cause: it is older than PsdConfig.succeeded_jobs_kept.
     return absl::Status(
@@ -214,6 +222,45 @@ absl::Status GatherFromCheckpoints(const std::string& dir,
   return absl::OkStatus();
 }
 
+// Where the gathered job's table rows come from.
+RowSource RowsOf(const Gathered& g, const std::string& dir) {
+  if (g.connection.has_value()) {
+    return ShardRowSource(*g.connection, g.job_id, g.addresses, g.timeout);
+  }
+  return CheckpointRowSource(dir, g.job_id);
+}
+
+// The .npz at `path`: the dense tensors, the tables' rows (or, with
+// --tables-dir, a directory of them), the spec. Nothing is left under
+// either name on an error.
+absl::Status WriteExport(const Args& a, const std::string& path,
+                         const Gathered& g, TablesWritten* tables) {
+  PS_ASSIGN_OR_RETURN(std::vector<NpyArray> arrays,
+                      AssembleTensors(g.spec, g.placement, g.chunks));
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<NpzStreamWriter> w,
+                      NpzStreamWriter::Create(path));
+  for (const NpyArray& array : arrays) PS_RETURN_IF_ERROR(w->Add(array));
+  arrays.clear();
+  const RowSource rows = RowsOf(g, FlagOr(a, "--from-checkpoint", ""));
+  const uint32_t num_shards = g.placement.num_shards();
+  const std::string tables_dir = FlagOr(a, "--tables-dir", "");
+  if (!Has(a, "--tables-dir")) {
+    PS_RETURN_IF_ERROR(WriteTables(g.spec, num_shards, rows, *w, tables));
+  } else if (tables_dir.empty()) {
+    return absl::InvalidArgumentError("--tables-dir: expected a directory");
+  } else {
+    PS_RETURN_IF_ERROR(
+        WriteTablesDir(g.spec, num_shards, rows, tables_dir, tables));
+  }
+  PS_RETURN_IF_ERROR(w->Add(NpyArray::Bytes("__job_spec__", ToJson(g.spec))));
+  absl::Status st = w->Commit();
+  if (!st.ok() && !tables_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::remove_all(tables_dir, ec);
+  }
+  return st;
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<NpyArray>> AssembleTensors(
@@ -282,25 +329,20 @@ int Export(const Args& a, std::ostream& out, std::ostream& err) {
   absl::Status st = from_checkpoint
                         ? GatherFromCheckpoints(dir, job_id, err, &g)
                         : GatherFromShards(a, job_id, &g);
-  absl::StatusOr<std::vector<NpyArray>> arrays =
-      st.ok() ? AssembleTensors(g.spec, g.placement, g.chunks)
-              : absl::StatusOr<std::vector<NpyArray>>(st);
-  if (arrays.ok()) {
-    arrays->push_back(NpyArray::Bytes("__job_spec__", ToJson(g.spec)));
-    st = WriteNpzFile(path, *arrays);
-  } else {
-    st = arrays.status();
-  }
+  TablesWritten tables;
+  if (st.ok()) st = WriteExport(a, path, g, &tables);
   if (!st.ok()) {
     err << "psctl export: " << st.message() << "\n";
     return ExitCodeFor(st);
   }
-  out << "exported " << arrays->size() - 1 << " tensors of job " << g.job_id
-      << " from " << g.source << " to " << path << "\n";
+  out << "exported " << g.spec.tensors_size() << " tensors";
   if (g.spec.tables_size() > 0) {
-    err << "psctl export: note: the job's " << g.spec.tables_size()
-        << " sparse tables are not exported (dense tensors only)\n";
+    out << " and " << g.spec.tables_size() << " sparse tables (" << tables.rows
+        << " rows)";
   }
+  out << " of job " << g.job_id << " from " << g.source << " to " << path;
+  if (Has(a, "--tables-dir")) out << " and " << FlagOr(a, "--tables-dir", "");
+  out << "\n";
   return kExitOk;
 }
 

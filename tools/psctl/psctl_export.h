@@ -7,8 +7,11 @@
 // A running or SUCCEEDED job's chunks are pulled from the shards (while the
 // coordinator keeps it there, PsdConfig.succeeded_jobs_kept; in the job's wire
 // format: exact for FP32 jobs); --from-checkpoint reads each shard's newest
-// intact checkpoint in DIR (server/checkpoint.h), exactly. Sparse tables are
-// not exported. The file appears complete or not at all (npz_writer.h).
+// intact checkpoint in DIR (server/checkpoint.h), exactly. A job's sparse
+// tables' rows are streamed in as tables/<name>/ids and tables/<name>/values
+// (or, with --tables-dir DIR, one .npz per table and shard in DIR; see
+// psctl_export_tables.h). The file appears complete or not at all
+// (core/npz_stream_writer.h).
 #ifndef TOOLS_PSCTL_PSCTL_EXPORT_H_
 #define TOOLS_PSCTL_PSCTL_EXPORT_H_
 

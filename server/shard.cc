@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "common/trace_recorder.h"
@@ -30,6 +31,7 @@ using internal::WaiterPtr;
 Shard::Shard(ShardOptions options)
     : options_(std::move(options)),
       start_time_(absl::Now()),
+      incarnation_(static_cast<uint64_t>(absl::ToUnixNanos(start_time_))),
       checkpointer_(
           std::make_unique<internal::Checkpointer>(options_.shard_id)),
       replica_view_(std::make_shared<internal::ReplicaView>(options_.shard_id)),
@@ -324,18 +326,71 @@ absl::StatusOr<PushCounts> Shard::ApplyPush(const JobPtr& job, uint32_t worker,
 }
 
 absl::Status Shard::Push(const PushRequest& req, PushResponse* resp) {
+  // Answered at once unless the job is replicated (ASP/SSP): then within
+  // the job's step deadline, or DEADLINE_EXCEEDED from here.
+  struct Call {
+    absl::Notification done;
+    absl::Status status;
+    PushResponse resp;
+  };
+  auto call = std::make_shared<Call>();
+  absl::Duration limit = absl::InfiniteDuration();
+  Push(req, &call->resp, [call](absl::Status s) {
+    call->status = std::move(s);
+    call->done.Notify();
+  });
+  if (!call->done.HasBeenNotified()) {
+    absl::StatusOr<JobPtr> job = FindJob(req.job_id());
+    if (job.ok()) limit = absl::Milliseconds((*job)->deadline_ms);
+    if (!call->done.WaitForNotificationWithTimeout(limit)) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("job ", req.job_id(), " step ", req.step(),
+                       ": the push did not reach every live backup in time"));
+    }
+  }
+  *resp = call->resp;
+  return call->status;
+}
+
+void Shard::Push(const PushRequest& req, PushResponse* resp,
+                 std::function<void(absl::Status)> done) {
   const int64_t start_ns = absl::GetCurrentTimeNanos();
   resp->Clear();
-  PS_ASSIGN_OR_RETURN(JobPtr job, FindJob(req.job_id()));
+  absl::StatusOr<JobPtr> job = FindJob(req.job_id());
+  if (!job.ok()) return done(job.status());
   std::vector<Chunk*> chunks;
-  PS_ASSIGN_OR_RETURN(const PushCounts counts,
-                      ApplyPush(job, req.worker(), req.step(),
-                                GradientsFrom(req.gradients()), &chunks));
-  resp->set_duplicates(counts.duplicates);
-  resp->set_stale(counts.stale);
-  job->counters.request_ns[internal::kPushMethod].Record(
-      static_cast<uint64_t>(absl::GetCurrentTimeNanos() - start_ns));
-  return absl::OkStatus();
+  absl::StatusOr<PushCounts> counts =
+      ApplyPush(*job, req.worker(), req.step(), GradientsFrom(req.gradients()),
+                &chunks);
+  if (!counts.ok()) return done(counts.status());
+  resp->set_duplicates(counts->duplicates);
+  resp->set_stale(counts->stale);
+  if (!AwaitsReplicas(**job)) {
+    (*job)->counters.request_ns[internal::kPushMethod].Record(
+        static_cast<uint64_t>(absl::GetCurrentTimeNanos() - start_ns));
+    return done(absl::OkStatus());
+  }
+  // Acknowledged once every live backup holds it: a wait without a reply.
+  WaiterPtr w = internal::NewWaiter(
+      *job, next_waiter_id_.fetch_add(1, std::memory_order_relaxed),
+      std::move(chunks), req.step(), /*out=*/nullptr, /*payloads=*/nullptr,
+      std::move(done));
+  w->worker = req.worker();
+  w->start_ns = start_ns;
+  w->method = internal::kPushMethod;
+  SetReplicaNeeds(w.get());
+  internal::StartWait(*job, std::move(w));
+}
+
+bool Shard::AwaitsReplicas(const Job& job) {
+  return job.replicated && job.mode != BSP;
+}
+
+void Shard::SetReplicaNeeds(internal::Waiter* w) {
+  // Every version up to the chunk's current one: a duplicate (a retry)
+  // waits for the replication of the original update too.
+  w->need_replicated.reserve(w->chunks.size());
+  for (const Chunk* c : w->chunks) w->need_replicated.push_back(c->version);
 }
 
 void Shard::PushPull(const PushPullRequest& req, PushPullResponse* resp,
@@ -443,6 +498,7 @@ void Shard::PushPull(const PushPullRequest& req, const GradientsIn& gradients,
   w->start_ns = start_ns;
   w->method = internal::kPushPullMethod;
   internal::SetPushPullConditions(**job, req.step(), w.get());
+  if (AwaitsReplicas(**job)) SetReplicaNeeds(w.get());
   internal::StartWait(*job, std::move(w));
 }
 

@@ -56,9 +56,10 @@ absl::Status Shard::SetReplicaView(const SetReplicaViewRequest& req,
   resp->set_incarnation(incarnation_);
   if (req.has_shard() && req.shard() != options_.shard_id) {
     rejected_.Add(internal::kWrongShard);
-    return absl::FailedPreconditionError(absl::StrCat(
-        "shard: the heartbeat is for shard ", req.shard(), " but this is shard ",
-        options_.shard_id, " (a stale address?); nothing changed"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("shard: the heartbeat is for shard ", req.shard(),
+                     " but this is shard ", options_.shard_id,
+                     " (a stale address?); nothing changed"));
   }
   std::vector<uint32_t> newly_failed;
   for (uint32_t f : req.failed()) {
@@ -114,8 +115,8 @@ absl::Status Shard::SetReplicaView(const SetReplicaViewRequest& req,
   }
   for (uint32_t j : behind) resp->add_behind(j);
   if (req.lag_ms() > 0) {
-    for (uint32_t b : replicator_->Lagging(absl::Milliseconds(req.lag_ms()),
-                                           absl::Now())) {
+    for (uint32_t b :
+         replicator_->Lagging(absl::Milliseconds(req.lag_ms()), absl::Now())) {
       resp->add_lagging(b);
     }
   }

@@ -290,9 +290,10 @@ TEST_F(ShardReplicationAspTest, APushIsAcknowledgedOnceTheBackupHoldsIt) {
   ASSERT_TRUE(retry->status.ok()) << retry->status;
   EXPECT_EQ(retry->resp.duplicates(), 2u);
   PushResponse again;
-  ASSERT_TRUE(shards_[1]
-                  ->Push(PushRequestFor<PushRequest>(reg_, 1, 0, {0}, 0), &again)
-                  .ok());
+  ASSERT_TRUE(
+      shards_[1]
+          ->Push(PushRequestFor<PushRequest>(reg_, 1, 0, {0}, 0), &again)
+          .ok());
   EXPECT_EQ(again.duplicates(), 1u);
   for (const ChunkData& d : retry->resp.parameters()) {
     EXPECT_EQ(d.version(), d.chunk_id() == 0 ? 2u : 1u) << d.chunk_id();

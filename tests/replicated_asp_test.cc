@@ -41,14 +41,16 @@ constexpr uint64_t kStepsPerWorker = 64 * kEpochs;
 constexpr uint64_t kKillAfterStep = 60;
 
 std::string JobSpecText() {
-  return absl::StrCat(R"pb(
-    name: "replicated-asp"
-    model { mlp { input_dim: 784 hidden: 32 num_classes: 10 } }
-    data { dataset: "synthetic" batch_size: 32 synthetic_train: 4096
-           synthetic_test: 512 epochs:)pb",
-                      kEpochs, R"pb(
-    }
-    optimizer { kind: SGD learning_rate: 0.02 }
+  return absl::StrCat(
+      R"pb(
+        name: "replicated-asp"
+        model { mlp { input_dim: 784 hidden: 32 num_classes: 10 } }
+        data { dataset: "synthetic" batch_size: 32 synthetic_train: 4096
+               synthetic_test: 512
+               epochs:)pb",
+      kEpochs, R"pb(
+        }
+        optimizer { kind: SGD learning_rate: 0.02 }
     consistency { mode: ASP step_deadline_ms: 30000 }
     num_workers: 2
     partition_bytes: 16384
@@ -133,9 +135,8 @@ TEST(ReplicatedAspTest, KilledPrimaryLosesNoAcknowledgedPush) {
   EXPECT_EQ(s2->replica_epoch(), 1u);
   std::cout << versions.size() << " chunks, each at version " << acknowledged
             << " = " << kWorkers << " workers x " << kStepsPerWorker
-            << " acknowledged steps; shard 2 dropped "
-            << s2->duplicates() << " retried pushes as duplicates"
-            << std::endl;
+            << " acknowledged steps; shard 2 dropped " << s2->duplicates()
+            << " retried pushes as duplicates" << std::endl;
   (void)cluster.Stop();  // the killed shard exits by SIGKILL: reported
 }
 

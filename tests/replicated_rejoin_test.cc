@@ -191,8 +191,8 @@ TEST(ReplicatedRejoinTest, PrimaryRestartedOnItsPortRejoinsAndLaterTakesOver) {
   cluster.shard(1).Kill();
   const absl::Time restarted_at = absl::Now();
   ASSERT_NO_FATAL_FAILURE(RestartOnItsPort(cluster, 1, a[1]));
-  ASSERT_NO_FATAL_FAILURE(
-      ExpectLog(cluster, "shard 1 answers as a new process", absl::Seconds(30)));
+  ASSERT_NO_FATAL_FAILURE(ExpectLog(cluster, "shard 1 answers as a new process",
+                                    absl::Seconds(30)));
   ASSERT_NO_FATAL_FAILURE(
       ExpectLog(cluster, "shard 1 failed over at epoch 1", absl::Seconds(30)));
   ASSERT_NO_FATAL_FAILURE(ExpectLog(

@@ -167,8 +167,8 @@ void ReplicaMonitor::DropLagging(
     spdlog::warn(
         "coordinator: shard {} fell behind: shard {} could not forward to "
         "it for {}; failing it over (it leaves the acknowledgement sets)",
-        backup, primary, absl::FormatDuration(options_.interval *
-                                              options_.misses));
+        backup, primary,
+        absl::FormatDuration(options_.interval * options_.misses));
     dead->push_back(backup);
   }
 }

@@ -203,10 +203,11 @@ TEST(ReplicaMonitorTest, AShardRestartedOnItsAddressIsFailedOverAtOnce) {
   monitor.Beat(absl::Now());
   monitor.Beat(absl::Now());
   // Each view names its shard and, once heard, the shard's process.
-  EXPECT_THAT(fake.named,
-              ElementsAre(std::make_pair(0u, 0ull), std::make_pair(1u, 0ull),
-                          std::make_pair(2u, 0ull), std::make_pair(0u, 10ull),
-                          std::make_pair(1u, 20ull), std::make_pair(2u, 30ull)));
+  EXPECT_THAT(
+      fake.named,
+      ElementsAre(std::make_pair(0u, 0ull), std::make_pair(1u, 0ull),
+                  std::make_pair(2u, 0ull), std::make_pair(0u, 10ull),
+                  std::make_pair(1u, 20ull), std::make_pair(2u, 30ull)));
   // Shard 1 restarts on its address between two beats: it answers the
   // next one, as a new process, and is failed over without a miss.
   fake.incarnation[1] = 21;

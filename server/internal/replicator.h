@@ -17,8 +17,8 @@
 // dropped from the acknowledgement set, logged and counted
 // (JobStats.replica_drops), never silently. A backup that keeps failing
 // forwards while it answers the coordinator (it falls behind) is reported
-// by Lagging in the heartbeat's answer, and the coordinator fails it. One thread forwards for every
-// job, in the order they were notified.
+// by Lagging in the heartbeat's answer, and the coordinator fails it. One
+// thread forwards for every job, in the order they were notified.
 //
 // Re-replication: a shard back after a failover is `joining` in the view.
 // It gets every chunk it holds a copy of (the pre-copy), then each chunk

@@ -244,10 +244,10 @@ absl::Status DeadlineError(const Job& job, const Expired& e) {
   }
   if (step == UINT64_MAX && e.clock_missing.empty() &&
       !w.need_replicated.empty()) {
-    return absl::DeadlineExceededError(absl::StrCat(
-        "job ", job.id, " step ", w.step, " of worker ", w.worker,
-        ": the push did not reach every live backup within ", job.deadline_ms,
-        " ms"));
+    return absl::DeadlineExceededError(
+        absl::StrCat("job ", job.id, " step ", w.step, " of worker ", w.worker,
+                     ": the push did not reach every live backup within ",
+                     job.deadline_ms, " ms"));
   }
   if (step == UINT64_MAX && e.clock_missing.empty() && job.replicated &&
       w.need_version > 0) {

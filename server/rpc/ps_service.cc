@@ -334,9 +334,8 @@ grpc::ServerUnaryReactor* PsService::Push(grpc::CallbackServerContext* ctx,
   PS_AUTHENTICATE(ctx);
   // `req` and `resp` stay valid until Finish.
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  shard_->Push(*req, resp, [reactor](absl::Status s) {
-    reactor->Finish(ToGrpcStatus(s));
-  });
+  shard_->Push(*req, resp,
+               [reactor](absl::Status s) { reactor->Finish(ToGrpcStatus(s)); });
   return reactor;
 }
 

@@ -112,9 +112,8 @@ absl::Status AwaitLog(const LocalCluster& cluster, const std::string& name,
   const absl::Time deadline = absl::Now() + timeout;
   while (cluster.Log(name).find(line) == std::string::npos) {
     if (absl::Now() >= deadline) {
-      return absl::DeadlineExceededError(
-          absl::StrCat(name, " never logged \"", line, "\"\n",
-                       cluster.Log(name)));
+      return absl::DeadlineExceededError(absl::StrCat(
+          name, " never logged \"", line, "\"\n", cluster.Log(name)));
     }
     absl::SleepFor(absl::Milliseconds(20));  // a poll, not a synchronization
   }
@@ -128,19 +127,18 @@ absl::StatusOr<RunningJob> StartJobUntilStep(const LocalCluster& cluster,
   RunningJob job;
   PS_ASSIGN_OR_RETURN(job.id, SubmitJob(cluster, spec));
   PS_ASSIGN_OR_RETURN(job.addresses, ShardAddresses(cluster, shards));
-  PS_ASSIGN_OR_RETURN(
-      JobStatus status,
-      WaitForJob(
-          cluster, job.id,
-          [step](const JobStatus& js) {
-            return js.state() == RUNNING && js.progress().step() >= step;
-          },
-          timeout));
+  PS_ASSIGN_OR_RETURN(JobStatus status, WaitForJob(
+                                            cluster, job.id,
+                                            [step](const JobStatus& js) {
+                                              return js.state() == RUNNING &&
+                                                     js.progress().step() >=
+                                                         step;
+                                            },
+                                            timeout));
   if (status.state() != RUNNING) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("job ", job.id, " ended at step ",
-                     status.progress().step(), " before step ", step, ": ",
-                     status.reason()));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job ", job.id, " ended at step ", status.progress().step(),
+        " before step ", step, ": ", status.reason()));
   }
   return job;
 }

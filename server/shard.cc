@@ -30,6 +30,7 @@ using internal::WaiterPtr;
 Shard::Shard(ShardOptions options)
     : options_(std::move(options)),
       start_time_(absl::Now()),
+      incarnation_(static_cast<uint64_t>(absl::ToUnixNanos(start_time_))),
       checkpointer_(
           std::make_unique<internal::Checkpointer>(options_.shard_id)),
       replica_view_(std::make_shared<internal::ReplicaView>(options_.shard_id)),
@@ -311,38 +312,7 @@ void Shard::CheckCheckpoints(absl::Time now) {
 void Shard::FlushCheckpoints() { checkpointer_->Flush(); }
 
 // ---------------------------------------------------------------------------
-// Pushes and pulls.
-
-absl::StatusOr<PushCounts> Shard::ApplyPush(const JobPtr& job, uint32_t worker,
-                                            uint64_t step,
-                                            const GradientsIn& gradients,
-                                            std::vector<Chunk*>* chunks) {
-  PS_RETURN_IF_ERROR(internal::ValidatePush(*job, options_.shard_id, worker,
-                                            step, gradients, chunks));
-  std::vector<WaiterPtr> ready;
-  std::vector<Chunk*> advanced;
-  const PushCounts counts = internal::ApplyPush(
-      *job, {worker, step, &gradients, chunks}, &ready, &advanced);
-  internal::CompleteAll(&ready);
-  checkpointer_->MaybeQueue(job, advanced, absl::InfinitePast());
-  if (job->replicated && !advanced.empty()) replicator_->Notify(job);
-  return counts;
-}
-
-absl::Status Shard::Push(const PushRequest& req, PushResponse* resp) {
-  const int64_t start_ns = absl::GetCurrentTimeNanos();
-  resp->Clear();
-  PS_ASSIGN_OR_RETURN(JobPtr job, FindJob(req.job_id()));
-  std::vector<Chunk*> chunks;
-  PS_ASSIGN_OR_RETURN(const PushCounts counts,
-                      ApplyPush(job, req.worker(), req.step(),
-                                GradientsFrom(req.gradients()), &chunks));
-  resp->set_duplicates(counts.duplicates);
-  resp->set_stale(counts.stale);
-  job->counters.request_ns[internal::kPushMethod].Record(
-      static_cast<uint64_t>(absl::GetCurrentTimeNanos() - start_ns));
-  return absl::OkStatus();
-}
+// Pushes and pulls (Push and ApplyPush: shard_push.cc).
 
 void Shard::PushPull(const PushPullRequest& req, PushPullResponse* resp,
                      std::function<void(absl::Status)> done,
@@ -449,6 +419,7 @@ void Shard::PushPull(const PushPullRequest& req, const GradientsIn& gradients,
   w->start_ns = start_ns;
   w->method = internal::kPushPullMethod;
   internal::SetPushPullConditions(**job, req.step(), w.get());
+  if (AwaitsReplicas(**job)) SetReplicaNeeds(w.get());
   internal::StartWait(*job, std::move(w));
 }
 

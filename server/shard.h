@@ -189,6 +189,7 @@ class Replicator;
 class Job;
 struct Chunk;
 struct PushCounts;
+struct Waiter;
 }  // namespace internal
 
 struct ShardOptions {
@@ -208,6 +209,13 @@ struct ShardOptions {
   absl::Duration replicate_deadline =
       absl::Milliseconds(kDefaultReplicateDeadlineMs);
   absl::Duration replicate_retry = absl::Milliseconds(kDefaultReplicateRetryMs);
+  // For this long after its start, a shard that has not heard the
+  // coordinator's replica view yet answers requests for jobs it does not
+  // hold with UNAVAILABLE, not FAILED_PRECONDITION: it may be a replicated
+  // shard restarted before the coordinator noticed, and the workers must
+  // retry, not fail the job (psd: 2 x shard_heartbeat_ms x
+  // shard_heartbeat_misses). Zero: no grace.
+  absl::Duration unknown_job_grace = absl::ZeroDuration();
 };
 
 class Shard {
@@ -284,9 +292,15 @@ class Shard {
                       std::function<void(absl::Status)> done);
   void SparseExchange(SparseRequestIn* req, SparseReplyOut* resp,
                       std::function<void(absl::Status)> done);
-  // Pushes gradients without waiting for anything. May complete other
-  // calls' waits (their callbacks run on this thread before it returns).
+  // Pushes gradients without waiting for anything, except in a replicated
+  // ASP/SSP job: then until every live backup holds the push (at most the
+  // job's step deadline). May complete other calls' waits (their callbacks
+  // run on this thread before it returns).
   absl::Status Push(const PushRequest& req, PushResponse* resp);
+  // The same, answered through `done` (psd): a replicated ASP/SSP job's
+  // push is acknowledged once every live backup holds it.
+  void Push(const PushRequest& req, PushResponse* resp,
+            std::function<void(absl::Status)> done);
 
   // Fills `out` completely (every job, or only req.job_id; an unknown job
   // gives no job_stats). Never blocks on a push longer than one chunk's
@@ -313,7 +327,8 @@ class Shard {
   //                     (writes that failed), no_tables,
   //                     sparse_bad_request, sparse_over_budget
   //                     (SparseExchange) (per job); unknown_job,
-  //                     bad_spec, spec_mismatch, over_budget, shutdown
+  //                     bad_spec, spec_mismatch, over_budget, shutdown,
+  //                     wrong_shard (a heartbeat for another shard id)
   //                     (ShardStats.rejected);
   //   checkpoints       written by this process for the job (the one at
   //                     registration included);
@@ -418,17 +433,25 @@ class Shard {
   // A primary's forward (see internal::ApplyReplica for what is refused:
   // a stale epoch is the fence). Blocks only on the chunks' locks.
   absl::Status Replicate(const ReplicateRequest& req);
+  // This process's incarnation (SetReplicaViewResponse.incarnation).
+  uint64_t incarnation() const { return incarnation_; }
 
  private:
   // FindJob's answer for a job not held: FAILED_PRECONDITION, or
-  // UNAVAILABLE (the clients retry elsewhere) while the view says this
-  // shard was failed over or is joining.
+  // UNAVAILABLE (the clients retry, elsewhere once the coordinator moved
+  // the shard) while the view says this shard was failed over or is
+  // joining, while the coordinator has not yet named this incarnation, or
+  // within unknown_job_grace of the start before any view arrived.
   absl::Status UnknownJob(const std::string& job_id) const;
   // SetReplicaView's work once the epoch moved: fencing, promotions,
   // dropped backups, forwards to joining shards.
   void ApplyViewChange(const SetReplicaViewRequest& req,
                        const std::vector<uint32_t>& newly_failed);
   using JobPtr = std::shared_ptr<internal::Job>;
+  // Replicated ASP/SSP: pushes are answered once their chunks' versions
+  // reached every live backup (Waiter::need_replicated).
+  static bool AwaitsReplicas(const internal::Job& job);
+  static void SetReplicaNeeds(internal::Waiter* w);
 
   // `done` wrapped to record a TRACE_SHARD_REQUEST span from start_ns
   // (unix ns) until it runs.
@@ -480,6 +503,7 @@ class Shard {
 
   const ShardOptions options_;
   const absl::Time start_time_;
+  const uint64_t incarnation_;
 
   mutable absl::Mutex mu_;  // the job map and memory accounting
   absl::flat_hash_map<std::string, JobPtr> jobs_ ABSL_GUARDED_BY(mu_);

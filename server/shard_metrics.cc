@@ -93,6 +93,28 @@ void WriteProgress(const JobStats& j, const MetricLabels& job,
   }
 }
 
+// Replicated jobs (JobStats' replica fields; all zero otherwise): a backup
+// dropped from the acknowledgement set shows here as well as in the log.
+void WriteReplicas(const JobStats& j, const MetricLabels& job,
+                   MetricWriter* w) {
+  if (j.backup_chunks() == 0 && j.replica_forwards() == 0 &&
+      j.replica_drops() == 0 && j.replica_epoch() == 0) {
+    return;
+  }
+  w->Counter("ps_replica_forwards_total",
+             "Chunk states acknowledged by a backup (replicated jobs).", job,
+             j.replica_forwards());
+  w->Counter("ps_replica_drops_total",
+             "Backups dropped from a chunk's acknowledgement set because the "
+             "coordinator failed them (replicated jobs).",
+             job, j.replica_drops());
+  w->Gauge("ps_replica_epoch", "The replica view's epoch (replicated jobs).",
+           job, j.replica_epoch());
+  w->Gauge("ps_replica_backup_chunks",
+           "Chunks held here as a backup, not served (replicated jobs).", job,
+           j.backup_chunks());
+}
+
 void WriteTables(const JobStats& j, const MetricLabels& job, MetricWriter* w) {
   for (const TableStats& t : j.tables()) {
     const MetricLabels table = With(job, "table", t.name());
@@ -124,6 +146,7 @@ std::vector<prometheus::MetricFamily> ShardMetricFamilies(
     const MetricLabels job = With(shard, "job", j.job_id());
     WriteTraffic(j, job, &w);
     WriteProgress(j, job, &w);
+    WriteReplicas(j, job, &w);
     WriteTables(j, job, &w);
   }
   return w.Take();

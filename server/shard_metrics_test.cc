@@ -74,6 +74,32 @@ TEST(ShardMetricsTest, BspJobCountersHistogramsAndQueue) {
   c->done.WaitForNotification();
 }
 
+TEST(ShardMetricsTest, ReplicatedJobShowsDroppedBackups) {
+  JobStats j;
+  j.set_job_id("r");
+  j.set_backup_chunks(2);
+  j.set_replica_forwards(7);
+  j.set_replica_drops(3);
+  j.set_replica_epoch(1);
+  ShardStats stats;
+  *stats.add_job_stats() = j;
+  j.set_job_id("plain");
+  j.set_backup_chunks(0);
+  j.set_replica_forwards(0);
+  j.set_replica_drops(0);
+  j.set_replica_epoch(0);
+  *stats.add_job_stats() = j;
+  const std::string text =
+      prometheus::TextSerializer().Serialize(ShardMetricFamilies(stats));
+  const std::string job = "{shard=\"0\",job=\"r\"}";
+  EXPECT_THAT(text, HasSubstr("ps_replica_drops_total" + job + " 3\n"));
+  EXPECT_THAT(text, HasSubstr("ps_replica_forwards_total" + job + " 7\n"));
+  EXPECT_THAT(text, HasSubstr("ps_replica_epoch" + job + " 1\n"));
+  EXPECT_THAT(text, HasSubstr("ps_replica_backup_chunks" + job + " 2\n"));
+  EXPECT_THAT(text, Not(HasSubstr("ps_replica_drops_total{shard=\"0\","
+                                  "job=\"plain\"}")));
+}
+
 TEST(ShardMetricsTest, RejectedRequestsByReason) {
   Shard shard(Options(0));
   PushRequest push;

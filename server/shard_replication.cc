@@ -48,9 +48,18 @@ void DropFailedBackups(internal::Job& job, const std::vector<uint32_t>& failed,
 
 absl::Status Shard::SetReplicaView(const SetReplicaViewRequest& req,
                                    SetReplicaViewResponse* resp) {
+  resp->Clear();
   {
     absl::ReaderMutexLock l(&mu_);
     if (shutdown_) return ShuttingDown();
+  }
+  resp->set_incarnation(incarnation_);
+  if (req.has_shard() && req.shard() != options_.shard_id) {
+    rejected_.Add(internal::kWrongShard);
+    return absl::FailedPreconditionError(
+        absl::StrCat("shard: the heartbeat is for shard ", req.shard(),
+                     " but this is shard ", options_.shard_id,
+                     " (a stale address?); nothing changed"));
   }
   std::vector<uint32_t> newly_failed;
   for (uint32_t f : req.failed()) {
@@ -62,6 +71,7 @@ absl::Status Shard::SetReplicaView(const SetReplicaViewRequest& req,
     // to it is in flight).
     for (uint32_t j : req.joining()) {
       if (replica_view_->Joining(j)) continue;
+      replicator_->ForgetFailures(j);
       for (const JobPtr& job : AllJobs()) {
         if (job->replicated) internal::ForgetAcks(*job, j);
       }
@@ -104,6 +114,12 @@ absl::Status Shard::SetReplicaView(const SetReplicaViewRequest& req,
     }
   }
   for (uint32_t j : behind) resp->add_behind(j);
+  if (req.lag_ms() > 0) {
+    for (uint32_t b :
+         replicator_->Lagging(absl::Milliseconds(req.lag_ms()), absl::Now())) {
+      resp->add_lagging(b);
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -138,6 +154,17 @@ absl::Status Shard::UnknownJob(const std::string& job_id) const {
         "job_id: no job \"", job_id, "\" on shard ", options_.shard_id,
         ", which was failed over at epoch ", replica_view_->epoch(),
         " (its chunks are served by a backup)"));
+  }
+  // A psd restarted on its old address may be reached by the workers
+  // before the coordinator noticed the restart and failed it over: until
+  // the coordinator names this process, "no job" is not final.
+  const bool heard = replica_view_->heard();
+  if ((heard && replica_view_->told_incarnation() != incarnation_) ||
+      (!heard && absl::Now() - start_time_ < options_.unknown_job_grace)) {
+    return absl::UnavailableError(absl::StrCat(
+        "job_id: no job \"", job_id, "\" on shard ", options_.shard_id,
+        ", started ", absl::FormatDuration(absl::Now() - start_time_),
+        " ago and not yet known to the coordinator; retry"));
   }
   return absl::FailedPreconditionError(
       absl::StrCat("job_id: no job \"", job_id, "\" on shard ",

@@ -25,16 +25,16 @@ using ::testing::HasSubstr;
 
 constexpr absl::Duration kWait = absl::Seconds(30);
 
-JobSpec ReplicatedSpec() {
-  JobSpec spec = Spec(BSP, 2);
+JobSpec ReplicatedSpec(ConsistencyMode mode = BSP) {
+  JobSpec spec = Spec(mode, 2);
   spec.mutable_optimizer()->set_momentum(0.9f);
   spec.set_replication(2);
   return spec;
 }
 
 // Chunk i on shard i % 2, its backup on the other.
-RegisterJobRequest ReplicatedRegistration() {
-  RegisterJobRequest reg = Registration("j", ReplicatedSpec(), 2);
+RegisterJobRequest ReplicatedRegistration(ConsistencyMode mode = BSP) {
+  RegisterJobRequest reg = Registration("j", ReplicatedSpec(mode), 2);
   for (ChunkPlacement& c : *reg.mutable_placement()->mutable_chunks()) {
     c.add_backups((c.shard() + 1) % 2);
   }
@@ -52,7 +52,10 @@ SetReplicaViewRequest View(uint64_t epoch, std::vector<uint32_t> failed) {
 
 class ShardReplicationTest : public ::testing::Test {
  protected:
+  virtual ConsistencyMode Mode() const { return BSP; }
+
   void SetUp() override {
+    reg_ = ReplicatedRegistration(Mode());
     for (uint32_t s = 0; s < 2; ++s) {
       ShardOptions o = Options(s);
       o.replicate_retry = absl::Milliseconds(5);
@@ -60,6 +63,10 @@ class ShardReplicationTest : public ::testing::Test {
       shards_[s]->SetReplicaSender([this](const std::string& address,
                                           const ReplicateRequest& req,
                                           absl::Time) {
+        {
+          absl::MutexLock l(&fenced_mu_);
+          if (hold_) return absl::UnavailableError("held by the test");
+        }
         absl::Status st = shards_[address == "s0" ? 0 : 1]->Replicate(req);
         absl::MutexLock l(&fenced_mu_);
         if (absl::IsFailedPrecondition(st) && !fenced_.HasBeenNotified()) {
@@ -102,11 +109,17 @@ class ShardReplicationTest : public ::testing::Test {
     }
   }
 
-  const RegisterJobRequest reg_ = ReplicatedRegistration();
+  void Hold(bool hold) {
+    absl::MutexLock l(&fenced_mu_);
+    hold_ = hold;
+  }
+
+  RegisterJobRequest reg_;
   std::vector<std::unique_ptr<Shard>> shards_;
   absl::Mutex fenced_mu_;  // the first refused forward, noted once
   absl::Notification fenced_;
   absl::Status fenced_status_;
+  bool hold_ ABSL_GUARDED_BY(fenced_mu_) = false;  // forwards fail
 };
 
 // The same steps on one shard without replicas.
@@ -202,6 +215,148 @@ TEST_F(ShardReplicationTest, BadForwardsChangeNothing) {
   // backup answers as before.
   EXPECT_EQ(Params(*shards_[0], "j"), before);
   Step(1, {{0, {0, 2}}});
+}
+
+class ShardReplicationAspTest : public ShardReplicationTest {
+ protected:
+  ConsistencyMode Mode() const override { return ASP; }
+};
+
+// ASP: each push waits for its own chunks' backups (a BSP answer would wait
+// for the chunks shard 0 is promoted to as well).
+TEST_F(ShardReplicationAspTest, ABackupThatTakesNoForwardIsReportedLagging) {
+  // Shard 1 answers the coordinator but takes no forward from shard 0.
+  Hold(true);
+  auto call = StartPushPull(
+      *shards_[0], PushRequestFor<PushPullRequest>(reg_, 0, 0, {0, 2}, 0));
+  SetReplicaViewRequest view = View(1, {});
+  view.set_lag_ms(1);
+  SetReplicaViewResponse resp;
+  const absl::Time deadline = absl::Now() + kWait;
+  while (resp.lagging().empty() && absl::Now() < deadline) {
+    resp.Clear();
+    ASSERT_TRUE(shards_[0]->SetReplicaView(view, &resp).ok());
+    absl::SleepFor(absl::Milliseconds(1));  // a poll, not a synchronization
+  }
+  EXPECT_THAT(resp.lagging(), ::testing::ElementsAre(1u));
+  // Without lag_ms nothing is reported; once failed over, neither.
+  view.set_lag_ms(0);
+  resp.Clear();
+  ASSERT_TRUE(shards_[0]->SetReplicaView(view, &resp).ok());
+  EXPECT_TRUE(resp.lagging().empty());
+  view = View(2, {1});
+  view.set_lag_ms(1);
+  resp.Clear();
+  ASSERT_TRUE(shards_[0]->SetReplicaView(view, &resp).ok());
+  EXPECT_TRUE(resp.lagging().empty());
+  // Dropped from the acknowledgement set: the step is answered.
+  ASSERT_TRUE(call->done.WaitForNotificationWithTimeout(kWait));
+  EXPECT_TRUE(call->status.ok()) << call->status;
+  EXPECT_GE(StatsOf(*shards_[0], "j").replica_drops(), 1u);
+  Hold(false);
+}
+
+TEST_F(ShardReplicationAspTest, APushIsAcknowledgedOnceTheBackupHoldsIt) {
+  // Forwards fail: the push is applied but not acknowledged.
+  Hold(true);
+  auto call = StartPushPull(
+      *shards_[0], PushRequestFor<PushPullRequest>(reg_, 0, 0, {0, 2}, 0));
+  EXPECT_FALSE(call->done.HasBeenNotified());
+  PushResponse push_resp;
+  absl::Notification pushed;
+  absl::Status push_status;
+  shards_[0]->Push(PushRequestFor<PushRequest>(reg_, 1, 0, {0}, 0), &push_resp,
+                   [&](absl::Status s) {
+                     push_status = s;
+                     pushed.Notify();
+                   });
+  EXPECT_FALSE(pushed.HasBeenNotified());
+  // The backup takes the forwards: both are acknowledged.
+  Hold(false);
+  ASSERT_TRUE(call->done.WaitForNotificationWithTimeout(kWait));
+  ASSERT_TRUE(call->status.ok()) << call->status;
+  ASSERT_TRUE(pushed.WaitForNotificationWithTimeout(kWait));
+  ASSERT_TRUE(push_status.ok()) << push_status;
+  const std::vector<std::vector<float>> primary = Params(*shards_[0], "j");
+
+  // Shard 0 is failed over; the workers resend what they pushed there
+  // (same worker and step): shard 1 got the (worker, step) dedupe state
+  // with the values, so nothing is applied twice.
+  SetReplicaViewResponse resp;
+  ASSERT_TRUE(shards_[1]->SetReplicaView(View(2, {0}), &resp).ok());
+  auto retry = StartPushPull(
+      *shards_[1], PushRequestFor<PushPullRequest>(reg_, 0, 0, {0, 2}, 0));
+  ASSERT_TRUE(retry->done.WaitForNotificationWithTimeout(kWait));
+  ASSERT_TRUE(retry->status.ok()) << retry->status;
+  EXPECT_EQ(retry->resp.duplicates(), 2u);
+  PushResponse again;
+  ASSERT_TRUE(
+      shards_[1]
+          ->Push(PushRequestFor<PushRequest>(reg_, 1, 0, {0}, 0), &again)
+          .ok());
+  EXPECT_EQ(again.duplicates(), 1u);
+  for (const ChunkData& d : retry->resp.parameters()) {
+    EXPECT_EQ(d.version(), d.chunk_id() == 0 ? 2u : 1u) << d.chunk_id();
+  }
+  const std::vector<std::vector<float>> successor = Params(*shards_[1], "j");
+  // Shard 0 served chunks 0 and 2; shard 1 serves all four now.
+  EXPECT_EQ(successor[0], primary[0]);
+  EXPECT_EQ(successor[2], primary[1]);
+}
+
+// The status a push of an unknown job gets.
+absl::Status PushUnknown(Shard& shard) {
+  PushRequest req;
+  req.set_job_id("gone");
+  PushResponse resp;
+  return shard.Push(req, &resp);
+}
+
+TEST(ShardHeartbeatTest, AHeartbeatForAnotherShardChangesNothing) {
+  Shard shard(Options(1));
+  SetReplicaViewRequest view = View(3, {0});
+  view.set_shard(0);  // a stale address: shard 0's heartbeat reached shard 1
+  SetReplicaViewResponse resp;
+  absl::Status st = shard.SetReplicaView(view, &resp);
+  EXPECT_TRUE(absl::IsFailedPrecondition(st)) << st;
+  EXPECT_THAT(st.message(),
+              HasSubstr("heartbeat is for shard 0 but this is shard 1"));
+  EXPECT_EQ(resp.incarnation(), shard.incarnation());
+  ShardStats stats;
+  shard.Stats(StatsRequest(), &stats);
+  EXPECT_EQ(stats.rejected().at("wrong_shard"), 1u);
+  // Epoch 3 was not taken: an older one still is.
+  view = View(2, {});
+  view.set_shard(1);
+  EXPECT_TRUE(shard.SetReplicaView(view, &resp).ok());
+  EXPECT_EQ(resp.epoch(), 2u);
+}
+
+TEST(ShardHeartbeatTest, NoJobIsRetryableUntilTheCoordinatorKnowsTheProcess) {
+  // Restarted, before any heartbeat: the workers retry.
+  ShardOptions o = Options(1);
+  o.unknown_job_grace = absl::Hours(1);
+  Shard restarted(o);
+  absl::Status st = PushUnknown(restarted);
+  EXPECT_TRUE(absl::IsUnavailable(st)) << st;
+  EXPECT_THAT(st.message(), HasSubstr("not yet known to the coordinator"));
+  // A heartbeat naming the previous process: still not final.
+  SetReplicaViewRequest view = View(1, {});
+  view.set_shard(1);
+  view.set_incarnation(restarted.incarnation() + 1);
+  SetReplicaViewResponse resp;
+  ASSERT_TRUE(restarted.SetReplicaView(view, &resp).ok());
+  st = PushUnknown(restarted);
+  EXPECT_TRUE(absl::IsUnavailable(st)) << st;
+  // Named: the job is not here.
+  view.set_incarnation(resp.incarnation());
+  ASSERT_TRUE(restarted.SetReplicaView(view, &resp).ok());
+  st = PushUnknown(restarted);
+  EXPECT_TRUE(absl::IsFailedPrecondition(st)) << st;
+  // Without replicas (no heartbeat ever) "no job" is final after the grace.
+  Shard plain(Options(0));
+  st = PushUnknown(plain);
+  EXPECT_TRUE(absl::IsFailedPrecondition(st)) << st;
 }
 
 }  // namespace

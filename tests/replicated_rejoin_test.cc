@@ -2,14 +2,19 @@
 // psd processes and workerd train a synthetic BSP job with replication and
 // no checkpoints.
 //
-// RestartedPrimaryRejoinsAndLaterTakesOver (3 shards, k = 2): shard 1 is
-// SIGKILLed, shard 2 takes its chunks over; shard 1 is restarted on a new
-// port: it serves nothing (the coordinator registers the job on it afresh
-// and it joins as a backup), copies its replicas from shards 0 and 2 while
-// training goes on, and becomes a backup once caught up. Then shard 2 is
-// SIGKILLed: shard 1 serves its own chunks again from the copy and shard
-// 0 serves shard 2's. The job ends SUCCEEDED bitwise identical to an
-// undisturbed run without replicas: the rejoined copy was exact.
+// PrimaryRestartedOnItsPortRejoinsAndLaterTakesOver (3 shards, k = 2):
+// shard 1 is SIGKILLed and restarted at once on the same port, before it
+// could miss its way out of the heartbeats: it answers the coordinator as
+// a new process (another incarnation) and is failed over for that at
+// once, and until the coordinator names it, the workers that reach it get
+// UNAVAILABLE for the job it no longer holds and retry (not a "no job"
+// that fails the job). It serves nothing (the coordinator registers the
+// job on it afresh and it joins as a backup), copies its replicas from
+// shards 0 and 2 while training goes on, and becomes a backup once caught
+// up. Then shard 2 is SIGKILLed: shard 1 serves its own chunks again from
+// the copy and shard 0 serves shard 2's. The job ends SUCCEEDED bitwise
+// identical to an undisturbed run without replicas: the rejoined copy was
+// exact.
 //
 // APrimaryLostDuringTheCopy (4 shards, k = 3): shard 1 is SIGKILLed and
 // restarted while shard 2, the acting primary of its chunks, is frozen
@@ -71,15 +76,11 @@ LocalClusterOptions Options(int shards, const std::string& psd_extra = "") {
   return o;
 }
 
-// Polls the coordinator's log (psd0) for `line`.
-void AwaitLog(const LocalCluster& cluster, const std::string& line,
-              absl::Duration timeout) {
-  const absl::Time deadline = absl::Now() + timeout;
-  while (cluster.Log("psd0").find(line) == std::string::npos) {
-    ASSERT_LT(absl::Now(), deadline) << "psd0 never logged \"" << line << "\"\n"
-                                     << cluster.Log("psd0");
-    absl::SleepFor(absl::Milliseconds(20));  // a poll, not a synchronization
-  }
+// The coordinator's (psd0) log gets `line` within `timeout`.
+void ExpectLog(const LocalCluster& cluster, const std::string& line,
+               absl::Duration timeout) {
+  absl::Status st = AwaitLog(cluster, "psd0", line, timeout);
+  ASSERT_TRUE(st.ok()) << st;
 }
 
 // Waits for the job to reach `step`, asserting it still runs.
@@ -109,6 +110,15 @@ void Restart(LocalCluster& cluster, int s, std::string* address) {
   ASSERT_TRUE(a.ok()) << a.status();
   ASSERT_NE(*a, *address) << "the kernel gave the same port again";
   *address = *a;
+}
+
+// Restarts the SIGKILLed shard `s` on the port it had (`address`).
+void RestartOnItsPort(LocalCluster& cluster, int s,
+                      const std::string& address) {
+  absl::Status restarted =
+      cluster.StartShard(s, absl::StrCat("listen_address: \"", address, "\""));
+  ASSERT_TRUE(restarted.ok())
+      << restarted << cluster.Log(absl::StrCat("psd", s));
 }
 
 // Shard `s` holds every chunk of `job` it has a copy of as a backup and
@@ -164,33 +174,33 @@ void Undisturbed(int shards, RunResult* result) {
   ASSERT_NO_FATAL_FAILURE(Finish(cluster, *job, *addresses, result));
 }
 
-TEST(ReplicatedRejoinTest, RestartedPrimaryRejoinsAndLaterTakesOver) {
+TEST(ReplicatedRejoinTest, PrimaryRestartedOnItsPortRejoinsAndLaterTakesOver) {
   RunResult calm;
   ASSERT_NO_FATAL_FAILURE(Undisturbed(3, &calm));
 
-  LocalCluster cluster(TestDir("rejoin"), Options(3));
+  // 20 misses of 100 ms: the restarted shard answers long before it could
+  // be failed over for silence; only its new incarnation gives it away.
+  LocalCluster cluster(TestDir("rejoin"),
+                       Options(3, "shard_heartbeat_misses: 20"));
   ASSERT_TRUE(cluster.Start().ok());
-  absl::StatusOr<std::string> submitted = SubmitJob(cluster, JobSpecText(2));
-  ASSERT_TRUE(submitted.ok()) << submitted.status();
-  const std::string& job = *submitted;
-  absl::StatusOr<std::vector<std::string>> addresses =
-      ShardAddresses(cluster, 3);
-  ASSERT_TRUE(addresses.ok()) << addresses.status();
-  std::vector<std::string>& a = *addresses;
-
-  AwaitStep(cluster, job, kKillAfterStep);
-  ASSERT_FALSE(::testing::Test::HasFailure());
+  absl::StatusOr<RunningJob> running = StartJobUntilStep(
+      cluster, JobSpecText(2), 3, kKillAfterStep, absl::Seconds(120));
+  ASSERT_TRUE(running.ok()) << running.status();
+  const std::string& job = running->id;
+  std::vector<std::string>& a = running->addresses;
   cluster.shard(1).Kill();
-  ASSERT_NO_FATAL_FAILURE(
-      AwaitLog(cluster, "shard 1 failed over at epoch 1", absl::Seconds(30)));
   const absl::Time restarted_at = absl::Now();
-  ASSERT_NO_FATAL_FAILURE(Restart(cluster, 1, &a[1]));
-  ASSERT_NO_FATAL_FAILURE(AwaitLog(
+  ASSERT_NO_FATAL_FAILURE(RestartOnItsPort(cluster, 1, a[1]));
+  ASSERT_NO_FATAL_FAILURE(ExpectLog(cluster, "shard 1 answers as a new process",
+                                    absl::Seconds(30)));
+  ASSERT_NO_FATAL_FAILURE(
+      ExpectLog(cluster, "shard 1 failed over at epoch 1", absl::Seconds(30)));
+  ASSERT_NO_FATAL_FAILURE(ExpectLog(
       cluster, "shard 1 answers again: it rejoins as a backup at epoch 2",
       absl::Seconds(30)));
   ASSERT_NO_FATAL_FAILURE(
-      AwaitLog(cluster, "shard 1 caught up: a backup again at epoch 3",
-               absl::Seconds(60)));
+      ExpectLog(cluster, "shard 1 caught up: a backup again at epoch 3",
+                absl::Seconds(60)));
   const absl::Duration rejoin = absl::Now() - restarted_at;
   // Refused as a primary: the workers never reached it; it holds a copy of
   // every chunk it had, all as a backup, each copied in.
@@ -204,7 +214,8 @@ TEST(ReplicatedRejoinTest, RestartedPrimaryRejoinsAndLaterTakesOver) {
   ASSERT_TRUE(stats.ok()) << stats.status();
   std::cout << stats->out;
   const uint64_t caught_at = JobStep(cluster, job);
-  std::cout << "shard 1 restarted, rejoined and caught up in "
+  std::cout << "shard 1 restarted on its port, failed over, rejoined and "
+               "caught up in "
             << absl::FormatDuration(rejoin) << " (job at step " << caught_at
             << ")" << std::endl;
 
@@ -212,9 +223,8 @@ TEST(ReplicatedRejoinTest, RestartedPrimaryRejoinsAndLaterTakesOver) {
   // the only ones of shard 2's... and of its own chunks.
   AwaitStep(cluster, job, caught_at + 10);
   ASSERT_FALSE(::testing::Test::HasFailure());
-  cluster.shard(2).Kill();
-  ASSERT_NO_FATAL_FAILURE(
-      AwaitLog(cluster, "shard 2 failed over at epoch 4", absl::Seconds(30)));
+  absl::Status failed = KillAndAwaitFailover(cluster, 2, 4, absl::Seconds(30));
+  ASSERT_TRUE(failed.ok()) << failed;
   RunResult killed;
   ASSERT_NO_FATAL_FAILURE(Finish(cluster, job, {a[0], a[1], a[0]}, &killed));
   EXPECT_EQ(killed.checksum, calm.checksum)
@@ -231,29 +241,23 @@ TEST(ReplicatedRejoinTest, APrimaryLostDuringTheCopy) {
   LocalCluster cluster(TestDir("lost-during-copy"),
                        Options(4, "shard_heartbeat_misses: 10"));
   ASSERT_TRUE(cluster.Start().ok());
-  absl::StatusOr<std::string> submitted = SubmitJob(cluster, JobSpecText(3));
-  ASSERT_TRUE(submitted.ok()) << submitted.status();
-  const std::string& job = *submitted;
-  absl::StatusOr<std::vector<std::string>> addresses =
-      ShardAddresses(cluster, 4);
-  ASSERT_TRUE(addresses.ok()) << addresses.status();
-  std::vector<std::string>& a = *addresses;
-
-  AwaitStep(cluster, job, kKillAfterStep);
-  ASSERT_FALSE(::testing::Test::HasFailure());
-  cluster.shard(1).Kill();
-  ASSERT_NO_FATAL_FAILURE(
-      AwaitLog(cluster, "shard 1 failed over at epoch 1", absl::Seconds(30)));
+  absl::StatusOr<RunningJob> running = StartJobUntilStep(
+      cluster, JobSpecText(3), 4, kKillAfterStep, absl::Seconds(120));
+  ASSERT_TRUE(running.ok()) << running.status();
+  const std::string& job = running->id;
+  std::vector<std::string>& a = running->addresses;
+  absl::Status failed = KillAndAwaitFailover(cluster, 1, 1, absl::Seconds(30));
+  ASSERT_TRUE(failed.ok()) << failed;
   // Shard 2 (acting primary of shard 1's chunks) freezes; shard 1 comes
   // back and joins while shard 2 cannot copy to it, and is still joining
   // when shard 2 is failed over (a silent shard holds back the catch-up).
   ASSERT_EQ(kill(cluster.shard(2).pid(), SIGSTOP), 0);
   ASSERT_NO_FATAL_FAILURE(Restart(cluster, 1, &a[1]));
-  ASSERT_NO_FATAL_FAILURE(AwaitLog(
+  ASSERT_NO_FATAL_FAILURE(ExpectLog(
       cluster, "shard 1 answers again: it rejoins as a backup at epoch 2",
       absl::Seconds(30)));
   ASSERT_NO_FATAL_FAILURE(
-      AwaitLog(cluster, "shard 2 failed over at epoch 3", absl::Seconds(30)));
+      ExpectLog(cluster, "shard 2 failed over at epoch 3", absl::Seconds(30)));
   EXPECT_EQ(cluster.Log("psd0").find("shard 1 caught up: a backup again at "
                                      "epoch 3"),
             std::string::npos);
@@ -261,8 +265,8 @@ TEST(ReplicatedRejoinTest, APrimaryLostDuringTheCopy) {
   // Shard 3 is the acting primary of shard 1's and shard 2's chunks now
   // and copies them to shard 1.
   ASSERT_NO_FATAL_FAILURE(
-      AwaitLog(cluster, "shard 1 caught up: a backup again at epoch 4",
-               absl::Seconds(60)));
+      ExpectLog(cluster, "shard 1 caught up: a backup again at epoch 4",
+                absl::Seconds(60)));
   ASSERT_NO_FATAL_FAILURE(ExpectServesNothing(a[1], job, 1));
   RunResult killed;
   ASSERT_NO_FATAL_FAILURE(

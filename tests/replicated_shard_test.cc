@@ -73,35 +73,26 @@ void TrainOnce(const std::string& name, int replication, bool kill,
                RunResult* result) {
   LocalCluster cluster(TestDir(name), Options());
   ASSERT_TRUE(cluster.Start().ok());
-  absl::StatusOr<std::string> submitted =
-      SubmitJob(cluster, JobSpecText(replication));
-  ASSERT_TRUE(submitted.ok()) << submitted.status();
-  const std::string& job = *submitted;
-  absl::StatusOr<std::vector<std::string>> addresses =
-      ShardAddresses(cluster, 3);
-  ASSERT_TRUE(addresses.ok()) << addresses.status();
+  absl::StatusOr<RunningJob> running =
+      StartJobUntilStep(cluster, JobSpecText(replication), 3,
+                        kill ? kKillAfterStep : 0, absl::Seconds(120));
+  ASSERT_TRUE(running.ok()) << running.status();
+  const std::string& job = running->id;
+  const std::vector<std::string>& addresses = running->addresses;
 
   if (kill) {
-    absl::StatusOr<JobStatus> mid = WaitForJob(
-        cluster, job,
-        [](const JobStatus& js) {
-          return js.progress().step() >= kKillAfterStep;
-        },
-        absl::Seconds(120));
-    ASSERT_TRUE(mid.ok()) << mid.status();
-    ASSERT_EQ(mid->state(), RUNNING) << mid->reason();
-    const uint64_t step = mid->progress().step();
+    const uint64_t step = JobStep(cluster, job);
     // Failover time: from the kill until shard 2's lowest chunk version
     // (its promoted chunks included) is 2 past what it was before it: the
     // successor has applied a step on shard 1's chunks (bounded by one
     // Stats round trip of polling).
-    absl::StatusOr<JobStats> before = ReadShardJobStats((*addresses)[2], job);
+    absl::StatusOr<JobStats> before = ReadShardJobStats(addresses[2], job);
     ASSERT_TRUE(before.ok()) << before.status();
     cluster.shard(1).Kill();
     const absl::Time killed_at = absl::Now();
     const absl::Time deadline = killed_at + absl::Seconds(60);
     while (true) {
-      absl::StatusOr<JobStats> now = ReadShardJobStats((*addresses)[2], job);
+      absl::StatusOr<JobStats> now = ReadShardJobStats(addresses[2], job);
       ASSERT_TRUE(now.ok()) << now.status();
       if (now->backup_chunks() == 0 &&
           now->version() >= before->version() + 2) {
@@ -129,11 +120,11 @@ void TrainOnce(const std::string& name, int replication, bool kill,
   EXPECT_EQ(end->progress().step(), kTotalSteps);
   result->test_accuracy = end->progress().test_accuracy();
 
-  std::vector<std::string> live = *addresses;
+  std::vector<std::string> live = addresses;
   if (kill) {
     // Where the coordinator now sends shard 1's clients: its successor
     // (read back as shard 1 too).
-    live[1] = (*addresses)[2];
+    live[1] = addresses[2];
     ASSERT_TRUE(
         WriteFileAtomically(cluster.dir() + "/s1.addr", live[1] + "\n").ok());
   }
@@ -182,12 +173,6 @@ TEST(ReplicatedShardTest, BadReplicationIsRefusedAndDryRunShowsTheCopies) {
     ASSERT_FALSE(job.ok());
     EXPECT_THAT(job.status().message(), HasSubstr(why));
   }
-  std::string asp = JobSpecText(2);
-  asp.replace(asp.find("mode: BSP"), 9, "mode: ASP");
-  absl::StatusOr<std::string> job = SubmitJob(cluster, asp);
-  ASSERT_FALSE(job.ok());
-  EXPECT_THAT(job.status().message(),
-              HasSubstr("replication: k > 1 supports BSP jobs only"));
   // A dry run shows each shard's primary and backup bytes.
   const std::string file = cluster.dir() + "/dry.pbtxt";
   ASSERT_TRUE(WriteFileAtomically(file, JobSpecText(2)).ok());

@@ -196,8 +196,8 @@ void CheckWire(const WireSpec& w, Problems& p) {
 }
 
 // replication: k in [0, kMaxReplication] (0 = 1); k > 1 needs k live
-// shards, BSP, dense tensors only and full pushes (what replicas cover so
-// far, docs/OPERATIONS.md "Replication").
+// shards, dense tensors only and full pushes (what replicas cover so far,
+// docs/OPERATIONS.md "Replication").
 void CheckReplication(const JobSpec& spec, const ValidationContext& ctx,
                       Problems& p) {
   const uint32_t k = spec.replication();
@@ -212,10 +212,6 @@ void CheckReplication(const JobSpec& spec, const ValidationContext& ctx,
     p.Add("replication",
           absl::StrFormat("%d copies need %d live shards, the cluster has %d",
                           k, k, live));
-  }
-  const ConsistencyMode mode = spec.consistency().mode();
-  if (mode != BSP && mode != CONSISTENCY_UNSPECIFIED) {
-    p.Add("replication", "k > 1 supports BSP jobs only (not yet ASP/SSP)");
   }
   if (spec.tables_size() > 0) {
     p.Add("replication", "k > 1 does not cover sparse tables yet");

@@ -45,6 +45,15 @@ TEST(ReplicationValidationTest, AcceptsOneToThreeCopiesOnThreeShards) {
   }
 }
 
+TEST(ReplicationValidationTest, AcceptsAspAndSsp) {
+  for (ConsistencyMode mode : {ASP, SSP}) {
+    JobSpec spec = ReplicatedSpec(2);
+    spec.mutable_consistency()->set_mode(mode);
+    if (mode == SSP) spec.mutable_consistency()->set_staleness(2);
+    EXPECT_THAT(ValidateJobSpec(spec, ThreeShards()), IsEmpty()) << mode;
+  }
+}
+
 struct Case {
   std::string label;
   std::function<void(JobSpec&, ValidationContext&)> mutate;
@@ -65,11 +74,6 @@ TEST(ReplicationValidationTest, RefusesBadInputNamingTheField) {
       {"MoreThanLiveShards",
        [](JobSpec&, ValidationContext& c) { c.live_shards = 1; },
        {"replication: 2 copies need 2 live shards, the cluster has 1"}},
-      {"Asp",
-       [](JobSpec& s, ValidationContext&) {
-         s.mutable_consistency()->set_mode(ASP);
-       },
-       {"replication: k > 1 supports BSP jobs only (not yet ASP/SSP)"}},
       {"TopK",
        [](JobSpec& s, ValidationContext&) {
          s.mutable_wire()->set_topk_fraction(0.1f);

@@ -35,6 +35,7 @@ bool SharesAddress(const SetReplicaViewRequest& view, uint32_t s) {
 ReplicaMonitor::ReplicaMonitor(Options options)
     : options_(std::move(options)),
       missed_(options_.num_shards, 0),
+      incarnation_(options_.num_shards, 0),
       rejoin_error_(options_.num_shards),
       epoch_(options_.epoch),
       sets_(options_.sets) {}
@@ -98,6 +99,8 @@ void ReplicaMonitor::Beat(absl::Time now) {
   std::vector<uint32_t> dead;
   std::vector<uint32_t> back;    // failed shards that answered
   std::vector<uint32_t> behind;  // joining shards some primary still copies
+  // (backup, primary): backups a primary could not forward to for lag_ms.
+  std::vector<std::pair<uint32_t, uint32_t>> lagging;
   bool all_answered = true;
   const std::vector<uint32_t> failed(view.failed().begin(),
                                      view.failed().end());
@@ -108,15 +111,25 @@ void ReplicaMonitor::Beat(absl::Time now) {
     // whole window of `misses` beats (its own: the shards after it do not
     // pay for it).
     SetReplicaViewResponse resp;
-    absl::Status st = options_.send(
-        s, view, absl::Now() + options_.interval * options_.misses, &resp);
+    uint64_t before = 0;
+    absl::Status st = Send(s, view, &resp, &before);
     if (Contains(failed, s)) {
       if (st.ok() && !SharesAddress(view, s)) back.push_back(s);
+      continue;
+    }
+    if (st.ok() && before != 0 && resp.incarnation() != before) {
+      spdlog::warn(
+          "coordinator: shard {} answers as a new process (incarnation {}, "
+          "was {}): restarted on its address, its replicas are gone",
+          s, resp.incarnation(), before);
+      all_answered = false;
+      dead.push_back(s);
       continue;
     }
     if (st.ok()) {
       missed_[s] = 0;
       for (uint32_t b : resp.behind()) behind.push_back(b);
+      for (uint32_t b : resp.lagging()) lagging.push_back({b, s});
       continue;
     }
     all_answered = false;
@@ -126,6 +139,7 @@ void ReplicaMonitor::Beat(absl::Time now) {
       dead.push_back(s);
     }
   }
+  DropLagging(lagging, failed, &dead);
   if (!dead.empty()) {
     FailOver(dead, now);
     return;
@@ -140,6 +154,23 @@ void ReplicaMonitor::Beat(absl::Time now) {
   }
   if (!options_.rejoin) back.clear();
   if (!back.empty() || !caught_up.empty()) Readmit(back, caught_up, now);
+}
+
+void ReplicaMonitor::DropLagging(
+    const std::vector<std::pair<uint32_t, uint32_t>>& lagging,
+    const std::vector<uint32_t>& failed, std::vector<uint32_t>* dead) {
+  for (const auto& [backup, primary] : lagging) {
+    if (backup >= options_.num_shards || Contains(failed, backup) ||
+        Contains(*dead, backup) || Contains(*dead, primary)) {
+      continue;
+    }
+    spdlog::warn(
+        "coordinator: shard {} fell behind: shard {} could not forward to "
+        "it for {}; failing it over (it leaves the acknowledgement sets)",
+        backup, primary,
+        absl::FormatDuration(options_.interval * options_.misses));
+    dead->push_back(backup);
+  }
 }
 
 void ReplicaMonitor::Readmit(const std::vector<uint32_t>& back,
@@ -218,10 +249,26 @@ absl::Status ReplicaMonitor::Move(const ReplicaSets& next, absl::Time now,
   }
   for (uint32_t s = 0; s < options_.num_shards; ++s) {
     SetReplicaViewResponse ignored;
-    (void)options_.send(
-        s, view, absl::Now() + options_.interval * options_.misses, &ignored);
+    uint64_t before = 0;
+    (void)Send(s, view, &ignored, &before);
   }
   return absl::OkStatus();
+}
+
+absl::Status ReplicaMonitor::Send(uint32_t s, SetReplicaViewRequest& view,
+                                  SetReplicaViewResponse* resp,
+                                  uint64_t* before) {
+  view.set_shard(s);
+  view.set_incarnation(incarnation_[s]);
+  view.set_lag_ms(static_cast<uint32_t>(
+      absl::ToInt64Milliseconds(options_.interval * options_.misses)));
+  *before = incarnation_[s];
+  absl::Status st = options_.send(
+      s, view, absl::Now() + options_.interval * options_.misses, resp);
+  if (st.ok() && resp->incarnation() != 0) {
+    incarnation_[s] = resp->incarnation();
+  }
+  return st;
 }
 
 bool ReplicaMonitor::FailOver(const std::vector<uint32_t>& dead,

@@ -27,6 +27,18 @@
 //     +--------------- rejoined <--------------------------+
 //   (each arrow: commit(e + 1, sets), then the view to every shard)
 //
+// A backup that answers the heartbeats but that a primary has failed to
+// forward to for heartbeat x misses (it fell behind;
+// SetReplicaViewResponse.lagging) is failed over the same way, so it
+// leaves the acknowledgement sets with a log line on both sides and
+// JobStats.replica_drops, not silently, and rejoins like a restarted one.
+//
+// Each heartbeat names its target shard id (a psd with another id refuses
+// it: a stale address, counted as a miss) and the incarnation last heard
+// from it. A shard in service that answers with a new incarnation was
+// restarted on its address faster than it could miss the heartbeats: it is
+// failed over at once (it lost its replicas) and rejoins at the next beat.
+//
 // Thread-safe; Beat blocks for the heartbeat calls (each bounded by its
 // deadline), the rejoin registrations and the commit.
 #ifndef SERVER_COORDINATOR_REPLICA_MONITOR_H_
@@ -36,6 +48,7 @@
 #include <functional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -111,10 +124,21 @@ class ReplicaMonitor {
   // Commits and announces `dead` as failed; false if the commit failed.
   bool FailOver(const std::vector<uint32_t>& dead, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(beat_mu_);
+  // Adds to *dead each backup a primary in service reported lagging
+  // (backup, primary), unless it is failed already or its reporter dies.
+  void DropLagging(const std::vector<std::pair<uint32_t, uint32_t>>& lagging,
+                   const std::vector<uint32_t>& failed,
+                   std::vector<uint32_t>* dead)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(beat_mu_);
   // Failed shards in `back` rejoin (those `rejoin` registered), joining
   // ones in `caught_up` become rejoined: one new epoch for both.
   void Readmit(const std::vector<uint32_t>& back,
                const std::vector<uint32_t>& caught_up, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(beat_mu_);
+  // Sends `view` to shard `s`, naming it and the incarnation last heard
+  // from it (also left in *before), and records the one it answers with.
+  absl::Status Send(uint32_t s, SetReplicaViewRequest& view,
+                    SetReplicaViewResponse* resp, uint64_t* before)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(beat_mu_);
   // Commits `next` under the next epoch, then sends it to every shard.
   absl::Status Move(const ReplicaSets& next, absl::Time now, uint64_t* epoch)
@@ -125,6 +149,8 @@ class ReplicaMonitor {
   // Serializes beats (the thread's and tests'); taken before mu_.
   absl::Mutex beat_mu_;
   std::vector<uint32_t> missed_ ABSL_GUARDED_BY(beat_mu_);
+  // By shard: the incarnation it last answered with (0: none yet).
+  std::vector<uint64_t> incarnation_ ABSL_GUARDED_BY(beat_mu_);
   // The last rejoin failure logged, by shard (not repeated every beat).
   std::vector<std::string> rejoin_error_ ABSL_GUARDED_BY(beat_mu_);
 

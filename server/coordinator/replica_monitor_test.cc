@@ -27,6 +27,14 @@ struct Fake {
   std::vector<std::vector<uint32_t>> behind = {{}, {}, {}};
   std::vector<uint32_t> rejoined_calls;
   absl::Status rejoin_status;
+  // Each shard's process (SetReplicaViewResponse.incarnation), and what
+  // every view a live shard took named: (shard, incarnation).
+  std::vector<uint64_t> incarnation = {0, 0, 0};
+  // What each shard answers as `lagging` (backups it cannot forward to).
+  std::vector<std::vector<uint32_t>> lagging = {{}, {}, {}};
+  // The lag_ms each view asked for.
+  std::vector<uint32_t> lag_ms;
+  std::vector<std::pair<uint32_t, uint64_t>> named;
 
   ReplicaMonitor::Options Options() {
     ReplicaMonitor::Options o;
@@ -36,6 +44,10 @@ struct Fake {
                     SetReplicaViewResponse* resp) {
       if (down[s]) return absl::UnavailableError("connection refused");
       seen.push_back({s, v.epoch()});
+      named.push_back({v.shard(), v.incarnation()});
+      resp->set_incarnation(incarnation[s]);
+      for (uint32_t b : lagging[s]) resp->add_lagging(b);
+      lag_ms.push_back(v.lag_ms());
       for (uint32_t b : behind[s]) resp->add_behind(b);
       return absl::OkStatus();
     };
@@ -182,6 +194,54 @@ TEST(ReplicaMonitorTest, AJoiningShardIsNotCaughtUpWhileAShardIsSilent) {
   fake.down[0] = false;
   monitor.Beat(absl::Now());
   EXPECT_THAT(monitor.sets().rejoined, ElementsAre(1u));
+}
+
+TEST(ReplicaMonitorTest, AShardRestartedOnItsAddressIsFailedOverAtOnce) {
+  Fake fake;
+  fake.incarnation = {10, 20, 30};
+  ReplicaMonitor monitor(fake.Options());
+  monitor.Beat(absl::Now());
+  monitor.Beat(absl::Now());
+  // Each view names its shard and, once heard, the shard's process.
+  EXPECT_THAT(
+      fake.named,
+      ElementsAre(std::make_pair(0u, 0ull), std::make_pair(1u, 0ull),
+                  std::make_pair(2u, 0ull), std::make_pair(0u, 10ull),
+                  std::make_pair(1u, 20ull), std::make_pair(2u, 30ull)));
+  // Shard 1 restarts on its address between two beats: it answers the
+  // next one, as a new process, and is failed over without a miss.
+  fake.incarnation[1] = 21;
+  fake.named.clear();
+  monitor.Beat(absl::Now());
+  EXPECT_EQ(monitor.epoch(), 1u);
+  EXPECT_THAT(monitor.failed(), ElementsAre(1u));
+  // The new epoch names the new process to it.
+  using Named = std::pair<uint32_t, uint64_t>;
+  EXPECT_EQ(fake.named.back(), Named(2, 30));
+  EXPECT_EQ(fake.named[fake.named.size() - 2], Named(1, 21));
+  // It answers: it rejoins as a backup.
+  monitor.Beat(absl::Now());
+  EXPECT_THAT(fake.rejoined_calls, ElementsAre(1u));
+  EXPECT_THAT(monitor.sets().joining, ElementsAre(1u));
+  EXPECT_EQ(monitor.epoch(), 2u);
+}
+
+TEST(ReplicaMonitorTest, ABackupThatFallsBehindIsFailedOver) {
+  Fake fake;
+  ReplicaMonitor monitor(fake.Options());
+  monitor.Beat(absl::Now());
+  // Asked for: heartbeat x misses (100 ms x 2).
+  EXPECT_EQ(fake.lag_ms.back(), 200u);
+  // Shard 1 answers every heartbeat, but shard 0 cannot forward to it.
+  fake.lagging[0] = {1};
+  monitor.Beat(absl::Now());
+  EXPECT_EQ(monitor.epoch(), 1u);
+  EXPECT_THAT(monitor.failed(), ElementsAre(1u));
+  // Still alive: it rejoins at the next beat, copying its replicas in.
+  fake.lagging[0] = {};
+  monitor.Beat(absl::Now());
+  EXPECT_THAT(fake.rejoined_calls, ElementsAre(1u));
+  EXPECT_THAT(monitor.sets().joining, ElementsAre(1u));
 }
 
 }  // namespace

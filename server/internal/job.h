@@ -31,6 +31,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -88,11 +89,16 @@ struct Waiter {
   uint64_t need_version = 0;  // 0 = no version condition
   uint64_t need_clock = 0;    // 0 = no SSP condition
   absl::Time deadline;
-  ChunkDataList* out = nullptr;  // borrowed from the caller's response
+  // Borrowed from the caller's response; null for a Push (no parameters).
+  ChunkDataList* out = nullptr;
   // Borrowed from the caller: the payloads, when it takes them shared.
   std::vector<SharedBytes>* payloads = nullptr;
   // False when it completed at once without entering WaitState::live.
   bool registered = true;
+  // Replicated ASP/SSP jobs: per entry of `chunks`, the version whose
+  // replication the answer waits for (the push's update and every one
+  // before it); empty = none.
+  std::vector<uint64_t> need_replicated;
   // Delta pulls: the asking worker and, per entry of `chunks`, the version
   // it holds (kNoBase: none); empty = every chunk in full.
   uint32_t worker = 0;
@@ -149,6 +155,11 @@ struct Chunk {
   // Replicated jobs, while this shard is the chunk's acting primary: the
   // version every live backup acknowledged (Replicator).
   std::atomic<uint64_t> replicated{0};
+  // Replicated ASP/SSP jobs: the answers waiting for `replicated` to reach
+  // a version (Waiter::need_replicated); raised first, then released under
+  // this lock, so a wait filed under it is never missed.
+  std::vector<std::pair<WaiterPtr, uint64_t>> replica_waiters
+      ABSL_GUARDED_BY(mu);
   // By copy (0: placement.shard(), i: backups(i - 1)): 1 + the version that
   // copy acknowledged, 0 when none since it (re)joined (Replicator).
   std::array<std::atomic<uint64_t>, kMaxChunkCopies> acked{};

@@ -31,6 +31,8 @@ inline constexpr char kCheckpointFailed[] = "checkpoint_failed";
 // a forward refused (stale epoch, not from the acting primary, bad size).
 inline constexpr char kNotActingPrimary[] = "not_acting_primary";
 inline constexpr char kBadReplica[] = "bad_replica";
+// A heartbeat (SetReplicaView) meant for another shard id.
+inline constexpr char kWrongShard[] = "wrong_shard";
 // SparseExchange: a job without tables, a bad request (unknown table, an id
 // of another shard, a wrong size, NaN, ...), a table's budget reached.
 inline constexpr char kNoTables[] = "no_tables";

@@ -15,6 +15,8 @@ absl::StatusOr<bool> ReplicaView::Set(const SetReplicaViewRequest& req) {
                      epoch_, " (a stale coordinator?)"));
   }
   addresses_.assign(req.addresses().begin(), req.addresses().end());
+  heard_ = true;
+  told_incarnation_ = req.incarnation();
   if (req.epoch() == epoch_) return false;
   epoch_ = req.epoch();
   failed_.assign(req.failed().begin(), req.failed().end());
@@ -26,6 +28,16 @@ absl::StatusOr<bool> ReplicaView::Set(const SetReplicaViewRequest& req) {
 uint64_t ReplicaView::epoch() const {
   absl::MutexLock l(&mu_);
   return epoch_;
+}
+
+bool ReplicaView::heard() const {
+  absl::MutexLock l(&mu_);
+  return heard_;
+}
+
+uint64_t ReplicaView::told_incarnation() const {
+  absl::MutexLock l(&mu_);
+  return told_incarnation_;
 }
 
 bool ReplicaView::FailedLocked(uint32_t shard) const {

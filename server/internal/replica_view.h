@@ -58,6 +58,10 @@ class ReplicaView {
       ABSL_LOCKS_EXCLUDED(mu_);
   bool Joining(uint32_t shard) const ABSL_LOCKS_EXCLUDED(mu_);
   std::vector<uint32_t> joining() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Whether a view was taken since this process started, and the
+  // incarnation the last one named for this shard (0: none).
+  bool heard() const ABSL_LOCKS_EXCLUDED(mu_);
+  uint64_t told_incarnation() const ABSL_LOCKS_EXCLUDED(mu_);
   // The address the coordinator gave for `shard` ("" when unknown).
   std::string Address(uint32_t shard) const ABSL_LOCKS_EXCLUDED(mu_);
   // Blocks until the epoch is past `epoch` or `deadline`; the epoch now.
@@ -73,6 +77,8 @@ class ReplicaView {
   const uint32_t self_;
   mutable absl::Mutex mu_;
   uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  bool heard_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t told_incarnation_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<uint32_t> failed_ ABSL_GUARDED_BY(mu_);
   std::vector<uint32_t> joining_ ABSL_GUARDED_BY(mu_);
   std::vector<uint32_t> rejoined_ ABSL_GUARDED_BY(mu_);

@@ -15,8 +15,11 @@ namespace ps {
 namespace internal {
 namespace {
 
-// The chunk's state as a backup stores it. Caller holds c.mu.
-ReplicaChunk CopyChunk(const Chunk& c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu) {
+// The chunk's state as a backup stores it (ASP/SSP: with the (worker,
+// step) dedupe state, so a retry of an applied push stays a duplicate on
+// the successor). Caller holds c.mu.
+ReplicaChunk CopyChunk(const Job& job, const Chunk& c)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu) {
   ReplicaChunk out;
   out.set_chunk_id(c.placement.chunk_id());
   out.set_version(c.state.version);
@@ -25,6 +28,10 @@ ReplicaChunk CopyChunk(const Chunk& c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu) {
     EncodeFloats(slot, out.add_slots());
   }
   out.set_optimizer_steps(c.state.optimizer.steps);
+  if (job.mode != BSP) {
+    out.mutable_next_steps()->Add(c.state.next_step.begin(),
+                                  c.state.next_step.end());
+  }
   return out;
 }
 
@@ -53,10 +60,12 @@ void RaiseTo(std::atomic<uint64_t>& a, uint64_t v) {
 }
 
 // Raises each served chunk's replicated version to the lowest version its
-// live backups acknowledged (its own version without any), sets the job's
-// to the lowest of those and answers the waits that releases.
+// live backups acknowledged (its own version without any), answers the
+// ASP/SSP pushes that releases, sets the job's to the lowest of those and
+// answers the (BSP) waits that releases.
 void PublishReplicated(Job& job, const ReplicaView& view) {
   uint64_t lowest = UINT64_MAX;
+  std::vector<WaiterPtr> ready;
   for (const std::unique_ptr<Chunk>& c : job.chunks) {
     if (!job.Serves(*c)) continue;
     uint64_t v = c->version.load();
@@ -66,9 +75,13 @@ void PublishReplicated(Job& job, const ReplicaView& view) {
     }
     RaiseTo(c->replicated, v);
     lowest = std::min(lowest, c->replicated.load());
+    if (job.mode != BSP) {
+      absl::MutexLock l(&c->mu);
+      ReleaseReplicaWaiters(*c, &ready);
+    }
   }
+  CompleteAll(&ready);
   if (lowest == UINT64_MAX) return;
-  std::vector<WaiterPtr> ready;
   {
     absl::MutexLock l(&job.waits.mu);
     job.waits.replicated_version = lowest;
@@ -117,6 +130,33 @@ void Replicator::Stop() {
     queue_.clear();
   }
   if (thread_.joinable()) thread_.join();
+}
+
+void Replicator::Record(uint32_t backup, bool ok) {
+  absl::MutexLock l(&mu_);
+  if (ok) {
+    failing_since_.erase(backup);
+  } else {
+    failing_since_.emplace(backup, absl::Now());
+  }
+}
+
+std::vector<uint32_t> Replicator::Lagging(absl::Duration lag,
+                                          absl::Time now) const {
+  std::vector<uint32_t> out;
+  absl::MutexLock l(&mu_);
+  for (const auto& [backup, since] : failing_since_) {
+    if (now - since >= lag && !view_->Failed(backup) &&
+        !view_->Joining(backup)) {
+      out.push_back(backup);
+    }
+  }
+  return out;
+}
+
+void Replicator::ForgetFailures(uint32_t shard) {
+  absl::MutexLock l(&mu_);
+  failing_since_.erase(shard);
 }
 
 bool Replicator::stopping() const {
@@ -185,7 +225,7 @@ bool Replicator::ForwardOnce(Job& job, uint64_t* epoch) {
     ReplicaChunk copy;
     {
       absl::MutexLock l(&c->mu);
-      copy = CopyChunk(*c);
+      copy = CopyChunk(job, *c);
     }
     for (uint32_t b : to) {
       std::vector<ReplicateRequest>& reqs = requests[b];
@@ -217,6 +257,7 @@ bool Replicator::ForwardOnce(Job& job, uint64_t* epoch) {
                       view_->self(), job.id, backup, s.ToString());
       }
       acked[{backup, i}] = s.ok();
+      Record(backup, s.ok());
       if (!s.ok()) break;  // the rest would fail too; retried as a whole
     }
   }
@@ -301,6 +342,9 @@ absl::Status ApplyReplica(Job& job, const ReplicateRequest& req) {
     for (const std::string& slot : r.slots()) {
       sizes = sizes && slot.size() == bytes;
     }
+    // ASP/SSP: one dedupe entry per worker rank (BSP: none).
+    sizes = sizes && static_cast<size_t>(r.next_steps_size()) ==
+                         (job.mode == BSP ? 0 : c->state.next_step.size());
     if (!sizes) {
       return Refused(
           job, absl::InvalidArgumentError(absl::StrCat(
@@ -319,6 +363,10 @@ absl::Status ApplyReplica(Job& job, const ReplicateRequest& req) {
       DecodeFloats(r.slots(s), absl::MakeSpan(c.state.optimizer.slots[s]));
     }
     c.state.optimizer.steps = r.optimizer_steps();
+    if (job.mode != BSP) {
+      std::copy(r.next_steps().begin(), r.next_steps().end(),
+                c.state.next_step.begin());
+    }
     c.state.version = r.version();
     c.version.store(r.version(), std::memory_order_release);
   }

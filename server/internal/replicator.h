@@ -1,10 +1,12 @@
 // Replication after aggregation (JobSpec.replication > 1, docs/OPERATIONS.md
-// "Replication"): after a BSP step is applied to a chunk this shard is the
-// acting primary of, the Replicator forwards the chunk's state (values,
-// optimizer state, version) to every live backup over the shards' Replicate
-// RPC, and raises the job's replicated version once they all acknowledged
-// it; answers carrying a version wait for it (Job::AnswerableVersion). A
-// backup takes a forward with ApplyReplica.
+// "Replication"): after an update (a BSP step, an ASP/SSP push) is applied
+// to a chunk this shard is the acting primary of, the Replicator forwards
+// the chunk's state (values, optimizer state, version; ASP/SSP also the
+// (worker, step) dedupe state) to every live backup over the shards'
+// Replicate RPC, and raises the chunk's and the job's replicated versions
+// once they all acknowledged it; BSP answers carrying a version wait for
+// the job's (Job::AnswerableVersion), ASP/SSP pushes for their chunks'
+// (Waiter::need_replicated). A backup takes a forward with ApplyReplica.
 //
 //   Replicator replicator(options, view);
 //   replicator.SetSender(send);       // psd: gRPC to the backups
@@ -13,8 +15,10 @@
 // A forward that fails is retried every `retry` until it succeeds or the
 // coordinator fails the backup (the view's epoch moves): the backup is then
 // dropped from the acknowledgement set, logged and counted
-// (JobStats.replica_drops), never silently. One thread forwards for every
-// job, in the order they were notified.
+// (JobStats.replica_drops), never silently. A backup that keeps failing
+// forwards while it answers the coordinator (it falls behind) is reported
+// by Lagging in the heartbeat's answer, and the coordinator fails it. One
+// thread forwards for every job, in the order they were notified.
 //
 // Re-replication: a shard back after a failover is `joining` in the view.
 // It gets every chunk it holds a copy of (the pre-copy), then each chunk
@@ -32,6 +36,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -79,6 +84,14 @@ class Replicator {
   // Stops the thread after the forward in flight. Idempotent.
   void Stop() ABSL_LOCKS_EXCLUDED(mu_);
 
+  // The live backups (the view's, in some acknowledgement set) whose
+  // forwards have failed without a success since at least `now - lag`
+  // (SetReplicaViewResponse.lagging).
+  std::vector<uint32_t> Lagging(absl::Duration lag, absl::Time now) const
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // `shard` (re)joins: its earlier failures no longer count.
+  void ForgetFailures(uint32_t shard) ABSL_LOCKS_EXCLUDED(mu_);
+
  private:
   void Loop();
   // Forwards until the backups have every served chunk's version, the job
@@ -88,6 +101,8 @@ class Replicator {
   // epoch it used.
   bool ForwardOnce(Job& job, uint64_t* epoch);
   bool stopping() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Notes how a forward to `backup` ended.
+  void Record(uint32_t backup, bool ok) ABSL_LOCKS_EXCLUDED(mu_);
 
   const Options options_;
   const std::shared_ptr<const ReplicaView> view_;
@@ -97,6 +112,8 @@ class Replicator {
   std::deque<std::shared_ptr<Job>> queue_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   bool started_ ABSL_GUARDED_BY(mu_) = false;
+  // By backup: when its forwards started failing (no success since).
+  std::map<uint32_t, absl::Time> failing_since_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;
 };
 

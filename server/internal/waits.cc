@@ -162,6 +162,14 @@ void FileConditions(Job& job, const WaiterPtr& w) {
       job.waits.clock_waiters.push_back(w);
     }
   }
+  for (size_t i = 0; i < w->need_replicated.size(); ++i) {
+    Chunk* c = w->chunks[i];
+    absl::MutexLock l(&c->mu);
+    if (c->replicated.load() < w->need_replicated[i]) {
+      w->pending.fetch_add(1);
+      c->replica_waiters.emplace_back(w, w->need_replicated[i]);
+    }
+  }
   if (w->need_version > 0 && job.AnswersGated()) {
     absl::MutexLock l(&job.waits.mu);
     if (job.AnswerableVersion() < w->need_version) {
@@ -234,6 +242,13 @@ absl::Status DeadlineError(const Job& job, const Expired& e) {
                      ": the checkpoint of version ", w.need_version,
                      " was not written within ", job.deadline_ms, " ms"));
   }
+  if (step == UINT64_MAX && e.clock_missing.empty() &&
+      !w.need_replicated.empty()) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("job ", job.id, " step ", w.step, " of worker ", w.worker,
+                     ": the push did not reach every live backup within ",
+                     job.deadline_ms, " ms"));
+  }
   if (step == UINT64_MAX && e.clock_missing.empty() && job.replicated &&
       w.need_version > 0) {
     return absl::DeadlineExceededError(
@@ -282,6 +297,7 @@ void StartWait(const std::shared_ptr<Job>& job, WaiterPtr w) {
   // Nothing to wait for (ASP PushPull, most Pulls): answer without touching
   // the job mutex, unless the job is closing.
   if (w->need_version == 0 && w->need_clock == 0 &&
+      w->need_replicated.empty() &&
       !job->waits.is_closed.load(std::memory_order_acquire)) {
     w->registered = false;
     Complete(w);
@@ -308,13 +324,15 @@ void Complete(const WaiterPtr& w) {
     absl::MutexLock l(&job->waits.mu);
     job->waits.live.erase(w->id);
   }
-  const uint64_t bytes = FillReply(*job, *w).bytes;
-  uint64_t dense_bytes = 0;
-  for (const Chunk* c : w->chunks) dense_bytes += c->length * sizeof(float);
-  job->counters.pulls.fetch_add(w->chunks.size(), std::memory_order_relaxed);
-  job->counters.bytes_out.fetch_add(bytes, std::memory_order_relaxed);
-  job->counters.dense_bytes_out.fetch_add(dense_bytes,
-                                          std::memory_order_relaxed);
+  if (w->out != nullptr) {
+    const uint64_t bytes = FillReply(*job, *w).bytes;
+    uint64_t dense_bytes = 0;
+    for (const Chunk* c : w->chunks) dense_bytes += c->length * sizeof(float);
+    job->counters.pulls.fetch_add(w->chunks.size(), std::memory_order_relaxed);
+    job->counters.bytes_out.fetch_add(bytes, std::memory_order_relaxed);
+    job->counters.dense_bytes_out.fetch_add(dense_bytes,
+                                            std::memory_order_relaxed);
+  }
   job->counters.request_ns[w->method].Record(
       static_cast<uint64_t>(absl::GetCurrentTimeNanos() - w->start_ns));
   RunDone(w, absl::OkStatus());
@@ -349,6 +367,7 @@ void CloseJob(Job& job, const absl::Status& status) {
   for (const std::unique_ptr<Chunk>& c : job.chunks) {
     absl::MutexLock l(&c->mu);
     c->waiters.clear();
+    c->replica_waiters.clear();
   }
   for (const WaiterPtr& w : waiters) Fail(w, status);
   if (job.tables != nullptr) job.tables->Close(status);
@@ -367,6 +386,20 @@ void ReleaseClockWaiters(Job& job, std::vector<WaiterPtr>* ready) {
   ReleaseWaiters(
       &job.waits.clock_waiters,
       [slowest](const Waiter& w) { return w.need_clock <= slowest; }, ready);
+}
+
+void ReleaseReplicaWaiters(Chunk& c, std::vector<WaiterPtr>* ready) {
+  const uint64_t replicated = c.replicated.load();
+  auto keep = c.replica_waiters.begin();
+  for (auto& [w, need] : c.replica_waiters) {
+    if (w->claimed.load(std::memory_order_acquire)) continue;
+    if (need <= replicated) {
+      if (w->pending.fetch_sub(1) == 1) ready->push_back(std::move(w));
+      continue;
+    }
+    *keep++ = {std::move(w), need};
+  }
+  c.replica_waiters.erase(keep, c.replica_waiters.end());
 }
 
 void ReleaseDurableWaiters(Job& job, std::vector<WaiterPtr>* ready) {

@@ -74,6 +74,11 @@ void ReleaseWaiters(std::vector<WaiterPtr>* list, Satisfied satisfied,
 void ReleaseClockWaiters(Job& job, std::vector<WaiterPtr>* ready)
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(job.waits.mu);
 
+// Moves the waits that c.replicated now covers (Waiter::need_replicated)
+// to `ready`.
+void ReleaseReplicaWaiters(Chunk& c, std::vector<WaiterPtr>* ready)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
+
 // Moves the waits that waits.durable_version now covers to `ready`.
 void ReleaseDurableWaiters(Job& job, std::vector<WaiterPtr>* ready)
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(job.waits.mu);

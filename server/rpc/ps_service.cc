@@ -332,7 +332,11 @@ grpc::ServerUnaryReactor* PsService::Push(grpc::CallbackServerContext* ctx,
                                           const PushRequest* req,
                                           PushResponse* resp) {
   PS_AUTHENTICATE(ctx);
-  return Done(ctx, shard_->Push(*req, resp));
+  // `req` and `resp` stay valid until Finish.
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  shard_->Push(*req, resp,
+               [reactor](absl::Status s) { reactor->Finish(ToGrpcStatus(s)); });
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* PsService::Stats(grpc::CallbackServerContext* ctx,

@@ -133,6 +133,12 @@ absl::Status PsdServer::OpenShard() {
   shard_options.shard_id = config_.psd.shard_id();
   shard_options.memory_budget_bytes = config_.psd.memory_budget_bytes();
   shard_options.checkpoint_dir = config_.psd.checkpoint_dir();
+  // Time for the coordinator's first heartbeat to reach a restarted psd
+  // (one window of misses, and one more for a beat held up by a hung
+  // shard before this one).
+  shard_options.unknown_job_grace =
+      2 * absl::Milliseconds(config_.psd.shard_heartbeat_ms()) *
+      config_.psd.shard_heartbeat_misses();
   shard_ = std::make_unique<Shard>(shard_options);
   replica_sender_ = std::make_unique<GrpcReplicaSender>(&security_);
   shard_->SetReplicaSender(

@@ -107,6 +107,50 @@ absl::StatusOr<FinishedJob> ReadFinishedJob(
   return finished;
 }
 
+absl::Status AwaitLog(const LocalCluster& cluster, const std::string& name,
+                      const std::string& line, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (cluster.Log(name).find(line) == std::string::npos) {
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          name, " never logged \"", line, "\"\n", cluster.Log(name)));
+    }
+    absl::SleepFor(absl::Milliseconds(20));  // a poll, not a synchronization
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<RunningJob> StartJobUntilStep(const LocalCluster& cluster,
+                                             const std::string& spec,
+                                             int shards, uint64_t step,
+                                             absl::Duration timeout) {
+  RunningJob job;
+  PS_ASSIGN_OR_RETURN(job.id, SubmitJob(cluster, spec));
+  PS_ASSIGN_OR_RETURN(job.addresses, ShardAddresses(cluster, shards));
+  PS_ASSIGN_OR_RETURN(JobStatus status, WaitForJob(
+                                            cluster, job.id,
+                                            [step](const JobStatus& js) {
+                                              return js.state() == RUNNING &&
+                                                     js.progress().step() >=
+                                                         step;
+                                            },
+                                            timeout));
+  if (status.state() != RUNNING) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job ", job.id, " ended at step ", status.progress().step(),
+        " before step ", step, ": ", status.reason()));
+  }
+  return job;
+}
+
+absl::Status KillAndAwaitFailover(LocalCluster& cluster, int s, uint64_t epoch,
+                                  absl::Duration timeout) {
+  cluster.shard(s).Kill();
+  return AwaitLog(cluster, "psd0",
+                  absl::StrCat("shard ", s, " failed over at epoch ", epoch),
+                  timeout);
+}
+
 void ClusterTest::SetUp() {
   dir_ =
       TestDir(::testing::UnitTest::GetInstance()->current_test_info()->name());

@@ -89,6 +89,30 @@ absl::StatusOr<FinishedJob> ReadFinishedJob(
     const LocalCluster& cluster, const std::string& job,
     const std::vector<std::string>& addresses);
 
+// Polls the log NAME.log of `cluster` (psd0: the coordinator's) until it
+// holds `line`; DEADLINE_EXCEEDED carrying the log after `timeout`.
+absl::Status AwaitLog(const LocalCluster& cluster, const std::string& name,
+                      const std::string& line, absl::Duration timeout);
+
+// A job running on a started cluster, and where its shards listen.
+struct RunningJob {
+  std::string id;
+  std::vector<std::string> addresses;  // by shard id
+};
+
+// Submits `spec` to `cluster` (with `shards` shards) and waits up to
+// `timeout` until the job runs and reports step >= `step`;
+// FAILED_PRECONDITION when it ended before.
+absl::StatusOr<RunningJob> StartJobUntilStep(const LocalCluster& cluster,
+                                             const std::string& spec,
+                                             int shards, uint64_t step,
+                                             absl::Duration timeout);
+
+// Replicated jobs: SIGKILLs shard `s` and waits up to `timeout` for the
+// coordinator (psd0) to log that it failed it over at `epoch`.
+absl::Status KillAndAwaitFailover(LocalCluster& cluster, int s, uint64_t epoch,
+                                  absl::Duration timeout);
+
 // A fixture with one LocalCluster per test, in a fresh folder named after
 // the test: started in SetUp (a failure there fails the test), stopped in
 // TearDown (a process that does not exit cleanly fails the test).

@@ -1,0 +1,144 @@
+// An ASP job with replication: 2 and no checkpoints on 3 psd + 2 workerd
+// (docs/OPERATIONS.md "Replication"). A push is acknowledged to its worker
+// only once every live backup holds the applied update and the (worker,
+// step) dedupe state. Mid-job shard 1 (a primary) is SIGKILLed: shard 2
+// takes its chunks over, the workers resend what was not acknowledged with
+// the same (worker, step), and the job ends SUCCEEDED.
+//
+// The count: under ASP every push of a worker's step applies once to each
+// chunk (a chunk's version counts the updates applied to it), so with no
+// acknowledged update lost and none applied twice every chunk, read from
+// the shard that serves it at the end, is at version sum over workers of
+// the steps each worker had acknowledged (all of its steps: the job
+// succeeded).
+#include <cstdint>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "common/security.h"
+#include "gtest/gtest.h"
+#include "proto/coordinator.pb.h"
+#include "proto/ps.grpc.pb.h"
+#include "proto/ps.pb.h"
+#include "tests/job_parameters.h"
+#include "tests/local_cluster.h"
+#include "tests/testing/cluster_fixture.h"
+
+namespace ps {
+namespace {
+
+constexpr int kShards = 3;
+constexpr uint32_t kWorkers = 2;
+// 4096 examples / (2 workers x 32): 64 steps per worker and epoch.
+constexpr uint64_t kEpochs = 12;
+constexpr uint64_t kStepsPerWorker = 64 * kEpochs;
+constexpr uint64_t kKillAfterStep = 60;
+
+std::string JobSpecText() {
+  return absl::StrCat(
+      R"pb(
+        name: "replicated-asp"
+        model { mlp { input_dim: 784 hidden: 32 num_classes: 10 } }
+        data { dataset: "synthetic" batch_size: 32 synthetic_train: 4096
+               synthetic_test: 512
+               epochs:)pb",
+      kEpochs, R"pb(
+        }
+        optimizer { kind: SGD learning_rate: 0.02 }
+    consistency { mode: ASP step_deadline_ms: 30000 }
+    num_workers: 2
+    partition_bytes: 16384
+    seed: 11
+    eval_every: 400
+    replication: 2
+  )pb");
+}
+
+// The version of every chunk the shard at `address` serves (a backup's
+// copies are not served), by chunk id.
+absl::Status ServedVersions(const std::string& address, const std::string& job,
+                            std::map<uint32_t, uint64_t>* versions) {
+  Security security;
+  std::unique_ptr<ParameterServer::Stub> stub =
+      ParameterServer::NewStub(security.NewChannel(address));
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+  PullRequest req;
+  req.set_job_id(job);
+  PullResponse resp;
+  grpc::Status s = stub->Pull(&context, req, &resp);
+  if (!s.ok()) {
+    return absl::UnavailableError(
+        absl::StrCat("pull from ", address, ": ", s.error_message()));
+  }
+  for (const ChunkData& d : resp.parameters()) {
+    if (!versions->emplace(d.chunk_id(), d.version()).second) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("chunk ", d.chunk_id(), " served twice"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+TEST(ReplicatedAspTest, KilledPrimaryLosesNoAcknowledgedPush) {
+  LocalClusterOptions o;
+  o.shards = kShards;
+  // Enough retries (backoff capped at 2 s) to outlast the failover.
+  o.workerd_extra = "rpc_max_attempts: 30";
+  LocalCluster cluster(TestDir("asp-killed"), o);
+  ASSERT_TRUE(cluster.Start().ok());
+  absl::StatusOr<RunningJob> job = StartJobUntilStep(
+      cluster, JobSpecText(), kShards, kKillAfterStep, absl::Seconds(120));
+  ASSERT_TRUE(job.ok()) << job.status();
+  const absl::Time killed_at = absl::Now();
+  absl::Status failed_over =
+      KillAndAwaitFailover(cluster, 1, 1, absl::Seconds(30));
+  ASSERT_TRUE(failed_over.ok()) << failed_over;
+  std::cout << "shard 1 killed at step >= " << kKillAfterStep
+            << ", failed over after "
+            << absl::FormatDuration(absl::Now() - killed_at) << std::endl;
+
+  absl::StatusOr<JobStatus> end = WaitForJob(
+      cluster, job->id, [](const JobStatus&) { return false; },
+      absl::Seconds(300));
+  ASSERT_TRUE(end.ok()) << end.status();
+  ASSERT_EQ(end->state(), SUCCEEDED)
+      << end->reason() << "\n--- psd0 ---\n"
+      << cluster.Log("psd0") << "\n--- psd2 ---\n"
+      << cluster.Log("psd2") << "\n--- worker0 ---\n"
+      << cluster.Log("worker0");
+
+  // Acknowledged: every step of every worker (they all finished).
+  const uint64_t acknowledged = kWorkers * kStepsPerWorker;
+  std::map<uint32_t, uint64_t> versions;
+  for (int s : {0, 2}) {
+    absl::Status read = ServedVersions(job->addresses[s], job->id, &versions);
+    ASSERT_TRUE(read.ok()) << read;
+  }
+  ASSERT_EQ(versions.size(),
+            static_cast<size_t>(end->placement().chunks_size()));
+  for (const auto& [chunk, version] : versions) {
+    EXPECT_EQ(version, acknowledged)
+        << "chunk " << chunk << ": applied updates != acknowledged pushes ("
+        << (version < acknowledged ? "lost" : "applied twice") << ")";
+  }
+  // The successor dropped the retries of pushes it already held.
+  absl::StatusOr<JobStats> s2 = ReadShardJobStats(job->addresses[2], job->id);
+  ASSERT_TRUE(s2.ok()) << s2.status();
+  EXPECT_EQ(s2->backup_chunks(), 0u);
+  EXPECT_EQ(s2->replica_epoch(), 1u);
+  std::cout << versions.size() << " chunks, each at version " << acknowledged
+            << " = " << kWorkers << " workers x " << kStepsPerWorker
+            << " acknowledged steps; shard 2 dropped " << s2->duplicates()
+            << " retried pushes as duplicates" << std::endl;
+  (void)cluster.Stop();  // the killed shard exits by SIGKILL: reported
+}
+
+}  // namespace
+}  // namespace ps

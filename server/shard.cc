@@ -178,6 +178,7 @@ absl::Status Shard::RegisterJob(const RegisterJobRequest& req,
   PS_ASSIGN_OR_RETURN(const bool admitted,
                       Admit(job, local_count, init_status, resp));
   if (!admitted) return absl::OkStatus();
+  registered_.store(true, std::memory_order_relaxed);
   // Durable before the coordinator hands the job to workers, so a shard
   // that dies before the first checkpoint still comes back with the job.
   if (job->checkpointing) (void)checkpointer_->Write(job);

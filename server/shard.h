@@ -441,7 +441,8 @@ class Shard {
   // UNAVAILABLE (the clients retry, elsewhere once the coordinator moved
   // the shard) while the view says this shard was failed over or is
   // joining, while the coordinator has not yet named this incarnation, or
-  // within unknown_job_grace of the start before any view arrived.
+  // within unknown_job_grace of the start before any view or registration
+  // arrived.
   absl::Status UnknownJob(const std::string& job_id) const;
   // SetReplicaView's work once the epoch moved: fencing, promotions,
   // dropped backups, forwards to joining shards.
@@ -504,6 +505,9 @@ class Shard {
   const ShardOptions options_;
   const absl::Time start_time_;
   const uint64_t incarnation_;
+  // A job was registered since the start: the coordinator has talked to
+  // this process, so unknown_job_grace is over (UnknownJob).
+  std::atomic<bool> registered_{false};
 
   mutable absl::Mutex mu_;  // the job map and memory accounting
   absl::flat_hash_map<std::string, JobPtr> jobs_ ABSL_GUARDED_BY(mu_);

@@ -157,10 +157,14 @@ absl::Status Shard::UnknownJob(const std::string& job_id) const {
   }
   // A psd restarted on its old address may be reached by the workers
   // before the coordinator noticed the restart and failed it over: until
-  // the coordinator names this process, "no job" is not final.
+  // the coordinator names this process (a heartbeat, or a job it
+  // registered here), "no job" is not final.
   const bool heard = replica_view_->heard();
+  const bool in_grace = !heard &&
+                        !registered_.load(std::memory_order_relaxed) &&
+                        absl::Now() - start_time_ < options_.unknown_job_grace;
   if ((heard && replica_view_->told_incarnation() != incarnation_) ||
-      (!heard && absl::Now() - start_time_ < options_.unknown_job_grace)) {
+      in_grace) {
     return absl::UnavailableError(absl::StrCat(
         "job_id: no job \"", job_id, "\" on shard ", options_.shard_id,
         ", started ", absl::FormatDuration(absl::Now() - start_time_),

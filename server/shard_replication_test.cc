@@ -357,6 +357,18 @@ TEST(ShardHeartbeatTest, NoJobIsRetryableUntilTheCoordinatorKnowsTheProcess) {
   Shard plain(Options(0));
   st = PushUnknown(plain);
   EXPECT_TRUE(absl::IsFailedPrecondition(st)) << st;
+  // ... and within it once a job was registered here: the coordinator
+  // knows this process.
+  ShardOptions fresh_options = Options(0);
+  fresh_options.unknown_job_grace = absl::Hours(1);
+  Shard fresh(fresh_options);
+  EXPECT_TRUE(absl::IsUnavailable(PushUnknown(fresh)));
+  JobSpec spec = ReplicatedSpec();
+  spec.clear_replication();
+  RegisterJobResponse reg;
+  ASSERT_TRUE(fresh.RegisterJob(Registration("j", spec, 1), &reg).ok());
+  st = PushUnknown(fresh);
+  EXPECT_TRUE(absl::IsFailedPrecondition(st)) << st;
 }
 
 }  // namespace

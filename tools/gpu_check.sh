@@ -25,8 +25,10 @@
 # It writes OUTDIR/gpu_check.json, OUTDIR/gpu_check.md and
 # OUTDIR/gpu_check_logs.tar.gz. Exit 0 when everything passed, 1 otherwise.
 set -uo pipefail
-# stop_pids (SIGTERM, 10 s, SIGKILL, reap).
-source "$(dirname "${BASH_SOURCE[0]}")/lib/daemons.sh"
+# stop_pids (SIGTERM, 10 s, SIGKILL, reap). Plain bash: the no-GPU path runs
+# with a bare PATH (see has_gpu).
+[[ ${BASH_SOURCE[0]} == */* ]] && _tools=${BASH_SOURCE[0]%/*} || _tools=.
+source "$_tools/lib/daemons.sh"
 
 # ---- what to build and where it lands (labels; paths follow from them) ----
 # Fix these when targets move; the script derives every path from them.

@@ -11,8 +11,8 @@
 stop_pids() {
   (($# == 0)) && return 0
   kill -TERM "$@" 2>/dev/null || true
-  local alive p
-  for _ in $(seq 100); do
+  local alive p i
+  for ((i = 0; i < 100; i++)); do
     alive=0
     for p in "$@"; do kill -0 "$p" 2>/dev/null && alive=1; done
     ((alive)) || break

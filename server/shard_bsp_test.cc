@@ -154,6 +154,28 @@ TEST(ShardBspTest, BitwiseIdenticalWhateverTheArrivalOrder) {
   }
 }
 
+// `got` holds every chunk of `before` after one optimizer step over the sum
+// of workers 0, 1 and 2's step-0 gradients times `scale`.
+void ExpectStepOfThreeWorkers(const RegisterJobRequest& reg,
+                              const std::vector<std::vector<float>>& before,
+                              float scale, const PushPullResponse& got) {
+  auto opt = Optimizer::Create(reg.spec().optimizer());
+  ASSERT_TRUE(opt.ok());
+  for (uint32_t chunk = 0; chunk < kNumChunks; ++chunk) {
+    const uint64_t n = ChunkLength(reg, chunk);
+    std::vector<float> sum = Gradient(0, 0, chunk, n);
+    for (uint32_t w : {1, 2}) {
+      const std::vector<float> g = Gradient(w, 0, chunk, n);
+      for (uint64_t i = 0; i < n; ++i) sum[i] += g[i];
+    }
+    std::vector<float> want = before[chunk];
+    OptimizerState state = (*opt)->NewState(n);
+    (*opt)->Apply(absl::MakeSpan(want), sum.data(), scale, &state);
+    EXPECT_EQ(Floats(got.parameters(chunk).data()), want) << chunk;
+    EXPECT_EQ(got.parameters(chunk).chunk_id(), chunk);
+  }
+}
+
 // One step equals the optimizer applied to the rank-order sum divided by
 // the worker count.
 TEST(ShardBspTest, AppliesTheMeanGradient) {
@@ -167,21 +189,7 @@ TEST(ShardBspTest, AppliesTheMeanGradient) {
   auto c = StartPushPull(shard, reg, 1, 0, 0);
   ASSERT_TRUE(c->done.HasBeenNotified() && c->status.ok());
 
-  auto opt = Optimizer::Create(reg.spec().optimizer());
-  ASSERT_TRUE(opt.ok());
-  for (uint32_t chunk = 0; chunk < kNumChunks; ++chunk) {
-    const uint64_t n = ChunkLength(reg, chunk);
-    std::vector<float> sum = Gradient(0, 0, chunk, n);
-    for (uint32_t w : {1, 2}) {
-      const std::vector<float> g = Gradient(w, 0, chunk, n);
-      for (uint64_t i = 0; i < n; ++i) sum[i] += g[i];
-    }
-    std::vector<float> want = before[chunk];
-    OptimizerState state = (*opt)->NewState(n);
-    (*opt)->Apply(absl::MakeSpan(want), sum.data(), 1.0f / 3, &state);
-    EXPECT_EQ(Floats(a->resp.parameters(chunk).data()), want) << chunk;
-    EXPECT_EQ(a->resp.parameters(chunk).chunk_id(), chunk);
-  }
+  ExpectStepOfThreeWorkers(reg, before, 1.0f / 3, a->resp);
 }
 
 // Elastic job (JobSpec.max_workers 4, lr_rule LINEAR, submitted with 2):
@@ -209,20 +217,7 @@ TEST(ShardBspTest, LinearLrRuleScalesWithTheWorkersCounted) {
   auto c = StartPushPull(shard, reg, 1, 0, 0);
   ASSERT_TRUE(c->done.HasBeenNotified() && c->status.ok());
 
-  auto opt = Optimizer::Create(reg.spec().optimizer());
-  ASSERT_TRUE(opt.ok());
-  for (uint32_t chunk = 0; chunk < kNumChunks; ++chunk) {
-    const uint64_t n = ChunkLength(reg, chunk);
-    std::vector<float> sum = Gradient(0, 0, chunk, n);
-    for (uint32_t w : {1, 2}) {
-      const std::vector<float> g = Gradient(w, 0, chunk, n);
-      for (uint64_t i = 0; i < n; ++i) sum[i] += g[i];
-    }
-    std::vector<float> want = before[chunk];
-    OptimizerState state = (*opt)->NewState(n);
-    (*opt)->Apply(absl::MakeSpan(want), sum.data(), 1.0f / 2, &state);
-    EXPECT_EQ(Floats(a->resp.parameters(chunk).data()), want) << chunk;
-  }
+  ExpectStepOfThreeWorkers(reg, before, 1.0f / 2, a->resp);
 }
 
 TEST(ShardBspTest, DuplicatesWaitAndAreCountedStaleAnsweredAtOnce) {

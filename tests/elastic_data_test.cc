@@ -37,7 +37,7 @@ JobSpec Spec(DataRescale rescale) {
 // their batch. `members(step)`: the ranks that read from a new segment
 // sealed at that step (DataMembers: those with a worker, less leavers).
 // Returns, per epoch, how often each example was read.
-std::map<uint64_t, std::vector<int>> Run(
+std::map<uint64_t, std::vector<int>> RunPlan(
     const JobSpec& spec,
     const std::function<std::vector<uint32_t>(uint64_t)>& members) {
   DataPlan plan;
@@ -87,7 +87,7 @@ void ExpectEachReadOnce(const std::map<uint64_t, std::vector<int>>& reads) {
 TEST(ElasticDataTest, AGrowthAtTheEpochBoundaryReadsEveryExampleOnce) {
   // Rank 2 joins during epoch 0 (step 7 of 30) and reads from epoch 1;
   // rank 1 leaves during epoch 1 (step 35) and reads to its end.
-  ExpectEachReadOnce(Run(Spec(DATA_RESCALE_EPOCH), [](uint64_t step) {
+  ExpectEachReadOnce(RunPlan(Spec(DATA_RESCALE_EPOCH), [](uint64_t step) {
     if (step < 7) return std::vector<uint32_t>{0, 1};
     if (step < 35) return std::vector<uint32_t>{0, 1, 2};
     return std::vector<uint32_t>{0, 2};
@@ -96,7 +96,7 @@ TEST(ElasticDataTest, AGrowthAtTheEpochBoundaryReadsEveryExampleOnce) {
 
 TEST(ElasticDataTest, AGrowthAtOnceSplitsTheRestOfTheEpochOnce) {
   // Rank 2 joins at step 6 (120 examples read, 480 left: 16 steps of 3).
-  ExpectEachReadOnce(Run(Spec(DATA_RESCALE_AT_ONCE), [](uint64_t step) {
+  ExpectEachReadOnce(RunPlan(Spec(DATA_RESCALE_AT_ONCE), [](uint64_t step) {
     return step < 6 ? std::vector<uint32_t>{0, 1}
                     : std::vector<uint32_t>{0, 1, 2};
   }));

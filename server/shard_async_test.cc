@@ -7,6 +7,7 @@
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/optimizer.h"
 #include "server/shard.h"
 #include "server/testing/shard_test_util.h"
 
@@ -61,6 +62,51 @@ TEST(ShardAspTest, AppliesOnArrivalAndRecordsStaleness) {
   auto retry = StartPushPull(shard, reg, 0, 2, 4);
   EXPECT_EQ(retry->resp.duplicates(), 4u);
   EXPECT_EQ(Checksum(shard, "j"), before);
+}
+
+// LR_RULE_LINEAR under ASP and SSP (a job submitted with 2 workers, 4 rank
+// slots): each push is applied on arrival with lr x active / 2, the active
+// count being the membership's when it arrives (3, then 1).
+TEST(ShardAspTest, LinearLrRuleScalesEachPushWithTheActiveWorkers) {
+  for (ConsistencyMode mode : {ASP, SSP}) {
+    SCOPED_TRACE(ConsistencyMode_Name(mode));
+    Shard shard(ShardOptions{});
+    JobSpec spec = Spec(mode, 2);
+    spec.set_max_workers(4);
+    spec.set_lr_rule(LR_RULE_LINEAR);
+    if (mode == SSP) spec.mutable_consistency()->set_staleness(8);
+    RegisterJobRequest reg = Registration("j", spec);
+    reg.set_num_workers(4);
+    RegisterJobResponse resp;
+    ASSERT_TRUE(shard.RegisterJob(reg, &resp).ok());
+    auto opt = Optimizer::Create(reg.spec().optimizer());
+    ASSERT_TRUE(opt.ok());
+    std::vector<std::vector<float>> want = Params(shard, "j");
+    std::vector<OptimizerState> state;
+    for (uint32_t chunk = 0; chunk < kNumChunks; ++chunk) {
+      state.push_back((*opt)->NewState(ChunkLength(reg, chunk)));
+    }
+    // Worker `w`'s step-0 push against `version`, applied with `scale`.
+    auto push = [&](const std::vector<uint32_t>& active, uint32_t w,
+                    uint64_t version, float scale) {
+      SetMembershipRequest m;
+      m.set_job_id("j");
+      for (uint32_t r : active) m.add_active_workers(r);
+      ASSERT_TRUE(shard.SetMembership(m).ok());
+      auto call = StartPushPull(shard, reg, w, 0, version);
+      ASSERT_TRUE(call->done.HasBeenNotified() && call->status.ok());
+      for (uint32_t chunk = 0; chunk < kNumChunks; ++chunk) {
+        const uint64_t n = ChunkLength(reg, chunk);
+        const std::vector<float> g = Gradient(w, 0, chunk, n);
+        (*opt)->Apply(absl::MakeSpan(want[chunk]), g.data(), scale,
+                      &state[chunk]);
+        EXPECT_EQ(Floats(call->resp.parameters(chunk).data()), want[chunk])
+            << chunk;
+      }
+    };
+    push({0, 1, 2}, 2, 0, 3.0f / 2);
+    push({0}, 0, 1, 1.0f / 2);
+  }
 }
 
 TEST(ShardSspTest, BlocksAtStalenessPlusOneAndReleasesWhenSlowestAdvances) {

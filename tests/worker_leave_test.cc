@@ -7,7 +7,6 @@
 // steps it ran: the leaver's up to the step it named, none half-applied.
 #include <string>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
@@ -15,43 +14,12 @@
 #include "proto/coordinator.pb.h"
 #include "tests/local_cluster.h"
 #include "tests/testing/cluster_fixture.h"
+#include "tests/testing/elastic_job.h"
 
 namespace ps {
 namespace {
 
 using ::testing::HasSubstr;
-
-// 4096 / 2 / 16 = 128 steps per epoch, 2048 steps.
-constexpr char kJob[] = R"pb(
-  name: "leave"
-  model { mlp { input_dim: 784 hidden: 32 num_classes: 10 } }
-  data {
-    dataset: "synthetic"
-    batch_size: 16
-    synthetic_train: 4096
-    synthetic_test: 256
-    epochs: 16
-  }
-  optimizer { kind: SGD learning_rate: 0.05 }
-  consistency { mode: BSP step_deadline_ms: 60000 }
-  partition_bytes: 16384
-  seed: 3
-  num_workers: 2
-  on_worker_failure: SHRINK
-)pb";
-
-// The N of "left the coordinator before step N" in a workerd log; -1 when
-// absent.
-int64_t LeftBeforeStep(const std::string& log) {
-  const std::string key = "left the coordinator before step ";
-  const size_t at = log.find(key);
-  if (at == std::string::npos) return -1;
-  const size_t begin = at + key.size();
-  const size_t end = log.find_first_not_of("0123456789", begin);
-  int64_t step = -1;
-  if (!absl::SimpleAtoi(log.substr(begin, end - begin), &step)) return -1;
-  return step;
-}
 
 class WorkerLeaveTest : public ClusterTest {
  protected:
@@ -63,7 +31,8 @@ class WorkerLeaveTest : public ClusterTest {
 };
 
 TEST_F(WorkerLeaveTest, SigtermLeavesAtOnceAndNoStepIsHalfApplied) {
-  const std::string job = Submit(kJob);
+  const std::string job = Submit(
+      ElasticMlpJob("leave", /*epochs=*/16, /*max_workers=*/0));  // 2048 steps;
   JobStatus js;
   ASSERT_TRUE(WaitFor(
       job, [](const JobStatus& s) { return s.progress().step() >= 20; },
@@ -78,7 +47,8 @@ TEST_F(WorkerLeaveTest, SigtermLeavesAtOnceAndNoStepIsHalfApplied) {
   ASSERT_TRUE(exit_code.ok()) << exit_code.status();
   EXPECT_EQ(*exit_code, 0);
   const std::string log = cluster_->Log(absl::StrCat("worker", leaver));
-  const int64_t next_step = LeftBeforeStep(log);
+  const int64_t next_step =
+      NumberAfter(log, "left the coordinator before step ");
   ASSERT_GT(next_step, 0) << log;
 
   // Dropped at once: "left", well within LocalCluster's 3 s worker timeout.

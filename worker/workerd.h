@@ -99,6 +99,12 @@ class Workerd {
                         const std::function<void(const Progress&)>& report,
                         Progress* last);
   absl::StatusOr<TrainTestData> DataFor(const JobSpec& spec);
+  // An elastic data job's plan of `step` (GetDataPlan, workerd_data_plan.cc),
+  // asked again while the step is not planned yet (a joiner waits for the
+  // job's workers to reach it), until the job is aborted or a bound passes.
+  // A plan that leaves this rank out sets scaled_down_.
+  absl::StatusOr<GetDataPlanResponse> AskDataPlan(uint64_t step,
+                                                  uint64_t train_examples);
   std::unique_ptr<grpc::ClientContext> NewContext(
       absl::Duration deadline) const;
   // The job's parameter client options, with shards looked for at the

@@ -235,6 +235,16 @@ class JobCoordinator {
   absl::Status Unregister(const UnregisterRequest& request,
                           UnregisterResponse* response);
 
+  // An elastic data job's worker asks which examples a step reads
+  // (server/coordinator/data_plan.h): answered from the stored plan, or
+  // sealed when it is the next step and the worker reads in the last
+  // segment; a new segment's ranks become the quorum on the shards before
+  // the answer. UNAVAILABLE when the step is not planned yet and this
+  // worker may not seal it (a joiner: ask again); FAILED_PRECONDITION for a
+  // worker without a running elastic job. May block on the shards.
+  absl::Status GetDataPlan(const GetDataPlanRequest& request,
+                           GetDataPlanResponse* response);
+
   // A worker's progress on its job. The leader's (rank 0, or the lowest
   // rank left after SHRINK) becomes the job's progress, with samples_per_s
   // counting only the live workers (the leader reports the rate of all
@@ -349,6 +359,10 @@ class JobCoordinator {
   void EnqueueRegister(const std::string& job_id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EnqueueMembership(const Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A sealed segment of an elastic data job: its ranks become the quorum
+  // (under ASP/SSP added to it); whether it changed (membership queued).
+  bool FollowSegment(Job& job, const DataSegment& segment)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The request RegisterJob sends; nullopt once the job stopped starting.
   std::optional<RegisterJobRequest> RegisterRequest(const std::string& job_id)
       ABSL_LOCKS_EXCLUDED(mu_);

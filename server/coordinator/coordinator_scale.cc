@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "server/coordinator/coordinator.h"
+#include "server/coordinator/data_plan.h"
 #include "server/coordinator/job_scaling.h"
 #include "spdlog/spdlog.h"
 
@@ -41,14 +42,17 @@ void JobCoordinator::MaybeGrow(absl::Time now, CompletedPolls& done) {
       const std::optional<uint32_t> rank = SlotToFill(*job);
       if (!rank.has_value()) break;
       // It starts at the job's last reported step; the steps the others
-      // ran since, it pushes as stale (dropped) and catches up.
-      WorkerRegistry::AssignRank(*worker, job->id(), *rank,
-                                 job->status.progress().step());
+      // ran since, it pushes as stale (dropped) and catches up. An elastic
+      // data job's joiner starts where the plan's next segment will.
+      const uint64_t start = UsesElasticData(job->status.spec())
+                                 ? job->status.data_plan().planned_until()
+                                 : job->status.progress().step();
+      WorkerRegistry::AssignRank(*worker, job->id(), *rank, start);
       FillSlot(*job, *rank, worker->id, worker->name);
       DeliverAssignment(*worker, done);
       grew = true;
     }
-    if (!grew) continue;
+    if (!grew || UsesElasticData(job->status.spec())) continue;
     UpdateScale(*job, now);
     EnqueueMembership(*job);
   }

@@ -12,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "server/coordinator/coordinator.h"
+#include "server/coordinator/data_plan.h"
 #include "server/coordinator/job_scaling.h"
 #include "spdlog/spdlog.h"
 
@@ -81,7 +82,9 @@ absl::Status JobCoordinator::Heartbeat(const HeartbeatRequest& request,
         (*job)->rank_worker[worker->rank] == worker->id) {
       response->set_leads_job(worker->job_id);
     }
-    if (job.ok()) {
+    // An elastic data job's leavers stop where the next segment of its plan
+    // leaves them out (coordinator_data_plan.cc).
+    if (job.ok() && !UsesElasticData((*job)->status.spec())) {
       const std::vector<uint32_t> leaving = LeavingRanks(**job);
       if (std::find(leaving.begin(), leaving.end(), worker->rank) !=
           leaving.end()) {
@@ -268,6 +271,7 @@ bool JobCoordinator::FillAssignment(const Worker& worker,
   RedirectFailedShards(&addresses);
   for (const std::string& address : addresses) a->add_shard_addresses(address);
   a->set_start_step(worker.start_step);
+  a->set_elastic_data(UsesElasticData(job->status.spec()));
   return true;
 }
 

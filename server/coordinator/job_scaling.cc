@@ -1,7 +1,10 @@
 #include "server/coordinator/job_scaling.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "server/coordinator/data_plan.h"
 #include "spdlog/spdlog.h"
 
 namespace ps {
@@ -69,9 +72,30 @@ std::vector<uint32_t> LeavingRanks(const JobTable::Job& job) {
   return leaving;
 }
 
+size_t StaffedRanks(const JobTable::Job& job) {
+  if (!UsesElasticData(job.status.spec())) return job.active.size();
+  size_t staffed = 0;
+  for (uint32_t rank = 0; rank < job.rank_worker.size(); ++rank) {
+    staffed += !job.rank_worker[rank].empty() || job.active.count(rank) > 0;
+  }
+  return staffed;
+}
+
+std::vector<uint32_t> DataMembers(const JobTable::Job& job) {
+  std::vector<uint32_t> members;
+  for (uint32_t rank = 0; rank < job.rank_worker.size(); ++rank) {
+    if (!job.rank_worker[rank].empty()) members.push_back(rank);
+  }
+  // A scale down keeps the lowest ranks; the others read no more, even
+  // while their workers have not unregistered yet.
+  const uint32_t target = job.status.scale().target_workers();
+  if (target > 0 && members.size() > target) members.resize(target);
+  return members;
+}
+
 std::optional<uint32_t> SlotToFill(const JobTable::Job& job) {
   if (job.status.state() != RUNNING || !ScaleInProgress(job) ||
-      job.active.size() >= job.status.scale().target_workers()) {
+      StaffedRanks(job) >= job.status.scale().target_workers()) {
     return std::nullopt;
   }
   for (uint32_t rank = 0; rank < job.rank_worker.size(); ++rank) {
@@ -87,7 +111,8 @@ void FillSlot(JobTable::Job& job, uint32_t rank, const std::string& worker_id,
   job.rank_worker[rank] = worker_id;
   job.rank_name[rank] = name;
   job.rank_finished[rank] = false;
-  job.active.insert(rank);
+  // An elastic data job's joiner counts from the next segment of its plan.
+  if (!UsesElasticData(job.status.spec())) job.active.insert(rank);
   while (job.status.workers_size() <= static_cast<int>(rank)) {
     job.status.add_workers("");
   }
@@ -114,10 +139,14 @@ void LogLearningRate(const JobTable::Job& job) {
   if (spec.lr_rule() != LR_RULE_LINEAR || spec.num_workers() == 0) return;
   const double lr = spec.optimizer().learning_rate();
   const size_t active = job.active.size();
+  // BSP: a step sums the active workers' pushes; ASP/SSP: each push is
+  // applied alone, a round of them (one per active worker) the global batch.
+  const bool bsp = spec.consistency().mode() == BSP;
   spdlog::info(
-      "job {}: {} workers per step: learning rate {} x {}/{} = {} "
+      "job {}: {} workers {}: learning rate {} x {}/{} = {} "
       "(lr_rule LR_RULE_LINEAR)",
-      job.id(), active, lr, active, spec.num_workers(),
+      job.id(), active, bsp ? "per step" : "active, each push", lr, active,
+      spec.num_workers(),
       lr * static_cast<double>(active) / spec.num_workers());
 }
 

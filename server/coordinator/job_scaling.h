@@ -45,12 +45,21 @@ bool ScaleInProgress(const JobTable::Job& job);
 // which are to leave; empty otherwise.
 std::vector<uint32_t> LeavingRanks(const JobTable::Job& job);
 
+// The ranks that count toward a scale's target: the active ones, and for
+// an elastic data job also those given to a worker that waits for the next
+// segment of the plan.
+size_t StaffedRanks(const JobTable::Job& job);
+
+// An elastic data job's ranks for the next segment of its plan: those held
+// by a worker, at most the scale's target of them (the lowest; ascending).
+std::vector<uint32_t> DataMembers(const JobTable::Job& job);
+
 // A running job growing toward its target: its lowest free slot (no worker,
 // not active); nullopt when none is to be filled.
 std::optional<uint32_t> SlotToFill(const JobTable::Job& job);
 
 // Gives the free slot `rank` to worker `worker_id` named `name`: it joins
-// the quorum.
+// the quorum (an elastic data job's: at the next segment of its plan).
 void FillSlot(JobTable::Job& job, uint32_t rank, const std::string& worker_id,
               const std::string& name);
 
@@ -59,8 +68,8 @@ void FillSlot(JobTable::Job& job, uint32_t rank, const std::string& worker_id,
 void UpdateScale(JobTable::Job& job, absl::Time now);
 
 // Logs the learning rate a membership of `job` steps with under its
-// JobSpec.lr_rule (LR_RULE_LINEAR: lr x active / num_workers; nothing for
-// LR_RULE_NONE, whose rate never changes).
+// JobSpec.lr_rule (LR_RULE_LINEAR: lr x active / num_workers, per BSP step
+// or per ASP/SSP push; nothing for LR_RULE_NONE, whose rate never changes).
 void LogLearningRate(const JobTable::Job& job);
 
 }  // namespace ps

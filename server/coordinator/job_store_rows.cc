@@ -21,6 +21,7 @@ std::string StatusBytes(const JobStatus& status) {
   light.set_start_time_s(status.start_time_s());
   light.set_end_time_s(status.end_time_s());
   if (status.has_scale()) *light.mutable_scale() = status.scale();
+  if (status.has_data_plan()) *light.mutable_data_plan() = status.data_plan();
   return light.SerializeAsString();
 }
 

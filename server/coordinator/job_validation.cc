@@ -13,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "core/optimizer_spec.h"
 #include "core/table_spec.h"
+#include "server/coordinator/data_plan.h"
 
 namespace ps {
 namespace {
@@ -468,10 +469,18 @@ std::vector<std::string> ValidateJobSpec(const JobSpec& spec,
   }
   if (!LrRule_IsValid(spec.lr_rule())) {
     p.Add("lr_rule", absl::StrFormat("unknown rule %d", spec.lr_rule()));
-  } else if (spec.lr_rule() == LR_RULE_LINEAR &&
-             (spec.consistency().mode() != BSP || spec.tables_size() > 0)) {
+  } else if (spec.lr_rule() == LR_RULE_LINEAR && spec.tables_size() > 0) {
     p.Add("lr_rule",
-          "LR_RULE_LINEAR needs BSP and no sparse tables (not built yet)");
+          "LR_RULE_LINEAR needs a job without sparse tables (not built yet)");
+  }
+  if (!DataRescale_IsValid(spec.data_rescale())) {
+    p.Add("data_rescale",
+          absl::StrFormat("unknown value %d", spec.data_rescale()));
+  } else if (spec.data_rescale() != DATA_RESCALE_EPOCH &&
+             !UsesElasticData(spec)) {
+    p.Add("data_rescale",
+          "only an elastic job (max_workers set) of an mlp or cnn model "
+          "splits its data over the active workers");
   }
   CheckData(spec, ctx, p);
   CheckPartitioning(spec, p);

@@ -13,6 +13,23 @@ ShardOpQueue::ShardOpQueue(ShardControl* shards, uint32_t num_shards)
 void ShardOpQueue::Enqueue(std::function<void()> op) {
   absl::MutexLock lock(&mu_);
   ops_.push_back(std::move(op));
+  ++queued_;
+}
+
+void ShardOpQueue::DrainAll() {
+  uint64_t ticket;
+  {
+    absl::MutexLock lock(&mu_);
+    ticket = queued_;
+  }
+  Drain();
+  absl::MutexLock lock(&mu_);
+  struct Ran {
+    const uint64_t* finished;
+    uint64_t ticket;
+    bool operator()() const { return *finished >= ticket; }
+  } ran{&finished_, ticket};
+  mu_.Await(absl::Condition(&ran));
 }
 
 void ShardOpQueue::Drain() {
@@ -33,6 +50,8 @@ void ShardOpQueue::Drain() {
       ops_.pop_front();
     }
     op();
+    absl::MutexLock lock(&mu_);
+    ++finished_;
   }
 }
 

@@ -84,6 +84,10 @@ class ShardOpQueue {
   // Runs what is queued (see the class comment). Blocks for as long as the
   // shard calls take.
   void Drain() ABSL_LOCKS_EXCLUDED(mu_);
+  // As Drain, and returns only once every operation queued before the call
+  // has run, on this thread or the one draining. Blocks for as long as the
+  // shard calls take (each has its deadline).
+  void DrainAll() ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   void Enqueue(std::function<void()> op) ABSL_LOCKS_EXCLUDED(mu_);
@@ -98,6 +102,9 @@ class ShardOpQueue {
 
   absl::Mutex mu_;
   std::deque<std::function<void()>> ops_ ABSL_GUARDED_BY(mu_);
+  // Operations ever queued, and ever run to their end (DrainAll).
+  uint64_t queued_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t finished_ ABSL_GUARDED_BY(mu_) = 0;
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
 };
 

@@ -114,8 +114,19 @@ void BufferBspGradient(Job& job, Chunk& c, uint32_t worker, uint64_t step,
   if (ApplyStepIfReady(job, c, ready)) advanced->push_back(&c);
 }
 
-// ASP/SSP: applies the gradient on arrival, undivided, unless this worker's
-// step was already applied to `c`.
+// ASP/SSP: the scale of a push. LR_RULE_NONE: 1 (the job's rate per push).
+// LR_RULE_LINEAR: the global batch is a round of pushes, one per active
+// rank, so a push is applied with lr x active / submitted num_workers: the
+// job's rate at the submitted count, linear in the workers beyond it.
+float AspScale(const Job& job) {
+  if (job.linear_lr_workers == 0) return 1.0f;
+  const uint32_t active = job.active_count.load(std::memory_order_acquire);
+  return static_cast<float>(std::max(active, 1u)) /
+         static_cast<float>(job.linear_lr_workers);
+}
+
+// ASP/SSP: applies the gradient on arrival (scaled by AspScale), unless
+// this worker's step was already applied to `c`.
 void ApplyAspGradient(Job& job, Chunk& c, uint32_t worker, uint64_t step,
                       const GradientIn& g, PushTally* tally,
                       std::vector<WaiterPtr>* ready,
@@ -144,7 +155,7 @@ void ApplyAspGradient(Job& job, Chunk& c, uint32_t worker, uint64_t step,
     grad = scratch.data();
   }
   const uint64_t t0 = NowNanos();
-  ApplyToValues(job, c, grad, 1.0f);
+  ApplyToValues(job, c, grad, AspScale(job));
   job.counters.apply_ns.Record(NowNanos() - t0);
   job.counters.applies.fetch_add(1, std::memory_order_relaxed);
   ++tally->accepted;
@@ -274,9 +285,12 @@ void ChangeMembership(Job& job, const std::vector<uint8_t>& active,
   {
     absl::MutexLock l(&job.waits.mu);
     job.waits.active = active;
+    uint32_t count = 0;
     for (uint32_t r = 0; r < job.num_workers; ++r) {
       job.is_active[r].store(active[r] != 0, std::memory_order_release);
+      count += active[r] != 0;
     }
+    job.active_count.store(count, std::memory_order_release);
     if (job.mode == SSP) ReleaseClockWaiters(job, ready);
   }
   for (const std::unique_ptr<Chunk>& c : job.chunks) {

@@ -273,9 +273,11 @@ class Job {
   JobSpec spec;
   Placement placement;
   uint32_t num_workers = 0;
-  // LR_RULE_LINEAR (JobSpec.lr_rule): a BSP step's summed gradient is
-  // divided by this (the submitted num_workers) instead of by the pushes
-  // that arrived, so the update grows linearly with them. 0: the mean.
+  // LR_RULE_LINEAR (JobSpec.lr_rule): the submitted num_workers. BSP: a
+  // step's summed gradient is divided by this instead of by the pushes that
+  // arrived, so the update grows linearly with them. ASP/SSP: each push is
+  // applied with lr x active_count / this (a round of pushes, one per
+  // active rank, is the global batch). 0: the rule is NONE.
   uint32_t linear_lr_workers = 0;
   ConsistencyMode mode = BSP;
   uint32_t staleness_bound = 0;
@@ -319,6 +321,8 @@ class Job {
   // Lock-free mirror of WaitState::active for request validation, so
   // pushes need no job-wide lock to check their sender.
   std::unique_ptr<std::atomic<bool>[]> is_active;
+  // How many of is_active are set (ASP/SSP under LR_RULE_LINEAR).
+  std::atomic<uint32_t> active_count{0};
 
   JobCounters counters;
   ReasonCounts rejected;  // JobStats.rejected

@@ -258,9 +258,12 @@ absl::Status InitChunks(uint32_t shard_id, Job& job) {
 void InitJobState(Job& job, const std::vector<uint8_t>& active) {
   job.counters.workers = std::make_unique<WorkerCounters[]>(job.num_workers);
   job.is_active = std::make_unique<std::atomic<bool>[]>(job.num_workers);
+  uint32_t count = 0;
   for (uint32_t r = 0; r < job.num_workers; ++r) {
     job.is_active[r].store(active[r] != 0);
+    count += active[r] != 0;
   }
+  job.active_count.store(count);
   if (job.delta_pulls) {
     for (const std::unique_ptr<Chunk>& c : job.chunks) {
       absl::MutexLock l(&c->mu);

@@ -224,6 +224,15 @@ grpc::ServerUnaryReactor* CoordinatorService::Unregister(
       ctx, [req, resp](JobCoordinator& c) { return c.Unregister(*req, resp); });
 }
 
+grpc::ServerUnaryReactor* CoordinatorService::GetDataPlan(
+    grpc::CallbackServerContext* ctx, const GetDataPlanRequest* req,
+    GetDataPlanResponse* resp) {
+  // A new segment waits on the shards (the membership change).
+  return Serial(ctx, [req, resp](JobCoordinator& c) {
+    return c.GetDataPlan(*req, resp);
+  });
+}
+
 grpc::ServerUnaryReactor* CoordinatorService::GetAssignment(
     grpc::CallbackServerContext* ctx, const GetAssignmentRequest* req,
     GetAssignmentResponse* resp) {

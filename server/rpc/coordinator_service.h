@@ -125,6 +125,9 @@ class CoordinatorService final : public Coordinator::CallbackService {
   grpc::ServerUnaryReactor* Unregister(grpc::CallbackServerContext* ctx,
                                        const UnregisterRequest* req,
                                        UnregisterResponse* resp) override;
+  grpc::ServerUnaryReactor* GetDataPlan(grpc::CallbackServerContext* ctx,
+                                        const GetDataPlanRequest* req,
+                                        GetDataPlanResponse* resp) override;
   grpc::ServerUnaryReactor* GetHistory(grpc::CallbackServerContext* ctx,
                                        const GetHistoryRequest* req,
                                        GetHistoryResponse* resp) override;

@@ -30,6 +30,9 @@ int Status(const Args& a, std::ostream& out, std::ostream& err) {
     if (std::string scale = FormatScale(job.scale()); !scale.empty()) {
       out << scale << "\n";
     }
+    if (std::string data = FormatDataPlan(job.data_plan()); !data.empty()) {
+      out << data << "\n";
+    }
   }
   return kExitOk;
 }
@@ -80,6 +83,16 @@ std::string FormatScale(const ScaleStatus& s) {
       s.reached_s() > 0 ? absl::StrFormat("reached %.1f s after the command",
                                           s.reached_s() - s.requested_s())
                         : std::string("in progress"));
+}
+
+std::string FormatDataPlan(const DataPlan& plan) {
+  if (plan.segments_size() == 0) return "";
+  const DataSegment& s = plan.segments(plan.segments_size() - 1);
+  return absl::StrFormat(
+      "data: epoch %d from step %d over ranks %s (%d examples of it read "
+      "before)%s",
+      s.epoch(), s.start_step(), absl::StrJoin(s.ranks(), ", "), s.offset(),
+      plan.done() ? ", every epoch planned" : "");
 }
 
 int Scale(const Args& a, std::ostream& out, std::ostream& err) {

@@ -6,6 +6,8 @@ namespace ps {
 
 ProgressMeter::ProgressMeter(Options options)
     : options_(std::move(options)),
+      total_steps_(options_.total_steps),
+      num_workers_(options_.num_workers),
       report_interval_(std::chrono::duration_cast<Clock::duration>(
           absl::ToChronoNanoseconds(options_.report_interval))),
       run_start_(Now()),
@@ -32,7 +34,7 @@ void ProgressMeter::AddStep(Clock::duration data, Clock::duration compute,
 
 bool ProgressMeter::ReportDue(uint64_t step_done,
                               Clock::time_point step_end) const {
-  if (step_done >= options_.total_steps) return false;  // the final follows
+  if (step_done >= total_steps_) return false;  // the final follows
   return (options_.report_every_steps > 0 &&
           steps_since_report_ >= options_.report_every_steps) ||
          step_end - last_report_ >= report_interval_;
@@ -43,7 +45,9 @@ void ProgressMeter::Report(
     const std::function<void(const Progress&)>& on_progress) {
   progress_.set_step(step_done);
   progress_.set_epoch(
-      static_cast<uint32_t>(step_done / options_.steps_per_epoch));
+      epoch_.has_value()
+          ? *epoch_
+          : static_cast<uint32_t>(step_done / options_.steps_per_epoch));
   if (examples_ > 0) {
     progress_.set_loss(static_cast<float>(loss_sum_ / examples_));
     progress_.set_train_accuracy(static_cast<float>(
@@ -51,10 +55,10 @@ void ProgressMeter::Report(
   }
   const double loop_s = train_s();
   progress_.set_samples_per_s(
-      loop_s > 0.0 ? static_cast<float>(static_cast<double>(steps_run_) *
-                                        options_.batch_size *
-                                        options_.num_workers / loop_s)
-                   : 0.0f);
+      loop_s > 0.0
+          ? static_cast<float>(static_cast<double>(steps_run_) *
+                               options_.batch_size * num_workers_ / loop_s)
+          : 0.0f);
   progress_.set_data_s(data_s_);
   progress_.set_compute_s(compute_s_);
   progress_.set_comm_s(comm_s_);

@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <optional>
 
 #include "absl/time/time.h"
 #include "proto/coordinator.pb.h"
@@ -57,6 +58,17 @@ class ProgressMeter {
   // report follows it.
   bool ReportDue(uint64_t step_done, Clock::time_point step_end) const;
 
+  // An elastic data job's position, from its plan (elastic_batches.h):
+  // the job's steps as now estimated, the epoch the next step reads and the
+  // workers reading it. They replace Options' total_steps, steps_per_epoch
+  // and num_workers in the reports from now on.
+  void SetPlan(uint64_t total_steps, uint32_t epoch, uint32_t num_workers) {
+    total_steps_ = total_steps;
+    epoch_ = epoch;
+    num_workers_ = num_workers;
+    progress_.set_total_steps(total_steps);
+  }
+
   // Whether the steps overlap communication with compute (reported).
   void SetOverlap(bool overlap) { progress_.set_overlap(overlap); }
 
@@ -96,6 +108,9 @@ class ProgressMeter {
   }
 
   const Options options_;
+  uint64_t total_steps_;
+  std::optional<uint32_t> epoch_;  // SetPlan's; else step / steps_per_epoch
+  uint32_t num_workers_;
   const Clock::duration report_interval_;
   const Clock::time_point run_start_;
   Progress progress_;

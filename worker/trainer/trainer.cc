@@ -91,11 +91,25 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
     PS_ASSIGN_OR_RETURN(options.data,
                         LoadDataset(job.data(), options.data_dir, job.seed()));
   }
-  PS_ASSIGN_OR_RETURN(ShardPlan plan,
-                      ShardPlan::Create(options.data.train->size(),
-                                        options.rank, options.num_workers,
-                                        job.data().batch_size(), job.seed()));
-  const uint64_t total = plan.steps_per_epoch() * job.data().epochs();
+  std::optional<ShardPlan> plan;
+  std::unique_ptr<ElasticBatches> elastic;
+  if (options.data_plan) {
+    PS_ASSIGN_OR_RETURN(
+        ElasticSampler sampler,
+        ElasticSampler::Create(options.data.train->size(),
+                               job.data().batch_size(), job.seed()));
+    elastic = std::make_unique<ElasticBatches>(
+        options.data.train, std::move(sampler), options.rank,
+        job.data().epochs(), options.data_plan);
+  } else {
+    PS_ASSIGN_OR_RETURN(
+        plan, ShardPlan::Create(options.data.train->size(), options.rank,
+                                options.num_workers, job.data().batch_size(),
+                                job.seed()));
+  }
+  // An elastic job's steps are the plan's: no fixed end to check against.
+  const uint64_t total = plan ? plan->steps_per_epoch() * job.data().epochs()
+                              : std::numeric_limits<uint64_t>::max();
   if (options.start_step > total) {
     return absl::InvalidArgumentError(
         absl::StrFormat("start_step: %d is past the job's %d steps",
@@ -117,9 +131,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
     spdlog::info("job {}: kernels: {}", job.name(), choice);
   }
   PS_RETURN_IF_ERROR(CheckModelFitsData(*devices, options.data));
-  return std::unique_ptr<Trainer>(new Trainer(std::move(options), client,
-                                              std::move(plan),
-                                              std::move(devices), nullptr));
+  return std::unique_ptr<Trainer>(
+      new Trainer(std::move(options), client, std::move(plan),
+                  std::move(devices), nullptr, std::move(elastic)));
 }
 
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::CreateLab(
@@ -139,16 +153,25 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::CreateLab(
 Trainer::Trainer(TrainerOptions options, ParameterClient* client,
                  std::optional<ShardPlan> plan,
                  std::unique_ptr<DeviceGroup> devices,
-                 std::unique_ptr<LabWorkload> lab)
+                 std::unique_ptr<LabWorkload> lab,
+                 std::unique_ptr<ElasticBatches> elastic)
     : options_(std::move(options)),
       client_(client),
       plan_(std::move(plan)),
       devices_(std::move(devices)),
       lab_(std::move(lab)),
-      steps_per_epoch_(lab_ ? lab_->steps_per_epoch()
-                            : plan_->steps_per_epoch()),
-      batch_size_(lab_ ? options_.job.data().batch_size()
-                       : plan_->batch_size()),
+      elastic_(std::move(elastic)),
+      // An elastic job's until its first plan: the submitted workers'.
+      steps_per_epoch_(
+          lab_ ? lab_->steps_per_epoch()
+          : plan_
+              ? plan_->steps_per_epoch()
+              : std::max<uint64_t>(
+                    1, StepsPerEpoch(options_.data.train->size(),
+                                     std::max(1u, options_.job.num_workers()),
+                                     options_.job.data().batch_size()))),
+      batch_size_(plan_ ? plan_->batch_size()
+                        : options_.job.data().batch_size()),
       total_steps_(steps_per_epoch_ * options_.job.data().epochs()),
       evaluator_((options_.rank == 0 || options_.leader) && devices_
                      ? std::make_unique<Evaluator>(
@@ -174,12 +197,25 @@ absl::Status Trainer::PullInitial() {
   return absl::OkStatus();
 }
 
-absl::Status Trainer::Step(uint64_t t, BatchLoader& loader,
+absl::StatusOr<std::unique_ptr<Batch>> Trainer::PopBatch(uint64_t t,
+                                                         BatchLoader* loader) {
+  if (elastic_) return elastic_->Fill(t);
+  return loader->Pop(absl::Now() + options_.data_timeout);
+}
+
+void Trainer::RecycleBatch(BatchLoader* loader, std::unique_ptr<Batch> b) {
+  if (elastic_) {
+    elastic_->Recycle(std::move(b));
+  } else {
+    loader->Recycle(std::move(b));
+  }
+}
+
+absl::Status Trainer::Step(uint64_t t, BatchLoader* loader,
                            Clock::time_point* step_end) {
   StepMarks marks(options_.tracer, t);
   const Clock::time_point t0 = Clock::now();
-  PS_ASSIGN_OR_RETURN(std::unique_ptr<Batch> b,
-                      loader.Pop(absl::Now() + options_.data_timeout));
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<Batch> b, PopBatch(t, loader));
   const Clock::time_point t1 = Clock::now();
   marks.Phase(TRACE_DATA_WAIT);
   double loss = 0.0;
@@ -188,7 +224,7 @@ absl::Status Trainer::Step(uint64_t t, BatchLoader& loader,
       params_.data(), b->x.data(), b->labels.data(), b->size, grad_.data(),
       &loss, &correct, /*hooks=*/nullptr,
       StepTrace{marks.recorder(), marks.step()});
-  loader.Recycle(std::move(b));
+  RecycleBatch(loader, std::move(b));
   const Clock::time_point t2 = Clock::now();
   marks.Phase(TRACE_COMPUTE);
   PS_RETURN_IF_ERROR(s);
@@ -200,12 +236,11 @@ absl::Status Trainer::Step(uint64_t t, BatchLoader& loader,
   return absl::OkStatus();
 }
 
-absl::Status Trainer::OverlapStep(uint64_t t, BatchLoader& loader,
+absl::Status Trainer::OverlapStep(uint64_t t, BatchLoader* loader,
                                   Clock::time_point* step_end) {
   StepMarks marks(options_.tracer, t);
   const Clock::time_point t0 = Clock::now();
-  PS_ASSIGN_OR_RETURN(std::unique_ptr<Batch> b,
-                      loader.Pop(absl::Now() + options_.data_timeout));
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<Batch> b, PopBatch(t, loader));
   const Clock::time_point t1 = Clock::now();
   marks.Phase(TRACE_DATA_WAIT);
   // Exposed communication: this thread blocked on a layer's parameters.
@@ -232,7 +267,7 @@ absl::Status Trainer::OverlapStep(uint64_t t, BatchLoader& loader,
   absl::Status s = devices_->ComputeGradient(
       params_.data(), b->x.data(), b->labels.data(), b->size, grad_.data(),
       &loss, &correct, &hooks, StepTrace{marks.recorder(), marks.step()});
-  loader.Recycle(std::move(b));
+  RecycleBatch(loader, std::move(b));
   if (!s.ok()) {
     pipeline_->Discard(s);
     return s;
@@ -329,6 +364,24 @@ absl::Status Trainer::AfterStep(uint64_t done, Clock::time_point step_end,
   return absl::OkStatus();
 }
 
+absl::Status Trainer::PrepareElastic(uint64_t t, bool* run) {
+  PS_ASSIGN_OR_RETURN(ElasticBatches::Next next, elastic_->Prepare(t));
+  if (next == ElasticBatches::Next::kLeave) {
+    next_step_ = t;
+    return absl::CancelledError(absl::StrFormat(
+        "scaled down: rank %d reads no data from step %d", options_.rank, t));
+  }
+  *run = next == ElasticBatches::Next::kRun;
+  if (!*run) {
+    total_steps_ = t;  // the plan's end: every epoch was read
+    meter_->SetPlan(t, options_.job.data().epochs(), elastic_->workers());
+    return absl::OkStatus();
+  }
+  total_steps_ = elastic_->EstimatedTotalSteps();
+  meter_->SetPlan(total_steps_, elastic_->epoch(), elastic_->workers());
+  return absl::OkStatus();
+}
+
 absl::Status Trainer::Run(const ProgressCallback& on_progress,
                           const AbortCheck& should_abort) {
   ProgressMeter::Options meter;
@@ -379,21 +432,32 @@ absl::Status Trainer::RunSteps(const ProgressCallback& on_progress,
         BatchLoader::Create(options_.data.train, *plan_, options_.start_step,
                             total_steps_, loader_options));
   }
+  next_step_ = options_.start_step;
+  bool run = true;
+  // A joiner's first plan waits for the job's workers to seal its step.
+  if (elastic_) {
+    PS_RETURN_IF_ERROR(PrepareElastic(options_.start_step, &run));
+  }
+  if (!run) return absl::OkStatus();
   PS_RETURN_IF_ERROR(PullInitial());
 
-  next_step_ = options_.start_step;
   for (uint64_t t = options_.start_step; t < total_steps_; ++t) {
     next_step_ = t;
     if (should_abort && should_abort()) {
       return AtStep(t, absl::CancelledError("job aborted"));
+    }
+    if (elastic_ && t > options_.start_step) {
+      absl::Status s = PrepareElastic(t, &run);
+      if (!s.ok()) return AtStep(t, s);
+      if (!run) break;
     }
     Clock::time_point step_end;
     absl::Status s;
     if (lab_) {
       s = pipeline_ ? OverlapLabStep(t, &step_end) : LabStep(t, &step_end);
     } else {
-      s = pipeline_ ? OverlapStep(t, *loader, &step_end)
-                    : Step(t, *loader, &step_end);
+      s = pipeline_ ? OverlapStep(t, loader.get(), &step_end)
+                    : Step(t, loader.get(), &step_end);
     }
     if (s.ok()) s = AfterStep(t + 1, step_end, on_progress);
     if (!s.ok()) return AtStep(t, s);

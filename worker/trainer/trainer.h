@@ -107,6 +107,7 @@
 #include "worker/data/loader.h"
 #include "worker/data/shard.h"
 #include "worker/trainer/device_group.h"
+#include "worker/trainer/elastic_batches.h"
 #include "worker/trainer/evaluator.h"
 #include "worker/trainer/exchange_pipeline.h"
 #include "worker/trainer/lab_workload.h"
@@ -163,6 +164,14 @@ struct TrainerOptions {
   // many exchanges (ExchangePipeline::Options::max_exchanges_per_step).
   int max_exchanges_per_step = kDefaultMaxInflightPerShard;
 
+  // An elastic data job (Assignment.elastic_data): each step's examples
+  // follow the coordinator's data plan (elastic_batches.h) instead of a
+  // fixed split over num_workers; the job's steps end where the plan says
+  // (total_steps() is an estimate until then), and a rank left out of the
+  // plan stops before that step (Run: kCancelled, "scaled down"). Null:
+  // the fixed split (ShardPlan). Unused by a lab model.
+  ElasticBatches::AskPlan data_plan;
+
   // Step timelines (psctl trace); borrowed, must outlive the trainer; null:
   // none. The steps it covers record TRACE_STEP, TRACE_DATA_WAIT,
   // TRACE_COMPUTE, TRACE_COMM_WAIT and the devices' spans; every step
@@ -213,7 +222,8 @@ class Trainer {
   // One of `plan` + `devices` (a model trained on data) or `lab`.
   Trainer(TrainerOptions options, ParameterClient* client,
           std::optional<ShardPlan> plan, std::unique_ptr<DeviceGroup> devices,
-          std::unique_ptr<LabWorkload> lab);
+          std::unique_ptr<LabWorkload> lab,
+          std::unique_ptr<ElasticBatches> elastic = nullptr);
   // Create for a lab model (options validated).
   static absl::StatusOr<std::unique_ptr<Trainer>> CreateLab(
       TrainerOptions options, ParameterClient* client);
@@ -222,11 +232,18 @@ class Trainer {
   absl::Status PullInitial();
   // One step: its batch, the gradient, PushPull; the time split goes to
   // meter_. `*step_end` is when PushPull returned.
-  absl::Status Step(uint64_t t, BatchLoader& loader,
+  absl::Status Step(uint64_t t, BatchLoader* loader,
                     Clock::time_point* step_end);
+  // Step t's batch: the loader's, or elastic_'s (loader null).
+  absl::StatusOr<std::unique_ptr<Batch>> PopBatch(uint64_t t,
+                                                  BatchLoader* loader);
+  void RecycleBatch(BatchLoader* loader, std::unique_ptr<Batch> b);
+  // An elastic data job, before step t: its plan (the job's end, or this
+  // rank leaving), and the estimates in meter_. *run false: stop before t.
+  absl::Status PrepareElastic(uint64_t t, bool* run);
   // The overlapped step: as Step, with per-layer waits in forward and
   // exchanges started from backward.
-  absl::Status OverlapStep(uint64_t t, BatchLoader& loader,
+  absl::Status OverlapStep(uint64_t t, BatchLoader* loader,
                            Clock::time_point* step_end);
   // Waits for every exchange in flight (none without overlap), the time as
   // communication; the first exchange error.
@@ -251,9 +268,12 @@ class Trainer {
   const std::optional<ShardPlan> plan_;         // none for a lab model
   const std::unique_ptr<DeviceGroup> devices_;  // null for a lab model
   const std::unique_ptr<LabWorkload> lab_;      // lab model only
+  // Elastic data jobs only (TrainerOptions::data_plan); else plan_ is set.
+  const std::unique_ptr<ElasticBatches> elastic_;
   const uint64_t steps_per_epoch_;
   const uint64_t batch_size_;
-  const uint64_t total_steps_;
+  // Fixed, unless elastic_: then re-estimated at each plan.
+  uint64_t total_steps_;
   uint64_t next_step_ = 0;
   // Rank 0 of a model trained on data only (else null); uses devices_.
   const std::unique_ptr<Evaluator> evaluator_;

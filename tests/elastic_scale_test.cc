@@ -120,6 +120,8 @@ TEST_F(ElasticScaleTest, GrowsTwoToFourAndBackWithNoUpdateLostOrRepeated) {
     const int64_t left = NumberAfter(log, "left the coordinator before step ");
     end[rank] = left >= 0 ? left : static_cast<int64_t>(total);
   }
+  SCOPED_TRACE(absl::StrCat("ranks 2, 3 ran steps [", start[2], ", ", end[2],
+                            ") and [", start[3], ", ", end[3], ")"));
   EXPECT_EQ(start[0], 0);
   EXPECT_EQ(start[1], 0);
   EXPECT_EQ(end[0], static_cast<int64_t>(total));
@@ -152,6 +154,8 @@ TEST_F(ElasticScaleTest, GrowsTwoToFourAndBackWithNoUpdateLostOrRepeated) {
     const uint64_t joined_steps = (end[2] - start[2]) + (end[3] - start[3]);
     EXPECT_EQ(joined_pushes, joined_steps * stats.chunks());
     EXPECT_EQ(stats.stale_pushes(), 0u);
+    // A leaver's last step is in before the quorum leaves it out.
+    EXPECT_EQ(stats.rejected().count("inactive_worker"), 0u);
   }
 }
 

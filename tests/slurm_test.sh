@@ -17,6 +17,10 @@
 #   4. scancel mid-job (run before 3): every daemon of the job exits within
 #      Slurm's KillWait, psd stops cleanly on the SIGTERM and writes its last
 #      checkpoint, Slurm records CANCELLED.
+#   5. (run before 3) A worker node added to a running elastic job by a
+#      second sbatch (tools/slurm/ps_workers.sbatch), then the job scaled
+#      back with psctl scale: the added Slurm job ends COMPLETED 0:0 while
+#      the training job runs on, and the training job SUCCEEDS.
 #   3. Bad input: the script outside Slurm, and with a node list scontrol
 #      cannot expand, exits 2 naming the variable and writes nothing.
 # Every daemon, process and file it started is removed on exit, pass or
@@ -323,6 +327,55 @@ if [[ -n ${id:-} ]] && wait_for "job $id to train" 120 training "$id"; then
   # The registration checkpoint, then the last one psd wrote as it stopped.
   n=$(ls "ps-$id/checkpoints" 2>/dev/null | grep -c "shard0\..*\.ckpt")
   [[ $n -ge 2 ]] || fail "case 4: $n checkpoint(s), want the last one written at SIGTERM too"
+fi
+
+# --- Case 5 (before 3): a worker node added to a running job by a second
+# sbatch (tools/slurm/ps_workers.sbatch), then scaled away again while the
+# job goes on.
+cat >grow.pbtxt <<'EOF'
+name: "slurm-grow"
+model { mlp { input_dim: 784 hidden: 64 num_classes: 10 } }
+data { dataset: "fashion-mnist" batch_size: 64 epochs: 12 }
+optimizer { kind: SGD learning_rate: 0.05 momentum: 0.9 }
+consistency { mode: BSP }
+num_workers: 2
+max_workers: 3
+seed: 42
+on_worker_failure: SHRINK
+EOF
+wait_for "3 idle nodes after case 4" 60 three_idle
+id=$(submit grow.pbtxt) || fail "sbatch failed"
+psctl5() { "$BIN/tools/psctl/psctl" --cluster="ps-$id/cluster.pbtxt" "$@"; }
+active_workers() { # psctl status's scale line: "scale: F -> T workers, N active"
+  psctl5 status job-000001 2>/dev/null | grep -q "scale: .* $1 active"
+}
+running() { psctl5 status job-000001 2>/dev/null | grep -q "RUNNING"; }
+job_state() { scontrol show job "$1" 2>/dev/null | grep -o "JobState=[A-Z_]*"; }
+add_ended() { [[ $(job_state "$1") =~ =(COMPLETED|FAILED|CANCELLED|TIMEOUT)$ ]]; }
+if [[ -n ${id:-} ]] && wait_for "job $id to train" 120 training "$id"; then
+  add=$(sbatch --parsable -N1 --output="$TMP/work/slurm-%j.out" \
+    "$HOME_DIR/tools/slurm/ps_workers.sbatch" "ps-$id" job-000001 3 \
+    --workerd-config=workerd_extra.pbtxt) || fail "case 5: sbatch ps_workers.sbatch failed"
+  if [[ -n ${add:-} ]] && wait_for "job $id to reach 3 workers" 120 active_workers 3; then
+    echo "slurm_test: case 5: Slurm job $add added a worker: $(psctl5 status job-000001 | grep scale:)"
+    psctl5 scale job-000001 --workers=2 || fail "case 5: psctl scale --workers=2 refused"
+    if wait_for "the added Slurm job $add to end" 120 add_ended "$add"; then
+      running || fail "case 5: job $id no longer ran once the added worker had left"
+      code=$(scontrol show job "$add" | grep -o "\bExitCode=[0-9:]*")
+      [[ $(job_state "$add") == JobState=COMPLETED && $code == ExitCode=0:0 ]] ||
+        fail "case 5: the added Slurm job ended $(job_state "$add") $code, want COMPLETED 0:0"
+      echo "slurm_test: case 5: the added worker left; Slurm job $add $(job_state "$add") $code"
+    fi
+  fi
+  if wait_for "job $id to end" 240 ended "$id"; then
+    [[ $(summary "$id" state) == SUCCEEDED ]] || fail "case 5: psctl state=$(summary "$id" state)"
+    for line in "scaling from 2 to 3 workers" "worker [^ ]* (rank 2, [^)]*) joined at step" \
+      "scaling from 3 to 2 workers"; do
+      grep -q "job-000001: $line" "ps-$id/psd0.log" || fail "case 5: psd0.log has no '$line'"
+    done
+    echo "slurm_test: case 5: job $id $(summary "$id" state)," \
+      "test_accuracy=$(summary "$id" test_accuracy)"
+  fi
 fi
 
 # --- Case 3: bad input exits 2, names the variable, writes nothing.

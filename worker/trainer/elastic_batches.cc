@@ -18,9 +18,13 @@ ElasticBatches::ElasticBatches(std::shared_ptr<const Dataset> train,
       epochs_(epochs),
       ask_(std::move(ask)) {}
 
+bool ElasticBatches::NeedsPlan(uint64_t step) const {
+  return step < segment_.start_step() || step >= until_ ||
+         segment_.ranks().empty();
+}
+
 absl::StatusOr<ElasticBatches::Next> ElasticBatches::Prepare(uint64_t step) {
-  if (step < segment_.start_step() || step >= until_ ||
-      segment_.ranks().empty()) {
+  if (NeedsPlan(step)) {
     PS_ASSIGN_OR_RETURN(GetDataPlanResponse plan,
                         ask_(step, sampler_.dataset_size()));
     if (plan.done()) return Next::kDone;

@@ -50,6 +50,9 @@ class ElasticBatches {
   // kLeave: this rank reads no data from `step` on (scaled down). The
   // plan's errors as the callee reports them.
   absl::StatusOr<Next> Prepare(uint64_t step);
+  // Whether Prepare(step) asks the coordinator (the step is outside the
+  // segment held).
+  bool NeedsPlan(uint64_t step) const;
 
   // The batch of a prepared step. Reuses a recycled batch's buffers.
   absl::StatusOr<std::unique_ptr<Batch>> Fill(uint64_t step);

@@ -365,6 +365,11 @@ absl::Status Trainer::AfterStep(uint64_t done, Clock::time_point step_end,
 }
 
 absl::Status Trainer::PrepareElastic(uint64_t t, bool* run) {
+  // Asking for step t may seal it, and the coordinator changes the quorum
+  // there: this worker's exchanges of the steps before must all be in (an
+  // overlapped step sends its last layers after its compute returned), or
+  // a leaving rank's last push would meet the new quorum.
+  if (elastic_->NeedsPlan(t)) PS_RETURN_IF_ERROR(Drain());
   PS_ASSIGN_OR_RETURN(ElasticBatches::Next next, elastic_->Prepare(t));
   if (next == ElasticBatches::Next::kLeave) {
     next_step_ = t;
@@ -441,7 +446,9 @@ absl::Status Trainer::RunSteps(const ProgressCallback& on_progress,
   if (!run) return absl::OkStatus();
   PS_RETURN_IF_ERROR(PullInitial());
 
-  for (uint64_t t = options_.start_step; t < total_steps_; ++t) {
+  // An elastic job's total is an estimate: its plan says where it ends (a
+  // scale in the last epoch may add a step or take one away).
+  for (uint64_t t = options_.start_step; elastic_ || t < total_steps_; ++t) {
     next_step_ = t;
     if (should_abort && should_abort()) {
       return AtStep(t, absl::CancelledError("job aborted"));

@@ -304,6 +304,28 @@ TEST_F(ShardReplicationAspTest, APushIsAcknowledgedOnceTheBackupHoldsIt) {
   EXPECT_EQ(successor[2], primary[1]);
 }
 
+// The old primary may have answered a worker with an update it had not
+// replicated yet (another worker's push, not acknowledged, resent later):
+// after the failover that worker's next gradient is of a version its
+// chunk's successor never reached. It is applied (staleness 0); on a chunk
+// the shard serves as its own primary a version ahead is still refused.
+TEST_F(ShardReplicationAspTest, AfterAFailoverAGradientAheadOfTheCopyIsTaken) {
+  SetReplicaViewResponse resp;
+  ASSERT_TRUE(shards_[1]->SetReplicaView(View(2, {0}), &resp).ok());
+  const std::vector<std::vector<float>> before = Params(*shards_[1], "j");
+  auto ahead = StartPushPull(
+      *shards_[1], PushRequestFor<PushPullRequest>(reg_, 0, 0, {0}, 3));
+  ASSERT_TRUE(ahead->done.WaitForNotificationWithTimeout(kWait));
+  ASSERT_TRUE(ahead->status.ok()) << ahead->status;
+  EXPECT_EQ(ahead->resp.parameters(0).version(), 1u);
+  auto own = StartPushPull(*shards_[1],
+                           PushRequestFor<PushPullRequest>(reg_, 0, 0, {1}, 3));
+  ASSERT_TRUE(own->done.WaitForNotificationWithTimeout(kWait));
+  EXPECT_EQ(own->status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(own->status.message(), HasSubstr("is ahead of"));
+  EXPECT_EQ(Params(*shards_[1], "j")[1], before[1]);
+}
+
 // The status a push of an unknown job gets.
 absl::Status PushUnknown(Shard& shard) {
   PushRequest req;

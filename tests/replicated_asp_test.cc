@@ -128,6 +128,11 @@ TEST(ReplicatedAspTest, KilledPrimaryLosesNoAcknowledgedPush) {
         << "chunk " << chunk << ": applied updates != acknowledged pushes ("
         << (version < acknowledged ? "lost" : "applied twice") << ")";
   }
+  if (HasFailure()) {
+    for (const char* name : {"worker0", "worker1", "psd0", "psd2"}) {
+      std::cout << "--- " << name << " ---\n" << cluster.Log(name) << "\n";
+    }
+  }
   // The successor dropped the retries of pushes it already held.
   absl::StatusOr<JobStats> s2 = ReadShardJobStats(job->addresses[2], job->id);
   ASSERT_TRUE(s2.ok()) << s2.status();

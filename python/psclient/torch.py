@@ -464,8 +464,9 @@ class Worker:
                            data_s=self._data_s, compute_s=self._compute_s,
                            comm_s=self._comm_s, finished=finished, **fields)
         except psclient.JobAborted:
-            # The leader finished first: the job succeeded, and the other
-            # ranks' reports no longer count.
+            # The job ended while this rank reported (its other ranks all
+            # finished, or were lost under SHRINK): its reports no longer
+            # count.
             try:
                 succeeded = (self._client.status(self.job_id)["state"] ==
                              "SUCCEEDED")
@@ -490,7 +491,7 @@ class Worker:
         self._report()
 
     def finish(self):
-        """Reports this worker done (the job succeeds once the leader is) and
+        """Reports this worker done (the job succeeds once every rank is) and
         leaves the job. The model keeps the last parameters (copied out of
         the client's buffer)."""
         if self._finished:

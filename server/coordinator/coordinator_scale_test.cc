@@ -109,7 +109,12 @@ TEST_F(ScaleTest, GrowsPastTheSubmittedWorkersAndBack) {
   // not kept for it).
   const std::string c2 = Register("host-c");
   EXPECT_FALSE(Assigned(c2).has_value());
+  // The job succeeds once both ranks left in it finished.
   Report(a, job, 0, 100, /*finished=*/true);
+  status = Job(job);
+  EXPECT_EQ(status.state(), RUNNING);
+  EXPECT_THAT(status.reason(), HasSubstr("waiting for ranks [1] to finish"));
+  Report(b, job, 1, 100, /*finished=*/true);
   EXPECT_EQ(Job(job).state(), SUCCEEDED);
 }
 

@@ -212,6 +212,12 @@ bool JobTable::End(Job& job, const JobEnd& end, absl::Time now) {
 std::optional<JobEnd> JobTable::LoseRank(Job& job, uint32_t rank,
                                          const std::string& event) {
   job.rank_worker[rank] = "";
+  // A rank that reported finished is done, whatever its worker does next
+  // (it exits, or leaves): no loss, under either policy.
+  if (job.rank_finished[rank]) {
+    spdlog::info("job {}: {} (after its rank finished)", job.id(), event);
+    return FinishedIfAllDone(job);
+  }
   if (job.status.spec().on_worker_failure() != SHRINK) {
     return JobEnd{FAILED, event};
   }
@@ -223,11 +229,7 @@ std::optional<JobEnd> JobTable::LoseRank(Job& job, uint32_t rank,
                absl::StrJoin(job.active, ","));
   job.status.set_reason(absl::StrCat("shrunk: ", event));
   UpdateSamplesPerS(job);
-  if (job.rank_finished[job.Leader()]) {
-    return JobEnd{SUCCEEDED, absl::StrFormat("finished at step %d",
-                                             job.status.progress().step())};
-  }
-  return std::nullopt;
+  return FinishedIfAllDone(job);
 }
 
 std::optional<std::pair<JobTable::Job*, uint32_t>> JobTable::FindRejoin(
@@ -292,7 +294,22 @@ std::optional<JobEnd> JobTable::ApplyReport(Job& job,
   }
   if (!report.finished()) return std::nullopt;
   job.rank_finished[rank] = true;
-  if (!leader) return std::nullopt;
+  return FinishedIfAllDone(job);
+}
+
+std::optional<JobEnd> JobTable::FinishedIfAllDone(Job& job) {
+  std::vector<uint32_t> running;
+  for (uint32_t rank : job.active) {
+    if (!job.rank_finished[rank]) running.push_back(rank);
+  }
+  if (!running.empty()) {
+    if (job.rank_finished[job.Leader()]) {
+      job.status.set_reason(absl::StrFormat(
+          "the leader finished; waiting for ranks [%s] to finish their steps",
+          absl::StrJoin(running, ", ")));
+    }
+    return std::nullopt;
+  }
   const Progress& p = job.status.progress();
   std::string reason = absl::StrFormat("finished at step %d", p.step());
   if (p.test_accuracy() >= 0) {

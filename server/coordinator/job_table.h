@@ -127,9 +127,10 @@ class JobTable {
   // have reached the shards.
   bool End(Job& job, const JobEnd& end, absl::Time now);
 
-  // The worker of `rank` was lost (`event` says which and why). Under FAIL
-  // the job ends; under SHRINK the rank leaves the quorum and the job goes
-  // on, unless no rank is left or the new leader had finished already.
+  // The worker of `rank` was lost (`event` says which and why). A rank
+  // that had finished is no loss. Otherwise, under FAIL the job ends; under
+  // SHRINK the rank leaves the quorum and the job goes on, unless no rank is
+  // left or every rank left had finished (SUCCEEDED).
   static std::optional<JobEnd> LoseRank(Job& job, uint32_t rank,
                                         const std::string& event);
   // A running SHRINK job with a lost, unfinished rank once held by a worker
@@ -146,7 +147,9 @@ class JobTable {
   static absl::StatusOr<std::string> CheckReport(const Job& job,
                                                  const ProgressReport& report);
   // Applies a checked report: the leader's progress becomes the job's; an
-  // error fails the job; the leader's `finished` ends it as SUCCEEDED.
+  // error fails the job; the job SUCCEEDS once every active rank reported
+  // `finished` (under ASP/SSP the others may finish after the leader: their
+  // last pushes count).
   static std::optional<JobEnd> ApplyReport(Job& job,
                                            const ProgressReport& report);
 
@@ -154,6 +157,10 @@ class JobTable {
   // The job's samples/s counts only live workers: the leader's pace times
   // the ranks still active.
   static void UpdateSamplesPerS(Job& job);
+  // SUCCEEDED (with the leader's last progress) once every active rank has
+  // finished; else nullopt, with a reason naming the ranks still running
+  // when the leader is done.
+  static std::optional<JobEnd> FinishedIfAllDone(Job& job);
 
   // Submit order; never erased, so Job pointers stay valid.
   std::vector<std::unique_ptr<Job>> jobs_;

@@ -196,7 +196,33 @@ TEST(JobTableTest, LoseRankSucceedsWhenTheNewLeaderHadFinished) {
   std::optional<JobEnd> end = JobTable::LoseRank(job, 0, "w-1 lost");
   ASSERT_TRUE(end.has_value());
   EXPECT_EQ(end->state, SUCCEEDED);
-  EXPECT_EQ(end->reason, "finished at step 99");
+  EXPECT_EQ(end->reason, "finished at step 99, test accuracy 0.0000");
+}
+
+// Under ASP the leader may finish first: the job waits for the others'
+// last steps, and a finished rank whose worker exits is no loss.
+TEST(JobTableTest, SucceedsOnlyOnceEveryActiveRankFinished) {
+  for (WorkerFailurePolicy policy : {FAIL, SHRINK}) {
+    SCOPED_TRACE(WorkerFailurePolicy_Name(policy));
+    JobTable table;
+    JobTable::Job& job = Running(table, 3, policy);
+    ProgressReport report = Report("w-1", 0, 100);
+    report.set_finished(true);
+    EXPECT_FALSE(JobTable::ApplyReport(job, report).has_value());
+    EXPECT_EQ(job.status.reason(),
+              "the leader finished; waiting for ranks [1, 2] to finish their "
+              "steps");
+    EXPECT_FALSE(JobTable::LoseRank(job, 0, "w-1 left").has_value());
+    report = Report("w-3", 2, 97);
+    report.set_finished(true);
+    EXPECT_FALSE(JobTable::ApplyReport(job, report).has_value());
+    report = Report("w-2", 1, 98);
+    report.set_finished(true);
+    std::optional<JobEnd> end = JobTable::ApplyReport(job, report);
+    ASSERT_TRUE(end.has_value());
+    EXPECT_EQ(end->state, SUCCEEDED);
+    EXPECT_EQ(end->reason, "finished at step 100, test accuracy 0.0000");
+  }
 }
 
 TEST(JobTableTest, SamplesPerSecondFollowsTheLiveRanks) {

@@ -105,8 +105,12 @@ absl::Status CheckGradient(Job& job, uint32_t shard_id, uint64_t step, size_t i,
             "makes a restore exact)")));
   }
   // ASP/SSP after a restore: updates after the checkpoint are lost, so a
-  // gradient may be of a version the chunk no longer reached.
-  if (g.version > version && !job.restored) {
+  // gradient may be of a version the chunk no longer reached. Likewise on a
+  // chunk served after a failover (this shard is not its primary): the old
+  // primary may have answered a worker with an update not yet replicated,
+  // whose own push was then not acknowledged (its worker sends it again).
+  const bool failed_over = c.placement.shard() != shard_id;
+  if (g.version > version && !job.restored && !failed_over) {
     return Reject(job, kVersionAhead,
                   absl::InvalidArgumentError(absl::StrCat(
                       field, ".version: ", g.version, " is ahead of ",

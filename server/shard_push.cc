@@ -41,8 +41,8 @@ absl::StatusOr<PushCounts> Shard::ApplyPush(const JobPtr& job, uint32_t worker,
 }
 
 absl::Status Shard::Push(const PushRequest& req, PushResponse* resp) {
-  // Answered at once unless the job is replicated (ASP/SSP): then within
-  // the job's step deadline, or DEADLINE_EXCEEDED from here.
+  // Answered at once unless the job is replicated: then within the job's
+  // step deadline, or DEADLINE_EXCEEDED from here.
   struct Call {
     absl::Notification done;
     absl::Status status;
@@ -79,7 +79,7 @@ void Shard::Push(const PushRequest& req, PushResponse* resp,
   if (!counts.ok()) return done(counts.status());
   resp->set_duplicates(counts->duplicates);
   resp->set_stale(counts->stale);
-  if (!AwaitsReplicas(**job)) {
+  if (!(*job)->replicated) {
     (*job)->counters.request_ns[internal::kPushMethod].Record(
         static_cast<uint64_t>(absl::GetCurrentTimeNanos() - start_ns));
     return done(absl::OkStatus());
@@ -92,7 +92,15 @@ void Shard::Push(const PushRequest& req, PushResponse* resp,
   w->worker = req.worker();
   w->start_ns = start_ns;
   w->method = internal::kPushMethod;
-  SetReplicaNeeds(w.get());
+  if ((*job)->mode == BSP) {
+    // A BSP gradient is held until its step applies: acknowledged, like a
+    // PushPull's answer, once the step is applied and replicated (gated),
+    // or a primary lost in between would take an acknowledged gradient
+    // with it and the step would wait for a push nobody resends.
+    w->need_version = req.step() + 1;
+  } else {
+    SetReplicaNeeds(w.get());
+  }
   internal::StartWait(*job, std::move(w));
 }
 

@@ -217,6 +217,42 @@ TEST_F(ShardReplicationTest, BadForwardsChangeNothing) {
   Step(1, {{0, {0, 2}}});
 }
 
+// BSP: a Push (Python's push op) is acknowledged once its step is applied
+// and the backup holds it, as a PushPull's answer is; before, it was
+// acknowledged on arrival, and a primary lost before the step applied took
+// the gradient with it.
+TEST_F(ShardReplicationTest, ABspPushIsAcknowledgedOnceItsStepIsReplicated) {
+  struct Pushed {
+    PushResponse resp;
+    absl::Notification done;
+    absl::Status status;
+  };
+  auto push = [&](uint32_t worker, Pushed* p) {
+    shards_[0]->Push(PushRequestFor<PushRequest>(reg_, worker, 0, {0, 2}, 0),
+                     &p->resp, [p](absl::Status s) {
+                       p->status = std::move(s);
+                       p->done.Notify();
+                     });
+  };
+  Step(0, {{1, {1, 3}}});  // shard 1's own chunks
+  Pushed first, second;
+  push(0, &first);
+  EXPECT_FALSE(first.done.HasBeenNotified());  // worker 1's part is missing
+  Hold(true);                                  // forwards fail
+  push(1, &second);                            // the step applies
+  EXPECT_FALSE(first.done.HasBeenNotified());
+  EXPECT_FALSE(second.done.HasBeenNotified());
+  Hold(false);
+  for (Pushed* p : {&first, &second}) {
+    ASSERT_TRUE(p->done.WaitForNotificationWithTimeout(kWait));
+    EXPECT_TRUE(p->status.ok()) << p->status;
+  }
+  // Step 0 is on the backup: failed over, shard 1 runs step 1 on all four.
+  SetReplicaViewResponse resp;
+  ASSERT_TRUE(shards_[1]->SetReplicaView(View(2, {0}), &resp).ok());
+  Step(1, {{1, {0, 1, 2, 3}}});
+}
+
 class ShardReplicationAspTest : public ShardReplicationTest {
  protected:
   ConsistencyMode Mode() const override { return ASP; }

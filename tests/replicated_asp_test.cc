@@ -1,12 +1,12 @@
-// An ASP job with replication: 2 and no checkpoints on 3 psd + 2 workerd
-// (docs/OPERATIONS.md "Replication"). A push is acknowledged to its worker
-// only once every live backup holds the applied update and the (worker,
-// step) dedupe state. Mid-job shard 1 (a primary) is SIGKILLed: shard 2
-// takes its chunks over, the workers resend what was not acknowledged with
+// An ASP job, and an SSP one, with replication: 2 and no checkpoints on 3
+// psd + 2 workerd (docs/OPERATIONS.md "Replication"). A push is acknowledged to
+// its worker only once every live backup holds the applied update and the
+// (worker, step) dedupe state. Mid-job shard 1 (a primary) is SIGKILLed: shard
+// 2 takes its chunks over, the workers resend what was not acknowledged with
 // the same (worker, step), and the job ends SUCCEEDED.
 //
-// The count: under ASP every push of a worker's step applies once to each
-// chunk (a chunk's version counts the updates applied to it), so with no
+// The count: under ASP and SSP every push of a worker's step applies once to
+// each chunk (a chunk's version counts the updates applied to it), so with no
 // acknowledged update lost and none applied twice every chunk, read from
 // the shard that serves it at the end, is at version sum over workers of
 // the steps each worker had acknowledged (all of its steps: the job
@@ -40,10 +40,11 @@ constexpr uint64_t kEpochs = 12;
 constexpr uint64_t kStepsPerWorker = 64 * kEpochs;
 constexpr uint64_t kKillAfterStep = 60;
 
-std::string JobSpecText() {
+// `consistency` is the spec's consistency block's body.
+std::string JobSpecText(const std::string& consistency) {
   return absl::StrCat(
       R"pb(
-        name: "replicated-asp"
+        name: "replicated-async"
         model { mlp { input_dim: 784 hidden: 32 num_classes: 10 } }
         data { dataset: "synthetic" batch_size: 32 synthetic_train: 4096
                synthetic_test: 512
@@ -51,8 +52,9 @@ std::string JobSpecText() {
       kEpochs, R"pb(
         }
         optimizer { kind: SGD learning_rate: 0.02 }
-    consistency { mode: ASP step_deadline_ms: 30000 }
-    num_workers: 2
+        consistency {)pb",
+      consistency, R"pb(                         step_deadline_ms: 30000 }
+                                                 num_workers: 2
     partition_bytes: 16384
     seed: 11
     eval_every: 400
@@ -86,15 +88,32 @@ absl::Status ServedVersions(const std::string& address, const std::string& job,
   return absl::OkStatus();
 }
 
-TEST(ReplicatedAspTest, KilledPrimaryLosesNoAcknowledgedPush) {
+// ASP, and SSP with a staleness bound (its clock waits ride the failover).
+struct Mode {
+  const char* name;         // the test's directory
+  const char* consistency;  // the spec's consistency fields
+};
+
+class ReplicatedAsyncTest : public ::testing::TestWithParam<Mode> {};
+
+INSTANTIATE_TEST_SUITE_P(Modes, ReplicatedAsyncTest,
+                         ::testing::Values(Mode{"asp", "mode: ASP"},
+                                           Mode{"ssp",
+                                                "mode: SSP staleness: 4"}),
+                         [](const ::testing::TestParamInfo<Mode>& info) {
+                           return std::string(info.param.name);
+                         });
+
+TEST_P(ReplicatedAsyncTest, KilledPrimaryLosesNoAcknowledgedPush) {
   LocalClusterOptions o;
   o.shards = kShards;
   // Enough retries (backoff capped at 2 s) to outlast the failover.
   o.workerd_extra = "rpc_max_attempts: 30";
-  LocalCluster cluster(TestDir("asp-killed"), o);
+  LocalCluster cluster(TestDir(absl::StrCat(GetParam().name, "-killed")), o);
   ASSERT_TRUE(cluster.Start().ok());
-  absl::StatusOr<RunningJob> job = StartJobUntilStep(
-      cluster, JobSpecText(), kShards, kKillAfterStep, absl::Seconds(120));
+  absl::StatusOr<RunningJob> job =
+      StartJobUntilStep(cluster, JobSpecText(GetParam().consistency), kShards,
+                        kKillAfterStep, absl::Seconds(120));
   ASSERT_TRUE(job.ok()) << job.status();
   const absl::Time killed_at = absl::Now();
   absl::Status failed_over =

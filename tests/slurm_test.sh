@@ -332,17 +332,11 @@ fi
 # --- Case 5 (before 3): a worker node added to a running job by a second
 # sbatch (tools/slurm/ps_workers.sbatch), then scaled away again while the
 # job goes on.
-cat >grow.pbtxt <<'EOF'
-name: "slurm-grow"
-model { mlp { input_dim: 784 hidden: 64 num_classes: 10 } }
-data { dataset: "fashion-mnist" batch_size: 64 epochs: 12 }
-optimizer { kind: SGD learning_rate: 0.05 momentum: 0.9 }
-consistency { mode: BSP }
-num_workers: 2
-max_workers: 3
-seed: 42
-on_worker_failure: SHRINK
-EOF
+# Case 2's job, longer, with a third rank slot.
+{
+  sed 's/"slurm-shrink"/"slurm-grow"/; s/epochs: 8/epochs: 12/' shrink.pbtxt
+  echo "max_workers: 3"
+} >grow.pbtxt
 wait_for "3 idle nodes after case 4" 60 three_idle
 id=$(submit grow.pbtxt) || fail "sbatch failed"
 psctl5() { "$BIN/tools/psctl/psctl" --cluster="ps-$id/cluster.pbtxt" "$@"; }

@@ -3,6 +3,8 @@
 // trains on the synthetic Criteo-like set, reaches an AUC near the planted
 // teacher's, reports its table in psctl stats, and under BSP ends bitwise
 // the same when run twice.
+#include "tests/testing/ctr_job.h"
+
 #include <string>
 
 #include "absl/strings/numbers.h"
@@ -20,28 +22,11 @@ namespace {
 using ::testing::HasSubstr;
 
 // CI-sized: 160 steps of 2 x 256 examples, a 16k-example test set.
-constexpr char kCtrJob[] = R"pb(
-  name: "ctr-small"
-  model { ctr { table: "emb" embedding_dim: 8 hidden: 64 hidden: 32 } }
-  tables {
-    name: "emb"
-    dim: 8
-    init { kind: NORMAL scale: 0.01 }
-    optimizer { kind: ADAGRAD learning_rate: 0.05 }
-  }
-  data {
-    dataset: "ctr-synthetic"
-    batch_size: 256
-    epochs: 1
-    synthetic_train: 81920
-    synthetic_test: 16384
-  }
-  optimizer { kind: ADAGRAD learning_rate: 0.01 }
-  consistency { mode: BSP step_deadline_ms: 30000 }
-  num_workers: 2
-  partition_bytes: 65536
-  seed: 11
-)pb";
+std::string CtrSmallJob() {
+  CtrJob job;
+  job.name = "ctr-small";
+  return CtrJobSpec(job);
+}
 
 struct CtrRun {
   double auc = 0, teacher_auc = 0, logloss = 0;
@@ -53,7 +38,7 @@ void TrainOnce(const std::string& dir, CtrRun* out) {
   LocalCluster cluster(dir, LocalClusterOptions{});
   ASSERT_TRUE(cluster.Start().ok());
   const std::string spec = dir + "/ctr.pbtxt";
-  ASSERT_TRUE(WriteFileAtomically(spec, kCtrJob).ok());
+  ASSERT_TRUE(WriteFileAtomically(spec, CtrSmallJob()).ok());
   absl::StatusOr<CommandResult> run = cluster.Psctl(
       {"submit", spec, "--wait", "--timeout=240"}, absl::Seconds(270));
   ASSERT_TRUE(run.ok()) << run.status();

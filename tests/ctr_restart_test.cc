@@ -19,6 +19,7 @@
 #include "proto/coordinator.pb.h"
 #include "tests/local_cluster.h"
 #include "tests/testing/cluster_fixture.h"
+#include "tests/testing/ctr_job.h"
 
 namespace ps {
 namespace {
@@ -30,29 +31,15 @@ constexpr uint64_t kKillAfterStep = 15;
 constexpr int kShards = 5;
 constexpr int kKilled = kShards - 1;
 
-constexpr char kJob[] = R"pb(
-  name: "ctr-restart"
-  model { ctr { table: "emb" embedding_dim: 8 hidden: 32 } }
-  tables {
-    name: "emb"
-    dim: 8
-    init { kind: NORMAL scale: 0.01 }
-    optimizer { kind: ADAGRAD learning_rate: 0.05 }
-  }
-  data {
-    dataset: "ctr-synthetic"
-    batch_size: 256
-    epochs: 1
-    synthetic_train: 20480
-    synthetic_test: 4096
-  }
-  optimizer { kind: ADAGRAD learning_rate: 0.01 }
-  consistency { mode: BSP step_deadline_ms: 30000 }
-  num_workers: 2
-  partition_bytes: 65536
-  seed: 11
-  checkpoint { every_steps: 1 }
-)pb";
+std::string RestartJob() {
+  CtrJob job;
+  job.name = "ctr-restart";
+  job.hidden = {32};
+  job.synthetic_train = 20480;
+  job.synthetic_test = 4096;
+  job.extra = "checkpoint { every_steps: 1 }";
+  return CtrJobSpec(job);
+}
 
 LocalClusterOptions Options() {
   LocalClusterOptions o;
@@ -76,7 +63,7 @@ struct RunResult {
 void TrainOnce(const std::string& name, bool kill, RunResult* result) {
   LocalCluster cluster(TestDir(name), Options());
   ASSERT_TRUE(cluster.Start().ok());
-  absl::StatusOr<std::string> submitted = SubmitJob(cluster, kJob);
+  absl::StatusOr<std::string> submitted = SubmitJob(cluster, RestartJob());
   ASSERT_TRUE(submitted.ok()) << submitted.status();
   const std::string& job = *submitted;
   absl::StatusOr<std::vector<std::string>> addresses =

@@ -16,6 +16,7 @@
 #include "common/text_proto.h"
 #include "gtest/gtest.h"
 #include "tests/local_cluster.h"
+#include "tests/testing/ctr_job.h"
 #include "worker/data/ctr_example.h"
 #include "worker/data/ctr_synthetic.h"
 #include "worker/trainer/ctr_metrics.h"
@@ -70,29 +71,16 @@ std::string TsvFile(const CtrSyntheticGenerator& gen, uint64_t begin,
 
 // 2 epochs of 2 x 78 steps of 128 examples (each epoch reads the file
 // again); the whole 8k test file at the end.
-constexpr char kJobFormat[] = R"pb(
-  name: "ctr-tsv"
-  model { ctr { table: "emb" embedding_dim: 8 hidden: 64 hidden: 32 } }
-  tables {
-    name: "emb"
-    dim: 8
-    init { kind: NORMAL scale: 0.01 }
-    optimizer { kind: ADAGRAD learning_rate: 0.05 }
-  }
-  data {
-    dataset: "criteo-tsv"
-    data_dir: "%s"
-    train_file: "train.tsv"
-    test_file: "%s/test.tsv.gz"
-    batch_size: 128
-    epochs: 2
-  }
-  optimizer { kind: ADAGRAD learning_rate: 0.01 }
-  consistency { mode: BSP step_deadline_ms: 30000 }
-  num_workers: 2
-  partition_bytes: 65536
-  seed: %d
-)pb";
+std::string TsvJob(const std::string& dir) {
+  CtrJob job;
+  job.name = "ctr-tsv";
+  job.data = absl::StrFormat(
+      "dataset: \"criteo-tsv\" data_dir: \"%s\" train_file: \"train.tsv\" "
+      "test_file: \"%s/test.tsv.gz\" batch_size: 128 epochs: 2",
+      dir, dir);
+  job.seed = kSeed;
+  return CtrJobSpec(job);
+}
 
 TEST(CtrTsvJobTest, TrainsOnTsvFiles) {
   const std::string dir = TestDir("ctr_tsv");
@@ -120,9 +108,7 @@ TEST(CtrTsvJobTest, TrainsOnTsvFiles) {
   LocalCluster cluster(dir, LocalClusterOptions{});
   ASSERT_TRUE(cluster.Start().ok());
   const std::string spec = dir + "/ctr_tsv.pbtxt";
-  ASSERT_TRUE(
-      WriteFileAtomically(spec, absl::StrFormat(kJobFormat, dir, dir, kSeed))
-          .ok());
+  ASSERT_TRUE(WriteFileAtomically(spec, TsvJob(dir)).ok());
   absl::StatusOr<CommandResult> run = cluster.Psctl(
       {"submit", spec, "--wait", "--timeout=240"}, absl::Seconds(270));
   ASSERT_TRUE(run.ok()) << run.status();

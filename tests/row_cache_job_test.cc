@@ -20,34 +20,18 @@
 #include "tests/job_parameters.h"
 #include "tests/local_cluster.h"
 #include "tests/testing/cluster_fixture.h"
+#include "tests/testing/ctr_job.h"
 
 namespace ps {
 namespace {
 
 // ctr_job_test's CI-sized job: 160 steps of 2 x 256 examples.
-constexpr char kCtrJob[] = R"pb(
-  name: "ctr-cache"
-  model { ctr { table: "emb" embedding_dim: 8 hidden: 64 hidden: 32 } }
-  tables {
-    name: "emb"
-    dim: 8
-    init { kind: NORMAL scale: 0.01 }
-    optimizer { kind: ADAGRAD learning_rate: 0.05 }
-    max_row_staleness: STALENESS
-  }
-  data {
-    dataset: "ctr-synthetic"
-    batch_size: 256
-    epochs: 1
-    synthetic_train: 81920
-    synthetic_test: 16384
-  }
-  optimizer { kind: ADAGRAD learning_rate: 0.01 }
-  consistency { mode: BSP step_deadline_ms: 30000 }
-  num_workers: 2
-  partition_bytes: 65536
-  seed: 11
-)pb";
+CtrJob CacheJob() {
+  CtrJob job;
+  job.name = "ctr-cache";
+  job.table_extra = "max_row_staleness: STALENESS";
+  return job;
+}
 
 struct CacheRun {
   double auc = 0, samples_per_s = 0;
@@ -62,7 +46,7 @@ uint64_t Field(const std::string& summary, const std::string& key) {
   return v;
 }
 
-// Trains `job` (kCtrJob's text with its STALENESS) on a fresh cluster.
+// Trains `job` (CacheJob's text with its STALENESS) on a fresh cluster.
 void TrainOnce(const std::string& dir, const std::string& job, int staleness,
                CacheRun* out, int timeout_s = 240) {
   LocalCluster cluster(dir, LocalClusterOptions{});
@@ -101,9 +85,9 @@ void TrainOnce(const std::string& dir, const std::string& job, int staleness,
 
 TEST(RowCacheJobTest, StalenessFourPullsFewerRowsAtTheSameAuc) {
   CacheRun fresh, cached;
-  TrainOnce(TestDir("cache_0"), kCtrJob, 0, &fresh);
+  TrainOnce(TestDir("cache_0"), CtrJobSpec(CacheJob()), 0, &fresh);
   if (HasFatalFailure()) return;
-  TrainOnce(TestDir("cache_4"), kCtrJob, 4, &cached);
+  TrainOnce(TestDir("cache_4"), CtrJobSpec(CacheJob()), 4, &cached);
   if (HasFatalFailure()) return;
 
   EXPECT_EQ(fresh.hits, 0u);
@@ -130,16 +114,16 @@ TEST(RowCacheJobTest, StalenessFourPullsFewerRowsAtTheSameAuc) {
 //   bazel run //tests:row_cache_job_test --
 //     --gtest_also_run_disabled_tests --gtest_filter='*Sweep*'
 TEST(RowCacheJobTest, DISABLED_SweepOnTheMillionExampleJob) {
-  std::string job = absl::StrReplaceAll(
-      kCtrJob, {{"synthetic_train: 81920", "synthetic_train: 1000000"},
-                {"synthetic_test: 16384", "synthetic_test: 200000"},
-                {"batch_size: 256", "batch_size: 512"},
-                {"embedding_dim: 8 hidden: 64 hidden: 32",
-                 "embedding_dim: 16 hidden: 256 hidden: 128"},
-                {"dim: 8", "dim: 16"},
-                {"seed: 11", "seed: 42"},
-                {"step_deadline_ms: 30000", "step_deadline_ms: 120000"},
-                {"partition_bytes: 65536", "partition_bytes: 262144"}});
+  CtrJob big = CacheJob();
+  big.synthetic_train = 1000000;
+  big.synthetic_test = 200000;
+  big.batch_size = 512;
+  big.dim = 16;
+  big.hidden = {256, 128};
+  big.seed = 42;
+  big.step_deadline_ms = 120000;
+  big.partition_bytes = 262144;
+  const std::string job = CtrJobSpec(big);
   std::cout << "staleness auc samples_per_s rank0_pushed rank0_pulled "
                "rank0_hits shards_pulled\n";
   // ROW_CACHE_SWEEP="2,4,8" runs a part of the sweep.

@@ -24,33 +24,25 @@
 #include "tests/local_cluster.h"
 #include "tests/subprocess.h"
 #include "tests/testing/cluster_fixture.h"
+#include "tests/testing/ctr_job.h"
 
 namespace ps {
 namespace {
 
 // CI-sized: 40 steps of 2 x 128 examples, BSP, checkpoints every 10 steps.
-constexpr char kCtrJob[] = R"pb(
-  name: "ctr-export"
-  model { ctr { table: "emb" embedding_dim: 4 hidden: 16 } }
-  tables {
-    name: "emb"
-    dim: 4
-    init { kind: NORMAL scale: 0.01 }
-    optimizer { kind: ADAGRAD learning_rate: 0.05 }
-  }
-  data {
-    dataset: "ctr-synthetic"
-    batch_size: 128
-    epochs: 1
-    synthetic_train: 10240
-    synthetic_test: 1024
-  }
-  optimizer { kind: ADAGRAD learning_rate: 0.01 }
-  consistency { mode: BSP step_deadline_ms: 30000 }
-  checkpoint { every_steps: 10 }
-  num_workers: 2
-  seed: 5
-)pb";
+std::string ExportJob() {
+  CtrJob job;
+  job.name = "ctr-export";
+  job.dim = 4;
+  job.hidden = {16};
+  job.batch_size = 128;
+  job.synthetic_train = 10240;
+  job.synthetic_test = 1024;
+  job.partition_bytes = 0;
+  job.seed = 5;
+  job.extra = "checkpoint { every_steps: 10 }";
+  return CtrJobSpec(job);
+}
 
 // id -> the row's float bits.
 using Rows = std::map<uint64_t, std::vector<uint32_t>>;
@@ -136,7 +128,7 @@ TEST(TableExportTest, RowsEqualTheShardsAndSurviveTheirStop) {
   LocalCluster cluster(dir, o);
   ASSERT_TRUE(cluster.Start().ok());
   absl::StatusOr<CommandResult> run =
-      RunJob(cluster, kCtrJob, absl::Seconds(200));
+      RunJob(cluster, ExportJob(), absl::Seconds(200));
   ASSERT_TRUE(run.ok()) << run.status();
   ASSERT_EQ(run->exit_code, 0) << run->out << run->err;
   const std::string job = SummaryField(run->out, "job");

@@ -1,4 +1,5 @@
-// Process-wide settings for the daemons' hot paths (psd, workerd, psbench).
+// Process-wide settings for the daemons' hot paths (psd, workerd, psbench)
+// and psctl's (export streams tables).
 //
 //   int main() {
 //     ps::TuneProcessForThroughput();  // early in main()

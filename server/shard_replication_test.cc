@@ -217,6 +217,16 @@ TEST_F(ShardReplicationTest, BadForwardsChangeNothing) {
   Step(1, {{0, {0, 2}}});
 }
 
+// BSP: each chunk is answered once its own step is replicated, not once
+// every chunk of the shard is (the first chunks of a step go back while the
+// later ones are still forwarded): step 0 of chunk 0 alone is answered
+// though shard 0's chunk 2 has none yet.
+TEST_F(ShardReplicationTest, AChunkIsAnsweredOnceItsOwnStepIsReplicated) {
+  Step(0, {{0, {0}}});
+  Step(0, {{0, {2}}});
+  Step(1, {{0, {0, 2}}});
+}
+
 // BSP: a Push (Python's push op) is acknowledged once its step is applied
 // and the backup holds it, as a PushPull's answer is; before, it was
 // acknowledged on arrival, and a primary lost before the step applied took

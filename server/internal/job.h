@@ -95,9 +95,9 @@ struct Waiter {
   std::vector<SharedBytes>* payloads = nullptr;
   // False when it completed at once without entering WaitState::live.
   bool registered = true;
-  // Replicated ASP/SSP jobs: per entry of `chunks`, the version whose
-  // replication the answer waits for (the push's update and every one
-  // before it); empty = none.
+  // Replicated jobs: per entry of `chunks`, the version whose replication
+  // the answer waits for (ASP/SSP: the push's update and every one before
+  // it; BSP: need_version, set by StartWait); empty = none.
   std::vector<uint64_t> need_replicated;
   // Delta pulls: the asking worker and, per entry of `chunks`, the version
   // it holds (kNoBase: none); empty = every chunk in full.
@@ -155,8 +155,8 @@ struct Chunk {
   // Replicated jobs, while this shard is the chunk's acting primary: the
   // version every live backup acknowledged (Replicator).
   std::atomic<uint64_t> replicated{0};
-  // Replicated ASP/SSP jobs: the answers waiting for `replicated` to reach
-  // a version (Waiter::need_replicated); raised first, then released under
+  // Replicated jobs: the answers waiting for `replicated` to reach a
+  // version (Waiter::need_replicated); raised first, then released under
   // this lock, so a wait filed under it is never missed.
   std::vector<std::pair<WaiterPtr, uint64_t>> replica_waiters
       ABSL_GUARDED_BY(mu);
@@ -260,10 +260,6 @@ struct WaitState {
   // need_version.
   uint64_t durable_version ABSL_GUARDED_BY(mu) = 0;
   std::vector<WaiterPtr> durable_waiters ABSL_GUARDED_BY(mu);
-  // Job::replicated: the lowest version that every live backup of every
-  // chunk this shard is acting primary of holds; answers wait for it the
-  // same way (in durable_waiters).
-  uint64_t replicated_version ABSL_GUARDED_BY(mu) = 0;
 };
 
 class Job {
@@ -349,15 +345,12 @@ class Job {
   // The lowest version among this shard's chunks (0 without chunks).
   uint64_t LowestVersion() const;
 
-  // Whether answers wait for durability or replicas (durable_waiters).
-  bool AnswersGated() const { return gate_replies || replicated; }
-  // The highest version an answer may carry now: the lower of the durable
-  // and the replicated versions, for the gates the job has.
+  // Whether answers wait for durability (durable_waiters). Replicated jobs
+  // wait per chunk instead (Chunk::replica_waiters).
+  bool AnswersGated() const { return gate_replies; }
+  // The highest version an answer may carry now (gate_replies).
   uint64_t AnswerableVersion() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(waits.mu) {
-    uint64_t v = UINT64_MAX;
-    if (gate_replies) v = waits.durable_version;
-    if (replicated) v = std::min(v, waits.replicated_version);
-    return v;
+    return gate_replies ? waits.durable_version : UINT64_MAX;
   }
   // Replicated jobs: whether this shard serves `c` now (acting primary).
   bool Serves(const Chunk& c) const;

@@ -64,7 +64,6 @@ void RaiseTo(std::atomic<uint64_t>& a, uint64_t v) {
 // ASP/SSP pushes that releases, sets the job's to the lowest of those and
 // answers the (BSP) waits that releases.
 void PublishReplicated(Job& job, const ReplicaView& view) {
-  uint64_t lowest = UINT64_MAX;
   std::vector<WaiterPtr> ready;
   for (const std::unique_ptr<Chunk>& c : job.chunks) {
     if (!job.Serves(*c)) continue;
@@ -74,18 +73,8 @@ void PublishReplicated(Job& job, const ReplicaView& view) {
       v = std::min(v, acked == 0 ? 0 : acked - 1);
     }
     RaiseTo(c->replicated, v);
-    lowest = std::min(lowest, c->replicated.load());
-    if (job.mode != BSP) {
-      absl::MutexLock l(&c->mu);
-      ReleaseReplicaWaiters(*c, &ready);
-    }
-  }
-  CompleteAll(&ready);
-  if (lowest == UINT64_MAX) return;
-  {
-    absl::MutexLock l(&job.waits.mu);
-    job.waits.replicated_version = lowest;
-    ReleaseDurableWaiters(job, &ready);
+    absl::MutexLock l(&c->mu);
+    ReleaseReplicaWaiters(*c, &ready);
   }
   CompleteAll(&ready);
 }

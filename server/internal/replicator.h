@@ -3,10 +3,10 @@
 // to a chunk this shard is the acting primary of, the Replicator forwards
 // the chunk's state (values, optimizer state, version; ASP/SSP also the
 // (worker, step) dedupe state) to every live backup over the shards'
-// Replicate RPC, and raises the chunk's and the job's replicated versions
-// once they all acknowledged it; BSP answers carrying a version wait for
-// the job's (Job::AnswerableVersion), ASP/SSP pushes for their chunks'
-// (Waiter::need_replicated). A backup takes a forward with ApplyReplica.
+// Replicate RPC, and raises the chunk's replicated version once they all
+// acknowledged it; an answer waits for its chunks' (Waiter::need_replicated:
+// a BSP answer for the version it carries, an ASP/SSP push for the one it
+// produced). A backup takes a forward with ApplyReplica.
 //
 //   Replicator replicator(options, view);
 //   replicator.SetSender(send);       // psd: gRPC to the backups

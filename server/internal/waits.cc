@@ -242,18 +242,18 @@ absl::Status DeadlineError(const Job& job, const Expired& e) {
                      ": the checkpoint of version ", w.need_version,
                      " was not written within ", job.deadline_ms, " ms"));
   }
-  if (step == UINT64_MAX && e.clock_missing.empty() &&
-      !w.need_replicated.empty()) {
-    return absl::DeadlineExceededError(
-        absl::StrCat("job ", job.id, " step ", w.step, " of worker ", w.worker,
-                     ": the push did not reach every live backup within ",
-                     job.deadline_ms, " ms"));
-  }
   if (step == UINT64_MAX && e.clock_missing.empty() && job.replicated &&
       w.need_version > 0) {
     return absl::DeadlineExceededError(
         absl::StrCat("job ", job.id, " step ", w.need_version - 1, ": version ",
                      w.need_version, " did not reach every live backup within ",
+                     job.deadline_ms, " ms"));
+  }
+  if (step == UINT64_MAX && e.clock_missing.empty() &&
+      !w.need_replicated.empty()) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("job ", job.id, " step ", w.step, " of worker ", w.worker,
+                     ": the push did not reach every live backup within ",
                      job.deadline_ms, " ms"));
   }
   if (step == UINT64_MAX) {
@@ -294,6 +294,12 @@ WaiterPtr NewWaiter(const std::shared_ptr<Job>& job, uint64_t id,
 }
 
 void StartWait(const std::shared_ptr<Job>& job, WaiterPtr w) {
+  // Replicated: an answer carrying version v of a chunk waits until every
+  // live backup holds v of that chunk, chunk by chunk (the first chunks of
+  // a BSP step are answered while the later ones are still forwarded).
+  if (job->replicated && w->need_version > 0 && w->need_replicated.empty()) {
+    w->need_replicated.assign(w->chunks.size(), w->need_version);
+  }
   // Nothing to wait for (ASP PushPull, most Pulls): answer without touching
   // the job mutex, unless the job is closing.
   if (w->need_version == 0 && w->need_clock == 0 &&

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/security.h"
@@ -42,24 +43,26 @@ constexpr uint64_t kKillAfterStep = 60;
 
 // `consistency` is the spec's consistency block's body.
 std::string JobSpecText(const std::string& consistency) {
-  return absl::StrCat(
+  return absl::StrFormat(
       R"pb(
         name: "replicated-async"
         model { mlp { input_dim: 784 hidden: 32 num_classes: 10 } }
-        data { dataset: "synthetic" batch_size: 32 synthetic_train: 4096
-               synthetic_test: 512
-               epochs:)pb",
-      kEpochs, R"pb(
+        data {
+          dataset: "synthetic"
+          batch_size: 32
+          synthetic_train: 4096
+          synthetic_test: 512
+          epochs: %d
         }
         optimizer { kind: SGD learning_rate: 0.02 }
-        consistency {)pb",
-      consistency, R"pb(                         step_deadline_ms: 30000 }
-                                                 num_workers: 2
-    partition_bytes: 16384
-    seed: 11
-    eval_every: 400
-    replication: 2
-  )pb");
+        consistency { %s step_deadline_ms: 30000 }
+        num_workers: 2
+        partition_bytes: 16384
+        seed: 11
+        eval_every: 400
+        replication: 2
+      )pb",
+      kEpochs, consistency);
 }
 
 // The version of every chunk the shard at `address` serves (a backup's

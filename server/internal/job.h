@@ -345,13 +345,6 @@ class Job {
   // The lowest version among this shard's chunks (0 without chunks).
   uint64_t LowestVersion() const;
 
-  // Whether answers wait for durability (durable_waiters). Replicated jobs
-  // wait per chunk instead (Chunk::replica_waiters).
-  bool AnswersGated() const { return gate_replies; }
-  // The highest version an answer may carry now (gate_replies).
-  uint64_t AnswerableVersion() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(waits.mu) {
-    return gate_replies ? waits.durable_version : UINT64_MAX;
-  }
   // Replicated jobs: whether this shard serves `c` now (acting primary).
   bool Serves(const Chunk& c) const;
 };

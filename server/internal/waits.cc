@@ -170,9 +170,11 @@ void FileConditions(Job& job, const WaiterPtr& w) {
       c->replica_waiters.emplace_back(w, w->need_replicated[i]);
     }
   }
-  if (w->need_version > 0 && job.AnswersGated()) {
+  // gate_replies: an answer waits for the checkpoint of its version too
+  // (replicated jobs wait per chunk instead, above).
+  if (w->need_version > 0 && job.gate_replies) {
     absl::MutexLock l(&job.waits.mu);
-    if (job.AnswerableVersion() < w->need_version) {
+    if (job.waits.durable_version < w->need_version) {
       w->pending.fetch_add(1);
       job.waits.durable_waiters.push_back(w);
     }
@@ -409,7 +411,7 @@ void ReleaseReplicaWaiters(Chunk& c, std::vector<WaiterPtr>* ready) {
 }
 
 void ReleaseDurableWaiters(Job& job, std::vector<WaiterPtr>* ready) {
-  const uint64_t durable = job.AnswerableVersion();
+  const uint64_t durable = job.waits.durable_version;
   ReleaseWaiters(
       &job.waits.durable_waiters,
       [durable](const Waiter& w) { return w.need_version <= durable; }, ready);

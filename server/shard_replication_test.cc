@@ -63,10 +63,18 @@ class ShardReplicationTest : public ::testing::Test {
       shards_[s]->SetReplicaSender([this](const std::string& address,
                                           const ReplicateRequest& req,
                                           absl::Time) {
+        bool held_chunk = false;
         {
           absl::MutexLock l(&fenced_mu_);
           if (hold_) return absl::UnavailableError("held by the test");
+          for (const ReplicaChunk& c : req.chunks()) {
+            held_chunk = held_chunk || c.chunk_id() == held_chunk_;
+          }
+          if (held_chunk && !chunk_held_.HasBeenNotified()) {
+            chunk_held_.Notify();
+          }
         }
+        if (held_chunk) release_.WaitForNotificationWithTimeout(kWait);
         absl::Status st = shards_[address == "s0" ? 0 : 1]->Replicate(req);
         absl::MutexLock l(&fenced_mu_);
         if (absl::IsFailedPrecondition(st) && !fenced_.HasBeenNotified()) {
@@ -83,6 +91,7 @@ class ShardReplicationTest : public ::testing::Test {
     }
   }
   void TearDown() override {
+    Release();
     shards_[0].reset();  // its forwards call shard 1
     shards_[1].reset();
   }
@@ -114,12 +123,24 @@ class ShardReplicationTest : public ::testing::Test {
     hold_ = hold;
   }
 
+  // Forwards holding chunk `chunk` wait (in flight) until Release.
+  void HoldChunk(uint32_t chunk) {
+    absl::MutexLock l(&fenced_mu_);
+    held_chunk_ = chunk;
+  }
+  void Release() {
+    if (!release_.HasBeenNotified()) release_.Notify();
+  }
+
   RegisterJobRequest reg_;
   std::vector<std::unique_ptr<Shard>> shards_;
+  absl::Notification chunk_held_;  // a forward of held_chunk_ is in flight
+  absl::Notification release_;
   absl::Mutex fenced_mu_;  // the first refused forward, noted once
   absl::Notification fenced_;
   absl::Status fenced_status_;
   bool hold_ ABSL_GUARDED_BY(fenced_mu_) = false;  // forwards fail
+  uint32_t held_chunk_ ABSL_GUARDED_BY(fenced_mu_) = UINT32_MAX;
 };
 
 // The same steps on one shard without replicas.
@@ -224,6 +245,27 @@ TEST_F(ShardReplicationTest, BadForwardsChangeNothing) {
 TEST_F(ShardReplicationTest, AChunkIsAnsweredOnceItsOwnStepIsReplicated) {
   Step(0, {{0, {0}}});
   Step(0, {{0, {2}}});
+  Step(1, {{0, {0, 2}}});
+}
+
+// Forwards are pipelined: one held in flight holds back only its own
+// chunk's answers, and another chunk's forward to the same backup passes
+// it (before, one thread sent a job's forwards one after another).
+TEST_F(ShardReplicationTest, AForwardInFlightHoldsBackOnlyItsOwnChunk) {
+  HoldChunk(0);
+  std::vector<std::unique_ptr<PushPullCall>> held;
+  for (uint32_t w = 0; w < 2; ++w) {
+    held.push_back(StartPushPull(
+        *shards_[0], PushRequestFor<PushPullRequest>(reg_, w, 0, {0}, 0)));
+  }
+  ASSERT_TRUE(chunk_held_.WaitForNotificationWithTimeout(kWait));
+  Step(0, {{0, {2}}});  // chunk 2 on the same shard, the same backup
+  for (const auto& call : held) EXPECT_FALSE(call->done.HasBeenNotified());
+  Release();
+  for (const auto& call : held) {
+    ASSERT_TRUE(call->done.WaitForNotificationWithTimeout(kWait));
+    EXPECT_TRUE(call->status.ok()) << call->status;
+  }
   Step(1, {{0, {0, 2}}});
 }
 

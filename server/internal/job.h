@@ -163,6 +163,10 @@ struct Chunk {
   // By copy (0: placement.shard(), i: backups(i - 1)): 1 + the version that
   // copy acknowledged, 0 when none since it (re)joined (Replicator).
   std::array<std::atomic<uint64_t>, kMaxChunkCopies> acked{};
+  // By copy, as `acked`: 1 + the newest version queued or in flight to that
+  // copy (0: none), so a version is forwarded once while a newer one may
+  // follow it before its acknowledgement (Replicator).
+  std::array<std::atomic<uint64_t>, kMaxChunkCopies> forwarding{};
   // Backup side: a forward reached this chunk since the job was registered.
   std::atomic<bool> copied{false};
 };

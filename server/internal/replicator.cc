@@ -1,13 +1,10 @@
 #include "server/internal/replicator.h"
 
 #include <algorithm>
-#include <map>
 #include <utility>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
 #include "core/float_bytes.h"
-#include "server/internal/reasons.h"
 #include "server/internal/waits.h"
 #include "spdlog/spdlog.h"
 
@@ -35,58 +32,50 @@ ReplicaChunk CopyChunk(const Job& job, const Chunk& c)
   return out;
 }
 
-// The index of `shard` among (p.shard(), p.backups()...), or -1 (also for
-// an index past Chunk::acked).
-int CopyIndex(const ChunkPlacement& p, uint32_t shard) {
-  if (p.shard() == shard) return 0;
-  for (int i = 0; i < p.backups_size(); ++i) {
-    if (p.backups(i) == shard) {
-      return i + 1 < static_cast<int>(kMaxChunkCopies) ? i + 1 : -1;
-    }
-  }
-  return -1;
-}
-
-// 1 + the version `shard` acknowledged of `c` (0: none).
-uint64_t Acked(const Chunk& c, uint32_t shard) {
-  const int i = CopyIndex(c.placement, shard);
-  return i < 0 ? 0 : c.acked[i].load();
-}
-
 void RaiseTo(std::atomic<uint64_t>& a, uint64_t v) {
   uint64_t seen = a.load();
   while (seen < v && !a.compare_exchange_weak(seen, v)) {
   }
 }
 
-// Raises each served chunk's replicated version to the lowest version its
-// live backups acknowledged (its own version without any), answers the
-// ASP/SSP pushes that releases, sets the job's to the lowest of those and
-// answers the (BSP) waits that releases.
+// Raises the chunk's replicated version to the lowest version its live
+// backups acknowledged (its own version without any) and moves the waits
+// that releases to `ready`.
+void PublishChunk(const Job& job, Chunk& c, const ReplicaView& view,
+                  std::vector<WaiterPtr>* ready) {
+  if (!job.Serves(c)) return;
+  uint64_t v = c.version.load();
+  for (uint32_t b : view.LiveBackups(c.placement)) {
+    const uint64_t acked = Acked(c, b);
+    v = std::min(v, acked == 0 ? 0 : acked - 1);
+  }
+  RaiseTo(c.replicated, v);
+  absl::MutexLock l(&c.mu);
+  ReleaseReplicaWaiters(c, ready);
+}
+
+// PublishChunk for every chunk the job serves here; answers what that
+// releases.
 void PublishReplicated(Job& job, const ReplicaView& view) {
   std::vector<WaiterPtr> ready;
   for (const std::unique_ptr<Chunk>& c : job.chunks) {
-    if (!job.Serves(*c)) continue;
-    uint64_t v = c->version.load();
-    for (uint32_t b : view.LiveBackups(c->placement)) {
-      const uint64_t acked = Acked(*c, b);
-      v = std::min(v, acked == 0 ? 0 : acked - 1);
-    }
-    RaiseTo(c->replicated, v);
-    absl::MutexLock l(&c->mu);
-    ReleaseReplicaWaiters(*c, &ready);
+    PublishChunk(job, *c, view, &ready);
   }
   CompleteAll(&ready);
 }
 
-// Forwards of one backup cut at this many bytes (messages stay under the
-// 4 MiB gRPC limit).
-constexpr size_t kForwardBytes = size_t{2} << 20;
-
-absl::Status Refused(Job& job, absl::Status status) {
-  job.rejected.Add(kBadReplica);
-  return status;
+// A forward of `version` to copy `i` of `c` failed: unless a newer copy
+// was queued since, the next dispatch sends the chunk again.
+void Unforward(Chunk& c, int i, uint64_t version) {
+  if (i < 0) return;
+  uint64_t expected = version + 1;
+  c.forwarding[i].compare_exchange_strong(expected, 0);
 }
+
+// A request to one backup is cut at this many bytes (messages stay under
+// the 4 MiB gRPC limit, and each acknowledgement releases its chunks'
+// answers soon); a single chunk larger than it goes alone.
+constexpr size_t kForwardBytes = size_t{1} << 20;
 
 }  // namespace
 
@@ -113,12 +102,19 @@ void Replicator::Notify(const std::shared_ptr<Job>& job) {
 }
 
 void Replicator::Stop() {
+  std::vector<std::thread> threads;
   {
     absl::MutexLock l(&mu_);
     stop_ = true;
     queue_.clear();
+    for (auto& [backup, stream] : streams_) {
+      stream->queue.clear();
+      for (std::thread& t : stream->senders) threads.push_back(std::move(t));
+      stream->senders.clear();
+    }
+    if (thread_.joinable()) threads.push_back(std::move(thread_));
   }
-  if (thread_.joinable()) thread_.join();
+  for (std::thread& t : threads) t.join();
 }
 
 void Replicator::Record(uint32_t backup, bool ok) {
@@ -148,11 +144,6 @@ void Replicator::ForgetFailures(uint32_t shard) {
   failing_since_.erase(shard);
 }
 
-bool Replicator::stopping() const {
-  absl::MutexLock l(&mu_);
-  return stop_;
-}
-
 void Replicator::Loop() {
   while (true) {
     std::shared_ptr<Job> job;
@@ -166,200 +157,180 @@ void Replicator::Loop() {
       job = std::move(queue_.front());
       queue_.pop_front();
     }
-    CatchUp(*job);
+    Dispatch(job);
   }
 }
 
-void Replicator::CatchUp(Job& job) {
-  uint64_t logged_epoch = UINT64_MAX;
-  while (!stopping() && !job.waits.is_closed.load()) {
-    uint64_t epoch = 0;
-    if (ForwardOnce(job, &epoch)) return;
-    if (logged_epoch != epoch) {
-      logged_epoch = epoch;
-      spdlog::warn(
-          "shard {}: job {}: a backup did not take a forward (epoch {}); "
-          "retrying until it does or the coordinator fails it",
-          view_->self(), job.id, epoch);
-    }
-    view_->WaitForChange(epoch, absl::Now() + options_.retry);
-  }
-}
-
-bool Replicator::ForwardOnce(Job& job, uint64_t* epoch) {
-  *epoch = view_->epoch();
-  // By backup: its requests, each under kForwardBytes.
-  std::map<uint32_t, std::vector<ReplicateRequest>> requests;
-  struct Sent {
-    Chunk* chunk;
-    uint64_t version;
-    uint32_t to;
-    size_t request;  // index in requests[to]
-  };
-  std::vector<Sent> sent;
-  for (const std::unique_ptr<Chunk>& c : job.chunks) {
-    if (!job.Serves(*c)) continue;
+void Replicator::Dispatch(const std::shared_ptr<Job>& job) {
+  if (job->waits.is_closed.load()) return;
+  const uint64_t epoch = view_->epoch();
+  for (const std::unique_ptr<Chunk>& c : job->chunks) {
+    if (!job->Serves(*c)) continue;
     // Live backups (waited for) and joining ones (copied in, not waited
-    // for) alike: every copy behind this chunk's version gets its state.
+    // for) alike: every copy behind this chunk's version gets its state,
+    // unless that version is already on its way.
     std::vector<uint32_t> to = view_->LiveBackups(c->placement);
     for (uint32_t j : view_->JoiningBackups(c->placement)) to.push_back(j);
     const uint64_t version = c->version.load();
     to.erase(std::remove_if(to.begin(), to.end(),
                             [&](uint32_t b) {
-                              return CopyIndex(c->placement, b) < 0 ||
-                                     Acked(*c, b) > version;
+                              const int i = CopyIndex(c->placement, b);
+                              return i < 0 || Acked(*c, b) > version ||
+                                     c->forwarding[i].load() > version;
                             }),
              to.end());
     if (to.empty()) continue;
-    ReplicaChunk copy;
+    Forward f{job, c.get(), epoch, {}};
     {
       absl::MutexLock l(&c->mu);
-      copy = CopyChunk(job, *c);
+      f.copy = CopyChunk(*job, *c);
     }
-    for (uint32_t b : to) {
-      std::vector<ReplicateRequest>& reqs = requests[b];
-      if (reqs.empty() || reqs.back().ByteSizeLong() > kForwardBytes) {
-        reqs.emplace_back();
+    for (size_t k = 0; k < to.size(); ++k) {
+      RaiseTo(c->forwarding[CopyIndex(c->placement, to[k])],
+              f.copy.version() + 1);
+      Enqueue(to[k], k + 1 == to.size() ? std::move(f) : f);
+    }
+  }
+  // Chunks without a live backup left (failed since) answer at their own
+  // version.
+  PublishReplicated(*job, *view_);
+}
+
+void Replicator::Enqueue(uint32_t backup, Forward f) {
+  absl::MutexLock l(&mu_);
+  if (stop_) return;
+  std::unique_ptr<Stream>& stream = streams_[backup];
+  if (stream == nullptr) {
+    stream = std::make_unique<Stream>();
+    stream->backup = backup;
+    for (int i = 0; i < std::max(1, options_.streams_per_backup); ++i) {
+      stream->senders.emplace_back([this, s = stream.get()] { Send(s); });
+    }
+  }
+  for (Forward& queued : stream->queue) {
+    if (queued.chunk == f.chunk && queued.job == f.job) {
+      queued = std::move(f);
+      return;
+    }
+  }
+  stream->queue.push_back(std::move(f));
+}
+
+std::vector<Replicator::Forward> Replicator::TakeBatch(Stream* stream) {
+  absl::MutexLock l(&mu_);
+  auto ready = [this, stream]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return stop_ || !stream->queue.empty();
+  };
+  mu_.Await(absl::Condition(&ready));
+  std::vector<Forward> batch;
+  if (stop_) return batch;
+  size_t bytes = 0;
+  while (!stream->queue.empty()) {
+    Forward& f = stream->queue.front();
+    const size_t size = f.copy.ByteSizeLong();
+    if (!batch.empty() &&
+        (f.job != batch.front().job || f.epoch != batch.front().epoch ||
+         bytes + size > kForwardBytes)) {
+      break;
+    }
+    bytes += size;
+    batch.push_back(std::move(f));
+    stream->queue.pop_front();
+  }
+  return batch;
+}
+
+void Replicator::Send(Stream* stream) {
+  const uint32_t backup = stream->backup;
+  while (true) {
+    std::vector<Forward> batch = TakeBatch(stream);
+    if (batch.empty()) return;  // stopping
+    Job& job = *batch.front().job;
+    ReplicateRequest req;
+    req.set_job_id(job.id);
+    req.set_epoch(batch.front().epoch);
+    req.set_from_shard(view_->self());
+    for (Forward& f : batch) *req.add_chunks() = std::move(f.copy);
+    // A closed job, or a backup failed since the copy (DropFailedBackups
+    // took it out of the acknowledgement set): nothing to send.
+    if (job.waits.is_closed.load() || view_->Failed(backup)) {
+      for (int i = 0; i < req.chunks_size(); ++i) {
+        Chunk& c = *batch[i].chunk;
+        Unforward(c, CopyIndex(c.placement, backup), req.chunks(i).version());
       }
-      *reqs.back().add_chunks() = copy;
-      sent.push_back({c.get(), copy.version(), b, reqs.size() - 1});
-    }
-  }
-  ReplicaSender sender;
-  {
-    absl::MutexLock l(&mu_);
-    sender = sender_;
-  }
-  std::map<std::pair<uint32_t, size_t>, bool> acked;
-  for (auto& [backup, reqs] : requests) {
-    for (size_t i = 0; i < reqs.size(); ++i) {
-      ReplicateRequest& req = reqs[i];
-      req.set_job_id(job.id);
-      req.set_epoch(*epoch);
-      req.set_from_shard(view_->self());
-      absl::Status s = sender == nullptr
-                           ? absl::UnavailableError("no replica sender")
-                           : sender(view_->Address(backup), req,
-                                    absl::Now() + options_.deadline);
-      if (!s.ok()) {
-        spdlog::debug("shard {}: forward of job {} to shard {}: {}",
-                      view_->self(), job.id, backup, s.ToString());
-      }
-      acked[{backup, i}] = s.ok();
-      Record(backup, s.ok());
-      if (!s.ok()) break;  // the rest would fail too; retried as a whole
-    }
-  }
-  bool all = true;
-  for (const Sent& s : sent) {
-    if (acked[{s.to, s.request}]) {
-      RaiseTo(s.chunk->acked[CopyIndex(s.chunk->placement, s.to)],
-              s.version + 1);
-      job.counters.replica_forwards.fetch_add(1);
       continue;
     }
-    // Failed by the coordinator since the copy: no longer forwarded to
-    // (counted and logged when the view moved, Shard::SetReplicaView).
-    if (view_->Failed(s.to)) continue;
-    all = false;
-  }
-  PublishReplicated(job, *view_);
-  return all;
-}
-
-std::vector<uint32_t> Behind(const Job& job, const ReplicaView& view) {
-  std::vector<uint32_t> behind;
-  for (const std::unique_ptr<Chunk>& c : job.chunks) {
-    if (!job.Serves(*c)) continue;
-    const uint64_t version = c->version.load();
-    for (uint32_t j : view.JoiningBackups(c->placement)) {
-      if (Acked(*c, j) <= version &&
-          std::find(behind.begin(), behind.end(), j) == behind.end()) {
-        behind.push_back(j);
-      }
+    ReplicaSender sender;
+    {
+      absl::MutexLock l(&mu_);
+      sender = sender_;
     }
-  }
-  return behind;
-}
-
-void ForgetAcks(Job& job, uint32_t shard) {
-  for (const std::unique_ptr<Chunk>& c : job.chunks) {
-    const int i = CopyIndex(c->placement, shard);
-    if (i >= 0) c->acked[i].store(0);
+    const absl::Status s = sender == nullptr
+                               ? absl::UnavailableError("no replica sender")
+                               : sender(view_->Address(backup), req,
+                                        absl::Now() + options_.deadline);
+    Record(backup, s.ok());
+    if (!s.ok()) {
+      Retry(stream, batch, req, s);
+      continue;
+    }
+    std::vector<WaiterPtr> ready;
+    for (int i = 0; i < req.chunks_size(); ++i) {
+      Chunk& c = *batch[i].chunk;
+      const int copy = CopyIndex(c.placement, backup);
+      if (copy >= 0) RaiseTo(c.acked[copy], req.chunks(i).version() + 1);
+      job.counters.replica_forwards.fetch_add(1);
+      PublishChunk(job, c, *view_, &ready);
+    }
+    CompleteAll(&ready);
   }
 }
 
-absl::Status ApplyReplica(Job& job, const ReplicateRequest& req) {
-  if (!job.replicated) {
-    return Refused(job, absl::FailedPreconditionError(absl::StrCat(
-                            "job \"", job.id, "\" is not replicated")));
+void Replicator::Retry(Stream* stream, std::vector<Forward>& batch,
+                       ReplicateRequest& req, const absl::Status& s) {
+  const uint32_t backup = stream->backup;
+  const uint64_t epoch = req.epoch();
+  bool log = false;
+  {
+    absl::MutexLock l(&mu_);
+    log = stream->logged_epoch != epoch;
+    stream->logged_epoch = epoch;
   }
-  const ReplicaView& view = *job.view;
-  const uint64_t epoch = view.epoch();
-  if (req.epoch() < epoch) {
-    return Refused(job, absl::FailedPreconditionError(absl::StrCat(
-                            "epoch: ", req.epoch(), " < ", epoch, ": shard ",
-                            req.from_shard(), " was failed over (fenced)")));
+  if (log) {
+    spdlog::warn(
+        "shard {}: job {}: shard {} did not take a forward (epoch {}): {}; "
+        "retrying until it does or the coordinator fails it",
+        view_->self(), req.job_id(), backup, epoch, s.ToString());
   }
-  if (req.epoch() > epoch) {
-    return absl::UnavailableError(absl::StrCat(
-        "epoch: ", req.epoch(), " > ", epoch, " this shard knows; retry"));
+  // Failed by the coordinator meanwhile: dropped from the acknowledgement
+  // set when the view moved (counted and logged by Shard::SetReplicaView).
+  if (!view_->Failed(backup)) {
+    view_->WaitForChange(epoch, absl::Now() + options_.retry);
   }
-  std::vector<Chunk*> chunks;
-  for (int i = 0; i < req.chunks_size(); ++i) {
-    const ReplicaChunk& r = req.chunks(i);
-    const std::string field = absl::StrCat("chunks[", i, "]");
-    Chunk* c = r.chunk_id() < job.local.size() ? job.LocalChunk(r.chunk_id())
-                                               : nullptr;
-    if (c == nullptr) {
-      return Refused(job, absl::InvalidArgumentError(absl::StrCat(
-                              field, ".chunk_id: ", r.chunk_id(),
-                              " has no copy on shard ", view.self())));
+  if (view_->epoch() != epoch || view_->Failed(backup)) {
+    // Copies taken at the new epoch, for the backups it names.
+    for (int i = 0; i < req.chunks_size(); ++i) {
+      Chunk& c = *batch[i].chunk;
+      Unforward(c, CopyIndex(c.placement, backup), req.chunks(i).version());
     }
-    if (view.ActingPrimary(c->placement) != req.from_shard() ||
-        req.from_shard() == view.self()) {
-      return Refused(job, absl::FailedPreconditionError(absl::StrCat(
-                              field, ": shard ", req.from_shard(),
-                              " is not the acting primary of ",
-                              ChunkName(c->placement), " at epoch ", epoch)));
-    }
-    absl::MutexLock l(&c->mu);
-    const size_t bytes = c->length * sizeof(float);
-    bool sizes =
-        r.values().size() == bytes &&
-        r.slots_size() == static_cast<int>(c->state.optimizer.slots.size());
-    for (const std::string& slot : r.slots()) {
-      sizes = sizes && slot.size() == bytes;
-    }
-    // ASP/SSP: one dedupe entry per worker rank (BSP: none).
-    sizes = sizes && static_cast<size_t>(r.next_steps_size()) ==
-                         (job.mode == BSP ? 0 : c->state.next_step.size());
-    if (!sizes) {
-      return Refused(
-          job, absl::InvalidArgumentError(absl::StrCat(
-                   field, ": sizes do not fit ", ChunkName(c->placement))));
-    }
-    chunks.push_back(c);
+    Notify(batch.front().job);
+    return;
   }
-  for (int i = 0; i < req.chunks_size(); ++i) {
-    const ReplicaChunk& r = req.chunks(i);
-    Chunk& c = *chunks[i];
-    absl::MutexLock l(&c.mu);
-    c.copied.store(true);
-    if (r.version() <= c.state.version && r.version() > 0) continue;
-    DecodeFloats(r.values(), absl::MakeSpan(c.state.values));
-    for (int s = 0; s < r.slots_size(); ++s) {
-      DecodeFloats(r.slots(s), absl::MakeSpan(c.state.optimizer.slots[s]));
-    }
-    c.state.optimizer.steps = r.optimizer_steps();
-    if (job.mode != BSP) {
-      std::copy(r.next_steps().begin(), r.next_steps().end(),
-                c.state.next_step.begin());
-    }
-    c.state.version = r.version();
-    c.version.store(r.version(), std::memory_order_release);
+  // The same copies again, ahead of the rest (the backup's lag is judged
+  // by how long it goes without a success), unless a newer copy of the
+  // chunk was queued meanwhile.
+  absl::MutexLock l(&mu_);
+  if (stop_) return;
+  for (int i = req.chunks_size() - 1; i >= 0; --i) {
+    Forward& f = batch[i];
+    const bool newer = std::any_of(
+        stream->queue.begin(), stream->queue.end(), [&f](const Forward& q) {
+          return q.chunk == f.chunk && q.job == f.job;
+        });
+    if (newer) continue;
+    f.copy = std::move(*req.mutable_chunks(i));
+    stream->queue.push_front(std::move(f));
   }
-  return absl::OkStatus();
 }
 
 }  // namespace internal

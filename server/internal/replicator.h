@@ -6,19 +6,30 @@
 // Replicate RPC, and raises the chunk's replicated version once they all
 // acknowledged it; an answer waits for its chunks' (Waiter::need_replicated:
 // a BSP answer for the version it carries, an ASP/SSP push for the one it
-// produced). A backup takes a forward with ApplyReplica.
+// produced). A backup takes a forward with ApplyReplica (replica_apply.h).
 //
 //   Replicator replicator(options, view);
 //   replicator.SetSender(send);       // psd: gRPC to the backups
 //   replicator.Notify(job);           // after an apply; never blocks
+//
+// Forwards are pipelined: a dispatcher thread copies each chunk as soon as
+// its version moved and queues the copy to every backup that lacks it.
+// Each backup has its own queue, drained by `streams_per_backup` senders,
+// so one step's chunks travel while later ones are still being applied,
+// several requests are in flight to each backup (its link does not idle
+// while one is applied and acknowledged), and the backups are served in
+// parallel. Each acknowledgement raises its own chunks'
+// replicated versions at once, so their answers go out without waiting
+// for the rest. A newer copy of a chunk replaces an older one still queued
+// (ASP/SSP chunks move on every push); one in flight is not waited for (a
+// backup keeps the newest version it got).
 //
 // A forward that fails is retried every `retry` until it succeeds or the
 // coordinator fails the backup (the view's epoch moves): the backup is then
 // dropped from the acknowledgement set, logged and counted
 // (JobStats.replica_drops), never silently. A backup that keeps failing
 // forwards while it answers the coordinator (it falls behind) is reported
-// by Lagging in the heartbeat's answer, and the coordinator fails it. One
-// thread forwards for every job, in the order they were notified.
+// by Lagging in the heartbeat's answer, and the coordinator fails it.
 //
 // Re-replication: a shard back after a failover is `joining` in the view.
 // It gets every chunk it holds a copy of (the pre-copy), then each chunk
@@ -28,7 +39,7 @@
 // primary reports it caught up (Behind, in the heartbeat's answer).
 //
 // Thread safety: every method may be called concurrently; Notify never
-// blocks; the destructor stops the thread (a forward in flight ends within
+// blocks; the destructor stops the threads (a forward in flight ends within
 // its deadline).
 #ifndef SERVER_INTERNAL_REPLICATOR_H_
 #define SERVER_INTERNAL_REPLICATOR_H_
@@ -48,6 +59,7 @@
 #include "absl/time/time.h"
 #include "proto/ps.pb.h"
 #include "server/internal/job.h"
+#include "server/internal/replica_apply.h"
 #include "server/internal/replica_view.h"
 
 namespace ps {
@@ -65,6 +77,8 @@ class Replicator {
     absl::Duration deadline = absl::Seconds(1);
     // Wait between tries of a failed forward, unless the view moves first.
     absl::Duration retry = absl::Milliseconds(50);
+    // Requests in flight to one backup at once (>= 1).
+    int streams_per_backup = 2;
   };
 
   Replicator(Options options, std::shared_ptr<const ReplicaView> view);
@@ -78,10 +92,10 @@ class Replicator {
   void SetSender(ReplicaSender sender) ABSL_LOCKS_EXCLUDED(mu_);
 
   // `job` (replicated) has chunks whose version moved, or the view moved:
-  // forward what the backups lack. Starts the thread on first use.
+  // forward what the backups lack. Starts the dispatcher on first use.
   void Notify(const std::shared_ptr<Job>& job) ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Stops the thread after the forward in flight. Idempotent.
+  // Stops the threads after the forwards in flight. Idempotent.
   void Stop() ABSL_LOCKS_EXCLUDED(mu_);
 
   // The live backups (the view's, in some acknowledgement set) whose
@@ -93,14 +107,37 @@ class Replicator {
   void ForgetFailures(uint32_t shard) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
+  // One chunk's copy on its way to one backup.
+  struct Forward {
+    std::shared_ptr<Job> job;
+    Chunk* chunk = nullptr;  // owned by `job`
+    uint64_t epoch = 0;      // the view's when the copy was taken
+    ReplicaChunk copy;
+  };
+  // One backup's queue; its senders take batches from the front.
+  struct Stream {
+    uint32_t backup = 0;
+    std::deque<Forward> queue;
+    std::vector<std::thread> senders;
+    // The epoch a failed forward to it was last logged at.
+    uint64_t logged_epoch = UINT64_MAX;
+  };
+
+  // The dispatcher: takes notified jobs and queues what their backups lack.
   void Loop();
-  // Forwards until the backups have every served chunk's version, the job
-  // closes or Stop.
-  void CatchUp(Job& job);
-  // One pass: true once every live backup acknowledged; `epoch` the view's
-  // epoch it used.
-  bool ForwardOnce(Job& job, uint64_t* epoch);
-  bool stopping() const ABSL_LOCKS_EXCLUDED(mu_);
+  void Dispatch(const std::shared_ptr<Job>& job);
+  // Queues `f` to `backup`, replacing a queued older copy of its chunk.
+  void Enqueue(uint32_t backup, Forward f) ABSL_LOCKS_EXCLUDED(mu_);
+  // A sender of `stream`: sends batches from its queue until Stop.
+  void Send(Stream* stream) ABSL_LOCKS_EXCLUDED(mu_);
+  // The next batch of `stream` (one job and epoch, under the message
+  // bound); empty once stopping.
+  std::vector<Forward> TakeBatch(Stream* stream) ABSL_LOCKS_EXCLUDED(mu_);
+  // A forward of `batch` (sent as `req`) to stream->backup failed with `s`:
+  // after `retry` the same copies go again, first; once the view moved
+  // (or the backup was failed) the dispatcher takes new ones.
+  void Retry(Stream* stream, std::vector<Forward>& batch, ReplicateRequest& req,
+             const absl::Status& s) ABSL_LOCKS_EXCLUDED(mu_);
   // Notes how a forward to `backup` ended.
   void Record(uint32_t backup, bool ok) ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -114,24 +151,9 @@ class Replicator {
   bool started_ ABSL_GUARDED_BY(mu_) = false;
   // By backup: when its forwards started failing (no success since).
   std::map<uint32_t, absl::Time> failing_since_ ABSL_GUARDED_BY(mu_);
+  std::map<uint32_t, std::unique_ptr<Stream>> streams_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;
 };
-
-// Backup side: checks `req` against `job` and the view (fencing: an epoch
-// older than the view's is FAILED_PRECONDITION, a newer one UNAVAILABLE so
-// the sender retries once this shard heard of it; a chunk not held here,
-// one this shard is acting primary of, one whose acting primary is not
-// req.from_shard, or a wrong size: INVALID_ARGUMENT or FAILED_PRECONDITION
-// naming the field), then stores every chunk newer than what it holds.
-// Nothing changes unless the whole request is good.
-absl::Status ApplyReplica(Job& job, const ReplicateRequest& req);
-
-// Of the view's joining shards, those that lack a chunk `job` serves here
-// at its current version (SetReplicaViewResponse.behind).
-std::vector<uint32_t> Behind(const Job& job, const ReplicaView& view);
-
-// `shard` (re)joins empty: none of its acknowledgements count any more.
-void ForgetAcks(Job& job, uint32_t shard);
 
 }  // namespace internal
 }  // namespace ps

@@ -548,7 +548,10 @@ def main() -> int:
         print("scaling: interrupted", file=sys.stderr)
         return 130
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        if args.keep_logs:
+            print(f"scaling: logs kept in {work}", file=sys.stderr)
+        else:
+            shutil.rmtree(work, ignore_errors=True)
     print(table(rows))
     subprocess.run(["/usr/bin/python3", PLOT, os.path.join(args.out, "results.json"),
                     "--out", args.out], check=True)

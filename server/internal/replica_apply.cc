@@ -1,0 +1,137 @@
+#include "server/internal/replica_apply.h"
+
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "core/float_bytes.h"
+#include "server/internal/reasons.h"
+
+namespace ps {
+namespace internal {
+namespace {
+
+absl::Status Refused(Job& job, absl::Status status) {
+  job.rejected.Add(kBadReplica);
+  return status;
+}
+
+}  // namespace
+
+int CopyIndex(const ChunkPlacement& p, uint32_t shard) {
+  if (p.shard() == shard) return 0;
+  for (int i = 0; i < p.backups_size(); ++i) {
+    if (p.backups(i) == shard) {
+      return i + 1 < static_cast<int>(kMaxChunkCopies) ? i + 1 : -1;
+    }
+  }
+  return -1;
+}
+
+uint64_t Acked(const Chunk& c, uint32_t shard) {
+  const int i = CopyIndex(c.placement, shard);
+  return i < 0 ? 0 : c.acked[i].load();
+}
+
+std::vector<uint32_t> Behind(const Job& job, const ReplicaView& view) {
+  std::vector<uint32_t> behind;
+  for (const std::unique_ptr<Chunk>& c : job.chunks) {
+    if (!job.Serves(*c)) continue;
+    const uint64_t version = c->version.load();
+    for (uint32_t j : view.JoiningBackups(c->placement)) {
+      if (Acked(*c, j) <= version &&
+          std::find(behind.begin(), behind.end(), j) == behind.end()) {
+        behind.push_back(j);
+      }
+    }
+  }
+  return behind;
+}
+
+void ForgetAcks(Job& job, uint32_t shard) {
+  for (const std::unique_ptr<Chunk>& c : job.chunks) {
+    const int i = CopyIndex(c->placement, shard);
+    if (i < 0) continue;
+    c->acked[i].store(0);
+    c->forwarding[i].store(0);
+  }
+}
+
+absl::Status ApplyReplica(Job& job, const ReplicateRequest& req) {
+  if (!job.replicated) {
+    return Refused(job, absl::FailedPreconditionError(absl::StrCat(
+                            "job \"", job.id, "\" is not replicated")));
+  }
+  const ReplicaView& view = *job.view;
+  const uint64_t epoch = view.epoch();
+  if (req.epoch() < epoch) {
+    return Refused(job, absl::FailedPreconditionError(absl::StrCat(
+                            "epoch: ", req.epoch(), " < ", epoch, ": shard ",
+                            req.from_shard(), " was failed over (fenced)")));
+  }
+  if (req.epoch() > epoch) {
+    return absl::UnavailableError(absl::StrCat(
+        "epoch: ", req.epoch(), " > ", epoch, " this shard knows; retry"));
+  }
+  std::vector<Chunk*> chunks;
+  for (int i = 0; i < req.chunks_size(); ++i) {
+    const ReplicaChunk& r = req.chunks(i);
+    const std::string field = absl::StrCat("chunks[", i, "]");
+    Chunk* c = r.chunk_id() < job.local.size() ? job.LocalChunk(r.chunk_id())
+                                               : nullptr;
+    if (c == nullptr) {
+      return Refused(job, absl::InvalidArgumentError(absl::StrCat(
+                              field, ".chunk_id: ", r.chunk_id(),
+                              " has no copy on shard ", view.self())));
+    }
+    if (view.ActingPrimary(c->placement) != req.from_shard() ||
+        req.from_shard() == view.self()) {
+      return Refused(job, absl::FailedPreconditionError(absl::StrCat(
+                              field, ": shard ", req.from_shard(),
+                              " is not the acting primary of ",
+                              ChunkName(c->placement), " at epoch ", epoch)));
+    }
+    absl::MutexLock l(&c->mu);
+    const size_t bytes = c->length * sizeof(float);
+    bool sizes =
+        r.values().size() == bytes &&
+        r.slots_size() == static_cast<int>(c->state.optimizer.slots.size());
+    for (const std::string& slot : r.slots()) {
+      sizes = sizes && slot.size() == bytes;
+    }
+    // ASP/SSP: one dedupe entry per worker rank (BSP: none).
+    sizes = sizes && static_cast<size_t>(r.next_steps_size()) ==
+                         (job.mode == BSP ? 0 : c->state.next_step.size());
+    if (!sizes) {
+      return Refused(
+          job, absl::InvalidArgumentError(absl::StrCat(
+                   field, ": sizes do not fit ", ChunkName(c->placement))));
+    }
+    chunks.push_back(c);
+  }
+  for (int i = 0; i < req.chunks_size(); ++i) {
+    const ReplicaChunk& r = req.chunks(i);
+    Chunk& c = *chunks[i];
+    absl::MutexLock l(&c.mu);
+    c.copied.store(true);
+    if (r.version() <= c.state.version && r.version() > 0) continue;
+    DecodeFloats(r.values(), absl::MakeSpan(c.state.values));
+    for (int s = 0; s < r.slots_size(); ++s) {
+      DecodeFloats(r.slots(s), absl::MakeSpan(c.state.optimizer.slots[s]));
+    }
+    c.state.optimizer.steps = r.optimizer_steps();
+    if (job.mode != BSP) {
+      std::copy(r.next_steps().begin(), r.next_steps().end(),
+                c.state.next_step.begin());
+    }
+    c.state.version = r.version();
+    c.version.store(r.version(), std::memory_order_release);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace internal
+}  // namespace ps

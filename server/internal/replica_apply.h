@@ -1,0 +1,46 @@
+// The copies of a replicated chunk (JobSpec.replication > 1): which copy a
+// shard holds, what it acknowledged, and the backup's side of a forward
+// (ApplyReplica). The primary's side is the Replicator (replicator.h).
+#ifndef SERVER_INTERNAL_REPLICA_APPLY_H_
+#define SERVER_INTERNAL_REPLICA_APPLY_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "proto/ps.pb.h"
+#include "server/internal/job.h"
+#include "server/internal/replica_view.h"
+
+namespace ps {
+namespace internal {
+
+// The index of `shard` among (p.shard(), p.backups()...), or -1 (also for
+// an index past Chunk::acked).
+int CopyIndex(const ChunkPlacement& p, uint32_t shard);
+
+// 1 + the version `shard` acknowledged of `c` (0: none).
+uint64_t Acked(const Chunk& c, uint32_t shard);
+
+// Backup side: checks `req` against `job` and the view (fencing: an epoch
+// older than the view's is FAILED_PRECONDITION, a newer one UNAVAILABLE so
+// the sender retries once this shard heard of it; a chunk not held here,
+// one this shard is acting primary of, one whose acting primary is not
+// req.from_shard, or a wrong size: INVALID_ARGUMENT or FAILED_PRECONDITION
+// naming the field), then stores every chunk newer than what it holds (an
+// older forward arriving after a newer one changes nothing). Nothing
+// changes unless the whole request is good.
+absl::Status ApplyReplica(Job& job, const ReplicateRequest& req);
+
+// Of the view's joining shards, those that lack a chunk `job` serves here
+// at its current version (SetReplicaViewResponse.behind).
+std::vector<uint32_t> Behind(const Job& job, const ReplicaView& view);
+
+// `shard` (re)joins empty: none of its acknowledgements count any more,
+// and what was in flight to it is sent again.
+void ForgetAcks(Job& job, uint32_t shard);
+
+}  // namespace internal
+}  // namespace ps
+
+#endif  // SERVER_INTERNAL_REPLICA_APPLY_H_

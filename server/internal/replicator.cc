@@ -12,24 +12,22 @@ namespace ps {
 namespace internal {
 namespace {
 
-// The chunk's state as a backup stores it (ASP/SSP: with the (worker,
-// step) dedupe state, so a retry of an applied push stays a duplicate on
-// the successor). Caller holds c.mu.
-ReplicaChunk CopyChunk(const Job& job, const Chunk& c)
+// Writes the chunk's state as a backup stores it into `out` (ASP/SSP: with
+// the (worker, step) dedupe state, so a retry of an applied push stays a
+// duplicate on the successor). Caller holds c.mu.
+void CopyChunk(const Job& job, const Chunk& c, ReplicaChunk* out)
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu) {
-  ReplicaChunk out;
-  out.set_chunk_id(c.placement.chunk_id());
-  out.set_version(c.state.version);
-  EncodeFloats(c.state.values, out.mutable_values());
+  out->set_chunk_id(c.placement.chunk_id());
+  out->set_version(c.state.version);
+  EncodeFloats(c.state.values, out->mutable_values());
   for (const std::vector<float>& slot : c.state.optimizer.slots) {
-    EncodeFloats(slot, out.add_slots());
+    EncodeFloats(slot, out->add_slots());
   }
-  out.set_optimizer_steps(c.state.optimizer.steps);
+  out->set_optimizer_steps(c.state.optimizer.steps);
   if (job.mode != BSP) {
-    out.mutable_next_steps()->Add(c.state.next_step.begin(),
-                                  c.state.next_step.end());
+    out->mutable_next_steps()->Add(c.state.next_step.begin(),
+                                   c.state.next_step.end());
   }
-  return out;
 }
 
 void RaiseTo(std::atomic<uint64_t>& a, uint64_t v) {
@@ -72,9 +70,10 @@ void Unforward(Chunk& c, int i, uint64_t version) {
   c.forwarding[i].compare_exchange_strong(expected, 0);
 }
 
-// A request to one backup is cut at this many bytes (messages stay under
-// the 4 MiB gRPC limit, and each acknowledgement releases its chunks'
-// answers soon); a single chunk larger than it goes alone.
+// A request to one backup is cut at this many bytes of values (messages
+// stay under the 4 MiB gRPC limit with an optimizer slot, and each
+// acknowledgement releases its chunks' answers soon); a single chunk
+// larger than it goes alone.
 constexpr size_t kForwardBytes = size_t{1} << 20;
 
 }  // namespace
@@ -179,16 +178,9 @@ void Replicator::Dispatch(const std::shared_ptr<Job>& job) {
                                      c->forwarding[i].load() > version;
                             }),
              to.end());
-    if (to.empty()) continue;
-    Forward f{job, c.get(), epoch, {}};
-    {
-      absl::MutexLock l(&c->mu);
-      f.copy = CopyChunk(*job, *c);
-    }
-    for (size_t k = 0; k < to.size(); ++k) {
-      RaiseTo(c->forwarding[CopyIndex(c->placement, to[k])],
-              f.copy.version() + 1);
-      Enqueue(to[k], k + 1 == to.size() ? std::move(f) : f);
+    for (uint32_t b : to) {
+      RaiseTo(c->forwarding[CopyIndex(c->placement, b)], version + 1);
+      Enqueue(b, Forward{job, c.get(), epoch});
     }
   }
   // Chunks without a live backup left (failed since) answer at their own
@@ -209,7 +201,7 @@ void Replicator::Enqueue(uint32_t backup, Forward f) {
   }
   for (Forward& queued : stream->queue) {
     if (queued.chunk == f.chunk && queued.job == f.job) {
-      queued = std::move(f);
+      queued.epoch = f.epoch;  // queued already: its copy is taken at send
       return;
     }
   }
@@ -227,7 +219,7 @@ std::vector<Replicator::Forward> Replicator::TakeBatch(Stream* stream) {
   size_t bytes = 0;
   while (!stream->queue.empty()) {
     Forward& f = stream->queue.front();
-    const size_t size = f.copy.ByteSizeLong();
+    const size_t size = f.chunk->length * sizeof(float);
     if (!batch.empty() &&
         (f.job != batch.front().job || f.epoch != batch.front().epoch ||
          bytes + size > kForwardBytes)) {
@@ -246,12 +238,23 @@ void Replicator::Send(Stream* stream) {
     std::vector<Forward> batch = TakeBatch(stream);
     if (batch.empty()) return;  // stopping
     Job& job = *batch.front().job;
+    // The copies are taken now: the newest state, held only while in
+    // flight.
     ReplicateRequest req;
     req.set_job_id(job.id);
     req.set_epoch(batch.front().epoch);
     req.set_from_shard(view_->self());
-    for (Forward& f : batch) *req.add_chunks() = std::move(f.copy);
-    // A closed job, or a backup failed since the copy (DropFailedBackups
+    for (Forward& f : batch) {
+      Chunk& c = *f.chunk;
+      {
+        absl::MutexLock l(&c.mu);
+        CopyChunk(job, c, req.add_chunks());
+      }
+      const int copy = CopyIndex(c.placement, backup);
+      if (copy >= 0)
+        RaiseTo(c.forwarding[copy], req.chunks().rbegin()->version() + 1);
+    }
+    // A closed job, or a backup failed since the dispatch (DropFailedBackups
     // took it out of the acknowledgement set): nothing to send.
     if (job.waits.is_closed.load() || view_->Failed(backup)) {
       for (int i = 0; i < req.chunks_size(); ++i) {
@@ -316,20 +319,16 @@ void Replicator::Retry(Stream* stream, std::vector<Forward>& batch,
     Notify(batch.front().job);
     return;
   }
-  // The same copies again, ahead of the rest (the backup's lag is judged
-  // by how long it goes without a success), unless a newer copy of the
-  // chunk was queued meanwhile.
+  // The same chunks again (copied afresh), ahead of the rest: the backup's
+  // lag is judged by how long it goes without a success.
   absl::MutexLock l(&mu_);
   if (stop_) return;
-  for (int i = req.chunks_size() - 1; i >= 0; --i) {
-    Forward& f = batch[i];
-    const bool newer = std::any_of(
+  for (auto f = batch.rbegin(); f != batch.rend(); ++f) {
+    const bool queued = std::any_of(
         stream->queue.begin(), stream->queue.end(), [&f](const Forward& q) {
-          return q.chunk == f.chunk && q.job == f.job;
+          return q.chunk == f->chunk && q.job == f->job;
         });
-    if (newer) continue;
-    f.copy = std::move(*req.mutable_chunks(i));
-    stream->queue.push_front(std::move(f));
+    if (!queued) stream->queue.push_front(std::move(*f));
   }
 }
 

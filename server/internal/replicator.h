@@ -12,17 +12,18 @@
 //   replicator.SetSender(send);       // psd: gRPC to the backups
 //   replicator.Notify(job);           // after an apply; never blocks
 //
-// Forwards are pipelined: a dispatcher thread copies each chunk as soon as
-// its version moved and queues the copy to every backup that lacks it.
-// Each backup has its own queue, drained by `streams_per_backup` senders,
-// so one step's chunks travel while later ones are still being applied,
-// several requests are in flight to each backup (its link does not idle
-// while one is applied and acknowledged), and the backups are served in
-// parallel. Each acknowledgement raises its own chunks'
-// replicated versions at once, so their answers go out without waiting
-// for the rest. A newer copy of a chunk replaces an older one still queued
-// (ASP/SSP chunks move on every push); one in flight is not waited for (a
-// backup keeps the newest version it got).
+// Forwards are pipelined: as soon as a chunk's version moved, a dispatcher
+// thread queues it to every backup that lacks that version. Each backup
+// has its own queue, drained by `streams_per_backup` senders, so one
+// step's chunks travel while later ones are still being applied, several
+// requests are in flight to each backup (its link does not idle while one
+// is applied and acknowledged), and the backups are served in parallel.
+// A sender copies its chunks' state when it sends them: the newest
+// version (ASP/SSP chunks move on every push; a queued chunk is queued
+// once), held only while in flight. Each acknowledgement raises its own
+// chunks' replicated versions at once, so their answers go out without
+// waiting for the rest; a forward in flight is not waited for before a
+// newer one (a backup keeps the newest version it got).
 //
 // A forward that fails is retried every `retry` until it succeeds or the
 // coordinator fails the backup (the view's epoch moves): the backup is then
@@ -107,12 +108,11 @@ class Replicator {
   void ForgetFailures(uint32_t shard) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  // One chunk's copy on its way to one backup.
+  // One chunk on its way to one backup (copied when its request is sent).
   struct Forward {
     std::shared_ptr<Job> job;
     Chunk* chunk = nullptr;  // owned by `job`
-    uint64_t epoch = 0;      // the view's when the copy was taken
-    ReplicaChunk copy;
+    uint64_t epoch = 0;      // the view's when it was dispatched
   };
   // One backup's queue; its senders take batches from the front.
   struct Stream {
@@ -126,7 +126,7 @@ class Replicator {
   // The dispatcher: takes notified jobs and queues what their backups lack.
   void Loop();
   void Dispatch(const std::shared_ptr<Job>& job);
-  // Queues `f` to `backup`, replacing a queued older copy of its chunk.
+  // Queues `f` to `backup` unless its chunk is queued there already.
   void Enqueue(uint32_t backup, Forward f) ABSL_LOCKS_EXCLUDED(mu_);
   // A sender of `stream`: sends batches from its queue until Stop.
   void Send(Stream* stream) ABSL_LOCKS_EXCLUDED(mu_);
@@ -134,8 +134,8 @@ class Replicator {
   // bound); empty once stopping.
   std::vector<Forward> TakeBatch(Stream* stream) ABSL_LOCKS_EXCLUDED(mu_);
   // A forward of `batch` (sent as `req`) to stream->backup failed with `s`:
-  // after `retry` the same copies go again, first; once the view moved
-  // (or the backup was failed) the dispatcher takes new ones.
+  // after `retry` the same chunks go again, first; once the view moved (or
+  // the backup was failed) the dispatcher decides anew.
   void Retry(Stream* stream, std::vector<Forward>& batch, ReplicateRequest& req,
              const absl::Status& s) ABSL_LOCKS_EXCLUDED(mu_);
   // Notes how a forward to `backup` ended.

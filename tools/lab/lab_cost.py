@@ -88,6 +88,23 @@ def proc_cpu(pid: int) -> float:
         raise RuntimeError(f"process {pid} is gone: its CPU time is lost")
 
 
+def status_vm_hwm(text: str) -> int:
+    """Peak resident bytes (VmHWM) in a /proc/PID/status text."""
+    m = re.search(r"^VmHWM:\s+(\d+) kB$", text, re.M)
+    if m is None:
+        raise ValueError("no VmHWM line in /proc/PID/status")
+    return int(m.group(1)) * 1024
+
+
+def peak_rss(pid: int) -> int:
+    """Peak resident bytes of a live process so far."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return status_vm_hwm(f.read())
+    except FileNotFoundError:
+        raise RuntimeError(f"process {pid} is gone: its peak memory is lost")
+
+
 def children_cpu() -> float:
     """CPU seconds of this process's reaped children (getrusage)."""
     r = resource.getrusage(resource.RUSAGE_CHILDREN)

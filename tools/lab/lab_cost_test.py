@@ -81,6 +81,13 @@ class CpuAndBytesTest(unittest.TestCase):
         with self.assertRaisesRegex(RuntimeError, "gone"):
             lab_cost.proc_cpu(2**22 + 1)  # above pid_max's default
 
+    def test_status_vm_hwm(self):
+        text = "Name:\tpsd\nVmPeak:\t  900 kB\nVmHWM:\t   12345 kB\nVmRSS:\t 1 kB\n"
+        self.assertEqual(lab_cost.status_vm_hwm(text), 12345 * 1024)
+        with self.assertRaises(ValueError):
+            lab_cost.status_vm_hwm("Name:\tpsd\n")
+        self.assertGreater(lab_cost.peak_rss(os.getpid()), 0)
+
     def test_cpu_s_per_gb(self):
         self.assertAlmostEqual(lab_cost.cpu_s_per_gb(3, 2e9), 1.5)
         self.assertIsNone(lab_cost.cpu_s_per_gb(1, 0))
@@ -163,9 +170,12 @@ class TableTest(unittest.TestCase):
         self.assertEqual(lines[0].count("|"), lines[1].count("|"))
         self.assertIn("| cpu s/GB | cpu vs tcp |", lines[0])
         self.assertIn("| 0.5 | 1500.0 |", lines[2])
-        self.assertTrue(lines[2].endswith("| 50% | 31.2 | 12.50 | 2.50 | 1.60 |"))
+        self.assertTrue(lines[2].endswith("| 50% | 31.2 | 12.50 | 2.50 | 1.60 | - | - |"))
         # A row of an older results.json: no CPU or byte figures.
-        self.assertTrue(lines[3].endswith("| 50% | - | 0.00 | - | - |"))
+        self.assertTrue(lines[3].endswith("| 50% | - | 0.00 | - | - | - | - |"))
+        shard = dict(self.ROW, shard_tx_per_step=8.4e7, shard_peak_rss=2.5e8)
+        line = scaling.table([shard]).splitlines()[2]
+        self.assertTrue(line.endswith("| 84.0 | 250 |"), line)
         self.assertIn("| 250mbit | - |", lines[3])
 
 

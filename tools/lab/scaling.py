@@ -57,7 +57,8 @@ import tempfile
 from typing import Dict, List, Optional
 
 from lab_cost import (TCP_PAYLOAD, CostWindow, cpu_s_per_gb, host_tx_bytes,
-                      mis_shaped, parse_rate_bits, ps_bound, ring_bound, stop,
+                      mis_shaped, parse_rate_bits, peak_rss, ps_bound,
+                      ring_bound, stop,
                       straggler, straggler_rate, tcp_reference, wait_files)
 
 LAB = os.path.dirname(os.path.abspath(__file__))  # tools/lab
@@ -227,10 +228,13 @@ def run_ps(lab: Lab, args, bindir: str, shards: int, workers: int,
             f.write(job_spec(args, params, workers, mode))
         psctl = f"{bindir}/tools/psctl/psctl"
         window = CostWindow(lab, procs)  # psd, workerd; psctl is a child
+        shard_tx0 = host_tx_bytes(lab.prefix, shards)  # hosts 1..S
         out = lab.run(1, [psctl, "submit", f"{d}/job.pbtxt", "--wait",
                           f"--cluster={d}/cluster.pbtxt", "--connect-timeout=30"],
                       timeout=args.row_timeout)
         cost = window.close()
+        shard_tx = host_tx_bytes(lab.prefix, shards) - shard_tx0
+        shard_rss = max(peak_rss(p.pid) for p in procs[:shards])
         summary = dict(re.findall(r"(\w+)=(\S+)", out.strip().splitlines()[-1]))
         if summary.get("state") != "SUCCEEDED":
             raise RuntimeError(f"job did not succeed: {out}")
@@ -250,7 +254,11 @@ def run_ps(lab: Lab, args, bindir: str, shards: int, workers: int,
                 "bytes_per_step": stats["moved"] / max(1, steps),
                 "bound_s": bound, "of_bound": bound / step_s, **cost,
                 "delta_pulls": stats["deltas"],
-                "delta_refused": stats["refused"]}
+                "delta_refused": stats["refused"],
+                # Per shard: bytes its host sent per step, and the largest
+                # psd's peak resident memory.
+                "shard_tx_per_step": shard_tx / max(1, steps) / shards,
+                "shard_peak_rss": shard_rss}
     finally:
         stop(procs)
         if not args.keep_logs:
@@ -337,8 +345,9 @@ def fmt(v: Optional[float], spec: str) -> str:
 def table(rows: List[Dict]) -> str:
     out = ["| system | mode | W | S | params | rate | straggler | step ms "
            "| samples/s | MB moved/step | bound ms | of bound | CPU busy "
-           "| CPU s | GB tx | cpu s/GB | cpu vs tcp |",
-           "|---" * 17 + "|"]
+           "| CPU s | GB tx | cpu s/GB | cpu vs tcp | shard MB tx/step "
+           "| shard peak MB |",
+           "|---" * 19 + "|"]
     for r in rows:
         out.append(
             f"| {r['system']} | {r['mode']} | {r['workers']} | {r['shards'] or '-'} "
@@ -349,8 +358,14 @@ def table(rows: List[Dict]) -> str:
             f"| {r.get('cpu_busy', float('nan')):.0%} "
             f"| {fmt(r.get('cpu_s'), '.1f')} | {r.get('tx_bytes', 0) / 1e9:.2f} "
             f"| {fmt(r.get('cpu_s_per_gb'), '.2f')} "
-            f"| {fmt(r.get('cpu_vs_tcp'), '.2f')} |")
+            f"| {fmt(r.get('cpu_vs_tcp'), '.2f')} "
+            f"| {fmt(mb(r.get('shard_tx_per_step')), '.1f')} "
+            f"| {fmt(mb(r.get('shard_peak_rss')), '.0f')} |")
     return "\n".join(out)
+
+
+def mb(n: Optional[float]) -> Optional[float]:
+    return None if n is None else n / 1e6
 
 
 def fraction(text: str) -> float:

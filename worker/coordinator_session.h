@@ -101,8 +101,12 @@ class CoordinatorSession {
     absl::Duration heartbeat_interval = absl::ZeroDuration();
     // A heartbeat's deadline is min(interval, this).
     absl::Duration heartbeat_deadline_cap = absl::InfiniteDuration();
-    // The deadline of each of Register's calls.
-    absl::Duration register_deadline = absl::Seconds(10);
+    // The deadline of each of Register's calls. Generous: a registration
+    // that lets the coordinator start a job answers once the job's chunks
+    // are created on every shard (seconds per GB of parameters), and a
+    // retry after a deadline reads as a restart (the first registration is
+    // dropped, and with it the job's rank).
+    absl::Duration register_deadline = absl::Seconds(60);
     WhenForgotten when_forgotten = WhenForgotten::kRegisterAgain;
     // Warnings for failed heartbeats, aborts and registering again (workerd);
     // off, the session reports only through its state (JoinedWorker).

@@ -275,7 +275,8 @@ void Workerd::StartSession() {
   options.coordinator = coordinator_address_;
   options.heartbeat_interval =
       absl::Milliseconds(config_.workerd.heartbeat_interval_ms());
-  options.register_deadline = kControlDeadline;
+  // register_deadline: the session's generous default (a registration may
+  // wait for the job it starts to be created on the shards).
   options.when_forgotten = CoordinatorSession::WhenForgotten::kRegisterAgain;
   options.on_heartbeat = [this](const HeartbeatResponse& resp) {
     OnHeartbeat(resp);

@@ -40,6 +40,7 @@ absl::Status JobCoordinator::RegisterWorker(
     }
     Worker& worker = workers_.Add(request.name(), now);
     worker.joined_job = request.job_id();
+    worker.registering = true;
     spdlog::info("worker {} ({}) registered with devices [{}]{}", worker.id,
                  worker.name, absl::StrJoin(request.devices(), ", "),
                  worker.joined_job.empty()
@@ -56,6 +57,13 @@ absl::Status JobCoordinator::RegisterWorker(
   }
   done.Run();
   shard_ops_.Drain();
+  // Answered now: its heartbeats are due from here on.
+  absl::MutexLock lock(&mu_);
+  Worker* worker = workers_.Find(response->worker_id());
+  if (worker != nullptr) {
+    worker->registering = false;
+    NoteContact(*worker, options_.clock());
+  }
   return absl::OkStatus();
 }
 

@@ -3,6 +3,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -58,6 +59,29 @@ TEST_F(CoordinatorTest, LongPollExpiresOnTick) {
   ASSERT_TRUE(poll->status.has_value());
   EXPECT_TRUE(poll->status->ok());
   EXPECT_FALSE(poll->response.has_assignment());
+}
+
+// A registration that starts a job answers once the job's RegisterJob
+// reached every shard (seconds for a big model): meanwhile the worker has
+// no id to heartbeat with, and must not be lost. Before, a job slower to
+// register than the heartbeat timeout failed with "no heartbeat".
+TEST_F(CoordinatorTest, AWorkerIsNotLostWhileItsRegistrationStartsAJob) {
+  const std::string job = Submit(Spec(1));
+  shards_.BlockRegister();
+  std::string w;
+  std::thread registering([&] { w = Register("host-a"); });
+  shards_.entered_.WaitForNotification();  // RegisterJob in flight
+  clock_.Advance(absl::Seconds(30));       // 3x the heartbeat timeout
+  coord_->Tick(clock_.Now());
+  EXPECT_NE(Job(job).state(), FAILED) << Job(job).reason();
+  shards_.release_.Notify();
+  registering.join();
+  EXPECT_EQ(Job(job).state(), RUNNING) << Job(job).reason();
+  // Its heartbeats are due from the answer on, not from the registration.
+  clock_.Advance(absl::Seconds(9));
+  coord_->Tick(clock_.Now());
+  EXPECT_FALSE(Beat(w).reregister());
+  EXPECT_EQ(Job(job).state(), RUNNING) << Job(job).reason();
 }
 
 TEST_F(CoordinatorTest, UnknownWorkersAreToldToRegister) {

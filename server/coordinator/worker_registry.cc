@@ -87,6 +87,7 @@ std::vector<WorkerRegistry::Silent> WorkerRegistry::SilentAt(
     absl::Time now, absl::Duration timeout) const {
   std::vector<std::pair<uint64_t, Silent>> found;
   for (const auto& [id, worker] : workers_) {
+    if (worker->registering) continue;
     const absl::Duration silent = now - worker->last_seen;
     if (silent >= timeout) found.push_back({worker->seq, {id, silent}});
   }

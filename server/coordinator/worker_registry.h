@@ -65,6 +65,10 @@ class WorkerRegistry {
     std::string abort_reason;
     // Reloaded from the job store and not heard from since.
     bool restored = false;
+    // Its RegisterWorker has not answered yet (the call runs the shard
+    // operations it started, e.g. a big job's RegisterJob on every shard):
+    // it cannot heartbeat before it has its id, so it is never silent.
+    bool registering = false;
     // The parked long-poll, if any.
     std::function<void(absl::Status)> poll_done;
     GetAssignmentResponse* poll_response = nullptr;

@@ -83,6 +83,20 @@ TEST(WorkerRegistryTest, SilentWorkersInRegistrationOrder) {
       workers.SilentAt(kT0 + absl::Seconds(9), absl::Seconds(10)).empty());
 }
 
+// A worker whose RegisterWorker has not answered yet (the call starts a
+// job and waits for its RegisterJob on the shards) cannot heartbeat: it is
+// never silent; before, a job that took longer than the heartbeat timeout
+// to register lost the worker it had just taken.
+TEST(WorkerRegistryTest, AWorkerStillRegisteringIsNeverSilent) {
+  WorkerRegistry workers;
+  workers.Add("host", kT0).registering = true;
+  workers.Add("host", kT0);
+  std::vector<WorkerRegistry::Silent> silent =
+      workers.SilentAt(kT0 + absl::Seconds(60), absl::Seconds(10));
+  ASSERT_EQ(silent.size(), 1u);
+  EXPECT_EQ(silent[0].id, "w-2");
+}
+
 TEST(WorkerRegistryTest, PollsCompleteOnceAndOnlyAfterRun) {
   WorkerRegistry workers;
   WorkerRegistry::Worker& a = workers.Add("a", kT0);

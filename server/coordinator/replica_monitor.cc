@@ -168,7 +168,8 @@ void ReplicaMonitor::DropLagging(
         "coordinator: shard {} fell behind: shard {} could not forward to "
         "it for {}; failing it over (it leaves the acknowledgement sets)",
         backup, primary,
-        absl::FormatDuration(options_.interval * options_.misses));
+        absl::FormatDuration(
+            std::max(options_.interval * options_.misses, options_.min_lag)));
     dead->push_back(backup);
   }
 }
@@ -260,8 +261,8 @@ absl::Status ReplicaMonitor::Send(uint32_t s, SetReplicaViewRequest& view,
                                   uint64_t* before) {
   view.set_shard(s);
   view.set_incarnation(incarnation_[s]);
-  view.set_lag_ms(static_cast<uint32_t>(
-      absl::ToInt64Milliseconds(options_.interval * options_.misses)));
+  view.set_lag_ms(static_cast<uint32_t>(absl::ToInt64Milliseconds(
+      std::max(options_.interval * options_.misses, options_.min_lag))));
   *before = incarnation_[s];
   absl::Status st = options_.send(
       s, view, absl::Now() + options_.interval * options_.misses, resp);

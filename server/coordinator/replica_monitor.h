@@ -73,6 +73,13 @@ class ReplicaMonitor {
     uint32_t num_shards = 0;
     absl::Duration interval = absl::Milliseconds(kDefaultShardHeartbeatMs);
     uint32_t misses = kDefaultShardHeartbeatMisses;
+    // A backup is failed over as fallen behind once a primary's forwards to
+    // it have failed, with no success since, for max(interval x misses,
+    // min_lag): several forward deadlines (kDefaultReplicateDeadlineMs
+    // each), so that a link saturated by a big step, whose forwards time
+    // out now and then, does not set off failovers that take the job's
+    // copies away one after another.
+    absl::Duration min_lag = absl::Milliseconds(5 * kDefaultReplicateDeadlineMs);
     // One heartbeat to `shard`, blocking up to `deadline`; its answer
     // into the last argument. Required.
     std::function<absl::Status(uint32_t shard, const SetReplicaViewRequest&,

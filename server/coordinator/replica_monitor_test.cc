@@ -230,8 +230,8 @@ TEST(ReplicaMonitorTest, ABackupThatFallsBehindIsFailedOver) {
   Fake fake;
   ReplicaMonitor monitor(fake.Options());
   monitor.Beat(absl::Now());
-  // Asked for: heartbeat x misses (100 ms x 2).
-  EXPECT_EQ(fake.lag_ms.back(), 200u);
+  // Asked for: max(heartbeat x misses (100 ms x 2), min_lag (5 s)).
+  EXPECT_EQ(fake.lag_ms.back(), 5000u);
   // Shard 1 answers every heartbeat, but shard 0 cannot forward to it.
   fake.lagging[0] = {1};
   monitor.Beat(absl::Now());
@@ -242,6 +242,13 @@ TEST(ReplicaMonitorTest, ABackupThatFallsBehindIsFailedOver) {
   monitor.Beat(absl::Now());
   EXPECT_THAT(fake.rejoined_calls, ElementsAre(1u));
   EXPECT_THAT(monitor.sets().joining, ElementsAre(1u));
+  // Heartbeats slower than the floor: heartbeat x misses (100 ms x 80).
+  Fake slow;
+  ReplicaMonitor::Options o = slow.Options();
+  o.misses = 80;
+  ReplicaMonitor patient(o);
+  patient.Beat(absl::Now());
+  EXPECT_EQ(slow.lag_ms.back(), 8000u);
 }
 
 }  // namespace

@@ -65,8 +65,8 @@ def wait_log(path: str, pattern: str, timeout: float, what: str,
 def job_step(lab: Lab, psctl: str, d: str, job: str) -> int:
     """The job's step from `psctl status JOB --json`; fails once the job
     ended."""
-    out = lab.run(1, [psctl, "status", job, "--json",
-                      f"--cluster={d}/cluster.pbtxt"], 30)
+    out = lab.run(1, [psctl, "status", job, "--json", "--connect-timeout=60",
+                      f"--cluster={d}/cluster.pbtxt"], 90)
     status = json.loads(out)
     if status.get("state") in ("FAILED", "CANCELLED", "SUCCEEDED"):
         raise RuntimeError(f"{job} ended {status['state']}: "
@@ -88,6 +88,11 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--steps-before", type=int, default=2)
     ap.add_argument("--partition-bytes", type=int, default=2 << 20)
     ap.add_argument("--timeout", type=float, default=900)
+    ap.add_argument("--psd-config", default="shard_heartbeat_misses: 20",
+                    help="extra PsdConfig text for every psd: by default 2 s "
+                    "of missed heartbeats before a failover, as a link "
+                    "saturated by a 1 GB step (and 2 shared cores) can hold "
+                    "the 100 ms heartbeats past the default 3 misses")
     ap.add_argument("--prefix", default=os.environ.get("NETLAB_PREFIX", "pslab"))
     ap.add_argument("--out", default="", help="write the result as JSON here")
     ap.add_argument("--keep-logs", action="store_true")

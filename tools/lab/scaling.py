@@ -188,6 +188,7 @@ def start_ps(lab: Lab, args, bindir: str, shards: int, workers: int, d: str,
                     f'cluster_file: "{d}/cluster.pbtxt"\n'
                     f'address_file: "{d}/psd{i}.addr"\n'
                     f"memory_budget_bytes: {args.shard_budget}\n"
+                    f"{getattr(args, 'psd_config', '')}\n"
                     f"{pacing_config(lab, args, i + 1, shards + workers)}")
         procs.append(lab.popen(i + 1, [f"{bindir}/server/psd",
                                        f"--config={d}/psd{i}.pbtxt"],

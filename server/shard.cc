@@ -214,7 +214,9 @@ absl::Status Shard::SetMembership(const SetMembershipRequest& req) {
   internal::CompleteAll(&ready);
   if (job->tables != nullptr) job->tables->SetMembership(active);
   checkpointer_->MaybeQueue(job, advanced, absl::InfinitePast());
-  if (job->replicated && !advanced.empty()) replicator_->Notify(job);
+  if (job->replicated && !advanced.empty()) {
+    replicator_->Advanced(job, advanced);
+  }
   return absl::OkStatus();
 }
 

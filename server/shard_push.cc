@@ -36,7 +36,9 @@ absl::StatusOr<PushCounts> Shard::ApplyPush(const JobPtr& job, uint32_t worker,
       *job, {worker, step, &gradients, chunks}, &ready, &advanced);
   internal::CompleteAll(&ready);
   checkpointer_->MaybeQueue(job, advanced, absl::InfinitePast());
-  if (job->replicated && !advanced.empty()) replicator_->Notify(job);
+  if (job->replicated && !advanced.empty()) {
+    replicator_->Advanced(job, advanced);
+  }
   return counts;
 }
 

@@ -160,32 +160,46 @@ void Replicator::Loop() {
   }
 }
 
+void Replicator::Advanced(const std::shared_ptr<Job>& job,
+                          absl::Span<Chunk* const> chunks) {
+  if (job->waits.is_closed.load()) return;
+  const uint64_t epoch = view_->epoch();
+  std::vector<WaiterPtr> ready;
+  for (Chunk* c : chunks) {
+    if (!job->Serves(*c)) continue;
+    Queue(job, *c, epoch);
+    PublishChunk(*job, *c, *view_, &ready);  // no live backup: answered now
+  }
+  CompleteAll(&ready);
+}
+
 void Replicator::Dispatch(const std::shared_ptr<Job>& job) {
   if (job->waits.is_closed.load()) return;
   const uint64_t epoch = view_->epoch();
   for (const std::unique_ptr<Chunk>& c : job->chunks) {
-    if (!job->Serves(*c)) continue;
-    // Live backups (waited for) and joining ones (copied in, not waited
-    // for) alike: every copy behind this chunk's version gets its state,
-    // unless that version is already on its way.
-    std::vector<uint32_t> to = view_->LiveBackups(c->placement);
-    for (uint32_t j : view_->JoiningBackups(c->placement)) to.push_back(j);
-    const uint64_t version = c->version.load();
-    to.erase(std::remove_if(to.begin(), to.end(),
-                            [&](uint32_t b) {
-                              const int i = CopyIndex(c->placement, b);
-                              return i < 0 || Acked(*c, b) > version ||
-                                     c->forwarding[i].load() > version;
-                            }),
-             to.end());
-    for (uint32_t b : to) {
-      RaiseTo(c->forwarding[CopyIndex(c->placement, b)], version + 1);
-      Enqueue(b, Forward{job, c.get(), epoch});
-    }
+    if (job->Serves(*c)) Queue(job, *c, epoch);
   }
   // Chunks without a live backup left (failed since) answer at their own
   // version.
   PublishReplicated(*job, *view_);
+}
+
+void Replicator::Queue(const std::shared_ptr<Job>& job, Chunk& c,
+                       uint64_t epoch) {
+  // Live backups (waited for) and joining ones (copied in, not waited for)
+  // alike: every copy behind this chunk's version gets its state, unless
+  // that version is already on its way.
+  std::vector<uint32_t> to = view_->LiveBackups(c.placement);
+  for (uint32_t j : view_->JoiningBackups(c.placement)) to.push_back(j);
+  const uint64_t version = c.version.load();
+  for (uint32_t b : to) {
+    const int i = CopyIndex(c.placement, b);
+    if (i < 0 || Acked(c, b) > version || c.forwarding[i].load() > version) {
+      continue;
+    }
+    RaiseTo(c.forwarding[i], version + 1);
+    Enqueue(b, Forward{job, &c, epoch});
+  }
 }
 
 void Replicator::Enqueue(uint32_t backup, Forward f) {

@@ -10,10 +10,12 @@
 //
 //   Replicator replicator(options, view);
 //   replicator.SetSender(send);       // psd: gRPC to the backups
-//   replicator.Notify(job);           // after an apply; never blocks
+//   replicator.Advanced(job, chunks); // after an apply; never blocks
+//   replicator.Notify(job);           // the view moved
 //
-// Forwards are pipelined: as soon as a chunk's version moved, a dispatcher
-// thread queues it to every backup that lacks that version. Each backup
+// Forwards are pipelined: as soon as a chunk's version moved, the applying
+// thread queues it to every backup that lacks that version (a dispatcher
+// thread does the same for a whole job when the view moved). Each backup
 // has its own queue, drained by `streams_per_backup` senders, so one
 // step's chunks travel while later ones are still being applied, several
 // requests are in flight to each backup (its link does not idle while one
@@ -58,6 +60,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "proto/ps.pb.h"
 #include "server/internal/job.h"
 #include "server/internal/replica_apply.h"
@@ -92,8 +95,15 @@ class Replicator {
   // forward fails UNAVAILABLE.
   void SetSender(ReplicaSender sender) ABSL_LOCKS_EXCLUDED(mu_);
 
-  // `job` (replicated) has chunks whose version moved, or the view moved:
-  // forward what the backups lack. Starts the dispatcher on first use.
+  // `chunks` of `job` (replicated) moved to a new version: queues them to
+  // the backups that lack it, on the caller's thread (the apply path; no
+  // chunk lock held), and answers at once those with no live backup.
+  void Advanced(const std::shared_ptr<Job>& job,
+                absl::Span<Chunk* const> chunks) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // `job` (replicated) may have chunks its backups lack (the view moved, a
+  // forward failed): the dispatcher thread looks at every chunk and
+  // forwards what they lack. Starts the dispatcher on first use.
   void Notify(const std::shared_ptr<Job>& job) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Stops the threads after the forwards in flight. Idempotent.
@@ -126,6 +136,8 @@ class Replicator {
   // The dispatcher: takes notified jobs and queues what their backups lack.
   void Loop();
   void Dispatch(const std::shared_ptr<Job>& job);
+  // Queues `c` to each backup lacking its version, unless already on its way.
+  void Queue(const std::shared_ptr<Job>& job, Chunk& c, uint64_t epoch);
   // Queues `f` to `backup` unless its chunk is queued there already.
   void Enqueue(uint32_t backup, Forward f) ABSL_LOCKS_EXCLUDED(mu_);
   // A sender of `stream`: sends batches from its queue until Stop.

@@ -1,10 +1,11 @@
-// A CTR job whose sparse steps do not fit one message (psd and workerd at
-// max_message_bytes 65536, the smallest they take) on real daemons (2 psd,
+// A CTR job whose sparse steps do not fit one message (workerd at
+// max_message_bytes 65536, the smallest it takes) on real daemons (2 psd,
 // 2 workerd, BSP): every worker sends its steps' rows for a shard in parts
 // (SparseExchangeRequest.part/parts), the shards apply each step once, and
 // the job SUCCEEDS with bitwise the result of the same job with the default
 // 4 MiB messages, where nothing is split.
 #include <cstdint>
+#include <iostream>
 #include <string>
 
 #include "absl/strings/numbers.h"
@@ -22,13 +23,15 @@ namespace {
 
 using ::testing::HasSubstr;
 
-// 40 steps of 2 x 256 examples: about 2,500 rows per shard and step each
-// way, ~100 KB of pushed rows and ids, so at 64 KiB every step splits.
+// 40 steps of 2 x 256 examples, dim 16: about 1,300 unique rows per worker,
+// shard and step each way (~95 KB of pushed rows and ids, ~95 KB of pulled
+// rows), so at 64 KiB every step's call to each shard splits.
 // Dense requests stay under the limit: 32 KiB partitions, and the workers'
 // max_request_bytes below.
 std::string Job() {
   CtrJob job;
   job.name = "ctr-split";
+  job.dim = 16;
   job.synthetic_train = 20480;
   job.synthetic_test = 8192;
   job.partition_bytes = 32768;
@@ -44,7 +47,10 @@ struct Result {
 void TrainOnce(const std::string& dir, bool small_messages, Result* out) {
   LocalClusterOptions options;
   if (small_messages) {
-    options.psd_extra = "max_message_bytes: 65536\n";
+    // The workers split at 64 KiB; the shards take 128 KiB, so that the
+    // test's own parameter read (one 64 KiB chunk and its header per
+    // reply) fits too.
+    options.psd_extra = "max_message_bytes: 131072\n";
     options.workerd_extra =
         "max_message_bytes: 65536\nmax_request_bytes: 32768\n";
   } else {
@@ -72,6 +78,13 @@ void TrainOnce(const std::string& dir, bool small_messages, Result* out) {
   out->worker_log = cluster.Log("worker0");
 }
 
+// The worker's last "sparse job=" line.
+std::string SparseLine(const std::string& log) {
+  const size_t at = log.rfind("sparse job=");
+  if (at == std::string::npos) return "";
+  return log.substr(at, log.find('\n', at) - at);
+}
+
 // The worker's count of split calls, from its last "sparse job=" line.
 int64_t SplitCalls(const std::string& log) {
   const size_t at = log.rfind("split_calls=");
@@ -89,6 +102,8 @@ TEST(CtrSplitTest, StepsSentInPartsTrainBitwiseLikeWholeOnes) {
   if (HasFatalFailure()) return;
   TrainOnce(TestDir("ctr_split"), true, &split);
   if (HasFatalFailure()) return;
+  std::cout << "whole: " << SparseLine(whole.worker_log) << "\nsplit: "
+            << SparseLine(split.worker_log) << "\n";
   EXPECT_EQ(SplitCalls(whole.worker_log), 0) << whole.worker_log;
   // Every step's call to each of the 2 shards, and the evaluation pulls.
   EXPECT_GE(SplitCalls(split.worker_log), 40 * 2) << split.worker_log;

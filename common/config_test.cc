@@ -210,8 +210,8 @@ TEST_F(ConfigTest, WorkerdValidation) {
   EXPECT_THAT(m, HasSubstr("device_weights: 1 weights for 3 devices"));
   EXPECT_THAT(m, HasSubstr("max_request_bytes: 512 is outside 1024..67108864"));
   EXPECT_THAT(m, HasSubstr("channels_per_shard: 17 is outside 1..16"));
-  EXPECT_THAT(m,
-              HasSubstr("max_message_bytes: 65535 is outside 65536..1073741824"));
+  EXPECT_THAT(
+      m, HasSubstr("max_message_bytes: 65535 is outside 65536..1073741824"));
   EXPECT_THAT(m, HasSubstr("fusion_bytes: 67108865 is outside 1..67108864"));
   EXPECT_THAT(m, HasSubstr("cpu_kernels: \"mkl\" is not \"auto\""));
   EXPECT_THAT(m, HasSubstr("cpu_cores: \"0-x\": \"0-x\" is not a core"));

@@ -102,8 +102,8 @@ TEST(CtrSplitTest, StepsSentInPartsTrainBitwiseLikeWholeOnes) {
   if (HasFatalFailure()) return;
   TrainOnce(TestDir("ctr_split"), true, &split);
   if (HasFatalFailure()) return;
-  std::cout << "whole: " << SparseLine(whole.worker_log) << "\nsplit: "
-            << SparseLine(split.worker_log) << "\n";
+  std::cout << "whole: " << SparseLine(whole.worker_log)
+            << "\nsplit: " << SparseLine(split.worker_log) << "\n";
   EXPECT_EQ(SplitCalls(whole.worker_log), 0) << whole.worker_log;
   // Every step's call to each of the 2 shards, and the evaluation pulls.
   EXPECT_GE(SplitCalls(split.worker_log), 40 * 2) << split.worker_log;

@@ -215,10 +215,11 @@ class JobTables {
   // ASP/SSP, holding apply_mu_ shared: applies w's claimed step (no
   // JobTables lock held), then counts it and adds `waiters` to the waits
   // (or unclaims it on an error).
-  absl::Status ApplyClaimed(uint32_t w, uint64_t step, uint64_t claimed_before,
-                            sparse_internal::TablePushes pushed,
-                            const std::vector<sparse_internal::WaiterPtr>& waiters,
-                            std::vector<sparse_internal::WaiterPtr>* ready);
+  absl::Status ApplyClaimed(
+      uint32_t w, uint64_t step, uint64_t claimed_before,
+      sparse_internal::TablePushes pushed,
+      const std::vector<sparse_internal::WaiterPtr>& waiters,
+      std::vector<sparse_internal::WaiterPtr>* ready);
   // A checked part of a split push (its rows taken out, its wait made):
   // held until the step's last part is in, then pushed once. Answers or
   // fails `waiter` (and the waits it completes or drops).
@@ -227,9 +228,10 @@ class JobTables {
                     const sparse_internal::WaiterPtr& waiter);
   // ExchangePart's BSP and ASP/SSP halves. `failed` gets the other waits
   // that fail with the returned error; `ready` those to answer.
-  absl::Status PushPartBspLocked(sparse_internal::SplitPart part,
-                                 std::vector<sparse_internal::WaiterPtr>* ready,
-                                 std::vector<sparse_internal::WaiterPtr>* failed)
+  absl::Status PushPartBspLocked(
+      sparse_internal::SplitPart part,
+      std::vector<sparse_internal::WaiterPtr>* ready,
+      std::vector<sparse_internal::WaiterPtr>* failed)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status PushPartUnordered(
       sparse_internal::SplitPart part,

@@ -179,9 +179,9 @@ std::string RunSteps(const std::string& mode, uint32_t workers, int steps,
         if (calls[i]->req.worker() != w || calls[i]->req.attempt() != 0) {
           continue;
         }
-        EXPECT_TRUE(calls[i]->ok()) << mode << " step " << s << " worker " << w
-                                    << ": " << calls[i]->status.value_or(
-                                           absl::UnknownError("no answer"));
+        EXPECT_TRUE(calls[i]->ok())
+            << mode << " step " << s << " worker " << w << ": "
+            << calls[i]->status.value_or(absl::UnknownError("no answer"));
         if (calls[i]->resp.rows_size() == 1) {
           got += calls[i]->resp.rows(0).values();
         }

@@ -75,12 +75,11 @@ absl::Status CheckParts(const SparseRequestIn& req) {
   }
   if (req.parts == 0 && req.part != 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "parts: 0 with part %d (a split step names its part count)",
-        req.part));
+        "parts: 0 with part %d (a split step names its part count)", req.part));
   }
   if (req.parts != 0 && req.part >= req.parts) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "part: %d is not below parts %d", req.part, req.parts));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("part: %d is not below parts %d", req.part, req.parts));
   }
   return absl::OkStatus();
 }

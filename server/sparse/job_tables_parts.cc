@@ -69,11 +69,17 @@ absl::Status JobTables::PushPartBspLocked(SplitPart part,
   const uint64_t version = barrier_.version();
   if (part.step > version) return AheadError(part.step, version);
   // The step is applied, or this worker's push of it is buffered: the part
-  // is a retry, answered as a whole push's retry is.
+  // is a retry, answered as a whole push's retry is. So are the parts held
+  // for it (a step completed without this worker, backup_workers): they
+  // would otherwise wait for a set that can no longer apply.
   const bool stale = part.step < version;
   if (stale || barrier_.HasPushed(w)) {
-    (stale ? waiter->resp->stale : waiter->resp->duplicate) = true;
-    waits_.Add(waiter);
+    std::vector<WaiterPtr> answer = parts_.Take(w, part.step);
+    answer.push_back(waiter);
+    for (const WaiterPtr& x : answer) {
+      (stale ? x->resp->stale : x->resp->duplicate) = true;
+      waits_.Add(x);
+    }
     CollectReadyLocked(ready);
     return absl::OkStatus();
   }
@@ -109,9 +115,14 @@ absl::Status JobTables::PushPartUnordered(SplitPart part,
     PS_RETURN_IF_ERROR(closed_);
     if (!barrier_.active(w)) return NotActive(w);
     if (barrier_.Claimed(w, step)) {
-      // Applied (or being applied) already: a retry of one of its parts.
-      waiter->resp->duplicate = true;
-      waits_.Add(waiter);
+      // Applied (or being applied) already, or older than a step applied:
+      // a retry, and so are the parts held for it.
+      std::vector<WaiterPtr> answer = parts_.Take(w, step);
+      answer.push_back(waiter);
+      for (const WaiterPtr& x : answer) {
+        x->resp->duplicate = true;
+        waits_.Add(x);
+      }
       CollectReadyLocked(ready);
       return absl::OkStatus();
     }

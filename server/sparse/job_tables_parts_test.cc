@@ -238,6 +238,33 @@ TEST(JobTablesPartsTest, AspAppliesOnceWhenTheLastPartIsIn) {
   EXPECT_EQ(AllRows(*t, 0), after);
 }
 
+TEST(JobTablesPartsTest, HeldPartsOfAStepCompletedWithoutThemAreStale) {
+  JobSpec spec = Spec("BSP");
+  spec.mutable_consistency()->set_backup_workers(1);
+  auto t = Make(spec, 3);
+  std::mt19937_64 rng(9);
+  const StepRows rows = RandomRows(rng, 8);
+  // Worker 2 is slow: its first part is held when workers 0 and 1 complete
+  // the step (a quorum of 2 of 3).
+  auto slow0 = PartCall(2, 0, rows, 0, 2);
+  slow0->Start(*t);
+  auto a = PartCall(0, 0, rows, 0, 0);
+  auto b = PartCall(1, 0, rows, 0, 0);
+  a->Start(*t);
+  b->Start(*t);
+  ASSERT_TRUE(a->ok() && b->ok());
+  EXPECT_EQ(t->version(), 1u);
+  EXPECT_FALSE(slow0->status.has_value());
+  const std::string applied = AllRows(*t, 1);
+  auto slow1 = PartCall(2, 0, rows, 1, 2);
+  slow1->Start(*t);
+  ASSERT_TRUE(slow0->ok() && slow1->ok());
+  EXPECT_TRUE(slow0->resp.stale());
+  EXPECT_TRUE(slow1->resp.stale());
+  EXPECT_EQ(AllRows(*t, 1), applied);
+  EXPECT_EQ(t->version(), 1u);
+}
+
 // The refusals: each fails naming the field, and the tables stay as they
 // were (version 0, every row its initial value).
 class RefusalTest : public ::testing::Test {

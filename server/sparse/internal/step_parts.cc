@@ -146,6 +146,13 @@ void StepParts::TakeLate(absl::Time now, std::vector<Expired>* late) {
   }
 }
 
+std::vector<WaiterPtr> StepParts::Take(uint32_t worker, uint64_t step) {
+  std::vector<WaiterPtr> out;
+  auto it = sets_.find(Key(worker, step));
+  if (it != sets_.end()) Drop(it, &out);
+  return out;
+}
+
 std::vector<WaiterPtr> StepParts::TakeAll() {
   std::vector<WaiterPtr> all;
   while (!sets_.empty()) Drop(sets_.begin(), &all);

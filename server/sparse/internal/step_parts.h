@@ -74,6 +74,8 @@ class StepParts {
     std::vector<WaiterPtr> waiters;
   };
   void TakeLate(absl::Time now, std::vector<Expired>* late);
+  // The waiters of (worker, step)'s set, which is dropped (none: empty).
+  std::vector<WaiterPtr> Take(uint32_t worker, uint64_t step);
   // Every held waiter; the sets are dropped.
   std::vector<WaiterPtr> TakeAll();
 

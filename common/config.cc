@@ -298,6 +298,9 @@ void FillWorkerdDefaults(WorkerdConfig* c) {
   if (c->max_request_bytes() == 0) {
     c->set_max_request_bytes(kDefaultMaxRequestBytes);
   }
+  if (c->max_message_bytes() == 0) {
+    c->set_max_message_bytes(kDefaultMaxMessageBytes);
+  }
   if (c->channels_per_shard() == 0) {
     // Paced flows: one connection per shard carries the whole share
     // (WorkerdConfig.link_rate_mbit).
@@ -534,6 +537,12 @@ absl::StatusOr<LoadedWorkerdConfig> ParseWorkerdConfig(
   if (c.max_request_bytes() < 1024 || c.max_request_bytes() > (64u << 20)) {
     p.Add("max_request_bytes",
           absl::StrCat(c.max_request_bytes(), " is outside 1024..67108864"));
+  }
+  if (c.max_message_bytes() < kMinMaxMessageBytes ||
+      c.max_message_bytes() > kMaxMaxMessageBytes) {
+    p.Add("max_message_bytes",
+          absl::StrCat(c.max_message_bytes(), " is outside ",
+                       kMinMaxMessageBytes, "..", kMaxMaxMessageBytes));
   }
   CheckLinkRate(c.link_rate_mbit(), &p);
   if (c.channels_per_shard() > 16) {

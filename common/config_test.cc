@@ -172,6 +172,7 @@ TEST_F(ConfigTest, EmptyWorkerdConfigGetsTheDefaults) {
   EXPECT_EQ(w.rpc_max_attempts(), kDefaultRpcMaxAttempts);
   EXPECT_EQ(w.max_inflight_per_shard(), kDefaultMaxInflightPerShard);
   EXPECT_EQ(w.max_request_bytes(), kDefaultMaxRequestBytes);
+  EXPECT_EQ(w.max_message_bytes(), kDefaultMaxMessageBytes);
   EXPECT_EQ(w.channels_per_shard(), kDefaultChannelsPerShard);
   EXPECT_EQ(w.fusion_bytes(), kDefaultFusionBytes);
   EXPECT_FALSE(w.disable_overlap());
@@ -197,6 +198,7 @@ TEST_F(ConfigTest, WorkerdValidation) {
             "devices: \"cpu:0\" devices: \"tpu:1\" devices: \"cpu:0\"\n"
             "device_weights: 1\n"
             "max_request_bytes: 512 channels_per_shard: 17\n"
+            "max_message_bytes: 65535\n"
             "fusion_bytes: 67108865\n"
             "cpu_kernels: \"mkl\" cpu_cores: \"0-x\"\n"
             "cpu_kernel_choices_file: \"no/such/dir/k.tsv\"\n");
@@ -208,6 +210,8 @@ TEST_F(ConfigTest, WorkerdValidation) {
   EXPECT_THAT(m, HasSubstr("device_weights: 1 weights for 3 devices"));
   EXPECT_THAT(m, HasSubstr("max_request_bytes: 512 is outside 1024..67108864"));
   EXPECT_THAT(m, HasSubstr("channels_per_shard: 17 is outside 1..16"));
+  EXPECT_THAT(
+      m, HasSubstr("max_message_bytes: 65535 is outside 65536..1073741824"));
   EXPECT_THAT(m, HasSubstr("fusion_bytes: 67108865 is outside 1..67108864"));
   EXPECT_THAT(m, HasSubstr("cpu_kernels: \"mkl\" is not \"auto\""));
   EXPECT_THAT(m, HasSubstr("cpu_cores: \"0-x\": \"0-x\" is not a core"));

@@ -130,6 +130,8 @@ TEST(DefaultsTest, ProtoCommentsDocumentTheConstants) {
        absl::StrCat(kDefaultMaxInflightPerShard)},
       {"cluster.proto", "WorkerdConfig", "max_request_bytes",
        absl::StrCat(kDefaultMaxRequestBytes)},
+      {"cluster.proto", "WorkerdConfig", "max_message_bytes",
+       absl::StrCat(kDefaultMaxMessageBytes)},
       {"cluster.proto", "WorkerdConfig", "channels_per_shard",
        absl::StrCat(kDefaultChannelsPerShard)},
       {"cluster.proto", "WorkerdConfig", "fusion_bytes",

@@ -37,6 +37,11 @@ inline constexpr uint8_t kSparseRequestAttemptTag = Tag(4, kVarint);
 inline constexpr uint8_t kSparseRequestPushTag = Tag(5, kVarint);
 inline constexpr uint8_t kSparseRequestGradientsTag = Tag(6, kLengthDelimited);
 inline constexpr uint8_t kSparseRequestPullTag = Tag(7, kLengthDelimited);
+inline constexpr uint8_t kSparseRequestPartTag = Tag(8, kVarint);
+inline constexpr uint8_t kSparseRequestPartsTag = Tag(9, kVarint);
+// The most parts one split SparseExchange may have (its `parts` field):
+// with the 4 MiB default message, a 4 GiB step to one shard.
+inline constexpr uint32_t kMaxSparseExchangeParts = 1024;
 // SparseExchangeResponse.
 inline constexpr uint8_t kSparseReplyRowsTag = Tag(1, kLengthDelimited);
 inline constexpr uint8_t kSparseReplyVersionTag = Tag(2, kVarint);

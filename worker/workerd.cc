@@ -81,6 +81,7 @@ PsClientOptions ClientOptions(const WorkerdConfig& c) {
   options.max_attempts = static_cast<int>(c.rpc_max_attempts());
   options.max_inflight_per_shard = static_cast<int>(c.max_inflight_per_shard());
   options.max_request_bytes = c.max_request_bytes();
+  options.max_message_bytes = static_cast<int>(c.max_message_bytes());
   options.channels_per_shard = static_cast<int>(c.channels_per_shard());
   options.link_bytes_per_s = LinkBytesPerSecond(c.link_rate_mbit());
   options.delta_pulls = !c.disable_delta_pulls();

@@ -24,6 +24,8 @@ SparseExchangeRequest Sample() {
   req.set_step(41);
   req.set_attempt(2);
   req.set_push(true);
+  req.set_part(300);  // two-byte varints
+  req.set_parts(1000);
   std::vector<uint64_t> ids = {5, 1ull << 40, 7, 9};
   std::vector<float> grads(ids.size() * 4);
   for (size_t i = 0; i < grads.size(); ++i) grads[i] = 0.25f * i;
@@ -46,7 +48,8 @@ SparseExchangeRequest Sample() {
 std::string Fields(const SparseRequestIn& r) {
   std::string out = r.job_id + "|" + std::to_string(r.worker) + "|" +
                     std::to_string(r.step) + "|" + std::to_string(r.attempt) +
-                    "|" + std::to_string(r.push);
+                    "|" + std::to_string(r.push) + "|" +
+                    std::to_string(r.part) + "/" + std::to_string(r.parts);
   auto rows = [&](const std::vector<SparseRowsIn>& list, const char* name) {
     for (const SparseRowsIn& x : list) {
       out += std::string("|") + name + ":" + x.table + ":" +
@@ -91,6 +94,8 @@ TEST(SparseDecoderTest, DecodesLikeProtobufWhereverTheBytesAreCut) {
   EXPECT_EQ(got.gradients[0].values[5], 1.25f);
   ASSERT_EQ(got.pull.size(), 2u);
   EXPECT_EQ(got.pull[1].ids[699], 699u * 977);
+  EXPECT_EQ(got.part, 300u);
+  EXPECT_EQ(got.parts, 1000u);
 }
 
 TEST(SparseDecoderTest, AcceptsAndRefusesWhatProtobufDoes) {

@@ -43,7 +43,8 @@ JobTables::JobTables(const JobSpec& spec, Placement where,
       created_(absl::Now()),
       tables_(std::move(tables)),
       checks_(spec.name(), where, tables_.get()),
-      barrier_(mode_, where.num_workers, spec.consistency().backup_workers()) {}
+      barrier_(mode_, where.num_workers, spec.consistency().backup_workers()),
+      parts_(where.split_buffer_bytes) {}
 
 JobTables::~JobTables() { Close(absl::UnavailableError("shutting down")); }
 
@@ -63,6 +64,13 @@ absl::StatusOr<std::unique_ptr<JobTables>> JobTables::Create(
 absl::Status JobTables::NotActive(uint32_t worker) const {
   return absl::FailedPreconditionError(absl::StrFormat(
       "worker %d is not an active member of job %s", worker, job_id_));
+}
+
+absl::Status JobTables::AheadError(uint64_t step, uint64_t version) const {
+  return absl::InvalidArgumentError(
+      absl::StrFormat("step: %d is ahead of the sparse tables' step %d on "
+                      "shard %d%s",
+                      step, version, where_.shard_id, barrier_.RestoredNote()));
 }
 
 void JobTables::CollectReadyLocked(std::vector<WaiterPtr>* ready) {
@@ -108,12 +116,7 @@ absl::Status JobTables::PushBspLocked(const SparseRequestIn& req,
     resp->stale = true;
     return absl::OkStatus();
   }
-  if (req.step > version) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "step: %d is ahead of the sparse tables' step %d on "
-        "shard %d%s",
-        req.step, version, where_.shard_id, barrier_.RestoredNote()));
-  }
+  if (req.step > version) return AheadError(req.step, version);
   if (barrier_.HasPushed(w)) {
     resp->duplicate = true;
     return absl::OkStatus();
@@ -140,16 +143,25 @@ absl::Status JobTables::PushUnordered(const SparseRequestIn& req,
       return absl::OkStatus();
     }
   }
-  const absl::Status applied = tables_->Apply({&pushed}, 1.0f, req.step);
+  return ApplyClaimed(w, req.step, claimed_before, std::move(pushed), {waiter},
+                      ready);
+}
+
+absl::Status JobTables::ApplyClaimed(uint32_t w, uint64_t step,
+                                     uint64_t claimed_before,
+                                     TablePushes pushed,
+                                     const std::vector<WaiterPtr>& waiters,
+                                     std::vector<WaiterPtr>* ready) {
+  const absl::Status applied = tables_->Apply({&pushed}, 1.0f, step);
   uint64_t evict_at = 0;
   {
     absl::MutexLock l(&mu_);
     if (!applied.ok()) {
-      barrier_.Unclaim(w, req.step, claimed_before);
+      barrier_.Unclaim(w, step, claimed_before);
       return applied;
     }
-    evict_at = barrier_.CountApplied(w, req.step);
-    waits_.Add(waiter);
+    evict_at = barrier_.CountApplied(w, step);
+    for (const WaiterPtr& waiter : waiters) waits_.Add(waiter);
     CollectReadyLocked(ready);
   }
   // Once per advance of the slowest clock, not per push.
@@ -184,6 +196,10 @@ void JobTables::Exchange(SparseRequestIn* req_in, SparseReplyOut* resp,
   TablePushes pushed = TakePush(*tables_, req_in);
   WaiterPtr waiter = NewWaiter(req, resp, std::move(done), staleness_,
                                absl::Now() + step_deadline_);
+  if (req.push && req.parts > 1) {
+    ExchangePart(req, std::move(pushed), waiter);
+    return;
+  }
   std::vector<WaiterPtr> ready, failed_waits;
   absl::Status failed;
   if (req.push && mode_ != BSP) {
@@ -235,13 +251,15 @@ void JobTables::SetMembership(const std::vector<uint8_t>& active) {
 
 void JobTables::CheckDeadlines(absl::Time now) {
   std::vector<WaiterPtr> late;
+  std::vector<sparse_internal::StepParts::Expired> incomplete;
   std::string missing;
   std::string durable;
   uint64_t version = 0;
   {
     absl::MutexLock l(&mu_);
     waits_.TakeLate(now, &late);
-    if (late.empty()) return;
+    parts_.TakeLate(now, &incomplete);
+    if (late.empty() && incomplete.empty()) return;
     missing = absl::StrJoin(barrier_.MissingWorkers(), ", ");
     version = barrier_.version();
     if (gated_) durable = absl::StrFormat(", durable at %d", durable_);
@@ -253,6 +271,18 @@ void JobTables::CheckDeadlines(absl::Time now) {
         job_id_, where_.shard_id, w->step, absl::FormatDuration(step_deadline_),
         version, durable, missing)));
   }
+  for (auto& set : incomplete) FailIncomplete(set);
+}
+
+void JobTables::FailIncomplete(const sparse_internal::StepParts::Expired& set) {
+  const absl::Status late = absl::DeadlineExceededError(absl::StrFormat(
+      "job %s sparse tables on shard %d, step %d: worker %d's push was "
+      "split in %d parts and part%s [%s] did not come within %s (its other "
+      "parts are dropped, the tables unchanged)",
+      job_id_, where_.shard_id, set.step, set.worker, set.parts,
+      set.missing.size() == 1 ? "" : "s", absl::StrJoin(set.missing, ", "),
+      absl::FormatDuration(step_deadline_)));
+  for (const WaiterPtr& w : set.waiters) w->done(late);
 }
 
 void JobTables::Close(const absl::Status& why) {
@@ -261,6 +291,7 @@ void JobTables::Close(const absl::Status& why) {
     absl::MutexLock l(&mu_);
     if (closed_.ok()) closed_ = why;
     waiters = waits_.TakeAll();
+    for (WaiterPtr& w : parts_.TakeAll()) waiters.push_back(std::move(w));
   }
   for (auto& w : waiters) w->done(why);
 }
@@ -268,7 +299,7 @@ void JobTables::Close(const absl::Status& why) {
 uint64_t JobTables::bytes_used() const {
   const uint64_t bytes = tables_->bytes_used();
   absl::MutexLock l(&mu_);
-  return bytes + barrier_.pending_bytes();
+  return bytes + barrier_.pending_bytes() + parts_.bytes();
 }
 
 uint64_t JobTables::version() const {

@@ -25,6 +25,20 @@
 //     worker's last pushed step is a duplicate. SSP(s): as ASP, and the pull
 //     part of step t waits until (t + 1) - (slowest active worker's pushed
 //     steps) <= s (t - slowest <= s without a push).
+//   * A split step (SparseExchangeRequest.part/parts: its rows for this
+//     shard did not fit one message) is put back together first
+//     (internal/step_parts.h): each part's rows are buffered, its pull
+//     waiting with them, until every part of the (worker, step) is in; then
+//     the parts' rows, concatenated in part order, are the step's one push
+//     under the rules above (BSP: it joins the step's aggregate; ASP/SSP:
+//     it is applied once, when the last part is in), and each part's pull
+//     is answered with its own rows at the version its mode needs. A part
+//     held again is a duplicate; a part of a push already applied or
+//     buffered is a duplicate (or stale) as a whole push's retry is. A part
+//     count that differs between parts, a held part sent again with other
+//     rows, or parts beyond TablesPlacement.split_buffer_bytes fail the
+//     call and drop the step's held parts; a step whose parts are not all
+//     in by its first part's deadline fails naming the missing ones.
 //   * Admission counts a row once per apply that touches it (BSP: once per
 //     step however many workers pushed it). TTL (evict_after_steps T):
 //     rows not pushed for T steps (BSP: versions; ASP/SSP: the slowest
@@ -66,6 +80,7 @@
 #include "server/sparse/byte_stream.h"
 #include "server/sparse/internal/request_checks.h"
 #include "server/sparse/internal/step_barrier.h"
+#include "server/sparse/internal/step_parts.h"
 #include "server/sparse/internal/table_set.h"
 #include "server/sparse/internal/waiters.h"
 #include "server/sparse/sparse_request.h"
@@ -118,8 +133,8 @@ class JobTables {
   // Shutdown).
   void Close(const absl::Status& why);
 
-  // Bytes of every table (rows, state, index, admission counters) and of
-  // the buffered BSP pushes.
+  // Bytes of every table (rows, state, index, admission counters), of the
+  // buffered BSP pushes and of the parts of split steps held.
   uint64_t bytes_used() const;
   uint64_t version() const;
   // TableStats per table, and tables_version.
@@ -180,6 +195,9 @@ class JobTables {
             std::unique_ptr<sparse_internal::TableSet> tables);
 
   absl::Status NotActive(uint32_t worker) const;
+  // BSP: a push of a step beyond the tables' version.
+  absl::Status AheadError(uint64_t step, uint64_t version) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // BSP, under mu_: buffers the push, applies the step once complete; sets
   // resp->duplicate / stale.
   absl::Status PushBspLocked(const SparseRequestIn& req,
@@ -194,11 +212,39 @@ class JobTables {
                              SparseReplyOut* resp,
                              const sparse_internal::WaiterPtr& waiter,
                              std::vector<sparse_internal::WaiterPtr>* ready);
+  // ASP/SSP, holding apply_mu_ shared: applies w's claimed step (no
+  // JobTables lock held), then counts it and adds `waiters` to the waits
+  // (or unclaims it on an error).
+  absl::Status ApplyClaimed(
+      uint32_t w, uint64_t step, uint64_t claimed_before,
+      sparse_internal::TablePushes pushed,
+      const std::vector<sparse_internal::WaiterPtr>& waiters,
+      std::vector<sparse_internal::WaiterPtr>* ready);
+  // A checked part of a split push (its rows taken out, its wait made):
+  // held until the step's last part is in, then pushed once. Answers or
+  // fails `waiter` (and the waits it completes or drops).
+  void ExchangePart(const SparseRequestIn& req,
+                    sparse_internal::TablePushes pushed,
+                    const sparse_internal::WaiterPtr& waiter);
+  // ExchangePart's BSP and ASP/SSP halves. `failed` gets the other waits
+  // that fail with the returned error; `ready` those to answer.
+  absl::Status PushPartBspLocked(
+      sparse_internal::SplitPart part,
+      std::vector<sparse_internal::WaiterPtr>* ready,
+      std::vector<sparse_internal::WaiterPtr>* failed)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status PushPartUnordered(
+      sparse_internal::SplitPart part,
+      std::vector<sparse_internal::WaiterPtr>* ready,
+      std::vector<sparse_internal::WaiterPtr>* failed);
   // BSP: applies the step once its quorum pushed. An error (a table's
   // budget) drops the step's pushes and leaves the version.
   absl::Status MaybeCompleteStepLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CollectReadyLocked(std::vector<sparse_internal::WaiterPtr>* ready)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Fails the waits of a split step whose parts did not all come in time,
+  // naming the missing ones. Not under mu_.
+  void FailIncomplete(const sparse_internal::StepParts::Expired& set);
 
   const std::string job_id_;
   const Placement where_;
@@ -216,6 +262,8 @@ class JobTables {
   mutable absl::Mutex mu_ ABSL_ACQUIRED_AFTER(apply_mu_);
   sparse_internal::StepBarrier barrier_ ABSL_GUARDED_BY(mu_);
   sparse_internal::WaitList waits_ ABSL_GUARDED_BY(mu_);
+  // The parts of split pushes not yet complete.
+  sparse_internal::StepParts parts_ ABSL_GUARDED_BY(mu_);
   absl::Status closed_ ABSL_GUARDED_BY(mu_);
   // GateAnswers: BSP answers wait for durable_ to reach their version.
   bool gated_ ABSL_GUARDED_BY(mu_) = false;

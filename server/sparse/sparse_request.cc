@@ -35,6 +35,8 @@ SparseRequestIn SparseRequestFromProto(const SparseExchangeRequest& req) {
   in.step = req.step();
   in.attempt = req.attempt();
   in.push = req.push();
+  in.part = req.part();
+  in.parts = req.parts();
   for (const SparseRows& r : req.gradients()) {
     in.gradients.push_back(RowsFromProto(r));
   }

@@ -41,6 +41,10 @@ struct SparseRequestIn {
   uint64_t step = 0;
   uint32_t attempt = 0;
   bool push = false;
+  // A step split in parts (proto/ps.proto): part `part` of `parts`; 0 of 0
+  // (or of 1) is a whole step.
+  uint32_t part = 0;
+  uint32_t parts = 0;
   std::vector<SparseRowsIn> gradients;  // moved out once checked
   std::vector<SparseRowsIn> pull;       // values empty
 };

@@ -11,6 +11,7 @@
 #include "common/status_macros.h"
 #include "core/sparse_ids.h"
 #include "core/sparse_rows_codec.h"
+#include "worker/client/sparse_split.h"
 #include "worker/client/sparse_wire.h"
 
 namespace ps {
@@ -20,8 +21,9 @@ static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
 
 namespace {
 
-// A reply's bytes beyond its ids and values, per SparseRows (tags, lengths).
-constexpr size_t kRowsOverheadBytes = 32;
+// A request's scalar fields beyond the job id, at their widest (worker,
+// step, attempt, push, part, parts).
+constexpr size_t kHeadFieldBytes = 48;
 
 }  // namespace
 
@@ -66,6 +68,9 @@ struct GrpcSparseClient::Call {
 
   Step* step = nullptr;
   uint32_t shard = 0;
+  // Part `part` of `parts` of the shard's step (0 of 0: not split).
+  uint32_t part = 0;
+  uint32_t parts = 0;
   uint32_t channel = 0;
   // The attempt's stub (set by ArmLocked: the shard's may change after).
   grpc::GenericStub* stub = nullptr;
@@ -95,6 +100,8 @@ SparseRequestHead GrpcSparseClient::HeadOf(const Call& c) const {
   h.step = c.step->args.step;
   h.attempt = static_cast<uint32_t>(c.attempt);
   h.push = c.step->args.push;
+  h.part = c.part;
+  h.parts = c.parts;
   return h;
 }
 
@@ -299,28 +306,74 @@ void GrpcSparseClient::PackPull(Step* step, size_t entry, const IdRoute& route,
   }
 }
 
-// Both directions must fit one message.
+// A call too big for one message becomes parts (sparse_split.h), each with
+// the shard's rows in order; then every call must fit, both directions.
 absl::Status GrpcSparseClient::CheckFits(Step* step) const {
   const size_t limit = static_cast<size_t>(options_.max_message_bytes);
+  const size_t head = job_id_.size() + kHeadFieldBytes;
+  std::vector<std::unique_ptr<Call>> calls;
+  for (auto& c : step->calls) {
+    SparseShardRows rows = RowsOf(c.get());
+    if (SparseRequestBytes(rows, head) <= limit &&
+        SparseReplyBytes(rows) <= limit) {
+      calls.push_back(PartCall(*c, std::move(rows), 0, 1));
+      continue;
+    }
+    absl::StatusOr<std::vector<SparseShardRows>> parts =
+        SplitSparseRows(std::move(rows), head, limit);
+    if (!parts.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tables: step ", step->args.step, " with shard ", c->shard, ": ",
+          parts.status().message(),
+          " (fewer ids per step, or a larger limit on workers and shards)"));
+    }
+    for (size_t i = 0; i < parts->size(); ++i) {
+      calls.push_back(PartCall(*c, std::move((*parts)[i]), i, parts->size()));
+    }
+  }
+  step->calls = std::move(calls);
   for (const auto& c : step->calls) {
     c->request_bytes =
         EncodeSparseRequest(HeadOf(*c), c->gradients, c->pull_rows).Length();
-    size_t reply_bytes = 0;
-    for (const Call::Pull& p : c->pulls) {
-      const SparseTableStep& t = step->args.tables[p.entry];
-      reply_bytes +=
-          p.positions.size() * (sizeof(uint64_t) + step->dims[p.entry] * 4) +
-          t.table.size() + kRowsOverheadBytes;
-    }
-    if (c->request_bytes > limit || reply_bytes > limit) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "tables: step ", step->args.step, " needs a request of ",
-          c->request_bytes, " bytes and a reply of about ", reply_bytes,
-          " bytes with shard ", c->shard, ", over max_message_bytes ", limit,
-          " (fewer ids per step, or a larger limit on workers and shards)"));
+    if (c->request_bytes > limit) {
+      return absl::InternalError(absl::StrCat(
+          "tables: step ", step->args.step, ": a request of ", c->request_bytes,
+          " bytes to shard ", c->shard, " part ", c->part, " of ", c->parts,
+          " is over max_message_bytes ", limit, " after splitting"));
     }
   }
   return absl::OkStatus();
+}
+
+SparseShardRows GrpcSparseClient::RowsOf(Call* c) const {
+  SparseShardRows rows;
+  rows.gradients = std::move(c->gradients);
+  rows.pulls = std::move(c->pull_rows);
+  for (Call::Pull& p : c->pulls) {
+    rows.pull_row_floats.push_back(c->step->dims[p.entry]);
+    rows.pull_entry.push_back(p.entry);
+    rows.pull_positions.push_back(std::move(p.positions));
+  }
+  c->pulls.clear();
+  return rows;
+}
+
+std::unique_ptr<GrpcSparseClient::Call> GrpcSparseClient::PartCall(
+    const Call& whole, SparseShardRows rows, size_t part, size_t parts) const {
+  auto c = std::make_unique<Call>();
+  c->step = whole.step;
+  c->shard = whole.shard;
+  // One part is the call as it was (the bounds only overestimate).
+  c->part = parts > 1 ? static_cast<uint32_t>(part) : 0;
+  c->parts = parts > 1 ? static_cast<uint32_t>(parts) : 0;
+  for (const SparseRowsOut& g : rows.gradients) c->rows_pushed += g.ids.size();
+  c->gradients = std::move(rows.gradients);
+  c->pull_rows = std::move(rows.pulls);
+  for (size_t j = 0; j < c->pull_rows.size(); ++j) {
+    c->rows_pulled += c->pull_rows[j].ids.size();
+    c->pulls.push_back({rows.pull_entry[j], std::move(rows.pull_positions[j])});
+  }
+  return c;
 }
 
 RequestHandle GrpcSparseClient::Start(SparseStep s) {
@@ -349,6 +402,8 @@ RequestHandle GrpcSparseClient::Start(SparseStep s) {
       stats_.steps++;
       step->open = static_cast<int>(step->calls.size());
       for (auto& c : step->calls) {
+        if (c->parts > 0) stats_.parts++;
+        if (c->parts > 0 && c->part == 0) stats_.split_calls++;
         ArmLocked(c.get());
         calls.push_back(c.get());
       }

@@ -55,6 +55,7 @@
 #include "worker/client/request_handle.h"
 #include "worker/client/retry_policy.h"
 #include "worker/client/shard_channels.h"
+#include "worker/client/sparse_split.h"
 #include "worker/client/sparse_step.h"
 #include "worker/client/sparse_wire.h"
 
@@ -71,6 +72,9 @@ struct SparseClientStats {
   uint64_t bytes_received = 0;  // serialized replies
   uint64_t duplicates = 0;      // replies saying the push was already there
   uint64_t stale = 0;           // BSP: the step completed without this push
+  // Shard calls too big for one message, sent in parts, and those parts.
+  uint64_t split_calls = 0;
+  uint64_t parts = 0;
 };
 
 // Thread-safe: any thread may Start, Wait, Cancel and Detach; steps may
@@ -126,8 +130,12 @@ class SparseClient {
 // names the missing workers, arrives first). Requests are hand-encoded and
 // replies read in place (worker/client/sparse_wire.h). Pulled rows are copied
 // into pull_rows on the network threads, each shard's disjoint positions by
-// its own reply. A step's request to one shard must fit max_message_bytes
-// (and the reply too): a bigger one is kInvalidArgument, nothing sent.
+// its own reply. A shard's request (or reply) that would not fit
+// max_message_bytes is sent as parts that do (worker/client/sparse_split.h,
+// SparseExchangeRequest.part/parts), each retried on its own with the same
+// (worker, step, part); the shard applies the step once, when every part
+// is in. Only a single row too big for a message is kInvalidArgument,
+// nothing sent.
 // Of PsClientOptions it uses rpc_deadline, max_attempts, initial_backoff,
 // max_backoff, max_message_bytes, channels_per_shard (steps alternate over
 // a shard's channels), and locate_shards and locate_interval: as the dense
@@ -181,8 +189,14 @@ class GrpcSparseClient final : public SparseClient {
   // Packs the pulled ids of step entry `entry`, and where each goes back.
   void PackPull(Step* step, size_t entry, const IdRoute& route,
                 std::vector<Call*>* by_shard) const;
-  // kInvalidArgument if a call's request or reply would not fit a message.
+  // Splits each call whose request or reply would not fit a message into
+  // parts that do (kInvalidArgument if one row does not).
   absl::Status CheckFits(Step* step) const;
+  // The rows of `c`, moved out, as sparse_split.h cuts them.
+  SparseShardRows RowsOf(Call* c) const;
+  // Part `part` of `parts` of `whole`'s rows, as a call of its own.
+  std::unique_ptr<Call> PartCall(const Call& whole, SparseShardRows rows,
+                                 size_t part, size_t parts) const;
   // Sets up the next attempt of `call` (new context, attempt + 1, counts).
   void ArmLocked(Call* call) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Puts an armed call on the wire. Never under mu_: gRPC may run the

@@ -512,16 +512,70 @@ TEST_F(SparseClientTest, BadInputNamesTheFieldAndSendsNothing) {
   EXPECT_EQ(client_->stats().steps, 0u);
 }
 
-TEST_F(SparseClientTest, StepOverTheMessageLimitIsRefused) {
+TEST_F(SparseClientTest, StepOverTheMessageLimitIsSentInParts) {
   PsClientOptions o = FastOptions();
   o.max_message_bytes = 1024;
   Connect(o);
-  const std::vector<uint64_t> pull = IdsOf(0, 64);  // 64 x (8 + 12) bytes
+  // Shard 0: 64 pushed rows (64 x (8 + 12) bytes) and 64 pulled (a reply of
+  // 64 x (8 + 12)): over 1024 bytes each way. Shard 1: a few, unsplit.
+  const std::vector<uint64_t> mine = IdsOf(0, 64);
+  std::vector<uint64_t> ids = mine;
+  for (uint64_t id : IdsOf(1, 3)) ids.push_back(id);
+  std::vector<float> grads(ids.size() * kDimA);
+  for (size_t i = 0; i < grads.size(); ++i) grads[i] = 0.5f * i;
+  std::vector<float> rows(ids.size() * kDimA, -1);
+  const SparseTableStep a{"a", ids, grads, ids, absl::MakeSpan(rows)};
+  ASSERT_TRUE(client_->Exchange(4, true, {&a, 1}).ok());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    for (uint32_t e = 0; e < kDimA; ++e) {
+      ASSERT_EQ(rows[i * kDimA + e], RowValue("a", ids[i], e)) << i;
+    }
+  }
+  // Shard 0 got parts 0..n-1 of n, whose rows are the step's in order.
+  const std::vector<SparseExchangeRequest> got = shards_[0].arrivals();
+  ASSERT_GE(got.size(), 2u);
+  std::vector<uint64_t> pushed, pulled;
+  std::vector<uint32_t> part_seen(got.size(), 0);
+  for (const SparseExchangeRequest& r : got) {
+    EXPECT_EQ(r.parts(), got.size());
+    EXPECT_TRUE(r.push());
+    EXPECT_EQ(r.step(), 4u);
+    EXPECT_LE(r.ByteSizeLong(), 1024u);
+    ASSERT_LT(r.part(), got.size());
+    part_seen[r.part()]++;
+  }
+  std::vector<const SparseExchangeRequest*> by_part(got.size());
+  for (const SparseExchangeRequest& r : got) by_part[r.part()] = &r;
+  for (const SparseExchangeRequest* r : by_part) {
+    for (const SparseRows& g : r->gradients()) {
+      for (uint64_t id : Ids(g.ids())) pushed.push_back(id);
+    }
+    for (const SparseRows& p : r->pull()) {
+      for (uint64_t id : Ids(p.ids())) pulled.push_back(id);
+    }
+  }
+  EXPECT_EQ(part_seen, std::vector<uint32_t>(got.size(), 1));
+  EXPECT_EQ(pushed, mine);
+  EXPECT_EQ(pulled, mine);
+  ASSERT_EQ(shards_[1].arrivals().size(), 1u);
+  EXPECT_EQ(shards_[1].arrivals()[0].parts(), 0u);
+  const SparseClientStats st = client_->stats();
+  EXPECT_EQ(st.split_calls, 1u);
+  EXPECT_EQ(st.parts, got.size());
+  EXPECT_EQ(st.rows_pushed, ids.size());
+  EXPECT_EQ(st.rows_pulled, ids.size());
+}
+
+TEST_F(SparseClientTest, RowOverTheMessageLimitIsRefused) {
+  PsClientOptions o = FastOptions();
+  o.max_message_bytes = 64;  // under one request's head and one row
+  Connect(o);
+  const std::vector<uint64_t> pull = IdsOf(0, 4);
   std::vector<float> rows(pull.size() * kDimA);
   const SparseTableStep a{"a", {}, {}, pull, absl::MakeSpan(rows)};
   absl::Status s = client_->Exchange(0, false, {&a, 1});
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(s.message(), HasSubstr("max_message_bytes 1024"));
+  EXPECT_THAT(s.message(), HasSubstr("max_message_bytes 64"));
   EXPECT_EQ(TotalArrivals(), 0u);
 }
 

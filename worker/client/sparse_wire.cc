@@ -60,6 +60,9 @@ grpc::ByteBuffer EncodeSparseRequest(const SparseRequestHead& head,
     EncodeSparseRows(kSparseRequestPullTag, r.table, BytesOf(r.ids), {},
                      kCopyBelowBytes, &h, &pieces);
   }
+  // After the repeated fields, in field order, as protobuf writes them.
+  PutVarintField(kSparseRequestPartTag, head.part, &h);
+  PutVarintField(kSparseRequestPartsTag, head.parts, &h);
   // Borrowed pieces are not copied, not freed: the caller keeps the buffers
   // (see the header).
   return ToSendBuffer(pieces, std::move(h), StaticSlice);

@@ -53,6 +53,10 @@ struct SparseRequestHead {
   uint64_t step = 0;
   uint32_t attempt = 0;
   bool push = false;
+  // A step split in parts (SparseExchangeRequest.part/parts); 0 and 0: not
+  // split (left off the wire, as protobuf does).
+  uint32_t part = 0;
+  uint32_t parts = 0;
 };
 
 // A SparseExchangeRequest, byte for byte as protobuf would write it. Its

@@ -76,6 +76,13 @@ TEST(SparseWireTest, RequestIsByteIdenticalToProtobuf) {
   const SparseRowsRef pull_ref{"emb", pulls[0].ids, {}};
   EXPECT_EQ(Flat(EncodeSparseRequest(head, grad_refs, {&pull_ref, 1})),
             want.SerializeAsString());
+  // A part of a split step: part and parts follow the rows.
+  head.part = 2;
+  head.parts = 300;
+  want.set_part(2);
+  want.set_parts(300);
+  EXPECT_EQ(Flat(EncodeSparseRequest(head, grad_refs, {&pull_ref, 1})),
+            want.SerializeAsString());
   EXPECT_EQ(Flat(EncodeSparseRequest({}, absl::Span<const SparseRowsRef>(),
                                      absl::Span<const SparseRowsRef>())),
             "");

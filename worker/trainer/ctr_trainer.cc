@@ -331,10 +331,12 @@ absl::Status CtrTrainer::Run(const ProgressCallback& on_progress,
   const SparseProgress& sp = meter_->progress().sparse();
   spdlog::info(
       "sparse job={} rank={} rows_pushed={} rows_pulled={} row_cache_hits={} "
-      "row_cache_misses={} row_cache_evictions={} row_cache_bytes_saved={}",
+      "row_cache_misses={} row_cache_evictions={} row_cache_bytes_saved={} "
+      "split_calls={} parts={}",
       options_.job.name(), options_.rank, sp.rows_pushed(), sp.rows_pulled(),
       sp.row_cache_hits(), sp.row_cache_misses(), sp.row_cache_evictions(),
-      sp.row_cache_bytes_saved());
+      sp.row_cache_bytes_saved(), sparse_->stats().split_calls,
+      sparse_->stats().parts);
   meter_->Report(total_steps_, on_progress);
   return absl::OkStatus();
 }

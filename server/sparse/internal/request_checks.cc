@@ -7,6 +7,7 @@
 #include "common/status_macros.h"
 #include "core/float_bytes.h"
 #include "core/sparse_ids.h"
+#include "core/sparse_rows_codec.h"
 
 namespace ps {
 namespace sparse_internal {
@@ -66,12 +67,30 @@ absl::Status RequestChecks::CheckRows(const SparseRowsIn& rows, bool push,
   return absl::OkStatus();
 }
 
+absl::Status CheckParts(const SparseRequestIn& req) {
+  if (req.parts > kMaxSparseExchangeParts) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("parts: %d is over the bound %d (part %d)", req.parts,
+                        kMaxSparseExchangeParts, req.part));
+  }
+  if (req.parts == 0 && req.part != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "parts: 0 with part %d (a split step names its part count)", req.part));
+  }
+  if (req.parts != 0 && req.part >= req.parts) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("part: %d is not below parts %d", req.part, req.parts));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status RequestChecks::Check(const SparseRequestIn& req) const {
   if (req.worker >= where_.num_workers) {
     return absl::InvalidArgumentError(
         absl::StrFormat("worker: %d is out of range [0, %d) for job %s",
                         req.worker, where_.num_workers, job_id_));
   }
+  PS_RETURN_IF_ERROR(CheckParts(req));
   if (!req.push && !req.gradients.empty()) {
     return absl::InvalidArgumentError(
         "gradients: set without push (set push: true to push them)");

@@ -22,11 +22,18 @@
 namespace ps {
 namespace sparse_internal {
 
-// Where a job's tables live: this shard among the job's, and its workers.
+// The default bound on the bytes of incomplete split steps (parts of a
+// SparseExchange, step_parts.h) a job's tables hold on one shard: 256 parts
+// of the default 4 MiB message.
+inline constexpr uint64_t kDefaultSplitBufferBytes = 1ull << 30;
+
+// Where a job's tables live: this shard among the job's, and its workers;
+// and the bound on the split steps they buffer.
 struct TablesPlacement {
   uint32_t shard_id = 0;
   uint32_t num_shards = 1;
   uint32_t num_workers = 1;
+  uint64_t split_buffer_bytes = kDefaultSplitBufferBytes;
 };
 
 class RequestChecks {
@@ -36,7 +43,9 @@ class RequestChecks {
                 const TableSet* tables)
       : job_id_(std::move(job_id)), where_(where), tables_(*tables) {}
 
-  // INVALID_ARGUMENT naming the field: a worker out of range, gradients
+  // INVALID_ARGUMENT naming the field: a worker out of range, a part
+  // number not below its part count (or a count of 0 with a part, or over
+  // kMaxSparseExchangeParts), gradients
   // without push, an unknown table or one pushed twice, ids not a whole
   // number of uint64, the wrong number of values, an id of another shard or
   // beyond num_ids, a value not finite.
@@ -50,6 +59,9 @@ class RequestChecks {
   const TablesPlacement where_;
   const TableSet& tables_;
 };
+
+// The part fields of `req` (CheckParts is part of Check).
+absl::Status CheckParts(const SparseRequestIn& req);
 
 // The pushed rows of a checked request, per table index of `tables`,
 // moved out of req->gradients (no copy).

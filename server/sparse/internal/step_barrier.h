@@ -68,6 +68,10 @@ class StepBarrier {
   // true, or false when it is a duplicate already. `claimed_before`: what
   // Unclaim needs.
   bool Claim(uint32_t w, uint64_t step, uint64_t* claimed_before);
+  // Whether w's step is claimed already (a push of it is a duplicate).
+  bool Claimed(uint32_t w, uint64_t step) const {
+    return step < claimed_steps_[w];
+  }
   // A claimed step that failed to apply: a retry may try again.
   void Unclaim(uint32_t w, uint64_t step, uint64_t claimed_before);
   // Counts w's applied step (its clock, the version). Returns the slowest

@@ -61,6 +61,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "proto/job.pb.h"
 #include "proto/ps.pb.h"
 #include "server/sparse/byte_stream.h"
@@ -142,8 +143,20 @@ class JobTables {
   // INVALID_ARGUMENT saying that the tables were restored (the updates
   // after the checkpoint are lost), like any step from the future; with
   // GateAnswers no worker can be there (it saw no version beyond the
-  // durable one).
+  // durable one). An increment's stream is refused (DATA_LOSS).
   absl::Status Restore(ByteSource& source);
+  // The same from a full stream and the increments written after it, in
+  // order (each on the snapshot just before it): the state as the last
+  // one wrote it, exactly. Everything is read into fresh tables first, so
+  // an error (naming the increment) changes nothing.
+  absl::Status Restore(ByteSource& full,
+                       absl::Span<ByteSource* const> increments);
+
+  // Incremental checkpoints: from now on every table tracks the rows it
+  // changes (SparseTable::TrackChanges: a bit per row update), so that
+  // TakeSnapshot(true) may write only what changed since the previous
+  // TakeSnapshot. Call before the first Exchange.
+  void TrackChanges();
 
   // The state Save writes, captured at one instant: under the mutex (so
   // no apply runs; exchanges wait meanwhile) the consistency state is
@@ -164,6 +177,9 @@ class JobTables {
     ~Snapshot();
     // The tables' version at the instant it was taken.
     uint64_t version() const;
+    // Whether it writes an increment on the previous snapshot (Restore
+    // needs that one's stream, and those before it down to a full one).
+    bool incremental() const;
     // Writes the Save() stream; call once.
     absl::Status WriteTo(ByteSink& sink) &&;
 
@@ -173,7 +189,9 @@ class JobTables {
     explicit Snapshot(std::unique_ptr<Data> data);
     std::unique_ptr<Data> data_;
   };
-  Snapshot TakeSnapshot() const;
+  // `incremental`: an increment where the tables track their changes
+  // and the previous snapshot is known (else a full one).
+  Snapshot TakeSnapshot(bool incremental = false) const;
 
  private:
   JobTables(const JobSpec& spec, Placement where,

@@ -314,11 +314,31 @@ void CheckpointStore::RemoveOld(absl::string_view job_id,
   // The newest kCheckpointsKept, and the checkpoints their tables chains
   // apply to (a full one and the increments up to each).
   std::set<uint64_t> kept;
-  for (size_t i = files->size() - kCheckpointsKept; i < files->size(); ++i) {
-    std::optional<uint64_t> seq = (*files)[i].first;
-    while (seq.has_value() && kept.size() <= internal::kMaxTablesChain &&
-           kept.insert(*seq).second) {
+  std::set<uint64_t> fulls;  // where the kept chains start
+  auto keep_chain = [&](uint64_t newest) {
+    std::optional<uint64_t> seq = newest;
+    uint64_t first = newest;
+    // BaseOf only goes down, so this ends; the bound caps the reads.
+    for (size_t n = 0; seq.has_value() && n <= internal::kMaxTablesChain;
+         ++n) {
+      kept.insert(*seq);
+      first = *seq;
       seq = BaseOf(job_id, *seq);
+    }
+    fulls.insert(first);
+  };
+  for (size_t i = files->size() - kCheckpointsKept; i < files->size(); ++i) {
+    keep_chain((*files)[i].first);
+  }
+  // When they all rest on one full tables file, a torn copy of it would
+  // leave nothing: also keep the newest checkpoint before it, and its
+  // chain.
+  if (fulls.size() == 1) {
+    for (auto it = files->rbegin(); it != files->rend(); ++it) {
+      if (it->first < *fulls.begin()) {
+        keep_chain(it->first);
+        break;
+      }
     }
   }
   // Never the one just written, even if an older run left higher

@@ -136,7 +136,9 @@ class JobTables {
   // The version, the consistency state (buffered BSP pushes, ASP/SSP
   // pushed steps) and every table, restored exactly by Restore (which
   // replaces everything, or changes nothing on an error). Save() =
-  // TakeSnapshot() then WriteTo().
+  // TakeSnapshot() then WriteTo(): with TrackChanges it starts a new
+  // interval of changes like any snapshot, so only the checkpointer
+  // should call it then.
   absl::Status Save(ByteSink& sink) const;
   // No other call may be in progress (the shard restores before serving).
   // After it, a BSP push of a step beyond the restored version fails

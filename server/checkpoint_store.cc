@@ -319,8 +319,7 @@ void CheckpointStore::RemoveOld(absl::string_view job_id,
     std::optional<uint64_t> seq = newest;
     uint64_t first = newest;
     // BaseOf only goes down, so this ends; the bound caps the reads.
-    for (size_t n = 0; seq.has_value() && n <= internal::kMaxTablesChain;
-         ++n) {
+    for (size_t n = 0; seq.has_value() && n <= internal::kMaxTablesChain; ++n) {
       kept.insert(*seq);
       first = *seq;
       seq = BaseOf(job_id, *seq);
@@ -377,7 +376,7 @@ absl::StatusOr<TablesRef> CheckpointStore::WriteTables(
   FileSink sink(fd, tmp);
   std::string header(internal::kTablesMagic, sizeof(internal::kTablesMagic));
   PutLe(base.has_value() ? internal::kTablesIncrementFormat
-                          : internal::kTablesFormat,
+                         : internal::kTablesFormat,
         4, &header);
   PutLe(shard_id_, 4, &header);
   PutLe(sequence, 8, &header);

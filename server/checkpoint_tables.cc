@@ -116,7 +116,8 @@ CheckpointStore::OpenTablesAt(absl::string_view job_id, uint64_t sequence,
   if (ec || size != ref.bytes) {
     return absl::DataLossError(absl::StrCat(
         "tables file ", path, ": ", ec ? ec.message() : "",
-        ec ? "" : absl::StrCat(size, " bytes, the checkpoint names ", ref.bytes)));
+        ec ? ""
+           : absl::StrCat(size, " bytes, the checkpoint names ", ref.bytes)));
   }
   char h[internal::kTablesIncrementHeaderBytes];
   PS_RETURN_IF_ERROR(r->Read(internal::kTablesHeaderBytes, h));
@@ -174,8 +175,8 @@ absl::Status CheckpointStore::ReadTablesChain(absl::string_view job_id,
                                               RestoreTablesFn restore) const {
   const std::string newest = TablesPathFor(job_id, checkpoint.sequence);
   auto fail = [&](const absl::Status& st) {
-    return absl::Status(st.code(),
-                        absl::StrCat("tables file ", newest, ": ", st.message()));
+    return absl::Status(
+        st.code(), absl::StrCat("tables file ", newest, ": ", st.message()));
   };
   // Newest first, back to a full one.
   std::vector<std::unique_ptr<TablesReader>> chain;
@@ -187,9 +188,8 @@ absl::Status CheckpointStore::ReadTablesChain(absl::string_view job_id,
     const std::optional<TablesBase>& base = chain.back()->base();
     if (!base.has_value()) break;
     if (chain.size() > internal::kMaxTablesChain) {
-      return fail(absl::DataLossError(
-          absl::StrCat("a chain of more than ", internal::kMaxTablesChain,
-                       " increments")));
+      return fail(absl::DataLossError(absl::StrCat(
+          "a chain of more than ", internal::kMaxTablesChain, " increments")));
     }
     r = OpenTablesAt(job_id, base->sequence, base->ref);
     if (!r.ok()) {
@@ -200,13 +200,13 @@ absl::Status CheckpointStore::ReadTablesChain(absl::string_view job_id,
   }
   std::reverse(chain.begin(), chain.end());
   std::vector<ByteSource*> increments;
-  for (size_t i = 1; i < chain.size(); ++i) increments.push_back(chain[i].get());
+  for (size_t i = 1; i < chain.size(); ++i)
+    increments.push_back(chain[i].get());
   if (absl::Status st = restore(*chain[0], increments); !st.ok()) {
     if (chain.size() == 1) return fail(st);
     return fail(absl::Status(
-        st.code(), absl::StrCat("its chain of ", chain.size(),
-                                " files from ", chain[0]->path(), ": ",
-                                st.message())));
+        st.code(), absl::StrCat("its chain of ", chain.size(), " files from ",
+                                chain[0]->path(), ": ", st.message())));
   }
   for (const auto& reader : chain) {
     if (absl::Status st = reader->Finish(); !st.ok()) return fail(st);

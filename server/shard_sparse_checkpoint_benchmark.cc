@@ -268,8 +268,8 @@ class Zipf {
     for (;;) {
       const double u = xn_ + uniform(rng) * (x1_ - xn_);
       const double x = HIntegralInverse(u);
-      const double k = std::clamp(std::floor(x + 0.5), 1.0,
-                                  static_cast<double>(n_));
+      const double k =
+          std::clamp(std::floor(x + 0.5), 1.0, static_cast<double>(n_));
       if (k - x <= cut_ || u >= HIntegral(k + 0.5) - H(k)) {
         return static_cast<uint64_t>(k);
       }
@@ -297,12 +297,10 @@ class CtrIds {
  public:
   CtrIds() : rng_(42) {
     // Criteo Kaggle's cardinalities (worker/data/ctr_synthetic.h).
-    const uint64_t cards[26] = {1460,  583,    10131227, 2202608, 305,
-                                24,    12517,  633,      3,       93145,
-                                5683,  8351593, 3194,    27,      14992,
-                                5461306, 10,   5652,     2173,    4,
-                                7046547, 18,   15,       286181,  105,
-                                142572};
+    const uint64_t cards[26] = {
+        1460,  583,  10131227, 2202608, 305, 24,     12517,   633,   3,
+        93145, 5683, 8351593,  3194,    27,  14992,  5461306, 10,    5652,
+        2173,  4,    7046547,  18,      15,  286181, 105,     142572};
     for (uint64_t n : cards) fields_.emplace_back(n, 1.1);
   }
   const std::vector<uint64_t>& Next() {
@@ -347,7 +345,8 @@ absl::Status CheckpointBoth(Shard& shard, double seconds[2]) {
 
 int IncrementalMain(Shard& shard, const std::string& dir) {
   for (const auto& [job, every] :
-       {std::pair<std::string, uint32_t>{"inc", absl::GetFlag(FLAGS_full_every)},
+       {std::pair<std::string, uint32_t>{"inc",
+                                         absl::GetFlag(FLAGS_full_every)},
         std::pair<std::string, uint32_t>{"full", 1}}) {
     if (absl::Status st = RegisterBenchJob(shard, job, every); !st.ok()) {
       return Fail("register: ", st);
@@ -374,20 +373,22 @@ int IncrementalMain(Shard& shard, const std::string& dir) {
   StatsRequest sreq;
   ShardStats stats;
   shard.Stats(sreq, &stats);
-  std::printf("%u warm-up steps of %u examples (%.1f s), then %u steps; "
-              "table rows %lu\n",
-              absl::GetFlag(FLAGS_ctr_warmup_steps),
-              absl::GetFlag(FLAGS_ctr_batch), warm_s,
-              absl::GetFlag(FLAGS_ctr_steps),
-              static_cast<unsigned long>(stats.job_stats(0).tables(0).rows()));
-  std::printf("after the warm-up: inc job %.2f MB (%.2f s), full job %.2f MB "
-              "(%.2f s)\n",
-              size("inc", 2) / 1e6, first[0], size("full", 2) / 1e6, first[1]);
+  std::printf(
+      "%u warm-up steps of %u examples (%.1f s), then %u steps; "
+      "table rows %lu\n",
+      absl::GetFlag(FLAGS_ctr_warmup_steps), absl::GetFlag(FLAGS_ctr_batch),
+      warm_s, absl::GetFlag(FLAGS_ctr_steps),
+      static_cast<unsigned long>(stats.job_stats(0).tables(0).rows()));
+  std::printf(
+      "after the warm-up: inc job %.2f MB (%.2f s), full job %.2f MB "
+      "(%.2f s)\n",
+      size("inc", 2) / 1e6, first[0], size("full", 2) / 1e6, first[1]);
   const double inc = size("inc", 3), full = size("full", 3);
-  std::printf("after %u more steps: increment %.2f MB (%.2f s), full %.2f MB "
-              "(%.2f s): increment / full = %.3f\n",
-              absl::GetFlag(FLAGS_ctr_steps), inc / 1e6, second[0], full / 1e6,
-              second[1], inc / full);
+  std::printf(
+      "after %u more steps: increment %.2f MB (%.2f s), full %.2f MB "
+      "(%.2f s): increment / full = %.3f\n",
+      absl::GetFlag(FLAGS_ctr_steps), inc / 1e6, second[0], full / 1e6,
+      second[1], inc / full);
   return 0;
 }
 

@@ -137,8 +137,8 @@ Snapshot TakeSnapshot(uint32_t shard_id, Job& j)
     snap.tables.emplace(j.tables->TakeSnapshot(WantIncrement(j)));
     snap.tables_version = snap.tables->version();
     if (snap.tables->incremental()) {
-      snap.tables_base = TablesBase{
-          j.files.chain_sequence, {j.files.chain_bytes, j.files.chain_crc}};
+      snap.tables_base = TablesBase{j.files.chain_sequence,
+                                    {j.files.chain_bytes, j.files.chain_crc}};
     }
   }
   snap.min_version = min_version == UINT64_MAX ? 0 : min_version;

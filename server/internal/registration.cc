@@ -171,8 +171,7 @@ void ApplyCheckpointSpec(const JobSpec& spec, bool can_checkpoint, Job& job) {
   if (job.gate_replies && job.tables != nullptr) job.tables->GateAnswers();
   job.tables_full_every = TablesFullEvery(ck);
   // Incremental checkpoints: the tables track the rows they change.
-  if (job.checkpointing && job.tables != nullptr &&
-      job.tables_full_every > 1) {
+  if (job.checkpointing && job.tables != nullptr && job.tables_full_every > 1) {
     job.tables->TrackChanges();
   }
 }

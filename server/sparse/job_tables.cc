@@ -357,15 +357,15 @@ absl::Status JobTables::Restore(ByteSource& full,
         *increments[i], where_.num_workers, *tables_, &increment);
     absl::Status st = next.status();
     if (st.ok() && next->version < state.version) {
-      st = absl::DataLossError(
-          absl::StrCat("it holds version ", next->version,
-                       ", older than the ", state.version, " before it"));
+      st = absl::DataLossError(absl::StrCat("it holds version ", next->version,
+                                            ", older than the ", state.version,
+                                            " before it"));
     }
     if (st.ok()) st = tables_->ApplyIncrements(restored, *increments[i]);
     if (!st.ok()) {
-      return absl::Status(st.code(), absl::StrCat("increment ", i + 1, " of ",
-                                                  increments.size(), ": ",
-                                                  st.message()));
+      return absl::Status(st.code(),
+                          absl::StrCat("increment ", i + 1, " of ",
+                                       increments.size(), ": ", st.message()));
     }
     state = *std::move(next);
   }

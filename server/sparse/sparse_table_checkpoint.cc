@@ -184,8 +184,8 @@ absl::Status SparseTable::EncodeStripe(size_t s, StripeImage& image,
 absl::Status SparseTable::WriteSnapshot(Snapshot snapshot,
                                         ByteSink& sink) const {
   const bool increment = snapshot.incremental_;
-  PS_RETURN_IF_ERROR(sink.Write(increment ? IncrementHeader()
-                                          : EncodeHeader(options_)));
+  PS_RETURN_IF_ERROR(
+      sink.Write(increment ? IncrementHeader() : EncodeHeader(options_)));
   uint64_t removed = 0, rows = 0, counters = 0;
   for (size_t s = 0; s < snapshot.stripes_.size(); ++s) {
     StripeImage& image = snapshot.stripes_[s];

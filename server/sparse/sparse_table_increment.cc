@@ -201,12 +201,11 @@ absl::Status SparseTable::ApplyIncrementSection(ByteSource& source,
     }
     return absl::OkStatus();
   };
-  PS_RETURN_IF_ERROR(each(removed, 8,
-                          [](sparse_internal::Stripe& s, uint64_t id,
-                             const char*) {
-                            s.RemoveId(id);
-                            return absl::OkStatus();
-                          }));
+  PS_RETURN_IF_ERROR(each(
+      removed, 8, [](sparse_internal::Stripe& s, uint64_t id, const char*) {
+        s.RemoveId(id);
+        return absl::OkStatus();
+      }));
   std::vector<float> values(floats);
   PS_RETURN_IF_ERROR(each(
       rows, row_bytes,
@@ -224,13 +223,12 @@ absl::Status SparseTable::ApplyIncrementSection(ByteSource& source,
         s.UpsertRow(id, /*last_step=*/GetLe(p + 8, 8), pushes, values.data());
         return absl::OkStatus();
       }));
-  PS_RETURN_IF_ERROR(each(counters, kCounterBytes,
-                          [](sparse_internal::Stripe& s, uint64_t id,
-                             const char* p) {
-                            s.SetCounter(id,
-                                         static_cast<uint32_t>(GetLe(p + 8, 4)));
-                            return absl::OkStatus();
-                          }));
+  PS_RETURN_IF_ERROR(
+      each(counters, kCounterBytes,
+           [](sparse_internal::Stripe& s, uint64_t id, const char* p) {
+             s.SetCounter(id, static_cast<uint32_t>(GetLe(p + 8, 4)));
+             return absl::OkStatus();
+           }));
   PS_RETURN_IF_ERROR(CheckCrc(source, crc, where));
   totals[0] += removed;
   totals[1] += rows;
@@ -245,10 +243,9 @@ absl::Status SparseTable::CheckBudget() const {
     absl::ReaderMutexLock lock(&stripes_[s]->mu);
     const uint64_t bytes = stripes_[s]->data.bytes();
     if (bytes > share) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("stripe ", s, " would hold ", bytes,
-                       " bytes, over its share ", share,
-                       " of memory_budget_bytes"));
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "stripe ", s, " would hold ", bytes, " bytes, over its share ", share,
+          " of memory_budget_bytes"));
     }
   }
   return absl::OkStatus();

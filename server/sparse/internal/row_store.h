@@ -136,8 +136,7 @@ class RowStore {
 
   // Restoring an increment: sets the push metadata of `slot` and, when
   // `newest`, makes it the most recently pushed row.
-  void SetMeta(uint32_t slot, uint64_t last_step, uint64_t pushes,
-               bool newest);
+  void SetMeta(uint32_t slot, uint64_t last_step, uint64_t pushes, bool newest);
 
   uint32_t newest() const { return newest_; }  // kNil when empty
   uint32_t oldest() const { return oldest_; }

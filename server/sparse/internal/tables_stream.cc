@@ -100,9 +100,10 @@ absl::Status WriteBarrierState(const StepBarrier::State& state,
   return absl::OkStatus();
 }
 
-absl::StatusOr<StepBarrier::State> ReadBarrierState(
-    ByteSource& source, uint32_t num_workers, const TableSet& tables,
-    bool* increment) {
+absl::StatusOr<StepBarrier::State> ReadBarrierState(ByteSource& source,
+                                                    uint32_t num_workers,
+                                                    const TableSet& tables,
+                                                    bool* increment) {
   char magic[4];
   PS_RETURN_IF_ERROR(source.Read(4, magic));
   uint32_t format = 0, workers = 0, num_tables = 0;

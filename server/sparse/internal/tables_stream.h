@@ -37,9 +37,10 @@ absl::Status WriteBarrierState(const StepBarrier::State& state,
 // INVALID_ARGUMENT for one of another number of workers or tables. An
 // increment's stream is DATA_LOSS unless `increment` is given (it is set
 // to whether the stream is one).
-absl::StatusOr<StepBarrier::State> ReadBarrierState(
-    ByteSource& source, uint32_t num_workers, const TableSet& tables,
-    bool* increment = nullptr);
+absl::StatusOr<StepBarrier::State> ReadBarrierState(ByteSource& source,
+                                                    uint32_t num_workers,
+                                                    const TableSet& tables,
+                                                    bool* increment = nullptr);
 
 }  // namespace sparse_internal
 }  // namespace ps

@@ -194,9 +194,8 @@ int Main() {
         "%s, 1 thread, batches of %u random stored rows: %.2f M rows/s\n",
         push ? "push (Adagrad)" : "pull", batch, ops / s / 1e6);
   }
-  if (absl::GetFlag(FLAGS_save_pause)) {
-    SavePause(t, false, rows);
-    SavePause(t, true, rows);
+  for (bool push : {false, true}) {
+    if (absl::GetFlag(FLAGS_save_pause)) SavePause(t, push, rows);
   }
   rusage ru;
   getrusage(RUSAGE_SELF, &ru);

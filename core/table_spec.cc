@@ -1,5 +1,6 @@
 #include "core/table_spec.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/container/flat_hash_set.h"
@@ -151,7 +152,18 @@ std::vector<std::string> TableProblems(const JobSpec& spec) {
     }
   }
   CheckCtrTable(spec, p);
+  if (spec.checkpoint().tables_full_every() > kMaxTablesFullEvery) {
+    p.push_back(absl::StrFormat(
+        "checkpoint.tables_full_every: must be at most %d (0 or 1: every "
+        "checkpoint full), got %d",
+        kMaxTablesFullEvery, spec.checkpoint().tables_full_every()));
+  }
   return p;
+}
+
+uint32_t TablesFullEvery(const CheckpointSpec& spec) {
+  if (!spec.has_tables_full_every()) return kDefaultTablesFullEvery;
+  return std::max<uint32_t>(spec.tables_full_every(), 1);
 }
 
 void ApplyTableDefaults(TableSpec* t) {

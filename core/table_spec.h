@@ -23,6 +23,9 @@ inline constexpr uint32_t kMaxTableAdmitAfter = 1000000;
 inline constexpr uint32_t kMaxTableHotIds = 1000;
 inline constexpr uint32_t kMaxRowStaleness = 64;
 inline constexpr uint64_t kMaxRowCacheBytes = uint64_t{64} << 30;
+// CheckpointSpec.tables_full_every: the default, and the most.
+inline constexpr uint32_t kDefaultTablesFullEvery = 10;
+inline constexpr uint32_t kMaxTablesFullEvery = 100;
 // Bytes a worker's hot-row cache accounts per row besides its floats: its
 // entry (id, version, frequency, links) and about two index slots.
 inline constexpr uint64_t kRowCacheOverheadBytes = 64;
@@ -30,8 +33,12 @@ inline constexpr uint64_t kRowCacheOverheadBytes = 64;
 // Every problem with spec.tables, each "tables[i].field: reason", and with
 // the CTR model's reference to its table ("model.ctr.table: ...",
 // "model.ctr.embedding_dim: ..."). Empty means valid. Fields left at zero
-// that have defaults are fine.
+// that have defaults are fine. Also checkpoint.tables_full_every.
 std::vector<std::string> TableProblems(const JobSpec& spec);
+
+// CheckpointSpec.tables_full_every with its default applied: 1 = every
+// checkpoint of the tables full.
+uint32_t TablesFullEvery(const CheckpointSpec& spec);
 
 // `t` with the documented defaults filled in: admit_after, hot_ids, the
 // initializer (NORMAL, kDefaultTableInitScale) and the optimizer's.

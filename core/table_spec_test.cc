@@ -106,6 +106,20 @@ TEST(TableSpecTest, DuplicateNamesAndModelReferences) {
                           "\"emb\" (dim 16)"));
 }
 
+TEST(TableSpecTest, TablesFullEveryIsBoundedAndDefaults) {
+  JobSpec spec = Parse(kValid);
+  EXPECT_EQ(TablesFullEvery(spec.checkpoint()), kDefaultTablesFullEvery);
+  spec.mutable_checkpoint()->set_tables_full_every(0);
+  EXPECT_EQ(TablesFullEvery(spec.checkpoint()), 1u);  // every one full
+  spec.mutable_checkpoint()->set_tables_full_every(100);
+  EXPECT_THAT(TableProblems(spec), IsEmpty());
+  EXPECT_EQ(TablesFullEvery(spec.checkpoint()), 100u);
+  spec.mutable_checkpoint()->set_tables_full_every(101);
+  EXPECT_THAT(TableProblems(spec),
+              ElementsAre("checkpoint.tables_full_every: must be at most 100 "
+                          "(0 or 1: every checkpoint full), got 101"));
+}
+
 TEST(TableSpecTest, DefaultsAreFilledIn) {
   TableSpec t = Parse(kValid).tables(0);
   ApplyTableDefaults(&t);

@@ -45,6 +45,19 @@
 // that checkpoint unusable, and loading falls back to the previous pair.
 // Jobs without tables write format 1, byte for byte as before.
 //
+// Incremental tables checkpoints (CheckpointSpec.tables_full_every): the
+// tables file of an increment has header format 2, 44 bytes: magic, format
+// u32 = 2, shard u32, sequence u64, then its base: the sequence u64, bytes
+// u64 and CRC32C u32 of the tables file it applies to (the previous
+// checkpoint's, full or an increment itself), and then a JobTables stream
+// of format 2. A full one keeps header format 1. Loading a checkpoint
+// whose tables are an increment reads its chain back to a full one, each
+// file checked against the size and CRC its successor names; a missing or
+// torn file in the chain makes the checkpoint unusable, and loading falls
+// back to the previous one (whose chain may be intact). Retention keeps the
+// newest kCheckpointsKept checkpoints and every checkpoint their chains
+// need (at most tables_full_every - 1 more).
+//
 // Writes are atomic: "<file>.tmp", fsync, rename, fsync of the directory; a
 // crash leaves either the old or the new file, never a partial one. Reads
 // check the length and the CRC before parsing, and every parsed field is
@@ -87,6 +100,12 @@ uint32_t Crc32c(absl::string_view data, uint32_t crc = 0);
 struct TablesRef {
   uint64_t bytes = 0;  // the whole file, header included
   uint32_t crc = 0;    // CRC32C of the whole file
+};
+
+// The tables file an increment applies to (its header names it).
+struct TablesBase {
+  uint64_t sequence = 0;
+  TablesRef ref;
 };
 
 // One job's state on one shard, decoded.
@@ -186,10 +205,12 @@ class CheckpointStore {
   // atomically (".tmp", fsync, rename, fsync of the directory), `save`
   // streaming the tables into it. Call before Write() of the same
   // sequence and pass the result to the encoder's Finish. On error nothing
-  // is left behind (errors of `save` are returned as they are).
+  // is left behind (errors of `save` are returned as they are). With
+  // `base` the file is an increment on that tables file (format 2).
   absl::StatusOr<TablesRef> WriteTables(
       absl::string_view job_id, uint64_t sequence,
-      absl::FunctionRef<absl::Status(ByteSink&)> save) const;
+      absl::FunctionRef<absl::Status(ByteSink&)> save,
+      std::optional<TablesBase> base = std::nullopt) const;
 
   // Reads a tables file front to back, checking its header at open and
   // its size and CRC at Finish. Blocks on file I/O.
@@ -201,6 +222,9 @@ class CheckpointStore {
     // OK when every byte was read and the CRC is the one the .ckpt names;
     // DATA_LOSS naming the file otherwise.
     absl::Status Finish();
+    const std::string& path() const { return path_; }
+    // Set for an increment: the tables file it applies to.
+    const std::optional<TablesBase>& base() const { return base_; }
 
    private:
     friend class CheckpointStore;
@@ -214,6 +238,7 @@ class CheckpointStore {
     size_t at_ = 0;      // next unread byte of buf_
     uint64_t read_ = 0;  // bytes read from the file
     uint32_t crc_ = 0;   // of the bytes read from the file
+    std::optional<TablesBase> base_;
   };
   // Opens the tables file of `checkpoint` (of `job_id`, which must have
   // checkpoint.tables set) positioned after its header. DATA_LOSS naming
@@ -221,6 +246,20 @@ class CheckpointStore {
   // its header does not match.
   absl::StatusOr<std::unique_ptr<TablesReader>> OpenTables(
       absl::string_view job_id, const JobCheckpoint& checkpoint) const;
+
+  // The tables of `checkpoint` (of `job_id`, with checkpoint.tables set)
+  // as a chain: its tables file, and when that is an increment the files
+  // it applies to back to a full one. Calls restore(full, increments in
+  // order) on them, then checks every file's size and CRC (Finish). An
+  // error of a file (missing, of another size or CRC than its successor
+  // names, a header that does not match, or what `restore` returns) is
+  // DATA_LOSS or restore's code, naming the checkpoint's tables file and,
+  // for a chain, the one at fault where known.
+  using RestoreTablesFn = absl::FunctionRef<absl::Status(
+      ByteSource& full, absl::Span<ByteSource* const> increments)>;
+  absl::Status ReadTablesChain(absl::string_view job_id,
+                               const JobCheckpoint& checkpoint,
+                               RestoreTablesFn restore) const;
 
   // Ids of the jobs with at least one checkpoint of this shard, sorted.
   absl::StatusOr<std::vector<std::string>> ListJobs() const;
@@ -261,6 +300,17 @@ class CheckpointStore {
       absl::string_view job_id, absl::string_view suffix = ".ckpt") const;
   // Deletes the job's tables files that no kept checkpoint names.
   void RemoveOrphanTables(absl::string_view job_id) const;
+  // Deletes the job's checkpoints but the newest kCheckpointsKept, `keep`
+  // and those the kept ones' tables chains need.
+  void RemoveOld(absl::string_view job_id, const std::string& keep) const;
+  // The tables file of checkpoint `sequence` with size and CRC `ref`,
+  // positioned after its header.
+  absl::StatusOr<std::unique_ptr<TablesReader>> OpenTablesAt(
+      absl::string_view job_id, uint64_t sequence, TablesRef ref) const;
+  // The base sequence an increment's tables file names (its header only);
+  // nullopt for a full one or one that cannot be read.
+  std::optional<uint64_t> BaseOf(absl::string_view job_id,
+                                 uint64_t sequence) const;
 
   const std::string dir_;
   const uint32_t shard_id_;

@@ -27,7 +27,6 @@
 namespace ps {
 namespace {
 
-using internal::GetLe;
 using internal::PutLe;
 
 constexpr char kSuffix[] = ".ckpt";
@@ -300,21 +299,55 @@ absl::StatusOr<std::string> CheckpointStore::Write(
     return s;
   }
   PS_RETURN_IF_ERROR(Commit(fd, tmp, path, dir_));
+  RemoveOld(job_id, path);
+  RemoveOrphanTables(job_id);
+  return path;
+}
 
+void CheckpointStore::RemoveOld(absl::string_view job_id,
+                                const std::string& keep) const {
   absl::StatusOr<std::vector<std::pair<uint64_t, std::string>>> files =
       Files(job_id);
-  if (files.ok() && files->size() > static_cast<size_t>(kCheckpointsKept)) {
-    // Never the one just written, even if an older run left higher
-    // sequence numbers behind.
-    std::error_code ec;
-    for (size_t i = 0; i + kCheckpointsKept < files->size(); ++i) {
-      if ((*files)[i].second != path) {
-        std::filesystem::remove((*files)[i].second, ec);
+  if (!files.ok() || files->size() <= static_cast<size_t>(kCheckpointsKept)) {
+    return;
+  }
+  // The newest kCheckpointsKept, and the checkpoints their tables chains
+  // apply to (a full one and the increments up to each).
+  std::set<uint64_t> kept;
+  std::set<uint64_t> fulls;  // where the kept chains start
+  auto keep_chain = [&](uint64_t newest) {
+    std::optional<uint64_t> seq = newest;
+    uint64_t first = newest;
+    // BaseOf only goes down, so this ends; the bound caps the reads.
+    for (size_t n = 0; seq.has_value() && n <= internal::kMaxTablesChain; ++n) {
+      kept.insert(*seq);
+      first = *seq;
+      seq = BaseOf(job_id, *seq);
+    }
+    fulls.insert(first);
+  };
+  for (size_t i = files->size() - kCheckpointsKept; i < files->size(); ++i) {
+    keep_chain((*files)[i].first);
+  }
+  // When they all rest on one full tables file, a torn copy of it would
+  // leave nothing: also keep the newest checkpoint before it, and its
+  // chain.
+  if (fulls.size() == 1) {
+    for (auto it = files->rbegin(); it != files->rend(); ++it) {
+      if (it->first < *fulls.begin()) {
+        keep_chain(it->first);
+        break;
       }
     }
   }
-  RemoveOrphanTables(job_id);
-  return path;
+  // Never the one just written, even if an older run left higher
+  // sequence numbers behind.
+  std::error_code ec;
+  for (const auto& [seq, file] : *files) {
+    if (kept.count(seq) == 0 && file != keep) {
+      std::filesystem::remove(file, ec);
+    }
+  }
 }
 
 void CheckpointStore::RemoveOrphanTables(absl::string_view job_id) const {
@@ -333,7 +366,8 @@ void CheckpointStore::RemoveOrphanTables(absl::string_view job_id) const {
 
 absl::StatusOr<TablesRef> CheckpointStore::WriteTables(
     absl::string_view job_id, uint64_t sequence,
-    absl::FunctionRef<absl::Status(ByteSink&)> save) const {
+    absl::FunctionRef<absl::Status(ByteSink&)> save,
+    std::optional<TablesBase> base) const {
   const std::string path = TablesPathFor(job_id, sequence);
   const std::string tmp = path + kTempSuffix;
   const int fd =
@@ -341,9 +375,16 @@ absl::StatusOr<TablesRef> CheckpointStore::WriteTables(
   if (fd < 0) return ErrnoError("cannot create", tmp);
   FileSink sink(fd, tmp);
   std::string header(internal::kTablesMagic, sizeof(internal::kTablesMagic));
-  PutLe(internal::kTablesFormat, 4, &header);
+  PutLe(base.has_value() ? internal::kTablesIncrementFormat
+                         : internal::kTablesFormat,
+        4, &header);
   PutLe(shard_id_, 4, &header);
   PutLe(sequence, 8, &header);
+  if (base.has_value()) {
+    PutLe(base->sequence, 8, &header);
+    PutLe(base->ref.bytes, 8, &header);
+    PutLe(base->ref.crc, 4, &header);
+  }
   absl::Status s = sink.Write(header);
   if (s.ok()) s = save(sink);
   if (s.ok()) s = sink.Flush();
@@ -354,108 +395,6 @@ absl::StatusOr<TablesRef> CheckpointStore::WriteTables(
   }
   PS_RETURN_IF_ERROR(Commit(fd, tmp, path, dir_));
   return sink.ref();
-}
-
-CheckpointStore::TablesReader::TablesReader(std::string path, int fd,
-                                            TablesRef ref)
-    : path_(std::move(path)), fd_(fd), ref_(ref) {}
-
-CheckpointStore::TablesReader::~TablesReader() { ::close(fd_); }
-
-absl::Status CheckpointStore::TablesReader::Fill() {
-  buf_.resize(kIoBufferBytes);
-  while (true) {
-    const ssize_t n = ::read(fd_, buf_.data(), buf_.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      return absl::DataLossError(absl::StrCat(
-          "tables file ", path_, ": read error: ", std::strerror(errno)));
-    }
-    buf_.resize(static_cast<size_t>(n));
-    at_ = 0;
-    read_ += static_cast<uint64_t>(n);
-    crc_ = Crc32c(buf_, crc_);
-    return absl::OkStatus();
-  }
-}
-
-absl::Status CheckpointStore::TablesReader::Read(size_t n, char* out) {
-  while (n > 0) {
-    if (at_ == buf_.size()) {
-      PS_RETURN_IF_ERROR(Fill());
-      if (buf_.empty()) {
-        return absl::DataLossError(
-            absl::StrCat("tables file ", path_, ": ends early (", read_,
-                         " bytes, the checkpoint names ", ref_.bytes, ")"));
-      }
-    }
-    const size_t k = std::min(n, buf_.size() - at_);
-    std::memcpy(out, buf_.data() + at_, k);
-    at_ += k;
-    out += k;
-    n -= k;
-  }
-  return absl::OkStatus();
-}
-
-absl::Status CheckpointStore::TablesReader::Finish() {
-  if (at_ != buf_.size()) {
-    return absl::DataLossError(absl::StrCat(
-        "tables file ", path_, ": bytes after the tables' stream"));
-  }
-  PS_RETURN_IF_ERROR(Fill());
-  if (!buf_.empty() || read_ != ref_.bytes) {
-    return absl::DataLossError(
-        absl::StrCat("tables file ", path_, ": ", read_,
-                     " bytes or more, the checkpoint names ", ref_.bytes));
-  }
-  if (crc_ != ref_.crc) {
-    return absl::DataLossError(absl::StrFormat(
-        "tables file %s: checksum mismatch (the checkpoint names CRC32C "
-        "%08x, the file has %08x): the file is corrupt",
-        path_, ref_.crc, crc_));
-  }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<std::unique_ptr<CheckpointStore::TablesReader>>
-CheckpointStore::OpenTables(absl::string_view job_id,
-                            const JobCheckpoint& checkpoint) const {
-  if (!checkpoint.tables.has_value()) {
-    return absl::InvalidArgumentError("the checkpoint has no tables file");
-  }
-  const std::string path = TablesPathFor(job_id, checkpoint.sequence);
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    return absl::DataLossError(absl::StrCat(
-        "tables file ", path, ": cannot open: ", std::strerror(errno)));
-  }
-  std::unique_ptr<TablesReader> r(
-      new TablesReader(path, fd, *checkpoint.tables));
-  std::error_code ec;
-  const uint64_t size = std::filesystem::file_size(path, ec);
-  if (ec || size != checkpoint.tables->bytes) {
-    return absl::DataLossError(
-        absl::StrCat("tables file ", path, ": ", ec ? ec.message() : "",
-                     ec ? ""
-                        : absl::StrCat(size,
-                                       " bytes, the checkpoint "
-                                       "names ",
-                                       checkpoint.tables->bytes)));
-  }
-  char h[internal::kTablesHeaderBytes];
-  PS_RETURN_IF_ERROR(r->Read(sizeof(h), h));
-  if (std::memcmp(h, internal::kTablesMagic, sizeof(internal::kTablesMagic)) !=
-          0 ||
-      GetLe(h + 8, 4) != internal::kTablesFormat ||
-      GetLe(h + 12, 4) != shard_id_ ||
-      GetLe(h + 16, 8) != checkpoint.sequence) {
-    return absl::DataLossError(absl::StrCat(
-        "tables file ", path, ": its header is not that of format ",
-        internal::kTablesFormat, ", shard ", shard_id_, ", sequence ",
-        checkpoint.sequence));
-  }
-  return r;
 }
 
 absl::StatusOr<std::vector<std::string>> CheckpointStore::ListJobs() const {

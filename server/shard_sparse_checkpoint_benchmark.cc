@@ -10,23 +10,39 @@
 //
 //   bazel run //server:shard_sparse_checkpoint_benchmark --
 //       --rows=10000000 --dir=/tmp/ps_ckpt_bench
+//
+// --mode=incremental: the bytes an incremental checkpoint writes after
+// --ctr_steps steps of the CTR workload against a full one of the same
+// state. Two identical jobs ("inc", tables_full_every --full_every, and
+// "full", every checkpoint full) get the same steps: --ctr_warmup_steps,
+// a checkpoint of each, --ctr_steps more, a checkpoint of each; it prints
+// both tables files' sizes (and times) and their ratio. A step is one
+// worker's push of the unique ids of --ctr_batch examples drawn as
+// ctr-synthetic draws them (worker/data/ctr_synthetic.h: per field a Zipf
+// rank, exponent 1.1, over Criteo's 26 cardinalities; re-implemented here,
+// as //server may not depend on //worker), dim 16, Adagrad.
 #include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
+#include <random>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/synchronization/notification.h"
+#include "common/status_macros.h"
 #include "core/sparse_ids.h"
+#include "server/checkpoint.h"
 #include "server/shard.h"
 #include "server/testing/shard_test_util.h"
 
@@ -37,6 +53,17 @@ ABSL_FLAG(uint32_t, probe_ids, 256, "ids pushed and pulled per probe step");
 ABSL_FLAG(double, baseline_s, 3, "seconds of probing without a checkpoint");
 ABSL_FLAG(std::string, dir, "/tmp/ps_sparse_ckpt_bench",
           "checkpoint directory (emptied first)");
+ABSL_FLAG(std::string, mode, "pause",
+          "pause: exchange latencies during a checkpoint; incremental: an "
+          "increment's bytes against a full checkpoint's (CTR workload)");
+ABSL_FLAG(uint32_t, ctr_warmup_steps, 1000,
+          "incremental: CTR steps before the first checkpoint");
+ABSL_FLAG(uint32_t, ctr_steps, 100,
+          "incremental: CTR steps between the two checkpoints");
+ABSL_FLAG(uint32_t, ctr_batch, 1024,
+          "incremental: examples per step (26 ids each)");
+ABSL_FLAG(uint32_t, full_every, 10,
+          "incremental: tables_full_every of the incremental job");
 
 namespace ps {
 namespace {
@@ -55,10 +82,10 @@ std::string Bytes(const void* p, size_t n) {
 
 // One BSP step of worker 0: push grads for `ids`, pull them when `pull`.
 absl::Status Step(Shard& shard, uint64_t step, const std::vector<uint64_t>& ids,
-                  bool pull) {
+                  bool pull, const std::string& job = "bench") {
   const uint32_t dim = absl::GetFlag(FLAGS_dim);
   SparseExchangeRequest req;
-  req.set_job_id("bench");
+  req.set_job_id(job);
   req.set_step(step);
   req.set_push(true);
   SparseRows* g = req.add_gradients();
@@ -135,9 +162,11 @@ uint64_t DirBytes(const std::string& dir, const std::string& suffix) {
 }
 
 // Registers the benchmark's one-table BSP job on `shard`.
-absl::Status RegisterBenchJob(Shard& shard) {
+absl::Status RegisterBenchJob(Shard& shard, const std::string& job = "bench",
+                              uint32_t tables_full_every = 1) {
   JobSpec spec = shard_test::Spec(BSP, 1);
   spec.mutable_checkpoint()->set_every_seconds(3600);  // on, not triggered
+  spec.mutable_checkpoint()->set_tables_full_every(tables_full_every);
   TableSpec* t = spec.add_tables();
   t->set_name("emb");
   t->set_dim(absl::GetFlag(FLAGS_dim));
@@ -146,7 +175,7 @@ absl::Status RegisterBenchJob(Shard& shard) {
   t->mutable_optimizer()->set_kind(ADAGRAD);
   t->mutable_optimizer()->set_learning_rate(0.01f);
   RegisterJobResponse resp;
-  return shard.RegisterJob(shard_test::Registration("bench", spec), &resp);
+  return shard.RegisterJob(shard_test::Registration(job, spec), &resp);
 }
 
 // Pushes every one of --rows rows once, from step `*step` on.
@@ -224,6 +253,145 @@ int Fail(const char* what, const absl::Status& st) {
   return 1;
 }
 
+// Zipf ranks in [1, n], P(k) ~ k^-s, by rejection-inversion (Hormann and
+// Derflinger 1996), as worker/data/internal/zipf.h draws them.
+class Zipf {
+ public:
+  Zipf(uint64_t n, double s)
+      : n_(n),
+        s_(s),
+        x1_(HIntegral(1.5) - 1.0),
+        xn_(HIntegral(static_cast<double>(n) + 0.5)),
+        cut_(2.0 - HIntegralInverse(HIntegral(2.5) - H(2.0))) {}
+  uint64_t Sample(std::mt19937_64& rng) const {
+    std::uniform_real_distribution<double> uniform(0.0, 1.0);
+    for (;;) {
+      const double u = xn_ + uniform(rng) * (x1_ - xn_);
+      const double x = HIntegralInverse(u);
+      const double k =
+          std::clamp(std::floor(x + 0.5), 1.0, static_cast<double>(n_));
+      if (k - x <= cut_ || u >= HIntegral(k + 0.5) - H(k)) {
+        return static_cast<uint64_t>(k);
+      }
+    }
+  }
+
+ private:
+  double HIntegral(double x) const {
+    const double log_x = std::log(x);
+    const double t = (1.0 - s_) * log_x;
+    return (std::fabs(t) > 1e-8 ? std::expm1(t) / t : 1.0 + t / 2) * log_x;
+  }
+  double H(double x) const { return std::exp(-s_ * std::log(x)); }
+  double HIntegralInverse(double x) const {
+    const double t = std::max(x * (1.0 - s_), -1.0);
+    return std::exp((std::fabs(t) > 1e-8 ? std::log1p(t) / t : 1.0 - t / 2) *
+                    x);
+  }
+  uint64_t n_;
+  double s_, x1_, xn_, cut_;
+};
+
+// The unique ids of one CTR step: --ctr_batch examples, 26 fields each.
+class CtrIds {
+ public:
+  CtrIds() : rng_(42) {
+    // Criteo Kaggle's cardinalities (worker/data/ctr_synthetic.h).
+    const uint64_t cards[26] = {
+        1460,  583,  10131227, 2202608, 305, 24,     12517,   633,   3,
+        93145, 5683, 8351593,  3194,    27,  14992,  5461306, 10,    5652,
+        2173,  4,    7046547,  18,      15,  286181, 105,     142572};
+    for (uint64_t n : cards) fields_.emplace_back(n, 1.1);
+  }
+  const std::vector<uint64_t>& Next() {
+    ids_.clear();
+    for (uint32_t e = 0; e < absl::GetFlag(FLAGS_ctr_batch); ++e) {
+      for (size_t f = 0; f < fields_.size(); ++f) {
+        ids_.push_back((uint64_t{f} << 40) | (fields_[f].Sample(rng_) - 1));
+      }
+    }
+    std::sort(ids_.begin(), ids_.end());
+    ids_.erase(std::unique(ids_.begin(), ids_.end()), ids_.end());
+    return ids_;
+  }
+
+ private:
+  std::mt19937_64 rng_;
+  std::vector<Zipf> fields_;
+  std::vector<uint64_t> ids_;
+};
+
+// `n` CTR steps into both jobs, from step `*step` on.
+absl::Status CtrSteps(Shard& shard, CtrIds& ids, uint32_t n, uint64_t* step) {
+  for (uint32_t i = 0; i < n; ++i, ++*step) {
+    const std::vector<uint64_t>& batch = ids.Next();
+    for (const char* job : {"inc", "full"}) {
+      PS_RETURN_IF_ERROR(Step(shard, *step, batch, false, job));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// A checkpoint of each job: the seconds each took.
+absl::Status CheckpointBoth(Shard& shard, double seconds[2]) {
+  int k = 0;
+  for (const char* job : {"inc", "full"}) {
+    const auto a = Clock::now();
+    PS_RETURN_IF_ERROR(shard.CheckpointNow(job));
+    seconds[k++] = Seconds(a, Clock::now());
+  }
+  return absl::OkStatus();
+}
+
+int IncrementalMain(Shard& shard, const std::string& dir) {
+  for (const auto& [job, every] :
+       {std::pair<std::string, uint32_t>{"inc",
+                                         absl::GetFlag(FLAGS_full_every)},
+        std::pair<std::string, uint32_t>{"full", 1}}) {
+    if (absl::Status st = RegisterBenchJob(shard, job, every); !st.ok()) {
+      return Fail("register: ", st);
+    }
+  }
+  CtrIds ids;
+  uint64_t step = 0;
+  double first[2], second[2];
+  const auto a = Clock::now();
+  absl::Status st =
+      CtrSteps(shard, ids, absl::GetFlag(FLAGS_ctr_warmup_steps), &step);
+  if (st.ok()) st = CheckpointBoth(shard, first);
+  const double warm_s = Seconds(a, Clock::now());
+  if (st.ok()) st = CtrSteps(shard, ids, absl::GetFlag(FLAGS_ctr_steps), &step);
+  if (st.ok()) st = CheckpointBoth(shard, second);
+  if (!st.ok()) return Fail("incremental: ", st);
+  absl::StatusOr<std::unique_ptr<CheckpointStore>> store =
+      CheckpointStore::OpenForReading(dir, 0);
+  if (!store.ok()) return Fail("", store.status());
+  // Sequences: 1 at registration, 2 after the warm-up, 3 after the steps.
+  auto size = [&](const char* job, uint64_t seq) {
+    return std::filesystem::file_size((*store)->TablesPathFor(job, seq));
+  };
+  StatsRequest sreq;
+  ShardStats stats;
+  shard.Stats(sreq, &stats);
+  std::printf(
+      "%u warm-up steps of %u examples (%.1f s), then %u steps; "
+      "table rows %lu\n",
+      absl::GetFlag(FLAGS_ctr_warmup_steps), absl::GetFlag(FLAGS_ctr_batch),
+      warm_s, absl::GetFlag(FLAGS_ctr_steps),
+      static_cast<unsigned long>(stats.job_stats(0).tables(0).rows()));
+  std::printf(
+      "after the warm-up: inc job %.2f MB (%.2f s), full job %.2f MB "
+      "(%.2f s)\n",
+      size("inc", 2) / 1e6, first[0], size("full", 2) / 1e6, first[1]);
+  const double inc = size("inc", 3), full = size("full", 3);
+  std::printf(
+      "after %u more steps: increment %.2f MB (%.2f s), full %.2f MB "
+      "(%.2f s): increment / full = %.3f\n",
+      absl::GetFlag(FLAGS_ctr_steps), inc / 1e6, second[0], full / 1e6,
+      second[1], inc / full);
+  return 0;
+}
+
 int Main() {
   const std::string dir = absl::GetFlag(FLAGS_dir);
   std::filesystem::remove_all(dir);
@@ -233,6 +401,21 @@ int Main() {
   Shard::RestoreReport report;
   if (absl::Status st = shard.OpenCheckpoints(&report); !st.ok()) {
     return Fail("", st);
+  }
+  if (absl::GetFlag(FLAGS_mode) == "incremental") {
+    const int rc = IncrementalMain(shard, dir);
+    for (const char* job : {"inc", "full"}) {
+      DropJobRequest drop;  // deletes its files, and no last checkpoint
+      drop.set_job_id(job);
+      (void)shard.DropJob(drop);
+    }
+    std::filesystem::remove_all(dir);
+    return rc;
+  }
+  if (absl::GetFlag(FLAGS_mode) != "pause") {
+    std::fprintf(stderr, "--mode: pause or incremental, got %s\n",
+                 absl::GetFlag(FLAGS_mode).c_str());
+    return 2;
   }
   if (absl::Status st = RegisterBenchJob(shard); !st.ok()) return Fail("", st);
   uint64_t step = 0;

@@ -2,6 +2,7 @@
 // optimizer state, admission counters, version and a buffered BSP push come
 // back bitwise; a damaged tables file falls back to the previous
 // checkpoint; the BSP schedule waits for the chunks and the tables.
+// Incremental ones: shard_sparse_increment_test.cc.
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -34,8 +35,10 @@ constexpr uint32_t kDim = 4;
 
 // BSP, 2 workers, the dense tensors of shard_test::Spec and one Adagrad
 // table whose rows are stored after their second push.
-RegisterJobRequest SparseRegistration(uint32_t every_steps) {
+RegisterJobRequest SparseRegistration(uint32_t every_steps,
+                                      uint32_t tables_full_every = 10) {
   JobSpec spec = CheckpointSpec(BSP, every_steps);
+  spec.mutable_checkpoint()->set_tables_full_every(tables_full_every);
   TableSpec* t = spec.add_tables();
   t->set_name("emb");
   t->set_dim(kDim);
@@ -281,10 +284,11 @@ TEST(ShardSparseCheckpointTest, BspScheduleWaitsForChunksAndTables) {
   EXPECT_EQ(StatsOf(*a, "j").checkpoints(), 3u);
 }
 
-// Only the newest kCheckpointsKept pairs stay; a tables file without its
-// .ckpt (a crash between the two renames) is ignored and then deleted.
+// Only the newest kCheckpointsKept pairs stay (every one full); a tables
+// file without its .ckpt (a crash between the two renames) is ignored and
+// then deleted.
 TEST(ShardSparseCheckpointTest, OldAndOrphanTablesFilesAreDeleted) {
-  const RegisterJobRequest reg = SparseRegistration(1000);
+  const RegisterJobRequest reg = SparseRegistration(1000, 1);
   const std::string dir = CheckpointDir("sparse_orphans");
   Shard::RestoreReport report;
   std::unique_ptr<Shard> a = CheckpointingShard(dir, &report);
@@ -308,6 +312,113 @@ TEST(ShardSparseCheckpointTest, OldAndOrphanTablesFilesAreDeleted) {
   drop.set_job_id("j");
   ASSERT_TRUE(a->DropJob(drop).ok());
   EXPECT_TRUE(std::filesystem::is_empty(dir));
+}
+
+// The format of a tables file's header: 1 full, 2 an increment.
+uint64_t TablesFormat(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  char h[12] = {};
+  f.read(h, sizeof(h));
+  return static_cast<uint8_t>(h[8]);
+}
+
+// tables_full_every 3: the registration's checkpoint full, then two
+// increments, a full one, ... A crash after an increment restores the
+// chain exactly; a torn increment falls back to the checkpoint before it,
+// a torn full one to the chain before it (kept for that); then old chains
+// go.
+TEST(ShardSparseCheckpointTest, IncrementsRestoreExactlyAndFallBack) {
+  const RegisterJobRequest reg = SparseRegistration(1000, 3);
+  const std::string dir = CheckpointDir("sparse_increments");
+  Shard reference(shard_test::Options(0));
+  RegisterJobResponse resp;
+  ASSERT_TRUE(reference.RegisterJob(reg, &resp).ok());
+  Shard::RestoreReport report;
+  std::unique_ptr<Shard> a = CheckpointingShard(dir, &report);
+  ASSERT_TRUE(a->RegisterJob(reg, &resp).ok());  // checkpoint 1
+  std::vector<std::string> rows_at(7);
+  rows_at[1] = AllRows(*a, 0);
+  for (uint64_t t = 0; t < 5; ++t) {
+    SparseStep(*a, t);
+    SparseStep(reference, t);
+    ASSERT_TRUE(a->CheckpointNow("j").ok());  // checkpoint t + 2
+    rows_at[t + 2] = AllRows(*a, t + 1);
+  }
+  absl::StatusOr<std::unique_ptr<CheckpointStore>> store =
+      CheckpointStore::Open(dir, 0);
+  ASSERT_TRUE(store.ok());
+  for (uint64_t seq = 1; seq <= 6; ++seq) {
+    // Kept: 5 and 6, their base 4, and 3 with its chain (the fallback
+    // should 4's file be torn).
+    ASSERT_TRUE(std::filesystem::exists((*store)->PathFor("j", seq))) << seq;
+    EXPECT_EQ(TablesFormat((*store)->TablesPathFor("j", seq)),
+              seq % 3 == 1 ? 1u : 2u)
+        << seq;
+  }
+  const std::string image = CrashImage(dir, "sparse_increments_image");
+  struct Case {
+    uint64_t torn;      // the tables file damaged
+    uint64_t restored;  // the checkpoint restored instead
+  };
+  const std::vector<Case> cases = {{5, 4}, {4, 3}};
+  std::vector<std::string> copies;
+  for (const Case& c : cases) {
+    copies.push_back(
+        CrashImage(dir, absl::StrCat("sparse_increments_torn_", c.torn)));
+  }
+  {
+    std::unique_ptr<Shard> b = CheckpointingShard(image, &report);
+    ASSERT_EQ(report.restored.size(), 1u) << report.problems[0];
+    EXPECT_TRUE(report.problems.empty());
+    EXPECT_EQ(StatsOf(*b, "j").tables_version(), 5u);
+    EXPECT_TRUE(AllRows(*b, 5) == rows_at[6]);
+    for (uint64_t t = 5; t < 7; ++t) {
+      SparseStep(*b, t);
+      SparseStep(reference, t);
+    }
+    EXPECT_TRUE(AllRows(*b, 7) == AllRows(reference, 7));
+  }
+  for (size_t k = 0; k < cases.size(); ++k) {
+    const Case& c = cases[k];
+    const std::string& copy = copies[k];
+    absl::StatusOr<std::unique_ptr<CheckpointStore>> s =
+        CheckpointStore::Open(copy, 0);
+    ASSERT_TRUE(s.ok());
+    const std::string torn = (*s)->TablesPathFor("j", c.torn);
+    const uint64_t size = std::filesystem::file_size(torn);
+    std::filesystem::resize_file(torn, size - 5);
+    std::unique_ptr<Shard> b = CheckpointingShard(copy, &report);
+    ASSERT_EQ(report.restored.size(), 1u) << c.torn;
+    EXPECT_THAT(report.restored[0], HasSubstr((*s)->PathFor("j", c.restored)));
+    ASSERT_FALSE(report.problems.empty());
+    EXPECT_THAT(report.problems[0], HasSubstr(torn));
+    EXPECT_THAT(report.problems.back(),
+                HasSubstr("using the previous checkpoint"));
+    EXPECT_EQ(StatsOf(*b, "j").tables_version(), c.restored - 1);
+    EXPECT_TRUE(AllRows(*b, c.restored - 1) == rows_at[c.restored]);
+  }
+  // Checkpoint 7 is full: the chain before 4 is no longer needed.
+  SparseStep(*a, 5);
+  ASSERT_TRUE(a->CheckpointNow("j").ok());
+  for (uint64_t seq = 1; seq <= 7; ++seq) {
+    EXPECT_EQ(std::filesystem::exists((*store)->PathFor("j", seq)), seq >= 4)
+        << seq;
+    EXPECT_EQ(std::filesystem::exists((*store)->TablesPathFor("j", seq)),
+              seq >= 4)
+        << seq;
+  }
+  EXPECT_EQ(TablesFormat((*store)->TablesPathFor("j", 7)), 1u);
+}
+
+TEST(ShardSparseCheckpointTest, TablesFullEveryIsValidated) {
+  Shard shard(shard_test::Options(0));
+  RegisterJobResponse resp;
+  const absl::Status st =
+      shard.RegisterJob(SparseRegistration(1000, 101), &resp);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(st.message()),
+              HasSubstr("checkpoint.tables_full_every: must be at most 100"));
+  EXPECT_TRUE(shard.RegisterJob(SparseRegistration(1000, 100), &resp).ok());
 }
 
 }  // namespace

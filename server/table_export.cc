@@ -42,16 +42,12 @@ absl::StatusOr<std::unique_ptr<CheckpointTables>> CheckpointTables::Open(
     return absl::InvalidArgumentError(absl::StrCat(
         where, ": names a tables file, its registration has no tables"));
   }
-  PS_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointStore::TablesReader> reader,
-                      store->OpenTables(job_id, ck));
-  absl::Status st = (*job)->tables->Restore(*reader);
-  if (st.ok()) st = reader->Finish();
-  if (!st.ok()) {
-    return absl::Status(
-        st.code(),
-        absl::StrCat("tables file ", store->TablesPathFor(job_id, ck.sequence),
-                     ": ", st.message()));
-  }
+  // A full tables file, or the chain of increments up to this one.
+  PS_RETURN_IF_ERROR(store->ReadTablesChain(
+      job_id, ck,
+      [&](ByteSource& full, absl::Span<ByteSource* const> increments) {
+        return (*job)->tables->Restore(full, increments);
+      }));
   return std::unique_ptr<CheckpointTables>(new CheckpointTables(
       std::move(ck.registration), ck.step, *std::move(job)));
 }

@@ -9,6 +9,9 @@
 // and logloss, which read every table row) as an undisturbed run. Without
 // it, the workers were usually a step past the restored tables and the job
 // failed ("step: N is ahead of the sparse tables' step N-1 ...").
+// tables_full_every: 100 makes every tables checkpoint after the first an
+// increment, so the restart restores the tables through a chain of
+// increments (server/checkpoint.h), which must give them exactly.
 #include <cstdint>
 #include <iostream>
 #include <string>
@@ -37,7 +40,7 @@ std::string RestartJob() {
   job.hidden = {32};
   job.synthetic_train = 20480;
   job.synthetic_test = 4096;
-  job.extra = "checkpoint { every_steps: 1 }";
+  job.extra = "checkpoint { every_steps: 1 tables_full_every: 100 }";
   return CtrJobSpec(job);
 }
 

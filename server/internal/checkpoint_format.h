@@ -29,6 +29,11 @@ inline constexpr char kTablesMagic[8] = {'P', 'S', 'T', 'A',
                                          'B', 'L', 'E', '\n'};
 inline constexpr uint32_t kTablesFormat = 1;
 inline constexpr size_t kTablesHeaderBytes = 24;
+// An increment's: the same, then its base's sequence, bytes and CRC32C.
+inline constexpr uint32_t kTablesIncrementFormat = 2;
+inline constexpr size_t kTablesIncrementHeaderBytes = 44;
+// The longest chain of tables files a restore follows.
+inline constexpr size_t kMaxTablesChain = 1000;
 // Header offsets (see the table in server/checkpoint.h).
 inline constexpr size_t kFormatAt = 8;
 inline constexpr size_t kShardAt = 12;

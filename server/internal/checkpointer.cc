@@ -80,6 +80,8 @@ struct Snapshot {
   uint64_t step = 0;
   uint64_t min_version = 0;     // the lowest chunk version it holds
   uint64_t tables_version = 0;  // the tables' version it holds
+  // The tables are an increment on this tables file.
+  std::optional<TablesBase> tables_base;
 };
 
 // BSP: the lowest chunk version, or the tables' version when lower;
@@ -99,10 +101,18 @@ uint64_t CheckpointStep(const Job& job, const std::vector<uint8_t>& active,
       [&](uint32_t r) { return steps[r]; });
 }
 
+// Whether the next tables checkpoint may be an increment: the job asks
+// for them, and the previous one was written by this process with fewer
+// than tables_full_every - 1 increments since the last full one.
+bool WantIncrement(const Job& j) ABSL_EXCLUSIVE_LOCKS_REQUIRED(j.files.mu) {
+  return j.tables != nullptr && j.tables_full_every > 1 && j.files.chained &&
+         j.files.increments + 1 < j.tables_full_every;
+}
+
 // The membership, every chunk and the tables as one state: each chunk is
 // copied under its own lock alone, so pushes to other chunks go on; the
-// tables are copied in memory under their mutex (JobTables::TakeSnapshot:
-// sparse exchanges wait for that copy only).
+// tables are frozen under their mutex (JobTables::TakeSnapshot: sparse
+// exchanges wait for that only), as an increment when WantIncrement.
 Snapshot TakeSnapshot(uint32_t shard_id, Job& j)
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(j.files.mu) {
   absl::MutexLock m(&j.membership_update_mu);
@@ -124,8 +134,12 @@ Snapshot TakeSnapshot(uint32_t shard_id, Job& j)
     }
   }
   if (j.tables != nullptr) {
-    snap.tables.emplace(j.tables->TakeSnapshot());
+    snap.tables.emplace(j.tables->TakeSnapshot(WantIncrement(j)));
     snap.tables_version = snap.tables->version();
+    if (snap.tables->incremental()) {
+      snap.tables_base = TablesBase{j.files.chain_sequence,
+                                    {j.files.chain_bytes, j.files.chain_crc}};
+    }
   }
   snap.min_version = min_version == UINT64_MAX ? 0 : min_version;
   snap.step = CheckpointStep(j, active, steps, snap.min_version, snap.tables);
@@ -133,23 +147,40 @@ Snapshot TakeSnapshot(uint32_t shard_id, Job& j)
   return snap;
 }
 
-// The tables file (if any), then the .ckpt naming it; the .ckpt's path.
+// The tables file (if any: `*tables` says what was written), then the
+// .ckpt naming it; the .ckpt's path.
 absl::StatusOr<std::string> WriteFiles(const CheckpointStore& store,
                                        const std::string& job_id,
-                                       Snapshot& snap) {
+                                       Snapshot& snap,
+                                       std::optional<TablesRef>* tables) {
   // The tables file first: the .ckpt naming it commits the pair.
-  std::optional<TablesRef> tables;
   if (snap.tables.has_value()) {
     absl::StatusOr<TablesRef> ref = store.WriteTables(
         job_id, snap.sequence,
-        [&](ByteSink& sink) { return std::move(*snap.tables).WriteTo(sink); });
+        [&](ByteSink& sink) { return std::move(*snap.tables).WriteTo(sink); },
+        snap.tables_base);
     snap.tables.reset();  // frees the copy
     if (!ref.ok()) return ref.status();
-    tables = *ref;
+    *tables = *ref;
   }
   return store.Write(
       job_id, snap.sequence,
-      std::move(*snap.dense).Finish(snap.sequence, snap.step, tables));
+      std::move(*snap.dense).Finish(snap.sequence, snap.step, *tables));
+}
+
+// After a checkpoint's write: what the next increment applies to.
+void NoteTablesWritten(Job& j, const Snapshot& snap,
+                       const absl::StatusOr<std::string>& path,
+                       const std::optional<TablesRef>& tables)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(j.files.mu) {
+  if (j.tables == nullptr) return;
+  j.files.chained = path.ok() && tables.has_value();
+  if (!j.files.chained) return;  // the next one is full
+  j.files.chain_sequence = snap.sequence;
+  j.files.chain_bytes = tables->bytes;
+  j.files.chain_crc = tables->crc;
+  j.files.increments =
+      snap.tables_base.has_value() ? j.files.increments + 1 : 0;
 }
 
 // gate_replies: the answers up to `min_version` (the tables': up to
@@ -300,7 +331,9 @@ absl::Status Checkpointer::Write(const std::shared_ptr<Job>& job) {
       ScheduleNext(j, snap.step, pushes_before, absl::Now(),
                    table_pushes_before);
     }
-    absl::StatusOr<std::string> path = WriteFiles(*store_, j.id, snap);
+    std::optional<TablesRef> tables;
+    absl::StatusOr<std::string> path = WriteFiles(*store_, j.id, snap, &tables);
+    NoteTablesWritten(j, snap, path, tables);
     if (path.ok()) {
       j.counters.checkpoints.fetch_add(1, std::memory_order_relaxed);
       spdlog::debug("job {}: checkpoint of step {} written to {}", j.id,
@@ -365,17 +398,13 @@ absl::Status Checkpointer::Restore(JobCheckpoint ck, int local_count,
         "the checkpoint holds sparse tables, the registration has none");
   }
   if (job.tables != nullptr) {
-    // First, so that a bad tables file costs no dense restore.
-    PS_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointStore::TablesReader> reader,
-                        store_->OpenTables(job.id, ck));
-    absl::Status st = job.tables->Restore(*reader);
-    if (st.ok()) st = reader->Finish();
-    if (!st.ok()) {
-      return absl::Status(
-          st.code(), absl::StrCat("tables file ",
-                                  store_->TablesPathFor(job.id, ck.sequence),
-                                  ": ", st.message()));
-    }
+    // First, so that a bad tables file costs no dense restore. An
+    // increment: the full tables file and the increments up to it.
+    PS_RETURN_IF_ERROR(store_->ReadTablesChain(
+        job.id, ck,
+        [&](ByteSource& full, absl::Span<ByteSource* const> increments) {
+          return job.tables->Restore(full, increments);
+        }));
   }
   const std::vector<uint8_t> active = ck.active;
   PS_RETURN_IF_ERROR(

@@ -243,6 +243,15 @@ struct CheckpointFiles {
   absl::Mutex mu;
   uint64_t sequence ABSL_GUARDED_BY(mu) = 0;  // of the last file
   bool removed ABSL_GUARDED_BY(mu) = false;   // dropped: write no more
+  // Incremental tables checkpoints: the last tables file written by this
+  // process (sequence, bytes, CRC32C), which the next increment applies
+  // to, and the increments since the last full one. Not `chained`: the
+  // next is full (none yet, after a restore, after a failed write).
+  bool chained ABSL_GUARDED_BY(mu) = false;
+  uint64_t chain_sequence ABSL_GUARDED_BY(mu) = 0;
+  uint64_t chain_bytes ABSL_GUARDED_BY(mu) = 0;
+  uint32_t chain_crc ABSL_GUARDED_BY(mu) = 0;
+  uint32_t increments ABSL_GUARDED_BY(mu) = 0;
 };
 
 // Membership, SSP clocks and the registry of waits. One mutex, because a
@@ -311,6 +320,8 @@ class Job {
   std::shared_ptr<const ReplicaView> view;
   uint32_t every_steps = 0;
   uint32_t every_seconds = 0;
+  // CheckpointSpec.tables_full_every resolved (1: every checkpoint full).
+  uint32_t tables_full_every = 1;
   // Re-created from a checkpoint by this process, and the step it held.
   bool restored = false;
   uint64_t restored_from_step = 0;

@@ -169,6 +169,11 @@ void ApplyCheckpointSpec(const JobSpec& spec, bool can_checkpoint, Job& job) {
   job.gate_replies = job.checkpointing && StepAnswersAwaitCheckpoint(spec);
   // The tables' answers wait for their checkpoints too.
   if (job.gate_replies && job.tables != nullptr) job.tables->GateAnswers();
+  job.tables_full_every = TablesFullEvery(ck);
+  // Incremental checkpoints: the tables track the rows they change.
+  if (job.checkpointing && job.tables != nullptr && job.tables_full_every > 1) {
+    job.tables->TrackChanges();
+  }
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/defaults.h"
@@ -326,6 +327,7 @@ struct JobTables::Snapshot::Data {
   const JobTables* owner = nullptr;
   StepBarrier::State state;  // the buffered pushes copied
   std::vector<SparseTable::Snapshot> tables;
+  bool increment = false;  // some table writes an increment
 };
 
 JobTables::Snapshot::Snapshot(std::unique_ptr<Data> data)
@@ -336,8 +338,9 @@ JobTables::Snapshot& JobTables::Snapshot::operator=(Snapshot&&) noexcept =
 JobTables::Snapshot::~Snapshot() = default;
 
 uint64_t JobTables::Snapshot::version() const { return data_->state.version; }
+bool JobTables::Snapshot::incremental() const { return data_->increment; }
 
-JobTables::Snapshot JobTables::TakeSnapshot() const {
+JobTables::Snapshot JobTables::TakeSnapshot(bool incremental) const {
   auto d = std::make_unique<Snapshot::Data>();
   d->owner = this;
   absl::WriterMutexLock no_applies(&apply_mu_);
@@ -345,7 +348,10 @@ JobTables::Snapshot JobTables::TakeSnapshot() const {
   d->state = barrier_.CopyState();
   // Under mu_ no apply runs (pulls may): every table is at the version.
   // The tables are frozen copy on write: nothing is copied here.
-  d->tables = tables_->TakeSnapshots();
+  d->tables = tables_->TakeSnapshots(incremental);
+  for (const SparseTable::Snapshot& t : d->tables) {
+    d->increment = d->increment || t.incremental();
+  }
   return Snapshot(std::move(d));
 }
 
@@ -353,7 +359,8 @@ absl::Status JobTables::Snapshot::WriteTo(ByteSink& sink) && {
   Data& d = *data_;
   const JobTables& owner = *d.owner;
   PS_RETURN_IF_ERROR(sparse_internal::WriteBarrierState(
-      d.state, owner.where_.num_workers, owner.tables_->size(), sink));
+      d.state, owner.where_.num_workers, owner.tables_->size(), sink,
+      d.increment));
   return owner.tables_->WriteSnapshots(std::move(d.tables), sink);
 }
 
@@ -362,12 +369,37 @@ absl::Status JobTables::Save(ByteSink& sink) const {
 }
 
 absl::Status JobTables::Restore(ByteSource& source) {
+  return Restore(source, {});
+}
+
+void JobTables::TrackChanges() { tables_->TrackChanges(); }
+
+absl::Status JobTables::Restore(ByteSource& full,
+                                absl::Span<ByteSource* const> increments) {
   PS_ASSIGN_OR_RETURN(
       StepBarrier::State state,
-      sparse_internal::ReadBarrierState(source, where_.num_workers, *tables_));
+      sparse_internal::ReadBarrierState(full, where_.num_workers, *tables_));
   // Every table into a fresh one first, so an error changes nothing.
   PS_ASSIGN_OR_RETURN(std::vector<std::unique_ptr<SparseTable>> restored,
-                      tables_->ReadTables(source));
+                      tables_->ReadTables(full));
+  for (size_t i = 0; i < increments.size(); ++i) {
+    bool increment = false;
+    absl::StatusOr<StepBarrier::State> next = sparse_internal::ReadBarrierState(
+        *increments[i], where_.num_workers, *tables_, &increment);
+    absl::Status st = next.status();
+    if (st.ok() && next->version < state.version) {
+      st = absl::DataLossError(absl::StrCat("it holds version ", next->version,
+                                            ", older than the ", state.version,
+                                            " before it"));
+    }
+    if (st.ok()) st = tables_->ApplyIncrements(restored, *increments[i]);
+    if (!st.ok()) {
+      return absl::Status(st.code(),
+                          absl::StrCat("increment ", i + 1, " of ",
+                                       increments.size(), ": ", st.message()));
+    }
+    state = *std::move(next);
+  }
   absl::WriterMutexLock no_applies(&apply_mu_);
   absl::MutexLock l(&mu_);
   tables_->Replace(std::move(restored));

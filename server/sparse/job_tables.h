@@ -75,6 +75,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "proto/job.pb.h"
 #include "proto/ps.pb.h"
 #include "server/sparse/byte_stream.h"
@@ -150,15 +151,29 @@ class JobTables {
   // The version, the consistency state (buffered BSP pushes, ASP/SSP
   // pushed steps) and every table, restored exactly by Restore (which
   // replaces everything, or changes nothing on an error). Save() =
-  // TakeSnapshot() then WriteTo().
+  // TakeSnapshot() then WriteTo(): with TrackChanges it starts a new
+  // interval of changes like any snapshot, so only the checkpointer
+  // should call it then.
   absl::Status Save(ByteSink& sink) const;
   // No other call may be in progress (the shard restores before serving).
   // After it, a BSP push of a step beyond the restored version fails
   // INVALID_ARGUMENT saying that the tables were restored (the updates
   // after the checkpoint are lost), like any step from the future; with
   // GateAnswers no worker can be there (it saw no version beyond the
-  // durable one).
+  // durable one). An increment's stream is refused (DATA_LOSS).
   absl::Status Restore(ByteSource& source);
+  // The same from a full stream and the increments written after it, in
+  // order (each on the snapshot just before it): the state as the last
+  // one wrote it, exactly. Everything is read into fresh tables first, so
+  // an error (naming the increment) changes nothing.
+  absl::Status Restore(ByteSource& full,
+                       absl::Span<ByteSource* const> increments);
+
+  // Incremental checkpoints: from now on every table tracks the rows it
+  // changes (SparseTable::TrackChanges: a bit per row update), so that
+  // TakeSnapshot(true) may write only what changed since the previous
+  // TakeSnapshot. Call before the first Exchange.
+  void TrackChanges();
 
   // The state Save writes, captured at one instant: under the mutex (so
   // no apply runs; exchanges wait meanwhile) the consistency state is
@@ -179,6 +194,9 @@ class JobTables {
     ~Snapshot();
     // The tables' version at the instant it was taken.
     uint64_t version() const;
+    // Whether it writes an increment on the previous snapshot (Restore
+    // needs that one's stream, and those before it down to a full one).
+    bool incremental() const;
     // Writes the Save() stream; call once.
     absl::Status WriteTo(ByteSink& sink) &&;
 
@@ -188,7 +206,9 @@ class JobTables {
     explicit Snapshot(std::unique_ptr<Data> data);
     std::unique_ptr<Data> data_;
   };
-  Snapshot TakeSnapshot() const;
+  // `incremental`: an increment where the tables track their changes
+  // and the previous snapshot is known (else a full one).
+  Snapshot TakeSnapshot(bool incremental = false) const;
 
  private:
   JobTables(const JobSpec& spec, Placement where,

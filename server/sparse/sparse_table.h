@@ -141,6 +141,8 @@ class SparseTable {
     Snapshot(Snapshot&&) noexcept;
     Snapshot& operator=(Snapshot&&) noexcept;
     ~Snapshot();
+    // Whether WriteSnapshot writes an increment (see TrackChanges).
+    bool incremental() const { return incremental_; }
     // Whether every stripe is copy on write (none was copied up front).
     bool copy_on_write() const;
     // Bytes of rows copied so far (copy on write) or up front.
@@ -150,10 +152,34 @@ class SparseTable {
     friend class SparseTable;
     void Release();
     const SparseTable* table_ = nullptr;
+    bool incremental_ = false;
     std::vector<sparse_internal::StripeImage> stripes_;
   };
-  Snapshot TakeSnapshot() const;
+  Snapshot TakeSnapshot(bool incremental = false) const;
   absl::Status WriteSnapshot(Snapshot snapshot, ByteSink& sink) const;
+
+  // Incremental checkpoints (sparse_table_increment.cc). From TrackChanges
+  // on, the table records what changes between one TakeSnapshot and the
+  // next: a dirty bit per row set when a push updates or creates it (one
+  // OR into a bitmap word per row update), the ids removed (TTL, LRU) and
+  // the admission counters changed. TakeSnapshot(true) then writes an
+  // increment: only the rows changed since the previous TakeSnapshot (in
+  // LRU order, so an LRU table's order is restored exactly), the ids
+  // removed and the counters changed; ApplyIncrement applied to the table
+  // as the previous snapshot wrote it gives the table as this one wrote it,
+  // bit for bit. Every TakeSnapshot starts a new interval (a snapshot never
+  // written leaves a gap: the caller's next one must be full). Without
+  // tracking, and for the first snapshot after TrackChanges or Restore,
+  // TakeSnapshot(true) takes a full one (Snapshot::incremental() says).
+  // A row changed during a save belongs to the next increment.
+  void TrackChanges();
+  // Applies a WriteSnapshot stream to this table: an increment on top of
+  // its rows, or a full stream that replaces them (as Restore). For a
+  // table being restored that nothing else uses: on an error (kDataLoss
+  // for a corrupt or truncated stream, kInvalidArgument for another
+  // table's, kResourceExhausted over the budget) the table may be left
+  // part-applied, and the caller discards it.
+  absl::Status ApplyIncrement(ByteSource& source);
 
   // Replaces the contents with a Save() stream (same name, dim and
   // state_floats_per_row). kDataLoss on a corrupt or truncated stream,
@@ -192,6 +218,15 @@ class SparseTable {
   absl::Status RestoreSections(
       ByteSource& source, uint32_t sections,
       std::vector<std::unique_ptr<sparse_internal::Stripe>>& staged) const;
+  // Increments: the stream's header and trailer, reading one after its
+  // magic, and the per-stripe budget check.
+  std::string IncrementHeader() const;
+  static std::string IncrementTrailer(uint64_t removed, uint64_t rows,
+                                      uint64_t counters);
+  absl::Status ApplyIncrementBody(ByteSource& source);
+  absl::Status ApplyIncrementSection(ByteSource& source, uint32_t section,
+                                     uint64_t* totals);
+  absl::Status CheckBudget() const;
   absl::Status CheckStoredId(uint64_t id, absl::string_view where) const;
   absl::Status CheckId(uint64_t id, size_t index,
                        absl::string_view field) const;
@@ -200,6 +235,10 @@ class SparseTable {
   const Options options_;
   const uint32_t stripe_mask_;
   std::vector<std::unique_ptr<LockedStripe>> stripes_;
+  // TrackChanges was called; the next snapshot must be full (after
+  // TrackChanges or Restore). Written by TakeSnapshot, which is const.
+  std::atomic<bool> tracking_{false};
+  mutable std::atomic<bool> needs_full_{true};
 };
 
 }  // namespace ps

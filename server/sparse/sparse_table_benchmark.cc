@@ -30,6 +30,9 @@ ABSL_FLAG(uint32_t, batch, 4096, "ids per pull/push in the throughput runs");
 ABSL_FLAG(uint32_t, probe_batch, 256, "ids per pull/push of the pause probe");
 ABSL_FLAG(uint32_t, stripes, 64, "num_stripes");
 ABSL_FLAG(uint64_t, ops_rows, 4000000, "rows pulled / pushed when timing");
+ABSL_FLAG(bool, track_changes, false,
+          "SparseTable::TrackChanges (incremental checkpoints) on");
+ABSL_FLAG(bool, save_pause, true, "measure the pauses Save() causes");
 
 namespace ps {
 namespace {
@@ -136,6 +139,7 @@ int Main() {
     return 1;
   }
   SparseTable& t = **created;
+  if (absl::GetFlag(FLAGS_track_changes)) t.TrackChanges();
   auto update = [dim](float* r, float* s, const float* g, uint64_t) {
     Adagrad(r, s, g, dim);
   };
@@ -190,8 +194,9 @@ int Main() {
         "%s, 1 thread, batches of %u random stored rows: %.2f M rows/s\n",
         push ? "push (Adagrad)" : "pull", batch, ops / s / 1e6);
   }
-  SavePause(t, false, rows);
-  SavePause(t, true, rows);
+  for (bool push : {false, true}) {
+    if (absl::GetFlag(FLAGS_save_pause)) SavePause(t, push, rows);
+  }
   rusage ru;
   getrusage(RUSAGE_SELF, &ru);
   std::printf("peak RSS %.1f MB\n", ru.ru_maxrss / 1e3);

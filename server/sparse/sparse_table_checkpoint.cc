@@ -25,6 +25,7 @@
 #include "server/checkpoint.h"
 #include "server/internal/le_bytes.h"
 #include "server/sparse/internal/row_index.h"
+#include "server/sparse/section_encoder.h"
 #include "server/sparse/sparse_table.h"
 
 namespace ps {
@@ -33,9 +34,14 @@ namespace {
 using internal::GetLe;
 using internal::PutLe;
 using internal::SetLe;
+using sparse_internal::CheckCrc;
+using sparse_internal::EncodeSection;
+using sparse_internal::kCounterBytes;
+using sparse_internal::kRowMetaBytes;
+using sparse_internal::kRowsPerRead;
+using sparse_internal::ReadCrc;
 using sparse_internal::RowCapture;
-using sparse_internal::RowMeta;
-using sparse_internal::RowStore;
+using sparse_internal::SectionEncoder;
 using sparse_internal::Stripe;
 using sparse_internal::StripeImage;
 
@@ -44,141 +50,6 @@ constexpr char kEndMagic[8] = {'P', 'S', 'S', 'P', 'E', 'N', 'D', '\n'};
 constexpr uint32_t kVersion = 2;
 constexpr uint32_t kMaxNameBytes = 4096;
 constexpr uint32_t kMaxSections = 1u << 20;
-// Rows decoded per read while restoring (bounds the staging buffer).
-constexpr size_t kRowsPerRead = 4096;
-constexpr size_t kCounterBytes = 12;
-// A row's bytes in the stream besides its floats: id, last_step, pushes.
-constexpr size_t kRowMetaBytes = 24;
-
-// Rows per batch: copied out of a copy-on-write capture under one hold of
-// the stripe's reader lock (a push to the stripe waits for one batch's
-// memcpy at most), then encoded and written with no lock held.
-constexpr size_t kRowsPerBatch = 1024;
-
-// One stripe's section, encoded from its image and written as it goes: the
-// head, the rows in LRU order a batch at a time (Gather copies a batch's
-// records, Encode encodes them), then Finish (counters, the body's CRC).
-// Counters are written in id order, so equal tables give equal streams
-// whatever their hash tables' history.
-class SectionEncoder {
- public:
-  SectionEncoder(StripeImage& image, uint32_t floats_per_row, ByteSink& sink)
-      : image_(image),
-        floats_(floats_per_row),
-        record_bytes_(RowStore::RecordBytes(floats_per_row)),
-        row_bytes_(kRowMetaBytes + size_t{floats_per_row} * 4),
-        next_(image.oldest),
-        sink_(sink) {
-    std::sort(image.counters.begin(), image.counters.end());
-  }
-
-  absl::Status Begin() {
-    buf_.clear();
-    PutLe(image_.rows, 8, &buf_);
-    PutLe(image_.counters.size(), 8, &buf_);
-    PutLe(Crc32c(buf_), 4, &buf_);
-    return sink_.Write(buf_);
-  }
-
-  bool rows_left() const { return next_ != RowStore::kNil; }
-
-  // Copies the records of up to kRowsPerBatch more rows, in LRU order, into
-  // the batch; record(slot) gives each record.
-  template <typename RecordAt>
-  void Gather(RecordAt record) {
-    raw_.resize(kRowsPerBatch * record_bytes_);
-    size_t n = 0;
-    for (; n < kRowsPerBatch && next_ != RowStore::kNil; ++n) {
-      const char* rec = record(next_);
-      std::memcpy(raw_.data() + n * record_bytes_, rec, record_bytes_);
-      next_ = RowStore::MetaAt(rec, record_bytes_, 0).newer;
-    }
-    raw_.resize(n * record_bytes_);
-  }
-
-  // Encodes the gathered rows and writes them.
-  absl::Status Encode() {
-    const size_t n = raw_.size() / record_bytes_;
-    buf_.resize(n * row_bytes_);
-    char* p = buf_.data();
-    for (size_t k = 0; k < n; ++k) {
-      const char* rec = raw_.data() + k * record_bytes_;
-      const RowMeta m = RowStore::MetaAt(rec, record_bytes_, 0);
-      p = SetLe(m.id, 8, p);
-      p = SetLe(m.last_step, 8, p);
-      p = SetLe(m.pushes, 8, p);
-      for (uint32_t e = 0; e < floats_; ++e) {
-        uint32_t bits;
-        std::memcpy(&bits, rec + 4 * size_t{e}, 4);
-        p = SetLe(bits, 4, p);
-      }
-    }
-    crc_ = Crc32c(buf_, crc_);
-    rows_written_ += buf_.size() / row_bytes_;
-    return sink_.Write(buf_);
-  }
-
-  absl::Status Finish() {
-    if (rows_written_ != image_.rows) {
-      return absl::InternalError("a snapshot's rows do not match its count");
-    }
-    buf_.clear();
-    for (const auto& [id, count] : image_.counters) {
-      PutLe(id, 8, &buf_);
-      PutLe(count, 4, &buf_);
-    }
-    crc_ = Crc32c(buf_, crc_);
-    PutLe(crc_, 4, &buf_);
-    return sink_.Write(buf_);
-  }
-
- private:
-  StripeImage& image_;
-  const uint32_t floats_;
-  const size_t record_bytes_;
-  const size_t row_bytes_;
-  uint32_t next_;
-  ByteSink& sink_;
-  std::string raw_;  // a batch's records
-  std::string buf_;  // their encoding
-  uint32_t crc_ = 0;
-  uint64_t rows_written_ = 0;
-};
-
-// A section of a copied image (no lock needed).
-absl::Status EncodeSection(StripeImage& image, uint32_t floats_per_row,
-                           ByteSink& sink) {
-  SectionEncoder section(image, floats_per_row, sink);
-  PS_RETURN_IF_ERROR(section.Begin());
-  const size_t record_bytes = RowStore::RecordBytes(floats_per_row);
-  while (section.rows_left()) {
-    section.Gather([&](uint32_t slot) {
-      return image.records.data() + size_t{slot} * record_bytes;
-    });
-    PS_RETURN_IF_ERROR(section.Encode());
-  }
-  return section.Finish();
-}
-
-// Reads n bytes, extending a running CRC.
-absl::Status ReadCrc(ByteSource& src, size_t n, char* out, uint32_t* crc) {
-  PS_RETURN_IF_ERROR(src.Read(n, out));
-  *crc = Crc32c(absl::string_view(out, n), *crc);
-  return absl::OkStatus();
-}
-
-absl::Status CheckCrc(ByteSource& src, uint32_t crc, absl::string_view what) {
-  char b[4];
-  PS_RETURN_IF_ERROR(src.Read(4, b));
-  if (static_cast<uint32_t>(GetLe(b, 4)) != crc) {
-    return absl::DataLossError(absl::StrCat("checksum mismatch in ", what));
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
-
-namespace {
 
 std::string EncodeHeader(const SparseTable::Options& o) {
   std::string out;
@@ -224,7 +95,9 @@ absl::Status SparseTable::Save(ByteSink& sink) const {
 }
 
 SparseTable::Snapshot::Snapshot(Snapshot&& o) noexcept
-    : table_(o.table_), stripes_(std::move(o.stripes_)) {
+    : table_(o.table_),
+      incremental_(o.incremental_),
+      stripes_(std::move(o.stripes_)) {
   o.table_ = nullptr;
   o.stripes_.clear();
 }
@@ -233,6 +106,7 @@ SparseTable::Snapshot& SparseTable::Snapshot::operator=(Snapshot&& o) noexcept {
   if (this != &o) {
     Release();
     table_ = o.table_;
+    incremental_ = o.incremental_;
     stripes_ = std::move(o.stripes_);
     o.table_ = nullptr;
     o.stripes_.clear();
@@ -271,13 +145,18 @@ uint64_t SparseTable::Snapshot::held_bytes() const {
   return bytes;
 }
 
-SparseTable::Snapshot SparseTable::TakeSnapshot() const {
+SparseTable::Snapshot SparseTable::TakeSnapshot(bool incremental) const {
   Snapshot snap;
   snap.table_ = this;
+  // Whatever its kind, a snapshot of a tracking table starts a new
+  // interval of changes, so the next may be an increment on it.
+  const bool tracking = tracking_.load();
+  snap.incremental_ = incremental && tracking && !needs_full_.load();
+  if (tracking) needs_full_.store(false);
   snap.stripes_.resize(stripes_.size());
   for (size_t s = 0; s < stripes_.size(); ++s) {
     absl::MutexLock lock(&stripes_[s]->mu);
-    stripes_[s]->data.Freeze(&snap.stripes_[s]);
+    stripes_[s]->data.Freeze(&snap.stripes_[s], snap.incremental_);
   }
   return snap;
 }
@@ -304,11 +183,14 @@ absl::Status SparseTable::EncodeStripe(size_t s, StripeImage& image,
 
 absl::Status SparseTable::WriteSnapshot(Snapshot snapshot,
                                         ByteSink& sink) const {
-  PS_RETURN_IF_ERROR(sink.Write(EncodeHeader(options_)));
-  uint64_t rows = 0, counters = 0;
+  const bool increment = snapshot.incremental_;
+  PS_RETURN_IF_ERROR(
+      sink.Write(increment ? IncrementHeader() : EncodeHeader(options_)));
+  uint64_t removed = 0, rows = 0, counters = 0;
   for (size_t s = 0; s < snapshot.stripes_.size(); ++s) {
     StripeImage& image = snapshot.stripes_[s];
-    rows += image.rows;
+    removed += image.removed.size();
+    rows += increment ? image.changed_rows : image.rows;
     counters += image.counters.size();
     PS_RETURN_IF_ERROR(EncodeStripe(s, image, sink));
     // Free each stripe's copy (or end its copy on write) once written.
@@ -318,7 +200,8 @@ absl::Status SparseTable::WriteSnapshot(Snapshot snapshot,
     }
     image = StripeImage();
   }
-  return sink.Write(EncodeTrailer(rows, counters));
+  return sink.Write(increment ? IncrementTrailer(removed, rows, counters)
+                              : EncodeTrailer(rows, counters));
 }
 
 absl::Status SparseTable::Restore(ByteSource& source) {
@@ -384,6 +267,9 @@ absl::Status SparseTable::Restore(ByteSource& source) {
     absl::MutexLock lock(&stripes_[s]->mu);
     stripes_[s]->data.SwapData(*staged[s]);
   }
+  // Changes are tracked from the restored rows on: the next snapshot is
+  // the base of any increment after it.
+  needs_full_.store(true);
   return absl::OkStatus();
 }
 

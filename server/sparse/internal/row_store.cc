@@ -55,7 +55,34 @@ uint32_t RowStore::Append(uint64_t id, uint64_t step, uint64_t pushes) {
   m->last_step = step;
   m->pushes = pushes;
   LinkNewest(slot);
+  if (track_) MarkChanged(slot);
   return slot;
+}
+
+void RowStore::SetMeta(uint32_t slot, uint64_t last_step, uint64_t pushes,
+                       bool newest) {
+  RowMeta* m = MetaPtr(slot);
+  m->last_step = last_step;
+  m->pushes = pushes;
+  if (newest && newest_ != slot) {
+    Unlink(slot);
+    LinkNewest(slot);
+  }
+  if (track_) MarkChanged(slot);
+}
+
+void RowStore::TrackChanges() {
+  track_ = true;
+  changed_.assign((size_t{size_} + 63) / 64, 0);
+}
+
+std::vector<uint64_t> RowStore::TakeChanges() {
+  std::vector<uint64_t> bits;
+  if (!track_) return bits;
+  bits.swap(changed_);
+  bits.resize((size_t{size_} + 63) / 64, 0);
+  changed_.assign(bits.size(), 0);
+  return bits;
 }
 
 void RowStore::Touch(uint32_t slot, uint64_t step) {
@@ -68,6 +95,17 @@ void RowStore::Touch(uint32_t slot, uint64_t step) {
 uint32_t RowStore::Remove(uint32_t slot) {
   Unlink(slot);
   const uint32_t last = size_ - 1;
+  if (track_) {
+    // The moved row keeps its bit; the vacated last slot is clean.
+    const bool moved_changed = Changed(changed_, last);
+    if ((slot >> 6) < changed_.size()) {
+      changed_[slot >> 6] &= ~(uint64_t{1} << (slot & 63));
+    }
+    if (moved_changed && slot != last) MarkChanged(slot);
+    if ((last >> 6) < changed_.size()) {
+      changed_[last >> 6] &= ~(uint64_t{1} << (last & 63));
+    }
+  }
   if (slot != last) {
     std::memcpy(Record(slot), Record(last), record_bytes_);
     RowMeta* m = MetaPtr(slot);
@@ -93,6 +131,7 @@ void RowStore::Clear() {
   slabs_.shrink_to_fit();
   size_ = 0;
   newest_ = oldest_ = kNil;
+  changed_.clear();
 }
 
 void RowStore::CopyRecords(std::string* out) const {

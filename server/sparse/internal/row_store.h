@@ -18,6 +18,13 @@
 // live record when it did not change). So a snapshot costs no copy up front
 // and its memory is the records changed while it is held, each once. One
 // capture at a time; Release() ends it.
+//
+// Change tracking (incremental checkpoints), off until TrackChanges(): one
+// dirty bit per slot, set when a row is created (Append) or pushed
+// (MarkPush, Touch): one OR into a bitmap word (1 bit per row) per row
+// update. A row moved by Remove takes its bit along; LRU relinks of
+// neighbours and moves do not count as changes. TakeChanges() hands the
+// bits over (slot order at that instant) and starts a clean interval.
 // Not thread-safe: the stripe's mutex guards it (the capture included).
 #ifndef SERVER_SPARSE_INTERNAL_ROW_STORE_H_
 #define SERVER_SPARSE_INTERNAL_ROW_STORE_H_
@@ -113,7 +120,23 @@ class RowStore {
     RowMeta* m = MetaPtr(slot);
     ++m->pushes;
     if (step > m->last_step) m->last_step = step;
+    if (track_) MarkChanged(slot);
   }
+
+  // Starts (or keeps) change tracking, with every row clean.
+  void TrackChanges();
+  bool tracking() const { return track_; }
+  // The dirty bits of slots [0, size()) (bit s % 64 of word s / 64), and a
+  // clean interval from now on. Empty when not tracking.
+  std::vector<uint64_t> TakeChanges();
+  // Whether bit `slot` is set in `bits` (a TakeChanges() result).
+  static bool Changed(const std::vector<uint64_t>& bits, uint32_t slot) {
+    return (slot >> 6) < bits.size() && ((bits[slot >> 6] >> (slot & 63)) & 1);
+  }
+
+  // Restoring an increment: sets the push metadata of `slot` and, when
+  // `newest`, makes it the most recently pushed row.
+  void SetMeta(uint32_t slot, uint64_t last_step, uint64_t pushes, bool newest);
 
   uint32_t newest() const { return newest_; }  // kNil when empty
   uint32_t oldest() const { return oldest_; }
@@ -161,6 +184,10 @@ class RowStore {
   void LinkNewest(uint32_t slot);
   // Copies the record of `slot` into the capture unless it already is.
   void CopyBefore(uint32_t slot);
+  void MarkChanged(uint32_t slot) {
+    if ((slot >> 6) >= changed_.size()) changed_.resize((slot >> 6) + 1, 0);
+    changed_[slot >> 6] |= uint64_t{1} << (slot & 63);
+  }
 
   size_t meta_offset_;
   size_t record_bytes_;
@@ -172,6 +199,8 @@ class RowStore {
   uint32_t newest_ = kNil;
   uint32_t oldest_ = kNil;
   std::shared_ptr<RowCapture> capture_;  // while a snapshot holds it
+  bool track_ = false;
+  std::vector<uint64_t> changed_;  // dirty bits while tracking
 };
 
 }  // namespace sparse_internal

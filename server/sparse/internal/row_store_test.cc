@@ -116,6 +116,38 @@ TEST(RowStoreTest, FrozenImageSurvivesEveryKindOfChange) {
   EXPECT_EQ(FrozenRecords(s, *next), now);
 }
 
+// The ids whose dirty bit is set in `bits` (slot order of `s`).
+std::vector<uint64_t> ChangedIds(const RowStore& s,
+                                 const std::vector<uint64_t>& bits) {
+  std::vector<uint64_t> ids;
+  for (uint32_t slot = 0; slot < s.size(); ++slot) {
+    if (RowStore::Changed(bits, slot)) ids.push_back(s.Meta(slot).id);
+  }
+  return ids;
+}
+
+TEST(RowStoreTest, ChangesFollowPushesAndMovesNotRelinks) {
+  RowStore s(/*floats_per_row=*/3, /*slab_rows_log2=*/2);
+  for (uint64_t id = 0; id < 70; ++id) s.Append(id, 0, 1);
+  EXPECT_TRUE(s.TakeChanges().empty());  // not tracking
+  s.TrackChanges();
+  EXPECT_EQ(ChangedIds(s, s.TakeChanges()), std::vector<uint64_t>{});
+  s.Touch(3, 1);       // pushed (relinks 3's neighbours: not changes)
+  s.MarkPush(65, 1);   // pushed, in the second bitmap word
+  s.Append(70, 1, 1);  // created
+  s.Remove(65);        // 70 moves into slot 65 and keeps its bit
+  s.Remove(10);        // 69 (clean) moves into slot 10
+  std::vector<uint64_t> bits = s.TakeChanges();
+  EXPECT_EQ(ChangedIds(s, bits), (std::vector<uint64_t>{3, 70}));
+  // A new interval: clean, then only what changed since.
+  EXPECT_TRUE(ChangedIds(s, s.TakeChanges()).empty());
+  s.SetMeta(0, 5, 9, /*newest=*/true);
+  EXPECT_EQ(ChangedIds(s, s.TakeChanges()), std::vector<uint64_t>{0});
+  EXPECT_EQ(NewestFirst(s).front(), 0u);
+  s.Clear();
+  EXPECT_TRUE(s.TakeChanges().empty());
+}
+
 }  // namespace
 }  // namespace sparse_internal
 }  // namespace ps

@@ -59,6 +59,7 @@ size_t Stripe::BytesAfterPush(absl::Span<const uint64_t> ids,
 }
 
 void Stripe::RemoveRow(uint32_t slot) {
+  if (store_.tracking()) removed_.push_back(store_.Meta(slot).id);
   index_.Erase(RowHash(store_.Meta(slot).id), slot);
   const uint32_t moved_from = store_.Remove(slot);
   if (moved_from != slot) {
@@ -125,10 +126,12 @@ void Stripe::Push(absl::Span<const uint64_t> ids,
           ++counters_.dropped;
         } else {
           admission_.Set(id, seen);
+          CounterChanged(id);
         }
         continue;
       }
       admission_.Erase(id);
+      CounterChanged(id);
     }
     if (lru_budget && !RoomForRow()) {
       ++counters_.dropped;
@@ -165,10 +168,35 @@ void Stripe::OfferHottest(TopHotIds* top) const {
   }
 }
 
-void Stripe::Freeze(StripeImage* image) {
+void Stripe::Freeze(StripeImage* image, bool changes) {
   std::shared_ptr<const RowCapture> capture = store_.Freeze();
-  if (capture == nullptr) return Snapshot(image);
-  Snapshot(image, std::move(capture));
+  Snapshot(image, std::move(capture));  // null: the records copied
+  image->changes = changes && store_.tracking();
+  image->changed = store_.TakeChanges();
+  image->changed_rows = 0;
+  image->removed.clear();
+  image->removed.swap(removed_);
+  absl::flat_hash_set<uint64_t> counters_changed;
+  counters_changed.swap(counters_changed_);
+  if (!image->changes) {
+    image->changed.clear();
+    image->removed.clear();
+    return;
+  }
+  for (uint64_t word : image->changed) {
+    image->changed_rows += static_cast<uint32_t>(__builtin_popcountll(word));
+  }
+  // Only the counters that changed, each with its count now (0: gone).
+  image->counters.clear();
+  for (uint64_t id : counters_changed) {
+    image->counters.emplace_back(id, admission_.Get(id));
+  }
+}
+
+void Stripe::TrackChanges() {
+  store_.TrackChanges();
+  removed_.clear();
+  counters_changed_.clear();
 }
 
 void Stripe::Snapshot(StripeImage* image) const { Snapshot(image, nullptr); }
@@ -217,10 +245,44 @@ absl::Status Stripe::RestoreCounter(uint64_t id, uint32_t count) {
   return absl::OkStatus();
 }
 
+void Stripe::UpsertRow(uint64_t id, uint64_t last_step, uint64_t pushes,
+                       const float* values_and_state) {
+  const uint64_t hash = RowHash(id);
+  const int64_t found = Find(id, hash);
+  uint32_t slot;
+  if (found >= 0) {
+    slot = static_cast<uint32_t>(found);
+    store_.SetMeta(slot, last_step, pushes, /*newest=*/config_.lru);
+  } else {
+    slot = store_.Append(id, last_step, pushes);
+    index_.Insert(hash, slot);
+  }
+  std::memcpy(store_.Values(slot), values_and_state,
+              (config_.dim + config_.state_floats) * sizeof(float));
+}
+
+void Stripe::RemoveId(uint64_t id) {
+  const int64_t slot = Find(id, RowHash(id));
+  if (slot >= 0) RemoveRow(static_cast<uint32_t>(slot));
+}
+
+void Stripe::SetCounter(uint64_t id, uint32_t count) {
+  if (count == 0) {
+    admission_.Erase(id);
+  } else {
+    admission_.Set(id, count);
+  }
+}
+
 void Stripe::SwapData(Stripe& other) {
+  const bool tracking = store_.tracking();
+  const bool other_tracking = other.store_.tracking();
   std::swap(store_, other.store_);
   std::swap(index_, other.index_);
   std::swap(admission_, other.admission_);
+  // Each side keeps its tracking, with a clean interval.
+  if (tracking) TrackChanges();
+  if (other_tracking) other.TrackChanges();
 }
 
 }  // namespace sparse_internal

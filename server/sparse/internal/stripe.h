@@ -27,6 +27,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/types/span.h"
@@ -64,12 +65,21 @@ struct StripeCounters {
 // A stripe's data at one instant, taken under its lock, encoded after it:
 // either a copy of its records, or (Stripe::Freeze) a copy-on-write capture
 // of them, read through Stripe::FrozenRecord under the stripe's lock.
+// With `changes` (Stripe::Freeze of a tracking stripe asked for them) it
+// holds only what changed since the previous Freeze: `changed` marks the
+// rows (RowStore::Changed, slot order of the image), `removed` the ids
+// removed meanwhile (in order; some may be back as rows) and `counters`
+// the admission counters that changed, each with its count now (0: gone).
 struct StripeImage {
   std::string records;  // RowStore records, slot order (without capture)
   std::shared_ptr<const RowCapture> capture;
   uint32_t rows = 0;
   uint32_t oldest = RowStore::kNil;  // follow RowMeta::newer from here
   std::vector<std::pair<uint64_t, uint32_t>> counters;  // admission
+  bool changes = false;
+  std::vector<uint64_t> changed;  // dirty bits, with `changes`
+  uint32_t changed_rows = 0;      // bits set in `changed`
+  std::vector<uint64_t> removed;  // with `changes`
 };
 
 class Stripe {
@@ -114,7 +124,15 @@ class Stripe {
   void Snapshot(StripeImage* image) const;
   // The same with the records captured copy on write instead of copied
   // (RowStore::Freeze), when no other capture is held; else as Snapshot.
-  void Freeze(StripeImage* image);
+  // While tracking it starts a new interval of changes; with `changes`
+  // the image holds only the previous interval's (see StripeImage).
+  void Freeze(StripeImage* image, bool changes = false);
+
+  // Change tracking for incremental checkpoints (RowStore::TrackChanges,
+  // plus the ids removed and the admission counters changed). Off until
+  // called; kept by SwapData, which starts a clean interval.
+  void TrackChanges();
+  bool tracking() const { return store_.tracking(); }
   // The frozen record of `slot` of an image Freeze took, which must still
   // be held (not released).
   const char* FrozenRecord(const RowCapture& capture, uint32_t slot) const {
@@ -129,6 +147,15 @@ class Stripe {
   absl::Status RestoreRow(uint64_t id, uint64_t last_step, uint64_t pushes,
                           const float* values_and_state);
   absl::Status RestoreCounter(uint64_t id, uint32_t count);
+
+  // Applying an increment (rows in the order they are written): the row
+  // `id` gets these values and metadata, as the newest with lru (an
+  // existing row keeps its place without); `id` removed if stored; the
+  // admission counter of `id` set (0: erased).
+  void UpsertRow(uint64_t id, uint64_t last_step, uint64_t pushes,
+                 const float* values_and_state);
+  void RemoveId(uint64_t id);
+  void SetCounter(uint64_t id, uint32_t count);
 
   // Exchanges the rows (with their push counts), index and admission
   // counters, not the StripeCounters, with `other`.
@@ -151,6 +178,10 @@ class Stripe {
   static constexpr size_t kFar = 16;
   static constexpr size_t kNear = 8;
   void RemoveRow(uint32_t slot);
+  // Tracking: the admission counter of `id` changed.
+  void CounterChanged(uint64_t id) {
+    if (store_.tracking()) counters_changed_.insert(id);
+  }
   // Budget with lru: evict the least recently pushed rows until one more row
   // (counter) fits; false when it cannot fit even with no rows left.
   bool RoomForRow();
@@ -161,6 +192,9 @@ class Stripe {
   RowIndex index_;
   AdmissionCounts admission_;
   StripeCounters counters_;
+  // Tracking: since the last Freeze.
+  std::vector<uint64_t> removed_;
+  absl::flat_hash_set<uint64_t> counters_changed_;
 };
 
 }  // namespace sparse_internal

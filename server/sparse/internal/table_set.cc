@@ -197,10 +197,18 @@ uint64_t TableSet::bytes_used() const {
   return bytes;
 }
 
-std::vector<SparseTable::Snapshot> TableSet::TakeSnapshots() const {
+std::vector<SparseTable::Snapshot> TableSet::TakeSnapshots(
+    bool incremental) const {
   std::vector<SparseTable::Snapshot> snapshots;
-  for (const auto& t : tables_) snapshots.push_back(t->rows->TakeSnapshot());
+  for (const auto& t : tables_) {
+    snapshots.push_back(t->rows->TakeSnapshot(incremental));
+  }
   return snapshots;
+}
+
+void TableSet::TrackChanges() {
+  tracking_ = true;
+  for (const auto& t : tables_) t->rows->TrackChanges();
 }
 
 absl::Status TableSet::WriteSnapshots(
@@ -224,9 +232,20 @@ absl::StatusOr<std::vector<std::unique_ptr<SparseTable>>> TableSet::ReadTables(
   return restored;
 }
 
+absl::Status TableSet::ApplyIncrements(
+    std::vector<std::unique_ptr<SparseTable>>& restored,
+    ByteSource& source) const {
+  for (auto& table : restored) {
+    PS_RETURN_IF_ERROR(table->ApplyIncrement(source));
+  }
+  return absl::OkStatus();
+}
+
 void TableSet::Replace(std::vector<std::unique_ptr<SparseTable>> rows) {
   for (size_t k = 0; k < tables_.size(); ++k) {
     tables_[k]->rows = std::move(rows[k]);
+    // Its first snapshot is full (SparseTable::TrackChanges).
+    if (tracking_) tables_[k]->rows->TrackChanges();
   }
 }
 

@@ -74,14 +74,25 @@ class TableSet {
   // Bytes of every table (rows, state, index, admission counters).
   uint64_t bytes_used() const;
 
-  // Every table's copy (SparseTable::TakeSnapshot), in table order.
-  std::vector<SparseTable::Snapshot> TakeSnapshots() const;
+  // Every table's copy (SparseTable::TakeSnapshot), in table order;
+  // `incremental`: increments where the table can (see TrackChanges).
+  std::vector<SparseTable::Snapshot> TakeSnapshots(
+      bool incremental = false) const;
+  // SparseTable::TrackChanges on every table (and on those Replace swaps
+  // in from then on).
+  void TrackChanges();
   // Writes the copies TakeSnapshots made, one SparseTable stream each.
   absl::Status WriteSnapshots(std::vector<SparseTable::Snapshot> snapshots,
                               ByteSink& sink) const;
   // Reads one SparseTable stream per table into fresh tables, for Replace;
   // an error leaves nothing changed.
   absl::StatusOr<std::vector<std::unique_ptr<SparseTable>>> ReadTables(
+      ByteSource& source) const;
+  // Applies one SparseTable stream per table (an increment, or a full
+  // stream) to tables ReadTables read; an error leaves them part-applied
+  // (discard them).
+  absl::Status ApplyIncrements(
+      std::vector<std::unique_ptr<SparseTable>>& restored,
       ByteSource& source) const;
   // Swaps in the rows ReadTables read (one per table, in order).
   void Replace(std::vector<std::unique_ptr<SparseTable>> rows);
@@ -91,6 +102,7 @@ class TableSet {
 
   std::vector<std::unique_ptr<Table>> tables_;
   absl::flat_hash_map<std::string, size_t> index_;
+  bool tracking_ = false;
 };
 
 }  // namespace sparse_internal

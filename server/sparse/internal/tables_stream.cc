@@ -19,6 +19,7 @@ namespace {
 
 constexpr char kMagic[] = "PSJT";
 constexpr uint32_t kFormat = 1;
+constexpr uint32_t kIncrementFormat = 2;
 // The most entries a list of the stream may hold.
 constexpr uint64_t kMaxList = uint64_t{1} << 32;
 
@@ -80,9 +81,10 @@ absl::StatusOr<std::unique_ptr<TablePushes>> ReadPushes(
 
 absl::Status WriteBarrierState(const StepBarrier::State& state,
                                uint32_t num_workers, uint32_t num_tables,
-                               ByteSink& sink) {
+                               ByteSink& sink, bool increment) {
   PS_RETURN_IF_ERROR(sink.Write(absl::string_view(kMagic, 4)));
-  PS_RETURN_IF_ERROR(Put<uint32_t>(sink, kFormat));
+  PS_RETURN_IF_ERROR(
+      Put<uint32_t>(sink, increment ? kIncrementFormat : kFormat));
   PS_RETURN_IF_ERROR(Put<uint64_t>(sink, state.version));
   PS_RETURN_IF_ERROR(Put<uint32_t>(sink, num_workers));
   PS_RETURN_IF_ERROR(Put<uint32_t>(sink, num_tables));
@@ -100,16 +102,24 @@ absl::Status WriteBarrierState(const StepBarrier::State& state,
 
 absl::StatusOr<StepBarrier::State> ReadBarrierState(ByteSource& source,
                                                     uint32_t num_workers,
-                                                    const TableSet& tables) {
+                                                    const TableSet& tables,
+                                                    bool* increment) {
   char magic[4];
   PS_RETURN_IF_ERROR(source.Read(4, magic));
   uint32_t format = 0, workers = 0, num_tables = 0;
   StepBarrier::State state;
   PS_RETURN_IF_ERROR(Get(source, &format));
-  if (std::memcmp(magic, kMagic, 4) != 0 || format != kFormat) {
+  if (std::memcmp(magic, kMagic, 4) != 0 ||
+      (format != kFormat && format != kIncrementFormat)) {
     return absl::DataLossError(
         "sparse tables checkpoint: not a version-1 JobTables stream");
   }
+  if (format == kIncrementFormat && increment == nullptr) {
+    return absl::DataLossError(
+        "sparse tables checkpoint: an increment, which needs the full "
+        "checkpoint it follows");
+  }
+  if (increment != nullptr) *increment = format == kIncrementFormat;
   PS_RETURN_IF_ERROR(Get(source, &state.version));
   PS_RETURN_IF_ERROR(Get(source, &workers));
   PS_RETURN_IF_ERROR(Get(source, &num_tables));

@@ -79,7 +79,8 @@ class ReplicaMonitor {
     // each), so that a link saturated by a big step, whose forwards time
     // out now and then, does not set off failovers that take the job's
     // copies away one after another.
-    absl::Duration min_lag = absl::Milliseconds(5 * kDefaultReplicateDeadlineMs);
+    absl::Duration min_lag =
+        absl::Milliseconds(5 * kDefaultReplicateDeadlineMs);
     // One heartbeat to `shard`, blocking up to `deadline`; its answer
     // into the last argument. Required.
     std::function<absl::Status(uint32_t shard, const SetReplicaViewRequest&,

@@ -188,7 +188,7 @@ def start_ps(lab: Lab, args, bindir: str, shards: int, workers: int, d: str,
                     f'cluster_file: "{d}/cluster.pbtxt"\n'
                     f'address_file: "{d}/psd{i}.addr"\n'
                     f"memory_budget_bytes: {args.shard_budget}\n"
-                    f"{getattr(args, 'psd_config', '')}\n"
+                    f"{args.psd_config}\n"
                     f"{pacing_config(lab, args, i + 1, shards + workers)}")
         procs.append(lab.popen(i + 1, [f"{bindir}/server/psd",
                                        f"--config={d}/psd{i}.pbtxt"],
@@ -403,6 +403,9 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--worker-config", default="max_request_bytes: 262144",
                     help="extra WorkerdConfig text for every workerd, e.g. "
                     "'max_request_bytes: 524288 max_inflight_per_shard: 2'")
+    ap.add_argument("--psd-config", default="",
+                    help="extra PsdConfig text for every psd, e.g. "
+                    "'shard_heartbeat_misses: 20'")
     ap.add_argument("--job-config", default="",
                     help="extra JobSpec text for every parameter-server job")
     ap.add_argument("--systems", default="ps allreduce",

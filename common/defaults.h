@@ -61,10 +61,12 @@ inline constexpr uint32_t kDefaultShardLocateIntervalMs = 200;
 // ---- JobSpec (proto/job.proto) ---------------------------------------------
 inline constexpr uint32_t kDefaultStepDeadlineMs = 60000;
 // Replicated jobs (JobSpec.replication > 1): a primary's forward to a
-// backup, its deadline and the wait before a failed one is tried again;
-// the coordinator's heartbeat to the shards and the missed heartbeats after
-// which it fails a shard over to its backups.
+// backup, its deadline (doubled after each forward that ran out of time, up
+// to the max, and halved after each success) and the wait before a failed
+// one is tried again; the coordinator's heartbeat to the shards and the
+// missed heartbeats after which it fails a shard over to its backups.
 inline constexpr uint32_t kDefaultReplicateDeadlineMs = 1000;
+inline constexpr uint32_t kDefaultReplicateMaxDeadlineMs = 8000;
 inline constexpr uint32_t kDefaultReplicateRetryMs = 50;
 inline constexpr uint32_t kDefaultShardHeartbeatMs = 100;
 inline constexpr uint32_t kDefaultShardHeartbeatMisses = 3;

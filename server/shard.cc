@@ -35,8 +35,10 @@ Shard::Shard(ShardOptions options)
           std::make_unique<internal::Checkpointer>(options_.shard_id)),
       replica_view_(std::make_shared<internal::ReplicaView>(options_.shard_id)),
       replicator_(std::make_unique<internal::Replicator>(
-          internal::Replicator::Options{.deadline = options_.replicate_deadline,
-                                        .retry = options_.replicate_retry},
+          internal::Replicator::Options{
+              .deadline = options_.replicate_deadline,
+              .max_deadline = options_.replicate_max_deadline,
+              .retry = options_.replicate_retry},
           replica_view_)) {}
 
 Shard::~Shard() { Shutdown(); }

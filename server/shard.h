@@ -204,10 +204,13 @@ struct ShardOptions {
   // Several shards may share one directory (file names carry the shard id).
   std::string checkpoint_dir;
   // Replicated jobs (JobSpec.replication > 1): the deadline of one forward
-  // to a backup, and the wait before a failed one is tried again (sooner
-  // when the coordinator's view moves).
+  // to a backup (it grows up to the max while forwards to that backup run
+  // out of time; internal/replicator.h), and the wait before a failed one
+  // is tried again (sooner when the coordinator's view moves).
   absl::Duration replicate_deadline =
       absl::Milliseconds(kDefaultReplicateDeadlineMs);
+  absl::Duration replicate_max_deadline =
+      absl::Milliseconds(kDefaultReplicateMaxDeadlineMs);
   absl::Duration replicate_retry = absl::Milliseconds(kDefaultReplicateRetryMs);
   // For this long after its start, a shard that has not heard the
   // coordinator's replica view yet answers requests for jobs it does not

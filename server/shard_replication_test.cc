@@ -62,11 +62,19 @@ class ShardReplicationTest : public ::testing::Test {
       shards_.push_back(std::make_unique<Shard>(o));
       shards_[s]->SetReplicaSender([this](const std::string& address,
                                           const ReplicateRequest& req,
-                                          absl::Time) {
+                                          absl::Time deadline) {
         bool held_chunk = false;
         {
           absl::MutexLock l(&fenced_mu_);
           if (hold_) return absl::UnavailableError("held by the test");
+          if (needs_ > absl::ZeroDuration()) {
+            // A backup that takes a forward only given `needs_`: a try
+            // with less runs out of time (at once, here).
+            offered_.push_back(deadline - absl::Now());
+            if (offered_.back() < needs_) {
+              return absl::DeadlineExceededError("the test's slow backup");
+            }
+          }
           for (const ReplicaChunk& c : req.chunks()) {
             held_chunk = held_chunk || c.chunk_id() == held_chunk_;
           }
@@ -140,6 +148,10 @@ class ShardReplicationTest : public ::testing::Test {
   absl::Notification fenced_;
   absl::Status fenced_status_;
   bool hold_ ABSL_GUARDED_BY(fenced_mu_) = false;  // forwards fail
+  // Forwards given less time than this run out of time; the time each
+  // forward was given.
+  absl::Duration needs_ ABSL_GUARDED_BY(fenced_mu_) = absl::ZeroDuration();
+  std::vector<absl::Duration> offered_ ABSL_GUARDED_BY(fenced_mu_);
   uint32_t held_chunk_ ABSL_GUARDED_BY(fenced_mu_) = UINT32_MAX;
 };
 
@@ -342,6 +354,64 @@ TEST_F(ShardReplicationAspTest, ABackupThatTakesNoForwardIsReportedLagging) {
   EXPECT_TRUE(call->status.ok()) << call->status;
   EXPECT_GE(StatsOf(*shards_[0], "j").replica_drops(), 1u);
   Hold(false);
+}
+
+// A backup that is only slow (a big step saturates its link or CPU) takes
+// its forwards once their deadline has grown to what it needs, and is not
+// reported lagging meanwhile; one that takes nothing even at the longest
+// deadline is.
+TEST_F(ShardReplicationAspTest, ASlowBackupGetsLongerDeadlinesNotAFailover) {
+  auto needs = [this](absl::Duration d) {
+    absl::MutexLock l(&fenced_mu_);
+    needs_ = d;
+    offered_.clear();
+  };
+  auto lagging = [this]() {
+    SetReplicaViewRequest view = View(1, {});
+    view.set_lag_ms(1);
+    SetReplicaViewResponse resp;
+    EXPECT_TRUE(shards_[0]->SetReplicaView(view, &resp).ok());
+    return std::vector<uint32_t>(resp.lagging().begin(), resp.lagging().end());
+  };
+  // Forwards need 3 s: tried with 1 s and 2 s (cut off), taken with 4 s.
+  needs(absl::Seconds(3));
+  auto call = StartPushPull(
+      *shards_[0], PushRequestFor<PushPullRequest>(reg_, 0, 0, {0, 2}, 0));
+  while (!call->done.HasBeenNotified()) {
+    EXPECT_THAT(lagging(), ::testing::IsEmpty());
+    call->done.WaitForNotificationWithTimeout(absl::Milliseconds(1));
+  }
+  EXPECT_TRUE(call->status.ok()) << call->status;
+  EXPECT_THAT(lagging(), ::testing::IsEmpty());
+  {
+    absl::MutexLock l(&fenced_mu_);
+    ASSERT_GE(offered_.size(), 3u);
+    EXPECT_LE(offered_[0], absl::Seconds(1));
+    EXPECT_GT(offered_[0], absl::Milliseconds(900));
+    EXPECT_GT(offered_.back(), absl::Seconds(3));
+    EXPECT_LE(offered_.back(), absl::Seconds(4));
+  }
+  // Forwards that no deadline is enough for: reported once one was given
+  // the longest (8 s) and failed too.
+  needs(absl::Hours(1));
+  call = StartPushPull(*shards_[0],
+                       PushRequestFor<PushPullRequest>(reg_, 0, 1, {0, 2}, 1));
+  std::vector<uint32_t> reported;
+  const absl::Time deadline = absl::Now() + kWait;
+  while (reported.empty() && absl::Now() < deadline) {
+    reported = lagging();
+    absl::SleepFor(absl::Milliseconds(1));  // a poll, not a synchronization
+  }
+  EXPECT_THAT(reported, ::testing::ElementsAre(1u));
+  {
+    absl::MutexLock l(&fenced_mu_);
+    ASSERT_FALSE(offered_.empty());
+    EXPECT_GT(offered_.back(), absl::Seconds(7));
+    EXPECT_LE(offered_.back(), absl::Seconds(8));
+  }
+  needs(absl::ZeroDuration());
+  ASSERT_TRUE(call->done.WaitForNotificationWithTimeout(kWait));
+  EXPECT_TRUE(call->status.ok()) << call->status;
 }
 
 TEST_F(ShardReplicationAspTest, APushIsAcknowledgedOnceTheBackupHoldsIt) {

@@ -78,7 +78,10 @@ class ReplicaMonitor {
     // min_lag): several forward deadlines (kDefaultReplicateDeadlineMs
     // each), so that a link saturated by a big step, whose forwards time
     // out now and then, does not set off failovers that take the job's
-    // copies away one after another.
+    // copies away one after another. The primary reports it only once a
+    // forward given the longest deadline failed too
+    // (server/internal/replicator.h): a backup that is slow, not gone,
+    // gets the time it needs.
     absl::Duration min_lag =
         absl::Milliseconds(5 * kDefaultReplicateDeadlineMs);
     // One heartbeat to `shard`, blocking up to `deadline`; its answer

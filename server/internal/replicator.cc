@@ -116,21 +116,43 @@ void Replicator::Stop() {
   for (std::thread& t : threads) t.join();
 }
 
-void Replicator::Record(uint32_t backup, bool ok) {
+absl::Duration Replicator::DeadlineFor(uint32_t backup) const {
   absl::MutexLock l(&mu_);
-  if (ok) {
-    failing_since_.erase(backup);
-  } else {
-    failing_since_.emplace(backup, absl::Now());
+  const auto it = health_.find(backup);
+  return it == health_.end() ? options_.deadline : it->second.deadline;
+}
+
+void Replicator::Record(uint32_t backup, const absl::Status& s,
+                        absl::Duration deadline) {
+  absl::MutexLock l(&mu_);
+  auto it = health_.find(backup);
+  if (s.ok()) {
+    if (it == health_.end()) return;
+    Health& h = it->second;
+    h.failing_since = absl::InfinitePast();
+    h.exhausted = false;
+    h.deadline = std::max(options_.deadline, h.deadline / 2);
+    if (h.deadline == options_.deadline) health_.erase(it);
+    return;
   }
+  if (it == health_.end()) {
+    it = health_.emplace(backup, Health{.deadline = options_.deadline}).first;
+  }
+  Health& h = it->second;
+  if (h.failing_since == absl::InfinitePast()) h.failing_since = absl::Now();
+  const absl::Duration cap = std::max(options_.deadline, options_.max_deadline);
+  const bool timeout = absl::IsDeadlineExceeded(s);
+  h.exhausted = !timeout || deadline >= cap;
+  if (timeout) h.deadline = std::min(cap, std::max(h.deadline, 2 * deadline));
 }
 
 std::vector<uint32_t> Replicator::Lagging(absl::Duration lag,
                                           absl::Time now) const {
   std::vector<uint32_t> out;
   absl::MutexLock l(&mu_);
-  for (const auto& [backup, since] : failing_since_) {
-    if (now - since >= lag && !view_->Failed(backup) &&
+  for (const auto& [backup, h] : health_) {
+    if (h.failing_since != absl::InfinitePast() &&
+        now - h.failing_since >= lag && h.exhausted && !view_->Failed(backup) &&
         !view_->Joining(backup)) {
       out.push_back(backup);
     }
@@ -140,7 +162,7 @@ std::vector<uint32_t> Replicator::Lagging(absl::Duration lag,
 
 void Replicator::ForgetFailures(uint32_t shard) {
   absl::MutexLock l(&mu_);
-  failing_since_.erase(shard);
+  health_.erase(shard);
 }
 
 void Replicator::Loop() {
@@ -213,13 +235,18 @@ void Replicator::Enqueue(uint32_t backup, Forward f) {
       stream->senders.emplace_back([this, s = stream.get()] { Send(s); });
     }
   }
-  for (Forward& queued : stream->queue) {
-    if (queued.chunk == f.chunk && queued.job == f.job) {
-      queued.epoch = f.epoch;  // queued already: its copy is taken at send
-      return;
-    }
+  if (Forward* queued = Queued(*stream, f)) {
+    queued->epoch = f.epoch;  // queued already: its copy is taken at send
+    return;
   }
   stream->queue.push_back(std::move(f));
+}
+
+Replicator::Forward* Replicator::Queued(Stream& stream, const Forward& f) {
+  for (Forward& queued : stream.queue) {
+    if (queued.chunk == f.chunk && queued.job == f.job) return &queued;
+  }
+  return nullptr;
 }
 
 std::vector<Replicator::Forward> Replicator::TakeBatch(Stream* stream) {
@@ -282,11 +309,12 @@ void Replicator::Send(Stream* stream) {
       absl::MutexLock l(&mu_);
       sender = sender_;
     }
-    const absl::Status s = sender == nullptr
-                               ? absl::UnavailableError("no replica sender")
-                               : sender(view_->Address(backup), req,
-                                        absl::Now() + options_.deadline);
-    Record(backup, s.ok());
+    const absl::Duration deadline = DeadlineFor(backup);
+    const absl::Status s =
+        sender == nullptr
+            ? absl::UnavailableError("no replica sender")
+            : sender(view_->Address(backup), req, absl::Now() + deadline);
+    Record(backup, s, deadline);
     if (!s.ok()) {
       Retry(stream, batch, req, s);
       continue;
@@ -338,11 +366,7 @@ void Replicator::Retry(Stream* stream, std::vector<Forward>& batch,
   absl::MutexLock l(&mu_);
   if (stop_) return;
   for (auto f = batch.rbegin(); f != batch.rend(); ++f) {
-    const bool queued = std::any_of(
-        stream->queue.begin(), stream->queue.end(), [&f](const Forward& q) {
-          return q.chunk == f->chunk && q.job == f->job;
-        });
-    if (!queued) stream->queue.push_front(std::move(*f));
+    if (Queued(*stream, *f) == nullptr) stream->queue.push_front(std::move(*f));
   }
 }
 

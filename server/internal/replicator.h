@@ -33,6 +33,13 @@
 // (JobStats.replica_drops), never silently. A backup that keeps failing
 // forwards while it answers the coordinator (it falls behind) is reported
 // by Lagging in the heartbeat's answer, and the coordinator fails it.
+// A backup that is only slow is not behind: each forward to it that runs
+// out of time doubles the deadline of its next ones (up to `max_deadline`;
+// each success halves it again), so a backup whose link or CPU a big step
+// saturates takes its forwards, late, instead of every try being cut off
+// and sent again from the start; it counts as lagging only once a forward
+// given `max_deadline` failed too (or one failed otherwise: refused,
+// unreachable).
 //
 // Re-replication: a shard back after a failover is `joining` in the view.
 // It gets every chunk it holds a copy of (the pre-copy), then each chunk
@@ -77,8 +84,10 @@ using ReplicaSender = std::function<absl::Status(const std::string& address,
 class Replicator {
  public:
   struct Options {
-    // Deadline of one forward (ShardOptions.replicate_deadline).
+    // Deadline of one forward (ShardOptions.replicate_deadline), and the
+    // most it grows to while forwards to a backup run out of time.
     absl::Duration deadline = absl::Seconds(1);
+    absl::Duration max_deadline = absl::Seconds(8);
     // Wait between tries of a failed forward, unless the view moves first.
     absl::Duration retry = absl::Milliseconds(50);
     // Requests in flight to one backup at once (>= 1).
@@ -110,8 +119,9 @@ class Replicator {
   void Stop() ABSL_LOCKS_EXCLUDED(mu_);
 
   // The live backups (the view's, in some acknowledgement set) whose
-  // forwards have failed without a success since at least `now - lag`
-  // (SetReplicaViewResponse.lagging).
+  // forwards have failed without a success since at least `now - lag`, the
+  // last of them with the full `max_deadline` or otherwise than by running
+  // out of time (SetReplicaViewResponse.lagging).
   std::vector<uint32_t> Lagging(absl::Duration lag, absl::Time now) const
       ABSL_LOCKS_EXCLUDED(mu_);
   // `shard` (re)joins: its earlier failures no longer count.
@@ -140,6 +150,9 @@ class Replicator {
   void Queue(const std::shared_ptr<Job>& job, Chunk& c, uint64_t epoch);
   // Queues `f` to `backup` unless its chunk is queued there already.
   void Enqueue(uint32_t backup, Forward f) ABSL_LOCKS_EXCLUDED(mu_);
+  // The forward of `f`'s chunk waiting in `stream`'s queue, or nullptr.
+  Forward* Queued(Stream& stream, const Forward& f)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A sender of `stream`: sends batches from its queue until Stop.
   void Send(Stream* stream) ABSL_LOCKS_EXCLUDED(mu_);
   // The next batch of `stream` (one job and epoch, under the message
@@ -150,8 +163,11 @@ class Replicator {
   // the backup was failed) the dispatcher decides anew.
   void Retry(Stream* stream, std::vector<Forward>& batch, ReplicateRequest& req,
              const absl::Status& s) ABSL_LOCKS_EXCLUDED(mu_);
-  // Notes how a forward to `backup` ended.
-  void Record(uint32_t backup, bool ok) ABSL_LOCKS_EXCLUDED(mu_);
+  // The deadline of the next forward to `backup`.
+  absl::Duration DeadlineFor(uint32_t backup) const ABSL_LOCKS_EXCLUDED(mu_);
+  // Notes how a forward to `backup`, sent with `deadline`, ended.
+  void Record(uint32_t backup, const absl::Status& s, absl::Duration deadline)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   const Options options_;
   const std::shared_ptr<const ReplicaView> view_;
@@ -161,8 +177,18 @@ class Replicator {
   std::deque<std::shared_ptr<Job>> queue_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   bool started_ ABSL_GUARDED_BY(mu_) = false;
-  // By backup: when its forwards started failing (no success since).
-  std::map<uint32_t, absl::Time> failing_since_ ABSL_GUARDED_BY(mu_);
+  // How forwards to one backup have gone.
+  struct Health {
+    // When they started failing (no success since); InfinitePast: none
+    // failing.
+    absl::Time failing_since = absl::InfinitePast();
+    // The last failure gave up on the backup: it had the full max_deadline,
+    // or it was not a timeout.
+    bool exhausted = false;
+    // The next forward's deadline (Options.deadline when absent).
+    absl::Duration deadline;
+  };
+  std::map<uint32_t, Health> health_ ABSL_GUARDED_BY(mu_);
   std::map<uint32_t, std::unique_ptr<Stream>> streams_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;
 };

@@ -19,8 +19,9 @@
 // both tables files' sizes (and times) and their ratio. A step is one
 // worker's push of the unique ids of --ctr_batch examples drawn as
 // ctr-synthetic draws them (worker/data/ctr_synthetic.h: per field a Zipf
-// rank, exponent 1.1, over Criteo's 26 cardinalities; re-implemented here,
-// as //server may not depend on //worker), dim 16, Adagrad.
+// rank, exponent 1.1, over Criteo's 26 cardinalities, by the same
+// //core:zipf sampler; the uniforms come from a std engine here), dim 16,
+// Adagrad.
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -42,6 +43,7 @@
 #include "absl/synchronization/notification.h"
 #include "common/status_macros.h"
 #include "core/sparse_ids.h"
+#include "core/zipf.h"
 #include "server/checkpoint.h"
 #include "server/shard.h"
 #include "server/testing/shard_test_util.h"
@@ -253,43 +255,11 @@ int Fail(const char* what, const absl::Status& st) {
   return 1;
 }
 
-// Zipf ranks in [1, n], P(k) ~ k^-s, by rejection-inversion (Hormann and
-// Derflinger 1996), as worker/data/internal/zipf.h draws them.
-class Zipf {
- public:
-  Zipf(uint64_t n, double s)
-      : n_(n),
-        s_(s),
-        x1_(HIntegral(1.5) - 1.0),
-        xn_(HIntegral(static_cast<double>(n) + 0.5)),
-        cut_(2.0 - HIntegralInverse(HIntegral(2.5) - H(2.0))) {}
-  uint64_t Sample(std::mt19937_64& rng) const {
-    std::uniform_real_distribution<double> uniform(0.0, 1.0);
-    for (;;) {
-      const double u = xn_ + uniform(rng) * (x1_ - xn_);
-      const double x = HIntegralInverse(u);
-      const double k =
-          std::clamp(std::floor(x + 0.5), 1.0, static_cast<double>(n_));
-      if (k - x <= cut_ || u >= HIntegral(k + 0.5) - H(k)) {
-        return static_cast<uint64_t>(k);
-      }
-    }
-  }
-
- private:
-  double HIntegral(double x) const {
-    const double log_x = std::log(x);
-    const double t = (1.0 - s_) * log_x;
-    return (std::fabs(t) > 1e-8 ? std::expm1(t) / t : 1.0 + t / 2) * log_x;
-  }
-  double H(double x) const { return std::exp(-s_ * std::log(x)); }
-  double HIntegralInverse(double x) const {
-    const double t = std::max(x * (1.0 - s_), -1.0);
-    return std::exp((std::fabs(t) > 1e-8 ? std::log1p(t) / t : 1.0 - t / 2) *
-                    x);
-  }
-  uint64_t n_;
-  double s_, x1_, xn_, cut_;
+// A std engine as a ZipfSampler generator.
+struct MtUniform {
+  explicit MtUniform(uint64_t seed) : engine(seed) {}
+  double Uniform() { return std::uniform_real_distribution<double>()(engine); }
+  std::mt19937_64 engine;
 };
 
 // The unique ids of one CTR step: --ctr_batch examples, 26 fields each.
@@ -307,7 +277,7 @@ class CtrIds {
     ids_.clear();
     for (uint32_t e = 0; e < absl::GetFlag(FLAGS_ctr_batch); ++e) {
       for (size_t f = 0; f < fields_.size(); ++f) {
-        ids_.push_back((uint64_t{f} << 40) | (fields_[f].Sample(rng_) - 1));
+        ids_.push_back((uint64_t{f} << 40) | (fields_[f].Sample(&rng_) - 1));
       }
     }
     std::sort(ids_.begin(), ids_.end());
@@ -316,8 +286,8 @@ class CtrIds {
   }
 
  private:
-  std::mt19937_64 rng_;
-  std::vector<Zipf> fields_;
+  MtUniform rng_;
+  std::vector<ZipfSampler> fields_;
   std::vector<uint64_t> ids_;
 };
 

@@ -56,9 +56,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/zipf.h"
 #include "worker/data/ctr_example.h"
 #include "worker/data/internal/permutation.h"
-#include "worker/data/internal/zipf.h"
 
 namespace ps {
 

@@ -11,7 +11,6 @@
 #include "gtest/gtest.h"
 #include "worker/data/internal/permutation.h"
 #include "worker/data/internal/rng.h"
-#include "worker/data/internal/zipf.h"
 
 namespace ps {
 namespace {
@@ -33,42 +32,6 @@ CtrSyntheticGenerator MakeGenerator(const CtrSyntheticConfig& c) {
 
 bool SameExample(const CtrExample& a, const CtrExample& b) {
   return std::memcmp(&a, &b, sizeof(a)) == 0;
-}
-
-TEST(ZipfSamplerTest, MatchesThePmf) {
-  constexpr uint64_t kN = 10;
-  constexpr double kS = 1.1;
-  constexpr int kDraws = 200000;
-  ZipfSampler zipf(kN, kS);
-  Rng rng(3);
-  std::vector<int> counts(kN + 1, 0);
-  for (int i = 0; i < kDraws; ++i) {
-    const uint64_t k = zipf.Sample(&rng);
-    ASSERT_GE(k, 1u);
-    ASSERT_LE(k, kN);
-    ++counts[k];
-  }
-  double norm = 0;
-  for (uint64_t k = 1; k <= kN; ++k) norm += std::pow(k, -kS);
-  for (uint64_t k = 1; k <= kN; ++k) {
-    const double p = std::pow(k, -kS) / norm;
-    const double sd = std::sqrt(kDraws * p * (1 - p));
-    EXPECT_NEAR(counts[k], kDraws * p, 5 * sd) << "rank " << k;
-  }
-}
-
-TEST(ZipfSamplerTest, EdgeSizes) {
-  Rng rng(4);
-  ZipfSampler one(1, 1.05);
-  ZipfSampler huge(uint64_t{1} << 40, 1.2);
-  ZipfSampler harmonic(1000, 1.0);  // s = 1 goes through the series limits
-  for (int i = 0; i < 1000; ++i) {
-    EXPECT_EQ(one.Sample(&rng), 1u);
-    const uint64_t k = huge.Sample(&rng);
-    EXPECT_TRUE(k >= 1 && k <= (uint64_t{1} << 40)) << k;
-    const uint64_t h = harmonic.Sample(&rng);
-    EXPECT_TRUE(h >= 1 && h <= 1000) << h;
-  }
 }
 
 TEST(KeyedPermutationTest, IsABijectionWithInverse) {

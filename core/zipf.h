@@ -8,15 +8,18 @@
 //   ZipfSampler zipf(/*n=*/10000000, /*exponent=*/1.1);
 //   uint64_t rank = zipf.Sample(&rng);  // 1 is the most frequent
 //
+// The generator is the caller's: any type with `double Uniform()` in
+// [0, 1) (worker/data/internal/rng.h's Rng; a std engine behind an adapter),
+// so the worker's data generators and the server's benchmarks draw the
+// same distribution by the same code.
+//
 // Each draw takes one uniform and accepts with probability > 0.9 for the
 // exponents used here; a rejection costs another uniform.
-#ifndef WORKER_DATA_INTERNAL_ZIPF_H_
-#define WORKER_DATA_INTERNAL_ZIPF_H_
+#ifndef CORE_ZIPF_H_
+#define CORE_ZIPF_H_
 
 #include <cmath>
 #include <cstdint>
-
-#include "worker/data/internal/rng.h"
 
 namespace ps {
 
@@ -35,11 +38,12 @@ class ZipfSampler {
   uint64_t n() const { return n_; }
   double exponent() const { return exponent_; }
 
-  // A rank in [1, n].
-  uint64_t Sample(Rng* rng) const {
+  // A rank in [1, n]; draws from `gen->Uniform()`.
+  template <typename Generator>
+  uint64_t Sample(Generator* gen) const {
     for (;;) {
       const double u =
-          h_integral_n_ + rng->Uniform() * (h_integral_x1_ - h_integral_n_);
+          h_integral_n_ + gen->Uniform() * (h_integral_x1_ - h_integral_n_);
       const double x = HIntegralInverse(u);
       double k = std::floor(x + 0.5);
       if (k < 1.0) k = 1.0;
@@ -83,4 +87,4 @@ class ZipfSampler {
 
 }  // namespace ps
 
-#endif  // WORKER_DATA_INTERNAL_ZIPF_H_
+#endif  // CORE_ZIPF_H_

@@ -1,6 +1,7 @@
 #include "server/coordinator/job_scaling.h"
 
 #include <algorithm>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -142,12 +143,19 @@ void LogLearningRate(const JobTable::Job& job) {
   // BSP: a step sums the active workers' pushes; ASP/SSP: each push is
   // applied alone, a round of them (one per active worker) the global batch.
   const bool bsp = spec.consistency().mode() == BSP;
+  const double scale = static_cast<double>(active) / spec.num_workers();
+  // Sparse tables have their own optimizers, scaled the same way.
+  std::string tables;
+  for (const TableSpec& t : spec.tables()) {
+    const double table_lr = t.optimizer().learning_rate();
+    absl::StrAppend(&tables, "; table ", t.name(), ": ", table_lr, " x ",
+                    active, "/", spec.num_workers(), " = ", table_lr * scale);
+  }
   spdlog::info(
-      "job {}: {} workers {}: learning rate {} x {}/{} = {} "
+      "job {}: {} workers {}: learning rate {} x {}/{} = {}{} "
       "(lr_rule LR_RULE_LINEAR)",
       job.id(), active, bsp ? "per step" : "active, each push", lr, active,
-      spec.num_workers(),
-      lr * static_cast<double>(active) / spec.num_workers());
+      spec.num_workers(), lr * scale, tables);
 }
 
 }  // namespace ps

@@ -469,9 +469,6 @@ std::vector<std::string> ValidateJobSpec(const JobSpec& spec,
   }
   if (!LrRule_IsValid(spec.lr_rule())) {
     p.Add("lr_rule", absl::StrFormat("unknown rule %d", spec.lr_rule()));
-  } else if (spec.lr_rule() == LR_RULE_LINEAR && spec.tables_size() > 0) {
-    p.Add("lr_rule",
-          "LR_RULE_LINEAR needs a job without sparse tables (not built yet)");
   }
   if (!DataRescale_IsValid(spec.data_rescale())) {
     p.Add("data_rescale",

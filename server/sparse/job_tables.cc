@@ -44,6 +44,9 @@ JobTables::JobTables(const JobSpec& spec, Placement where,
       created_(absl::Now()),
       tables_(std::move(tables)),
       checks_(spec.name(), where, tables_.get()),
+      linear_lr_workers_(spec.lr_rule() == LR_RULE_LINEAR
+                             ? std::max(1u, spec.num_workers())
+                             : 0),
       barrier_(mode_, where.num_workers, spec.consistency().backup_workers()),
       parts_(where.split_buffer_bytes) {}
 
@@ -97,8 +100,13 @@ void JobTables::SetDurableVersion(uint64_t version) {
 absl::Status JobTables::MaybeCompleteStepLocked() {
   std::vector<const TablePushes*> order;
   if (!barrier_.StepReady(&order)) return absl::OkStatus();
+  // The mean of the pushes, or under LR_RULE_LINEAR their sum over the
+  // submitted worker count (lr x arrived / num_workers times the mean), as
+  // for dense chunks (server/internal/consistency.cc).
+  const size_t divisor =
+      linear_lr_workers_ != 0 ? linear_lr_workers_ : order.size();
   const absl::Status s = tables_->Apply(
-      order, 1.0f / static_cast<float>(order.size()), barrier_.version());
+      order, 1.0f / static_cast<float>(divisor), barrier_.version());
   // Either way the step's pushes are done with: applied, or dropped when
   // the step cannot complete (the tables are as before it).
   barrier_.EndStep(s.ok());
@@ -133,6 +141,7 @@ absl::Status JobTables::PushUnordered(const SparseRequestIn& req,
   const uint32_t w = req.worker;
   absl::ReaderMutexLock applying(&apply_mu_);
   uint64_t claimed_before = 0;
+  float scale = 1.0f;
   {
     absl::MutexLock l(&mu_);
     PS_RETURN_IF_ERROR(closed_);
@@ -143,17 +152,24 @@ absl::Status JobTables::PushUnordered(const SparseRequestIn& req,
       CollectReadyLocked(ready);
       return absl::OkStatus();
     }
+    scale = AspScaleLocked();
   }
-  return ApplyClaimed(w, req.step, claimed_before, std::move(pushed), {waiter},
-                      ready);
+  return ApplyClaimed(w, req.step, claimed_before, scale, std::move(pushed),
+                      {waiter}, ready);
+}
+
+float JobTables::AspScaleLocked() const {
+  if (linear_lr_workers_ == 0) return 1.0f;
+  return static_cast<float>(std::max(barrier_.active_count(), 1u)) /
+         static_cast<float>(linear_lr_workers_);
 }
 
 absl::Status JobTables::ApplyClaimed(uint32_t w, uint64_t step,
-                                     uint64_t claimed_before,
+                                     uint64_t claimed_before, float scale,
                                      TablePushes pushed,
                                      const std::vector<WaiterPtr>& waiters,
                                      std::vector<WaiterPtr>* ready) {
-  const absl::Status applied = tables_->Apply({&pushed}, 1.0f, step);
+  const absl::Status applied = tables_->Apply({&pushed}, scale, step);
   uint64_t evict_at = 0;
   {
     absl::MutexLock l(&mu_);

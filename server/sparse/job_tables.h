@@ -232,11 +232,14 @@ class JobTables {
                              SparseReplyOut* resp,
                              const sparse_internal::WaiterPtr& waiter,
                              std::vector<sparse_internal::WaiterPtr>* ready);
-  // ASP/SSP, holding apply_mu_ shared: applies w's claimed step (no
-  // JobTables lock held), then counts it and adds `waiters` to the waits
-  // (or unclaims it on an error).
+  // ASP/SSP: the scale of a push. LR_RULE_NONE: 1; LR_RULE_LINEAR: active
+  // ranks / the submitted num_workers, as for dense chunks.
+  float AspScaleLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // ASP/SSP, holding apply_mu_ shared: applies w's claimed step scaled by
+  // `scale` (no JobTables lock held), then counts it and adds `waiters` to
+  // the waits (or unclaims it on an error).
   absl::Status ApplyClaimed(
-      uint32_t w, uint64_t step, uint64_t claimed_before,
+      uint32_t w, uint64_t step, uint64_t claimed_before, float scale,
       sparse_internal::TablePushes pushed,
       const std::vector<sparse_internal::WaiterPtr>& waiters,
       std::vector<sparse_internal::WaiterPtr>* ready);
@@ -275,6 +278,9 @@ class JobTables {
   // Its tables are fixed at Create; Restore swaps their rows.
   const std::unique_ptr<sparse_internal::TableSet> tables_;
   const sparse_internal::RequestChecks checks_;
+  // LR_RULE_LINEAR: the submitted num_workers the rate is scaled against
+  // (0: LR_RULE_NONE).
+  const uint32_t linear_lr_workers_;
 
   // ASP/SSP applies run holding it shared; snapshots and Restore hold it
   // exclusively, so they never see a push half applied. Before mu_.

@@ -109,6 +109,7 @@ absl::Status JobTables::PushPartUnordered(SplitPart part,
   const WaiterPtr waiter = part.waiter;
   absl::ReaderMutexLock applying(&apply_mu_);
   uint64_t claimed_before = 0;
+  float scale = 1.0f;
   StepParts::Added added;
   {
     absl::MutexLock l(&mu_);
@@ -132,8 +133,9 @@ absl::Status JobTables::PushPartUnordered(SplitPart part,
     // Claimed in the same critical section that completed the set, so a
     // retried part arriving from now on is a duplicate, never a new set.
     barrier_.Claim(w, step, &claimed_before);
+    scale = AspScaleLocked();
   }
-  absl::Status s = ApplyClaimed(w, step, claimed_before,
+  absl::Status s = ApplyClaimed(w, step, claimed_before, scale,
                                 std::move(added.merged), added.waiters, ready);
   if (!s.ok()) AllBut(added.waiters, waiter, failed);
   return s;

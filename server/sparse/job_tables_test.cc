@@ -229,6 +229,46 @@ TEST(JobTablesTest, MembershipCompletesAStepWithoutTheLostWorker) {
   EXPECT_EQ(ToFloats(a->resp.rows(0).values()), (std::vector<float>{0, 0}));
 }
 
+// LR_RULE_LINEAR (a job submitted with 2 workers, 4 rank slots), as for
+// dense chunks: a BSP step applies the pushes' sum over 2, an ASP push is
+// applied with lr x active / 2.
+TEST(JobTablesTest, LinearLrRuleScalesWithTheWorkers) {
+  JobSpec bsp = Spec("BSP");
+  bsp.set_num_workers(2);
+  bsp.set_lr_rule(LR_RULE_LINEAR);
+  auto t = Make(bsp, 4);
+  t->SetMembership({1, 1, 1, 0});
+  std::vector<std::unique_ptr<Call>> calls;
+  for (uint32_t w = 0; w < 3; ++w) {
+    const float g = static_cast<float>(w + 1);
+    calls.push_back(Exchange(w, 0, true, {3}, {g, g}, {3}));
+    calls.back()->Start(*t);
+  }
+  ASSERT_TRUE(calls[0]->status.has_value() && calls[0]->status->ok());
+  // 1 - 0.5 x (1 + 2 + 3) / 2 (the mean, / 3, would give 0).
+  EXPECT_EQ(ToFloats(calls[0]->resp.rows(0).values()),
+            (std::vector<float>{-0.5f, -0.5f}));
+
+  JobSpec asp = Spec("ASP");
+  asp.set_num_workers(2);
+  asp.set_lr_rule(LR_RULE_LINEAR);
+  t = Make(asp, 4);
+  t->SetMembership({1, 1, 1, 0});
+  auto a = Exchange(2, 0, true, {4}, {2, 2}, {4});
+  a->Start(*t);
+  ASSERT_TRUE(a->status.has_value() && a->status->ok());
+  // 1 - 0.5 x 2 x 3/2.
+  EXPECT_EQ(ToFloats(a->resp.rows(0).values()),
+            (std::vector<float>{-0.5f, -0.5f}));
+  t->SetMembership({1, 0, 0, 0});
+  auto b = Exchange(0, 0, true, {4}, {2, 2}, {4});
+  b->Start(*t);
+  ASSERT_TRUE(b->status.has_value() && b->status->ok());
+  // -0.5 - 0.5 x 2 x 1/2.
+  EXPECT_EQ(ToFloats(b->resp.rows(0).values()),
+            (std::vector<float>{-1.0f, -1.0f}));
+}
+
 TEST(JobTablesTest, BudgetWithoutEvictionFailsTheStepNamingTheTable) {
   // The smallest budget a table takes: one slab and index per stripe (64 x
   // 20616 bytes at dim 2); 40000 new rows cannot fit it.

@@ -25,6 +25,12 @@ void StepBarrier::SetActive(const std::vector<uint8_t>& active) {
   }
 }
 
+uint32_t StepBarrier::active_count() const {
+  uint32_t n = 0;
+  for (uint8_t a : active_) n += a != 0;
+  return n;
+}
+
 void StepBarrier::Buffer(uint32_t w, TablePushes pushed) {
   pending_bytes_ += pushed.bytes;
   pending_[w] = std::make_unique<TablePushes>(std::move(pushed));

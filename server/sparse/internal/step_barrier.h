@@ -45,6 +45,8 @@ class StepBarrier {
   // BSP: the steps applied; ASP/SSP: the pushes applied.
   uint64_t version() const { return version_; }
   bool active(uint32_t w) const { return active_[w] != 0; }
+  // How many ranks are active.
+  uint32_t active_count() const;
   // The first num_workers flags of `active` (shorter: the rest unchanged).
   void SetActive(const std::vector<uint8_t>& active);
 

@@ -317,6 +317,57 @@ TEST_F(ShardReplicationTest, ABspPushIsAcknowledgedOnceItsStepIsReplicated) {
   Step(1, {{1, {0, 1, 2, 3}}});
 }
 
+// Re-replication: shard 1 is joining, shard 0 serves all four chunks. A
+// chunk's answers do not wait for the joining copy until it acknowledged
+// the chunk's version of the moment once; from then on they do, so it
+// stays caught up, and shard 0 reports it behind only until then.
+TEST_F(ShardReplicationTest, AJoiningCopyIsWaitedForOnceItCaughtUp) {
+  SetReplicaViewRequest joining = View(2, {});
+  joining.add_joining(1);
+  SetReplicaViewResponse resp;
+  for (uint32_t s = 0; s < 2; ++s) {
+    ASSERT_TRUE(shards_[s]->SetReplicaView(joining, &resp).ok());
+  }
+  auto behind = [&]() {
+    SetReplicaViewResponse r;
+    EXPECT_TRUE(shards_[0]->SetReplicaView(joining, &r).ok());
+    return std::vector<uint32_t>(r.behind().begin(), r.behind().end());
+  };
+  auto push = [&](uint64_t step) {
+    std::vector<std::unique_ptr<PushPullCall>> calls;
+    for (uint32_t w = 0; w < 2; ++w) {
+      calls.push_back(StartPushPull(
+          *shards_[0],
+          PushRequestFor<PushPullRequest>(reg_, w, step, {0, 1, 2, 3}, step)));
+    }
+    return calls;
+  };
+  // Not copied yet: the step is answered without it.
+  Hold(true);
+  for (auto& call : push(0)) {
+    ASSERT_TRUE(call->done.HasBeenNotified());
+    EXPECT_TRUE(call->status.ok()) << call->status;
+  }
+  EXPECT_THAT(behind(), ::testing::ElementsAre(1u));
+  // Copied (the failed forwards go again): synced, no longer behind.
+  Hold(false);
+  const absl::Time give_up = absl::Now() + kWait;
+  while (!behind().empty() && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(1));  // a poll, not a synchronization
+  }
+  EXPECT_THAT(behind(), ::testing::IsEmpty());
+  // From now on its acknowledgement holds the answers.
+  Hold(true);
+  auto held = push(1);
+  for (auto& call : held) EXPECT_FALSE(call->done.HasBeenNotified());
+  Hold(false);
+  for (auto& call : held) {
+    ASSERT_TRUE(call->done.WaitForNotificationWithTimeout(kWait));
+    EXPECT_TRUE(call->status.ok()) << call->status;
+  }
+  EXPECT_THAT(behind(), ::testing::IsEmpty());
+}
+
 class ShardReplicationAspTest : public ShardReplicationTest {
  protected:
   ConsistencyMode Mode() const override { return ASP; }

@@ -167,6 +167,12 @@ struct Chunk {
   // copy (0: none), so a version is forwarded once while a newer one may
   // follow it before its acknowledgement (Replicator).
   std::array<std::atomic<uint64_t>, kMaxChunkCopies> forwarding{};
+  // By copy, while that copy is joining (re-replication): it acknowledged
+  // the chunk's version of the moment once, and from then on the answers
+  // wait for it as for a live backup, so it stays caught up and every
+  // answer after its primary reported it caught up is on it (0 again when
+  // it (re)joins; Replicator).
+  std::array<std::atomic<bool>, kMaxChunkCopies> synced{};
   // Backup side: a forward reached this chunk since the job was registered.
   std::atomic<bool> copied{false};
 };

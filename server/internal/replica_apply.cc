@@ -40,9 +40,14 @@ std::vector<uint32_t> Behind(const Job& job, const ReplicaView& view) {
   std::vector<uint32_t> behind;
   for (const std::unique_ptr<Chunk>& c : job.chunks) {
     if (!job.Serves(*c)) continue;
-    const uint64_t version = c->version.load();
+    // Every version answered so far (a synced copy's acknowledgements hold
+    // the answers back from then on; the check covers one answered in the
+    // instant it synced).
+    const uint64_t answered = c->replicated.load();
     for (uint32_t j : view.JoiningBackups(c->placement)) {
-      if (Acked(*c, j) <= version &&
+      const int i = CopyIndex(c->placement, j);
+      if (i < 0) continue;
+      if ((!c->synced[i].load() || c->acked[i].load() <= answered) &&
           std::find(behind.begin(), behind.end(), j) == behind.end()) {
         behind.push_back(j);
       }
@@ -57,6 +62,7 @@ void ForgetAcks(Job& job, uint32_t shard) {
     if (i < 0) continue;
     c->acked[i].store(0);
     c->forwarding[i].store(0);
+    c->synced[i].store(false);
   }
 }
 

@@ -32,8 +32,9 @@ uint64_t Acked(const Chunk& c, uint32_t shard);
 // changes unless the whole request is good.
 absl::Status ApplyReplica(Job& job, const ReplicateRequest& req);
 
-// Of the view's joining shards, those that lack a chunk `job` serves here
-// at its current version (SetReplicaViewResponse.behind).
+// Of the view's joining shards, those with a chunk `job` serves here that
+// is not yet synced (Chunk::synced) or lacks a version already answered
+// (SetReplicaViewResponse.behind).
 std::vector<uint32_t> Behind(const Job& job, const ReplicaView& view);
 
 // `shard` (re)joins empty: none of its acknowledgements count any more,

@@ -37,15 +37,22 @@ void RaiseTo(std::atomic<uint64_t>& a, uint64_t v) {
 }
 
 // Raises the chunk's replicated version to the lowest version its live
-// backups acknowledged (its own version without any) and moves the waits
-// that releases to `ready`.
+// backups and its synced joining copies acknowledged (its own version
+// without any) and moves the waits that releases to `ready`.
 void PublishChunk(const Job& job, Chunk& c, const ReplicaView& view,
                   std::vector<WaiterPtr>* ready) {
   if (!job.Serves(c)) return;
   uint64_t v = c.version.load();
-  for (uint32_t b : view.LiveBackups(c.placement)) {
-    const uint64_t acked = Acked(c, b);
+  auto lower_to = [&c, &v](int copy) {
+    const uint64_t acked = copy < 0 ? 0 : c.acked[copy].load();
     v = std::min(v, acked == 0 ? 0 : acked - 1);
+  };
+  for (uint32_t b : view.LiveBackups(c.placement)) {
+    lower_to(CopyIndex(c.placement, b));
+  }
+  for (uint32_t j : view.JoiningBackups(c.placement)) {
+    const int copy = CopyIndex(c.placement, j);
+    if (copy >= 0 && c.synced[copy].load()) lower_to(copy);
   }
   RaiseTo(c.replicated, v);
   absl::MutexLock l(&c.mu);
@@ -152,8 +159,7 @@ std::vector<uint32_t> Replicator::Lagging(absl::Duration lag,
   absl::MutexLock l(&mu_);
   for (const auto& [backup, h] : health_) {
     if (h.failing_since != absl::InfinitePast() &&
-        now - h.failing_since >= lag && h.exhausted && !view_->Failed(backup) &&
-        !view_->Joining(backup)) {
+        now - h.failing_since >= lag && h.exhausted && !view_->Failed(backup)) {
       out.push_back(backup);
     }
   }
@@ -320,10 +326,18 @@ void Replicator::Send(Stream* stream) {
       continue;
     }
     std::vector<WaiterPtr> ready;
+    const bool joining = view_->Joining(backup);
     for (int i = 0; i < req.chunks_size(); ++i) {
       Chunk& c = *batch[i].chunk;
       const int copy = CopyIndex(c.placement, backup);
-      if (copy >= 0) RaiseTo(c.acked[copy], req.chunks(i).version() + 1);
+      if (copy >= 0) {
+        RaiseTo(c.acked[copy], req.chunks(i).version() + 1);
+        // A joining copy that holds the chunk's version of the moment is
+        // waited for from now on (Chunk::synced).
+        if (joining && c.acked[copy].load() > c.version.load()) {
+          c.synced[copy].store(true);
+        }
+      }
       job.counters.replica_forwards.fetch_add(1);
       PublishChunk(job, c, *view_, &ready);
     }

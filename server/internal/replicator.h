@@ -44,9 +44,15 @@
 // Re-replication: a shard back after a failover is `joining` in the view.
 // It gets every chunk it holds a copy of (the pre-copy), then each chunk
 // again whenever its version moved past what it acknowledged (the updates
-// made during the copy), without the answers waiting for it; the
-// coordinator makes it a backup (`rejoined`, waited for) once every acting
-// primary reports it caught up (Behind, in the heartbeat's answer).
+// made during the copy), without the answers waiting for it until it has
+// acknowledged the chunk's version of the moment once: from then on that
+// chunk's answers wait for it as for a live backup (Chunk::synced), so a
+// chunk caught up stays caught up however fast the job moves. The
+// coordinator makes it a backup (`rejoined`, and a candidate to serve)
+// once every acting primary reports all its chunks synced and holding
+// every answered version (Behind, in the heartbeat's answer); answers after
+// that report are on it already, so none is missing should it be promoted
+// before the primaries heard of the new view.
 //
 // Thread safety: every method may be called concurrently; Notify never
 // blocks; the destructor stops the threads (a forward in flight ends within
@@ -118,10 +124,10 @@ class Replicator {
   // Stops the threads after the forwards in flight. Idempotent.
   void Stop() ABSL_LOCKS_EXCLUDED(mu_);
 
-  // The live backups (the view's, in some acknowledgement set) whose
-  // forwards have failed without a success since at least `now - lag`, the
-  // last of them with the full `max_deadline` or otherwise than by running
-  // out of time (SetReplicaViewResponse.lagging).
+  // The backups not failed (live or joining: a joining copy's synced chunks
+  // hold answers too) whose forwards have failed without a success since
+  // at least `now - lag`, the last of them with the full `max_deadline` or
+  // otherwise than by running out of time (SetReplicaViewResponse.lagging).
   std::vector<uint32_t> Lagging(absl::Duration lag, absl::Time now) const
       ABSL_LOCKS_EXCLUDED(mu_);
   // `shard` (re)joins: its earlier failures no longer count.

@@ -233,11 +233,16 @@ TEST(JobTablesTest, MembershipCompletesAStepWithoutTheLostWorker) {
 // dense chunks: a BSP step applies the pushes' sum over 2, an ASP push is
 // applied with lr x active / 2.
 TEST(JobTablesTest, LinearLrRuleScalesWithTheWorkers) {
-  JobSpec bsp = Spec("BSP");
-  bsp.set_num_workers(2);
-  bsp.set_lr_rule(LR_RULE_LINEAR);
-  auto t = Make(bsp, 4);
-  t->SetMembership({1, 1, 1, 0});
+  // Submitted with 2 workers, 4 slots, 3 of them active.
+  auto linear = [](const std::string& mode) {
+    JobSpec spec = Spec(mode);
+    spec.set_num_workers(2);
+    spec.set_lr_rule(LR_RULE_LINEAR);
+    std::unique_ptr<JobTables> t = Make(spec, 4);
+    t->SetMembership({1, 1, 1, 0});
+    return t;
+  };
+  auto t = linear("BSP");
   std::vector<std::unique_ptr<Call>> calls;
   for (uint32_t w = 0; w < 3; ++w) {
     const float g = static_cast<float>(w + 1);
@@ -249,11 +254,7 @@ TEST(JobTablesTest, LinearLrRuleScalesWithTheWorkers) {
   EXPECT_EQ(ToFloats(calls[0]->resp.rows(0).values()),
             (std::vector<float>{-0.5f, -0.5f}));
 
-  JobSpec asp = Spec("ASP");
-  asp.set_num_workers(2);
-  asp.set_lr_rule(LR_RULE_LINEAR);
-  t = Make(asp, 4);
-  t->SetMembership({1, 1, 1, 0});
+  t = linear("ASP");
   auto a = Exchange(2, 0, true, {4}, {2, 2}, {4});
   a->Start(*t);
   ASSERT_TRUE(a->status.has_value() && a->status->ok());

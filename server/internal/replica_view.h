@@ -4,7 +4,8 @@
 // is in service (neither failed, joining nor rejoined), else the first
 // rejoined one; only it takes pushes and pulls and forwards to the others
 // not failed. A joining shard (back after a failover, copying its replicas
-// in) is forwarded to but not waited for; a rejoined one is a backup again.
+// in) is forwarded to, and waited for only per chunk once caught up on it
+// (Chunk::synced, replicator.h); a rejoined one is a backup again.
 //
 //   ReplicaView view(/*self=*/1);
 //   PS_RETURN_IF_ERROR(view.Set(request));  // epochs only grow
@@ -53,7 +54,7 @@ class ReplicaView {
   std::vector<uint32_t> LiveBackups(const ChunkPlacement& p) const
       ABSL_LOCKS_EXCLUDED(mu_);
   // The copies of `p` other than this shard that are joining: forwarded to,
-  // not waited for.
+  // waited for only once synced (Chunk::synced).
   std::vector<uint32_t> JoiningBackups(const ChunkPlacement& p) const
       ABSL_LOCKS_EXCLUDED(mu_);
   bool Joining(uint32_t shard) const ABSL_LOCKS_EXCLUDED(mu_);

@@ -214,9 +214,9 @@ void Replicator::Dispatch(const std::shared_ptr<Job>& job) {
 
 void Replicator::Queue(const std::shared_ptr<Job>& job, Chunk& c,
                        uint64_t epoch) {
-  // Live backups (waited for) and joining ones (copied in, not waited for)
-  // alike: every copy behind this chunk's version gets its state, unless
-  // that version is already on its way.
+  // Live backups (waited for) and joining ones (copied in, waited for once
+  // synced) alike: every copy behind this chunk's version gets its state,
+  // unless that version is already on its way.
   std::vector<uint32_t> to = view_->LiveBackups(c.placement);
   for (uint32_t j : view_->JoiningBackups(c.placement)) to.push_back(j);
   const uint64_t version = c.version.load();

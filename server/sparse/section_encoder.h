@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -160,12 +161,60 @@ inline absl::Status EncodeSection(StripeImage& image, uint32_t floats_per_row,
   return section.Finish();
 }
 
+// A table stream's header (a full checkpoint's or an increment's: `magic`
+// tells them apart): magic, version, dim, state floats per row, stripes,
+// the name's length and bytes, and their CRC.
+inline std::string EncodeStreamHeader(absl::string_view magic, uint32_t version,
+                                      uint32_t dim, uint32_t state_floats,
+                                      uint32_t stripes,
+                                      const std::string& name) {
+  using internal::PutLe;
+  std::string out(magic);
+  PutLe(version, 4, &out);
+  PutLe(dim, 4, &out);
+  PutLe(state_floats, 4, &out);
+  PutLe(stripes, 4, &out);
+  PutLe(static_cast<uint32_t>(name.size()), 4, &out);
+  out.append(name);
+  PutLe(Crc32c(out), 4, &out);
+  return out;
+}
+
 // Reads n bytes, extending a running CRC.
 inline absl::Status ReadCrc(ByteSource& src, size_t n, char* out,
                             uint32_t* crc) {
   PS_RETURN_IF_ERROR(src.Read(n, out));
   *crc = Crc32c(absl::string_view(out, n), *crc);
   return absl::OkStatus();
+}
+
+// Reads `count` records of `bytes` each (an 8-byte id first) in batches of
+// kRowsPerRead, staged in `*buf` and folded into `*crc`, and calls
+// apply(id, record) on each in order; stops at the first error.
+template <typename Apply>
+absl::Status ReadRecords(ByteSource& src, uint64_t count, size_t bytes,
+                         std::vector<char>* buf, uint32_t* crc, Apply apply) {
+  for (uint64_t done = 0; done < count;) {
+    const size_t n =
+        static_cast<size_t>(std::min<uint64_t>(count - done, kRowsPerRead));
+    buf->resize(n * bytes);
+    PS_RETURN_IF_ERROR(ReadCrc(src, buf->size(), buf->data(), crc));
+    for (size_t r = 0; r < n; ++r) {
+      const char* p = buf->data() + r * bytes;
+      PS_RETURN_IF_ERROR(apply(internal::GetLe(p, 8), p));
+    }
+    done += n;
+  }
+  return absl::OkStatus();
+}
+
+// A row record's `floats` values (after its kRowMetaBytes) into `out`.
+inline void DecodeRowFloats(const char* record, uint32_t floats, float* out) {
+  for (uint32_t e = 0; e < floats; ++e) {
+    const uint32_t bits = static_cast<uint32_t>(
+        internal::GetLe(record + kRowMetaBytes + 4 * size_t{e}, 4));
+    std::memcpy(&out[e], &bits, 4);
+  }
 }
 
 inline absl::Status CheckCrc(ByteSource& src, uint32_t crc,

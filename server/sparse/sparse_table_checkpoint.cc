@@ -35,11 +35,12 @@ using internal::GetLe;
 using internal::PutLe;
 using internal::SetLe;
 using sparse_internal::CheckCrc;
+using sparse_internal::DecodeRowFloats;
 using sparse_internal::EncodeSection;
 using sparse_internal::kCounterBytes;
 using sparse_internal::kRowMetaBytes;
-using sparse_internal::kRowsPerRead;
 using sparse_internal::ReadCrc;
+using sparse_internal::ReadRecords;
 using sparse_internal::RowCapture;
 using sparse_internal::SectionEncoder;
 using sparse_internal::Stripe;
@@ -52,16 +53,9 @@ constexpr uint32_t kMaxNameBytes = 4096;
 constexpr uint32_t kMaxSections = 1u << 20;
 
 std::string EncodeHeader(const SparseTable::Options& o) {
-  std::string out;
-  out.append(kMagic, 8);
-  PutLe(kVersion, 4, &out);
-  PutLe(o.dim, 4, &out);
-  PutLe(o.state_floats_per_row, 4, &out);
-  PutLe(o.num_stripes, 4, &out);
-  PutLe(static_cast<uint32_t>(o.name.size()), 4, &out);
-  out.append(o.name);
-  PutLe(Crc32c(out), 4, &out);
-  return out;
+  return sparse_internal::EncodeStreamHeader(
+      absl::string_view(kMagic, 8), kVersion, o.dim, o.state_floats_per_row,
+      o.num_stripes, o.name);
 }
 
 std::string EncodeTrailer(uint64_t rows, uint64_t counters) {
@@ -289,42 +283,24 @@ absl::Status SparseTable::RestoreSections(
     PS_RETURN_IF_ERROR(CheckCrc(source, crc, where + " header"));
     const uint64_t rows = GetLe(sh, 8), counters = GetLe(sh + 8, 8);
     crc = 0;
-    for (uint64_t done = 0; done < rows;) {
-      const size_t n =
-          static_cast<size_t>(std::min<uint64_t>(rows - done, kRowsPerRead));
-      buf.resize(n * row_bytes);
-      PS_RETURN_IF_ERROR(ReadCrc(source, buf.size(), buf.data(), &crc));
-      for (size_t r = 0; r < n; ++r) {
-        const char* p = buf.data() + r * row_bytes;
-        const uint64_t id = GetLe(p, 8);
-        PS_RETURN_IF_ERROR(CheckStoredId(id, where));
-        for (uint32_t e = 0; e < floats; ++e) {
-          const uint32_t bits = static_cast<uint32_t>(
-              GetLe(p + kRowMetaBytes + 4 * size_t{e}, 4));
-          std::memcpy(&values[e], &bits, 4);
-        }
-        const uint64_t hash = sparse_internal::RowHash(id);
-        PS_RETURN_IF_ERROR(staged[StripeOf(hash)]->RestoreRow(
-            id, /*last_step=*/GetLe(p + 8, 8), /*pushes=*/GetLe(p + 16, 8),
-            values.data()));
-      }
-      done += n;
-    }
-    for (uint64_t done = 0; done < counters;) {
-      const size_t n = static_cast<size_t>(
-          std::min<uint64_t>(counters - done, kRowsPerRead));
-      buf.resize(n * kCounterBytes);
-      PS_RETURN_IF_ERROR(ReadCrc(source, buf.size(), buf.data(), &crc));
-      for (size_t r = 0; r < n; ++r) {
-        const char* p = buf.data() + r * kCounterBytes;
-        const uint64_t id = GetLe(p, 8);
-        PS_RETURN_IF_ERROR(CheckStoredId(id, where));
-        const uint64_t hash = sparse_internal::RowHash(id);
-        PS_RETURN_IF_ERROR(staged[StripeOf(hash)]->RestoreCounter(
-            id, static_cast<uint32_t>(GetLe(p + 8, 4))));
-      }
-      done += n;
-    }
+    PS_RETURN_IF_ERROR(
+        ReadRecords(source, rows, row_bytes, &buf, &crc,
+                    [&](uint64_t id, const char* p) -> absl::Status {
+                      PS_RETURN_IF_ERROR(CheckStoredId(id, where));
+                      DecodeRowFloats(p, floats, values.data());
+                      const uint64_t hash = sparse_internal::RowHash(id);
+                      return staged[StripeOf(hash)]->RestoreRow(
+                          id, /*last_step=*/GetLe(p + 8, 8),
+                          /*pushes=*/GetLe(p + 16, 8), values.data());
+                    }));
+    PS_RETURN_IF_ERROR(
+        ReadRecords(source, counters, kCounterBytes, &buf, &crc,
+                    [&](uint64_t id, const char* p) -> absl::Status {
+                      PS_RETURN_IF_ERROR(CheckStoredId(id, where));
+                      const uint64_t hash = sparse_internal::RowHash(id);
+                      return staged[StripeOf(hash)]->RestoreCounter(
+                          id, static_cast<uint32_t>(GetLe(p + 8, 4)));
+                    }));
     PS_RETURN_IF_ERROR(CheckCrc(source, crc, where));
     total_rows += rows;
     total_counters += counters;

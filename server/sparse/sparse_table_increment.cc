@@ -44,10 +44,11 @@ namespace {
 using internal::GetLe;
 using internal::PutLe;
 using sparse_internal::CheckCrc;
+using sparse_internal::DecodeRowFloats;
 using sparse_internal::kCounterBytes;
 using sparse_internal::kRowMetaBytes;
-using sparse_internal::kRowsPerRead;
 using sparse_internal::ReadCrc;
+using sparse_internal::ReadRecords;
 
 constexpr char kFullMagic[8] = {'P', 'S', 'S', 'P', 'A', 'R', 'S', 'E'};
 constexpr char kDeltaMagic[8] = {'P', 'S', 'S', 'P', 'D', 'E', 'L', 'T'};
@@ -85,15 +86,9 @@ void SparseTable::TrackChanges() {
 }
 
 std::string SparseTable::IncrementHeader() const {
-  std::string out(kDeltaMagic, 8);
-  PutLe(kDeltaVersion, 4, &out);
-  PutLe(options_.dim, 4, &out);
-  PutLe(options_.state_floats_per_row, 4, &out);
-  PutLe(options_.num_stripes, 4, &out);
-  PutLe(static_cast<uint32_t>(options_.name.size()), 4, &out);
-  out.append(options_.name);
-  PutLe(Crc32c(out), 4, &out);
-  return out;
+  return sparse_internal::EncodeStreamHeader(
+      absl::string_view(kDeltaMagic, 8), kDeltaVersion, options_.dim,
+      options_.state_floats_per_row, options_.num_stripes, options_.name);
 }
 
 std::string SparseTable::IncrementTrailer(uint64_t removed, uint64_t rows,
@@ -178,28 +173,19 @@ absl::Status SparseTable::ApplyIncrementSection(ByteSource& source,
                  counters = GetLe(sh + 16, 8);
   const uint32_t floats = options_.dim + options_.state_floats_per_row;
   const size_t row_bytes = kRowMetaBytes + size_t{floats} * 4;
-  // Reads `count` records of `bytes` each in batches, then calls
-  // apply(record) on each under its stripe's lock.
+  // Reads `count` records of `bytes` each, then calls apply(record) on each
+  // under its stripe's lock.
   std::vector<char> buf;
   crc = 0;
   auto each = [&](uint64_t count, size_t bytes, auto apply) -> absl::Status {
-    for (uint64_t done = 0; done < count;) {
-      const size_t n =
-          static_cast<size_t>(std::min<uint64_t>(count - done, kRowsPerRead));
-      buf.resize(n * bytes);
-      PS_RETURN_IF_ERROR(ReadCrc(source, buf.size(), buf.data(), &crc));
-      for (size_t r = 0; r < n; ++r) {
-        const char* p = buf.data() + r * bytes;
-        const uint64_t id = GetLe(p, 8);
-        PS_RETURN_IF_ERROR(CheckStoredId(id, where));
-        LockedStripe& stripe =
-            *stripes_[StripeOf(sparse_internal::RowHash(id))];
-        absl::MutexLock lock(&stripe.mu);
-        PS_RETURN_IF_ERROR(apply(stripe.data, id, p));
-      }
-      done += n;
-    }
-    return absl::OkStatus();
+    return ReadRecords(source, count, bytes, &buf, &crc,
+                       [&](uint64_t id, const char* p) -> absl::Status {
+                         PS_RETURN_IF_ERROR(CheckStoredId(id, where));
+                         LockedStripe& stripe =
+                             *stripes_[StripeOf(sparse_internal::RowHash(id))];
+                         absl::MutexLock lock(&stripe.mu);
+                         return apply(stripe.data, id, p);
+                       });
   };
   PS_RETURN_IF_ERROR(each(
       removed, 8, [](sparse_internal::Stripe& s, uint64_t id, const char*) {
@@ -215,11 +201,7 @@ absl::Status SparseTable::ApplyIncrementSection(ByteSource& source,
           return absl::DataLossError(absl::StrCat(
               where, ": row id ", id, " has 0 pushes (a stored row has >= 1)"));
         }
-        for (uint32_t e = 0; e < floats; ++e) {
-          const uint32_t bits = static_cast<uint32_t>(
-              GetLe(p + kRowMetaBytes + 4 * size_t{e}, 4));
-          std::memcpy(&values[e], &bits, 4);
-        }
+        DecodeRowFloats(p, floats, values.data());
         s.UpsertRow(id, /*last_step=*/GetLe(p + 8, 8), pushes, values.data());
         return absl::OkStatus();
       }));

@@ -79,13 +79,19 @@ def proc_stat_cpu(text: str, clk_tck: int = CLK_TCK) -> float:
     return sum(int(x) for x in fields[11:15]) / clk_tck
 
 
+def read_proc(pid: int, name: str, what: str) -> str:
+    """/proc/PID/NAME of a live process; `what` names what is lost when it
+    is gone."""
+    try:
+        with open(f"/proc/{pid}/{name}") as f:
+            return f.read()
+    except FileNotFoundError:
+        raise RuntimeError(f"process {pid} is gone: its {what} is lost")
+
+
 def proc_cpu(pid: int) -> float:
     """CPU seconds of a live process and its reaped children so far."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return proc_stat_cpu(f.read())
-    except FileNotFoundError:
-        raise RuntimeError(f"process {pid} is gone: its CPU time is lost")
+    return proc_stat_cpu(read_proc(pid, "stat", "CPU time"))
 
 
 def status_vm_hwm(text: str) -> int:
@@ -98,11 +104,7 @@ def status_vm_hwm(text: str) -> int:
 
 def peak_rss(pid: int) -> int:
     """Peak resident bytes of a live process so far."""
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            return status_vm_hwm(f.read())
-    except FileNotFoundError:
-        raise RuntimeError(f"process {pid} is gone: its peak memory is lost")
+    return status_vm_hwm(read_proc(pid, "status", "peak memory"))
 
 
 def children_cpu() -> float:

@@ -22,6 +22,7 @@ namespace shard_test {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 constexpr absl::Duration kWait = absl::Seconds(30);
 
@@ -220,6 +221,30 @@ TEST_F(ShardReplicationTest,
   EXPECT_EQ(st.backup_chunks(), 0u);
   EXPECT_EQ(st.stale_pushes(), 0u);
   EXPECT_EQ(Params(*shards_[1], "j"), Reference(4));
+}
+
+TEST_F(ShardReplicationTest, AViewChangeHeardFirstByTheBackupIsNotFencing) {
+  Step(0, {{0, {0, 2}}, {1, {1, 3}}});
+  // A new epoch that fails nobody reaches shard 1 before shard 0.
+  SetReplicaViewResponse resp;
+  ASSERT_TRUE(shards_[1]->SetReplicaView(View(2, {}), &resp).ok());
+  std::vector<std::unique_ptr<PushPullCall>> calls;
+  for (uint32_t w = 0; w < 2; ++w) {
+    calls.push_back(StartPushPull(
+        *shards_[0], PushRequestFor<PushPullRequest>(reg_, w, 1, {0, 2}, 1)));
+  }
+  ASSERT_TRUE(fenced_.WaitForNotificationWithTimeout(kWait));
+  EXPECT_THAT(fenced_status_.message(),
+              HasSubstr("shard 0 has not heard epoch 2 yet"));
+  EXPECT_THAT(fenced_status_.message(), Not(HasSubstr("fenced")));
+  // Once shard 0 hears it, the forward goes again and the step is answered.
+  ASSERT_TRUE(shards_[0]->SetReplicaView(View(2, {}), &resp).ok());
+  for (auto& call : calls) {
+    ASSERT_TRUE(call->done.WaitForNotificationWithTimeout(kWait));
+    ASSERT_TRUE(call->status.ok()) << call->status;
+    EXPECT_EQ(call->resp.parameters(0).version(), 2u);
+  }
+  EXPECT_EQ(StatsOf(*shards_[1], "j").replica_epoch(), 2u);
 }
 
 TEST_F(ShardReplicationTest, BadForwardsChangeNothing) {
@@ -537,73 +562,6 @@ TEST_F(ShardReplicationAspTest, AfterAFailoverAGradientAheadOfTheCopyIsTaken) {
   EXPECT_EQ(own->status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(own->status.message(), HasSubstr("is ahead of"));
   EXPECT_EQ(Params(*shards_[1], "j")[1], before[1]);
-}
-
-// The status a push of an unknown job gets.
-absl::Status PushUnknown(Shard& shard) {
-  PushRequest req;
-  req.set_job_id("gone");
-  PushResponse resp;
-  return shard.Push(req, &resp);
-}
-
-TEST(ShardHeartbeatTest, AHeartbeatForAnotherShardChangesNothing) {
-  Shard shard(Options(1));
-  SetReplicaViewRequest view = View(3, {0});
-  view.set_shard(0);  // a stale address: shard 0's heartbeat reached shard 1
-  SetReplicaViewResponse resp;
-  absl::Status st = shard.SetReplicaView(view, &resp);
-  EXPECT_TRUE(absl::IsFailedPrecondition(st)) << st;
-  EXPECT_THAT(st.message(),
-              HasSubstr("heartbeat is for shard 0 but this is shard 1"));
-  EXPECT_EQ(resp.incarnation(), shard.incarnation());
-  ShardStats stats;
-  shard.Stats(StatsRequest(), &stats);
-  EXPECT_EQ(stats.rejected().at("wrong_shard"), 1u);
-  // Epoch 3 was not taken: an older one still is.
-  view = View(2, {});
-  view.set_shard(1);
-  EXPECT_TRUE(shard.SetReplicaView(view, &resp).ok());
-  EXPECT_EQ(resp.epoch(), 2u);
-}
-
-TEST(ShardHeartbeatTest, NoJobIsRetryableUntilTheCoordinatorKnowsTheProcess) {
-  // Restarted, before any heartbeat: the workers retry.
-  ShardOptions o = Options(1);
-  o.unknown_job_grace = absl::Hours(1);
-  Shard restarted(o);
-  absl::Status st = PushUnknown(restarted);
-  EXPECT_TRUE(absl::IsUnavailable(st)) << st;
-  EXPECT_THAT(st.message(), HasSubstr("not yet known to the coordinator"));
-  // A heartbeat naming the previous process: still not final.
-  SetReplicaViewRequest view = View(1, {});
-  view.set_shard(1);
-  view.set_incarnation(restarted.incarnation() + 1);
-  SetReplicaViewResponse resp;
-  ASSERT_TRUE(restarted.SetReplicaView(view, &resp).ok());
-  st = PushUnknown(restarted);
-  EXPECT_TRUE(absl::IsUnavailable(st)) << st;
-  // Named: the job is not here.
-  view.set_incarnation(resp.incarnation());
-  ASSERT_TRUE(restarted.SetReplicaView(view, &resp).ok());
-  st = PushUnknown(restarted);
-  EXPECT_TRUE(absl::IsFailedPrecondition(st)) << st;
-  // Without replicas (no heartbeat ever) "no job" is final after the grace.
-  Shard plain(Options(0));
-  st = PushUnknown(plain);
-  EXPECT_TRUE(absl::IsFailedPrecondition(st)) << st;
-  // ... and within it once a job was registered here: the coordinator
-  // knows this process.
-  ShardOptions fresh_options = Options(0);
-  fresh_options.unknown_job_grace = absl::Hours(1);
-  Shard fresh(fresh_options);
-  EXPECT_TRUE(absl::IsUnavailable(PushUnknown(fresh)));
-  JobSpec spec = ReplicatedSpec();
-  spec.clear_replication();
-  RegisterJobResponse reg;
-  ASSERT_TRUE(fresh.RegisterJob(Registration("j", spec, 1), &reg).ok());
-  st = PushUnknown(fresh);
-  EXPECT_TRUE(absl::IsFailedPrecondition(st)) << st;
 }
 
 }  // namespace

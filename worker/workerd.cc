@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <deque>
+#include <string>
 #include <thread>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "common/grpc_status.h"
@@ -108,6 +110,19 @@ TrainerOptions TrainerOptionsFor(const Assignment& a, const WorkerdConfig& c) {
   options.fusion_bytes = c.fusion_bytes();
   options.max_exchanges_per_step = static_cast<int>(c.max_inflight_per_shard());
   return options;
+}
+
+// The final evaluation for the log: a ctr model's AUC, another's accuracy,
+// nothing where this rank evaluates nothing (-1).
+std::string FinalScore(const Progress& p) {
+  if (p.test_auc() >= 0) {
+    return absl::StrFormat(", test AUC %.4f (teacher %.4f)", p.test_auc(),
+                           p.teacher_auc());
+  }
+  if (p.test_accuracy() >= 0) {
+    return absl::StrFormat(", test accuracy %.4f", p.test_accuracy());
+  }
+  return "";
 }
 
 }  // namespace
@@ -551,8 +566,7 @@ void Workerd::RunJob(const Assignment& a) {
   *final_report.mutable_progress() = last;
   if (status.ok()) {
     final_report.set_finished(true);
-    spdlog::info("job {}: finished, test accuracy {:.4f}", a.job_id(),
-                 last.test_accuracy());
+    spdlog::info("job {}: finished{}", a.job_id(), FinalScore(last));
   } else if (status.code() == absl::StatusCode::kCancelled ||
              stopping_.HasBeenNotified()) {
     // Stop cancels the job's calls: whatever they failed with, the worker

@@ -325,6 +325,37 @@ void CheckTsvFiles(const DataSpec& d, const ValidationContext& ctx,
 
 // A ctr model trains on CTR examples, and only it does; the generated set
 // needs its sizes, the TSV set its files.
+// DataSpec.ctr_cardinalities and ctr_zipf_exponent: ctr-synthetic's only.
+void CheckCtrGenerator(const DataSpec& d, bool synthetic, Problems& p) {
+  if (!synthetic) {
+    const std::string why =
+        absl::StrCat("only ", kCtrSyntheticDataset, " uses it");
+    if (d.ctr_cardinalities_size() > 0) p.Add("data.ctr_cardinalities", why);
+    if (d.ctr_zipf_exponent() != 0.0) p.Add("data.ctr_zipf_exponent", why);
+    return;
+  }
+  const int n = d.ctr_cardinalities_size();
+  if (n != 0 && n != kCtrSyntheticFields) {
+    p.Add("data.ctr_cardinalities",
+          absl::StrFormat("has %d values: want none (Criteo Kaggle's) or one "
+                          "per categorical field, %d",
+                          n, kCtrSyntheticFields));
+  }
+  for (int f = 0; f < n; ++f) {
+    const uint64_t c = d.ctr_cardinalities(f);
+    if (c < 1 || c >= kCtrMaxCardinality) {
+      p.Add(absl::StrFormat("data.ctr_cardinalities[%d]", f),
+            absl::StrFormat("%d: want 1 <= value < 2^32", c));
+    }
+  }
+  const double e = d.ctr_zipf_exponent();
+  if (!std::isfinite(e) || e < 0.0 || e > kCtrMaxZipfExponent) {
+    p.Add("data.ctr_zipf_exponent",
+          absl::StrFormat("%g: want (0, %g], or 0 for the default 1.1", e,
+                          kCtrMaxZipfExponent));
+  }
+}
+
 void CheckCtrData(const JobSpec& spec, const ValidationContext& ctx,
                   Problems& p) {
   const DataSpec& d = spec.data();
@@ -356,6 +387,7 @@ void CheckCtrData(const JobSpec& spec, const ValidationContext& ctx,
       p.Add("data.synthetic_test", "must be > 0 for ctr-synthetic");
     }
   }
+  CheckCtrGenerator(d, synthetic, p);
 }
 
 void CheckData(const JobSpec& spec, const ValidationContext& ctx, Problems& p) {

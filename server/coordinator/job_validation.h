@@ -53,6 +53,12 @@ struct DatasetShape {
 // (DataSpec.train_file / test_file).
 inline constexpr char kCtrSyntheticDataset[] = "ctr-synthetic";
 inline constexpr char kCriteoTsvDataset[] = "criteo-tsv";
+// ctr-synthetic's generator knobs (DataSpec.ctr_cardinalities and
+// ctr_zipf_exponent; worker/data/ctr_synthetic.h checks the same ranges):
+// one cardinality per categorical field, each below 2^32.
+inline constexpr int kCtrSyntheticFields = 26;
+inline constexpr uint64_t kCtrMaxCardinality = uint64_t{1} << 32;
+inline constexpr double kCtrMaxZipfExponent = 10.0;
 
 // "fashion-mnist" and "mnist" (784 inputs, 10 classes), "synthetic" (any),
 // "ctr-synthetic" and "criteo-tsv" (a ctr model's).

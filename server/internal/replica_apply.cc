@@ -74,9 +74,18 @@ absl::Status ApplyReplica(Job& job, const ReplicateRequest& req) {
   const ReplicaView& view = *job.view;
   const uint64_t epoch = view.epoch();
   if (req.epoch() < epoch) {
+    // Fenced only if this view failed the sender; else the coordinator's
+    // view change reached this shard first, and the sender forwards again
+    // once it hears it.
+    const std::string why =
+        view.Failed(req.from_shard())
+            ? absl::StrCat("shard ", req.from_shard(),
+                           " was failed over (fenced)")
+            : absl::StrCat("shard ", req.from_shard(),
+                           " has not heard epoch ", epoch,
+                           " yet; it forwards again at the new epoch");
     return Refused(job, absl::FailedPreconditionError(absl::StrCat(
-                            "epoch: ", req.epoch(), " < ", epoch, ": shard ",
-                            req.from_shard(), " was failed over (fenced)")));
+                            "epoch: ", req.epoch(), " < ", epoch, ": ", why)));
   }
   if (req.epoch() > epoch) {
     return absl::UnavailableError(absl::StrCat(

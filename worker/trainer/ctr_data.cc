@@ -66,6 +66,26 @@ class CtrSyntheticSource : public CtrDataSource {
   CtrBatch batch_;
 };
 
+// The generator's config: the job's seed, and the data section's
+// cardinalities and exponent where set (the coordinator checked them; the
+// generator checks their ranges again).
+absl::StatusOr<CtrSyntheticConfig> SyntheticConfig(const JobSpec& job) {
+  const DataSpec& d = job.data();
+  CtrSyntheticConfig config;
+  config.seed = job.seed();
+  const int n = d.ctr_cardinalities_size();
+  if (n != 0 && n != kCtrCategoricalFields) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "data.ctr_cardinalities: has %d values, want none or %d", n,
+        kCtrCategoricalFields));
+  }
+  for (int f = 0; f < n; ++f) config.cardinalities[f] = d.ctr_cardinalities(f);
+  if (d.ctr_zipf_exponent() != 0.0) {
+    config.zipf_exponent = d.ctr_zipf_exponent();
+  }
+  return config;
+}
+
 absl::StatusOr<std::unique_ptr<CtrDataSource>> CreateSynthetic(
     const JobSpec& job, const CtrDataOptions& o) {
   const DataSpec& d = job.data();
@@ -79,12 +99,15 @@ absl::StatusOr<std::unique_ptr<CtrDataSource>> CreateSynthetic(
   if (d.synthetic_test() == 0) {
     return absl::InvalidArgumentError("data.synthetic_test: must be > 0");
   }
-  CtrSyntheticConfig config;
-  config.seed = job.seed();
-  PS_ASSIGN_OR_RETURN(CtrSyntheticGenerator generator,
-                      CtrSyntheticGenerator::Create(config));
+  PS_ASSIGN_OR_RETURN(CtrSyntheticConfig config, SyntheticConfig(job));
+  absl::StatusOr<CtrSyntheticGenerator> generator =
+      CtrSyntheticGenerator::Create(config);
+  if (!generator.ok()) {  // only the two knobs above are the job's
+    return absl::InvalidArgumentError(
+        absl::StrCat("data.ctr_", generator.status().message()));
+  }
   return std::make_unique<CtrSyntheticSource>(
-      std::move(generator), d.synthetic_test(), d.batch_size(),
+      *std::move(generator), d.synthetic_test(), d.batch_size(),
       o.rank * per_worker, per_worker / d.batch_size(), o.test_set);
 }
 

@@ -332,6 +332,53 @@ TEST(SyntheticSourceTest, IsTheGeneratorsSlice) {
               HasSubstr("data.synthetic_train"));
 }
 
+TEST(SyntheticSourceTest, TakesTheJobsCardinalitiesAndExponent) {
+  JobSpec job;
+  job.set_seed(3);
+  DataSpec* d = job.mutable_data();
+  d->set_dataset(kCtrSyntheticDatasetName);
+  d->set_batch_size(64);
+  d->set_synthetic_train(128);
+  d->set_synthetic_test(8);
+  CtrSyntheticConfig config;
+  config.seed = 3;
+  config.zipf_exponent = 0.5;
+  for (int f = 0; f < kCtrCategoricalFields; ++f) {
+    config.cardinalities[f] = 2 + f;
+    d->add_ctr_cardinalities(2 + f);
+  }
+  d->set_ctr_zipf_exponent(0.5);
+  auto source = CreateCtrDataSource(job, Rank(0, 1));
+  ASSERT_TRUE(source.ok()) << source.status();
+  absl::StatusOr<CtrSyntheticGenerator> gen =
+      CtrSyntheticGenerator::Create(config);
+  ASSERT_TRUE(gen.ok());
+  CtrBatch got, want;
+  ASSERT_TRUE((*source)->TrainBatch(1, &got).ok());
+  gen->GenerateBatch(64, 64, &want);
+  EXPECT_EQ(got.ids, want.ids);
+  EXPECT_EQ(got.labels, want.labels);
+  // Every value below its field's cardinality, and the small fields full.
+  std::set<uint64_t> field0;
+  for (size_t i = 0; i < got.size; ++i) {
+    for (int f = 0; f < kCtrCategoricalFields; ++f) {
+      const uint64_t id = got.ids[i * kCtrCategoricalFields + f];
+      ASSERT_EQ(CtrIdField(id), f);
+      ASSERT_LT(CtrIdValue(id), static_cast<uint64_t>(2 + f));
+      if (f == 0) field0.insert(CtrIdValue(id));
+    }
+  }
+  EXPECT_THAT(field0, ElementsAre(0u, 1u));
+
+  d->set_ctr_cardinalities(4, 0);
+  EXPECT_EQ(CreateCtrDataSource(job, Rank(0, 1)).status().message(),
+            "data.ctr_cardinalities[4] = 0: want 1 <= value < 2^32");
+  d->set_ctr_cardinalities(4, 6);
+  d->add_ctr_cardinalities(9);
+  EXPECT_THAT(CreateCtrDataSource(job, Rank(0, 1)).status().message(),
+              HasSubstr("data.ctr_cardinalities: has 27 values"));
+}
+
 TEST(ResolveDataPathTest, RelativeToTheDirectory) {
   EXPECT_EQ(ResolveDataPath("", "a.tsv"), "a.tsv");
   EXPECT_EQ(ResolveDataPath("/d", "a.tsv"), "/d/a.tsv");

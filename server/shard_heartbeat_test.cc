@@ -90,7 +90,6 @@ TEST(ShardHeartbeatTest, NoJobIsRetryableUntilTheCoordinatorKnowsTheProcess) {
   EXPECT_TRUE(absl::IsFailedPrecondition(st)) << st;
 }
 
-
 }  // namespace
 }  // namespace shard_test
 }  // namespace ps

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/status_macros.h"
 #include "core/float_bytes.h"
 #include "server/internal/reasons.h"
 
@@ -17,6 +18,30 @@ namespace {
 absl::Status Refused(Job& job, absl::Status status) {
   job.rejected.Add(kBadReplica);
   return status;
+}
+
+// A forward of another epoch than this shard's view: an older one is
+// refused (fenced only if this view failed the sender; else the
+// coordinator's view change reached this shard first, and the sender
+// forwards again once it hears it), a newer one is retried.
+absl::Status CheckForwardEpoch(Job& job, const ReplicateRequest& req) {
+  const ReplicaView& view = *job.view;
+  const uint64_t epoch = view.epoch();
+  if (req.epoch() < epoch) {
+    const std::string why =
+        view.Failed(req.from_shard())
+            ? absl::StrCat("shard ", req.from_shard(),
+                           " was failed over (fenced)")
+            : absl::StrCat("shard ", req.from_shard(), " has not heard epoch ",
+                           epoch, " yet; it forwards again at the new epoch");
+    return Refused(job, absl::FailedPreconditionError(absl::StrCat(
+                            "epoch: ", req.epoch(), " < ", epoch, ": ", why)));
+  }
+  if (req.epoch() > epoch) {
+    return absl::UnavailableError(absl::StrCat(
+        "epoch: ", req.epoch(), " > ", epoch, " this shard knows; retry"));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -73,24 +98,7 @@ absl::Status ApplyReplica(Job& job, const ReplicateRequest& req) {
   }
   const ReplicaView& view = *job.view;
   const uint64_t epoch = view.epoch();
-  if (req.epoch() < epoch) {
-    // Fenced only if this view failed the sender; else the coordinator's
-    // view change reached this shard first, and the sender forwards again
-    // once it hears it.
-    const std::string why =
-        view.Failed(req.from_shard())
-            ? absl::StrCat("shard ", req.from_shard(),
-                           " was failed over (fenced)")
-            : absl::StrCat("shard ", req.from_shard(),
-                           " has not heard epoch ", epoch,
-                           " yet; it forwards again at the new epoch");
-    return Refused(job, absl::FailedPreconditionError(absl::StrCat(
-                            "epoch: ", req.epoch(), " < ", epoch, ": ", why)));
-  }
-  if (req.epoch() > epoch) {
-    return absl::UnavailableError(absl::StrCat(
-        "epoch: ", req.epoch(), " > ", epoch, " this shard knows; retry"));
-  }
+  PS_RETURN_IF_ERROR(CheckForwardEpoch(job, req));
   std::vector<Chunk*> chunks;
   for (int i = 0; i < req.chunks_size(); ++i) {
     const ReplicaChunk& r = req.chunks(i);

@@ -465,6 +465,7 @@ absl::Status Workerd::TrainCtr(
   options.threads_per_device = static_cast<int>(c.threads_per_device());
   options.tracer = &tracer_;
   options.leader = [this] { return session_->leads(); };
+  options.overlap_data = !c.disable_overlap();
   PS_ASSIGN_OR_RETURN(std::unique_ptr<CtrTrainer> trainer,
                       CtrTrainer::Create(options, dense, sparse.get()));
   absl::Status status =

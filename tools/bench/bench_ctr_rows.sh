@@ -9,6 +9,9 @@
 #
 #   tools/bench/bench_ctr_rows.sh [JOB.pbtxt] [SHARDS=4] [BUDGET_GIB=6]
 #
+# WORKER_CONFIG="disable_overlap: true" (say) adds WorkerdConfig lines to
+# both workers' configs.
+#
 # Needs the built binaries (bazel build --config=opt //server:psd
 # //worker:workerd //tools/psctl:psctl; BIN=... to use another folder) and
 # about 3 GB of memory per shard for the default job. Logs and configs stay
@@ -54,6 +57,7 @@ done
 for i in 0 1; do
   printf 'cluster_file: "cluster.pbtxt"\nname: "worker%d"\ndevices: "cpu:0"\nthreads_per_device: 1\nheartbeat_interval_ms: 500\n' \
     "$i" >"$DIR/worker$i.pbtxt"
+  echo "${WORKER_CONFIG:-}" >>"$DIR/worker$i.pbtxt"
   "$BIN/worker/workerd" --config="$DIR/worker$i.pbtxt" >"$DIR/worker$i.log" 2>&1 &
   PIDS+=($!)
 done

@@ -1,6 +1,7 @@
 #include "worker/trainer/ctr_trainer.h"
 
 #include <algorithm>
+#include <future>
 #include <limits>
 #include <utility>
 
@@ -135,10 +136,23 @@ CtrTrainer::CtrTrainer(Options options, ParameterClient* dense,
 
 absl::Status CtrTrainer::LoadBatch(uint64_t t) {
   PS_RETURN_IF_ERROR(data_->TrainBatch(t, &batch_));
-  PS_RETURN_IF_ERROR(model_->Prepare(batch_));
+  return PrepareBatch(batch_);
+}
+
+absl::Status CtrTrainer::PrepareBatch(const CtrBatch& batch) {
+  // Prepare copies what the step needs: `batch` may be read into again.
+  PS_RETURN_IF_ERROR(model_->Prepare(batch));
   const absl::Span<const uint64_t> ids = model_->unique_ids();
   next_ids_.assign(ids.begin(), ids.end());
   return absl::OkStatus();
+}
+
+absl::Status CtrTrainer::LoadNext(uint64_t t,
+                                  std::future<absl::Status>* reading) {
+  PS_RETURN_IF_ERROR(reading->valid()
+                         ? reading->get()
+                         : data_->TrainBatch(t + 1, &next_batch_));
+  return PrepareBatch(next_batch_);
 }
 
 absl::Status CtrTrainer::PullRows(uint64_t step, absl::Span<const uint64_t> ids,
@@ -191,6 +205,16 @@ absl::Status CtrTrainer::Step(uint64_t t) {
   ids_.swap(next_ids_);
   rows_.swap(next_rows_);
   row_grads_.resize(rows_.size());
+  const bool last = t + 1 >= total_steps_;
+  // Batch t + 1 is read while batch t computes; the data source and
+  // next_batch_ are the reader's until get() (an early return waits for it:
+  // std::async's future joins in its destructor).
+  std::future<absl::Status> reading;
+  if (!last && options_.overlap_data) {
+    reading = std::async(std::launch::async, [this, t] {
+      return data_->TrainBatch(t + 1, &next_batch_);
+    });
+  }
   double loss_sum = 0.0;
   PS_RETURN_IF_ERROR(model_->ComputeGradient(
       params_.data(), rows_.data(), grad_.data(), row_grads_.data(), &loss_sum,
@@ -198,8 +222,7 @@ absl::Status CtrTrainer::Step(uint64_t t) {
   const Clock::time_point computed = Clock::now();
   marks.Phase(TRACE_COMPUTE);
   // The next batch's ids ride with this step's push.
-  const bool last = t + 1 >= total_steps_;
-  if (!last) PS_RETURN_IF_ERROR(LoadBatch(t + 1));
+  if (!last) PS_RETURN_IF_ERROR(LoadNext(t, &reading));
   if (last) next_ids_.clear();
   next_rows_.resize(next_ids_.size() * dim_);
   const Clock::time_point loaded = Clock::now();

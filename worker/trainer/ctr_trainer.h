@@ -15,7 +15,8 @@
 //
 //   Pull(start) dense; rows(start) = Exchange(start, no push, ids(start))
 //   for t in [start, total):
-//     grads = model.ComputeGradient(params, rows(t))     compute
+//     grads = model.ComputeGradient(params, rows(t))     compute, while
+//                   batch t + 1 is read on a second thread (overlap_data)
 //     ids(t + 1) = the unique ids of batch t + 1          data
 //     in parallel:  params = PushPull(t, dense grad)     communication
 //                   rows(t + 1) = Exchange(t, push ids(t), row grads,
@@ -58,6 +59,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <future>
 #include <memory>
 #include <optional>
 #include <string>
@@ -105,6 +107,11 @@ class CtrTrainer {
     // the leader evaluates the test set. Polled at each evaluation point.
     // Null: rank 0 leads, always. Set, every rank opens the test set.
     std::function<bool()> leader;
+    // Read batch t + 1 from the data source on a second thread while batch
+    // t computes (the step's data time is then only what compute did not
+    // cover); false reads it after compute, on the trainer's thread.
+    // workerd: !WorkerdConfig.disable_overlap.
+    bool overlap_data = true;
   };
   using ProgressCallback = std::function<void(const Progress&)>;
   using AbortCheck = std::function<bool()>;
@@ -141,6 +148,11 @@ class CtrTrainer {
 
   // Batch t of this rank into batch_, and the model's unique ids for it.
   absl::Status LoadBatch(uint64_t t);
+  // The model's unique ids of `batch` (read already) into next_ids_.
+  absl::Status PrepareBatch(const CtrBatch& batch);
+  // Batch t + 1 into next_batch_ and its ids into next_ids_, the read begun
+  // by Step on a second thread (`reading` valid) or done here.
+  absl::Status LoadNext(uint64_t t, std::future<absl::Status>* reading);
   // Rows of `ids` at the version step `step` reads, without a push.
   absl::Status PullRows(uint64_t step, absl::Span<const uint64_t> ids,
                         std::vector<float>* rows);
@@ -173,6 +185,8 @@ class CtrTrainer {
   uint64_t rows_pushed_ = 0, rows_pulled_ = 0;
 
   CtrBatch batch_;
+  // Batch t + 1, read while batch t computes (Options::overlap_data).
+  CtrBatch next_batch_;
   std::vector<float> params_, grad_;
   std::vector<uint64_t> ids_;     // the current batch's unique ids
   std::vector<float> rows_;       // their rows

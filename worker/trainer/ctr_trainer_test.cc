@@ -167,11 +167,13 @@ struct CacheRun {
   std::vector<FakeSparseClient::Record> exchanges;
 };
 
-absl::StatusOr<CacheRun> RunWithSpec(const JobSpec& spec) {
+absl::StatusOr<CacheRun> RunWithSpec(const JobSpec& spec,
+                                     bool overlap_data = true) {
   PS_ASSIGN_OR_RETURN(Fakes fakes, MakeFakes(spec));
   CtrTrainer::Options options;
   options.job = spec;
   options.eval_batch = 512;
+  options.overlap_data = overlap_data;
   PS_ASSIGN_OR_RETURN(
       std::unique_ptr<CtrTrainer> trainer,
       CtrTrainer::Create(options, fakes.dense.get(), fakes.sparse.get()));
@@ -191,6 +193,26 @@ uint64_t TrainRowsPulled(const CacheRun& r, uint64_t steps) {
     n += r.exchanges[i].pulled_ids;
   }
   return n;
+}
+
+// Reading batch t + 1 on a second thread while batch t computes changes
+// nothing but the timing: the same exchanges, bitwise the same model.
+TEST(CtrTrainerTest, ReadingAheadIsBitwiseTheSameAsReadingAfterCompute) {
+  JobSpec spec;
+  ASSERT_TRUE(ParseTextProto(kJob, "job", &spec).ok());
+  absl::StatusOr<CacheRun> after = RunWithSpec(spec, /*overlap_data=*/false);
+  ASSERT_TRUE(after.ok()) << after.status();
+  absl::StatusOr<CacheRun> ahead = RunWithSpec(spec, /*overlap_data=*/true);
+  ASSERT_TRUE(ahead.ok()) << ahead.status();
+  EXPECT_EQ(after->params, ahead->params);
+  EXPECT_EQ(after->progress.test_auc(), ahead->progress.test_auc());
+  EXPECT_EQ(after->progress.step(), 8u);
+  EXPECT_EQ(ahead->progress.step(), 8u);
+  ASSERT_EQ(after->exchanges.size(), ahead->exchanges.size());
+  for (size_t i = 0; i < after->exchanges.size(); ++i) {
+    EXPECT_EQ(after->exchanges[i].pushed_ids, ahead->exchanges[i].pushed_ids);
+    EXPECT_EQ(after->exchanges[i].pulled_ids, ahead->exchanges[i].pulled_ids);
+  }
 }
 
 // max_row_staleness 0 with a cache: every row pulled at every step, the

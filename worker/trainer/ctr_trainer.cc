@@ -149,9 +149,8 @@ absl::Status CtrTrainer::PrepareBatch(const CtrBatch& batch) {
 
 absl::Status CtrTrainer::LoadNext(uint64_t t,
                                   std::future<absl::Status>* reading) {
-  PS_RETURN_IF_ERROR(reading->valid()
-                         ? reading->get()
-                         : data_->TrainBatch(t + 1, &next_batch_));
+  PS_RETURN_IF_ERROR(reading->valid() ? reading->get()
+                                      : data_->TrainBatch(t + 1, &next_batch_));
   return PrepareBatch(next_batch_);
 }
 

@@ -461,7 +461,9 @@ absl::Status Workerd::TrainCtr(
   options.rank = a.rank();
   options.num_workers = a.num_workers();
   options.start_step = a.start_step();
-  options.device = c.devices_size() > 0 ? c.devices(0) : kDefaultDevice;
+  if (c.devices_size() > 0) {
+    options.devices.assign(c.devices().begin(), c.devices().end());
+  }
   options.threads_per_device = static_cast<int>(c.threads_per_device());
   options.tracer = &tracer_;
   options.leader = [this] { return session_->leads(); };

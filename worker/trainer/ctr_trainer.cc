@@ -11,7 +11,7 @@
 #include "core/model_spec.h"
 #include "core/table_spec.h"
 #include "spdlog/spdlog.h"
-#include "worker/backend/backend_factory.h"
+#include "worker/trainer/ctr_devices.h"
 #include "worker/trainer/ctr_metrics.h"
 #include "worker/trainer/step_marks.h"
 
@@ -88,32 +88,28 @@ absl::StatusOr<std::unique_ptr<CtrTrainer>> CtrTrainer::Create(
   data_options.logged_bad_rows = options.logged_bad_rows;
   PS_ASSIGN_OR_RETURN(std::unique_ptr<CtrDataSource> data,
                       CreateCtrDataSource(options.job, data_options));
-  PS_ASSIGN_OR_RETURN(
-      std::unique_ptr<Backend> backend,
-      CreateBackend(options.device, options.threads_per_device));
   const size_t batch = options.job.data().batch_size();
-  PS_ASSIGN_OR_RETURN(
-      std::unique_ptr<CtrReplica> model,
-      CtrReplica::Create(options.job.model(), backend.get(), batch));
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<CtrDevices> devices,
+                      CtrDevices::Create(options.job.model(), options.devices,
+                                         options.threads_per_device, batch));
   std::unique_ptr<CtrReplica> eval_model;
   if (may_lead) {
-    PS_ASSIGN_OR_RETURN(eval_model,
-                        CtrReplica::Create(options.job.model(), backend.get(),
-                                           options.eval_batch));
+    PS_ASSIGN_OR_RETURN(eval_model, CtrReplica::Create(options.job.model(),
+                                                       devices->first_backend(),
+                                                       options.eval_batch));
   }
   PS_ASSIGN_OR_RETURN(
       std::unique_ptr<HotRowCache> cache,
       CacheFor(*FindTable(options.job, options.job.model().ctr().table())));
   return std::unique_ptr<CtrTrainer>(new CtrTrainer(
-      std::move(options), dense, sparse, std::move(data), std::move(backend),
-      std::move(model), std::move(eval_model), std::move(cache)));
+      std::move(options), dense, sparse, std::move(data), std::move(devices),
+      std::move(eval_model), std::move(cache)));
 }
 
 CtrTrainer::CtrTrainer(Options options, ParameterClient* dense,
                        SparseClient* sparse,
                        std::unique_ptr<CtrDataSource> data,
-                       std::unique_ptr<Backend> backend,
-                       std::unique_ptr<CtrReplica> model,
+                       std::unique_ptr<CtrDevices> devices,
                        std::unique_ptr<CtrReplica> eval_model,
                        std::unique_ptr<HotRowCache> cache)
     : options_(std::move(options)),
@@ -125,11 +121,10 @@ CtrTrainer::CtrTrainer(Options options, ParameterClient* dense,
       batch_size_(options_.job.data().batch_size()),
       steps_per_epoch_(data_->steps_per_epoch()),
       total_steps_(steps_per_epoch_ * options_.job.data().epochs()),
-      backend_(std::move(backend)),
-      model_(std::move(model)),
+      devices_(std::move(devices)),
       eval_model_(std::move(eval_model)),
       cache_(std::move(cache)) {
-  const size_t n = model_->num_parameters();
+  const size_t n = devices_->num_parameters();
   params_.assign(n, 0.0f);
   grad_.assign(n, 0.0f);
 }
@@ -141,8 +136,8 @@ absl::Status CtrTrainer::LoadBatch(uint64_t t) {
 
 absl::Status CtrTrainer::PrepareBatch(const CtrBatch& batch) {
   // Prepare copies what the step needs: `batch` may be read into again.
-  PS_RETURN_IF_ERROR(model_->Prepare(batch));
-  const absl::Span<const uint64_t> ids = model_->unique_ids();
+  PS_RETURN_IF_ERROR(devices_->Prepare(batch));
+  const absl::Span<const uint64_t> ids = devices_->unique_ids();
   next_ids_.assign(ids.begin(), ids.end());
   return absl::OkStatus();
 }
@@ -215,7 +210,7 @@ absl::Status CtrTrainer::Step(uint64_t t) {
     });
   }
   double loss_sum = 0.0;
-  PS_RETURN_IF_ERROR(model_->ComputeGradient(
+  PS_RETURN_IF_ERROR(devices_->ComputeGradient(
       params_.data(), rows_.data(), grad_.data(), row_grads_.data(), &loss_sum,
       1.0f / static_cast<float>(batch_size_)));
   const Clock::time_point computed = Clock::now();

@@ -45,7 +45,8 @@
 // Progress: as Trainer's (worker/trainer/trainer.h), loss the training
 // logloss; train_accuracy is not measured (0): AUC is the metric; sparse
 // the rows this worker pushed and pulled for training and its hot-row
-// cache's counters. One device: options.device.
+// cache's counters. Every device of options.devices computes a slice of
+// each batch (worker/trainer/ctr_devices.h).
 //
 // Hot-row cache (TableSpec.max_row_staleness, row_cache_bytes;
 // worker/client/hot_row_cache.h): with row_cache_bytes > 0 (filled in
@@ -79,6 +80,7 @@
 #include "worker/data/ctr_example.h"
 #include "worker/model/ctr_model.h"
 #include "worker/trainer/ctr_data.h"
+#include "worker/trainer/ctr_devices.h"
 #include "worker/trainer/progress_meter.h"
 
 namespace ps {
@@ -90,7 +92,10 @@ class CtrTrainer {
     uint32_t rank = 0;
     uint32_t num_workers = 1;
     uint64_t start_step = 0;
-    std::string device = kDefaultDevice;
+    // The worker's devices (WorkerdConfig.devices): the batch is split over
+    // them and their gradients summed before the push (ctr_devices.h);
+    // evaluation runs on the first.
+    std::vector<std::string> devices = {kDefaultDevice};
     int threads_per_device = kDefaultThreadsPerDevice;
     absl::Duration report_interval = absl::Seconds(1);
     uint64_t report_every_steps = 0;
@@ -141,8 +146,7 @@ class CtrTrainer {
  private:
   CtrTrainer(Options options, ParameterClient* dense, SparseClient* sparse,
              std::unique_ptr<CtrDataSource> data,
-             std::unique_ptr<Backend> backend,
-             std::unique_ptr<CtrReplica> model,
+             std::unique_ptr<CtrDevices> devices,
              std::unique_ptr<CtrReplica> eval_model,
              std::unique_ptr<HotRowCache> cache);
 
@@ -176,8 +180,7 @@ class CtrTrainer {
   const uint64_t steps_per_epoch_;
   const uint64_t total_steps_;
   uint64_t next_step_ = 0;
-  std::unique_ptr<Backend> backend_;
-  std::unique_ptr<CtrReplica> model_;
+  std::unique_ptr<CtrDevices> devices_;
   std::unique_ptr<CtrReplica> eval_model_;  // ranks that may lead only
   std::unique_ptr<ProgressMeter> meter_;
   std::unique_ptr<HotRowCache> cache_;  // null: no row cache

@@ -168,12 +168,14 @@ struct CacheRun {
 };
 
 absl::StatusOr<CacheRun> RunWithSpec(const JobSpec& spec,
-                                     bool overlap_data = true) {
+                                     bool overlap_data = true,
+                                     size_t devices = 1) {
   PS_ASSIGN_OR_RETURN(Fakes fakes, MakeFakes(spec));
   CtrTrainer::Options options;
   options.job = spec;
   options.eval_batch = 512;
   options.overlap_data = overlap_data;
+  options.devices.assign(devices, "cpu:0");
   PS_ASSIGN_OR_RETURN(
       std::unique_ptr<CtrTrainer> trainer,
       CtrTrainer::Create(options, fakes.dense.get(), fakes.sparse.get()));
@@ -213,6 +215,31 @@ TEST(CtrTrainerTest, ReadingAheadIsBitwiseTheSameAsReadingAfterCompute) {
     EXPECT_EQ(after->exchanges[i].pushed_ids, ahead->exchanges[i].pushed_ids);
     EXPECT_EQ(after->exchanges[i].pulled_ids, ahead->exchanges[i].pulled_ids);
   }
+}
+
+// Two devices split each batch: the same rows on the wire as one device
+// (the union of the halves' ids is the batch's), a model within rounding
+// of one device's, and deterministic.
+TEST(CtrTrainerTest, TwoDevicesTrainLikeOne) {
+  JobSpec spec;
+  ASSERT_TRUE(ParseTextProto(kJob, "job", &spec).ok());
+  absl::StatusOr<CacheRun> one = RunWithSpec(spec, true, 1);
+  ASSERT_TRUE(one.ok()) << one.status();
+  absl::StatusOr<CacheRun> two = RunWithSpec(spec, true, 2);
+  ASSERT_TRUE(two.ok()) << two.status();
+  ASSERT_EQ(one->exchanges.size(), two->exchanges.size());
+  for (size_t i = 0; i < one->exchanges.size(); ++i) {
+    EXPECT_EQ(one->exchanges[i].pushed_ids, two->exchanges[i].pushed_ids);
+    EXPECT_EQ(one->exchanges[i].pulled_ids, two->exchanges[i].pulled_ids);
+  }
+  ASSERT_EQ(one->params.size(), two->params.size());
+  for (size_t i = 0; i < one->params.size(); ++i) {
+    ASSERT_NEAR(one->params[i], two->params[i], 1e-5f) << i;
+  }
+  EXPECT_NEAR(one->progress.test_auc(), two->progress.test_auc(), 1e-3);
+  absl::StatusOr<CacheRun> again = RunWithSpec(spec, true, 2);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(two->params, again->params);
 }
 
 // max_row_staleness 0 with a cache: every row pulled at every step, the

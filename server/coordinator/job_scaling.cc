@@ -148,11 +148,15 @@ void LogLearningRate(const JobTable::Job& job) {
   std::string tables;
   for (const TableSpec& t : spec.tables()) {
     const double table_lr = t.optimizer().learning_rate();
-    absl::StrAppend(&tables, "; table ", t.name(), ": ", table_lr, " x ",
-                    active, "/", spec.num_workers(), " = ", table_lr * scale);
+    absl::StrAppend(
+        &tables,
+        absl::StrFormat("; table %s: %g x %d/%d = %g", t.name(), table_lr,
+                        active, spec.num_workers(), table_lr * scale));
   }
+  // %g: a float's learning rate printed as it was written (0.01, not
+  // 0.009999999776482582).
   spdlog::info(
-      "job {}: {} workers {}: learning rate {} x {}/{} = {}{} "
+      "job {}: {} workers {}: learning rate {:g} x {}/{} = {:g}{} "
       "(lr_rule LR_RULE_LINEAR)",
       job.id(), active, bsp ? "per step" : "active, each push", lr, active,
       spec.num_workers(), lr * scale, tables);

@@ -1,11 +1,12 @@
 // psctl scale on a CTR job (dense MLP + sparse table) on real processes: a
-// BSP SHRINK job with lr_rule LR_RULE_LINEAR submitted on 2 workers grows
-// to 3 mid-job and succeeds. The coordinator logs the learning rates the
-// linear rule gives at 3 of 2 workers, for the dense optimizer and for the
-// table's; every step is applied exactly once on every dense chunk; the
-// joined rank's pushes are accepted (a ctr model's new rank takes its slot's
-// share of the data from the job's last reported step, docs/OPERATIONS.md
-// "Elastic jobs"); the model still learns (test AUC).
+// BSP SHRINK job on ctr-synthetic with lr_rule LR_RULE_LINEAR and
+// DATA_RESCALE_AT_ONCE, submitted on 2 workers, grows to 3 mid-job and
+// succeeds. The new rank joins the data split at the next step (the elastic
+// data plan, as for mlp and cnn models); the coordinator logs the learning
+// rates the linear rule gives at 3 of 2 workers, for the dense optimizer and
+// for the table's; every step is applied exactly once on every dense chunk,
+// ranks 0 and 1 pushed every step and the joined rank every step from its
+// first; the model still learns (test AUC).
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -17,6 +18,7 @@
 #include "tests/local_cluster.h"
 #include "tests/testing/cluster_fixture.h"
 #include "tests/testing/ctr_job.h"
+#include "tests/testing/elastic_job.h"
 
 namespace ps {
 namespace {
@@ -36,13 +38,13 @@ TEST_F(CtrScaleTest, GrowsTwoToThreeWithTheLinearRuleOnTheTable) {
   CtrJob spec;
   spec.name = "ctr-scale";
   spec.hidden = {32};
-  // The training set is split over max_workers = 3 rank slots from the
-  // start (a slot without a worker is skipped): 819200 / 3 / 256 = 1066
-  // steps, long enough to run past the scale on a fast machine.
+  // 819200 / (2 x 256) = 1600 steps on 2 workers, fewer once 3 read: long
+  // enough to run past the scale on a fast machine.
   spec.synthetic_train = 819200;
   spec.synthetic_test = 4096;
   spec.extra =
-      "max_workers: 3\non_worker_failure: SHRINK\nlr_rule: LR_RULE_LINEAR\n";
+      "max_workers: 3\non_worker_failure: SHRINK\nlr_rule: LR_RULE_LINEAR\n"
+      "data_rescale: DATA_RESCALE_AT_ONCE\n";
   const std::string job = Submit(CtrJobSpec(spec));
   JobStatus js;
   ASSERT_TRUE(WaitFor(
@@ -79,7 +81,17 @@ TEST_F(CtrScaleTest, GrowsTwoToThreeWithTheLinearRuleOnTheTable) {
       << coordinator;
 
   const uint64_t total = js.progress().total_steps();
-  EXPECT_EQ(total, 1066u);
+  // The joined rank's first step, from its log.
+  int64_t joined_at = -1;
+  for (int i = 0; i < 3; ++i) {
+    const std::string log = cluster_->Log(absl::StrCat("worker", i));
+    const int64_t at = NumberAfter(log, ": rank 2 of 3, starting at step ");
+    if (at >= 0) joined_at = at;
+  }
+  ASSERT_GT(joined_at, 0);
+  ASSERT_LT(joined_at, static_cast<int64_t>(total));
+  // 2 workers read 512 examples a step until the join, 3 read 768 after.
+  EXPECT_EQ(total, joined_at + (819200 - 512 * joined_at) / 768);
   absl::StatusOr<std::vector<std::string>> addresses =
       ShardAddresses(*cluster_, 2);
   ASSERT_TRUE(addresses.ok()) << addresses.status();
@@ -100,7 +112,8 @@ TEST_F(CtrScaleTest, GrowsTwoToThreeWithTheLinearRuleOnTheTable) {
         joined += w.pushes();
       }
     }
-    EXPECT_GT(joined, 0u);
+    EXPECT_EQ(joined, (total - joined_at) * stats.chunks());
+    EXPECT_EQ(stats.stale_pushes(), 0u);
   }
 }
 

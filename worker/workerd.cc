@@ -468,6 +468,11 @@ absl::Status Workerd::TrainCtr(
   options.tracer = &tracer_;
   options.leader = [this] { return session_->leads(); };
   options.overlap_data = !c.disable_overlap();
+  if (a.elastic_data()) {
+    options.data_plan = [this](uint64_t step, uint64_t examples) {
+      return AskDataPlan(step, examples);
+    };
+  }
   PS_ASSIGN_OR_RETURN(std::unique_ptr<CtrTrainer> trainer,
                       CtrTrainer::Create(options, dense, sparse.get()));
   absl::Status status =

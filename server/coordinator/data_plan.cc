@@ -82,7 +82,12 @@ absl::StatusOr<bool> Seal(DataPlan& plan, const JobSpec& spec, uint64_t step,
 
 bool UsesElasticData(const JobSpec& spec) {
   const ModelSpec& m = spec.model();
-  return spec.max_workers() > 0 && (m.has_mlp() || m.has_cnn());
+  // A ctr model on generated data reads any example by its index; Criteo
+  // TSV files are streamed in order (a fixed share per rank).
+  const bool ctr_generated =
+      m.has_ctr() && spec.data().dataset() == "ctr-synthetic";
+  return spec.max_workers() > 0 &&
+         (m.has_mlp() || m.has_cnn() || ctr_generated);
 }
 
 uint64_t EpochEndStep(const DataSegment& segment, uint64_t train_examples,

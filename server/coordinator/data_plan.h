@@ -33,7 +33,8 @@
 namespace ps {
 
 // Whether a job splits its data over its active workers: max_workers set
-// and a model trained on a data set by the workers (mlp, cnn).
+// and a model trained on a data set by the workers (mlp, cnn, and a ctr
+// model on ctr-synthetic).
 bool UsesElasticData(const JobSpec& spec);
 
 // The first step after `segment`'s epoch: the epoch's examples from the

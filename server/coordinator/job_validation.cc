@@ -508,8 +508,9 @@ std::vector<std::string> ValidateJobSpec(const JobSpec& spec,
   } else if (spec.data_rescale() != DATA_RESCALE_EPOCH &&
              !UsesElasticData(spec)) {
     p.Add("data_rescale",
-          "only an elastic job (max_workers set) of an mlp or cnn model "
-          "splits its data over the active workers");
+          "only an elastic job (max_workers set) of an mlp or cnn model, "
+          "or of a ctr model on ctr-synthetic, splits its data over the "
+          "active workers");
   }
   CheckData(spec, ctx, p);
   CheckPartitioning(spec, p);

@@ -20,10 +20,11 @@ namespace {
 // set is examples [kCtrTestBegin, + synthetic_test), disjoint from it.
 class CtrSyntheticSource : public CtrDataSource {
  public:
-  CtrSyntheticSource(CtrSyntheticGenerator generator, uint64_t test_size,
-                     uint64_t batch_size, uint64_t begin, uint64_t steps,
-                     bool test_set)
+  CtrSyntheticSource(CtrSyntheticGenerator generator, uint64_t train_size,
+                     uint64_t test_size, uint64_t batch_size, uint64_t begin,
+                     uint64_t steps, bool test_set)
       : generator_(std::move(generator)),
+        train_size_(train_size),
         test_size_(test_size),
         batch_size_(batch_size),
         begin_(begin),
@@ -35,6 +36,24 @@ class CtrSyntheticSource : public CtrDataSource {
   absl::Status TrainBatch(uint64_t t, CtrBatch* batch) override {
     generator_.GenerateBatch(begin_ + (t % steps_per_epoch_) * batch_size_,
                              batch_size_, batch);
+    return absl::OkStatus();
+  }
+
+  uint64_t train_examples() const override { return train_size_; }
+
+  absl::Status ExamplesAt(absl::Span<const uint32_t> indices,
+                          CtrBatch* batch) override {
+    batch->Resize(indices.size());
+    CtrExample e;
+    for (size_t b = 0; b < indices.size(); ++b) {
+      if (indices[b] >= train_size_) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("indices[%d]: %d is past the %d training examples",
+                            b, indices[b], train_size_));
+      }
+      generator_.Generate(indices[b], &e);
+      batch->Set(b, e);
+    }
     return absl::OkStatus();
   }
 
@@ -58,6 +77,7 @@ class CtrSyntheticSource : public CtrDataSource {
 
  private:
   const CtrSyntheticGenerator generator_;
+  const uint64_t train_size_;
   const uint64_t test_size_;
   const uint64_t batch_size_;
   const uint64_t begin_;  // this rank's first training example
@@ -107,8 +127,9 @@ absl::StatusOr<std::unique_ptr<CtrDataSource>> CreateSynthetic(
         absl::StrCat("data.ctr_", generator.status().message()));
   }
   return std::make_unique<CtrSyntheticSource>(
-      *std::move(generator), d.synthetic_test(), d.batch_size(),
-      o.rank * per_worker, per_worker / d.batch_size(), o.test_set);
+      *std::move(generator), d.synthetic_train(), d.synthetic_test(),
+      d.batch_size(), o.rank * per_worker, per_worker / d.batch_size(),
+      o.test_set);
 }
 
 absl::StatusOr<std::unique_ptr<CtrDataSource>> CreateTsv(
@@ -132,6 +153,12 @@ absl::StatusOr<std::unique_ptr<CtrDataSource>> CreateTsv(
 }
 
 }  // namespace
+
+absl::Status CtrDataSource::ExamplesAt(absl::Span<const uint32_t>, CtrBatch*) {
+  return absl::UnimplementedError(
+      "this data set reads its examples in order only (an elastic data job "
+      "needs ctr-synthetic)");
+}
 
 std::string ResolveDataPath(const std::string& dir, const std::string& file) {
   if (dir.empty() || (!file.empty() && file[0] == '/')) return file;

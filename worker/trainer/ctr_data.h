@@ -31,6 +31,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "proto/job.pb.h"
 #include "worker/data/ctr_example.h"
 
@@ -75,6 +76,14 @@ class CtrDataSource {
   // kFailedPrecondition when created with test_set false.
   virtual absl::Status ForEachTestBatch(size_t max_batch,
                                         const TestBatchFn& fn) = 0;
+
+  // Sources that read any training example by its index (ctr-synthetic),
+  // as an elastic data job needs (JobSpec.max_workers): the training set's
+  // size, and the examples at `indices` (each below it) into *batch. 0 and
+  // kUnimplemented for the others.
+  virtual uint64_t train_examples() const { return 0; }
+  virtual absl::Status ExamplesAt(absl::Span<const uint32_t> indices,
+                                  CtrBatch* batch);
 };
 
 // The source for job.data().dataset. kInvalidArgument naming the field for

@@ -101,9 +101,24 @@ absl::StatusOr<std::unique_ptr<CtrTrainer>> CtrTrainer::Create(
   PS_ASSIGN_OR_RETURN(
       std::unique_ptr<HotRowCache> cache,
       CacheFor(*FindTable(options.job, options.job.model().ctr().table())));
+  std::unique_ptr<ElasticBatches> elastic;
+  if (options.data_plan) {
+    if (data->train_examples() == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "data.dataset: an elastic data job of a ctr model reads ",
+          kCtrSyntheticDatasetName, ", not \"", options.job.data().dataset(),
+          "\""));
+    }
+    PS_ASSIGN_OR_RETURN(ElasticSampler sampler,
+                        ElasticSampler::Create(data->train_examples(), batch,
+                                               options.job.seed()));
+    elastic = std::make_unique<ElasticBatches>(
+        nullptr, std::move(sampler), options.rank, options.job.data().epochs(),
+        options.data_plan);
+  }
   return std::unique_ptr<CtrTrainer>(new CtrTrainer(
       std::move(options), dense, sparse, std::move(data), std::move(devices),
-      std::move(eval_model), std::move(cache)));
+      std::move(eval_model), std::move(cache), std::move(elastic)));
 }
 
 CtrTrainer::CtrTrainer(Options options, ParameterClient* dense,
@@ -111,7 +126,8 @@ CtrTrainer::CtrTrainer(Options options, ParameterClient* dense,
                        std::unique_ptr<CtrDataSource> data,
                        std::unique_ptr<CtrDevices> devices,
                        std::unique_ptr<CtrReplica> eval_model,
-                       std::unique_ptr<HotRowCache> cache)
+                       std::unique_ptr<HotRowCache> cache,
+                       std::unique_ptr<ElasticBatches> elastic)
     : options_(std::move(options)),
       dense_(dense),
       sparse_(sparse),
@@ -121,6 +137,7 @@ CtrTrainer::CtrTrainer(Options options, ParameterClient* dense,
       batch_size_(options_.job.data().batch_size()),
       steps_per_epoch_(data_->steps_per_epoch()),
       total_steps_(steps_per_epoch_ * options_.job.data().epochs()),
+      elastic_(std::move(elastic)),
       devices_(std::move(devices)),
       eval_model_(std::move(eval_model)),
       cache_(std::move(cache)) {
@@ -129,9 +146,38 @@ CtrTrainer::CtrTrainer(Options options, ParameterClient* dense,
   grad_.assign(n, 0.0f);
 }
 
+std::function<absl::Status()> CtrTrainer::Reader(uint64_t t, CtrBatch* batch) {
+  if (elastic_ == nullptr) {
+    return [this, t, batch] { return data_->TrainBatch(t, batch); };
+  }
+  absl::Status indices = elastic_->StepIndices(t, &indices_);
+  if (!indices.ok()) return [indices] { return indices; };
+  return [this, batch] { return data_->ExamplesAt(indices_, batch); };
+}
+
 absl::Status CtrTrainer::LoadBatch(uint64_t t) {
-  PS_RETURN_IF_ERROR(data_->TrainBatch(t, &batch_));
+  PS_RETURN_IF_ERROR(Reader(t, &batch_)());
   return PrepareBatch(batch_);
+}
+
+bool CtrTrainer::NextKnown(uint64_t t) const {
+  if (elastic_ != nullptr) return !elastic_->NeedsPlan(t + 1);
+  return t + 1 < total_steps_;
+}
+
+absl::Status CtrTrainer::PrepareElastic(uint64_t t, bool* run) {
+  PS_ASSIGN_OR_RETURN(ElasticBatches::Next next, elastic_->Prepare(t));
+  if (next == ElasticBatches::Next::kLeave) {
+    next_step_ = t;
+    return absl::CancelledError(absl::StrFormat(
+        "scaled down: rank %d reads no data from step %d", options_.rank, t));
+  }
+  *run = next == ElasticBatches::Next::kRun;
+  total_steps_ = *run ? elastic_->EstimatedTotalSteps() : t;
+  meter_->SetPlan(total_steps_,
+                  *run ? elastic_->epoch() : options_.job.data().epochs(),
+                  elastic_->workers());
+  return absl::OkStatus();
 }
 
 absl::Status CtrTrainer::PrepareBatch(const CtrBatch& batch) {
@@ -145,7 +191,7 @@ absl::Status CtrTrainer::PrepareBatch(const CtrBatch& batch) {
 absl::Status CtrTrainer::LoadNext(uint64_t t,
                                   std::future<absl::Status>* reading) {
   PS_RETURN_IF_ERROR(reading->valid() ? reading->get()
-                                      : data_->TrainBatch(t + 1, &next_batch_));
+                                      : Reader(t + 1, &next_batch_)());
   return PrepareBatch(next_batch_);
 }
 
@@ -199,15 +245,15 @@ absl::Status CtrTrainer::Step(uint64_t t) {
   ids_.swap(next_ids_);
   rows_.swap(next_rows_);
   row_grads_.resize(rows_.size());
-  const bool last = t + 1 >= total_steps_;
+  // Not known: the last step, or an elastic plan's boundary (the next
+  // batch's rows are pulled once its plan is in, PrepareElastic).
+  const bool last = !NextKnown(t);
   // Batch t + 1 is read while batch t computes; the data source and
   // next_batch_ are the reader's until get() (an early return waits for it:
   // std::async's future joins in its destructor).
   std::future<absl::Status> reading;
   if (!last && options_.overlap_data) {
-    reading = std::async(std::launch::async, [this, t] {
-      return data_->TrainBatch(t + 1, &next_batch_);
-    });
+    reading = std::async(std::launch::async, Reader(t + 1, &next_batch_));
   }
   double loss_sum = 0.0;
   PS_RETURN_IF_ERROR(devices_->ComputeGradient(
@@ -294,9 +340,15 @@ absl::Status CtrTrainer::Evaluate(uint64_t done) {
   spdlog::info(
       "eval job={} step={} epoch={} test_auc={:.4f} test_logloss={:.4f} "
       "teacher_auc={:.4f} elapsed_s={:.2f} train_s={:.2f}",
-      options_.job.name(), done, done / steps_per_epoch_, m.auc, m.logloss,
-      *teacher_auc_, meter_->elapsed_s(), meter_->train_s());
+      options_.job.name(), done,
+      elastic_ != nullptr ? elastic_->epoch() : done / steps_per_epoch_, m.auc,
+      m.logloss, *teacher_auc_, meter_->elapsed_s(), meter_->train_s());
   return absl::OkStatus();
+}
+
+absl::Status CtrTrainer::BeginAt(uint64_t t) {
+  PS_RETURN_IF_ERROR(LoadBatch(t));
+  return PullFirstRows(t);
 }
 
 absl::Status CtrTrainer::Run(const ProgressCallback& on_progress,
@@ -310,24 +362,34 @@ absl::Status CtrTrainer::Run(const ProgressCallback& on_progress,
   meter.report_every_steps = options_.report_every_steps;
   meter_ = std::make_unique<ProgressMeter>(std::move(meter));
   const uint64_t start = options_.start_step;
-  if (start > total_steps_) {
+  const bool elastic = elastic_ != nullptr;
+  if (!elastic && start > total_steps_) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "start_step: %d is past the job's %d steps", start, total_steps_));
   }
+  bool run = elastic || start < total_steps_;
+  // A joiner's first plan waits for the job's workers to seal its step.
+  if (elastic) PS_RETURN_IF_ERROR(AtStep(start, PrepareElastic(start, &run)));
   const Clock::time_point pull_start = Clock::now();
   PS_RETURN_IF_ERROR(
       AtStep(start, dense_->Pull(start, absl::MakeSpan(params_))));
-  if (start < total_steps_) {
-    PS_RETURN_IF_ERROR(AtStep(start, LoadBatch(start)));
-    PS_RETURN_IF_ERROR(AtStep(start, PullFirstRows(start)));
-  }
+  if (run) PS_RETURN_IF_ERROR(AtStep(start, BeginAt(start)));
   meter_->AddComm(Clock::now() - pull_start);
   const uint64_t eval_every = options_.job.eval_every();
   next_step_ = start;
-  for (uint64_t t = start; t < total_steps_; ++t) {
+  for (uint64_t t = start; run && (elastic || t < total_steps_); ++t) {
     next_step_ = t;
     if (should_abort && should_abort()) {
       return absl::CancelledError(absl::StrCat("aborted before step ", t));
+    }
+    if (elastic && t > start && elastic_->NeedsPlan(t)) {
+      // A plan's boundary: the step before pushed without pulling; this
+      // step's plan, batch and rows now.
+      PS_RETURN_IF_ERROR(AtStep(t, PrepareElastic(t, &run)));
+      if (!run) break;
+      const Clock::time_point begin = Clock::now();
+      PS_RETURN_IF_ERROR(AtStep(t, BeginAt(t)));
+      meter_->AddComm(Clock::now() - begin);
     }
     PS_RETURN_IF_ERROR(AtStep(t, Step(t)));
     const uint64_t done = t + 1;
@@ -339,6 +401,10 @@ absl::Status CtrTrainer::Run(const ProgressCallback& on_progress,
       meter_->Report(done, on_progress);
     }
   }
+  return Finish(on_progress);
+}
+
+absl::Status CtrTrainer::Finish(const ProgressCallback& on_progress) {
   // The last step's exchanges are in: its trace is complete.
   if (options_.tracer != nullptr) {
     options_.tracer->Reached(std::numeric_limits<uint64_t>::max());

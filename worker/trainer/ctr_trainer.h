@@ -81,6 +81,7 @@
 #include "worker/model/ctr_model.h"
 #include "worker/trainer/ctr_data.h"
 #include "worker/trainer/ctr_devices.h"
+#include "worker/trainer/elastic_batches.h"
 #include "worker/trainer/progress_meter.h"
 
 namespace ps {
@@ -117,6 +118,11 @@ class CtrTrainer {
     // cover); false reads it after compute, on the trainer's thread.
     // workerd: !WorkerdConfig.disable_overlap.
     bool overlap_data = true;
+    // An elastic data job (Assignment.elastic_data; ctr-synthetic only):
+    // the coordinator's plan of each step (ElasticBatches::AskPlan), asked
+    // at the start and at each segment boundary. Null: this rank's fixed
+    // share of the data (ctr_data.h).
+    ElasticBatches::AskPlan data_plan;
   };
   using ProgressCallback = std::function<void(const Progress&)>;
   using AbortCheck = std::function<bool()>;
@@ -131,7 +137,9 @@ class CtrTrainer {
       Options options, ParameterClient* dense, SparseClient* sparse);
 
   // Trains from start_step to total_steps(); OK, kCancelled (should_abort,
-  // polled before each step) or the first error prefixed with its step.
+  // polled before each step, or a plan without this rank: scaled down) or
+  // the first error prefixed with its step. An elastic data job's
+  // total_steps() is its plan's estimate, final once the plan is done.
   absl::Status Run(const ProgressCallback& on_progress,
                    const AbortCheck& should_abort);
 
@@ -148,10 +156,27 @@ class CtrTrainer {
              std::unique_ptr<CtrDataSource> data,
              std::unique_ptr<CtrDevices> devices,
              std::unique_ptr<CtrReplica> eval_model,
-             std::unique_ptr<HotRowCache> cache);
+             std::unique_ptr<HotRowCache> cache,
+             std::unique_ptr<ElasticBatches> elastic);
 
   // Batch t of this rank into batch_, and the model's unique ids for it.
   absl::Status LoadBatch(uint64_t t);
+  // This rank's examples of step t into *batch: its fixed share, or what
+  // the elastic plan held gives it (indices taken here, on the caller's
+  // thread; the read itself may run on another).
+  std::function<absl::Status()> Reader(uint64_t t, CtrBatch* batch);
+  // Elastic: the plan of step t (asked when outside the segment held).
+  // *run false: the plan is done at t (total_steps_ = t); kCancelled when
+  // this rank reads no data from t on.
+  absl::Status PrepareElastic(uint64_t t, bool* run);
+  // Whether step t + 1's batch is known during step t (its ids then ride
+  // with step t's push).
+  bool NextKnown(uint64_t t) const;
+  // Batch t and its rows (without a push): the start, and after an elastic
+  // plan's boundary.
+  absl::Status BeginAt(uint64_t t);
+  // After the last step: the final evaluation, the log line and report.
+  absl::Status Finish(const ProgressCallback& on_progress);
   // The model's unique ids of `batch` (read already) into next_ids_.
   absl::Status PrepareBatch(const CtrBatch& batch);
   // Batch t + 1 into next_batch_ and its ids into next_ids_, the read begun
@@ -178,7 +203,9 @@ class CtrTrainer {
   const uint32_t dim_;
   const uint64_t batch_size_;
   const uint64_t steps_per_epoch_;
-  const uint64_t total_steps_;
+  uint64_t total_steps_;                     // elastic: the plan's estimate
+  std::unique_ptr<ElasticBatches> elastic_;  // null: fixed shares
+  std::vector<uint32_t> indices_;            // elastic: a step's examples
   uint64_t next_step_ = 0;
   std::unique_ptr<CtrDevices> devices_;
   std::unique_ptr<CtrReplica> eval_model_;  // ranks that may lead only

@@ -22,6 +22,7 @@ namespace ps {
 namespace {
 
 using ::testing::ElementsAre;
+using ::testing::HasSubstr;
 using ::testing::Pair;
 
 // 2048 examples of 256: 8 steps.
@@ -195,6 +196,101 @@ uint64_t TrainRowsPulled(const CacheRun& r, uint64_t steps) {
     n += r.exchanges[i].pulled_ids;
   }
   return n;
+}
+
+// An elastic data plan for kJob's 8 steps of 256 examples on rank 0 alone:
+// segments of `segment_steps` steps (the last one done at step 8), or
+// rank 1 instead of 0 from step `leave_at` on. The steps asked, in order.
+struct ScriptedPlan {
+  uint64_t segment_steps = 8;
+  uint64_t leave_at = UINT64_MAX;
+  std::vector<uint64_t> asked;
+
+  absl::StatusOr<GetDataPlanResponse> operator()(uint64_t step,
+                                                 uint64_t examples) {
+    asked.push_back(step);
+    GetDataPlanResponse r;
+    if (examples != 2048) return absl::InternalError("wrong training set");
+    if (step >= 8) {
+      r.set_done(true);
+      return r;
+    }
+    const uint64_t begin = step / segment_steps * segment_steps;
+    r.mutable_segment()->set_start_step(begin);
+    r.mutable_segment()->set_offset(begin * 256);
+    r.mutable_segment()->add_ranks(step >= leave_at ? 1 : 0);
+    r.set_planned_until(std::min<uint64_t>(begin + segment_steps, 8));
+    return r;
+  }
+};
+
+struct ElasticRun {
+  absl::Status status;
+  uint64_t next_step = 0;
+  std::vector<float> params;
+  std::vector<FakeSparseClient::Record> exchanges;
+};
+
+ElasticRun RunElastic(ScriptedPlan* plan) {
+  ElasticRun run;
+  JobSpec spec;
+  EXPECT_TRUE(ParseTextProto(kJob, "job", &spec).ok());
+  absl::StatusOr<Fakes> fakes = MakeFakes(spec);
+  EXPECT_TRUE(fakes.ok()) << fakes.status();
+  CtrTrainer::Options options;
+  options.job = spec;
+  options.eval_batch = 512;
+  options.data_plan = [plan](uint64_t step, uint64_t examples) {
+    return (*plan)(step, examples);
+  };
+  absl::StatusOr<std::unique_ptr<CtrTrainer>> trainer =
+      CtrTrainer::Create(options, fakes->dense.get(), fakes->sparse.get());
+  EXPECT_TRUE(trainer.ok()) << trainer.status();
+  if (!trainer.ok()) return run;
+  run.status = (*trainer)->Run(nullptr, nullptr);
+  run.next_step = (*trainer)->next_step();
+  run.params = (*trainer)->parameters();
+  run.exchanges = fakes->sparse->exchanges();
+  return run;
+}
+
+// An elastic data plan: the steps the plan holds, a pull of their own at a
+// segment's boundary (the step before pushes without pulling), the same
+// model whatever the segments, and a rank left out of a plan stops there.
+TEST(CtrTrainerTest, FollowsAnElasticDataPlan) {
+  ScriptedPlan whole;
+  const ElasticRun a = RunElastic(&whole);
+  ASSERT_TRUE(a.status.ok()) << a.status;
+  EXPECT_EQ(a.next_step, 8u);
+  EXPECT_THAT(whole.asked, ElementsAre(0u, 8u));
+
+  ScriptedPlan halves;
+  halves.segment_steps = 4;
+  const ElasticRun b = RunElastic(&halves);
+  ASSERT_TRUE(b.status.ok()) << b.status;
+  EXPECT_THAT(halves.asked, ElementsAre(0u, 4u, 8u));
+  EXPECT_EQ(a.params, b.params);
+  // Training exchanges: the start's pull, then steps 0-3, the boundary's
+  // pull of step 4's rows, steps 4-7.
+  ASSERT_GE(b.exchanges.size(), 10u);
+  EXPECT_FALSE(b.exchanges[0].push);
+  EXPECT_TRUE(b.exchanges[4].push);
+  EXPECT_EQ(b.exchanges[4].step, 3u);
+  EXPECT_EQ(b.exchanges[4].pulled_ids, 0u);
+  EXPECT_FALSE(b.exchanges[5].push);
+  EXPECT_EQ(b.exchanges[5].step, 4u);
+  EXPECT_GT(b.exchanges[5].pulled_ids, 0u);
+  EXPECT_TRUE(b.exchanges[6].push);
+  EXPECT_EQ(b.exchanges[6].step, 4u);
+
+  ScriptedPlan leave;
+  leave.segment_steps = 4;
+  leave.leave_at = 4;
+  const ElasticRun c = RunElastic(&leave);
+  EXPECT_EQ(c.status.code(), absl::StatusCode::kCancelled) << c.status;
+  EXPECT_THAT(c.status.message(),
+              HasSubstr("scaled down: rank 0 reads no data from step 4"));
+  EXPECT_EQ(c.next_step, 4u);
 }
 
 // Reading batch t + 1 on a second thread while batch t computes changes

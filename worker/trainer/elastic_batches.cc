@@ -44,8 +44,16 @@ absl::StatusOr<ElasticBatches::Next> ElasticBatches::Prepare(uint64_t step) {
   return Next::kRun;
 }
 
+absl::Status ElasticBatches::StepIndices(uint64_t step,
+                                         std::vector<uint32_t>* indices) {
+  return sampler_.StepIndices(segment_, step, rank_, indices);
+}
+
 absl::StatusOr<std::unique_ptr<Batch>> ElasticBatches::Fill(uint64_t step) {
-  PS_RETURN_IF_ERROR(sampler_.StepIndices(segment_, step, rank_, &indices_));
+  if (train_ == nullptr) {
+    return absl::FailedPreconditionError("elastic batches: no training set");
+  }
+  PS_RETURN_IF_ERROR(StepIndices(step, &indices_));
   std::unique_ptr<Batch> b = std::move(spare_);
   if (b == nullptr) {
     b = std::make_unique<Batch>();

@@ -41,7 +41,9 @@ class ElasticBatches {
 
   enum class Next { kRun, kDone, kLeave };
 
-  // `train` is shared; `epochs` = data.epochs (for the estimates).
+  // `train` is shared; `epochs` = data.epochs (for the estimates). A null
+  // `train` is for a caller that reads the examples itself (the ctr
+  // trainer's generator): it calls StepIndices, never Fill.
   ElasticBatches(std::shared_ptr<const Dataset> train, ElasticSampler sampler,
                  uint32_t rank, uint32_t epochs, AskPlan ask);
 
@@ -55,7 +57,10 @@ class ElasticBatches {
   bool NeedsPlan(uint64_t step) const;
 
   // The batch of a prepared step. Reuses a recycled batch's buffers.
+  // kFailedPrecondition without a training set.
   absl::StatusOr<std::unique_ptr<Batch>> Fill(uint64_t step);
+  // The training-set indices of a prepared step's examples for this rank.
+  absl::Status StepIndices(uint64_t step, std::vector<uint32_t>* indices);
   void Recycle(std::unique_ptr<Batch> batch);
 
   // After a kRun Prepare: the job's steps as estimated now (the rest of the

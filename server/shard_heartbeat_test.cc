@@ -15,15 +15,6 @@ namespace {
 
 using ::testing::HasSubstr;
 
-SetReplicaViewRequest View(uint64_t epoch, std::vector<uint32_t> failed) {
-  SetReplicaViewRequest v;
-  v.set_epoch(epoch);
-  for (uint32_t f : failed) v.add_failed(f);
-  v.add_addresses("s0");
-  v.add_addresses("s1");
-  return v;
-}
-
 // The status a push of an unknown job gets.
 absl::Status PushUnknown(Shard& shard) {
   PushRequest req;

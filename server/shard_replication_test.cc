@@ -42,15 +42,6 @@ RegisterJobRequest ReplicatedRegistration(ConsistencyMode mode = BSP) {
   return reg;
 }
 
-SetReplicaViewRequest View(uint64_t epoch, std::vector<uint32_t> failed) {
-  SetReplicaViewRequest v;
-  v.set_epoch(epoch);
-  for (uint32_t f : failed) v.add_failed(f);
-  v.add_addresses("s0");
-  v.add_addresses("s1");
-  return v;
-}
-
 class ShardReplicationTest : public ::testing::Test {
  protected:
   virtual ConsistencyMode Mode() const { return BSP; }

@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "gmock/gmock.h"
-#include "google/protobuf/text_format.h"
 #include "gtest/gtest.h"
 #include "server/coordinator/job_validation.h"
+#include "server/coordinator/testing/validation_specs.h"
 
 namespace ps {
 namespace {
@@ -20,22 +20,8 @@ using ::testing::ElementsAre;
 using ::testing::ElementsAreArray;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
-
-JobSpec ParseSpec(const std::string& text) {
-  JobSpec spec;
-  EXPECT_TRUE(google::protobuf::TextFormat::ParseFromString(text, &spec))
-      << text;
-  return spec;
-}
-
-ValidationContext Context() {
-  ValidationContext ctx;
-  ctx.num_shards = 2;
-  ctx.path_exists = [](const std::string& path) {
-    return path == "/data/fashion-mnist";
-  };
-  return ctx;
-}
+using validation_test::Context;
+using validation_test::ParseSpec;
 
 JobSpec CtrSpec() {
   return ParseSpec(R"pb(

@@ -9,8 +9,8 @@
 
 #include "absl/status/status.h"
 #include "gmock/gmock.h"
-#include "google/protobuf/text_format.h"
 #include "gtest/gtest.h"
+#include "server/coordinator/testing/validation_specs.h"
 
 namespace ps {
 namespace {
@@ -19,13 +19,8 @@ using ::testing::ElementsAre;
 using ::testing::ElementsAreArray;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
-
-JobSpec ParseSpec(const std::string& text) {
-  JobSpec spec;
-  EXPECT_TRUE(google::protobuf::TextFormat::ParseFromString(text, &spec))
-      << text;
-  return spec;
-}
+using validation_test::Context;
+using validation_test::ParseSpec;
 
 // A valid spec; each table case breaks it in one way.
 JobSpec ValidSpec() {
@@ -37,16 +32,6 @@ JobSpec ValidSpec() {
     consistency { mode: BSP backup_workers: 1 }
     num_workers: 2
   )pb");
-}
-
-ValidationContext Context() {
-  ValidationContext ctx;
-  ctx.num_shards = 2;
-  // Deterministic regardless of the machine's file system.
-  ctx.path_exists = [](const std::string& path) {
-    return path == "/data/fashion-mnist";
-  };
-  return ctx;
 }
 
 TEST(ValidateJobSpecTest, ValidSpecsHaveNoProblems) {

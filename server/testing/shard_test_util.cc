@@ -60,6 +60,15 @@ ShardOptions Options(uint32_t shard_id, uint64_t budget) {
   return o;
 }
 
+SetReplicaViewRequest View(uint64_t epoch, std::vector<uint32_t> failed) {
+  SetReplicaViewRequest v;
+  v.set_epoch(epoch);
+  for (uint32_t f : failed) v.add_failed(f);
+  v.add_addresses("s0");
+  v.add_addresses("s1");
+  return v;
+}
+
 uint64_t ChunkLength(const RegisterJobRequest& reg, uint32_t chunk) {
   return reg.placement().chunks(chunk).length();
 }

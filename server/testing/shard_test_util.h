@@ -39,6 +39,10 @@ RegisterJobRequest Registration(const std::string& id, const JobSpec& spec,
 
 ShardOptions Options(uint32_t shard_id, uint64_t budget = 8ull << 30);
 
+// The coordinator's view of two shards at addresses "s0" and "s1": `epoch`,
+// with the shards in `failed` failed over.
+SetReplicaViewRequest View(uint64_t epoch, std::vector<uint32_t> failed);
+
 uint64_t ChunkLength(const RegisterJobRequest& reg, uint32_t chunk);
 
 // A deterministic gradient with magnitudes over five decades, so that

@@ -8,6 +8,10 @@ optimizers as the parameter-server CTR job, in plain PyTorch 1.13.
   # DistributedDataParallel over gloo, 2 processes on cores 0 and 1:
   /usr/bin/python3 tools/bench/ctr_torch_peer.py --train train.bin --test test.bin \
       --procs 2 --batch 512 --epochs 1 --out ddp.json
+  # one process per host (the network lab, tools/lab/ctr_lab.py), rank 1 of 2:
+  GLOO_SOCKET_IFNAME=eth0 /usr/bin/python3 tools/bench/ctr_torch_peer.py \
+      --train train.bin --test test.bin --batch 512 --world 2 --rank 1 \
+      --master 10.77.0.1:29700
 
 Data: the tools/datagen/ctr_datagen layout (little-endian records of 264 bytes:
 float32 label, float32 dense[13], uint64 ids[26]; global id = (field << 40)
@@ -48,6 +52,7 @@ thread, as in tools/bench/torch_peer.py.
 
 import argparse
 import ctypes
+import datetime
 import json
 import os
 import socket
@@ -297,14 +302,19 @@ def pin(core: int, threads: int) -> Optional[int]:
     return set_blas_threads(threads)
 
 
-def train(rank: int, args, port: int) -> None:
-    """One process: rank 0 of 1 (single) or rank r of args.procs (DDP)."""
-    blas = pin(args.cores[rank], args.threads)
-    world = args.procs
+def train(local: int, args, port: int) -> None:
+    """One process: rank 0 of 1 (single), rank `local` of args.procs (DDP on
+    this machine), or, with --world, rank args.rank of args.world with one
+    process per host (DDP over the network, rendezvous at --master)."""
+    blas = pin(args.cores[local], args.threads)
+    world = args.world or args.procs
+    rank = args.rank if args.world else local
     if world > 1:
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}",
-                                rank=rank, world_size=world)
+        master = args.master or f"127.0.0.1:{port}"
+        dist.init_process_group("gloo", init_method=f"tcp://{master}",
+                                rank=rank, world_size=world,
+                                timeout=datetime.timedelta(seconds=300))
     train_recs = open_records(args.train)
     test_recs = open_records(args.test)
     batcher = Batcher(args.cards)
@@ -449,6 +459,13 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     ap.add_argument("--target-auc", type=float, default=0.75,
                     help="AUC for time_to_auc_s")
     ap.add_argument("--out", default=None, help="JSON result file")
+    ap.add_argument("--world", type=int, default=0,
+                    help="one process per host: the processes in all "
+                    "(--procs 1 here; with --rank and --master)")
+    ap.add_argument("--rank", type=int, default=0,
+                    help="with --world: this process's rank")
+    ap.add_argument("--master", default="",
+                    help="with --world: HOST:PORT of rank 0's rendezvous")
     args = ap.parse_args(argv)
     try:
         args.hidden = [int(h) for h in args.hidden.split(",") if h.strip()]
@@ -468,6 +485,13 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         ap.error(f"--cores: {args.cores} not within allowed {sorted(allowed)}")
     if args.warmup_steps < 0 or args.eval_every < 0:
         ap.error("--warmup-steps/--eval-every: must be >= 0")
+    if args.world:
+        if args.procs != 1:
+            ap.error("--world: one process per host, so --procs 1")
+        if not 0 <= args.rank < args.world:
+            ap.error(f"--rank: {args.rank} is not in [0, {args.world})")
+        if ":" not in args.master:
+            ap.error("--master: HOST:PORT of rank 0 is needed with --world")
     return args
 
 

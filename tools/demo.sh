@@ -80,12 +80,7 @@ else
   # of an earlier run come back idle, and a job submitted before worker0 and
   # worker1 register again (replacing them) could be given to them. Submit
   # once both have registered (at most 30 s; psctl waits for the rest).
-  for i in 0 1; do
-    for _ in $(seq 300); do
-      grep -q 'registered with the coordinator' "$LOGS/worker$i.log" && break
-      sleep 0.1
-    done
-  done
+  wait_log_line 'registered with the coordinator' 30 "$LOGS"/worker{0,1}.log
   set +e
   "${PSCTL[@]}" submit "$JOB" --wait --timeout=1800
   rc=$?

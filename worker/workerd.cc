@@ -468,11 +468,7 @@ absl::Status Workerd::TrainCtr(
   options.tracer = &tracer_;
   options.leader = [this] { return session_->leads(); };
   options.overlap_data = !c.disable_overlap();
-  if (a.elastic_data()) {
-    options.data_plan = [this](uint64_t step, uint64_t examples) {
-      return AskDataPlan(step, examples);
-    };
-  }
+  options.data_plan = DataPlanFor(a);
   PS_ASSIGN_OR_RETURN(std::unique_ptr<CtrTrainer> trainer,
                       CtrTrainer::Create(options, dense, sparse.get()));
   absl::Status status =
@@ -503,11 +499,7 @@ absl::Status Workerd::Train(const Assignment& a,
   options.cpu_kernel_choices = kernel_choices_.get();
   options.tracer = &tracer_;
   options.leader = [this] { return session_->leads(); };
-  if (a.elastic_data()) {
-    options.data_plan = [this](uint64_t step, uint64_t examples) {
-      return AskDataPlan(step, examples);
-    };
-  }
+  options.data_plan = DataPlanFor(a);
   // A lab model reads no data (worker/trainer/lab_workload.h).
   if (!a.spec().model().has_lab()) {
     PS_ASSIGN_OR_RETURN(options.data, DataFor(a.spec()));

@@ -38,6 +38,7 @@
 #include "worker/client/async_ps_client.h"
 #include "worker/coordinator_session.h"
 #include "worker/data/dataset.h"
+#include "worker/trainer/elastic_batches.h"
 #include "worker/worker_metrics.h"
 
 namespace ps {
@@ -105,6 +106,9 @@ class Workerd {
   // A plan that leaves this rank out sets scaled_down_.
   absl::StatusOr<GetDataPlanResponse> AskDataPlan(uint64_t step,
                                                   uint64_t train_examples);
+  // The trainers' data_plan for `assignment`: AskDataPlan for an elastic
+  // data job, else null (a fixed split).
+  ElasticBatches::AskPlan DataPlanFor(const Assignment& assignment);
   std::unique_ptr<grpc::ClientContext> NewContext(
       absl::Duration deadline) const;
   // The job's parameter client options, with shards looked for at the

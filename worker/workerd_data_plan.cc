@@ -22,6 +22,13 @@ constexpr absl::Duration kMaxRetry = absl::Milliseconds(50);
 
 }  // namespace
 
+ElasticBatches::AskPlan Workerd::DataPlanFor(const Assignment& assignment) {
+  if (!assignment.elastic_data()) return nullptr;
+  return [this](uint64_t step, uint64_t examples) {
+    return AskDataPlan(step, examples);
+  };
+}
+
 absl::StatusOr<GetDataPlanResponse> Workerd::AskDataPlan(
     uint64_t step, uint64_t train_examples) {
   GetDataPlanRequest req;

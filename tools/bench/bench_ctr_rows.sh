@@ -62,12 +62,7 @@ for i in 0 1; do
   PIDS+=($!)
 done
 PSCTL=("$BIN/tools/psctl/psctl" --cluster="$DIR/cluster.pbtxt" --connect-timeout=60)
-for i in 0 1; do
-  for _ in $(seq 600); do
-    grep -q 'registered with' "$DIR/worker$i.log" && break
-    sleep 0.1
-  done
-done
+wait_log_line 'registered with' 60 "$DIR"/worker{0,1}.log
 start=$(date +%s.%N)
 set +e
 "${PSCTL[@]}" submit "$JOB" --wait --timeout=7200

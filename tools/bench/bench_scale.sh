@@ -61,12 +61,7 @@ PSCTL=("$BIN/tools/psctl/psctl" --cluster="$DIR/cluster.pbtxt" --connect-timeout
   echo 'max_workers: 4'
   echo 'on_worker_failure: SHRINK'; } >"$DIR/job.pbtxt"
 # Every workerd registered: the job starts on the first 2, 2 stay idle.
-for i in 0 1 2 3; do
-  for _ in $(seq 600); do
-    grep -q 'registered with' "$DIR/worker$i.log" && break
-    sleep 0.1
-  done
-done
+wait_log_line 'registered with' 60 "$DIR"/worker{0,1,2,3}.log
 JOB=$("${PSCTL[@]}" submit "$DIR/job.pbtxt" | grep -o 'job-[0-9]*' | head -1)
 echo "bench_scale: $JOB submitted; scaling to 4 workers after ${GROW_AT_S} s of training"
 json_field() { grep -o "\"$1\": [0-9.e+-]*" | head -1 | awk '{print $2}'; }

@@ -40,8 +40,8 @@ LAB = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(LAB))
 sys.path.insert(0, LAB)
 
-from lab_cost import CostWindow, stop  # noqa: E402
-from scaling import Lab, open_lab, start_ps  # noqa: E402
+from lab_peers import run_peers  # noqa: E402
+from scaling import Lab, open_lab, run_job  # noqa: E402
 
 PEER = os.path.join(ROOT, "tools", "bench", "ctr_torch_peer.py")
 PEER_PYTHON = os.environ.get("PYTHON", "/usr/bin/python3")  # needs torch
@@ -76,59 +76,25 @@ def make_data(args, work: str) -> Dict[str, str]:
 
 
 def run_ps(lab: Lab, args, work: str) -> Dict:
-    d = tempfile.mkdtemp(prefix="ctr-ps-", dir=work)
-    procs: List[subprocess.Popen] = []
-    try:
-        start_ps(lab, args, args.bin, args.shards, args.workers, d, procs)
-        with open(f"{d}/job.pbtxt", "w") as f:
-            f.write(job_spec(args))
-        window = CostWindow(lab, procs)
-        out = lab.run(1, [f"{args.bin}/tools/psctl/psctl", "submit",
-                          f"{d}/job.pbtxt", "--wait",
-                          f"--cluster={d}/cluster.pbtxt",
-                          "--connect-timeout=30"], timeout=args.row_timeout)
-        cost = window.close()
-        summary = dict(re.findall(r"(\w+)=(\S+)", out.strip().splitlines()[-1]))
-        if summary.get("state") != "SUCCEEDED":
-            raise RuntimeError(f"job did not succeed: {out[-2000:]}")
-        return {"system": "ps", "samples_per_s": float(summary["samples_per_s"]),
-                "test_auc": float(summary["test_auc"]),
-                "train_s": float(summary["train_s"]), **cost}
-    finally:
-        stop(procs)
-        if not args.keep_logs:
-            shutil.rmtree(d, ignore_errors=True)
+    job = run_job(lab, args, args.bin, args.shards, args.workers,
+                  job_spec(args), work)  # its folder: ps-s{S}w{W}-*
+    summary = job["summary"]
+    return {"system": "ps", "samples_per_s": float(summary["samples_per_s"]),
+            "test_auc": float(summary["test_auc"]),
+            "train_s": float(summary["train_s"]), **job["cost"]}
 
 
 def run_ddp(lab: Lab, args, files: Dict[str, str], work: str) -> Dict:
-    d = tempfile.mkdtemp(prefix="ctr-ddp-", dir=work)
-    procs: List[subprocess.Popen] = []
     cores = os.cpu_count() or 1
-    try:
-        window = CostWindow(lab, [])  # the peers are children: reaped in it
-        for r in range(args.workers):
-            argv = ["env", "GLOO_SOCKET_IFNAME=eth0", PEER_PYTHON, PEER,
-                    "--train", files["train"], "--test", files["test"],
-                    "--batch", str(args.batch), "--world", str(args.workers),
-                    "--rank", str(r), "--master", f"{lab.hosts[0]}:29700",
-                    "--cores", str(r % cores)]
-            procs.append(lab.popen(r + 1, argv, f"{d}/rank{r}.log"))
-        procs[0].wait(timeout=args.row_timeout)
-        for p in procs[1:]:
-            p.wait(timeout=60)
-        cost = window.close()
-        with open(f"{d}/rank0.log") as f:
-            text = f.read()
-        m = re.search(r"^RESULT (.*)$", text, re.M)
-        if procs[0].returncode != 0 or not m:
-            raise RuntimeError(f"DDP W={args.workers} failed:\n{text[-2000:]}")
-        res = json.loads(m.group(1))
-        return {"system": "ddp", "samples_per_s": res["samples_per_s"],
-                "test_auc": res["test_auc"], "train_s": res["wall_s"], **cost}
-    finally:
-        stop(procs)
-        if not args.keep_logs:
-            shutil.rmtree(d, ignore_errors=True)
+    argvs = [["env", "GLOO_SOCKET_IFNAME=eth0", PEER_PYTHON, PEER,
+              "--train", files["train"], "--test", files["test"],
+              "--batch", str(args.batch), "--world", str(args.workers),
+              "--rank", str(r), "--master", f"{lab.hosts[0]}:29700",
+              "--cores", str(r % cores)] for r in range(args.workers)]
+    res, cost, _ = run_peers(lab, args, argvs, f"DDP W={args.workers}", work,
+                             "ctr-ddp-", others_s=60)
+    return {"system": "ddp", "samples_per_s": res["samples_per_s"],
+            "test_auc": res["test_auc"], "train_s": res["wall_s"], **cost}
 
 
 def summarize(rows: List[Dict]) -> str:

@@ -60,6 +60,7 @@ from lab_cost import (TCP_PAYLOAD, CostWindow, cpu_s_per_gb, host_tx_bytes,
                       mis_shaped, parse_rate_bits, peak_rss, ps_bound,
                       ring_bound, stop,
                       straggler, straggler_rate, tcp_reference, wait_files)
+from lab_peers import peer_cpu, run_peers
 
 LAB = os.path.dirname(os.path.abspath(__file__))  # tools/lab
 ROOT = os.path.dirname(os.path.dirname(LAB))
@@ -219,14 +220,18 @@ def shard_stats(lab: Lab, psctl: str, d: str) -> Dict:
     return out
 
 
-def run_ps(lab: Lab, args, bindir: str, shards: int, workers: int,
-           params: int, mode: str, work: str) -> Dict:
+def run_job(lab: Lab, args, bindir: str, shards: int, workers: int,
+            spec: str, work: str) -> Dict:
+    """S psd and W workerd (start_ps) train the job `spec` (psctl submit
+    --wait): its summary line (key=value), what the row cost (CostWindow),
+    the bytes the shards' hosts sent, the largest psd's peak RSS and the
+    shards' own counts (shard_stats). RuntimeError unless it SUCCEEDED."""
     d = tempfile.mkdtemp(prefix=f"ps-s{shards}w{workers}-", dir=work)
     procs: List[subprocess.Popen] = []
     try:
         start_ps(lab, args, bindir, shards, workers, d, procs)
         with open(f"{d}/job.pbtxt", "w") as f:
-            f.write(job_spec(args, params, workers, mode))
+            f.write(spec)
         psctl = f"{bindir}/tools/psctl/psctl"
         window = CostWindow(lab, procs)  # psd, workerd; psctl is a child
         shard_tx0 = host_tx_bytes(lab.prefix, shards)  # hosts 1..S
@@ -239,31 +244,39 @@ def run_ps(lab: Lab, args, bindir: str, shards: int, workers: int,
         summary = dict(re.findall(r"(\w+)=(\S+)", out.strip().splitlines()[-1]))
         if summary.get("state") != "SUCCEEDED":
             raise RuntimeError(f"job did not succeed: {out}")
-        stats = shard_stats(lab, psctl, d)
-        steps = int(summary["steps"])
-        step_s = float(summary["train_s"]) / max(1, steps)
-        real_params = (MLP_PARAMS if args.model == "mlp" else
-                       model_params(params, args.layers))
-        bound = ps_bound(4 * real_params, workers, shards, lab.bytes_per_s,
-                         steps, args.compute_ms / 1e3, args.straggler or 1.0)
-        return {"system": "ps", "mode": mode, "workers": workers,
-                "shards": shards, "params": real_params,
-                "rate": lab.rate, "steps": steps, "step_s": step_s,
-                "samples_per_s": float(summary["samples_per_s"]),
-                "model": args.model,
-                "test_accuracy": float(summary.get("test_accuracy", -1)),
-                "bytes_per_step": stats["moved"] / max(1, steps),
-                "bound_s": bound, "of_bound": bound / step_s, **cost,
-                "delta_pulls": stats["deltas"],
-                "delta_refused": stats["refused"],
-                # Per shard: bytes its host sent per step, and the largest
-                # psd's peak resident memory.
-                "shard_tx_per_step": shard_tx / max(1, steps) / shards,
-                "shard_peak_rss": shard_rss}
+        return {"summary": summary, "cost": cost, "shard_tx": shard_tx,
+                "shard_rss": shard_rss, "stats": shard_stats(lab, psctl, d)}
     finally:
         stop(procs)
         if not args.keep_logs:
             shutil.rmtree(d, ignore_errors=True)
+
+
+def run_ps(lab: Lab, args, bindir: str, shards: int, workers: int,
+           params: int, mode: str, work: str) -> Dict:
+    job = run_job(lab, args, bindir, shards, workers,
+                  job_spec(args, params, workers, mode), work)
+    summary, cost, stats = job["summary"], job["cost"], job["stats"]
+    steps = int(summary["steps"])
+    step_s = float(summary["train_s"]) / max(1, steps)
+    real_params = (MLP_PARAMS if args.model == "mlp" else
+                   model_params(params, args.layers))
+    bound = ps_bound(4 * real_params, workers, shards, lab.bytes_per_s,
+                     steps, args.compute_ms / 1e3, args.straggler or 1.0)
+    return {"system": "ps", "mode": mode, "workers": workers,
+            "shards": shards, "params": real_params,
+            "rate": lab.rate, "steps": steps, "step_s": step_s,
+            "samples_per_s": float(summary["samples_per_s"]),
+            "model": args.model,
+            "test_accuracy": float(summary.get("test_accuracy", -1)),
+            "bytes_per_step": stats["moved"] / max(1, steps),
+            "bound_s": bound, "of_bound": bound / step_s, **cost,
+            "delta_pulls": stats["deltas"],
+            "delta_refused": stats["refused"],
+            # Per shard: bytes its host sent per step, and the largest
+            # psd's peak resident memory.
+            "shard_tx_per_step": job["shard_tx"] / max(1, steps) / shards,
+            "shard_peak_rss": job["shard_rss"]}
 
 
 def has_torch(python: str) -> bool:
@@ -289,54 +302,24 @@ def peer_argv(lab: Lab, args, workers: int, rank: int, params: int) -> List[str]
             str(slowest / 1e6), "--timeout-s", str(args.row_timeout)]
 
 
-def peer_cpu(d: str, workers: int) -> float:
-    """The peers' own CPU seconds over their steps (warm-up included; start,
-    torch import and rendezvous not): the sum of their COST lines."""
-    total = 0.0
-    for r in range(workers):
-        with open(f"{d}/rank{r}.log") as f:
-            m = re.search(r"^COST (.*)$", f.read(), re.M)
-        if not m:
-            raise RuntimeError(f"all-reduce rank {r} printed no COST line")
-        total += json.loads(m.group(1))["cpu_s"]
-    return total
-
-
 def run_allreduce(lab: Lab, args, workers: int, params: int, work: str) -> Dict:
-    procs: List[subprocess.Popen] = []
-    d = tempfile.mkdtemp(prefix=f"ar-w{workers}-", dir=work)
-    try:
-        window = CostWindow(lab, [])  # the peers are children: reaped in it
-        for r in range(workers):
-            procs.append(lab.popen(r + 1, peer_argv(lab, args, workers, r, params),
-                                   f"{d}/rank{r}.log"))
-        procs[0].wait(timeout=args.row_timeout)
-        for p in procs[1:]:
-            p.wait(timeout=30)
-        cost = window.close()
-        with open(f"{d}/rank0.log") as f:
-            text = f.read()
-        m = re.search(r"^RESULT (.*)$", text, re.M)
-        if procs[0].returncode != 0 or not m:
-            raise RuntimeError(f"all-reduce W={workers} failed:\n{text[-2000:]}")
-        # Whole processes (interpreter start, torch import) vs their steps.
-        cost["cpu_s_process"] = cost["cpu_s"]
-        cost["cpu_s"] = peer_cpu(d, workers)
-        cost["cpu_s_per_gb"] = cpu_s_per_gb(cost["cpu_s"], cost["tx_bytes"])
-        res = json.loads(m.group(1))
-        step_s = res["step_s_median"]
-        bound = ring_bound(4 * res["params"], workers, lab.bytes_per_s,
-                           args.compute_ms / 1e3, args.straggler or 1.0)
-        return {"system": "allreduce", "mode": "bsp", "workers": workers,
-                "shards": 0, "params": res["params"], "rate": lab.rate,
-                "steps": args.steps, "step_s": step_s,
-                "samples_per_s": workers * args.batch / step_s,
-                "bytes_per_step": res["bytes_per_worker_per_step"] * workers,
-                "bound_s": bound, "of_bound": bound / step_s, **cost}
-    finally:
-        stop(procs)
-        if not args.keep_logs:
-            shutil.rmtree(d, ignore_errors=True)
+    res, cost, logs = run_peers(
+        lab, args, [peer_argv(lab, args, workers, r, params)
+                    for r in range(workers)],
+        f"all-reduce W={workers}", work, f"ar-w{workers}-", others_s=30)
+    # Whole processes (interpreter start, torch import) vs their steps.
+    cost["cpu_s_process"] = cost["cpu_s"]
+    cost["cpu_s"] = peer_cpu(logs)
+    cost["cpu_s_per_gb"] = cpu_s_per_gb(cost["cpu_s"], cost["tx_bytes"])
+    step_s = res["step_s_median"]
+    bound = ring_bound(4 * res["params"], workers, lab.bytes_per_s,
+                       args.compute_ms / 1e3, args.straggler or 1.0)
+    return {"system": "allreduce", "mode": "bsp", "workers": workers,
+            "shards": 0, "params": res["params"], "rate": lab.rate,
+            "steps": args.steps, "step_s": step_s,
+            "samples_per_s": workers * args.batch / step_s,
+            "bytes_per_step": res["bytes_per_worker_per_step"] * workers,
+            "bound_s": bound, "of_bound": bound / step_s, **cost}
 
 
 def fmt(v: Optional[float], spec: str) -> str:

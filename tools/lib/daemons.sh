@@ -2,6 +2,7 @@
 # tools/gpu_check.sh, tools/bench/*.sh):
 #
 #   source "$(dirname "$0")/lib/daemons.sh"
+#   wait_log_line 'registered with' 60 "$DIR"/worker{0,1}.log
 #   stop_pids "${PIDS[@]}"
 #
 # stop_pids PID...: SIGTERM every PID (the daemons drain and exit cleanly on
@@ -20,5 +21,21 @@ stop_pids() {
   done
   kill -KILL "$@" 2>/dev/null || true
   for p in "$@"; do wait "$p" 2>/dev/null || true; done
+  return 0
+}
+
+# wait_log_line PATTERN SECONDS FILE...: polls each FILE every 0.1 s, up to
+# SECONDS per file, until it holds a line matching PATTERN (grep). Returns 0
+# either way: what follows (psctl, which waits itself) reports a daemon that
+# never got there.
+wait_log_line() {
+  local pattern=$1 tenths=$(($2 * 10)) f i
+  shift 2
+  for f in "$@"; do
+    for ((i = 0; i < tenths; i++)); do
+      grep -q "$pattern" "$f" 2>/dev/null && break
+      sleep 0.1
+    done
+  done
   return 0
 }

@@ -17,9 +17,14 @@ constexpr absl::Duration kAssignmentPoll = absl::Seconds(5);
 // The session of a worker that joins one job: its name unique per
 // JoinedWorker (UniqueWorkerName), quiet (the caller sees statuses), and a
 // coordinator that forgot it aborts the job (it cannot take its rank back).
-CoordinatorSession::Options SessionOptions(const JoinOptions& options,
-                                           const std::string& coordinator) {
+CoordinatorSession::Options SessionOptions(
+    const JoinOptions& options, const std::string& coordinator,
+    std::shared_ptr<RelocateSignal> relocate) {
   CoordinatorSession::Options o;
+  // A new replica epoch: the client looks the shards up now.
+  o.on_heartbeat = [relocate](const HeartbeatResponse& r) {
+    relocate->OnReplicaEpoch(r.replica_epoch());
+  };
   o.name = options.name.empty() ? UniqueWorkerName() : options.name;
   o.devices = {"cpu:0"};
   o.job_id = options.job_id;
@@ -58,7 +63,7 @@ JoinedWorker::JoinedWorker(const Connection& connection,
     : connection_(connection),
       options_(options),
       coordinator_(connection_),
-      session_(SessionOptions(options_, connection_.coordinator),
+      session_(SessionOptions(options_, connection_.coordinator, relocate_),
                ClientCalls(&coordinator_)) {}
 
 absl::StatusOr<std::unique_ptr<JoinedWorker>> JoinedWorker::Join(
@@ -144,6 +149,7 @@ absl::Status JoinedWorker::Setup() {
   // A shard that keeps failing is looked for at the coordinator: it may
   // have restarted at another address (worker/client/shard_relocator.h). The
   // client is destroyed in Close, before the coordinator connection.
+  client_options.relocate_signal = relocate_;
   client_options.locate_shards =
       [this](absl::Time deadline) -> absl::StatusOr<ShardAddressesResponse> {
     ShardAddressesResponse resp;

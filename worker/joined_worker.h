@@ -44,6 +44,7 @@
 #include "proto/coordinator.pb.h"
 #include "worker/client/async_ps_client.h"
 #include "worker/client/request_handle.h"
+#include "worker/client/shard_relocator.h"
 #include "worker/coordinator_session.h"
 
 namespace ps {
@@ -155,6 +156,10 @@ class JoinedWorker {
   const Connection connection_;
   const JoinOptions options_;
   const CoordinatorClient coordinator_;
+  // Raised by the heartbeats when the replica epoch moves (before session_,
+  // which holds it); the client looks the shards up then.
+  const std::shared_ptr<RelocateSignal> relocate_ =
+      std::make_shared<RelocateSignal>();
   // Registration, heartbeats, leader and abort flags; uses coordinator_.
   CoordinatorSession session_;
   std::string worker_id_;  // the session's, once registered

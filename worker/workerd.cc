@@ -252,6 +252,7 @@ PsClientOptions Workerd::JobClientOptions() {
         stub_->GetShardAddresses(&ctx, ShardAddressesRequest(), &resp)));
     return resp;
   };
+  options.relocate_signal = relocate_;
   return options;
 }
 
@@ -304,6 +305,9 @@ void Workerd::StartSession() {
 }
 
 void Workerd::OnHeartbeat(const HeartbeatResponse& resp) {
+  // A new replica epoch: a shard may have failed over; the job's clients
+  // look the shards up now (worker/client/shard_relocator.h).
+  relocate_->OnReplicaEpoch(resp.replica_epoch());
   if (!resp.leave_job().empty() &&
       resp.leave_job() == session_->snapshot().job_id &&
       !scaled_down_.exchange(true)) {

@@ -36,6 +36,7 @@
 #include "proto/coordinator.grpc.pb.h"
 #include "worker/backend/cpu/kernel_choices.h"
 #include "worker/client/async_ps_client.h"
+#include "worker/client/shard_relocator.h"
 #include "worker/coordinator_session.h"
 #include "worker/data/dataset.h"
 #include "worker/trainer/elastic_batches.h"
@@ -159,6 +160,10 @@ class Workerd {
   // A heartbeat answered leave_job for the running job (set by the
   // heartbeat thread, taken by RunJob).
   std::atomic<bool> scaled_down_{false};
+  // Heartbeats tell it the coordinator's replica epoch; when that moves,
+  // the job's clients look the shards up now.
+  const std::shared_ptr<RelocateSignal> relocate_ =
+      std::make_shared<RelocateSignal>();
 
   // Data sets kept across jobs: (dataset, data_dir, seed) -> data.
   std::string data_key_;

@@ -77,6 +77,7 @@ absl::Status JobCoordinator::Heartbeat(const HeartbeatRequest& request,
     return absl::OkStatus();
   }
   NoteContact(*worker, options_.clock());
+  response->set_replica_epoch(replica_epoch());
   if (!worker->abort_reason.empty()) {
     response->set_abort_job(true);
     response->set_reason(worker->abort_reason);

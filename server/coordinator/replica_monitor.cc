@@ -104,6 +104,8 @@ void ReplicaMonitor::Beat(absl::Time now) {
   bool all_answered = true;
   const std::vector<uint32_t> failed(view.failed().begin(),
                                      view.failed().end());
+  const std::vector<uint32_t> joining(view.joining().begin(),
+                                      view.joining().end());
   for (uint32_t s = 0; s < options_.num_shards; ++s) {
     // Failed shards hear the view too (best effort): one still alive learns
     // that it is fenced and stops serving; one that answers rejoins. A
@@ -129,7 +131,12 @@ void ReplicaMonitor::Beat(absl::Time now) {
     if (st.ok()) {
       missed_[s] = 0;
       for (uint32_t b : resp.behind()) behind.push_back(b);
-      for (uint32_t b : resp.lagging()) lagging.push_back({b, s});
+      // A joining shard is nobody's acting primary: what it says of its
+      // forwards dates from before it failed (a fenced primary's), and
+      // must not fail a live backup over.
+      if (!Contains(joining, s)) {
+        for (uint32_t b : resp.lagging()) lagging.push_back({b, s});
+      }
       continue;
     }
     all_answered = false;

@@ -251,5 +251,33 @@ TEST(ReplicaMonitorTest, ABackupThatFallsBehindIsFailedOver) {
   EXPECT_EQ(slow.lag_ms.back(), 8000u);
 }
 
+// A primary cut off from the coordinator alone goes on forwarding, and
+// its backup, told of the failover, refuses it; back in reach, it answers
+// the heartbeats with those failures. It is joining (nobody's primary):
+// its report must not fail the live backup over (as it once did, cascading
+// into a second failover of a healthy shard).
+TEST(ReplicaMonitorTest, AJoiningShardsStaleLaggingReportFailsNobody) {
+  Fake fake;
+  ReplicaMonitor monitor(fake.Options());
+  fake.down[1] = true;
+  monitor.Beat(absl::Now());
+  monitor.Beat(absl::Now());
+  ASSERT_THAT(monitor.failed(), ElementsAre(1u));
+  fake.down[1] = false;
+  fake.lagging[1] = {2};
+  fake.behind[2] = {1};
+  monitor.Beat(absl::Now());  // answers while failed: rejoins
+  ASSERT_THAT(monitor.sets().joining, ElementsAre(1u));
+  monitor.Beat(absl::Now());  // answers while joining, still "lagging 2"
+  EXPECT_TRUE(monitor.failed().empty());
+  EXPECT_EQ(monitor.epoch(), 2u);
+  // Once it is a backup again its reports count as any primary's.
+  fake.behind[2] = {};
+  monitor.Beat(absl::Now());
+  ASSERT_THAT(monitor.sets().rejoined, ElementsAre(1u));
+  monitor.Beat(absl::Now());
+  EXPECT_THAT(monitor.failed(), ElementsAre(2u));
+}
+
 }  // namespace
 }  // namespace ps

@@ -21,21 +21,25 @@ absl::Status Refused(Job& job, absl::Status status) {
 }
 
 // A forward of another epoch than this shard's view: an older one is
-// refused (fenced only if this view failed the sender; else the
+// refused, ABORTED if this view failed the sender (it is fenced: the
+// sender stops serving, kReplicaFencedCode), else FAILED_PRECONDITION (the
 // coordinator's view change reached this shard first, and the sender
-// forwards again once it hears it), a newer one is retried.
+// forwards again once it hears it); a newer one is retried.
 absl::Status CheckForwardEpoch(Job& job, const ReplicateRequest& req) {
   const ReplicaView& view = *job.view;
   const uint64_t epoch = view.epoch();
   if (req.epoch() < epoch) {
-    const std::string why =
-        view.Failed(req.from_shard())
-            ? absl::StrCat("shard ", req.from_shard(),
-                           " was failed over (fenced)")
-            : absl::StrCat("shard ", req.from_shard(), " has not heard epoch ",
-                           epoch, " yet; it forwards again at the new epoch");
+    const std::string head = absl::StrCat("epoch: ", req.epoch(), " < ", epoch,
+                                          ": shard ", req.from_shard());
+    if (view.Failed(req.from_shard())) {
+      return Refused(
+          job, absl::Status(kReplicaFencedCode, absl::StrCat(head,
+                                                             " was failed over "
+                                                             "(fenced)")));
+    }
     return Refused(job, absl::FailedPreconditionError(absl::StrCat(
-                            "epoch: ", req.epoch(), " < ", epoch, ": ", why)));
+                            head, " has not heard epoch ", epoch,
+                            " yet; it forwards again at the new epoch")));
   }
   if (req.epoch() > epoch) {
     return absl::UnavailableError(absl::StrCat(

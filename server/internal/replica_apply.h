@@ -22,9 +22,18 @@ int CopyIndex(const ChunkPlacement& p, uint32_t shard);
 // 1 + the version `shard` acknowledged of `c` (0: none).
 uint64_t Acked(const Chunk& c, uint32_t shard);
 
+// What a backup answers a forward from a shard its view failed over (the
+// sender is fenced): ABORTED, which gRPC itself never produces. The sender
+// stops serving the job at once (Replicator), so that its workers find the
+// successor even while the coordinator cannot reach it.
+inline constexpr absl::StatusCode kReplicaFencedCode =
+    absl::StatusCode::kAborted;
+
 // Backup side: checks `req` against `job` and the view (fencing: an epoch
-// older than the view's is FAILED_PRECONDITION, a newer one UNAVAILABLE so
-// the sender retries once this shard heard of it; a chunk not held here,
+// older than the view's is kReplicaFencedCode if the view failed the
+// sender, else FAILED_PRECONDITION (it has not heard the epoch yet); a
+// newer one UNAVAILABLE so the sender retries once this shard heard of it;
+// a chunk not held here,
 // one this shard is acting primary of, one whose acting primary is not
 // req.from_shard, or a wrong size: INVALID_ARGUMENT or FAILED_PRECONDITION
 // naming the field), then stores every chunk newer than what it holds (an

@@ -4,6 +4,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "core/float_bytes.h"
 #include "server/internal/waits.h"
 #include "spdlog/spdlog.h"
@@ -168,6 +169,10 @@ std::vector<uint32_t> Replicator::Lagging(absl::Duration lag,
 
 void Replicator::ForgetFailures(uint32_t shard) {
   absl::MutexLock l(&mu_);
+  if (shard == view_->self()) {
+    health_.clear();
+    return;
+  }
   health_.erase(shard);
 }
 
@@ -320,6 +325,14 @@ void Replicator::Send(Stream* stream) {
         sender == nullptr
             ? absl::UnavailableError("no replica sender")
             : sender(view_->Address(backup), req, absl::Now() + deadline);
+    if (s.code() == kReplicaFencedCode) {
+      Fenced(job, backup, s);
+      for (int i = 0; i < req.chunks_size(); ++i) {
+        Chunk& c = *batch[i].chunk;
+        Unforward(c, CopyIndex(c.placement, backup), req.chunks(i).version());
+      }
+      continue;
+    }
     Record(backup, s, deadline);
     if (!s.ok()) {
       Retry(stream, batch, req, s);
@@ -343,6 +356,23 @@ void Replicator::Send(Stream* stream) {
     }
     CompleteAll(&ready);
   }
+}
+
+void Replicator::Fenced(Job& job, uint32_t backup, const absl::Status& s) {
+  // The backup's view failed this shard over at a newer epoch than this
+  // shard heard (the coordinator cannot reach it, but the workers and the
+  // backups can): nothing it holds can be acknowledged any more, and its
+  // workers must find the successor now, not when the coordinator gets
+  // through or their steps time out.
+  if (job.waits.is_closed.load()) return;
+  spdlog::warn(
+      "shard {}: job {}: shard {} refused a forward: {}; this shard stops "
+      "serving the job so that its workers find the successor",
+      view_->self(), job.id, backup, std::string(s.message()));
+  CloseJob(job, absl::UnavailableError(absl::StrCat(
+                    "shard ", view_->self(), " was failed over (fenced: shard ",
+                    backup, " refused its forward: ", s.message(),
+                    "); its chunks are served by a backup")));
 }
 
 void Replicator::Retry(Stream* stream, std::vector<Forward>& batch,

@@ -27,9 +27,14 @@
 // waiting for the rest; a forward in flight is not waited for before a
 // newer one (a backup keeps the newest version it got).
 //
-// A forward that fails is retried every `retry` until it succeeds or the
-// coordinator fails the backup (the view's epoch moves): the backup is then
-// dropped from the acknowledgement set, logged and counted
+// A backup whose view failed this shard over refuses its forwards as
+// fenced (kReplicaFencedCode): this shard then closes the job (its waits
+// fail UNAVAILABLE, so the workers ask the coordinator and follow the
+// successor) without waiting to hear the view itself, which a shard cut
+// off from the coordinator alone never would.
+// A forward that fails otherwise is retried every `retry` until it
+// succeeds or the coordinator fails the backup (the view's epoch moves): the
+// backup is then dropped from the acknowledgement set, logged and counted
 // (JobStats.replica_drops), never silently. A backup that keeps failing
 // forwards while it answers the coordinator (it falls behind) is reported
 // by Lagging in the heartbeat's answer, and the coordinator fails it.
@@ -130,7 +135,9 @@ class Replicator {
   // otherwise than by running out of time (SetReplicaViewResponse.lagging).
   std::vector<uint32_t> Lagging(absl::Duration lag, absl::Time now) const
       ABSL_LOCKS_EXCLUDED(mu_);
-  // `shard` (re)joins: its earlier failures no longer count.
+  // `shard` (re)joins: its earlier failures no longer count. This shard
+  // itself: it rejoins empty, so none of its forwards' failures count (a
+  // fenced primary's refused forwards must not report a live backup).
   void ForgetFailures(uint32_t shard) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
@@ -169,6 +176,10 @@ class Replicator {
   // the backup was failed) the dispatcher decides anew.
   void Retry(Stream* stream, std::vector<Forward>& batch, ReplicateRequest& req,
              const absl::Status& s) ABSL_LOCKS_EXCLUDED(mu_);
+  // `backup` refused a forward of `job` as fenced (kReplicaFencedCode):
+  // closes the job here with UNAVAILABLE (logged once), as hearing the
+  // view that failed this shard would.
+  void Fenced(Job& job, uint32_t backup, const absl::Status& s);
   // The deadline of the next forward to `backup`.
   absl::Duration DeadlineFor(uint32_t backup) const ABSL_LOCKS_EXCLUDED(mu_);
   // Notes how a forward to `backup`, sent with `deadline`, ended.

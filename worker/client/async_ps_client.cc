@@ -95,6 +95,18 @@ void AsyncPsClient::OnShardMoved(uint32_t shard) {
     for (Call* call : backoff_) {
       if (call->group.shard == shard) call->retry_at = now;
     }
+    // Calls on the wire to the old address go again too: a failed-over
+    // primary that the network cut off answers nothing before their
+    // deadline. (Same (worker, step), attempt + 1: applied once.)
+    for (auto& [id, r] : requests_) {
+      for (auto& call : r->calls) {
+        if (call->state == Call::State::kOnWire && call->group.shard == shard &&
+            !call->moved) {
+          call->moved = true;
+          call->context->TryCancel();  // OnDone retries it
+        }
+      }
+    }
   }
   Wake();
 }
@@ -355,6 +367,12 @@ void AsyncPsClient::OnDone(Call* call, grpc::Status grpc_status) {
   absl::MutexLock lock(&mu_);
   inflight_[shard]--;
   channels_->NoteHealth(shard, status);
+  const bool moved = std::exchange(call->moved, false) && !status.ok();
+  if (moved && absl::IsCancelled(status)) {
+    status = absl::UnavailableError(
+        absl::StrCat("shard ", shard, " moved to ", channels_->address(shard),
+                     " while the call was on the wire"));
+  }
   bool dispatcher_work = false;
   stats_.bytes_received += reply.data_bytes;
   stats_.dense_bytes_received += reply.dense_bytes;
@@ -371,7 +389,8 @@ void AsyncPsClient::OnDone(Call* call, grpc::Status grpc_status) {
     }
     EndCall(call, status);
   } else if (retry_.Retries(status, call->attempt) && r->status.ok()) {
-    call->retry_at = absl::Now() + retry_.Backoff(call->attempt);
+    call->retry_at = absl::Now() + (moved ? absl::ZeroDuration()
+                                          : retry_.Backoff(call->attempt));
     call->state = Call::State::kBackoff;
     backoff_.push_back(call);
     dispatcher_work = true;

@@ -395,6 +395,39 @@ TEST_F(AsyncPsClientTest, AShardThatMovedIsFollowedWithTheSameStep) {
   EXPECT_EQ(moved.arrivals().size(), 2u);
 }
 
+// A primary cut off from the network (alive, silent: no error comes back)
+// is failed over; the heartbeat's new replica epoch makes a lookup, and
+// the call still on the wire to the old address goes to the successor at
+// once, the same step, attempt + 1, instead of at its deadline.
+TEST_F(AsyncPsClientTest, AFailoverMovesCallsStillOnTheWire) {
+  FakeShardServer successor(std::vector<uint64_t>(kTensors, kLength));
+  auto failed_over = std::make_shared<std::atomic<bool>>(false);
+  PsClientOptions options;
+  options.locate_interval = absl::Milliseconds(10);
+  options.relocate_signal = std::make_shared<RelocateSignal>();
+  options.locate_shards =
+      [failed_over, old_address = shard_.address(),
+       new_address = successor.address()](
+          absl::Time) -> absl::StatusOr<ShardAddressesResponse> {
+    ShardAddressesResponse r;
+    r.add_addresses(failed_over->load() ? new_address : old_address);
+    return r;
+  };
+  Connect(options);
+  shard_.set_hold(true);
+  RequestHandle h = client_->Start(Tensor(1));
+  ASSERT_TRUE(shard_.AwaitArrivals(1, Soon()));
+  failed_over->store(true);
+  options.relocate_signal->OnReplicaEpoch(2);
+  ASSERT_TRUE(client_->Wait(h, Soon()).ok());
+  std::vector<FakeShardServer::Arrival> a = successor.arrivals();
+  ASSERT_EQ(a.size(), 1u);
+  EXPECT_EQ(a[0].step, 3u);
+  EXPECT_EQ(a[0].attempt, 2u);
+  EXPECT_EQ(params_[kLength], 1.5f);  // applied once, by the successor
+  EXPECT_EQ(client_->stats().retries, 1u);
+}
+
 TEST_F(AsyncPsClientTest, AShardNotFoundEndsNamingTheCoordinatorsProblem) {
   PsClientOptions options;
   options.max_attempts = 20;

@@ -75,6 +75,9 @@ struct AsyncPsClient::Call {
   std::pair<int, uint64_t> queue_key;  // (-priority, request id)
   State state = State::kQueued;
   int attempt = 0;
+  // Cancelled on the wire because its shard moved (OnShardMoved): the
+  // cancellation is a retry at the new address, at once (mu_).
+  bool moved = false;
   absl::Time retry_at;
   std::unique_ptr<grpc::ClientContext> context;
   grpc::ByteBuffer wire_request;  // PushPullRequest, PushRequest, PullRequest

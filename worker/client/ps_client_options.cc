@@ -20,6 +20,7 @@ ShardChannelsOptions ChannelOptionsOf(const PsClientOptions& options,
   channels.link_bytes_per_s = options.link_bytes_per_s;
   channels.locate_shards = options.locate_shards;
   channels.locate_interval = options.locate_interval;
+  channels.relocate_signal = options.relocate_signal;
   channels.job_id = job_id;
   channels.moved_note = moved_note;
   return channels;

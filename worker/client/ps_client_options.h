@@ -12,6 +12,7 @@
 #define WORKER_CLIENT_PS_CLIENT_OPTIONS_H_
 
 #include <cstddef>
+#include <memory>
 #include <string>
 
 #include "absl/time/time.h"
@@ -63,6 +64,12 @@ struct PsClientOptions {
   LocateShards locate_shards;
   absl::Duration locate_interval =
       absl::Milliseconds(kDefaultShardLocateIntervalMs);
+  // With locate_shards: raised when the coordinator's replica epoch moved
+  // (workerd's heartbeat), it makes a lookup at once; a shard that moved
+  // then has its calls still on the wire cancelled and sent again at the
+  // new address (a primary cut off from the network answers nothing, so
+  // they would wait out their deadline). Unset: lookups only on failures.
+  std::shared_ptr<RelocateSignal> relocate_signal;
   // Step timelines (psctl trace); borrowed, must outlive the client; null:
   // none. Each call of a step it covers is recorded: TRACE_RPC from issue
   // to reply and TRACE_PULL_REPLY for the reply's decode.

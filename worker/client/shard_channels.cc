@@ -27,6 +27,7 @@ void ShardChannelsBase::Follow() {
   ShardRelocator::Options relocator_options;
   relocator_options.locate = options_.locate_shards;
   relocator_options.interval = options_.locate_interval;
+  relocator_options.signal = options_.relocate_signal;
   std::vector<std::string> addresses;
   {
     absl::MutexLock lock(&mu_);

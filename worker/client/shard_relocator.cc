@@ -18,6 +18,29 @@ constexpr absl::Duration kMinLookupDeadline = absl::Milliseconds(500);
 
 }  // namespace
 
+void RelocateSignal::Raise() {
+  absl::MutexLock lock(&mu_);
+  for (const auto& [id, wake] : wakes_) wake();
+}
+
+void RelocateSignal::OnReplicaEpoch(uint64_t epoch) {
+  absl::MutexLock lock(&mu_);
+  if (epoch == 0 || epoch == epoch_) return;
+  epoch_ = epoch;
+  for (const auto& [id, wake] : wakes_) wake();
+}
+
+uint64_t RelocateSignal::Subscribe(std::function<void()> wake) {
+  absl::MutexLock lock(&mu_);
+  wakes_.emplace(next_id_, std::move(wake));
+  return next_id_++;
+}
+
+void RelocateSignal::Unsubscribe(uint64_t id) {
+  absl::MutexLock lock(&mu_);
+  wakes_.erase(id);
+}
+
 ShardRelocator::ShardRelocator(Options options,
                                std::vector<std::string> addresses,
                                OnMoved on_moved)
@@ -28,10 +51,17 @@ ShardRelocator::ShardRelocator(Options options,
     notes_.assign(addresses.size(), "");
     addresses_ = std::move(addresses);
   }
+  if (options_.signal != nullptr) {
+    signal_id_ = options_.signal->Subscribe([this] {
+      absl::MutexLock lock(&mu_);
+      look_now_ = true;
+    });
+  }
   thread_ = std::thread([this] { Loop(); });
 }
 
 ShardRelocator::~ShardRelocator() {
+  if (options_.signal != nullptr) options_.signal->Unsubscribe(signal_id_);
   {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
@@ -105,7 +135,7 @@ void ShardRelocator::Loop() {
   absl::MutexLock lock(&mu_);
   while (true) {
     auto work = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return stopping_ || AnySuspect();
+      return stopping_ || look_now_ || AnySuspect();
     };
     mu_.Await(absl::Condition(&work));
     if (stopping_) return;
@@ -116,6 +146,7 @@ void ShardRelocator::Loop() {
       continue;
     }
     last_lookup_ = absl::Now();
+    look_now_ = false;
     ++lookups_;
     const absl::Time deadline =
         last_lookup_ + std::max(options_.interval, kMinLookupDeadline);

@@ -24,6 +24,8 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -41,6 +43,31 @@ namespace ps {
 using LocateShards =
     std::function<absl::StatusOr<ShardAddressesResponse>(absl::Time deadline)>;
 
+// Tells relocators to look the shards up now, whether or not a call
+// failed. workerd raises it when a heartbeat says the coordinator's replica
+// epoch moved (a shard failed over): calls still on the wire to the old
+// primary, which may be cut off rather than dead (no UNAVAILABLE comes
+// back), then follow the successor at once instead of at their deadline.
+// Thread-safe.
+class RelocateSignal {
+ public:
+  void Raise() ABSL_LOCKS_EXCLUDED(mu_);
+  // A heartbeat's HeartbeatResponse.replica_epoch (0: none): raises when
+  // it differs from the last one seen.
+  void OnReplicaEpoch(uint64_t epoch) ABSL_LOCKS_EXCLUDED(mu_);
+  // `wake` runs on Raise's thread under this object's lock: it must not
+  // block or call back in. Returns the id to Unsubscribe with.
+  uint64_t Subscribe(std::function<void()> wake) ABSL_LOCKS_EXCLUDED(mu_);
+  // Once it returns, that `wake` never runs again.
+  void Unsubscribe(uint64_t id) ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  absl::Mutex mu_;
+  uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<uint64_t, std::function<void()>> wakes_ ABSL_GUARDED_BY(mu_);
+};
+
 class ShardRelocator {
  public:
   using OnMoved =
@@ -51,6 +78,9 @@ class ShardRelocator {
     // How often to ask while a shard is suspect
     // (WorkerdConfig.shard_locate_interval_ms).
     absl::Duration interval = absl::Milliseconds(kDefaultShardLocateIntervalMs);
+    // Set: each Raise makes one lookup (within `interval` of the last),
+    // suspect or not. Unset: lookups only while a shard is suspect.
+    std::shared_ptr<RelocateSignal> signal;
   };
 
   // `addresses`: where the client's channels go now, by shard.
@@ -90,6 +120,8 @@ class ShardRelocator {
   absl::Time last_lookup_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   uint64_t lookups_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool look_now_ ABSL_GUARDED_BY(mu_) = false;  // options_.signal was raised
+  uint64_t signal_id_ = 0;                      // its subscription
 
   std::thread thread_;
 };

@@ -4,6 +4,7 @@
 // notifications and the lookups themselves; no sleeps.
 #include "worker/client/shard_relocator.h"
 
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -62,16 +63,26 @@ ShardAddressesResponse Addresses(std::vector<std::string> addresses,
 
 class ShardRelocatorTest : public ::testing::Test {
  protected:
-  void Make(absl::Duration interval = absl::Milliseconds(10)) {
+  void Make(absl::Duration interval = absl::Milliseconds(10),
+            std::shared_ptr<RelocateSignal> signal = nullptr) {
     ShardRelocator::Options options;
     options.locate = [this](absl::Time d) { return coordinator_.Locate(d); };
     options.interval = interval;
+    options.signal = std::move(signal);
     relocator_ = std::make_unique<ShardRelocator>(
         options, std::vector<std::string>{"h:1", "h:2"},
         [this](uint32_t shard, const std::string& address) {
           absl::MutexLock lock(&mu_);
           moves_.emplace_back(shard, address);
         });
+  }
+  // Waits until `n` moves were reported; false after 10 s.
+  bool AwaitMoves(size_t n) {
+    absl::MutexLock lock(&mu_);
+    auto done = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return moves_.size() >= n;
+    };
+    return mu_.AwaitWithTimeout(absl::Condition(&done), absl::Seconds(10));
   }
   std::vector<std::pair<uint32_t, std::string>> moves() {
     absl::MutexLock lock(&mu_);
@@ -121,6 +132,26 @@ TEST_F(ShardRelocatorTest, NotesNameTheCoordinatorsProblemOrFailure) {
   ASSERT_TRUE(coordinator_.AwaitCalls(coordinator_.calls() + 2));
   relocator_.reset();
   EXPECT_TRUE(moves().empty());
+}
+
+// A new replica epoch (a heartbeat's) makes one lookup with nothing
+// suspect: a primary cut off from the network fails no call, yet its
+// successor must be found. The same epoch again makes none.
+TEST_F(ShardRelocatorTest, ANewReplicaEpochMakesOneLookup) {
+  coordinator_.Answer(Addresses({"h:1", "h:9"}));
+  auto signal = std::make_shared<RelocateSignal>();
+  Make(absl::Milliseconds(10), signal);
+  EXPECT_EQ(coordinator_.calls(), 0);
+  signal->OnReplicaEpoch(0);  // no replicated job: nothing
+  signal->OnReplicaEpoch(2);
+  ASSERT_TRUE(AwaitMoves(1));
+  signal->OnReplicaEpoch(2);
+  relocator_.reset();  // joins: no lookup or move after this
+  EXPECT_EQ(coordinator_.calls(), 1);
+  EXPECT_THAT(moves(), ElementsAre(Pair(1u, "h:9")));
+  // A relocator gone is no longer woken.
+  signal->OnReplicaEpoch(3);
+  EXPECT_EQ(coordinator_.calls(), 1);
 }
 
 TEST_F(ShardRelocatorTest, OneLookupPerInterval) {

@@ -58,6 +58,20 @@ absl::StatusOr<JobStats> ReadShardJobStats(const std::string& address,
 absl::StatusOr<JobParameters> ReadJobParameters(const LocalCluster& cluster,
                                                 const std::string& job,
                                                 int shards) {
+  std::vector<std::string> addresses;
+  for (int i = 0; i < shards; ++i) {
+    PS_ASSIGN_OR_RETURN(
+        std::string addr,
+        WaitForFile(absl::StrCat(cluster.dir(), "/s", i, ".addr"),
+                    absl::Seconds(1)));
+    addresses.push_back(std::move(addr));
+  }
+  return ReadJobParameters(cluster, job, addresses);
+}
+
+absl::StatusOr<JobParameters> ReadJobParameters(
+    const LocalCluster& cluster, const std::string& job,
+    const std::vector<std::string>& addresses) {
   JobParameters out;
   PS_ASSIGN_OR_RETURN(out.status, ReadJobStatus(cluster, job));
   Assignment a;
@@ -65,13 +79,7 @@ absl::StatusOr<JobParameters> ReadJobParameters(const LocalCluster& cluster,
   *a.mutable_spec() = out.status.spec();
   *a.mutable_placement() = out.status.placement();
   a.set_num_workers(out.status.spec().num_workers());
-  for (int i = 0; i < shards; ++i) {
-    PS_ASSIGN_OR_RETURN(
-        std::string addr,
-        WaitForFile(absl::StrCat(cluster.dir(), "/s", i, ".addr"),
-                    absl::Seconds(1)));
-    a.add_shard_addresses(addr);
-  }
+  for (const std::string& address : addresses) a.add_shard_addresses(address);
   Security security;
   PS_ASSIGN_OR_RETURN(std::unique_ptr<PsClient> client,
                       PsClient::Create(PsClientOptions(), a, &security));

@@ -45,6 +45,12 @@ struct JobParameters {
 absl::StatusOr<JobParameters> ReadJobParameters(const LocalCluster& cluster,
                                                 const std::string& job,
                                                 int shards);
+// The same from the shards at `addresses` (one per shard id, in order):
+// where each shard's chunks are served now (a failed-over shard's by its
+// successor).
+absl::StatusOr<JobParameters> ReadJobParameters(
+    const LocalCluster& cluster, const std::string& job,
+    const std::vector<std::string>& addresses);
 
 }  // namespace ps
 

@@ -138,6 +138,11 @@ class JobCoordinator {
     absl::Duration shard_heartbeat =
         absl::Milliseconds(kDefaultShardHeartbeatMs);
     uint32_t shard_heartbeat_misses = kDefaultShardHeartbeatMisses;
+    // The shard in this coordinator's process (psd: its shard_id), or
+    // UINT32_MAX. A coordinator that starts with replicated jobs running
+    // (it restarted) fails that shard over at once: it restarted with the
+    // coordinator and holds none of their chunks any more; it rejoins.
+    uint32_t own_shard = UINT32_MAX;
     // Time source for timestamps, heartbeats and long-poll deadlines.
     // Unset: absl::Now. Tests inject a fake so they never sleep.
     std::function<absl::Time()> clock;
@@ -301,6 +306,12 @@ class JobCoordinator {
   // Create's ReplicaMonitor (with options_.set_replica_view), from the
   // stored view; armed when a reloaded job is replicated.
   absl::Status StartReplicaMonitor() ABSL_LOCKS_EXCLUDED(mu_);
+  // StartReplicaMonitor's step when replicated jobs are running: the
+  // coordinator restarted, and with it the shard in its process
+  // (Options::own_shard): that shard is failed over in `o`, the new view
+  // committed first. A no-op when it is failed already.
+  absl::Status FailOwnShard(ReplicaMonitor::Options& o)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // The monitor's commit: the view into the store before anyone hears it.
   absl::Status CommitReplicaView(uint64_t epoch, const ReplicaSets& sets)
       ABSL_LOCKS_EXCLUDED(mu_);

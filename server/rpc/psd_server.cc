@@ -285,6 +285,7 @@ absl::Status PsdServer::OpenCoordinator() {
   options.shard_heartbeat =
       absl::Milliseconds(config_.psd.shard_heartbeat_ms());
   options.shard_heartbeat_misses = config_.psd.shard_heartbeat_misses();
+  options.own_shard = config_.psd.shard_id();
   options.max_history_points = config_.psd.progress_history_rows();
   options.succeeded_jobs_kept = config_.psd.succeeded_jobs_kept();
   PS_ASSIGN_OR_RETURN(coordinator_,

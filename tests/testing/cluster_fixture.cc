@@ -94,9 +94,8 @@ absl::StatusOr<std::vector<std::string>> ShardAddresses(
 absl::StatusOr<FinishedJob> ReadFinishedJob(
     const LocalCluster& cluster, const std::string& job,
     const std::vector<std::string>& addresses) {
-  PS_ASSIGN_OR_RETURN(
-      JobParameters params,
-      ReadJobParameters(cluster, job, static_cast<int>(addresses.size())));
+  PS_ASSIGN_OR_RETURN(JobParameters params,
+                      ReadJobParameters(cluster, job, addresses));
   FinishedJob finished;
   finished.status = std::move(params.status);
   finished.checksum = ParamChecksum(params.values);

@@ -266,7 +266,15 @@ bool ApplyStepIfReady(Job& job, Chunk& c, std::vector<WaiterPtr>* ready) {
   // submitted worker count: lr x arrived / num_workers times the mean.
   const uint32_t divisor =
       job.linear_lr_workers != 0 ? job.linear_lr_workers : arrived;
-  ApplyToValues(job, c, sum, 1.0f / static_cast<float>(divisor));
+  const float scale = 1.0f / static_cast<float>(divisor);
+  ApplyToValues(job, c, sum, scale);
+  if (job.replicated) {
+    // What the backups apply in turn (Replicator: half the bytes of the
+    // state with momentum).
+    c.step_gradient.assign(sum, sum + c.length);
+    c.step_gradient_scale = scale;
+    c.step_gradient_version = s.version + 1;
+  }
   std::fill(s.pushed.begin(), s.pushed.end(), 0);
   // The requests' receive buffers go back now, not at the next step.
   for (PendingGradient& g : s.gradients) g.received.Clear();

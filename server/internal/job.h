@@ -175,6 +175,12 @@ struct Chunk {
   std::array<std::atomic<bool>, kMaxChunkCopies> synced{};
   // Backup side: a forward reached this chunk since the job was registered.
   std::atomic<bool> copied{false};
+  // Replicated BSP jobs: the aggregated gradient that made version
+  // `step_gradient_version` and its scale, so a backup holding the version
+  // before gets the gradient instead of the state (ReplicaChunk.gradient).
+  std::vector<float> step_gradient ABSL_GUARDED_BY(mu);
+  float step_gradient_scale ABSL_GUARDED_BY(mu) = 0;
+  uint64_t step_gradient_version ABSL_GUARDED_BY(mu) = 0;
 };
 
 // A worker's counters: lock-free so pushes to different chunks share no

@@ -95,6 +95,74 @@ void ForgetAcks(Job& job, uint32_t shard) {
   }
 }
 
+namespace {
+
+// A forward's chunk against the copy held here (c.mu held): the sizes, and
+// for a gradient (ReplicaChunk.gradient) that this copy holds the version
+// before (or the version itself already: a retry, taken as a no-op).
+absl::Status CheckReplicaChunk(Job& job, const Chunk& c, const ReplicaChunk& r,
+                               const std::string& field)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu) {
+  const size_t bytes = c.length * sizeof(float);
+  const bool gradient = !r.gradient().empty();
+  bool sizes = gradient
+                   ? r.gradient().size() == bytes && job.mode == BSP &&
+                         r.values().empty() && r.slots_size() == 0
+                   : r.values().size() == bytes &&
+                         r.slots_size() ==
+                             static_cast<int>(c.state.optimizer.slots.size());
+  for (const std::string& slot : r.slots()) {
+    sizes = sizes && slot.size() == bytes;
+  }
+  // ASP/SSP: one dedupe entry per worker rank (BSP: none).
+  sizes = sizes && static_cast<size_t>(r.next_steps_size()) ==
+                       (job.mode == BSP ? 0 : c.state.next_step.size());
+  if (!sizes) {
+    return Refused(job,
+                   absl::InvalidArgumentError(absl::StrCat(
+                       field, ": sizes do not fit ", ChunkName(c.placement))));
+  }
+  if (gradient && c.state.version + 1 < r.version()) {
+    return Refused(
+        job,
+        absl::Status(kReplicaBaseCode,
+                     absl::StrCat(field, ".gradient: version ", r.version(),
+                                  " needs version ", r.version() - 1, " of ",
+                                  ChunkName(c.placement), "; this copy holds ",
+                                  c.state.version, ": send the state")));
+  }
+  return absl::OkStatus();
+}
+
+// Stores a checked forward's chunk (c.mu held): its state, or its gradient
+// applied with the job's optimizer as the primary applied it. An older
+// version than the one held changes nothing.
+void StoreReplicaChunk(Job& job, Chunk& c, const ReplicaChunk& r)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu) {
+  c.copied.store(true);
+  if (r.version() <= c.state.version && r.version() > 0) return;
+  if (!r.gradient().empty()) {
+    std::vector<float> grad(c.length);
+    DecodeFloats(r.gradient(), absl::MakeSpan(grad));
+    job.optimizer->Apply(absl::MakeSpan(c.state.values), grad.data(),
+                         r.gradient_scale(), &c.state.optimizer);
+  } else {
+    DecodeFloats(r.values(), absl::MakeSpan(c.state.values));
+    for (int s = 0; s < r.slots_size(); ++s) {
+      DecodeFloats(r.slots(s), absl::MakeSpan(c.state.optimizer.slots[s]));
+    }
+  }
+  c.state.optimizer.steps = r.optimizer_steps();
+  if (job.mode != BSP) {
+    std::copy(r.next_steps().begin(), r.next_steps().end(),
+              c.state.next_step.begin());
+  }
+  c.state.version = r.version();
+  c.version.store(r.version(), std::memory_order_release);
+}
+
+}  // namespace
+
 absl::Status ApplyReplica(Job& job, const ReplicateRequest& req) {
   if (!job.replicated) {
     return Refused(job, absl::FailedPreconditionError(absl::StrCat(
@@ -122,40 +190,15 @@ absl::Status ApplyReplica(Job& job, const ReplicateRequest& req) {
                               ChunkName(c->placement), " at epoch ", epoch)));
     }
     absl::MutexLock l(&c->mu);
-    const size_t bytes = c->length * sizeof(float);
-    bool sizes =
-        r.values().size() == bytes &&
-        r.slots_size() == static_cast<int>(c->state.optimizer.slots.size());
-    for (const std::string& slot : r.slots()) {
-      sizes = sizes && slot.size() == bytes;
-    }
-    // ASP/SSP: one dedupe entry per worker rank (BSP: none).
-    sizes = sizes && static_cast<size_t>(r.next_steps_size()) ==
-                         (job.mode == BSP ? 0 : c->state.next_step.size());
-    if (!sizes) {
-      return Refused(
-          job, absl::InvalidArgumentError(absl::StrCat(
-                   field, ": sizes do not fit ", ChunkName(c->placement))));
-    }
+    PS_RETURN_IF_ERROR(CheckReplicaChunk(job, *c, r, field));
     chunks.push_back(c);
   }
   for (int i = 0; i < req.chunks_size(); ++i) {
-    const ReplicaChunk& r = req.chunks(i);
     Chunk& c = *chunks[i];
     absl::MutexLock l(&c.mu);
-    c.copied.store(true);
-    if (r.version() <= c.state.version && r.version() > 0) continue;
-    DecodeFloats(r.values(), absl::MakeSpan(c.state.values));
-    for (int s = 0; s < r.slots_size(); ++s) {
-      DecodeFloats(r.slots(s), absl::MakeSpan(c.state.optimizer.slots[s]));
-    }
-    c.state.optimizer.steps = r.optimizer_steps();
-    if (job.mode != BSP) {
-      std::copy(r.next_steps().begin(), r.next_steps().end(),
-                c.state.next_step.begin());
-    }
-    c.state.version = r.version();
-    c.version.store(r.version(), std::memory_order_release);
+    // Checked above; under BSP no other forward of it moves it meanwhile
+    // (one is in flight per chunk), so its base still holds.
+    StoreReplicaChunk(job, c, req.chunks(i));
   }
   return absl::OkStatus();
 }

@@ -29,6 +29,12 @@ uint64_t Acked(const Chunk& c, uint32_t shard);
 inline constexpr absl::StatusCode kReplicaFencedCode =
     absl::StatusCode::kAborted;
 
+// What a backup answers a forward of a gradient (ReplicaChunk.gradient)
+// whose base version it does not hold: the sender forgets what that backup
+// acknowledged of those chunks and sends their state.
+inline constexpr absl::StatusCode kReplicaBaseCode =
+    absl::StatusCode::kOutOfRange;
+
 // Backup side: checks `req` against `job` and the view (fencing: an epoch
 // older than the view's is kReplicaFencedCode if the view failed the
 // sender, else FAILED_PRECONDITION (it has not heard the epoch yet); a

@@ -16,15 +16,25 @@ namespace {
 // Writes the chunk's state as a backup stores it into `out` (ASP/SSP: with
 // the (worker, step) dedupe state, so a retry of an applied push stays a
 // duplicate on the successor). Caller holds c.mu.
-void CopyChunk(const Job& job, const Chunk& c, ReplicaChunk* out)
-    ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu) {
+// The chunk's newest state into `out`; or, under BSP, when the backup
+// acknowledged the version before (`acked`: 1 + its version, as
+// Chunk::acked) and the step's gradient is kept, that gradient and its
+// scale (ReplicaChunk.gradient: the backup applies it itself).
+void CopyChunk(const Job& job, const Chunk& c, uint64_t acked,
+               ReplicaChunk* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu) {
   out->set_chunk_id(c.placement.chunk_id());
   out->set_version(c.state.version);
+  out->set_optimizer_steps(c.state.optimizer.steps);
+  if (job.mode == BSP && c.state.version > 0 && acked == c.state.version &&
+      c.step_gradient_version == c.state.version) {
+    EncodeFloats(c.step_gradient, out->mutable_gradient());
+    out->set_gradient_scale(c.step_gradient_scale);
+    return;
+  }
   EncodeFloats(c.state.values, out->mutable_values());
   for (const std::vector<float>& slot : c.state.optimizer.slots) {
     EncodeFloats(slot, out->add_slots());
   }
-  out->set_optimizer_steps(c.state.optimizer.steps);
   if (job.mode != BSP) {
     out->mutable_next_steps()->Add(c.state.next_step.begin(),
                                    c.state.next_step.end());
@@ -284,35 +294,67 @@ std::vector<Replicator::Forward> Replicator::TakeBatch(Stream* stream) {
   return batch;
 }
 
+ReplicateRequest Replicator::CopyBatch(Job& job, std::vector<Forward>& batch,
+                                       uint32_t backup) {
+  // The copies are taken now: the newest state (or the step's gradient),
+  // held only while in flight.
+  ReplicateRequest req;
+  req.set_job_id(job.id);
+  req.set_epoch(batch.front().epoch);
+  req.set_from_shard(view_->self());
+  for (Forward& f : batch) {
+    Chunk& c = *f.chunk;
+    const int copy = CopyIndex(c.placement, backup);
+    {
+      absl::MutexLock l(&c.mu);
+      CopyChunk(job, c, copy >= 0 ? c.acked[copy].load() : 0, req.add_chunks());
+    }
+    if (copy >= 0)
+      RaiseTo(c.forwarding[copy], req.chunks().rbegin()->version() + 1);
+  }
+  return req;
+}
+
+void Replicator::Unforwarded(std::vector<Forward>& batch,
+                             const ReplicateRequest& req, uint32_t backup) {
+  for (int i = 0; i < req.chunks_size(); ++i) {
+    Chunk& c = *batch[i].chunk;
+    Unforward(c, CopyIndex(c.placement, backup), req.chunks(i).version());
+  }
+}
+
+void Replicator::Acknowledged(Job& job, std::vector<Forward>& batch,
+                              const ReplicateRequest& req, uint32_t backup) {
+  std::vector<WaiterPtr> ready;
+  const bool joining = view_->Joining(backup);
+  for (int i = 0; i < req.chunks_size(); ++i) {
+    Chunk& c = *batch[i].chunk;
+    const int copy = CopyIndex(c.placement, backup);
+    if (copy >= 0) {
+      RaiseTo(c.acked[copy], req.chunks(i).version() + 1);
+      // A joining copy that holds the chunk's version of the moment is
+      // waited for from now on (Chunk::synced).
+      if (joining && c.acked[copy].load() > c.version.load()) {
+        c.synced[copy].store(true);
+      }
+    }
+    job.counters.replica_forwards.fetch_add(1);
+    PublishChunk(job, c, *view_, &ready);
+  }
+  CompleteAll(&ready);
+}
+
 void Replicator::Send(Stream* stream) {
   const uint32_t backup = stream->backup;
   while (true) {
     std::vector<Forward> batch = TakeBatch(stream);
     if (batch.empty()) return;  // stopping
     Job& job = *batch.front().job;
-    // The copies are taken now: the newest state, held only while in
-    // flight.
-    ReplicateRequest req;
-    req.set_job_id(job.id);
-    req.set_epoch(batch.front().epoch);
-    req.set_from_shard(view_->self());
-    for (Forward& f : batch) {
-      Chunk& c = *f.chunk;
-      {
-        absl::MutexLock l(&c.mu);
-        CopyChunk(job, c, req.add_chunks());
-      }
-      const int copy = CopyIndex(c.placement, backup);
-      if (copy >= 0)
-        RaiseTo(c.forwarding[copy], req.chunks().rbegin()->version() + 1);
-    }
+    ReplicateRequest req = CopyBatch(job, batch, backup);
     // A closed job, or a backup failed since the dispatch (DropFailedBackups
     // took it out of the acknowledgement set): nothing to send.
     if (job.waits.is_closed.load() || view_->Failed(backup)) {
-      for (int i = 0; i < req.chunks_size(); ++i) {
-        Chunk& c = *batch[i].chunk;
-        Unforward(c, CopyIndex(c.placement, backup), req.chunks(i).version());
-      }
+      Unforwarded(batch, req, backup);
       continue;
     }
     ReplicaSender sender;
@@ -325,12 +367,21 @@ void Replicator::Send(Stream* stream) {
         sender == nullptr
             ? absl::UnavailableError("no replica sender")
             : sender(view_->Address(backup), req, absl::Now() + deadline);
+    if (s.code() == kReplicaBaseCode) {
+      // The backup lacks a gradient's base version (it should not: it
+      // acknowledged it): what it acknowledged of these chunks no longer
+      // counts, so they go again as state.
+      for (Forward& f : batch) {
+        Chunk& c = *f.chunk;
+        const int copy = CopyIndex(c.placement, backup);
+        if (copy >= 0) c.acked[copy].store(0);
+      }
+      Retry(stream, batch, req, s);
+      continue;
+    }
     if (s.code() == kReplicaFencedCode) {
       Fenced(job, backup, s);
-      for (int i = 0; i < req.chunks_size(); ++i) {
-        Chunk& c = *batch[i].chunk;
-        Unforward(c, CopyIndex(c.placement, backup), req.chunks(i).version());
-      }
+      Unforwarded(batch, req, backup);
       continue;
     }
     Record(backup, s, deadline);
@@ -338,23 +389,7 @@ void Replicator::Send(Stream* stream) {
       Retry(stream, batch, req, s);
       continue;
     }
-    std::vector<WaiterPtr> ready;
-    const bool joining = view_->Joining(backup);
-    for (int i = 0; i < req.chunks_size(); ++i) {
-      Chunk& c = *batch[i].chunk;
-      const int copy = CopyIndex(c.placement, backup);
-      if (copy >= 0) {
-        RaiseTo(c.acked[copy], req.chunks(i).version() + 1);
-        // A joining copy that holds the chunk's version of the moment is
-        // waited for from now on (Chunk::synced).
-        if (joining && c.acked[copy].load() > c.version.load()) {
-          c.synced[copy].store(true);
-        }
-      }
-      job.counters.replica_forwards.fetch_add(1);
-      PublishChunk(job, c, *view_, &ready);
-    }
-    CompleteAll(&ready);
+    Acknowledged(job, batch, req, backup);
   }
 }
 

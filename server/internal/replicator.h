@@ -168,6 +168,18 @@ class Replicator {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A sender of `stream`: sends batches from its queue until Stop.
   void Send(Stream* stream) ABSL_LOCKS_EXCLUDED(mu_);
+  // Send's request for `batch` to `backup`: each chunk's state or step
+  // gradient (CopyChunk), marked as forwarding.
+  ReplicateRequest CopyBatch(Job& job, std::vector<Forward>& batch,
+                             uint32_t backup);
+  // `req` (of `batch`) will not reach `backup`: its chunks may be queued
+  // to it again.
+  void Unforwarded(std::vector<Forward>& batch, const ReplicateRequest& req,
+                   uint32_t backup);
+  // `backup` took `req`: raises what it acknowledged and releases the
+  // answers that waited for it.
+  void Acknowledged(Job& job, std::vector<Forward>& batch,
+                    const ReplicateRequest& req, uint32_t backup);
   // The next batch of `stream` (one job and epoch, under the message
   // bound); empty once stopping.
   std::vector<Forward> TakeBatch(Stream* stream) ABSL_LOCKS_EXCLUDED(mu_);

@@ -9,7 +9,8 @@ workerd on host 4, a BSP lab job with `replication: 2` and no checkpoints:
   it. The coordinator fails it over; its backup, told so, refuses its next
   forward as fenced, and it stops serving at once (its log says so), so the
   worker moves to the successor instead of waiting on a primary that can
-  acknowledge nothing. Once healed it rejoins and catches up, and its stale
+  acknowledge nothing (its heartbeats, which would also tell it, come only
+  every 20 s in this case). Once healed it rejoins and catches up, and its stale
   forward failures fail no live backup over ("fell behind" never logged);
 - full: host 2's link goes down (the process stays alive, nothing answers,
   no error comes back). The worker's heartbeat names the new replica epoch
@@ -73,14 +74,15 @@ def log_time(line: str) -> float:
 class Run:
     """3 psd and 1 workerd in the lab, one job."""
 
-    def __init__(self, lab: Lab, work: str, name: str):
+    def __init__(self, lab: Lab, work: str, name: str, psd_config: str = "",
+                 worker_config: str = ""):
         self.lab, self.d, self.procs = lab, os.path.join(work, name), []
         os.mkdir(self.d)
         self.psctl = os.path.join(BIN, "tools/psctl/psctl")
         args = types.SimpleNamespace(
             model="lab", layers=4, compute_ms=20.0, batch=8, steps=STEPS,
-            shard_budget=1 << 30, pacing=False, worker_config="",
-            straggler=None, job_config="replication: 2", psd_config="",
+            shard_budget=1 << 30, pacing=False, worker_config=worker_config,
+            straggler=None, job_config="replication: 2", psd_config=psd_config,
             partition_bytes=65536)
         start_ps(lab, args, BIN, 3, 1, self.d, self.procs)
         with open(f"{self.d}/job.pbtxt", "w") as f:
@@ -161,7 +163,12 @@ def cut_full(lab: Lab, on: bool) -> None:
 
 
 def disturbed(lab: Lab, work: str, name: str, cut) -> dict:
-    run = Run(lab, work, name)
+    # The partial cut tests the fencing alone: the worker's heartbeats
+    # (which would also tell it of the failover) come every 20 s.
+    quiet = cut is cut_partial
+    run = Run(lab, work, name,
+              psd_config="worker_timeout_ms: 60000" if quiet else "",
+              worker_config="heartbeat_interval_ms: 20000" if quiet else "")
     try:
         run.await_step(CUT_AT)
         cut(lab, True)

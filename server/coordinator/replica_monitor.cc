@@ -35,6 +35,7 @@ bool SharesAddress(const SetReplicaViewRequest& view, uint32_t s) {
 ReplicaMonitor::ReplicaMonitor(Options options)
     : options_(std::move(options)),
       missed_(options_.num_shards, 0),
+      deadline_(options_.num_shards, options_.interval * options_.misses),
       incarnation_(options_.num_shards, 0),
       rejoin_error_(options_.num_shards),
       epoch_(options_.epoch),
@@ -271,8 +272,21 @@ absl::Status ReplicaMonitor::Send(uint32_t s, SetReplicaViewRequest& view,
   view.set_lag_ms(static_cast<uint32_t>(absl::ToInt64Milliseconds(
       std::max(options_.interval * options_.misses, options_.min_lag))));
   *before = incarnation_[s];
-  absl::Status st = options_.send(
-      s, view, absl::Now() + options_.interval * options_.misses, resp);
+  // A failed shard's beats stay short: each holds up the beats of the
+  // shards after it, and the view that fails it must reach them at once.
+  const absl::Duration base = options_.interval * options_.misses;
+  const bool failed = std::find(view.failed().begin(), view.failed().end(),
+                                s) != view.failed().end();
+  if (failed) deadline_[s] = base;
+  absl::Status st = options_.send(s, view, absl::Now() + deadline_[s], resp);
+  if (absl::IsDeadlineExceeded(st) && !failed) {
+    // Slow or silent: the next beat waits longer (a killed psd refuses the
+    // connection instead, and misses at its own pace).
+    deadline_[s] =
+        std::max(base, std::min(options_.max_deadline, deadline_[s] * 2));
+  } else if (st.ok()) {
+    deadline_[s] = std::max(base, deadline_[s] / 2);
+  }
   if (st.ok() && resp->incarnation() != 0) {
     incarnation_[s] = resp->incarnation();
   }

@@ -73,6 +73,16 @@ class ReplicaMonitor {
     uint32_t num_shards = 0;
     absl::Duration interval = absl::Milliseconds(kDefaultShardHeartbeatMs);
     uint32_t misses = kDefaultShardHeartbeatMisses;
+    // A beat's deadline is interval x misses; one that runs out of time
+    // (the shard is slow: a big step holds its threads and cores, or it is
+    // gone silently) doubles that shard's next deadline, up to
+    // max(interval x misses, max_deadline), and each answer halves it
+    // again. A refused connection (a killed psd) is a miss at once, as
+    // before; a silent shard is failed over after 300 + 600 + 1200 ms of
+    // beats at the defaults (0.9 s before), and a busy one that answers
+    // within its longer deadline is not. A failed shard's beats keep the
+    // short deadline.
+    absl::Duration max_deadline = absl::Seconds(2);
     // A backup is failed over as fallen behind once a primary's forwards to
     // it have failed, with no success since, for max(interval x misses,
     // min_lag): several forward deadlines (kDefaultReplicateDeadlineMs
@@ -160,6 +170,8 @@ class ReplicaMonitor {
   // Serializes beats (the thread's and tests'); taken before mu_.
   absl::Mutex beat_mu_;
   std::vector<uint32_t> missed_ ABSL_GUARDED_BY(beat_mu_);
+  // By shard: the deadline of its next beat (Options::max_deadline_factor).
+  std::vector<absl::Duration> deadline_ ABSL_GUARDED_BY(beat_mu_);
   // By shard: the incarnation it last answered with (0: none yet).
   std::vector<uint64_t> incarnation_ ABSL_GUARDED_BY(beat_mu_);
   // The last rejoin failure logged, by shard (not repeated every beat).

@@ -35,14 +35,23 @@ struct Fake {
   // The lag_ms each view asked for.
   std::vector<uint32_t> lag_ms;
   std::vector<std::pair<uint32_t, uint64_t>> named;
+  // A shard answers only a beat given at least this long (a busy one);
+  // the time each beat was given, by shard.
+  std::vector<absl::Duration> needs = {
+      absl::ZeroDuration(), absl::ZeroDuration(), absl::ZeroDuration()};
+  std::vector<std::vector<absl::Duration>> offered = {{}, {}, {}};
 
   ReplicaMonitor::Options Options() {
     ReplicaMonitor::Options o;
     o.num_shards = 3;
     o.misses = 2;
-    o.send = [this](uint32_t s, const SetReplicaViewRequest& v, absl::Time,
-                    SetReplicaViewResponse* resp) {
+    o.send = [this](uint32_t s, const SetReplicaViewRequest& v,
+                    absl::Time deadline, SetReplicaViewResponse* resp) {
       if (down[s]) return absl::UnavailableError("connection refused");
+      offered[s].push_back(deadline - absl::Now());
+      if (offered[s].back() < needs[s]) {
+        return absl::DeadlineExceededError("the fake shard is busy");
+      }
       seen.push_back({s, v.epoch()});
       named.push_back({v.shard(), v.incarnation()});
       resp->set_incarnation(incarnation[s]);
@@ -249,6 +258,42 @@ TEST(ReplicaMonitorTest, ABackupThatFallsBehindIsFailedOver) {
   ReplicaMonitor patient(o);
   patient.Beat(absl::Now());
   EXPECT_EQ(slow.lag_ms.back(), 8000u);
+}
+
+// A busy shard (a big step holds its cores) answers late: each beat that
+// runs out of time doubles its next one's deadline (up to 2 s), so one that
+// needs 300 ms is not failed over at 2 misses of 200 ms; one that needs far
+// more is, after beats of 200 and 400 ms. A refused connection misses at
+// once.
+TEST(ReplicaMonitorTest, ABusyShardGetsLongerBeatsNotAFailover) {
+  Fake fake;
+  ReplicaMonitor monitor(fake.Options());  // 100 ms x 2 misses
+  fake.needs[1] = absl::Milliseconds(300);
+  for (int i = 0; i < 4; ++i) monitor.Beat(absl::Now());
+  EXPECT_TRUE(monitor.failed().empty());
+  EXPECT_EQ(monitor.epoch(), 0u);
+  ASSERT_GE(fake.offered[1].size(), 3u);
+  EXPECT_LE(fake.offered[1][0], absl::Milliseconds(200));
+  EXPECT_GT(fake.offered[1][1], absl::Milliseconds(300));  // 400 ms
+  EXPECT_LE(fake.offered[1][2], absl::Milliseconds(200));  // halved again
+  fake.needs[1] = absl::Hours(1);
+  fake.offered[1].clear();
+  monitor.Beat(absl::Now());
+  monitor.Beat(absl::Now());
+  EXPECT_THAT(monitor.failed(), ElementsAre(1u));
+  EXPECT_GT(fake.offered[1][1], absl::Milliseconds(300));
+  // Failed, its beats stay short (they would hold up the others').
+  fake.offered[1].clear();
+  monitor.Beat(absl::Now());
+  monitor.Beat(absl::Now());
+  for (absl::Duration d : fake.offered[1]) {
+    EXPECT_LE(d, absl::Milliseconds(200));
+  }
+  // Refused: two beats, two misses, whatever the deadlines.
+  fake.down[2] = true;
+  monitor.Beat(absl::Now());
+  monitor.Beat(absl::Now());
+  EXPECT_THAT(monitor.failed(), ElementsAre(1u, 2u));
 }
 
 // A primary cut off from the coordinator alone goes on forwarding, and

@@ -21,6 +21,20 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::Not;
 
+// Heartbeats `view` to `shard` until its answer names a lagging backup
+// (at most kWait); that answer.
+SetReplicaViewResponse AwaitLagging(Shard& shard,
+                                    const SetReplicaViewRequest& view) {
+  SetReplicaViewResponse resp;
+  const absl::Time deadline = absl::Now() + kWait;
+  while (resp.lagging().empty() && absl::Now() < deadline) {
+    resp.Clear();
+    EXPECT_TRUE(shard.SetReplicaView(view, &resp).ok());
+    absl::SleepFor(absl::Milliseconds(1));  // a poll, not a synchronization
+  }
+  return resp;
+}
+
 // ASP: each push waits for its own chunks' backups (a BSP answer would wait
 // for the chunks shard 0 is promoted to as well).
 TEST_F(ShardReplicationAspTest, ABackupThatTakesNoForwardIsReportedLagging) {
@@ -30,13 +44,7 @@ TEST_F(ShardReplicationAspTest, ABackupThatTakesNoForwardIsReportedLagging) {
       *shards_[0], PushRequestFor<PushPullRequest>(reg_, 0, 0, {0, 2}, 0));
   SetReplicaViewRequest view = View(1, {});
   view.set_lag_ms(1);
-  SetReplicaViewResponse resp;
-  const absl::Time deadline = absl::Now() + kWait;
-  while (resp.lagging().empty() && absl::Now() < deadline) {
-    resp.Clear();
-    ASSERT_TRUE(shards_[0]->SetReplicaView(view, &resp).ok());
-    absl::SleepFor(absl::Milliseconds(1));  // a poll, not a synchronization
-  }
+  SetReplicaViewResponse resp = AwaitLagging(*shards_[0], view);
   EXPECT_THAT(resp.lagging(), ::testing::ElementsAre(1u));
   // Without lag_ms nothing is reported; once failed over, neither.
   view.set_lag_ms(0);
@@ -64,13 +72,7 @@ TEST_F(ShardReplicationAspTest, ARejoiningShardForgetsItsForwardsFailures) {
       *shards_[0], PushRequestFor<PushPullRequest>(reg_, 0, 0, {0, 2}, 0));
   SetReplicaViewRequest view = View(1, {});
   view.set_lag_ms(1);
-  SetReplicaViewResponse resp;
-  const absl::Time deadline = absl::Now() + kWait;
-  while (resp.lagging().empty() && absl::Now() < deadline) {
-    resp.Clear();
-    ASSERT_TRUE(shards_[0]->SetReplicaView(view, &resp).ok());
-    absl::SleepFor(absl::Milliseconds(1));  // a poll, not a synchronization
-  }
+  SetReplicaViewResponse resp = AwaitLagging(*shards_[0], view);
   ASSERT_THAT(resp.lagging(), ::testing::ElementsAre(1u));
   view = View(2, {});
   view.add_joining(0);

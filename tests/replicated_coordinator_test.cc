@@ -34,28 +34,6 @@ using ::testing::HasSubstr;
 constexpr uint64_t kTotalSteps = 192;
 constexpr uint64_t kKillAfterStep = 20;
 
-std::string JobSpecText(int replication) {
-  return absl::StrCat(
-      R"pb(
-        name: "replicated-coordinator"
-        model { mlp { input_dim: 784 hidden: 32 num_classes: 10 } }
-        data {
-          dataset: "synthetic"
-          batch_size: 32
-          epochs: 3
-          synthetic_train: 4096
-          synthetic_test: 512
-        }
-        optimizer { kind: SGD learning_rate: 0.05 momentum: 0.9 }
-        consistency { mode: BSP step_deadline_ms: 30000 }
-        num_workers: 2
-        partition_bytes: 16384
-        seed: 11
-        eval_every: 20
-        replication:)pb",
-      replication);
-}
-
 LocalClusterOptions Options(int shards) {
   LocalClusterOptions o;
   o.shards = shards;
@@ -85,7 +63,7 @@ void TrainOnce(const std::string& name, int shards, int replication,
   LocalCluster cluster(TestDir(name), Options(shards));
   ASSERT_TRUE(cluster.Start().ok());
   absl::StatusOr<RunningJob> running = StartJobUntilStep(
-      cluster, JobSpecText(replication), shards,
+      cluster, ReplicatedMlpJob("replicated-coordinator", replication), shards,
       disturb == Disturb::kNone ? 0 : kKillAfterStep, absl::Seconds(120));
   ASSERT_TRUE(running.ok()) << running.status();
   const std::string& job = running->id;

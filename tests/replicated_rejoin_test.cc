@@ -47,26 +47,6 @@ constexpr uint64_t kEpochs = 40;
 constexpr uint64_t kTotalSteps = 64 * kEpochs;
 constexpr uint64_t kKillAfterStep = 30;
 
-std::string JobSpecText(int replication) {
-  return absl::StrCat(
-      R"pb(
-        name: "replicated-rejoin"
-        model { mlp { input_dim: 784 hidden: 32 num_classes: 10 } }
-        data { dataset: "synthetic" batch_size: 32 synthetic_train: 4096
-               synthetic_test: 512
-               epochs:)pb",
-      kEpochs, R"pb(
-        }
-        optimizer { kind: SGD learning_rate: 0.05 momentum: 0.9 }
-        consistency { mode: BSP step_deadline_ms: 30000 }
-        num_workers: 2
-        partition_bytes: 16384
-        seed: 11
-        eval_every: 200
-        replication:)pb",
-      replication);
-}
-
 LocalClusterOptions Options(int shards, const std::string& psd_extra = "") {
   LocalClusterOptions o;
   o.shards = shards;
@@ -166,7 +146,8 @@ void Undisturbed(int shards, RunResult* result) {
   LocalCluster cluster(TestDir(absl::StrCat("undisturbed", shards)),
                        Options(shards));
   ASSERT_TRUE(cluster.Start().ok());
-  absl::StatusOr<std::string> job = SubmitJob(cluster, JobSpecText(1));
+  absl::StatusOr<std::string> job = SubmitJob(
+      cluster, ReplicatedMlpJob("replicated-rejoin", 1, kEpochs, 200));
   ASSERT_TRUE(job.ok()) << job.status();
   absl::StatusOr<std::vector<std::string>> addresses =
       ShardAddresses(cluster, shards);
@@ -184,7 +165,8 @@ TEST(ReplicatedRejoinTest, PrimaryRestartedOnItsPortRejoinsAndLaterTakesOver) {
                        Options(3, "shard_heartbeat_misses: 20"));
   ASSERT_TRUE(cluster.Start().ok());
   absl::StatusOr<RunningJob> running = StartJobUntilStep(
-      cluster, JobSpecText(2), 3, kKillAfterStep, absl::Seconds(120));
+      cluster, ReplicatedMlpJob("replicated-rejoin", 2, kEpochs, 200), 3,
+      kKillAfterStep, absl::Seconds(120));
   ASSERT_TRUE(running.ok()) << running.status();
   const std::string& job = running->id;
   std::vector<std::string>& a = running->addresses;
@@ -242,7 +224,8 @@ TEST(ReplicatedRejoinTest, APrimaryLostDuringTheCopy) {
                        Options(4, "shard_heartbeat_misses: 10"));
   ASSERT_TRUE(cluster.Start().ok());
   absl::StatusOr<RunningJob> running = StartJobUntilStep(
-      cluster, JobSpecText(3), 4, kKillAfterStep, absl::Seconds(120));
+      cluster, ReplicatedMlpJob("replicated-rejoin", 3, kEpochs, 200), 4,
+      kKillAfterStep, absl::Seconds(120));
   ASSERT_TRUE(running.ok()) << running.status();
   const std::string& job = running->id;
   std::vector<std::string>& a = running->addresses;

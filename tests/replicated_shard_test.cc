@@ -34,28 +34,6 @@ using ::testing::HasSubstr;
 constexpr uint64_t kTotalSteps = 192;
 constexpr uint64_t kKillAfterStep = 20;
 
-std::string JobSpecText(int replication) {
-  return absl::StrCat(
-      R"pb(
-        name: "replicated-bsp"
-        model { mlp { input_dim: 784 hidden: 32 num_classes: 10 } }
-        data {
-          dataset: "synthetic"
-          batch_size: 32
-          epochs: 3
-          synthetic_train: 4096
-          synthetic_test: 512
-        }
-        optimizer { kind: SGD learning_rate: 0.05 momentum: 0.9 }
-        consistency { mode: BSP step_deadline_ms: 30000 }
-        num_workers: 2
-        partition_bytes: 16384
-        seed: 11
-        eval_every: 20
-        replication:)pb",
-      replication);
-}
-
 LocalClusterOptions Options() {
   LocalClusterOptions o;
   o.shards = 3;
@@ -75,9 +53,9 @@ void TrainOnce(const std::string& name, int replication, bool kill,
                RunResult* result) {
   LocalCluster cluster(TestDir(name), Options());
   ASSERT_TRUE(cluster.Start().ok());
-  absl::StatusOr<RunningJob> running =
-      StartJobUntilStep(cluster, JobSpecText(replication), 3,
-                        kill ? kKillAfterStep : 0, absl::Seconds(120));
+  absl::StatusOr<RunningJob> running = StartJobUntilStep(
+      cluster, ReplicatedMlpJob("replicated-bsp", replication), 3,
+      kill ? kKillAfterStep : 0, absl::Seconds(120));
   ASSERT_TRUE(running.ok()) << running.status();
   const std::string& job = running->id;
   const std::vector<std::string>& addresses = running->addresses;
@@ -174,13 +152,15 @@ TEST(ReplicatedShardTest, BadReplicationIsRefusedAndDryRunShowsTheCopies) {
   ASSERT_TRUE(cluster.Start().ok());
   for (const auto& [k, why] : std::vector<std::pair<int, std::string>>{
            {4, "replication: must be in [1, 3], got 4"}}) {
-    absl::StatusOr<std::string> job = SubmitJob(cluster, JobSpecText(k));
+    absl::StatusOr<std::string> job =
+        SubmitJob(cluster, ReplicatedMlpJob("replicated-bsp", k));
     ASSERT_FALSE(job.ok());
     EXPECT_THAT(job.status().message(), HasSubstr(why));
   }
   // A dry run shows each shard's primary and backup bytes.
   const std::string file = cluster.dir() + "/dry.pbtxt";
-  ASSERT_TRUE(WriteFileAtomically(file, JobSpecText(2)).ok());
+  ASSERT_TRUE(
+      WriteFileAtomically(file, ReplicatedMlpJob("replicated-bsp", 2)).ok());
   absl::StatusOr<CommandResult> dry =
       cluster.Psctl({"submit", file, "--dry-run"});
   ASSERT_TRUE(dry.ok()) << dry.status();

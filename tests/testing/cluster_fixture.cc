@@ -142,6 +142,26 @@ absl::StatusOr<RunningJob> StartJobUntilStep(const LocalCluster& cluster,
   return job;
 }
 
+std::string ReplicatedMlpJob(const std::string& name, int replication,
+                             int epochs, int eval_every) {
+  return absl::StrCat(
+      R"pb(name: ")pb", name,
+      R"pb("
+           model { mlp { input_dim: 784 hidden: 32 num_classes: 10 } }
+           data { dataset: "synthetic" batch_size: 32 synthetic_train: 4096
+                  synthetic_test: 512
+                  epochs:)pb",
+      epochs, R"pb(
+        }
+        optimizer { kind: SGD learning_rate: 0.05 momentum: 0.9 }
+        consistency { mode: BSP step_deadline_ms: 30000 }
+        num_workers: 2
+        partition_bytes: 16384
+        seed: 11
+        eval_every: )pb",
+      eval_every, "\nreplication: ", replication, "\n");
+}
+
 absl::Status KillAndAwaitFailover(LocalCluster& cluster, int s, uint64_t epoch,
                                   absl::Duration timeout) {
   cluster.shard(s).Kill();

@@ -108,6 +108,13 @@ absl::StatusOr<RunningJob> StartJobUntilStep(const LocalCluster& cluster,
                                              int shards, uint64_t step,
                                              absl::Duration timeout);
 
+// The replicated-shard tests' job: a synthetic BSP MLP (784-32-10, 4096
+// examples, 2 workers x 32: 64 steps an epoch, SGD with momentum, seed 11)
+// named `name`, with `replication` copies, `epochs` epochs and an
+// evaluation every `eval_every` steps.
+std::string ReplicatedMlpJob(const std::string& name, int replication,
+                             int epochs = 3, int eval_every = 20);
+
 // Replicated jobs: SIGKILLs shard `s` and waits up to `timeout` for the
 // coordinator (psd0) to log that it failed it over at `epoch`.
 absl::Status KillAndAwaitFailover(LocalCluster& cluster, int s, uint64_t epoch,

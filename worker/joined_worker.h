@@ -156,8 +156,8 @@ class JoinedWorker {
   const Connection connection_;
   const JoinOptions options_;
   const CoordinatorClient coordinator_;
-  // Raised by the heartbeats when the replica epoch moves (before session_,
-  // which holds it); the client looks the shards up then.
+  // Given each heartbeat's replica epoch (declared before session_,
+  // which holds it); when the epoch moves, the client looks the shards up.
   const std::shared_ptr<RelocateSignal> relocate_ =
       std::make_shared<RelocateSignal>();
   // Registration, heartbeats, leader and abort flags; uses coordinator_.

@@ -15,11 +15,10 @@ namespace {
 
 // Writes the chunk's state as a backup stores it into `out` (ASP/SSP: with
 // the (worker, step) dedupe state, so a retry of an applied push stays a
-// duplicate on the successor). Caller holds c.mu.
-// The chunk's newest state into `out`; or, under BSP, when the backup
-// acknowledged the version before (`acked`: 1 + its version, as
-// Chunk::acked) and the step's gradient is kept, that gradient and its
-// scale (ReplicaChunk.gradient: the backup applies it itself).
+// duplicate on the successor); or, under BSP, when the backup acknowledged
+// the version before (`acked`: 1 + its version, as Chunk::acked) and the
+// step's gradient is kept, that gradient and its scale
+// (ReplicaChunk.gradient: the backup applies it itself). Caller holds c.mu.
 void CopyChunk(const Job& job, const Chunk& c, uint64_t acked,
                ReplicaChunk* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu) {
   out->set_chunk_id(c.placement.chunk_id());

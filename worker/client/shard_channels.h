@@ -52,7 +52,8 @@ struct ShardChannelsOptions {
   int max_message_bytes = kDefaultMaxMessageBytes;
   uint64_t link_bytes_per_s = 0;  // 0: channels not paced
   LocateShards locate_shards;     // unset: shards never move
-  // Raised: look the shards up now (ShardRelocator::Options::signal).
+  // A new replica epoch: look the shards up now
+  // (ShardRelocator::Options::signal).
   std::shared_ptr<RelocateSignal> relocate_signal;
   absl::Duration locate_interval =
       absl::Milliseconds(kDefaultShardLocateIntervalMs);

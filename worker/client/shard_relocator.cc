@@ -18,11 +18,6 @@ constexpr absl::Duration kMinLookupDeadline = absl::Milliseconds(500);
 
 }  // namespace
 
-void RelocateSignal::Raise() {
-  absl::MutexLock lock(&mu_);
-  for (const auto& [id, wake] : wakes_) wake();
-}
-
 void RelocateSignal::OnReplicaEpoch(uint64_t epoch) {
   absl::MutexLock lock(&mu_);
   if (epoch == 0 || epoch == epoch_) return;

@@ -44,19 +44,17 @@ using LocateShards =
     std::function<absl::StatusOr<ShardAddressesResponse>(absl::Time deadline)>;
 
 // Tells relocators to look the shards up now, whether or not a call
-// failed. workerd raises it when a heartbeat says the coordinator's replica
-// epoch moved (a shard failed over): calls still on the wire to the old
-// primary, which may be cut off rather than dead (no UNAVAILABLE comes
-// back), then follow the successor at once instead of at their deadline.
-// Thread-safe.
+// failed. workerd passes it each heartbeat's replica epoch; when that moved
+// (a shard failed over), calls still on the wire to the old primary, which
+// may be cut off rather than dead (no UNAVAILABLE comes back), follow the
+// successor at once instead of at their deadline. Thread-safe.
 class RelocateSignal {
  public:
-  void Raise() ABSL_LOCKS_EXCLUDED(mu_);
-  // A heartbeat's HeartbeatResponse.replica_epoch (0: none): raises when
-  // it differs from the last one seen.
+  // A heartbeat's HeartbeatResponse.replica_epoch (0: none): wakes every
+  // subscriber when it differs from the last one seen.
   void OnReplicaEpoch(uint64_t epoch) ABSL_LOCKS_EXCLUDED(mu_);
-  // `wake` runs on Raise's thread under this object's lock: it must not
-  // block or call back in. Returns the id to Unsubscribe with.
+  // `wake` runs on OnReplicaEpoch's thread under this object's lock: it
+  // must not block or call back in. Returns the id to Unsubscribe with.
   uint64_t Subscribe(std::function<void()> wake) ABSL_LOCKS_EXCLUDED(mu_);
   // Once it returns, that `wake` never runs again.
   void Unsubscribe(uint64_t id) ABSL_LOCKS_EXCLUDED(mu_);
@@ -78,8 +76,9 @@ class ShardRelocator {
     // How often to ask while a shard is suspect
     // (WorkerdConfig.shard_locate_interval_ms).
     absl::Duration interval = absl::Milliseconds(kDefaultShardLocateIntervalMs);
-    // Set: each Raise makes one lookup (within `interval` of the last),
-    // suspect or not. Unset: lookups only while a shard is suspect.
+    // Set: each new replica epoch it hears of makes one lookup (within
+    // `interval` of the last), suspect or not. Unset: lookups only while a
+    // shard is suspect.
     std::shared_ptr<RelocateSignal> signal;
   };
 

@@ -128,8 +128,13 @@ constexpr uint64_t kMaxLength = 0x7fffffffu;
 
 bool WireReader::ReadTag(uint64_t* tag) {
   const size_t start = position();
-  return ReadVarint(tag) && position() - start <= kMaxVarint32Bytes &&
-         *tag <= kMaxTag && (*tag >> kWireTypeBits) != 0;
+  if (!ReadVarint(tag) || position() - start > kMaxVarint32Bytes) {
+    return false;
+  }
+  // As protobuf reads a tag (ReadTagFallback, in 32-bit arithmetic): the
+  // bits a fifth byte carries beyond 32 are dropped, not refused.
+  *tag &= kMaxTag;
+  return (*tag >> kWireTypeBits) != 0;
 }
 
 bool WireReader::ReadLength(uint64_t* n) {

@@ -160,8 +160,9 @@ class WireReader {
 
   // False on a truncated or over-long varint.
   bool ReadVarint(uint64_t* v);
-  // A field's tag as protobuf reads one: at most 5 bytes, within 32 bits,
-  // field number > 0; false otherwise.
+  // A field's tag as protobuf reads one: at most 5 bytes, taken modulo
+  // 2^32 (a fifth byte's higher bits are dropped), field number > 0; false
+  // otherwise.
   bool ReadTag(uint64_t* tag);
   // A length prefix as protobuf reads one: at most 5 bytes, below 2^31.
   bool ReadLength(uint64_t* n);

@@ -195,6 +195,30 @@ TEST(WireCodecTest, TruncatedInputIsRejectedOrShort) {
   }
 }
 
+// A 5-byte tag whose last byte carries bits beyond 32: protobuf keeps the
+// low 32 bits (here an unknown varint field, skipped), and so does the
+// decoder (the fuzzer found it refusing what protobuf took).
+TEST(WireCodecTest, ATagIsReadModulo2To32AsProtobufReadsIt) {
+  PushPullResponse expected;
+  ChunkData* c = expected.add_parameters();
+  c->set_chunk_id(3);
+  c->set_version(7);
+  std::string bytes = expected.SerializeAsString();
+  bytes += std::string("\xb0\x91\x8c\x8f\x40", 5);  // tag 0x40f0308b0
+  bytes += std::string("\xff\xff\x40", 3);          // its varint value
+  PushPullResponse parsed;
+  ASSERT_TRUE(parsed.ParseFromString(bytes));
+  PushPullResponse got;
+  ASSERT_TRUE(DecodeReply({bytes}, &got).ok());
+  EXPECT_EQ(got.parameters_size(), 1);
+  EXPECT_EQ(got.parameters(0).version(), 7u);
+  // Six bytes are too many for a tag, for both.
+  std::string six = expected.SerializeAsString() +
+                    std::string("\xb0\x91\x8c\x8f\xc0\x01\x00", 7);
+  EXPECT_FALSE(parsed.ParseFromString(six));
+  EXPECT_FALSE(DecodeReply({six}, &got).ok());
+}
+
 TEST(WireCodecTest, MalformedInputNamesWhatBroke) {
   struct Case {
     std::string name, bytes, error;

@@ -304,14 +304,10 @@ class JobCoordinator {
   // Create's reload from options_.store.
   absl::Status Restore() ABSL_LOCKS_EXCLUDED(mu_);
   // Create's ReplicaMonitor (with options_.set_replica_view), from the
-  // stored view; armed when a reloaded job is replicated.
+  // stored view; armed when a reloaded job is replicated, after failing
+  // over the shard in this process (Options::own_shard), which restarted
+  // with the coordinator.
   absl::Status StartReplicaMonitor() ABSL_LOCKS_EXCLUDED(mu_);
-  // StartReplicaMonitor's step when replicated jobs are running: the
-  // coordinator restarted, and with it the shard in its process
-  // (Options::own_shard): that shard is failed over in `o`, the new view
-  // committed first. A no-op when it is failed already.
-  absl::Status FailOwnShard(ReplicaMonitor::Options& o)
-      ABSL_LOCKS_EXCLUDED(mu_);
   // The monitor's commit: the view into the store before anyone hears it.
   absl::Status CommitReplicaView(uint64_t epoch, const ReplicaSets& sets)
       ABSL_LOCKS_EXCLUDED(mu_);

@@ -69,45 +69,27 @@ absl::Status JobCoordinator::StartReplicaMonitor() {
       }
     }
   }
-  if (copies > 1) PS_RETURN_IF_ERROR(FailOwnShard(o));
   replicas_ = std::make_unique<ReplicaMonitor>(std::move(o));
-  if (copies > 1) replicas_->Arm(copies);
-  return absl::OkStatus();
-}
-
-absl::Status JobCoordinator::FailOwnShard(ReplicaMonitor::Options& o) {
-  const uint32_t own = options_.own_shard;
-  if (own >= num_shards_ ||
-      std::find(o.sets.failed.begin(), o.sets.failed.end(), own) !=
-          o.sets.failed.end()) {
-    return absl::OkStatus();
+  if (copies <= 1) return absl::OkStatus();
+  const std::vector<uint32_t> failed = replicas_->failed();
+  if (options_.own_shard < num_shards_ &&
+      std::find(failed.begin(), failed.end(), options_.own_shard) ==
+          failed.end()) {
+    // Replicated jobs run on and this coordinator just started: its
+    // process, and the shard in it, restarted. That shard is empty (or
+    // holds a checkpoint's older state): it must serve nothing before it
+    // rejoined and caught up, so it is failed over before any view goes
+    // out.
+    spdlog::warn(
+        "coordinator: its own shard {} restarted empty with it while "
+        "replicated jobs run: failing it over; it rejoins as a backup and "
+        "copies its replicas back",
+        options_.own_shard);
+    absl::Status st = replicas_->FailNow(options_.own_shard, absl::Now());
+    // Every other shard failed: it stays in service (logged).
+    if (!st.ok() && !absl::IsFailedPrecondition(st)) return st;
   }
-  // Replicated jobs run on and this coordinator just started: its process,
-  // and the shard in it, restarted. That shard is empty (or holds a
-  // checkpoint's older state); it must serve nothing before it rejoined
-  // and caught up. Committed before any shard hears a view.
-  ReplicaSets next = o.sets;
-  auto erase = [own](std::vector<uint32_t>& v) {
-    v.erase(std::remove(v.begin(), v.end(), own), v.end());
-  };
-  erase(next.joining);
-  erase(next.rejoined);
-  next.failed.push_back(own);
-  if (next.failed.size() >= num_shards_) {
-    spdlog::error(
-        "coordinator: its own shard {} restarted empty, but every other "
-        "shard is failed: not failing it over",
-        own);
-    return absl::OkStatus();
-  }
-  PS_RETURN_IF_ERROR(CommitReplicaView(o.epoch + 1, next));
-  o.epoch += 1;
-  o.sets = std::move(next);
-  spdlog::warn(
-      "coordinator: its own shard {} restarted empty with it while "
-      "replicated jobs run: failed over at epoch {}; it rejoins as a backup "
-      "and copies its replicas back",
-      own, o.epoch);
+  replicas_->Arm(copies);
   return absl::OkStatus();
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "spdlog/spdlog.h"
 
@@ -149,7 +150,7 @@ void ReplicaMonitor::Beat(absl::Time now) {
   }
   DropLagging(lagging, failed, &dead);
   if (!dead.empty()) {
-    FailOver(dead, now);
+    (void)FailOver(dead, now);  // logged; a failed commit is retried
     return;
   }
   // Caught up: every shard answered this view and none has a chunk left
@@ -293,8 +294,17 @@ absl::Status ReplicaMonitor::Send(uint32_t s, SetReplicaViewRequest& view,
   return st;
 }
 
-bool ReplicaMonitor::FailOver(const std::vector<uint32_t>& dead,
-                              absl::Time now) {
+absl::Status ReplicaMonitor::FailNow(uint32_t shard, absl::Time now) {
+  absl::MutexLock beat(&beat_mu_);
+  {
+    absl::MutexLock l(&mu_);
+    if (FailedLocked(shard)) return absl::OkStatus();
+  }
+  return FailOver({shard}, now);
+}
+
+absl::Status ReplicaMonitor::FailOver(const std::vector<uint32_t>& dead,
+                                      absl::Time now) {
   ReplicaSets next;
   {
     absl::MutexLock l(&mu_);
@@ -306,11 +316,11 @@ bool ReplicaMonitor::FailOver(const std::vector<uint32_t>& dead,
     next.failed.push_back(s);
   }
   if (next.failed.size() >= options_.num_shards) {
-    spdlog::error(
-        "coordinator: every shard would be failed; not failing "
-        "over [{}]",
-        absl::StrJoin(dead, ", "));
-    return false;
+    const std::string why =
+        absl::StrCat("every shard would be failed; not failing over [",
+                     absl::StrJoin(dead, ", "), "]");
+    spdlog::error("coordinator: {}", why);
+    return absl::FailedPreconditionError(why);
   }
   uint64_t epoch = 0;
   if (absl::Status st = Move(next, now, &epoch); !st.ok()) {
@@ -319,7 +329,7 @@ bool ReplicaMonitor::FailOver(const std::vector<uint32_t>& dead,
         "retrying at the next heartbeat: {}",
         absl::StrJoin(dead, ", "), st.ToString());
     for (uint32_t s : dead) missed_[s] = options_.misses - 1;
-    return false;
+    return st;
   }
   std::vector<std::string> redirected = options_.addresses();
   Redirect(&redirected);
@@ -329,7 +339,7 @@ bool ReplicaMonitor::FailOver(const std::vector<uint32_t>& dead,
         "are served at {}",
         s, epoch, redirected[s]);
   }
-  return true;
+  return absl::OkStatus();
 }
 
 uint64_t ReplicaMonitor::epoch() const {

@@ -127,6 +127,12 @@ class ReplicaMonitor {
   // One round of heartbeats at `now`, failing over the shards that missed
   // too many (the thread calls it; tests call it directly).
   void Beat(absl::Time now) ABSL_LOCKS_EXCLUDED(mu_, beat_mu_);
+  // Fails `shard` over now, known lost without a missed heartbeat (the
+  // coordinator's own shard after a restart): committed, then announced.
+  // OK when it is failed already; FAILED_PRECONDITION when every other
+  // shard is failed (nothing changed); the commit's error otherwise.
+  absl::Status FailNow(uint32_t shard, absl::Time now)
+      ABSL_LOCKS_EXCLUDED(mu_, beat_mu_);
 
   uint64_t epoch() const ABSL_LOCKS_EXCLUDED(mu_);
   std::vector<uint32_t> failed() const ABSL_LOCKS_EXCLUDED(mu_);
@@ -142,8 +148,10 @@ class ReplicaMonitor {
  private:
   bool FailedLocked(uint32_t shard) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   SetReplicaViewRequest ViewLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Commits and announces `dead` as failed; false if the commit failed.
-  bool FailOver(const std::vector<uint32_t>& dead, absl::Time now)
+  // Commits and announces `dead` as failed: FAILED_PRECONDITION (nothing
+  // changed) if that would fail every shard, the commit's error if it
+  // failed (retried at the next heartbeat).
+  absl::Status FailOver(const std::vector<uint32_t>& dead, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(beat_mu_);
   // Adds to *dead each backup a primary in service reported lagging
   // (backup, primary), unless it is failed already or its reporter dies.

@@ -27,8 +27,9 @@
 namespace ps {
 namespace {
 
-// 20480 examples / (2 workers x 256) = 40 steps.
-constexpr uint64_t kTotalSteps = 40;
+// 81920 examples / (2 workers x 256) = 160 steps: on a quiet machine a
+// 40-step job could end within one status poll, before the kill.
+constexpr uint64_t kTotalSteps = 160;
 // The last shard dies once the coordinator has seen this step.
 constexpr uint64_t kKillAfterStep = 15;
 constexpr int kShards = 5;
@@ -38,7 +39,7 @@ std::string RestartJob() {
   CtrJob job;
   job.name = "ctr-restart";
   job.hidden = {32};
-  job.synthetic_train = 20480;
+  job.synthetic_train = 81920;
   job.synthetic_test = 4096;
   job.extra = "checkpoint { every_steps: 1 tables_full_every: 100 }";
   return CtrJobSpec(job);

@@ -53,6 +53,7 @@ AsyncPsClient::AsyncPsClient(const PsClientOptions& options,
       plan_(std::move(plan)),
       job_id_(assignment.job_id()),
       rank_(assignment.rank()),
+      placement_epoch_(assignment.placement().epoch()),
       mode_(assignment.spec().consistency().mode()),
       retry_(RetryOptionsOf(options), assignment.spec().consistency(),
              StepDeadlineRule::kEveryMode),
@@ -275,6 +276,9 @@ void AsyncPsClient::Encode(Call* call) {
   head.step = args.step;
   head.attempt = static_cast<uint32_t>(call->attempt);
   head.min_version = mode_ == BSP ? args.step : 0;
+  head.placement_epoch = placement_epoch_;
+  head.push_message =
+      args.op == ParamOp::kPush ? PushMessage::kPush : PushMessage::kPushPull;
   call->bases.clear();
   if (delta_pulls_ && Pulls(args.op)) {
     for (size_t i : call->group.chunks) {

@@ -25,8 +25,10 @@
 // exponential backoff and the same (worker, step) tag, with attempt + 1, so
 // the shard applies it once; any other error, or the last attempt's, ends
 // the request (its other calls are cancelled) with a status that names the
-// shard and its address. With PsClientOptions.locate_shards, a shard that
-// keeps failing is looked for at the coordinator, and followed if it moved.
+// shard and its address and keeps the shard's code (ABORTED: the job was
+// re-placed, and its requests carry an older Placement.epoch). With
+// PsClientOptions.locate_shards, a shard that keeps failing is looked for
+// at the coordinator, and followed if it moved.
 //
 // Borrowed buffers: `gradient` and `params` are the model's flat vectors
 // (num_parameters() floats); a request reads gradient[r] and writes
@@ -155,6 +157,8 @@ class AsyncPsClient {
   void Detach(RequestHandle handle);
 
   const RequestPlan& plan() const { return plan_; }
+  // The placement epoch its requests carry (the assignment's).
+  uint64_t placement_epoch() const { return placement_epoch_; }
   size_t num_parameters() const { return plan_.num_parameters(); }
   PsClientStats stats() const;
 
@@ -210,6 +214,9 @@ class AsyncPsClient {
   const RequestPlan plan_;
   const std::string job_id_;
   const uint32_t rank_;
+  // The assignment's Placement.epoch, sent with every request: a shard
+  // that holds the job at a later epoch refuses it with ABORTED.
+  const uint64_t placement_epoch_;
   const ConsistencyMode mode_;
   const RetryPolicy retry_;
   // The job's wire format and the top-k residuals (thread-safe).

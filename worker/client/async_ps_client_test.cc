@@ -59,9 +59,13 @@ class AsyncPsClientTest : public ::testing::Test {
         grad_(kFloats, 0.5f),
         params_(kFloats, -1.0f) {}
 
-  void Connect(PsClientOptions options = PsClientOptions()) {
+  // `epoch`: the assignment's Placement.epoch.
+  void Connect(PsClientOptions options = PsClientOptions(),
+               uint64_t epoch = 0) {
+    Assignment a = OneShard(shard_.address());
+    a.mutable_placement()->set_epoch(epoch);
     absl::StatusOr<std::unique_ptr<AsyncPsClient>> c =
-        AsyncPsClient::Create(options, OneShard(shard_.address()), &security_);
+        AsyncPsClient::Create(options, a, &security_);
     ASSERT_TRUE(c.ok()) << c.status();
     client_ = *std::move(c);
   }
@@ -311,6 +315,44 @@ TEST_F(AsyncPsClientTest, OtherErrorsAreNotRetriedAndNameTheShard) {
   EXPECT_THAT(std::string(s.message()),
               HasSubstr(absl::StrCat("step 3: shard 0 at ", shard_.address(),
                                      " (PushPull, attempt 1): unknown job")));
+}
+
+TEST_F(AsyncPsClientTest, EveryRequestCarriesThePlacementEpoch) {
+  Connect(PsClientOptions(), /*epoch=*/3);
+  EXPECT_EQ(client_->placement_epoch(), 3u);
+  for (ParamOp op : {ParamOp::kPull, ParamOp::kPush, ParamOp::kPushPull}) {
+    ASSERT_TRUE(client_->Wait(client_->Start(Tensor(0, op)), Soon()).ok());
+  }
+  const std::vector<FakeShardServer::Arrival> a = shard_.arrivals();
+  ASSERT_EQ(a.size(), 3u);
+  for (const FakeShardServer::Arrival& arrival : a) {
+    EXPECT_EQ(arrival.placement_epoch, 3u) << arrival.method;
+  }
+  EXPECT_EQ(a[1].method, "Push");
+  EXPECT_EQ(a[1].chunk_ids, std::vector<uint32_t>{0});  // parsed as PushRequest
+}
+
+// A re-placed job: the shard's pause (UNAVAILABLE) is retried, its ABORTED
+// is not, and it ends the request with that code, naming the shard.
+TEST_F(AsyncPsClientTest, AbortedIsNotRetriedAndKeepsItsCode) {
+  PsClientOptions options;
+  options.initial_backoff = absl::Milliseconds(1);
+  Connect(options, /*epoch=*/2);
+  shard_.FailNext(2, grpc::Status(grpc::StatusCode::UNAVAILABLE, "paused"));
+  ASSERT_TRUE(client_->Wait(client_->Start(Tensor(1)), Soon()).ok());
+  ASSERT_EQ(shard_.arrivals().size(), 3u);
+  shard_.FailNext(1, grpc::Status(grpc::StatusCode::ABORTED,
+                                  "job job was re-placed (placement epoch 3; "
+                                  "this request has 2)"));
+  const absl::Status s = client_->Wait(client_->Start(Tensor(2)), Soon());
+  EXPECT_EQ(s.code(), absl::StatusCode::kAborted) << s;
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr(absl::StrCat(
+                  "step 3: shard 0 at ", shard_.address(),
+                  " (PushPull, attempt 1): job job was re-placed (placement "
+                  "epoch 3; this request has 2)")));
+  EXPECT_EQ(shard_.arrivals().size(), 4u);  // not retried
+  EXPECT_EQ(params_[2 * kLength], -1.0f);   // nothing written
 }
 
 TEST_F(AsyncPsClientTest, ShardDyingMidRequestEndsWithAClearError) {

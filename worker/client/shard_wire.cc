@@ -13,6 +13,13 @@ static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
               "tensor payloads are little-endian float32");
 
 namespace ps {
+namespace {
+
+// placement_epoch: PushPullRequest / PullRequest field 7, PushRequest 6.
+constexpr uint8_t kPlacementEpochTag = Tag(7, kVarint);
+constexpr uint8_t kPushPlacementEpochTag = Tag(6, kVarint);
+
+}  // namespace
 
 std::string Flatten(const grpc::ByteBuffer& b) {
   std::vector<grpc::Slice> slices;
@@ -39,6 +46,7 @@ grpc::ByteBuffer EncodePull(const RequestHead& head, const RequestPlan& plan,
     h->set_chunk_id(plan.chunks()[group.chunks[j]].id);
     h->set_version(bases[j]);
   }
+  r.set_placement_epoch(head.placement_epoch);  // 0: left off
   grpc::Slice slice(r.SerializeAsString());
   return grpc::ByteBuffer(&slice, 1);
 }
@@ -83,10 +91,16 @@ grpc::ByteBuffer EncodePush(const RequestHead& head, const RequestPlan& plan,
   std::vector<WirePiece> pieces;
   EncodeChunkList(kRequestGradientsTag, refs, /*copy_below=*/0, &fields,
                   &pieces);
-  // Field 6 after the gradients (5), where protobuf writes it.
-  for (size_t j = 0; j < bases.size(); ++j) {
-    if (bases[j] == kNotHeld) continue;
-    PutHeldChunk(plan.chunks()[group.chunks[j]].id, bases[j], &fields);
+  // The later fields after the gradients (5), in field order, where
+  // protobuf writes them; each left off when 0 / empty.
+  if (head.push_message == PushMessage::kPush) {
+    PutVarintField(kPushPlacementEpochTag, head.placement_epoch, &fields);
+  } else {
+    for (size_t j = 0; j < bases.size(); ++j) {
+      if (bases[j] == kNotHeld) continue;
+      PutHeldChunk(plan.chunks()[group.chunks[j]].id, bases[j], &fields);
+    }
+    PutVarintField(kPlacementEpochTag, head.placement_epoch, &fields);
   }
   *borrowed = 0;
   return ToSendBuffer(pieces, std::move(fields), [&](absl::string_view bytes) {

@@ -28,6 +28,10 @@
 
 namespace ps {
 
+// Which message EncodePush writes. They differ only in placement_epoch's
+// field number (PushPullRequest 7, after `held`; PushRequest 6, no `held`).
+enum class PushMessage { kPushPull, kPush };
+
 // The scalar fields of a request.
 struct RequestHead {
   absl::string_view job_id;
@@ -35,6 +39,10 @@ struct RequestHead {
   uint64_t step = 0;
   uint32_t attempt = 0;      // push
   uint64_t min_version = 0;  // pull
+  // The assignment's Placement.epoch; 0 (never re-placed) stays off the
+  // wire, so such requests are byte for byte what they were before epochs.
+  uint64_t placement_epoch = 0;
+  PushMessage push_message = PushMessage::kPushPull;  // EncodePush only
 };
 
 // The bytes of `b` in one string (an invalid buffer gives ""): for tests
@@ -60,7 +68,8 @@ struct PushPayload {
   absl::string_view indices;
 };
 
-// A PushPullRequest (or PushRequest) with the group's chunks of the flat
+// A PushPullRequest (or, head.push_message kPush, a PushRequest: then
+// `bases` must be empty, it has no `held`) with the group's chunks of the flat
 // `gradient`, each chunk's version from `versions` (by chunk id). With
 // `payloads` empty, each chunk goes dense in FP32 and its payload slice
 // points into `gradient`; otherwise payloads[j] is the group's chunk j

@@ -278,6 +278,98 @@ TEST(ShardWireTest, HeldChunksAreByteIdenticalToProtobuf) {
             pull.SerializeAsString());
 }
 
+// Placement.epoch as PushPullRequest / PullRequest field 7 and PushRequest
+// field 6: protobuf's bytes at epoch 3, parsed back by the generated
+// messages; at epoch 0 nothing, so the bytes are those of a head without it.
+TEST(ShardWireTest, PlacementEpochIsItsFieldAndAbsentAtZero) {
+  const RequestPlan plan = Plan();
+  const RequestGroup& group = plan.model_groups()[1];  // shard 1: 0, 2
+  const std::vector<float> grad = {1, 2, 3, 4, 5, 6, 7};
+  const std::vector<uint64_t> versions = {9, 0, 0};
+  const std::vector<uint64_t> bases = {kNotHeld, 5};  // holds chunk 2 at v5
+  for (uint64_t epoch : {uint64_t{0}, uint64_t{3}}) {
+    SCOPED_TRACE(epoch);
+    RequestHead head;
+    head.job_id = "j";
+    head.worker = 1;
+    head.step = 8;
+    head.min_version = 8;
+    head.placement_epoch = epoch;
+    RequestHead before = head;  // as encoded before placement epochs
+    before.placement_epoch = 0;
+    int borrowed = 0;
+
+    PushPullRequest push_pull;
+    push_pull.set_job_id("j");
+    push_pull.set_worker(1);
+    push_pull.set_step(8);
+    ChunkData* c = push_pull.add_gradients();
+    c->set_version(9);
+    c->set_data(Bytes(grad.data(), 3));
+    c = push_pull.add_gradients();
+    c->set_chunk_id(2);
+    c->set_data(Bytes(grad.data() + 3, 4));
+    HeldChunk* h = push_pull.add_held();
+    h->set_chunk_id(2);
+    h->set_version(5);
+    push_pull.set_placement_epoch(epoch);
+    const std::string got_push_pull =
+        Flatten(EncodePush(head, plan, group, versions, grad.data(), &Release,
+                           nullptr, &borrowed, {}, bases));
+    EXPECT_EQ(got_push_pull, push_pull.SerializeAsString());
+    PushPullRequest parsed_push_pull;
+    ASSERT_TRUE(parsed_push_pull.ParseFromString(got_push_pull));
+    EXPECT_EQ(parsed_push_pull.placement_epoch(), epoch);
+    EXPECT_EQ(parsed_push_pull.held_size(), 1);
+
+    head.push_message = PushMessage::kPush;
+    before.push_message = PushMessage::kPush;
+    PushRequest push;
+    push.set_job_id("j");
+    push.set_worker(1);
+    push.set_step(8);
+    *push.mutable_gradients() = push_pull.gradients();
+    push.set_placement_epoch(epoch);
+    const std::string got_push =
+        Flatten(EncodePush(head, plan, group, versions, grad.data(), &Release,
+                           nullptr, &borrowed));
+    EXPECT_EQ(got_push, push.SerializeAsString());
+    PushRequest parsed_push;
+    ASSERT_TRUE(parsed_push.ParseFromString(got_push));
+    EXPECT_EQ(parsed_push.placement_epoch(), epoch);
+
+    PullRequest pull;
+    pull.set_job_id("j");
+    pull.set_worker(1);
+    pull.set_step(8);
+    pull.set_min_version(8);
+    pull.add_chunk_ids(0);
+    pull.add_chunk_ids(2);
+    h = pull.add_held();
+    h->set_chunk_id(2);
+    h->set_version(5);
+    pull.set_placement_epoch(epoch);
+    const std::string got_pull = Flatten(EncodePull(head, plan, group, bases));
+    EXPECT_EQ(got_pull, pull.SerializeAsString());
+    PullRequest parsed_pull;
+    ASSERT_TRUE(parsed_pull.ParseFromString(got_pull));
+    EXPECT_EQ(parsed_pull.placement_epoch(), epoch);
+
+    const std::string push_before =
+        Flatten(EncodePush(before, plan, group, versions, grad.data(), &Release,
+                           nullptr, &borrowed));
+    const std::string pull_before =
+        Flatten(EncodePull(before, plan, group, bases));
+    if (epoch == 0) {  // today's bytes, unchanged
+      EXPECT_EQ(got_push, push_before);
+      EXPECT_EQ(got_pull, pull_before);
+    } else {  // two more bytes: the tag and the varint 3
+      EXPECT_EQ(got_push.size(), push_before.size() + 2);
+      EXPECT_EQ(got_pull.size(), pull_before.size() + 2);
+    }
+  }
+}
+
 // A delta of chunk `id` on `base`: `values` at `offsets`, in `format`.
 void AddDelta(PullResponse* r, uint32_t id, uint64_t base,
               const std::vector<uint32_t>& offsets,

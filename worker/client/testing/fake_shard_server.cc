@@ -161,7 +161,7 @@ grpc::ServerUnaryReactor* FakeShardServer::PushPull(
     grpc::ByteBuffer* resp) {
   auto r = std::make_shared<PushPullRequest>();
   const bool parsed = r->ParseFromString(Flatten(*req));
-  Arrival a{"PushPull", r->step(), r->attempt(), {}};
+  Arrival a{"PushPull", r->step(), r->attempt(), {}, r->placement_epoch()};
   for (const ChunkData& g : r->gradients()) a.chunk_ids.push_back(g.chunk_id());
   return Handle(ctx, resp, std::move(a), [this, r, parsed](std::string* out) {
     if (!parsed) return Malformed();
@@ -175,9 +175,12 @@ grpc::ServerUnaryReactor* FakeShardServer::PushPull(
 grpc::ServerUnaryReactor* FakeShardServer::Push(
     grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
     grpc::ByteBuffer* resp) {
-  auto r = std::make_shared<PushPullRequest>();  // same fields as Push
-  const bool parsed = r->ParseFromString(Flatten(*req));
-  Arrival a{"Push", r->step(), r->attempt(), {}};
+  PushRequest push;
+  const bool parsed = push.ParseFromString(Flatten(*req));
+  Arrival a{"Push", push.step(), push.attempt(), {}, push.placement_epoch()};
+  // Applied as a PushPull's gradients (fields 1-5 are the same).
+  auto r = std::make_shared<PushPullRequest>();
+  r->mutable_gradients()->Swap(push.mutable_gradients());
   for (const ChunkData& g : r->gradients()) a.chunk_ids.push_back(g.chunk_id());
   return Handle(ctx, resp, std::move(a), [this, r, parsed](std::string* out) {
     if (!parsed) return Malformed();
@@ -192,7 +195,7 @@ grpc::ServerUnaryReactor* FakeShardServer::Pull(
     grpc::ByteBuffer* resp) {
   auto r = std::make_shared<PullRequest>();
   const bool parsed = r->ParseFromString(Flatten(*req));
-  Arrival a{"Pull", r->step(), 0, {}};
+  Arrival a{"Pull", r->step(), 0, {}, r->placement_epoch()};
   a.chunk_ids.assign(r->chunk_ids().begin(), r->chunk_ids().end());
   return Handle(ctx, resp, std::move(a), [this, r, parsed](std::string* out) {
     if (!parsed) return Malformed();

@@ -39,6 +39,7 @@ class FakeShardServer final
     uint64_t step = 0;
     uint32_t attempt = 0;
     std::vector<uint32_t> chunk_ids;
+    uint64_t placement_epoch = 0;  // as the request carried it
   };
 
   // Serves chunks of `chunk_lengths[id]` floats.

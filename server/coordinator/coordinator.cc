@@ -92,6 +92,7 @@ absl::Status JobCoordinator::Restore() {
     PS_RETURN_IF_ERROR(Persist());
   }
   shard_ops_.Drain();
+  FinishStoredReshards();
   return absl::OkStatus();
 }
 
@@ -144,13 +145,17 @@ void JobCoordinator::Tick(absl::Time now) {
 
 void JobCoordinator::Shutdown() {
   CompletedPolls done;
+  std::vector<std::thread> reshards;
   {
     absl::MutexLock lock(&mu_);
     shutdown_ = true;
     workers_.CompleteAllPolls(ShuttingDown(), done);
+    reshards.swap(reshards_);
   }
   done.Run();
   if (replicas_ != nullptr) replicas_->Stop();
+  // A re-placement not committed yet aborts (its commit sees shutdown_).
+  for (std::thread& t : reshards) t.join();
 }
 
 }  // namespace ps

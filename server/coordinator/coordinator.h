@@ -81,6 +81,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -97,6 +98,7 @@
 #include "server/coordinator/job_validation.h"
 #include "server/coordinator/progress_history.h"
 #include "server/coordinator/replica_monitor.h"
+#include "server/coordinator/resharder.h"
 #include "server/coordinator/shard_op_queue.h"
 #include "server/coordinator/store_sync.h"
 #include "server/coordinator/trace_store.h"
@@ -135,6 +137,12 @@ class JobCoordinator {
     std::function<absl::Status(uint32_t shard, const SetReplicaViewRequest&,
                                absl::Time deadline, SetReplicaViewResponse*)>
         set_replica_view;
+    // Live re-placement (`psctl scale --shards`, resharder.h): one shard's
+    // Reshard, blocking up to the deadline (psd: gRPC, or the coordinator's
+    // own shard directly). Unset: ScaleJob refuses `shards`.
+    std::function<absl::Status(uint32_t shard, const ReshardRequest&,
+                               absl::Time deadline, ReshardResponse*)>
+        reshard;
     absl::Duration shard_heartbeat =
         absl::Milliseconds(kDefaultShardHeartbeatMs);
     uint32_t shard_heartbeat_misses = kDefaultShardHeartbeatMisses;
@@ -190,7 +198,10 @@ class JobCoordinator {
   // Grows or shrinks a running job to request.workers (ScaleJobRequest has
   // the rules; job_scaling.h). Growing takes idle workers at once, and
   // later ones as they register; shrinking asks the highest ranks to leave
-  // through their heartbeats. A refused call changes nothing.
+  // through their heartbeats. request.shards instead re-places the job's
+  // chunks over that many shards on a thread of its own (resharder.h;
+  // coordinator_reshard.cc), answering once it is recorded. A refused call
+  // changes nothing.
   absl::Status ScaleJob(const ScaleJobRequest& request,
                         ScaleJobResponse* response);
 
@@ -314,6 +325,20 @@ class JobCoordinator {
   // The monitor's rejoin: the running replicated jobs dropped and
   // registered afresh on `shard` (a failed shard that answers again).
   absl::Status RejoinShard(uint32_t shard) ABSL_LOCKS_EXCLUDED(mu_);
+  // ScaleJob's `shards` (coordinator_reshard.cc): checks, records and
+  // starts the re-placement thread.
+  absl::Status StartReshard(Job& job, uint32_t shards,
+                            ScaleJobResponse* response)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The re-placement thread's body.
+  void RunReshard(const std::string& job_id, const Placement& from,
+                  const Placement& to, const ReshardStatus& status)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // A Resharder whose hooks update and commit job `job_id`.
+  Resharder MakeResharder(const std::string& job_id);
+  // Restore: a re-placement the coordinator was in the middle of is
+  // finished (its placement was committed) or aborted on the shards.
+  void FinishStoredReshards() ABSL_LOCKS_EXCLUDED(mu_);
   // Arms the monitor when `spec` is replicated.
   void MaybeArmReplicas(const JobSpec& spec);
   // Commits the changes to the store; logs a failure.
@@ -401,6 +426,9 @@ class JobCoordinator {
   // Set by Create when options_.set_replica_view is; its own lock, a leaf
   // under mu_ (its commit takes mu_ with no monitor lock held).
   std::unique_ptr<ReplicaMonitor> replicas_;
+  // Re-placement threads (one per ScaleJob with `shards`), joined by
+  // Shutdown.
+  std::vector<std::thread> reshards_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace ps

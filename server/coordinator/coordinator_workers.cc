@@ -150,6 +150,17 @@ void JobCoordinator::GetAssignment(const GetAssignmentRequest& request,
                  absl::NotFoundError(
                      absl::StrCat("worker_id: unknown worker \"",
                                   request.worker_id(), "\"; register again")));
+    } else if (!request.job_id().empty()) {
+      // A refresh (its shard refused the placement epoch): at once.
+      NoteContact(*worker, options_.clock());
+      absl::Status st = absl::OkStatus();
+      if (worker->job_id != request.job_id() ||
+          !FillAssignment(*worker, response)) {
+        st = absl::NotFoundError(
+            absl::StrCat("job_id: worker ", worker->id,
+                         " holds no rank in running job ", request.job_id()));
+      }
+      to_run.Add(std::move(done), st);
     } else {
       // A worker back from a job may be what a scale waits for.
       if (worker->job_id.empty()) MaybeGrow(options_.clock(), to_run);

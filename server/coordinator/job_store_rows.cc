@@ -22,6 +22,7 @@ std::string StatusBytes(const JobStatus& status) {
   light.set_end_time_s(status.end_time_s());
   if (status.has_scale()) *light.mutable_scale() = status.scale();
   if (status.has_data_plan()) *light.mutable_data_plan() = status.data_plan();
+  if (status.has_reshard()) *light.mutable_reshard() = status.reshard();
   return light.SerializeAsString();
 }
 
@@ -102,6 +103,16 @@ absl::Status UpdateJob(sqlite3* db, const StoredJob& job) {
   if (st.Changes() != 1) {
     return absl::InternalError(
         absl::StrCat("job ", job.status.job_id(), " is not stored"));
+  }
+  if (job.status.placement().epoch() > 0) {
+    // Re-placed (psctl scale --shards): spec.shards and the placement
+    // changed since the insert.
+    SqliteStatement placed(
+        db, "UPDATE jobs SET spec = ?2, placement = ?3 WHERE job_id = ?1");
+    placed.Bind(1, job.status.job_id());
+    placed.BindBlob(2, job.status.spec().SerializeAsString());
+    placed.BindBlob(3, job.status.placement().SerializeAsString());
+    PS_RETURN_IF_ERROR(placed.Run());
   }
   return WriteRanks(db, job);
 }

@@ -43,8 +43,25 @@ absl::StatusOr<std::vector<ChunkPlacement>> CutTensorsIntoChunks(
 // ... mod num_shards), so every shard holds its primaries' bytes plus its
 // k - 1 predecessors'. Fails with INVALID_ARGUMENT when num_shards is 0,
 // k > num_shards, or CutTensorsIntoChunks fails. Pure function; thread-safe.
+// Only the first UsedShards(spec, num_shards) shards get chunks
+// (JobSpec.shards; 0 = all); placement.num_shards is the cluster's count.
 absl::StatusOr<Placement> PlaceChunks(const JobSpec& normalized_spec,
                                       uint32_t num_shards);
+
+// The shards a spec's chunks go on: spec.shards, or every shard when 0.
+uint32_t UsedShards(const JobSpec& spec, uint32_t num_shards);
+
+// `current` (no replicas) re-placed over shards 0 .. used - 1 (`psctl scale
+// --shards`), moving few chunks: those on the shards that leave go, largest
+// first, to the least loaded shard; then, while the most loaded shard holds
+// a chunk smaller than its excess over the least loaded one, the largest
+// such chunk moves there. Any two shards' bytes then differ by at most the
+// largest chunk's, as PlaceChunks' do, and a placement already balanced
+// moves nothing. The result's epoch is current.epoch + 1. INVALID_ARGUMENT
+// naming the field for `used` outside [1, num_shards] or replicas.
+// Deterministic; pure.
+absl::StatusOr<Placement> RePlaceChunks(const Placement& current,
+                                        uint32_t used);
 
 }  // namespace ps
 

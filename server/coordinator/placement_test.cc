@@ -269,5 +269,93 @@ TEST(PlaceChunksTest, RefusesMoreCopiesThanShards) {
   EXPECT_THAT(p.status().message(), HasSubstr("replication"));
 }
 
+
+// Chunks whose shard differs between `a` and `b`.
+int Moved(const Placement& a, const Placement& b) {
+  int moved = 0;
+  for (int i = 0; i < a.chunks_size(); ++i) {
+    moved += a.chunks(i).shard() != b.chunks(i).shard();
+  }
+  return moved;
+}
+
+uint64_t LargestChunkBytes(const Placement& p) {
+  uint64_t largest = 0;
+  for (const ChunkPlacement& c : p.chunks()) {
+    largest = std::max<uint64_t>(largest, c.length() * 4);
+  }
+  return largest;
+}
+
+TEST(PlaceChunksTest, UsesOnlyTheFirstSpecShards) {
+  JobSpec spec = MlpSpec(16 * 1024);
+  spec.set_shards(2);
+  absl::StatusOr<Placement> p = PlaceChunks(spec, 3);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->num_shards(), 3u);
+  EXPECT_EQ(BytesPerShard(*p)[2], 0u);
+  spec.set_shards(4);
+  EXPECT_THAT(PlaceChunks(spec, 3).status().message(),
+              HasSubstr("shards: 4, but the cluster has 3"));
+}
+
+TEST(RePlaceChunksTest, GrowingMovesFewChunksAndBalances) {
+  JobSpec spec = MlpSpec(16 * 1024);
+  spec.set_shards(2);
+  absl::StatusOr<Placement> two = PlaceChunks(spec, 3);
+  ASSERT_TRUE(two.ok()) << two.status();
+  absl::StatusOr<Placement> three = RePlaceChunks(*two, 3);
+  ASSERT_TRUE(three.ok()) << three.status();
+  EXPECT_EQ(three->epoch(), 1u);
+  const std::vector<uint64_t> bytes = BytesPerShard(*three);
+  const auto [lo, hi] = std::minmax_element(bytes.begin(), bytes.end());
+  EXPECT_LE(*hi - *lo, LargestChunkBytes(*three));
+  // What the new shard takes moves (about a third of the bytes), and at
+  // most a few chunks more to even out the others.
+  uint64_t total = 0;
+  for (uint64_t b : bytes) total += b;
+  const int taken =
+      std::count_if(three->chunks().begin(), three->chunks().end(),
+                    [](const ChunkPlacement& c) { return c.shard() == 2; });
+  EXPECT_GE(Moved(*two, *three), taken);
+  EXPECT_LE(Moved(*two, *three), taken + 2);
+  EXPECT_LE(bytes[2], total / 3 + LargestChunkBytes(*three));
+  // Placed again over the same shards, nothing moves.
+  absl::StatusOr<Placement> again = RePlaceChunks(*three, 3);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(Moved(*three, *again), 0);
+  EXPECT_EQ(again->epoch(), 2u);
+}
+
+TEST(RePlaceChunksTest, ShrinkingMovesOnlyTheLeavingShardsChunks) {
+  JobSpec spec = MlpSpec(16 * 1024);
+  absl::StatusOr<Placement> three = PlaceChunks(spec, 3);
+  ASSERT_TRUE(three.ok());
+  absl::StatusOr<Placement> two = RePlaceChunks(*three, 2);
+  ASSERT_TRUE(two.ok()) << two.status();
+  const std::vector<uint64_t> bytes = BytesPerShard(*two);
+  EXPECT_EQ(bytes[2], 0u);
+  EXPECT_LE(std::max(bytes[0], bytes[1]) - std::min(bytes[0], bytes[1]),
+            LargestChunkBytes(*two));
+  int on_two = 0;
+  for (const ChunkPlacement& c : three->chunks()) on_two += c.shard() == 2;
+  // The leaving shard's chunks move, and at most a few more to rebalance.
+  EXPECT_GE(Moved(*three, *two), on_two);
+  EXPECT_LE(Moved(*three, *two), on_two + 2);
+}
+
+TEST(RePlaceChunksTest, RefusesBadShardCountsAndReplicas) {
+  JobSpec spec = MlpSpec(16 * 1024);
+  absl::StatusOr<Placement> p = PlaceChunks(spec, 3);
+  ASSERT_TRUE(p.ok());
+  EXPECT_THAT(RePlaceChunks(*p, 0).status().message(), HasSubstr("shards: 0"));
+  EXPECT_THAT(RePlaceChunks(*p, 4).status().message(), HasSubstr("shards: 4"));
+  spec.set_replication(2);
+  p = PlaceChunks(spec, 3);
+  ASSERT_TRUE(p.ok());
+  EXPECT_THAT(RePlaceChunks(*p, 2).status().message(),
+              HasSubstr("replication"));
+}
+
 }  // namespace
 }  // namespace ps

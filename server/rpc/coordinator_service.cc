@@ -116,6 +116,19 @@ absl::Status GrpcShardControl::SetReplicaView(
   return FromGrpcStatus(peer.stub->SetReplicaView(&ctx, request, resp));
 }
 
+absl::Status GrpcShardControl::Reshard(uint32_t shard,
+                                       const ReshardRequest& request,
+                                       absl::Time deadline,
+                                       ReshardResponse* resp) {
+  if (shard == local_shard_id_) return local_->Reshard(request, resp);
+  PS_ASSIGN_OR_RETURN(std::shared_ptr<ParameterServer::Stub> stub,
+                      Connected(shard));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(deadline));
+  security_->Authorize(&ctx);
+  return FromGrpcStatus(stub->Reshard(&ctx, request, resp));
+}
+
 void CoordinatorService::SetCoordinator(JobCoordinator* coordinator,
                                         ShardDirectory* directory) {
   absl::MutexLock lock(&mu_);

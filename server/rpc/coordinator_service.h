@@ -53,6 +53,9 @@ class GrpcShardControl final : public ShardControl {
                               const SetReplicaViewRequest& request,
                               absl::Time deadline,
                               SetReplicaViewResponse* response);
+  // One phase of a live re-placement (ReshardRequest), until `deadline`.
+  absl::Status Reshard(uint32_t shard, const ReshardRequest& request,
+                       absl::Time deadline, ReshardResponse* response);
 
  private:
   // One remote shard: the address its channel goes to.

@@ -1,0 +1,158 @@
+// JobCoordinator: psctl scale --shards (ScaleJob's `shards`) re-placing a
+// running job over the shards through their Reshard phases, the refusals
+// that change nothing, and the refreshed assignment a worker then fetches.
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/coordinator/coordinator.h"
+#include "server/coordinator/testing/coordinator_test_fixture.h"
+
+namespace ps {
+namespace {
+
+using ::testing::HasSubstr;
+
+// The coordinator of CoordinatorTest with a Reshard hook: every shard is
+// quiesced at once; the calls are recorded as "PHASE shard".
+class ReshardTest : public CoordinatorTest {
+ protected:
+  void SetUp() override {
+    JobCoordinator::Options options;
+    options.heartbeat_interval_ms = 500;
+    options.worker_timeout_ms = 10000;
+    options.shard_addresses = {"10.0.0.1:7000", "10.0.0.2:7000"};
+    options.clock = [this] { return clock_.Now(); };
+    options.reshard = [this](uint32_t shard, const ReshardRequest& r,
+                             absl::Time, ReshardResponse* out) {
+      absl::MutexLock l(&mu_);
+      calls_.push_back(
+          absl::StrCat(ReshardRequest::Phase_Name(r.phase()), " ", shard));
+      out->set_max_version(40);
+      out->set_quiesced(r.pause_step() > 0);
+      return absl::OkStatus();
+    };
+    absl::StatusOr<std::unique_ptr<JobCoordinator>> coord =
+        JobCoordinator::Create(options, &shards_);
+    ASSERT_TRUE(coord.ok()) << coord.status();
+    coord_ = *std::move(coord);
+  }
+
+  absl::Status Scale(const std::string& job, uint32_t shards,
+                     uint32_t workers = 0) {
+    ScaleJobRequest request;
+    request.set_job_id(job);
+    request.set_shards(shards);
+    request.set_workers(workers);
+    ScaleJobResponse response;
+    return coord_->ScaleJob(request, &response);
+  }
+  // The job's re-placement once it is no longer in progress (bounded).
+  ReshardStatus Finished(const std::string& job) {
+    const absl::Time until = absl::Now() + absl::Seconds(20);
+    for (;;) {
+      ReshardStatus r = Job(job).reshard();
+      if (r.phase() == "done" || r.phase().rfind("aborted", 0) == 0 ||
+          absl::Now() > until) {
+        return r;
+      }
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+  }
+  std::vector<std::string> Calls() {
+    absl::MutexLock l(&mu_);
+    return calls_;
+  }
+  std::string RunningJob(JobSpec spec) {
+    Register("host-a");
+    const std::string job = Submit(spec);
+    EXPECT_EQ(Job(job).state(), RUNNING);
+    return job;
+  }
+
+  absl::Mutex mu_;
+  std::vector<std::string> calls_ ABSL_GUARDED_BY(mu_);
+};
+
+TEST_F(ReshardTest, GrowsOntoASecondShardAndWorkersGetTheNewPlacement) {
+  JobSpec spec = Spec(1);
+  spec.set_shards(1);
+  const std::string job = RunningJob(spec);
+  const std::string worker = "w-1";
+  const JobStatus submitted = Job(job);
+  for (const ChunkPlacement& c : submitted.placement().chunks()) {
+    ASSERT_EQ(c.shard(), 0u);
+  }
+  ASSERT_TRUE(Scale(job, 2).ok());
+  const ReshardStatus done = Finished(job);
+  EXPECT_EQ(done.phase(), "done");
+  EXPECT_EQ(done.from_shards(), 1u);
+  EXPECT_EQ(done.target_shards(), 2u);
+  EXPECT_EQ(done.epoch(), 1u);
+  EXPECT_EQ(done.pause_step(), 42u);  // the shards' highest version 40 + 2
+  EXPECT_GT(done.moved_chunks(), 0u);
+  const JobStatus status = Job(job);
+  EXPECT_EQ(status.spec().shards(), 2u);
+  EXPECT_EQ(status.placement().epoch(), 1u);
+  int on_second = 0;
+  for (const ChunkPlacement& c : status.placement().chunks()) {
+    on_second += c.shard() == 1;
+  }
+  EXPECT_EQ(on_second, static_cast<int>(done.moved_chunks()));
+  // Every phase reached both shards; nothing was aborted.
+  const std::vector<std::string> calls = Calls();
+  for (const char* phase : {"PREPARE 0", "PREPARE 1", "COMMIT 0", "COMMIT 1"}) {
+    EXPECT_EQ(std::count(calls.begin(), calls.end(), phase), 1) << phase;
+  }
+  EXPECT_EQ(std::count(calls.begin(), calls.end(), "ABORT 0"), 0);
+
+  // A worker whose shard refused its epoch asks again, at once.
+  GetAssignmentRequest refresh;
+  refresh.set_worker_id(worker);
+  refresh.set_job_id(job);
+  GetAssignmentResponse answer;
+  absl::Status answered = absl::UnknownError("no answer");
+  coord_->GetAssignment(refresh, &answer,
+                        [&](absl::Status s) { answered = s; });
+  ASSERT_TRUE(answered.ok()) << answered;
+  EXPECT_EQ(answer.assignment().placement().epoch(), 1u);
+  refresh.set_job_id("job-000099");
+  coord_->GetAssignment(refresh, &answer,
+                        [&](absl::Status s) { answered = s; });
+  EXPECT_EQ(answered.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(answered.message(), HasSubstr("job_id"));
+}
+
+TEST_F(ReshardTest, RefusalsNameTheFieldAndChangeNothing) {
+  JobSpec asp = Spec(1);
+  asp.mutable_consistency()->set_mode(ASP);
+  const std::string job = RunningJob(asp);
+  const JobStatus before = Job(job);
+  EXPECT_THAT(Scale(job, 3).message(), HasSubstr("shards: 3 is outside"));
+  EXPECT_THAT(Scale(job, 1, 2).message(),
+              HasSubstr("either workers or shards"));
+  absl::Status st = Scale(job, 1);
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(st.message(), HasSubstr("consistency.mode"));
+  EXPECT_EQ(Scale("job-000099", 1).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(Job(job).SerializeAsString(), before.SerializeAsString());
+  EXPECT_TRUE(Calls().empty());
+}
+
+TEST_F(ReshardTest, ThePlacementItHasAlreadyMovesNothing) {
+  const std::string job = RunningJob(Spec(1));  // on both shards
+  ASSERT_TRUE(Scale(job, 2).ok());
+  const ReshardStatus r = Job(job).reshard();
+  EXPECT_EQ(r.phase(), "done");
+  EXPECT_EQ(r.moved_chunks(), 0u);
+  EXPECT_EQ(Job(job).placement().epoch(), 0u);
+  EXPECT_TRUE(Calls().empty());
+}
+
+}  // namespace
+}  // namespace ps

@@ -1,0 +1,116 @@
+// Resharder: one live re-placement of a running BSP job's dense chunks
+// (`psctl scale JOB --shards=N`), driven over the shards' Reshard RPC
+// (proto/ps.proto ReshardRequest) on the calling thread:
+//
+//   1. probe: PAUSE with step 0 on every shard reads the highest chunk
+//      version; the pause step B is a few steps past it;
+//   2. PAUSE(B) on every shard: pushes of steps >= B are refused (the
+//      workers retry); a shard already past B refuses, and the job is
+//      paused again further ahead (ABORT first, B moved out 4x as far);
+//   3. PAUSE(B) again on every shard until each reports every chunk at
+//      version B (quiesced), within `quiesce_deadline`;
+//   4. PREPARE on every shard at once: the new owners fetch the chunks that
+//      move from their old owners;
+//   5. `commit`: the new placement into the coordinator's store (the point
+//      of no return: from here a restarted coordinator finishes the move);
+//   6. COMMIT on every shard at once: the shards serve the new placement
+//      and refuse the old epoch with ABORTED, so the workers fetch their
+//      assignments again and resume at B.
+// A failure before 5 sends ABORT to every shard (the job goes on as it
+// was) and ends with the phase "aborted: <why>". After 5, COMMIT is
+// retried until `commit_deadline`.
+//
+//   Resharder::Hooks hooks{...};
+//   ReshardStatus done = Resharder(options, hooks).Run(job_id, from, to,
+//                                                       status);
+#ifndef SERVER_COORDINATOR_RESHARDER_H_
+#define SERVER_COORDINATOR_RESHARDER_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "proto/coordinator.pb.h"
+#include "proto/job.pb.h"
+#include "proto/ps.pb.h"
+
+namespace ps {
+
+class Resharder {
+ public:
+  struct Options {
+    uint32_t num_shards = 1;
+    // Steps past the highest chunk version for the first pause step.
+    uint64_t first_margin = 2;
+    // Tries of a pause step before giving up (each 4x further ahead).
+    int pause_tries = 6;
+    // Deadline of one shard call, and how long the chunks may take to
+    // reach the pause step (a worker lost meanwhile is dropped from the
+    // quorum by its timeout, so this exceeds worker_timeout_ms).
+    absl::Duration call_deadline = absl::Seconds(30);
+    absl::Duration quiesce_deadline = absl::Seconds(60);
+    absl::Duration commit_deadline = absl::Seconds(60);
+    // Between two polls of the shards' pause.
+    absl::Duration poll = absl::Milliseconds(2);
+  };
+  struct Hooks {
+    // One shard's Reshard, blocking up to `deadline`.
+    std::function<absl::Status(uint32_t shard, const ReshardRequest&,
+                               absl::Time deadline, ReshardResponse*)>
+        reshard;
+    // Stores `to` as the job's placement (durable before it returns OK).
+    std::function<absl::Status(const Placement& to, const ReshardStatus&)>
+        commit;
+    // The status so far (phase changes), for GetJob.
+    std::function<void(const ReshardStatus&)> update;
+    // The shards' addresses now, by id.
+    std::function<std::vector<std::string>()> addresses;
+    std::function<absl::Time()> clock;
+    // Optional: true once the coordinator shuts down (the wait for the
+    // pause step gives up, and the re-placement aborts).
+    std::function<bool()> stopping;
+  };
+
+  Resharder(Options options, Hooks hooks)
+      : options_(options), hooks_(std::move(hooks)) {}
+
+  // Moves job `job_id` from placement `from` to `to` (epoch from + 1).
+  // `status` carries target/from shards and requested_s; returns it filled
+  // (phase "done" or "aborted: ...", the pause step, moved chunks and
+  // bytes, pause_ms, reached_s).
+  ReshardStatus Run(const std::string& job_id, const Placement& from,
+                    const Placement& to, ReshardStatus status);
+
+  // COMMIT again on every shard (a coordinator that restarted after step
+  // 5); OK once all answered.
+  absl::Status CommitAll(const std::string& job_id, uint64_t epoch);
+  // ABORT on every shard (a coordinator that restarted before step 5);
+  // the first failure, after asking every shard.
+  absl::Status AbortAll(const std::string& job_id, uint64_t epoch);
+
+ private:
+  ReshardRequest Request(const std::string& job_id, uint64_t epoch,
+                         ReshardRequest::Phase phase) const;
+  // `request` on every shard at once; the first failure naming its shard.
+  absl::Status OnEveryShard(const ReshardRequest& request,
+                            std::vector<ReshardResponse>* responses);
+  // Steps 1-3; the pause step in *step.
+  absl::Status Pause(const std::string& job_id, uint64_t epoch,
+                     ReshardStatus& status);
+  // Polls PAUSE(step) until every shard is quiesced.
+  absl::Status AwaitQuiesced(const ReshardRequest& pause);
+
+  const Options options_;
+  const Hooks hooks_;
+};
+
+// The chunks and bytes whose shard differs between `from` and `to`.
+void CountMoves(const Placement& from, const Placement& to, uint32_t* chunks,
+                uint64_t* bytes);
+
+}  // namespace ps
+
+#endif  // SERVER_COORDINATOR_RESHARDER_H_

@@ -1,0 +1,156 @@
+#include "server/coordinator/resharder.h"
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace ps {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Shards whose chunks advance one version per PAUSE poll until the pause
+// step; a shard whose chunks are past the asked step refuses it.
+class FakeShards {
+ public:
+  explicit FakeShards(std::vector<uint64_t> versions)
+      : versions_(std::move(versions)) {}
+
+  absl::Status Call(uint32_t shard, const ReshardRequest& r,
+                    ReshardResponse* out) {
+    absl::MutexLock l(&mu_);
+    calls_.push_back(absl::StrCat(ReshardRequest::Phase_Name(r.phase()), " ",
+                                  shard, " ", r.pause_step()));
+    uint64_t& v = versions_[shard];
+    switch (r.phase()) {
+      case ReshardRequest::PAUSE:
+        if (r.pause_step() == 0) {
+          out->set_max_version(v);
+          return absl::OkStatus();
+        }
+        v += jump_;  // the job ran on between the probe and the first pause
+        jump_ = 0;
+        if (v > r.pause_step()) {
+          return absl::FailedPreconditionError("already past");
+        }
+        if (v < r.pause_step()) ++v;
+        out->set_max_version(v);
+        out->set_quiesced(v == r.pause_step());
+        return absl::OkStatus();
+      case ReshardRequest::PREPARE:
+        if (fail_prepare_ == static_cast<int>(shard)) {
+          return absl::ResourceExhaustedError("budget");
+        }
+        return absl::OkStatus();
+      default:
+        return absl::OkStatus();
+    }
+  }
+  std::vector<std::string> Calls(const std::string& phase) {
+    absl::MutexLock l(&mu_);
+    std::vector<std::string> out;
+    for (const std::string& c : calls_) {
+      if (c.rfind(phase, 0) == 0) out.push_back(c);
+    }
+    return out;
+  }
+  void set_jump(uint64_t j) { jump_ = j; }
+  void set_fail_prepare(int shard) { fail_prepare_ = shard; }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<uint64_t> versions_;
+  std::vector<std::string> calls_;
+  uint64_t jump_ = 0;
+  int fail_prepare_ = -1;
+};
+
+Placement TwoChunks(uint32_t second_shard, uint64_t epoch) {
+  Placement p;
+  p.set_num_shards(2);
+  p.set_epoch(epoch);
+  ChunkPlacement* a = p.add_chunks();
+  a->set_chunk_id(0);
+  a->set_length(100);
+  ChunkPlacement* b = p.add_chunks();
+  b->set_chunk_id(1);
+  b->set_length(50);
+  b->set_shard(second_shard);
+  return p;
+}
+
+struct Moved {
+  ReshardStatus status;
+  std::vector<Placement> committed;
+  std::vector<std::string> phases;
+};
+
+Moved Move(FakeShards& shards) {
+  Moved run;
+  Resharder::Options options;
+  options.num_shards = 2;
+  options.poll = absl::ZeroDuration();
+  Resharder::Hooks hooks;
+  hooks.reshard = [&](uint32_t s, const ReshardRequest& r, absl::Time,
+                      ReshardResponse* out) { return shards.Call(s, r, out); };
+  hooks.commit = [&](const Placement& p, const ReshardStatus&) {
+    run.committed.push_back(p);
+    return absl::OkStatus();
+  };
+  hooks.update = [&](const ReshardStatus& s) { run.phases.push_back(s.phase()); };
+  hooks.addresses = [] { return std::vector<std::string>{"a:1", "b:2"}; };
+  hooks.clock = [] { return absl::Now(); };
+  ReshardStatus start;
+  start.set_target_shards(2);
+  start.set_from_shards(1);
+  run.status = Resharder(options, hooks)
+                   .Run("job-1", TwoChunks(0, 0), TwoChunks(1, 1), start);
+  return run;
+}
+
+TEST(ResharderTest, PausesPastTheHighestVersionCopiesAndCommits) {
+  FakeShards shards({7, 5});
+  Moved run = Move(shards);
+  EXPECT_EQ(run.status.phase(), "done");
+  EXPECT_EQ(run.status.pause_step(), 9u);  // highest 7 + margin 2
+  EXPECT_EQ(run.status.epoch(), 1u);
+  EXPECT_EQ(run.status.moved_chunks(), 1u);
+  EXPECT_EQ(run.status.moved_bytes(), 200u);
+  EXPECT_GT(run.status.reached_s(), 0);
+  ASSERT_EQ(run.committed.size(), 1u);
+  EXPECT_EQ(run.committed[0].chunks(1).shard(), 1u);
+  EXPECT_EQ(shards.Calls("PREPARE").size(), 2u);
+  EXPECT_EQ(shards.Calls("COMMIT").size(), 2u);
+  EXPECT_TRUE(shards.Calls("ABORT").empty());
+  EXPECT_THAT(run.phases, ::testing::ElementsAre("pausing", "copying", "done"));
+}
+
+TEST(ResharderTest, AShardAlreadyPastThePauseStepMovesItFurther) {
+  FakeShards shards({7, 5});
+  shards.set_jump(3);  // past 7 + 2 by the time the pause arrives
+  Moved run = Move(shards);
+  EXPECT_EQ(run.status.phase(), "done");
+  // The first pause was refused and lifted, the next one 4x further ahead.
+  EXPECT_EQ(shards.Calls("ABORT").size(), 2u);
+  EXPECT_GT(run.status.pause_step(), 12u);
+  EXPECT_EQ(run.committed.size(), 1u);
+}
+
+TEST(ResharderTest, AFailedPrepareAbortsEveryShardAndCommitsNothing) {
+  FakeShards shards({3, 3});
+  shards.set_fail_prepare(1);
+  Moved run = Move(shards);
+  EXPECT_THAT(run.status.phase(), HasSubstr("aborted: shard 1 PREPARE"));
+  EXPECT_THAT(run.status.phase(), HasSubstr("budget"));
+  EXPECT_TRUE(run.committed.empty());
+  EXPECT_EQ(shards.Calls("ABORT").size(), 2u);
+  EXPECT_TRUE(shards.Calls("COMMIT").empty());
+}
+
+}  // namespace
+}  // namespace ps

@@ -28,6 +28,10 @@ Commands:
                      grow or shrink a running job to N workers (up to its
                      spec's max_workers; on_worker_failure SHRINK); status
                      shows the progress (docs/OPERATIONS.md "Elastic jobs")
+  scale JOB --shards=N
+                     re-place a running BSP job's dense chunks on the
+                     first N shards while it trains (the chunks that move
+                     are copied at a step boundary); status shows it
   stats              per-shard statistics                 [--json] [--job=JOB]
                      and per sparse table and shard (rows, bytes vs budget,
                      admissions, evictions, rows/s, hottest ids)

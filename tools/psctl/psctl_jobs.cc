@@ -30,6 +30,9 @@ int Status(const Args& a, std::ostream& out, std::ostream& err) {
     if (std::string scale = FormatScale(job.scale()); !scale.empty()) {
       out << scale << "\n";
     }
+    if (std::string moved = FormatReshard(job.reshard()); !moved.empty()) {
+      out << moved << "\n";
+    }
     if (std::string data = FormatDataPlan(job.data_plan()); !data.empty()) {
       out << data << "\n";
     }
@@ -85,6 +88,27 @@ std::string FormatScale(const ScaleStatus& s) {
                         : std::string("in progress"));
 }
 
+std::string FormatReshard(const ReshardStatus& s) {
+  if (s.target_shards() == 0) return "";
+  std::string out = absl::StrFormat(
+      "shards: %d -> %d, %s", s.from_shards(), s.target_shards(), s.phase());
+  if (s.moved_chunks() > 0) {
+    absl::StrAppendFormat(&out, "; %d chunks (%.1f MB) move", s.moved_chunks(),
+                          s.moved_bytes() / 1e6);
+  }
+  if (s.pause_step() > 0) {
+    absl::StrAppendFormat(&out, " at step %d", s.pause_step());
+  }
+  if (s.reached_s() > 0) {
+    absl::StrAppendFormat(&out,
+                          " (placement epoch %d, reached %.2f s after the "
+                          "command, paused %.1f ms)",
+                          s.epoch(), s.reached_s() - s.requested_s(),
+                          s.pause_ms());
+  }
+  return out;
+}
+
 std::string FormatDataPlan(const DataPlan& plan) {
   if (plan.segments_size() == 0) return "";
   const DataSegment& s = plan.segments(plan.segments_size() - 1);
@@ -97,19 +121,29 @@ std::string FormatDataPlan(const DataPlan& plan) {
 
 int Scale(const Args& a, std::ostream& out, std::ostream& err) {
   uint32_t workers = 0;
-  if (a.positional.size() != 1 || !Has(a, "--workers") ||
-      !absl::SimpleAtoi(FlagOr(a, "--workers", ""), &workers)) {
-    err << "psctl scale: expected one JOB id and --workers=N (a count)\n";
+  uint32_t shards = 0;
+  const bool by_workers = Has(a, "--workers");
+  const bool by_shards = Has(a, "--shards");
+  if (a.positional.size() != 1 || by_workers == by_shards ||
+      (by_workers &&
+       !absl::SimpleAtoi(FlagOr(a, "--workers", ""), &workers)) ||
+      (by_shards && (!absl::SimpleAtoi(FlagOr(a, "--shards", ""), &shards) ||
+                     shards == 0))) {
+    err << "psctl scale: expected one JOB id and either --workers=N or "
+           "--shards=N (a count, >= 1 for shards)\n";
     return kExitUsage;
   }
   ScaleJobRequest req;
   req.set_job_id(a.positional[0]);
   req.set_workers(workers);
+  req.set_shards(shards);
   ScaleJobResponse resp;
   int rc = CallCoordinator(a, "scale", &Coordinator::Stub::ScaleJob, req, &resp,
                            err);
   if (rc != kExitOk) return rc;
-  out << a.positional[0] << " " << FormatScale(resp.scale()) << "\n";
+  out << a.positional[0] << " "
+      << (by_shards ? FormatReshard(resp.reshard()) : FormatScale(resp.scale()))
+      << "\n";
   return kExitOk;
 }
 

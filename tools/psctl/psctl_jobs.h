@@ -23,6 +23,10 @@ int Scale(const Args& a, std::ostream& out, std::ostream& err);
 // "scale: 2 -> 4 workers, 3 active (in progress)": the line status prints
 // for a job that was scaled; "" for one that never was.
 std::string FormatScale(const ScaleStatus& s);
+// "shards: 2 -> 3, done; 7 chunks (1.2 MB) move at step 120 (placement
+// epoch 1, reached 0.31 s after the command, paused 12.0 ms)"; "" when the
+// job was never re-placed.
+std::string FormatReshard(const ReshardStatus& s);
 // "data: epoch 3 from step 512 over ranks 0, 1, 2 (0 examples of it read
 // before)": an elastic data job's current data segment; "" for a job
 // without a data plan.

@@ -71,7 +71,9 @@ void ExchangePipeline::StartHeld(uint64_t step) {
   std::vector<size_t> layers = std::move(held_);
   held_.clear();
   held_bytes_ = 0;
-  x.done = [this, layers](const absl::Status& s) { Done(layers, s); };
+  x.done = [this, step, layers](const absl::Status& s) {
+    Done(step, layers, s);
+  };
   ++in_flight_;
   ++started_;
   ++started_this_step_;
@@ -81,7 +83,12 @@ void ExchangePipeline::StartHeld(uint64_t step) {
   mu_.Lock();
 }
 
-void ExchangePipeline::Done(const std::vector<size_t>& layers,
+std::optional<uint64_t> ExchangePipeline::first_failed_step() const {
+  absl::MutexLock lock(&mu_);
+  return first_failed_step_;
+}
+
+void ExchangePipeline::Done(uint64_t step, const std::vector<size_t>& layers,
                             const absl::Status& s) {
   absl::MutexLock lock(&mu_);
   for (size_t l : layers) {
@@ -89,6 +96,9 @@ void ExchangePipeline::Done(const std::vector<size_t>& layers,
     status_[l] = s;
   }
   if (!s.ok() && first_error_.ok()) first_error_ = s;
+  if (!s.ok()) {
+    first_failed_step_ = std::min(first_failed_step_.value_or(step), step);
+  }
   --in_flight_;
 }
 

@@ -28,6 +28,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -102,10 +103,15 @@ class ExchangePipeline {
   size_t num_layers() const { return layers_.size(); }
   // Exchanges started so far.
   uint64_t exchanges_started() const;
+  // The lowest step of an exchange that failed so far (none: nullopt). A
+  // trainer whose run failed resumes there: that step's push did not
+  // complete, though the step after it may have started computing.
+  std::optional<uint64_t> first_failed_step() const;
 
  private:
   void StartHeld(uint64_t step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Done(const std::vector<size_t>& layers, const absl::Status& s);
+  void Done(uint64_t step, const std::vector<size_t>& layers,
+            const absl::Status& s);
 
   ParameterClient* const client_;  // borrowed
   const std::vector<Layer> layers_;
@@ -123,6 +129,7 @@ class ExchangePipeline {
   int in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t started_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Status first_error_ ABSL_GUARDED_BY(mu_);
+  std::optional<uint64_t> first_failed_step_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace ps

@@ -143,7 +143,7 @@ TEST(ExchangePipelineTest, AwaitLayerBlocksUntilItsExchangeIsDone) {
   Fixture f(/*fusion_bytes=*/1);
   // Before any step every layer is in (the initial pull).
   EXPECT_TRUE(f.pipe.AwaitLayer(0).ok());
-  for (size_t l : {2, 1, 0}) f.pipe.LayerReady(0, l);
+  for (size_t l : {2, 1, 0}) f.pipe.LayerReady(7, l);
   absl::Notification got0;
   absl::Status s0;
   std::thread waiter([&] {
@@ -160,7 +160,8 @@ TEST(ExchangePipelineTest, AwaitLayerBlocksUntilItsExchangeIsDone) {
   EXPECT_EQ(s0.code(), absl::StatusCode::kUnavailable);
   const absl::Status all = f.pipe.AwaitAll();
   EXPECT_EQ(all.code(), absl::StatusCode::kUnavailable);
-  EXPECT_TRUE(f.pipe.AwaitAll().ok());  // reported once
+  EXPECT_TRUE(f.pipe.AwaitAll().ok());        // reported once
+  EXPECT_EQ(f.pipe.first_failed_step(), 7u);  // kept: where to resume
 }
 
 TEST(ExchangePipelineTest, DiscardFailsTheHeldLayers) {
@@ -171,6 +172,7 @@ TEST(ExchangePipelineTest, DiscardFailsTheHeldLayers) {
   EXPECT_TRUE(f.pipe.AwaitLayer(1).ok());
   EXPECT_TRUE(f.client.tensors().empty());
   EXPECT_TRUE(f.pipe.AwaitAll().ok());
+  EXPECT_FALSE(f.pipe.first_failed_step().has_value());  // no exchange failed
 }
 
 }  // namespace

@@ -421,6 +421,11 @@ absl::Status Trainer::Run(const ProgressCallback& on_progress,
   absl::Status s = RunSteps(on_progress, should_abort);
   // Exchanges in flight borrow params_ and grad_: none may outlive Run.
   if (pipeline_) pipeline_->AwaitAll().IgnoreError();
+  // An exchange's failure surfaces in the next step's forward: the step it
+  // pushed for is the first not done (a re-placed job resumes there).
+  if (!s.ok() && pipeline_ && pipeline_->first_failed_step().has_value()) {
+    next_step_ = std::min(next_step_, *pipeline_->first_failed_step());
+  }
   return s;
 }
 

@@ -484,8 +484,10 @@ TEST(TrainerOverlapTest, AFailedExchangeFailsTheRunNamingIt) {
   const absl::Status s = trainer->Run(nullptr, nullptr);
   EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
   EXPECT_THAT(s.message(), HasSubstr("shard 1 gone"));
-  // The next forward that needs that layer reports it.
+  // The next forward that needs that layer reports it; the first step not
+  // done is still 3 (its push did not complete).
   EXPECT_THAT(s.message(), HasSubstr("step 4"));
+  EXPECT_EQ(trainer->next_step(), 3u);
 }
 
 }  // namespace

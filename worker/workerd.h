@@ -13,6 +13,8 @@
 //                ^  retry with backoff      ^                     |
 //                |                          +--- done / failed ---+
 //                +-- coordinator forgot us (heartbeat says reregister)
+//   training: a shard refused the placement epoch (the job was re-placed)
+//     --> GetAssignment(job_id) --> training again from the refused step.
 //   Stop() from any state: the current step finishes, Run() returns OK.
 //   With leave_on_term, Stop() does not cancel the step in flight, and Run()
 //   unregisters (Unregister RPC, naming the first step not run) before it
@@ -91,10 +93,30 @@ class Workerd {
   // abort_job_ and abort_reason_.
   void SendProgress(const ProgressReport& report);
   // RunJob's training: client, data, trainer; `report` gets the progress
-  // reports and *last the final one.
+  // reports and *last the final one. A job whose dense chunks are re-placed
+  // while it trains (a shard refuses the placement epoch, ABORTED) goes on
+  // with the coordinator's new assignment from the refused step
+  // (worker/placement_follower.h); a ctr job is never re-placed.
   absl::Status Train(const Assignment& assignment,
                      const std::function<void(const Progress&)>& report,
                      Progress* last);
+  // One run of a model trained by Trainer under `assignment` from
+  // `start_step`, with its own parameter client; `*next_step` gets the
+  // trainer's next_step, *last its last progress unless that is behind.
+  absl::Status TrainFrom(const Assignment& assignment, uint64_t start_step,
+                         const std::function<void(const Progress&)>& report,
+                         Progress* last, uint64_t* next_step);
+  // A parameter client for `assignment`, set as job_client_ (what Stop
+  // cancels; already cancelled when stopping). ForgetJobClient clears it
+  // before the client goes.
+  absl::StatusOr<std::unique_ptr<PsClient>> StartJobClient(
+      const Assignment& assignment);
+  void ForgetJobClient();
+  // This worker's assignment in the running job `job_id` now, with the
+  // job's current placement (GetAssignment with job_id; Stop cancels it).
+  // NOT_FOUND: the worker holds no rank in it.
+  absl::StatusOr<Assignment> CurrentAssignment(const std::string& job_id,
+                                               absl::Duration deadline);
   // A ctr model's run: the dense MLP through `dense`, the table's rows
   // through a sparse client (worker/trainer/ctr_trainer.h).
   absl::Status TrainCtr(const Assignment& assignment, PsClient* dense,

@@ -1,15 +1,20 @@
 // Workerd's training of one assignment: the parameter client, the data and
-// the trainer (Train; TrainCtr for a ctr model). Registration, polling and
+// the trainer (Train; TrainCtr for a ctr model), and, when a shard refuses
+// the assignment's placement epoch, the new assignment and a new run from
+// the refused step (worker/placement_follower.h). Registration, polling and
 // reporting: workerd.cc.
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
+#include "common/grpc_status.h"
 #include "common/status_macros.h"
 #include "spdlog/spdlog.h"
 #include "worker/client/ps_client.h"
 #include "worker/client/sparse_client.h"
+#include "worker/placement_follower.h"
 #include "worker/trainer/ctr_trainer.h"
 #include "worker/trainer/trainer.h"
 #include "worker/workerd.h"
@@ -81,24 +86,53 @@ absl::Status Workerd::TrainCtr(
   return status;
 }
 
+absl::StatusOr<std::unique_ptr<PsClient>> Workerd::StartJobClient(
+    const Assignment& a) {
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<PsClient> client,
+                      PsClient::Create(JobClientOptions(), a, &security_));
+  absl::MutexLock l(&mu_);
+  job_client_ = client->async();
+  if (stopping_.HasBeenNotified()) job_client_->CancelAll("workerd stopping");
+  return client;
+}
+
+void Workerd::ForgetJobClient() {
+  absl::MutexLock l(&mu_);
+  job_client_ = nullptr;
+}
+
 absl::Status Workerd::Train(const Assignment& a,
                             const std::function<void(const Progress&)>& report,
                             Progress* last) {
-  PS_ASSIGN_OR_RETURN(std::unique_ptr<PsClient> client,
-                      PsClient::Create(JobClientOptions(), a, &security_));
-  {
-    absl::MutexLock l(&mu_);
-    job_client_ = client->async();
-    if (stopping_.HasBeenNotified()) job_client_->CancelAll("workerd stopping");
-  }
-  absl::Cleanup forget_client = [this] {
-    absl::MutexLock l(&mu_);
-    job_client_ = nullptr;
-  };
-  if (a.spec().model().has_ctr()) {
+  if (a.spec().model().has_ctr()) {  // never re-placed (sparse tables)
+    PS_ASSIGN_OR_RETURN(std::unique_ptr<PsClient> client, StartJobClient(a));
+    absl::Cleanup forget_client = [this] { ForgetJobClient(); };
     return TrainCtr(a, client.get(), report, last);
   }
+  FollowOptions follow;
+  follow.wait = [this](absl::Duration d) {
+    return !stopping_.WaitForNotificationWithTimeout(d);
+  };
+  follow.aborted = [this] { return session_->abort_requested(); };
+  return RunFollowingPlacement(
+      a,
+      [&](const Assignment& current, uint64_t start, uint64_t* next) {
+        return TrainFrom(current, start, report, last, next);
+      },
+      [this, &a](absl::Duration deadline) {
+        return CurrentAssignment(a.job_id(), deadline);
+      },
+      follow);
+}
+
+absl::Status Workerd::TrainFrom(
+    const Assignment& a, uint64_t start_step,
+    const std::function<void(const Progress&)>& report, Progress* last,
+    uint64_t* next_step) {
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<PsClient> client, StartJobClient(a));
+  absl::Cleanup forget_client = [this] { ForgetJobClient(); };
   TrainerOptions options = TrainerOptionsFor(a, config_.workerd);
+  options.start_step = start_step;
   options.cpu_kernel_choices = kernel_choices_.get();
   options.tracer = &tracer_;
   options.leader = [this] { return session_->leads(); };
@@ -111,13 +145,44 @@ absl::Status Workerd::Train(const Assignment& a,
                       Trainer::Create(options, client.get()));
   absl::Status status =
       trainer->Run(report, [this] { return session_->abort_requested(); });
-  *last = trainer->last_progress();
+  // After a re-placement the new trainer's first report may lag the last
+  // one of the run before (which may count the refused step's compute).
+  if (trainer->last_progress().step() >= last->step()) {
+    *last = trainer->last_progress();
+  }
   next_step_ = trainer->next_step();
+  *next_step = next_step_;
   PsClientStats cs = client->stats();
   spdlog::info("job {}: {} requests, {} retries, {} MB sent, {} MB received",
                a.job_id(), cs.requests, cs.retries, cs.bytes_sent / 1e6,
                cs.bytes_received / 1e6);
   return status;
+}
+
+absl::StatusOr<Assignment> Workerd::CurrentAssignment(const std::string& job_id,
+                                                      absl::Duration deadline) {
+  GetAssignmentRequest req;
+  req.set_worker_id(session_->worker_id());
+  req.set_job_id(job_id);
+  GetAssignmentResponse resp;
+  std::unique_ptr<grpc::ClientContext> ctx = NewContext(deadline);
+  {
+    absl::MutexLock l(&mu_);
+    if (stopping_.HasBeenNotified()) {
+      return absl::CancelledError("workerd stopping");
+    }
+    poll_context_ = ctx.get();  // Stop cancels it
+  }
+  absl::Status s = FromGrpcStatus(stub_->GetAssignment(ctx.get(), req, &resp));
+  {
+    absl::MutexLock l(&mu_);
+    poll_context_ = nullptr;
+  }
+  PS_RETURN_IF_ERROR(s);
+  if (!resp.has_assignment()) {
+    return absl::UnavailableError("GetAssignment answered no assignment");
+  }
+  return std::move(*resp.mutable_assignment());
 }
 
 }  // namespace ps

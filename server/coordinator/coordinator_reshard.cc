@@ -56,6 +56,10 @@ absl::Status CheckReshard(const JobTable::Job& job, uint32_t shards,
                                             spec.consistency().mode())));
   }
   if (spec.tables_size() > 0) return refuse("tables", "has sparse tables");
+  if (spec.wire().has_topk_fraction() && spec.wire().topk_fraction() < 1) {
+    // The workers' top-k residuals stay with the client they replace.
+    return refuse("wire.topk_fraction", "pushes top-k gradients");
+  }
   if (spec.replication() > 1) return refuse("replication", "has replicas");
   if (spec.model().has_custom()) {
     return refuse("model.custom", "trains a custom (Python) model");

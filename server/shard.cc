@@ -199,6 +199,8 @@ absl::Status Shard::DropJob(const DropJobRequest& req) {
     jobs_.erase(it);
     bytes_held_ -= job->bytes;
   }
+  // A re-placement in progress ends with it (its reserved bytes go back).
+  ReleaseReplacement(*job);
   internal::CloseJob(*job, absl::AbortedError(absl::StrCat(
                                "job \"", job->id, "\" was dropped from shard ",
                                options_.shard_id, " while this call waited")));
@@ -207,12 +209,17 @@ absl::Status Shard::DropJob(const DropJobRequest& req) {
 }
 
 absl::Status Shard::SetMembership(const SetMembershipRequest& req) {
-  PS_ASSIGN_OR_RETURN(JobPtr job, FindJob(req.job_id()));
+  JobPtr job;
   std::vector<uint8_t> active;
-  PS_RETURN_IF_ERROR(internal::ValidateMembership(*job, req, &active));
   std::vector<WaiterPtr> ready;
   std::vector<Chunk*> advanced;
-  internal::ChangeMembership(*job, active, &ready, &advanced);
+  // A job that a re-placement retired meanwhile changes nothing: its
+  // successor, in the map by then, takes the change.
+  for (bool changed = false; !changed;) {
+    PS_ASSIGN_OR_RETURN(job, FindJob(req.job_id()));
+    PS_RETURN_IF_ERROR(internal::ValidateMembership(*job, req, &active));
+    changed = internal::ChangeMembership(*job, active, &ready, &advanced);
+  }
   internal::CompleteAll(&ready);
   if (job->tables != nullptr) job->tables->SetMembership(active);
   checkpointer_->MaybeQueue(job, advanced, absl::InfinitePast());
@@ -379,6 +386,11 @@ void Shard::PushPull(const PushPullRequest& req, const GradientsIn& gradients,
   if (payloads != nullptr) payloads->clear();
   absl::StatusOr<JobPtr> job = FindJob(req.job_id());
   if (!job.ok()) return done(job.status());
+  if (absl::Status st = internal::ValidatePlacementEpoch(
+          **job, options_.shard_id, req.placement_epoch());
+      !st.ok()) {
+    return done(std::move(st));
+  }
   // Delta pulls: checked before anything of the push is applied.
   std::vector<uint64_t> bases;
   {
@@ -438,6 +450,11 @@ void Shard::Pull(const PullRequest& req, PullResponse* resp,
   if (!job.ok()) return done(job.status());
   std::vector<Chunk*> chunks;
   std::vector<uint64_t> bases;
+  if (absl::Status st = internal::ValidatePlacementEpoch(
+          **job, options_.shard_id, req.placement_epoch());
+      !st.ok()) {
+    return done(std::move(st));
+  }
   if (absl::Status st = internal::ValidatePull(**job, options_.shard_id, req,
                                                &chunks, &bases);
       !st.ok()) {

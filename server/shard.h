@@ -219,6 +219,11 @@ struct ShardOptions {
   // retry, not fail the job (psd: 2 x shard_heartbeat_ms x
   // shard_heartbeat_misses). Zero: no grace.
   absl::Duration unknown_job_grace = absl::ZeroDuration();
+  // Live re-placement (Reshard PREPARE): the deadline of one FetchChunks
+  // call to another shard, and the most bytes of values and optimizer
+  // slots one call asks for (at least one chunk).
+  absl::Duration fetch_deadline = absl::Seconds(20);
+  uint64_t fetch_batch_bytes = 2 << 20;
 };
 
 class Shard {
@@ -329,7 +334,8 @@ class Shard {
   //                     checkpoints, this shard has none), checkpoint_failed
   //                     (writes that failed), no_tables,
   //                     sparse_bad_request, sparse_over_budget
-  //                     (SparseExchange) (per job); unknown_job,
+  //                     (SparseExchange), paused, old_placement,
+  //                     placement_ahead (Reshard) (per job); unknown_job,
   //                     bad_spec, spec_mismatch, over_budget, shutdown,
   //                     wrong_shard (a heartbeat for another shard id)
   //                     (ShardStats.rejected);
@@ -439,6 +445,28 @@ class Shard {
   // This process's incarnation (SetReplicaViewResponse.incarnation).
   uint64_t incarnation() const { return incarnation_; }
 
+  // Live re-placement of a BSP job's dense chunks (proto/ps.proto
+  // ReshardRequest has the phases; server/internal/reshard.h the rules).
+  // Requests of an older Placement.epoch than the job's fail ABORTED, of a
+  // later one UNAVAILABLE; while paused at step B, BSP pushes of steps >= B
+  // fail UNAVAILABLE (reason paused). Errors: NOT_FOUND for a job not held,
+  // INVALID_ARGUMENT naming the field (epoch not past the job's, a
+  // placement that does not cut the job's chunks, spec.replication,
+  // spec.tables, spec.consistency.mode, phase), FAILED_PRECONDITION for a
+  // phase out of order, RESOURCE_EXHAUSTED over the budget; none changes
+  // anything. PREPARE blocks on the fetches (each within fetch_deadline);
+  // COMMIT on a checkpoint of the new layout when the job checkpoints.
+  absl::Status Reshard(const ReshardRequest& req, ReshardResponse* resp);
+  // Another shard's PREPARE (internal::CopyChunks). Never blocks long.
+  absl::Status FetchChunks(const FetchChunksRequest& req,
+                           FetchChunksResponse* resp);
+  // How a PREPARE reaches other shards (psd: gRPC). Call before serving;
+  // without it a PREPARE that must fetch fails.
+  using ChunkFetcher = std::function<absl::Status(
+      const std::string& address, const FetchChunksRequest& req,
+      absl::Time deadline, FetchChunksResponse* resp)>;
+  void SetChunkFetcher(ChunkFetcher fetcher);
+
  private:
   // FindJob's answer for a job not held: FAILED_PRECONDITION, or
   // UNAVAILABLE (the clients retry, elsewhere once the coordinator moved
@@ -499,6 +527,24 @@ class Shard {
     return bytes <=
            options_.memory_budget_bytes - bytes_held_ - bytes_reserved_;
   }
+  // Live re-placement (shard_reshard.cc): the job, or NOT_FOUND; a phase
+  // each; the budget's share of a PREPARE's fetched chunks.
+  absl::StatusOr<JobPtr> HeldJob(const std::string& job_id) const;
+  absl::Status PauseJob(const JobPtr& job, const ReshardRequest& req,
+                        ReshardResponse* resp);
+  absl::Status PrepareJob(const JobPtr& job, const ReshardRequest& req,
+                          ReshardResponse* resp);
+  absl::Status CommitJob(const JobPtr& job, const ReshardRequest& req,
+                         ReshardResponse* resp);
+  absl::Status AbortJob(const JobPtr& job, const ReshardRequest& req);
+  // Puts `next` in the place of `old` (checkpoint, carried state, map).
+  absl::Status InstallReplacement(const JobPtr& old, const JobPtr& next,
+                                  uint64_t reserved);
+  // A dropped job's re-placement ends (its reserved bytes go back).
+  void ReleaseReplacement(internal::Job& job);
+  absl::Status ReserveBytes(const internal::Job& job, uint64_t bytes);
+  void ReleaseBytes(uint64_t bytes);
+
   // Re-creates job `job_id` from its newest intact checkpoint, reporting
   // the outcome.
   void RestoreFromCheckpoint(const std::string& job_id, RestoreReport* report);
@@ -531,6 +577,9 @@ class Shard {
   // Replicated jobs: the coordinator's view and the forwards to backups.
   const std::shared_ptr<internal::ReplicaView> replica_view_;
   const std::unique_ptr<internal::Replicator> replicator_;
+
+  mutable absl::Mutex fetcher_mu_;  // a leaf
+  ChunkFetcher fetcher_ ABSL_GUARDED_BY(fetcher_mu_);
 };
 
 }  // namespace ps

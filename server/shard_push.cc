@@ -12,6 +12,7 @@
 #include "server/internal/checkpointer.h"
 #include "server/internal/consistency.h"
 #include "server/internal/job.h"
+#include "server/internal/reasons.h"
 #include "server/internal/replicator.h"
 #include "server/internal/validation.h"
 #include "server/internal/waits.h"
@@ -38,6 +39,11 @@ absl::StatusOr<PushCounts> Shard::ApplyPush(const JobPtr& job, uint32_t worker,
   checkpointer_->MaybeQueue(job, advanced, absl::InfinitePast());
   if (job->replicated && !advanced.empty()) {
     replicator_->Advanced(job, advanced);
+  }
+  if (counts.paused_at != internal::kNotPaused) {
+    // A PAUSE came between the validation and a chunk: the client retries.
+    job->rejected.Add(internal::kPaused);
+    return internal::PausedError(*job, counts.paused_at);
   }
   return counts;
 }
@@ -75,6 +81,11 @@ void Shard::Push(const PushRequest& req, PushResponse* resp,
   resp->Clear();
   absl::StatusOr<JobPtr> job = FindJob(req.job_id());
   if (!job.ok()) return done(job.status());
+  if (absl::Status st = internal::ValidatePlacementEpoch(
+          **job, options_.shard_id, req.placement_epoch());
+      !st.ok()) {
+    return done(std::move(st));
+  }
   std::vector<Chunk*> chunks;
   absl::StatusOr<PushCounts> counts = ApplyPush(
       *job, req.worker(), req.step(), GradientsFrom(req.gradients()), &chunks);

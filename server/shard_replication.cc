@@ -28,7 +28,7 @@ namespace {
 void DropFailedBackups(internal::Job& job, const std::vector<uint32_t>& failed,
                        uint64_t epoch) {
   uint64_t dropped = 0;
-  for (const std::unique_ptr<internal::Chunk>& c : job.chunks) {
+  for (const std::shared_ptr<internal::Chunk>& c : job.chunks) {
     if (!job.Serves(*c)) continue;
     for (uint32_t b : c->placement.backups()) {
       if (std::find(failed.begin(), failed.end(), b) != failed.end()) {
@@ -105,7 +105,7 @@ absl::Status Shard::SetReplicaView(const SetReplicaViewRequest& req,
   if (replica_view_->Joining(self)) {
     for (const JobPtr& job : AllJobs()) {
       if (!job->replicated || job->waits.is_closed.load()) continue;
-      for (const std::unique_ptr<internal::Chunk>& c : job->chunks) {
+      for (const std::shared_ptr<internal::Chunk>& c : job->chunks) {
         if (!c->copied.load() &&
             std::find(behind.begin(), behind.end(), self) == behind.end()) {
           behind.push_back(self);

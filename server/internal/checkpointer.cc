@@ -125,7 +125,7 @@ Snapshot TakeSnapshot(uint32_t shard_id, Job& j)
   snap.dense.emplace(shard_id, j.registration, active, *j.optimizer);
   std::vector<uint64_t> steps(j.num_workers, 0);
   uint64_t min_version = UINT64_MAX;
-  for (const std::unique_ptr<Chunk>& c : j.chunks) {
+  for (const std::shared_ptr<Chunk>& c : j.chunks) {
     absl::MutexLock l(&c->mu);
     snap.dense->AddChunk(c->state);
     min_version = std::min(min_version, c->state.version);
@@ -215,7 +215,7 @@ void ScheduleNext(Job& job, uint64_t step, uint64_t pushes_then, absl::Time now,
       std::memory_order_relaxed);
   due.reached = 0;
   if (job.mode == BSP) {
-    for (const std::unique_ptr<Chunk>& c : job.chunks) NoteVersion(job, *c);
+    for (const std::shared_ptr<Chunk>& c : job.chunks) NoteVersion(job, *c);
   }
 }
 
@@ -439,7 +439,7 @@ absl::Status RestoreJobState(JobCheckpoint ck, uint32_t shard_id,
     }
     job.local[id] = static_cast<int32_t>(job.chunks.size());
     const uint64_t version = s.version;
-    auto c = std::make_unique<Chunk>(std::move(s), ck.active);
+    auto c = std::make_shared<Chunk>(std::move(s), ck.active);
     c->version.store(version);
     job.chunks.push_back(std::move(c));
   }

@@ -90,6 +90,13 @@ void BufferBspGradient(Job& job, Chunk& c, uint32_t worker, uint64_t step,
     ++tally->counts.stale;
     return;
   }
+  // Under the chunk's mutex, where a PAUSE checks for buffered pushes: once
+  // it answered, no push of its step is buffered (reshard.h).
+  if (const uint64_t pause = job.pause_step.load(std::memory_order_acquire);
+      step >= pause) {
+    tally->counts.paused_at = pause;
+    return;
+  }
   if (s.pushed[worker]) {
     ++tally->counts.duplicates;
     return;
@@ -210,6 +217,7 @@ PushCounts ApplyPush(Job& job, const PushArgs& push,
     if (job.mode == BSP) {
       BufferBspGradient(job, c, push.worker, push.step, g, &tally, ready,
                         advanced);
+      if (tally.counts.paused_at != kNotPaused) break;
     } else {
       ApplyAspGradient(job, c, push.worker, push.step, g, &tally, ready,
                        advanced);
@@ -286,10 +294,11 @@ bool ApplyStepIfReady(Job& job, Chunk& c, std::vector<WaiterPtr>* ready) {
   return true;
 }
 
-void ChangeMembership(Job& job, const std::vector<uint8_t>& active,
+bool ChangeMembership(Job& job, const std::vector<uint8_t>& active,
                       std::vector<WaiterPtr>* ready,
                       std::vector<Chunk*>* advanced) {
   absl::MutexLock serial(&job.membership_update_mu);
+  if (job.retired) return false;
   {
     absl::MutexLock l(&job.waits.mu);
     job.waits.active = active;
@@ -301,13 +310,14 @@ void ChangeMembership(Job& job, const std::vector<uint8_t>& active,
     job.active_count.store(count, std::memory_order_release);
     if (job.mode == SSP) ReleaseClockWaiters(job, ready);
   }
-  for (const std::unique_ptr<Chunk>& c : job.chunks) {
+  for (const std::shared_ptr<Chunk>& c : job.chunks) {
     absl::MutexLock l(&c->mu);
     c->active = active;
     if (job.mode == BSP && ApplyStepIfReady(job, *c, ready)) {
       advanced->push_back(c.get());
     }
   }
+  return true;
 }
 
 void SetPushPullConditions(const Job& job, uint64_t step, Waiter* w) {

@@ -24,6 +24,11 @@ namespace internal {
 struct PushCounts {
   uint32_t duplicates = 0;
   uint32_t stale = 0;
+  // BSP: the step the job paused at (<= the push's, Job::pause_step) before
+  // a chunk took the push; that chunk and the later ones were left alone
+  // (the earlier ones took it: the retry is a duplicate there). kNotPaused:
+  // none.
+  uint64_t paused_at = kNotPaused;
 };
 
 // A validated push (validation.h): `gradients[i]` goes to `chunks[i]`.
@@ -35,9 +40,10 @@ struct PushArgs {
 };
 
 // Applies a validated push; completed waits are appended to `ready`, the
-// chunks whose version moved to `advanced`. BSP keeps a plain gradient's
-// payload where it arrived (its pieces and their keep) until the step is
-// applied when it comes with a keep, and copies it otherwise.
+// chunks whose version moved to `advanced`. BSP: stops at the first chunk
+// that finds the job paused at the push's step under its mutex (`paused`). BSP
+// keeps a plain gradient's payload where it arrived (its pieces and their keep)
+// until the step is applied when it comes with a keep, and copies it otherwise.
 PushCounts ApplyPush(Job& job, const PushArgs& push,
                      std::vector<WaiterPtr>* ready,
                      std::vector<Chunk*>* advanced);
@@ -49,8 +55,9 @@ bool ApplyStepIfReady(Job& job, Chunk& c, std::vector<WaiterPtr>* ready)
 
 // Sets the membership (one flag per rank). BSP steps whose quorum it
 // completes are applied (their chunks go to `advanced`), SSP waits it
-// releases go to `ready`.
-void ChangeMembership(Job& job, const std::vector<uint8_t>& active,
+// releases go to `ready`. False, changing nothing, when a re-placement
+// retired the job (Job::retired): its successor takes the change.
+bool ChangeMembership(Job& job, const std::vector<uint8_t>& active,
                       std::vector<WaiterPtr>* ready,
                       std::vector<Chunk*>* advanced);
 

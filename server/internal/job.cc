@@ -27,7 +27,7 @@ uint64_t Job::MinActiveClock() const {
 
 uint64_t Job::LowestVersion() const {
   uint64_t version = UINT64_MAX;
-  for (const std::unique_ptr<Chunk>& c : chunks) {
+  for (const std::shared_ptr<Chunk>& c : chunks) {
     version = std::min(version, c->version.load(std::memory_order_acquire));
   }
   return version == UINT64_MAX ? 0 : version;

@@ -10,11 +10,15 @@
 //   ├─ JobCounters     statistics, lock-free
 //   ├─ ReasonCounts    rejections (a leaf mutex)
 //   ├─ CheckpointSchedule  when the next checkpoint is due (a leaf mutex)
-//   └─ CheckpointFiles the checkpoint files (write mutex)
+//   ├─ CheckpointFiles the checkpoint files (write mutex)
+//   └─ Replacement     a live re-placement in progress (reshard.h; mu)
 //
-// Lock order: CheckpointFiles::mu, then Job::membership_update_mu, then
+// Lock order: Replacement::mu, then CheckpointFiles::mu, then
+// Job::membership_update_mu, then
 // WaitState::mu or one Chunk::mu (never WaitState::mu with a chunk's, never
 // two chunks') or JobTables' mutex (a checkpoint's copy of the tables).
+// A re-placement's commit holds the old job's locks, in that order, around
+// the new job's (which nobody else sees yet).
 // CheckpointSchedule::mu comes before JobTables' mutex only (deciding
 // whether a BSP checkpoint is due reads the tables' version); it and
 // ReasonCounts are otherwise leaves.
@@ -62,6 +66,9 @@ struct Chunk;
 
 // The most copies of a chunk (JobSpec.replication <= 3).
 inline constexpr size_t kMaxChunkCopies = 3;
+
+// Job::pause_step when the job is not paused for a re-placement.
+inline constexpr uint64_t kNotPaused = UINT64_MAX;
 
 // The requests whose answer time JobCounters.request_ns keeps
 // (JobStats.request_seconds), in RequestMethodName's order.
@@ -287,6 +294,32 @@ struct WaitState {
   std::vector<WaiterPtr> durable_waiters ABSL_GUARDED_BY(mu);
 };
 
+// A live re-placement of the job on this shard (reshard.h, Shard::Reshard):
+// the pause, and the job built under the new placement beside this one.
+// `mu` is taken first (before every other lock of the job and the Shard's
+// job map) and held only briefly: a PREPARE's fetches run without it.
+struct Replacement {
+  absl::Mutex mu;
+  // The placement epoch and step the job pauses at; epoch 0 = no pause.
+  uint64_t epoch ABSL_GUARDED_BY(mu) = 0;
+  uint64_t step ABSL_GUARDED_BY(mu) = 0;
+  // A PREPARE is fetching (without `mu`); `generation` moves whenever the
+  // pause changes, so that a PREPARE overtaken by an ABORT or a new PAUSE
+  // discards what it built.
+  bool preparing ABSL_GUARDED_BY(mu) = false;
+  uint64_t generation ABSL_GUARDED_BY(mu) = 0;
+  // The job under the new placement (PREPARE done), what its PREPARE
+  // answered, and the bytes of its fetched chunks reserved in the Shard's
+  // budget until COMMIT or ABORT.
+  std::shared_ptr<Job> prepared ABSL_GUARDED_BY(mu);
+  ReshardResponse prepared_answer ABSL_GUARDED_BY(mu);
+  uint64_t reserved ABSL_GUARDED_BY(mu) = 0;
+  // Logged once per pause: the chunks reached the pause step.
+  bool quiesced_logged ABSL_GUARDED_BY(mu) = false;
+  // COMMIT replaced this job by `prepared`: it stays paused for good.
+  bool committed ABSL_GUARDED_BY(mu) = false;
+};
+
 class Job {
  public:
   // Immutable after registration.
@@ -311,7 +344,10 @@ class Job {
   // (WantsDeltaPulls: the spec asks for top-k pushes).
   bool delta_pulls = false;
   std::unique_ptr<const Optimizer> optimizer;
-  std::vector<std::unique_ptr<Chunk>> chunks;  // this shard's chunks
+  // This shard's chunks. Shared: a re-placement's new job takes over the
+  // chunks that stay on this shard as they are (the old one, until its last
+  // call is gone, still points at them).
+  std::vector<std::shared_ptr<Chunk>> chunks;
   // The job's sparse tables on this shard (null without JobSpec.tables):
   // their own rows, versions and waits (server/sparse/job_tables.h).
   std::unique_ptr<JobTables> tables;
@@ -346,6 +382,15 @@ class Job {
   std::unique_ptr<std::atomic<bool>[]> is_active;
   // How many of is_active are set (ASP/SSP under LR_RULE_LINEAR).
   std::atomic<uint32_t> active_count{0};
+  // Set (with the job's removal from the Shard's map) once a re-placement
+  // replaced this job: a membership change then goes to its successor.
+  bool retired ABSL_GUARDED_BY(membership_update_mu) = false;
+
+  // Live re-placement (reshard.h): BSP pushes of a step >= pause_step are
+  // refused (UNAVAILABLE, the client retries), checked under each chunk's
+  // mutex before a push is buffered; kNotPaused = none.
+  std::atomic<uint64_t> pause_step{kNotPaused};
+  Replacement replacement;
 
   JobCounters counters;
   ReasonCounts rejected;  // JobStats.rejected

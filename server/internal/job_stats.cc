@@ -20,7 +20,7 @@ constexpr int kMaxLatencyLog2 = 35;
 // has not started (e.g. the job is over): nobody is missing from it.
 void AddMissingWorkers(const Job& job, uint64_t version, JobStats* js) {
   std::vector<uint8_t> missing(job.num_workers, 0);
-  for (const std::unique_ptr<Chunk>& c : job.chunks) {
+  for (const std::shared_ptr<Chunk>& c : job.chunks) {
     absl::MutexLock l(&c->mu);
     if (c->state.version != version) continue;
     bool started = false;
@@ -82,7 +82,7 @@ void AddCounters(const Job& job, JobStats* js) {
   if (job.replicated) {
     uint32_t backups = 0;
     uint32_t copied = 0;
-    for (const std::unique_ptr<Chunk>& c : job.chunks) {
+    for (const std::shared_ptr<Chunk>& c : job.chunks) {
       if (job.Serves(*c)) continue;
       ++backups;
       if (c->copied.load()) ++copied;

@@ -38,6 +38,12 @@ inline constexpr char kWrongShard[] = "wrong_shard";
 inline constexpr char kNoTables[] = "no_tables";
 inline constexpr char kSparseBadRequest[] = "sparse_bad_request";
 inline constexpr char kSparseOverBudget[] = "sparse_over_budget";
+// Live re-placement: a BSP push of a step the job pauses at (retried by the
+// client), a request of an older placement epoch than the job's (its
+// worker fetches the new assignment) or of one not committed here yet.
+inline constexpr char kPaused[] = "paused";
+inline constexpr char kOldPlacement[] = "old_placement";
+inline constexpr char kPlacementAhead[] = "placement_ahead";
 
 }  // namespace internal
 }  // namespace ps

@@ -119,8 +119,8 @@ bool HoldsCopy(const ChunkPlacement& c, uint32_t shard_id) {
              c.backups().end();
 }
 
-// The bytes one local chunk of `length` floats holds: what the budget
-// counts.
+}  // namespace
+
 uint64_t ChunkBytes(const Job& job, uint64_t length) {
   // Parameters, their encoding shared by replies, optimizer state.
   uint64_t bytes = 2 * length * sizeof(float) +
@@ -130,6 +130,8 @@ uint64_t ChunkBytes(const Job& job, uint64_t length) {
   if (job.delta_pulls) bytes += ChangeLog::Bytes(length, job.num_workers);
   return bytes;
 }
+
+namespace {
 
 // Checks the placement against the spec's chunks; sets job.bytes and
 // `local_count` for shard `shard_id`.
@@ -255,12 +257,22 @@ absl::Status InitChunks(uint32_t shard_id, Job& job) {
       return Prefixed("spec.", st);
     }
     job.local[c.chunk_id()] = static_cast<int32_t>(job.chunks.size());
-    job.chunks.push_back(std::make_unique<Chunk>(std::move(s), all_active));
+    job.chunks.push_back(std::make_shared<Chunk>(std::move(s), all_active));
   }
   return absl::OkStatus();
 }
 
 void InitJobState(Job& job, const std::vector<uint8_t>& active) {
+  if (job.delta_pulls) {
+    for (const std::shared_ptr<Chunk>& c : job.chunks) {
+      absl::MutexLock l(&c->mu);
+      c->changes.Start(c->state.version, c->length, job.num_workers);
+    }
+  }
+  InitWorkerState(job, active);
+}
+
+void InitWorkerState(Job& job, const std::vector<uint8_t>& active) {
   job.counters.workers = std::make_unique<WorkerCounters[]>(job.num_workers);
   job.is_active = std::make_unique<std::atomic<bool>[]>(job.num_workers);
   uint32_t count = 0;
@@ -269,12 +281,6 @@ void InitJobState(Job& job, const std::vector<uint8_t>& active) {
     count += active[r] != 0;
   }
   job.active_count.store(count);
-  if (job.delta_pulls) {
-    for (const std::unique_ptr<Chunk>& c : job.chunks) {
-      absl::MutexLock l(&c->mu);
-      c->changes.Start(c->state.version, c->length, job.num_workers);
-    }
-  }
   absl::MutexLock l(&job.waits.mu);
   job.waits.active = active;
   job.waits.clock.assign(job.num_workers, 0);
@@ -286,6 +292,7 @@ std::string RegistrationDiff(const Job& existing, const Job& job) {
   {
     google::protobuf::util::MessageDifferencer d;
     d.ReportDifferencesToString(&diff);
+    d.IgnoreField(JobSpec::descriptor()->FindFieldByName("shards"));
     same = d.Compare(existing.spec, job.spec);
     if (!same) diff = "spec: " + diff;
   }

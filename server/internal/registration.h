@@ -37,9 +37,18 @@ absl::Status InitChunks(uint32_t shard_id, Job& job);
 // Worker counters and membership of a new job (one flag per rank), and
 // (delta pulls) its chunks' change logs, from their current versions.
 void InitJobState(Job& job, const std::vector<uint8_t>& active);
+// The same without the change logs.
+void InitWorkerState(Job& job, const std::vector<uint8_t>& active);
+
+// The bytes one local chunk of `length` floats of `job` holds (parameters,
+// their encoding, optimizer state, BSP gradient buffers, change log): what
+// the memory budget counts.
+uint64_t ChunkBytes(const Job& job, uint64_t length);
 
 // "" when `job` registers the same as `existing`, else the first
-// difference, e.g. "spec: modified: num_workers: 2 -> 3".
+// difference, e.g. "spec: modified: num_workers: 2 -> 3". spec.shards is
+// not compared: the placement says where the chunks are (and a live
+// re-placement changes it, not the shard's copy of the spec).
 std::string RegistrationDiff(const Job& existing, const Job& job);
 
 }  // namespace internal

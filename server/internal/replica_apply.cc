@@ -67,7 +67,7 @@ uint64_t Acked(const Chunk& c, uint32_t shard) {
 
 std::vector<uint32_t> Behind(const Job& job, const ReplicaView& view) {
   std::vector<uint32_t> behind;
-  for (const std::unique_ptr<Chunk>& c : job.chunks) {
+  for (const std::shared_ptr<Chunk>& c : job.chunks) {
     if (!job.Serves(*c)) continue;
     // Every version answered so far (a synced copy's acknowledgements hold
     // the answers back from then on; the check covers one answered in the
@@ -86,7 +86,7 @@ std::vector<uint32_t> Behind(const Job& job, const ReplicaView& view) {
 }
 
 void ForgetAcks(Job& job, uint32_t shard) {
-  for (const std::unique_ptr<Chunk>& c : job.chunks) {
+  for (const std::shared_ptr<Chunk>& c : job.chunks) {
     const int i = CopyIndex(c->placement, shard);
     if (i < 0) continue;
     c->acked[i].store(0);
@@ -95,14 +95,32 @@ void ForgetAcks(Job& job, uint32_t shard) {
   }
 }
 
-namespace {
+void CopyChunk(const Job& job, const Chunk& c, uint64_t acked,
+               ReplicaChunk* out) {
+  out->set_chunk_id(c.placement.chunk_id());
+  out->set_version(c.state.version);
+  out->set_optimizer_steps(c.state.optimizer.steps);
+  if (job.mode == BSP && c.state.version > 0 && acked == c.state.version &&
+      c.step_gradient_version == c.state.version) {
+    EncodeFloats(c.step_gradient, out->mutable_gradient());
+    out->set_gradient_scale(c.step_gradient_scale);
+    return;
+  }
+  EncodeFloats(c.state.values, out->mutable_values());
+  for (const std::vector<float>& slot : c.state.optimizer.slots) {
+    EncodeFloats(slot, out->add_slots());
+  }
+  if (job.mode != BSP) {
+    out->mutable_next_steps()->Add(c.state.next_step.begin(),
+                                   c.state.next_step.end());
+  }
+}
 
 // A forward's chunk against the copy held here (c.mu held): the sizes, and
 // for a gradient (ReplicaChunk.gradient) that this copy holds the version
 // before (or the version itself already: a retry, taken as a no-op).
 absl::Status CheckReplicaChunk(Job& job, const Chunk& c, const ReplicaChunk& r,
-                               const std::string& field)
-    ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu) {
+                               const std::string& field) {
   const size_t bytes = c.length * sizeof(float);
   const bool gradient = !r.gradient().empty();
   bool sizes = gradient
@@ -137,8 +155,7 @@ absl::Status CheckReplicaChunk(Job& job, const Chunk& c, const ReplicaChunk& r,
 // Stores a checked forward's chunk (c.mu held): its state, or its gradient
 // applied with the job's optimizer as the primary applied it. An older
 // version than the one held changes nothing.
-void StoreReplicaChunk(Job& job, Chunk& c, const ReplicaChunk& r)
-    ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu) {
+void StoreReplicaChunk(Job& job, Chunk& c, const ReplicaChunk& r) {
   c.copied.store(true);
   if (r.version() <= c.state.version && r.version() > 0) return;
   if (!r.gradient().empty()) {
@@ -160,8 +177,6 @@ void StoreReplicaChunk(Job& job, Chunk& c, const ReplicaChunk& r)
   c.state.version = r.version();
   c.version.store(r.version(), std::memory_order_release);
 }
-
-}  // namespace
 
 absl::Status ApplyReplica(Job& job, const ReplicateRequest& req) {
   if (!job.replicated) {

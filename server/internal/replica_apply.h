@@ -5,6 +5,7 @@
 #define SERVER_INTERNAL_REPLICA_APPLY_H_
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -46,6 +47,30 @@ inline constexpr absl::StatusCode kReplicaBaseCode =
 // older forward arriving after a newer one changes nothing). Nothing
 // changes unless the whole request is good.
 absl::Status ApplyReplica(Job& job, const ReplicateRequest& req);
+
+// Writes the chunk's state as a copy stores it into `out` (ASP/SSP: with
+// the (worker, step) dedupe state, so a retry of an applied push stays a
+// duplicate on the successor); or, under BSP, when the receiver holds the
+// version before (`acked`: 1 + its version, as Chunk::acked; 0 = none) and
+// the step's gradient is kept, that gradient and its scale
+// (ReplicaChunk.gradient: the receiver applies it itself). Forwards to
+// backups and a re-placement's FetchChunks (acked 0: the state) use it.
+void CopyChunk(const Job& job, const Chunk& c, uint64_t acked,
+               ReplicaChunk* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
+
+// A ReplicaChunk `r` (the request's `field`) against the copy `c` holds:
+// the sizes, and for a gradient that `c` holds the version before.
+// INVALID_ARGUMENT or kReplicaBaseCode naming `field`, counted as
+// bad_replica.
+absl::Status CheckReplicaChunk(Job& job, const Chunk& c, const ReplicaChunk& r,
+                               const std::string& field)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
+
+// Stores a checked `r` into `c`: its state, or its gradient applied with
+// the job's optimizer as the primary applied it. An older version than the
+// one held (but 0) changes nothing.
+void StoreReplicaChunk(Job& job, Chunk& c, const ReplicaChunk& r)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
 
 // Of the view's joining shards, those with a chunk `job` serves here that
 // is not yet synced (Chunk::synced) or lacks a version already answered

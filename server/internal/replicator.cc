@@ -6,39 +6,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/float_bytes.h"
+#include "server/internal/replica_apply.h"
 #include "server/internal/waits.h"
 #include "spdlog/spdlog.h"
 
 namespace ps {
 namespace internal {
 namespace {
-
-// Writes the chunk's state as a backup stores it into `out` (ASP/SSP: with
-// the (worker, step) dedupe state, so a retry of an applied push stays a
-// duplicate on the successor); or, under BSP, when the backup acknowledged
-// the version before (`acked`: 1 + its version, as Chunk::acked) and the
-// step's gradient is kept, that gradient and its scale
-// (ReplicaChunk.gradient: the backup applies it itself). Caller holds c.mu.
-void CopyChunk(const Job& job, const Chunk& c, uint64_t acked,
-               ReplicaChunk* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu) {
-  out->set_chunk_id(c.placement.chunk_id());
-  out->set_version(c.state.version);
-  out->set_optimizer_steps(c.state.optimizer.steps);
-  if (job.mode == BSP && c.state.version > 0 && acked == c.state.version &&
-      c.step_gradient_version == c.state.version) {
-    EncodeFloats(c.step_gradient, out->mutable_gradient());
-    out->set_gradient_scale(c.step_gradient_scale);
-    return;
-  }
-  EncodeFloats(c.state.values, out->mutable_values());
-  for (const std::vector<float>& slot : c.state.optimizer.slots) {
-    EncodeFloats(slot, out->add_slots());
-  }
-  if (job.mode != BSP) {
-    out->mutable_next_steps()->Add(c.state.next_step.begin(),
-                                   c.state.next_step.end());
-  }
-}
 
 void RaiseTo(std::atomic<uint64_t>& a, uint64_t v) {
   uint64_t seen = a.load();
@@ -73,7 +47,7 @@ void PublishChunk(const Job& job, Chunk& c, const ReplicaView& view,
 // releases.
 void PublishReplicated(Job& job, const ReplicaView& view) {
   std::vector<WaiterPtr> ready;
-  for (const std::unique_ptr<Chunk>& c : job.chunks) {
+  for (const std::shared_ptr<Chunk>& c : job.chunks) {
     PublishChunk(job, *c, view, &ready);
   }
   CompleteAll(&ready);
@@ -218,7 +192,7 @@ void Replicator::Advanced(const std::shared_ptr<Job>& job,
 void Replicator::Dispatch(const std::shared_ptr<Job>& job) {
   if (job->waits.is_closed.load()) return;
   const uint64_t epoch = view_->epoch();
-  for (const std::unique_ptr<Chunk>& c : job->chunks) {
+  for (const std::shared_ptr<Chunk>& c : job->chunks) {
     if (job->Serves(*c)) Queue(job, *c, epoch);
   }
   // Chunks without a live backup left (failed since) answer at their own

@@ -173,6 +173,31 @@ absl::Status CheckPullNotAheadOfRestore(Job& job, uint32_t shard_id,
 
 }  // namespace
 
+absl::Status ValidatePlacementEpoch(Job& job, uint32_t shard_id,
+                                    uint64_t epoch) {
+  const uint64_t held = job.placement.epoch();
+  if (epoch == held) return absl::OkStatus();
+  if (epoch < held) {
+    return Reject(job, kOldPlacement,
+                  absl::AbortedError(absl::StrCat(
+                      "job ", job.id, " was re-placed (placement epoch ", held,
+                      "; this request has ", epoch,
+                      "): fetch the job's assignment again and resume from "
+                      "this step with the new placement")));
+  }
+  return Reject(
+      job, kPlacementAhead,
+      absl::UnavailableError(absl::StrCat(
+          "shard ", shard_id, " has not committed placement epoch ", epoch,
+          " of job ", job.id, " yet (it holds epoch ", held, "); retry")));
+}
+
+absl::Status PausedError(const Job& job, uint64_t pause_step) {
+  return absl::UnavailableError(absl::StrCat("job ", job.id, " pauses at step ",
+                                             pause_step,
+                                             " for a re-placement; retry"));
+}
+
 absl::Status ValidatePush(Job& job, uint32_t shard_id, uint32_t worker,
                           uint64_t step, const GradientsIn& gradients,
                           std::vector<Chunk*>* chunks) {
@@ -182,6 +207,10 @@ absl::Status ValidatePush(Job& job, uint32_t shard_id, uint32_t worker,
                   absl::FailedPreconditionError(absl::StrCat(
                       "worker: rank ", worker,
                       " is not an active member of job \"", job.id, "\"")));
+  }
+  if (const uint64_t pause = job.pause_step.load(std::memory_order_acquire);
+      job.mode == BSP && step >= pause) {
+    return Reject(job, kPaused, PausedError(job, pause));
   }
   chunks->clear();
   chunks->reserve(gradients.size());
@@ -246,7 +275,7 @@ absl::Status ValidatePull(Job& job, uint32_t shard_id, const PullRequest& req,
   chunks->clear();
   if (req.chunk_ids().empty()) {
     // Every chunk this shard serves (not the backups it holds).
-    for (const std::unique_ptr<Chunk>& c : job.chunks) {
+    for (const std::shared_ptr<Chunk>& c : job.chunks) {
       if (job.Serves(*c)) chunks->push_back(c.get());
     }
   }

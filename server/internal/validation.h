@@ -20,8 +20,23 @@
 namespace ps {
 namespace internal {
 
+// A request's placement_epoch against the job's placement epoch: an older
+// one is ABORTED ("job J was re-placed (placement epoch E; this request
+// has e) ...": the worker fetches its assignment again), a later one
+// UNAVAILABLE ("shard S has not committed placement epoch e of job J
+// yet": the client retries). Counted (old_placement, placement_ahead).
+absl::Status ValidatePlacementEpoch(Job& job, uint32_t shard_id,
+                                    uint64_t epoch);
+
+// UNAVAILABLE "job J pauses at step B for a re-placement; retry" (not
+// counted): a BSP push of a step >= job.pause_step.
+absl::Status PausedError(const Job& job, uint64_t pause_step);
+
 // Checks a whole push of `worker` for `step` to shard `shard_id`; on
-// success `chunks` lists the target chunk of each gradient.
+// success `chunks` lists the target chunk of each gradient. A BSP push of
+// a step the job pauses at is refused here (PausedError, counted as
+// paused) before any of it is applied; consistency.h checks again under
+// each chunk's mutex.
 absl::Status ValidatePush(Job& job, uint32_t shard_id, uint32_t worker,
                           uint64_t step, const GradientsIn& gradients,
                           std::vector<Chunk*>* chunks);

@@ -372,7 +372,7 @@ void CloseJob(Job& job, const absl::Status& status) {
     job.waits.clock_waiters.clear();
     job.waits.durable_waiters.clear();
   }
-  for (const std::unique_ptr<Chunk>& c : job.chunks) {
+  for (const std::shared_ptr<Chunk>& c : job.chunks) {
     absl::MutexLock l(&c->mu);
     c->waiters.clear();
     c->replica_waiters.clear();

@@ -26,7 +26,7 @@ absl::Status FromFile(Job& job, uint32_t shard_id) {
     return absl::InvalidArgumentError(
         absl::StrCat(field, tensors.status().message()));
   }
-  for (const std::unique_ptr<Chunk>& c : job.chunks) {
+  for (const std::shared_ptr<Chunk>& c : job.chunks) {
     const absl::Span<const float> t = tensors->at(c->placement.tensor());
     absl::MutexLock l(&c->mu);
     std::copy_n(t.begin() + c->placement.offset(), c->length,
@@ -51,7 +51,7 @@ absl::Status FromJob(Job& job, const Job* source, uint32_t shard_id) {
     return absl::InvalidArgumentError(
         absl::StrCat(field, "optimizer_state: its optimizer is another kind"));
   }
-  for (const std::unique_ptr<Chunk>& c : job.chunks) {
+  for (const std::shared_ptr<Chunk>& c : job.chunks) {
     const ChunkPlacement& p = c->placement;
     const int32_t at =
         p.chunk_id() < source->local.size() ? source->local[p.chunk_id()] : -1;

@@ -5,6 +5,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -234,12 +235,22 @@ void WriteSparseReply(SparseCall* c, grpc::ByteBuffer* out) {
 
 }  // namespace
 
+struct PsThreads {
+  absl::Mutex mu;
+  int running ABSL_GUARDED_BY(mu) = 0;
+};
+
 PsService::PsService(Shard* shard, const Security* security)
     : shard_(shard),
       security_(security),
-      pool_(std::make_shared<PsMessagePool>()) {}
+      pool_(std::make_shared<PsMessagePool>()),
+      threads_(std::make_shared<PsThreads>()) {}
 
-PsService::~PsService() = default;
+PsService::~PsService() {
+  absl::MutexLock l(&threads_->mu);
+  threads_->mu.Await(absl::Condition(
+      +[](int* running) { return *running == 0; }, &threads_->running));
+}
 
 // Every handler starts with the token check; the Shard never sees an
 // unauthenticated request.
@@ -373,6 +384,35 @@ grpc::ServerUnaryReactor* PsService::GetTrace(grpc::CallbackServerContext* ctx,
                                               ShardTrace* resp) {
   PS_AUTHENTICATE(ctx);
   return Done(ctx, shard_->GetTrace(*req, resp));
+}
+
+grpc::ServerUnaryReactor* PsService::Reshard(grpc::CallbackServerContext* ctx,
+                                             const ReshardRequest* req,
+                                             ReshardResponse* resp) {
+  PS_AUTHENTICATE(ctx);
+  if (req->phase() != ReshardRequest::PREPARE) {
+    return Done(ctx, shard_->Reshard(*req, resp));
+  }
+  // `req` and `resp` stay valid until Finish; the Shard until the
+  // destructor saw the thread end.
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  {
+    absl::MutexLock l(&threads_->mu);
+    ++threads_->running;
+  }
+  std::thread([shard = shard_, threads = threads_, req, resp, reactor] {
+    reactor->Finish(ToGrpcStatus(shard->Reshard(*req, resp)));
+    absl::MutexLock l(&threads->mu);
+    --threads->running;
+  }).detach();
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* PsService::FetchChunks(
+    grpc::CallbackServerContext* ctx, const FetchChunksRequest* req,
+    FetchChunksResponse* resp) {
+  PS_AUTHENTICATE(ctx);
+  return Done(ctx, shard_->FetchChunks(*req, resp));
 }
 
 grpc::ServerUnaryReactor* PsService::SparseExchange(

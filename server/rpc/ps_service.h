@@ -34,6 +34,8 @@ namespace ps {
 
 // Recycles the messages of finished PushPull / Pull calls (ps_service.cc).
 class PsMessagePool;
+// The PREPARE threads still running (ps_service.cc).
+struct PsThreads;
 
 // Thread-safe (the Shard is). Borrows `shard` and `security`, which must
 // outlive the gRPC server the service is registered with.
@@ -44,6 +46,8 @@ class PsService final
                   ParameterServer::CallbackService>>> {
  public:
   PsService(Shard* shard, const Security* security);
+  // Waits for the PREPARE threads (each bounded by the shard's fetch
+  // deadlines).
   ~PsService() override;
 
   grpc::ServerUnaryReactor* RegisterJob(grpc::CallbackServerContext* ctx,
@@ -82,6 +86,14 @@ class PsService final
   grpc::ServerUnaryReactor* GetTrace(grpc::CallbackServerContext* ctx,
                                      const ShardTraceRequest* req,
                                      ShardTrace* resp) override;
+  // Live re-placement (Shard::Reshard). A PREPARE, which waits for other
+  // shards' FetchChunks, runs on a thread of its own, not on gRPC's.
+  grpc::ServerUnaryReactor* Reshard(grpc::CallbackServerContext* ctx,
+                                    const ReshardRequest* req,
+                                    ReshardResponse* resp) override;
+  grpc::ServerUnaryReactor* FetchChunks(grpc::CallbackServerContext* ctx,
+                                        const FetchChunksRequest* req,
+                                        FetchChunksResponse* resp) override;
   // Raw: SparseExchangeRequest in (decoded by server/rpc/sparse_decoder.h),
   // SparseExchangeResponse out (hand-encoded, the rows borrowed). gRPC
   // keeps `resp` until the reactor finishes, which is when the Shard calls
@@ -100,6 +112,8 @@ class PsService final
   // Shared with the messages in flight, whose reply slices may outlive
   // this service by a little (gRPC releases them when their writes end).
   const std::shared_ptr<PsMessagePool> pool_;
+  // Shared with the PREPARE threads, which may outlive a call's Finish.
+  const std::shared_ptr<PsThreads> threads_;
 };
 
 // Server-side transport settings for a psd (message limits, keepalive,

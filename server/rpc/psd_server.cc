@@ -139,6 +139,11 @@ absl::Status PsdServer::OpenShard() {
   shard_options.unknown_job_grace =
       2 * absl::Milliseconds(config_.psd.shard_heartbeat_ms()) *
       config_.psd.shard_heartbeat_misses();
+  // A re-placement's fetches: half a message of chunk states per call.
+  const int max_message_bytes =
+      static_cast<int>(config_.psd.max_message_bytes());
+  shard_options.fetch_batch_bytes = std::min<uint64_t>(
+      shard_options.fetch_batch_bytes, max_message_bytes / 2);
   shard_ = std::make_unique<Shard>(shard_options);
   replica_sender_ = std::make_unique<GrpcReplicaSender>(&security_);
   shard_->SetReplicaSender(
@@ -147,6 +152,14 @@ absl::Status PsdServer::OpenShard() {
                                        absl::Time deadline) {
         return sender->Send(address, req, deadline);
       });
+  chunk_fetcher_ =
+      std::make_unique<GrpcChunkFetcher>(&security_, max_message_bytes);
+  shard_->SetChunkFetcher([fetcher = chunk_fetcher_.get()](
+                              const std::string& address,
+                              const FetchChunksRequest& req,
+                              absl::Time deadline, FetchChunksResponse* resp) {
+    return fetcher->Fetch(address, req, deadline, resp);
+  });
   // Restore before listening: a worker retrying through a restart must find
   // its job exactly as the checkpoint left it, never a missing one.
   Shard::RestoreReport restore;
@@ -282,6 +295,11 @@ absl::Status PsdServer::OpenCoordinator() {
           SetReplicaViewResponse* resp) {
         return control->SetReplicaView(shard, req, deadline, resp);
       };
+  options.reshard = [control = shard_control_.get()](
+                        uint32_t shard, const ReshardRequest& req,
+                        absl::Time deadline, ReshardResponse* resp) {
+    return control->Reshard(shard, req, deadline, resp);
+  };
   options.shard_heartbeat =
       absl::Milliseconds(config_.psd.shard_heartbeat_ms());
   options.shard_heartbeat_misses = config_.psd.shard_heartbeat_misses();

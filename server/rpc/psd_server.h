@@ -54,6 +54,7 @@
 #include "server/coordinator/coordinator.h"
 #include "server/coordinator/job_store.h"
 #include "server/coordinator/shard_directory.h"
+#include "server/rpc/chunk_fetcher.h"
 #include "server/rpc/coordinator_service.h"
 #include "server/rpc/ps_service.h"
 #include "server/rpc/replica_sender.h"
@@ -131,6 +132,8 @@ class PsdServer {
   std::unique_ptr<Shard> shard_;
   // The shard's forwards to its backups (replicated jobs).
   std::unique_ptr<GrpcReplicaSender> replica_sender_;
+  // A re-placement's fetches of chunk states from other shards.
+  std::unique_ptr<GrpcChunkFetcher> chunk_fetcher_;
   std::unique_ptr<PsService> ps_service_;
   std::unique_ptr<CoordinatorService> coordinator_service_;
   // Declared before shard_control_ and coordinator_, which borrow it.

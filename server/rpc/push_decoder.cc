@@ -12,7 +12,7 @@ namespace {
 
 // PushPullRequest's fields (proto/ps.proto) beyond core/wire_codec.h's.
 constexpr uint32_t kJobIdField = 1, kWorkerField = 2, kStepField = 3,
-                   kAttemptField = 4, kHeldField = 6;
+                   kAttemptField = 4, kHeldField = 6, kPlacementEpochField = 7;
 constexpr uint32_t kHeldChunkIdField = 1, kHeldVersionField = 2;
 
 constexpr RequestFields kRequest("PushPullRequest");
@@ -83,6 +83,7 @@ absl::Status DecodeScalar(uint64_t field, WireReader* in,
   if (field == kWorkerField) header->set_worker(static_cast<uint32_t>(v));
   if (field == kStepField) header->set_step(v);
   if (field == kAttemptField) header->set_attempt(static_cast<uint32_t>(v));
+  if (field == kPlacementEpochField) header->set_placement_epoch(v);
   return absl::OkStatus();
 }
 
@@ -126,8 +127,9 @@ absl::Status DecodePushPullRequest(absl::Span<const absl::string_view> pieces,
     if (!in.ReadTag(&tag)) return kRequest.Malformed("tag", in);
     const uint64_t field = tag >> kWireTypeBits;
     const uint32_t wire = static_cast<uint32_t>(tag & kWireTypeMask);
-    if (wire == kVarint && (field == kWorkerField || field == kStepField ||
-                            field == kAttemptField)) {
+    if (wire == kVarint &&
+        (field == kWorkerField || field == kStepField ||
+         field == kAttemptField || field == kPlacementEpochField)) {
       PS_RETURN_IF_ERROR(DecodeScalar(field, &in, header));
     } else if (wire == kLengthDelimited &&
                (field == kJobIdField || field == kRequestGradientsField ||

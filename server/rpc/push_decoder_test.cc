@@ -19,6 +19,7 @@ PushPullRequest Sample() {
   req.set_worker(3);
   req.set_step(41);
   req.set_attempt(2);
+  req.set_placement_epoch(5);
   ChunkData* dense = req.add_gradients();
   dense->set_chunk_id(7);
   dense->set_version(40);
@@ -59,7 +60,8 @@ std::unique_ptr<Decoded> Decode(const Pieces& p,
 std::string Fields(const PushPullRequest& r) {
   std::string out = r.job_id() + "|" + std::to_string(r.worker()) + "|" +
                     std::to_string(r.step()) + "|" +
-                    std::to_string(r.attempt());
+                    std::to_string(r.attempt()) + "|" +
+                    std::to_string(r.placement_epoch());
   for (const HeldChunk& h : r.held()) {
     out +=
         "|" + std::to_string(h.chunk_id()) + ":" + std::to_string(h.version());

@@ -135,6 +135,10 @@ absl::Status Shard::PauseJob(const JobPtr& job, const ReshardRequest& req,
     resp->set_max_version(internal::MaxVersion(*job));
     return absl::OkStatus();
   }
+  if (req.pause_step() == internal::kNotPaused) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("pause_step: ", req.pause_step(), " is out of range"));
+  }
   uint64_t released = 0;
   bool fresh = false, quiesced = false, log_quiesced = false;
   {

@@ -176,6 +176,13 @@ TEST(ShardReshardTest, AbortLiftsThePauseAndCommitNeedsAPrepare) {
       Replaced(reg.placement(), 1, [](uint32_t) { return 0; });
   prepare.add_shard_addresses("s0");
   ASSERT_TRUE(shard.Reshard(prepare, &resp).ok());
+  // Resent: the same answer. Polled: still quiesced, still prepared.
+  ReshardResponse again;
+  ASSERT_TRUE(shard.Reshard(prepare, &again).ok());
+  EXPECT_EQ(again.chunks_held(), resp.chunks_held());
+  ASSERT_TRUE(
+      shard.Reshard(Phase("j", 1, ReshardRequest::PAUSE, 1), &again).ok());
+  EXPECT_TRUE(again.quiesced());
   ASSERT_TRUE(shard.Reshard(Phase("j", 1, ReshardRequest::ABORT), &resp).ok());
   // The old placement goes on, as if nothing had happened.
   BspStep(shard, reg, 1);
@@ -237,6 +244,8 @@ TEST(ShardReshardTest, BadRequestsAreRefusedNamingTheField) {
        absl::StatusCode::kInvalidArgument, "epoch: 0 is not past"},
       {"no phase", Phase("j", 1, ReshardRequest::PHASE_UNSPECIFIED),
        absl::StatusCode::kInvalidArgument, "phase"},
+      {"pause step", Phase("j", 1, ReshardRequest::PAUSE, UINT64_MAX),
+       absl::StatusCode::kInvalidArgument, "pause_step"},
       {"prepare unpaused",
        with_placement(1,
                       Replaced(reg.placement(), 1, [](uint32_t) { return 0; })),

@@ -163,8 +163,7 @@ absl::Status Shard::PauseJob(const JobPtr& job, const ReshardRequest& req,
   }
   if (log_quiesced) {
     spdlog::info(
-        "job {}: every chunk on shard {} at step {} (placement epoch "
-        "{})",
+        "job {}: every chunk on shard {} at step {} (placement epoch {})",
         job->id, options_.shard_id, req.pause_step(), req.epoch());
   }
   resp->set_quiesced(quiesced);
@@ -239,8 +238,7 @@ absl::Status Shard::PrepareJob(const JobPtr& job, const ReshardRequest& req,
   r.reserved = plan.fetch_bytes;
   spdlog::info(
       "job {}: prepared epoch {} on shard {}: {} chunks held, {} fetched "
-      "({:.1f} "
-      "MB) in {} ms",
+      "({:.1f} MB) in {} ms",
       job->id, req.epoch(), options_.shard_id, plan.held, tally->chunks,
       static_cast<double>(tally->bytes) / 1e6,
       absl::ToInt64Milliseconds(absl::Now() - start));

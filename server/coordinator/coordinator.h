@@ -334,6 +334,10 @@ class JobCoordinator {
   void RunReshard(const std::string& job_id, const Placement& from,
                   const Placement& to, const ReshardStatus& status)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // Stores how a re-placement ended; a "failed" one (committed in the store,
+  // not on every shard) fails the job.
+  void RecordReshardEnd(const std::string& job_id, const ReshardStatus& end)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // A Resharder whose hooks update and commit job `job_id`.
   Resharder MakeResharder(const std::string& job_id);
   // Restore: a re-placement the coordinator was in the middle of is

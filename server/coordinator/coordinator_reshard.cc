@@ -51,9 +51,9 @@ absl::Status CheckReshard(const JobTable::Job& job, uint32_t shards,
         "shards: this coordinator has no Reshard call to the shards");
   }
   if (spec.consistency().mode() != BSP) {
-    return refuse("consistency.mode",
-                  absl::StrCat("runs ", ConsistencyMode_Name(
-                                            spec.consistency().mode())));
+    return refuse(
+        "consistency.mode",
+        absl::StrCat("runs ", ConsistencyMode_Name(spec.consistency().mode())));
   }
   if (spec.tables_size() > 0) return refuse("tables", "has sparse tables");
   if (spec.wire().has_topk_fraction() && spec.wire().topk_fraction() < 1) {
@@ -104,9 +104,10 @@ absl::Status JobCoordinator::StartReshard(Job& job, uint32_t shards,
     status.set_phase("done");
   } else {
     status.set_phase("pausing");
-    spdlog::info("job {}: re-placing from {} to {} shards ({} chunks, {:.1f} "
-                 "MB move)",
-                 job.id(), before, shards, chunks, bytes / 1e6);
+    spdlog::info(
+        "job {}: re-placing from {} to {} shards ({} chunks, {:.1f} "
+        "MB move)",
+        job.id(), before, shards, chunks, bytes / 1e6);
     reshards_.emplace_back([this, id = job.id(), from, to, status] {
       RunReshard(id, from, to, status);
     });
@@ -119,9 +120,9 @@ absl::Status JobCoordinator::StartReshard(Job& job, uint32_t shards,
 Resharder JobCoordinator::MakeResharder(const std::string& job_id) {
   Resharder::Options options;
   options.num_shards = num_shards_;
-  // A worker lost while the job pauses leaves the quorum at its timeout.
-  options.quiesce_deadline =
-      absl::Milliseconds(options_.worker_timeout_ms) + absl::Seconds(30);
+  // The workers retry a paused push for about 13 s (rpc_max_attempts 12,
+  // backoff up to 2 s): a pause that cannot complete is lifted before that.
+  options.quiesce_deadline = absl::Seconds(8);
   Resharder::Hooks hooks;
   hooks.reshard = options_.reshard;
   hooks.clock = [this] { return options_.clock(); };
@@ -166,7 +167,29 @@ Resharder JobCoordinator::MakeResharder(const std::string& job_id) {
 void JobCoordinator::RunReshard(const std::string& job_id,
                                 const Placement& from, const Placement& to,
                                 const ReshardStatus& status) {
-  MakeResharder(job_id).Run(job_id, from, to, status);
+  RecordReshardEnd(job_id, MakeResharder(job_id).Run(job_id, from, to, status));
+}
+
+void JobCoordinator::RecordReshardEnd(const std::string& job_id,
+                                      const ReshardStatus& end) {
+  {
+    absl::MutexLock lock(&mu_);
+    Job* job = jobs_.Find(job_id);
+    if (job == nullptr) return;
+    *job->status.mutable_reshard() = end;
+    if (absl::StartsWith(end.phase(), "failed") &&
+        job->status.state() == RUNNING) {
+      // Committed in the store but not on every shard: the shards disagree
+      // on the placement, and the workers would wait on the ones behind.
+      EndJob(*job,
+             {FAILED, absl::StrCat("re-placement to ", end.target_shards(),
+                                   " shards: ", end.phase())},
+             options_.clock());
+      MaybeStartJobs();
+    }
+    Persist().IgnoreError();  // logged
+  }
+  shard_ops_.Drain();
 }
 
 void JobCoordinator::FinishStoredReshards() {
@@ -185,9 +208,8 @@ void JobCoordinator::FinishStoredReshards() {
     // "committing" was stored with the new placement: finish it; before
     // that nothing was committed: the shards drop what they prepared.
     const bool committed = status.phase() == "committing";
-    absl::Status st = committed
-                          ? resharder.CommitAll(job_id, status.epoch())
-                          : resharder.AbortAll(job_id, status.epoch());
+    absl::Status st = committed ? resharder.CommitAll(job_id, status.epoch())
+                                : resharder.AbortAll(job_id, status.epoch());
     if (committed && st.ok()) {
       status.set_phase("done");
       status.set_reached_s(UnixSeconds(options_.clock()));
@@ -197,14 +219,11 @@ void JobCoordinator::FinishStoredReshards() {
                        "the coordinator restarted in the middle",
                        st.ok() ? "" : absl::StrCat("; ", st.message())));
     }
-    spdlog::info("job {}: the re-placement to {} shards found at the restart: "
-                 "{}",
-                 job_id, status.target_shards(), status.phase());
-    absl::MutexLock lock(&mu_);
-    Job* job = jobs_.Find(job_id);
-    if (job == nullptr) continue;
-    *job->status.mutable_reshard() = status;
-    Persist().IgnoreError();  // logged
+    spdlog::info(
+        "job {}: the re-placement to {} shards found at the restart: "
+        "{}",
+        job_id, status.target_shards(), status.phase());
+    RecordReshardEnd(job_id, status);
   }
 }
 

@@ -156,9 +156,9 @@ void JobCoordinator::GetAssignment(const GetAssignmentRequest& request,
       absl::Status st = absl::OkStatus();
       if (worker->job_id != request.job_id() ||
           !FillAssignment(*worker, response)) {
-        st = absl::NotFoundError(
-            absl::StrCat("job_id: worker ", worker->id,
-                         " holds no rank in running job ", request.job_id()));
+        st = absl::NotFoundError(absl::StrCat("job_id: worker ", worker->id,
+                                              " holds no rank in running job ",
+                                              request.job_id()));
       }
       to_run.Add(std::move(done), st);
     } else {

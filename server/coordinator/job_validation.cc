@@ -208,13 +208,14 @@ void CheckReplication(const JobSpec& spec, const ValidationContext& ctx,
     return;
   }
   if (spec.shards() > ctx.num_shards) {
-    p.Add("shards", absl::StrFormat("%d, but the cluster has %d",
-                                    spec.shards(), ctx.num_shards));
+    p.Add("shards", absl::StrFormat("%d, but the cluster has %d", spec.shards(),
+                                    ctx.num_shards));
   }
   if (k <= 1) return;
   if (spec.shards() != 0 && k > spec.shards()) {
-    p.Add("replication", absl::StrFormat("%d copies need %d shards, shards is %d",
-                                         k, k, spec.shards()));
+    p.Add("replication",
+          absl::StrFormat("%d copies need %d shards, shards is %d", k, k,
+                          spec.shards()));
   }
   const uint32_t live = ctx.live_shards > 0 ? ctx.live_shards : ctx.num_shards;
   if (k > live) {

@@ -112,12 +112,12 @@ struct ShardLoads {
   }
   // The least loaded shard (lowest id on ties), and the most (lowest id).
   uint32_t Least() const {
-    return static_cast<uint32_t>(
-        std::min_element(bytes.begin(), bytes.end()) - bytes.begin());
+    return static_cast<uint32_t>(std::min_element(bytes.begin(), bytes.end()) -
+                                 bytes.begin());
   }
   uint32_t Most() const {
-    return static_cast<uint32_t>(
-        std::max_element(bytes.begin(), bytes.end()) - bytes.begin());
+    return static_cast<uint32_t>(std::max_element(bytes.begin(), bytes.end()) -
+                                 bytes.begin());
   }
 };
 
@@ -127,9 +127,9 @@ absl::StatusOr<Placement> RePlaceChunks(const Placement& current,
                                         uint32_t used) {
   const uint32_t num_shards = current.num_shards();
   if (used == 0 || used > num_shards) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "shards: %d is outside [1, %d] (the cluster's shards)", used,
-        num_shards));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("shards: %d is outside [1, %d] (the cluster's shards)",
+                        used, num_shards));
   }
   for (const ChunkPlacement& c : current.chunks()) {
     if (c.backups_size() > 0) {

@@ -269,7 +269,6 @@ TEST(PlaceChunksTest, RefusesMoreCopiesThanShards) {
   EXPECT_THAT(p.status().message(), HasSubstr("replication"));
 }
 
-
 // Chunks whose shard differs between `a` and `b`.
 int Moved(const Placement& a, const Placement& b) {
   int moved = 0;

@@ -48,8 +48,8 @@ class Resharder {
     // Tries of a pause step before giving up (each 4x further ahead).
     int pause_tries = 6;
     // Deadline of one shard call, and how long the chunks may take to
-    // reach the pause step (a worker lost meanwhile is dropped from the
-    // quorum by its timeout, so this exceeds worker_timeout_ms).
+    // reach the pause step (a worker missing that long: the move aborts
+    // and the job goes on).
     absl::Duration call_deadline = absl::Seconds(30);
     absl::Duration quiesce_deadline = absl::Seconds(60);
     absl::Duration commit_deadline = absl::Seconds(60);

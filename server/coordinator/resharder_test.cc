@@ -102,7 +102,9 @@ Moved Move(FakeShards& shards) {
     run.committed.push_back(p);
     return absl::OkStatus();
   };
-  hooks.update = [&](const ReshardStatus& s) { run.phases.push_back(s.phase()); };
+  hooks.update = [&](const ReshardStatus& s) {
+    run.phases.push_back(s.phase());
+  };
   hooks.addresses = [] { return std::vector<std::string>{"a:1", "b:2"}; };
   hooks.clock = [] { return absl::Now(); };
   ReshardStatus start;

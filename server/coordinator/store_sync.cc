@@ -29,6 +29,14 @@ StoredJob ToStored(const Job& job, bool with_spec) {
     stored.status.set_start_time_s(s.start_time_s());
     stored.status.set_end_time_s(s.end_time_s());
     if (s.has_scale()) *stored.status.mutable_scale() = s.scale();
+    if (s.has_data_plan()) *stored.status.mutable_data_plan() = s.data_plan();
+    if (s.has_reshard()) *stored.status.mutable_reshard() = s.reshard();
+    if (s.placement().epoch() > 0) {
+      // Re-placed while running (psctl scale --shards): UpdateJob writes
+      // the spec (its `shards`) and the placement again.
+      *stored.status.mutable_spec() = s.spec();
+      *stored.status.mutable_placement() = s.placement();
+    }
   }
   stored.registering = job.registering;
   stored.leader_samples_per_s = job.leader_samples_per_s;

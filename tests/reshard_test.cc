@@ -62,8 +62,8 @@ ReshardStatus MoveTo(LocalCluster& cluster, const std::string& job,
       },
       absl::Seconds(60), WhileUnreachable::kFail, &last);
   EXPECT_TRUE(s.ok()) << s.status() << "\n" << cluster.Log("psd0");
-  std::cout << "moved to " << shards << " shards: "
-            << last.reshard().ShortDebugString() << std::endl;
+  std::cout << "moved to " << shards
+            << " shards: " << last.reshard().ShortDebugString() << std::endl;
   return last.reshard();
 }
 

@@ -90,8 +90,8 @@ std::string FormatScale(const ScaleStatus& s) {
 
 std::string FormatReshard(const ReshardStatus& s) {
   if (s.target_shards() == 0) return "";
-  std::string out = absl::StrFormat(
-      "shards: %d -> %d, %s", s.from_shards(), s.target_shards(), s.phase());
+  std::string out = absl::StrFormat("shards: %d -> %d, %s", s.from_shards(),
+                                    s.target_shards(), s.phase());
   if (s.moved_chunks() > 0) {
     absl::StrAppendFormat(&out, "; %d chunks (%.1f MB) move", s.moved_chunks(),
                           s.moved_bytes() / 1e6);
@@ -125,8 +125,7 @@ int Scale(const Args& a, std::ostream& out, std::ostream& err) {
   const bool by_workers = Has(a, "--workers");
   const bool by_shards = Has(a, "--shards");
   if (a.positional.size() != 1 || by_workers == by_shards ||
-      (by_workers &&
-       !absl::SimpleAtoi(FlagOr(a, "--workers", ""), &workers)) ||
+      (by_workers && !absl::SimpleAtoi(FlagOr(a, "--workers", ""), &workers)) ||
       (by_shards && (!absl::SimpleAtoi(FlagOr(a, "--shards", ""), &shards) ||
                      shards == 0))) {
     err << "psctl scale: expected one JOB id and either --workers=N or "

@@ -133,6 +133,11 @@ absl::Status Workerd::TrainFrom(
   absl::Cleanup forget_client = [this] { ForgetJobClient(); };
   TrainerOptions options = TrainerOptionsFor(a, config_.workerd);
   options.start_step = start_step;
+  if (start_step > a.start_step() && last->elapsed_s() > 0) {
+    // A run after a re-placement: the job's curve goes on from the last.
+    options.continues = *last;
+    options.continued_steps = start_step - a.start_step();
+  }
   options.cpu_kernel_choices = kernel_choices_.get();
   options.tracer = &tracer_;
   options.leader = [this] { return session_->leads(); };

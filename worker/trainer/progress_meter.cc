@@ -17,6 +17,18 @@ ProgressMeter::ProgressMeter(Options options)
   progress_.set_test_auc(-1.0f);
   progress_.set_test_logloss(-1.0f);
   progress_.set_teacher_auc(-1.0f);
+  if (options_.continues.has_value()) {
+    const Progress& before = *options_.continues;
+    elapsed_before_ = before.elapsed_s();
+    data_s_ = before.data_s();
+    compute_s_ = before.compute_s();
+    comm_s_ = before.comm_s();
+    steps_run_ = options_.continued_steps;
+    progress_.set_test_accuracy(before.test_accuracy());
+    progress_.set_test_auc(before.test_auc());
+    progress_.set_test_logloss(before.test_logloss());
+    progress_.set_teacher_auc(before.teacher_auc());
+  }
 }
 
 void ProgressMeter::AddStep(Clock::duration data, Clock::duration compute,

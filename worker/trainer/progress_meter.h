@@ -37,6 +37,12 @@ class ProgressMeter {
     uint64_t report_every_steps = 0;
     // The clock (tests give a fake one); Clock::now when empty.
     std::function<Clock::time_point()> now;
+    // A run that carries on an earlier one of the same job in this process
+    // (a re-placement, worker/placement_follower.h): that run's last
+    // Progress and the steps it ran. The times (elapsed, data, compute,
+    // comm), the pace and the test scores continue from them.
+    std::optional<Progress> continues;
+    uint64_t continued_steps = 0;
   };
 
   // The run starts now: elapsed_s counts from here. test_accuracy starts at
@@ -94,7 +100,9 @@ class ProgressMeter {
 
   // Seconds since the run started, and in the step loop (data + compute +
   // comm).
-  double elapsed_s() const { return Seconds(Now() - run_start_); }
+  double elapsed_s() const {
+    return elapsed_before_ + Seconds(Now() - run_start_);
+  }
   double train_s() const { return data_s_ + compute_s_ + comm_s_; }
 
   const Progress& progress() const { return progress_; }
@@ -115,6 +123,7 @@ class ProgressMeter {
   const Clock::time_point run_start_;
   Progress progress_;
 
+  double elapsed_before_ = 0.0;  // Options::continues
   double data_s_ = 0.0, compute_s_ = 0.0, comm_s_ = 0.0;
   uint64_t steps_run_ = 0;
   // Since the last report.

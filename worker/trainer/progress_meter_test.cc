@@ -107,5 +107,29 @@ TEST(ProgressMeterTest, DueByInterval) {
   EXPECT_TRUE(meter.ReportDue(2, start + milliseconds(2500)));
 }
 
+TEST(ProgressMeterTest, ARunAfterAReplacementCarriesOnTheCurve) {
+  FakeClock clock;
+  ProgressMeter::Options o = MeterOptions(&clock);
+  Progress before;
+  before.set_step(4);
+  before.set_elapsed_s(10.0);
+  before.set_data_s(1.0);
+  before.set_compute_s(2.0);
+  before.set_comm_s(1.0);
+  before.set_test_accuracy(0.8f);
+  o.continues = before;
+  o.continued_steps = 4;
+  ProgressMeter meter(o);
+  meter.AddStep(milliseconds(0), milliseconds(1000), milliseconds(0), 1.0, 1);
+  clock.now += std::chrono::seconds(2);
+  Progress p;
+  meter.Report(5, [&](const Progress& r) { p = r; });
+  EXPECT_DOUBLE_EQ(p.elapsed_s(), 12.0);  // not 2: the curve goes on
+  EXPECT_DOUBLE_EQ(p.compute_s(), 3.0);
+  EXPECT_FLOAT_EQ(p.test_accuracy(), 0.8f);
+  // 5 steps x 8 examples x 2 workers over 5 s in the step loop.
+  EXPECT_FLOAT_EQ(p.samples_per_s(), 16.0f);
+}
+
 }  // namespace
 }  // namespace ps

@@ -396,6 +396,8 @@ absl::Status Trainer::Run(const ProgressCallback& on_progress,
   meter.num_workers = options_.num_workers;
   meter.report_interval = options_.report_interval;
   meter.report_every_steps = options_.report_every_steps;
+  meter.continues = options_.continues;
+  meter.continued_steps = options_.continued_steps;
   meter_ = std::make_unique<ProgressMeter>(std::move(meter));
   if (options_.overlap && client_->supports_exchange()) {
     // Layer l is the tensors 2l and 2l + 1 (fc<l> or lab<l>: w, b; see

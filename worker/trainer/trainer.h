@@ -121,6 +121,11 @@ struct TrainerOptions {
   uint32_t rank = 0;
   uint32_t num_workers = 1;
   uint64_t start_step = 0;
+  // A run that carries on an earlier run of the job in this process (after
+  // a re-placement): its last Progress and the steps it ran, so the
+  // reports' times, pace and test scores continue (ProgressMeter::Options).
+  std::optional<Progress> continues;
+  uint64_t continued_steps = 0;
 
   // This worker's replicas, their share of each batch (empty = equal) and
   // BLAS threads per CPU replica (see DeviceGroup::Options).

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Live re-placement, measured (docs/OPERATIONS.md "Elastic jobs": psctl
-# scale --shards): a BSP job on a local cluster of 3 psd shards and 2
+# scale --shards): a BSP job on a local cluster of max(3, FROM, TO) psd
+# shards and 2
 # workerd, ports picked by the kernel, submitted on `shards: FROM`. Once it
 # has run AT_S seconds, `psctl scale JOB --shards=TO`; AFTER_S seconds later
 # the job's status (its "shards:" line: chunks and MB moved, the pause step,
@@ -45,12 +46,13 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
+NSHARDS=$(( FROM > TO ? FROM : TO )); (( NSHARDS < 3 )) && NSHARDS=3
 : >"$DIR/cluster.pbtxt"
-for i in 0 1 2; do
+for ((i = 0; i < NSHARDS; i++)); do
   printf 'shards { address_file: "s%d.addr" }\n' "$i" >>"$DIR/cluster.pbtxt"
 done
 echo 'coordinator_shard: 0' >>"$DIR/cluster.pbtxt"
-for i in 0 1 2; do
+for ((i = 0; i < NSHARDS; i++)); do
   printf 'cluster_file: "cluster.pbtxt"\nshard_id: %d\naddress_file: "s%d.addr"\n' "$i" "$i" >"$DIR/psd$i.pbtxt"
   "$BIN/server/psd" --config="$DIR/psd$i.pbtxt" >"$DIR/psd$i.log" 2>&1 &
   PIDS+=($!)

@@ -233,5 +233,31 @@ TEST_F(CoordinatorRestartTest, CurveSurvivesTheRestart) {
   EXPECT_EQ(history.points_size(), 4);
 }
 
+TEST_F(CoordinatorRestartTest, AnElasticJobsDataPlanSurvivesARestart) {
+  const std::string w1 = Register("host-a");
+  Register("host-b");
+  JobSpec spec = Spec(2, SHRINK);
+  spec.mutable_model()->Clear();
+  Mlp* mlp = spec.mutable_model()->mutable_mlp();
+  mlp->set_input_dim(784);
+  mlp->add_hidden(8);
+  mlp->set_num_classes(10);
+  spec.set_max_workers(3);
+  const std::string job = Submit(spec);
+  ASSERT_EQ(Job(job).state(), RUNNING);
+  GetDataPlanRequest ask;
+  ask.set_worker_id(w1);
+  ask.set_step(0);
+  ask.set_train_examples(600);
+  GetDataPlanResponse plan;
+  ASSERT_TRUE(coord_->GetDataPlan(ask, &plan).ok());
+  const DataPlan sealed = Job(job).data_plan();
+  ASSERT_GT(sealed.segments_size(), 0);
+  ASSERT_NO_FATAL_FAILURE(Restart());
+  // Before, only the (empty) plan of the submit was stored.
+  EXPECT_EQ(Job(job).data_plan().SerializeAsString(),
+            sealed.SerializeAsString());
+}
+
 }  // namespace
 }  // namespace ps

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <string>
+#include <thread>
 #include <utility>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
@@ -277,6 +279,82 @@ absl::StatusOr<ReplacementPlan> PlanReplacement(const Job& old,
   return plan;
 }
 
+namespace {
+
+// Fetch requests in flight at once during a PREPARE.
+constexpr size_t kFetchesInFlight = 4;
+
+// plan.fetch cut into requests of at most `batch_bytes` of values and
+// slots (at least one chunk each), with the shard each goes to.
+std::vector<std::pair<uint32_t, FetchChunksRequest>> Batches(
+    const Job& job, const ReplacementPlan& plan, uint64_t batch_bytes) {
+  std::vector<std::pair<uint32_t, FetchChunksRequest>> batches;
+  for (const auto& [from, ids] : plan.fetch) {
+    for (size_t i = 0; i < ids.size();) {
+      FetchChunksRequest req;
+      req.set_job_id(job.id);
+      req.set_epoch(job.placement.epoch());
+      for (uint64_t bytes = 0; i < ids.size(); ++i) {
+        const uint64_t b =
+            StateBytes(job, job.placement.chunks(ids[i]).length());
+        if (req.chunk_ids_size() > 0 && bytes + b > batch_bytes) break;
+        req.add_chunk_ids(ids[i]);
+        bytes += b;
+      }
+      batches.emplace_back(from, std::move(req));
+    }
+  }
+  return batches;
+}
+
+// Fetches `batches`, kFetchesInFlight at once (a link or a core is not left
+// idle while one answer is encoded, sent and stored), into the chunks of
+// `fresh`; the first error (naming the shard and the chunks) stops the rest.
+absl::StatusOr<FetchTally> FetchAll(
+    Job& job, uint64_t step,
+    const std::vector<std::pair<uint32_t, FetchChunksRequest>>& batches,
+    const FetchBatch& fetch,
+    const absl::flat_hash_map<uint32_t, Chunk*>& fresh) {
+  absl::Mutex mu;
+  FetchTally tally;
+  absl::Status first;
+  size_t next = 0;
+  auto run = [&] {
+    for (;;) {
+      size_t i;
+      {
+        absl::MutexLock l(&mu);
+        if (!first.ok() || next == batches.size()) return;
+        i = next++;
+      }
+      const auto& [from, req] = batches[i];
+      FetchChunksResponse resp;
+      FetchTally got;
+      absl::Status st = fetch(from, req, &resp);
+      if (st.ok()) st = StoreFetched(job, from, step, req, resp, fresh, &got);
+      absl::MutexLock l(&mu);
+      tally.chunks += got.chunks;
+      tally.bytes += got.bytes;
+      if (!st.ok() && first.ok()) {
+        first = absl::Status(
+            st.code(),
+            absl::StrCat("fetching chunks [",
+                         absl::StrJoin(req.chunk_ids(), ", "), "] of job ",
+                         job.id, " from shard ", from, ": ", st.message()));
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  const size_t n = std::min(kFetchesInFlight, batches.size());
+  for (size_t t = 1; t < n; ++t) threads.emplace_back(run);
+  run();
+  for (std::thread& t : threads) t.join();
+  if (!first.ok()) return first;
+  return tally;
+}
+
+}  // namespace
+
 absl::StatusOr<FetchTally> BuildChunks(const Job& old, uint64_t step,
                                        uint64_t batch_bytes,
                                        const FetchBatch& fetch,
@@ -306,31 +384,9 @@ absl::StatusOr<FetchTally> BuildChunks(const Job& old, uint64_t step,
     job.local[id] = static_cast<int32_t>(job.chunks.size());
     job.chunks.push_back(std::move(c));
   }
-  FetchTally tally;
-  for (const auto& [from, ids] : plan.fetch) {
-    for (size_t i = 0; i < ids.size();) {
-      FetchChunksRequest req;
-      req.set_job_id(job.id);
-      req.set_epoch(job.placement.epoch());
-      for (uint64_t bytes = 0; i < ids.size(); ++i) {
-        const uint64_t b =
-            StateBytes(job, job.placement.chunks(ids[i]).length());
-        if (req.chunk_ids_size() > 0 && bytes + b > batch_bytes) break;
-        req.add_chunk_ids(ids[i]);
-        bytes += b;
-      }
-      FetchChunksResponse resp;
-      absl::Status st = fetch(from, req, &resp);
-      if (st.ok()) st = StoreFetched(job, from, step, req, resp, fresh, &tally);
-      if (!st.ok()) {
-        return absl::Status(
-            st.code(),
-            absl::StrCat("fetching chunks [",
-                         absl::StrJoin(req.chunk_ids(), ", "), "] of job ",
-                         job.id, " from shard ", from, ": ", st.message()));
-      }
-    }
-  }
+  PS_ASSIGN_OR_RETURN(
+      FetchTally tally,
+      FetchAll(job, step, Batches(job, plan, batch_bytes), fetch, fresh));
   InitWorkerState(job, active);
   if (job.delta_pulls) {
     for (const auto& [id, c] : fresh) {

@@ -35,5 +35,19 @@ TEST(GrpcStatusTest, CarriesTheNotRetryableMark) {
       grpc::Status(grpc::StatusCode::UNAVAILABLE, "connection refused"))));
 }
 
+TEST(GrpcStatusTest, CarriesThePausedForReplacementMark) {
+  const absl::Status paused = PausedForReplacement(
+      absl::UnavailableError("job j pauses at step 2 for a re-placement"));
+  EXPECT_TRUE(IsPausedForReplacement(paused));
+  EXPECT_FALSE(IsNotRetryable(paused));
+  const absl::Status back = FromGrpcStatus(ToGrpcStatus(paused));
+  EXPECT_TRUE(IsPausedForReplacement(back));
+  EXPECT_FALSE(IsNotRetryable(back));
+  EXPECT_EQ(back.code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(back.message(), paused.message());
+  EXPECT_FALSE(IsPausedForReplacement(
+      FromGrpcStatus(ToGrpcStatus(absl::UnavailableError("busy")))));
+}
+
 }  // namespace
 }  // namespace ps

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/not_retryable.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/testing/reshard_fixture.h"
@@ -117,6 +118,7 @@ TEST(ShardReshardTest, PauseRefusesPushesFromItsStepAndQuiescesThere) {
   EXPECT_EQ(refused->status.code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(refused->status.message(),
               HasSubstr("job j pauses at step 2 for a re-placement"));
+  EXPECT_TRUE(IsPausedForReplacement(refused->status));  // retried longer
   // Polled again: quiesced now, and nothing buffered for step 2.
   ASSERT_TRUE(
       shard.Reshard(Phase("j", 1, ReshardRequest::PAUSE, 2), &resp).ok());

@@ -120,8 +120,8 @@ absl::Status JobCoordinator::StartReshard(Job& job, uint32_t shards,
 Resharder JobCoordinator::MakeResharder(const std::string& job_id) {
   Resharder::Options options;
   options.num_shards = num_shards_;
-  // The workers retry a paused push for about 13 s (rpc_max_attempts 12,
-  // backoff up to 2 s): a pause that cannot complete is lifted before that.
+  // A pause that cannot complete (a worker missing) is lifted after this:
+  // the job goes on as it was, and the move may be asked for again.
   options.quiesce_deadline = absl::Seconds(8);
   Resharder::Hooks hooks;
   hooks.reshard = options_.reshard;

@@ -5,6 +5,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "common/not_retryable.h"
 #include "common/status_macros.h"
 #include "core/float_bytes.h"
 #include "core/wire_format.h"
@@ -193,9 +194,9 @@ absl::Status ValidatePlacementEpoch(Job& job, uint32_t shard_id,
 }
 
 absl::Status PausedError(const Job& job, uint64_t pause_step) {
-  return absl::UnavailableError(absl::StrCat("job ", job.id, " pauses at step ",
-                                             pause_step,
-                                             " for a re-placement; retry"));
+  return PausedForReplacement(absl::UnavailableError(
+      absl::StrCat("job ", job.id, " pauses at step ", pause_step,
+                   " for a re-placement; retry")));
 }
 
 absl::Status ValidatePush(Job& job, uint32_t shard_id, uint32_t worker,

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/grpc_status.h"
+#include "common/not_retryable.h"
 #include "common/status_macros.h"
 #include "core/checkpoint_gate.h"
 #include "core/wire_format.h"
@@ -353,6 +354,18 @@ void AsyncPsClient::TraceCall(Call& call, int64_t replied_ns) {
   call.issued_ns = 0;
 }
 
+bool AsyncPsClient::RetriesCall(Call& call, const absl::Status& status) {
+  if (!IsPausedForReplacement(status)) {
+    call.paused_since = absl::InfinitePast();
+    return retry_.Retries(status, call.attempt);
+  }
+  // A pause lasts while the chunks that move are copied: bounded by the
+  // time a step may wait for the others, not by the attempts.
+  const absl::Time now = absl::Now();
+  if (call.paused_since == absl::InfinitePast()) call.paused_since = now;
+  return now - call.paused_since < retry_.attempt_deadline();
+}
+
 void AsyncPsClient::OnDone(Call* call, grpc::Status grpc_status) {
   absl::Status status = FromGrpcStatus(grpc_status);
   Request* r = call->request;
@@ -392,7 +405,7 @@ void AsyncPsClient::OnDone(Call* call, grpc::Status grpc_status) {
       if (Pulls(r->args.op)) held_[id] = Held{version, r->args.params.data()};
     }
     EndCall(call, status);
-  } else if (retry_.Retries(status, call->attempt) && r->status.ok()) {
+  } else if (RetriesCall(*call, status) && r->status.ok()) {
     call->retry_at = absl::Now() + (moved ? absl::ZeroDuration()
                                           : retry_.Backoff(call->attempt));
     call->state = Call::State::kBackoff;

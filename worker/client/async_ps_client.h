@@ -180,6 +180,12 @@ class AsyncPsClient {
   void Issue(Call* call) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Encode(Call* call) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void OnDone(Call* call, grpc::Status status);
+  // Whether `call`, which ended with `status`, goes again: RetryPolicy's
+  // rule, except that a shard's answer that a re-placement pauses the job
+  // (IsPausedForReplacement) goes again until the attempt deadline has
+  // passed since the first such answer, however many attempts that takes.
+  bool RetriesCall(Call& call, const absl::Status& status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Records a traced call's spans (Call::issued_ns set): replied_ns is when
   // its reply arrived; the decode ends now.
   void TraceCall(Call& call, int64_t replied_ns);

@@ -12,6 +12,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "common/grpc_status.h"
+#include "common/not_retryable.h"
 #include "common/security.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -353,6 +355,25 @@ TEST_F(AsyncPsClientTest, AbortedIsNotRetriedAndKeepsItsCode) {
                   "epoch 3; this request has 2)")));
   EXPECT_EQ(shard_.arrivals().size(), 4u);  // not retried
   EXPECT_EQ(params_[2 * kLength], -1.0f);   // nothing written
+}
+
+// A pause for a re-placement outlasts max_attempts: its answers (marked
+// PausedForReplacement across the wire) are retried for the attempt
+// deadline; a plain UNAVAILABLE still stops at max_attempts.
+TEST_F(AsyncPsClientTest, APauseIsRetriedPastMaxAttempts) {
+  PsClientOptions options;
+  options.max_attempts = 3;
+  options.initial_backoff = absl::Milliseconds(1);
+  options.max_backoff = absl::Milliseconds(1);
+  Connect(options);
+  shard_.FailNext(6, ToGrpcStatus(PausedForReplacement(absl::UnavailableError(
+                         "job job pauses at step 3 for a re-placement"))));
+  ASSERT_TRUE(client_->Wait(client_->Start(Tensor(1)), Soon()).ok());
+  EXPECT_EQ(shard_.arrivals().size(), 7u);
+  shard_.FailNext(6, grpc::Status(grpc::StatusCode::UNAVAILABLE, "busy"));
+  const absl::Status s = client_->Wait(client_->Start(Tensor(2)), Soon());
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  EXPECT_EQ(shard_.arrivals().size(), 10u);  // 3 attempts
 }
 
 TEST_F(AsyncPsClientTest, ShardDyingMidRequestEndsWithAClearError) {

@@ -79,6 +79,10 @@ struct AsyncPsClient::Call {
   // cancellation is a retry at the new address, at once (mu_).
   bool moved = false;
   absl::Time retry_at;
+  // When a shard first answered that a re-placement pauses the job at this
+  // call's step (IsPausedForReplacement; InfinitePast: never): such answers
+  // are retried until the attempt deadline has passed since.
+  absl::Time paused_since = absl::InfinitePast();
   std::unique_ptr<grpc::ClientContext> context;
   grpc::ByteBuffer wire_request;  // PushPullRequest, PushRequest, PullRequest
   grpc::ByteBuffer response;

@@ -179,6 +179,10 @@ class Workerd {
   // The first step the last job did not run (its trainer's next_step);
   // Run's thread only.
   uint64_t next_step_ = 0;
+  // After a run a shard refused for its placement epoch: its parameters
+  // (those of the refused step), for the next run instead of a Pull. Used
+  // on the job's thread only.
+  std::shared_ptr<std::vector<float>> carried_params_;
   // A heartbeat answered leave_job for the running job (set by the
   // heartbeat thread, taken by RunJob).
   std::atomic<bool> scaled_down_{false};

@@ -134,10 +134,13 @@ absl::Status Workerd::TrainFrom(
   TrainerOptions options = TrainerOptionsFor(a, config_.workerd);
   options.start_step = start_step;
   if (start_step > a.start_step() && last->elapsed_s() > 0) {
-    // A run after a re-placement: the job's curve goes on from the last.
+    // A run after a re-placement: the job's curve goes on from the last,
+    // and the parameters it ended with are those of the refused step.
     options.continues = *last;
     options.continued_steps = start_step - a.start_step();
+    options.initial_params = std::move(carried_params_);
   }
+  carried_params_ = nullptr;
   options.cpu_kernel_choices = kernel_choices_.get();
   options.tracer = &tracer_;
   options.leader = [this] { return session_->leads(); };
@@ -157,6 +160,10 @@ absl::Status Workerd::TrainFrom(
   }
   next_step_ = trainer->next_step();
   *next_step = next_step_;
+  if (RefusedPlacement(status)) {
+    carried_params_ =
+        std::make_shared<std::vector<float>>(trainer->TakeParameters());
+  }
   PsClientStats cs = client->stats();
   spdlog::info("job {}: {} requests, {} retries, {} MB sent, {} MB received",
                a.job_id(), cs.requests, cs.retries, cs.bytes_sent / 1e6,

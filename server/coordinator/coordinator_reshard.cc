@@ -120,9 +120,18 @@ absl::Status JobCoordinator::StartReshard(Job& job, uint32_t shards,
 Resharder JobCoordinator::MakeResharder(const std::string& job_id) {
   Resharder::Options options;
   options.num_shards = num_shards_;
-  // A pause that cannot complete (a worker missing) is lifted after this:
-  // the job goes on as it was, and the move may be asked for again.
+  // A pause that cannot complete (a worker missing) is lifted after this
+  // (and two step times per step to run to it): the job goes on as it
+  // was, and the move may be asked for again.
   options.quiesce_deadline = absl::Seconds(8);
+  {
+    absl::MutexLock lock(&mu_);
+    const Job* job = jobs_.Find(job_id);
+    if (job != nullptr && job->status.progress().step() > 0) {
+      const Progress& p = job->status.progress();
+      options.step_time = absl::Seconds(p.elapsed_s() / p.step());
+    }
+  }
   Resharder::Hooks hooks;
   hooks.reshard = options_.reshard;
   hooks.clock = [this] { return options_.clock(); };

@@ -63,8 +63,12 @@ absl::Status Resharder::OnEveryShard(const ReshardRequest& request,
   return absl::OkStatus();
 }
 
-absl::Status Resharder::AwaitQuiesced(const ReshardRequest& pause) {
-  const absl::Time deadline = hooks_.clock() + options_.quiesce_deadline;
+absl::Status Resharder::AwaitQuiesced(const ReshardRequest& pause,
+                                      uint64_t steps) {
+  const absl::Duration allowed =
+      options_.quiesce_deadline +
+      2 * static_cast<int64_t>(steps + 1) * options_.step_time;
+  const absl::Time deadline = hooks_.clock() + allowed;
   for (;;) {
     std::vector<ReshardResponse> answers;
     absl::Status st = OnEveryShard(pause, &answers);
@@ -72,8 +76,7 @@ absl::Status Resharder::AwaitQuiesced(const ReshardRequest& pause) {
     std::string behind;
     for (uint32_t s = 0; s < answers.size(); ++s) {
       if (!answers[s].quiesced()) {
-        absl::StrAppend(&behind, behind.empty() ? "" : ", ", "shard ", s,
-                        " at ", answers[s].max_version());
+        absl::StrAppend(&behind, behind.empty() ? "shard " : ", ", s);
       }
     }
     if (behind.empty()) return absl::OkStatus();
@@ -82,10 +85,9 @@ absl::Status Resharder::AwaitQuiesced(const ReshardRequest& pause) {
     }
     if (hooks_.clock() > deadline) {
       return absl::DeadlineExceededError(absl::StrFormat(
-          "the chunks did not reach step %d within %s (%s): a worker "
-          "missing?",
-          pause.pause_step(), absl::FormatDuration(options_.quiesce_deadline),
-          behind));
+          "not every chunk reached step %d within %s (%s still behind): a "
+          "worker missing?",
+          pause.pause_step(), absl::FormatDuration(allowed), behind));
     }
     absl::SleepFor(options_.poll);
   }
@@ -113,7 +115,7 @@ absl::Status Resharder::Pause(const std::string& job_id, uint64_t epoch,
       hooks_.update(status);
       spdlog::info("job {}: pausing at step {} for placement epoch {}", job_id,
                    pause.pause_step(), epoch);
-      return AwaitQuiesced(pause);
+      return AwaitQuiesced(pause, margin);
     }
     if (last.code() != absl::StatusCode::kFailedPrecondition) return last;
     // Some chunk was past the step already: lift the pause, go further.

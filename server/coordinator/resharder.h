@@ -8,7 +8,8 @@
 //      workers retry); a shard already past B refuses, and the job is
 //      paused again further ahead (ABORT first, B moved out 4x as far);
 //   3. PAUSE(B) again on every shard until each reports every chunk at
-//      version B (quiesced), within `quiesce_deadline`;
+//      version B (quiesced), within `quiesce_deadline` plus two step times
+//      per step from the highest version to B;
 //   4. PREPARE on every shard at once: the new owners fetch the chunks that
 //      move from their old owners;
 //   5. `commit`: the new placement into the coordinator's store (the point
@@ -52,6 +53,9 @@ class Resharder {
     // and the job goes on).
     absl::Duration call_deadline = absl::Seconds(30);
     absl::Duration quiesce_deadline = absl::Seconds(60);
+    // The job's recent time per step (0: unknown): the chunks get two of
+    // them per step they still have to run to the pause step.
+    absl::Duration step_time = absl::ZeroDuration();
     absl::Duration commit_deadline = absl::Seconds(60);
     // Between two polls of the shards' pause.
     absl::Duration poll = absl::Milliseconds(2);
@@ -100,8 +104,9 @@ class Resharder {
   // Steps 1-3; the pause step in *step.
   absl::Status Pause(const std::string& job_id, uint64_t epoch,
                      ReshardStatus& status);
-  // Polls PAUSE(step) until every shard is quiesced.
-  absl::Status AwaitQuiesced(const ReshardRequest& pause);
+  // Polls PAUSE(step) until every shard is quiesced; `steps`: how many
+  // steps the chunks had to run to it when it was set.
+  absl::Status AwaitQuiesced(const ReshardRequest& pause, uint64_t steps);
 
   const Options options_;
   const Hooks hooks_;

@@ -190,6 +190,12 @@ const Progress& Trainer::last_progress() const {
 
 absl::Status Trainer::PullInitial() {
   const uint64_t start = options_.start_step;
+  if (options_.initial_params != nullptr &&
+      options_.initial_params->size() == params_.size()) {
+    params_.swap(*options_.initial_params);
+    *options_.initial_params = std::vector<float>();  // frees the zeros
+    return absl::OkStatus();
+  }
   const Clock::time_point t0 = Clock::now();
   absl::Status s = client_->Pull(start, absl::MakeSpan(params_));
   meter_->AddComm(Clock::now() - t0);

@@ -126,6 +126,11 @@ struct TrainerOptions {
   // reports' times, pace and test scores continue (ProgressMeter::Options).
   std::optional<Progress> continues;
   uint64_t continued_steps = 0;
+  // The parameters of version start_step, held from the run before (a
+  // re-placement: its refused step was applied nowhere, so they are the
+  // shards' too): taken instead of the first Pull when it holds exactly
+  // the model's count. Null or another size: pulled.
+  std::shared_ptr<std::vector<float>> initial_params;
 
   // This worker's replicas, their share of each batch (empty = equal) and
   // BLAS threads per CPU replica (see DeviceGroup::Options).
@@ -214,6 +219,9 @@ class Trainer {
   uint64_t total_steps() const { return total_steps_; }
   // The parameters after the last PushPull.
   const std::vector<float>& parameters() const { return params_; }
+  // Hands the parameters over (for the next run's initial_params); the
+  // trainer must not run again.
+  std::vector<float> TakeParameters() { return std::move(params_); }
   // The last progress reported (also filled when no callback is given).
   const Progress& last_progress() const;
   // After Run: the first step it did not run (it completed every step

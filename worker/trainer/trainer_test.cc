@@ -296,6 +296,28 @@ TEST(TrainerTest, StartStepResumesAtTheRightBatch) {
   EXPECT_EQ(rest.params, full.params);
 }
 
+TEST(TrainerTest, ParametersHeldFromARunBeforeReplaceTheFirstPull) {
+  // After a re-placement the worker holds the refused step's parameters:
+  // they are taken as they are (the shards hold the same), not pulled.
+  const JobSpec job = SyntheticJob(1);
+  const std::vector<float> shards = Init(job);
+  std::vector<float> held = shards;
+  for (float& v : held) v += 1.0f;  // tells the two apart
+  for (const bool right_size : {true, false}) {
+    FakeParameterServer server(shards, ServerOptions(job));
+    auto client = server.NewClient(0);
+    TrainerOptions options = Options(job);
+    options.initial_params = std::make_shared<std::vector<float>>(held);
+    if (!right_size) options.initial_params->pop_back();
+    auto trainer = Trainer::Create(options, client.get());
+    ASSERT_TRUE(trainer.ok()) << trainer.status();
+    const absl::Status s = (*trainer)->Run(nullptr, [] { return true; });
+    EXPECT_EQ(s.code(), absl::StatusCode::kCancelled) << s;
+    EXPECT_EQ((*trainer)->parameters(), right_size ? held : shards)
+        << right_size;
+  }
+}
+
 TEST(TrainerTest, StartingAtTheEndOnlyEvaluates) {
   const JobSpec job = SyntheticJob(1);
   TrainerOptions options = Options(job);

@@ -192,8 +192,10 @@ absl::Status Trainer::PullInitial() {
   const uint64_t start = options_.start_step;
   if (options_.initial_params != nullptr &&
       options_.initial_params->size() == params_.size()) {
-    params_.swap(*options_.initial_params);
-    *options_.initial_params = std::vector<float>();  // frees the zeros
+    // Copied, not swapped: the exchange pipeline borrows params_' buffer.
+    std::copy(options_.initial_params->begin(), options_.initial_params->end(),
+              params_.begin());
+    *options_.initial_params = std::vector<float>();  // freed
     return absl::OkStatus();
   }
   const Clock::time_point t0 = Clock::now();

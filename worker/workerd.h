@@ -183,6 +183,9 @@ class Workerd {
   // (those of the refused step), for the next run instead of a Pull. Used
   // on the job's thread only.
   std::shared_ptr<std::vector<float>> carried_params_;
+  // When the job's first run started on this worker (its curve's elapsed
+  // time counts from there across re-placements). Job's thread only.
+  absl::Time job_run_started_;
   // A heartbeat answered leave_job for the running job (set by the
   // heartbeat thread, taken by RunJob).
   std::atomic<bool> scaled_down_{false};

@@ -137,8 +137,14 @@ absl::Status Workerd::TrainFrom(
     // A run after a re-placement: the job's curve goes on from the last,
     // and the parameters it ended with are those of the refused step.
     options.continues = *last;
+    // Wall time since the job's first run started here (the last report
+    // is up to a report interval old, and the pause came after it).
+    options.continues->set_elapsed_s(
+        absl::ToDoubleSeconds(absl::Now() - job_run_started_));
     options.continued_steps = start_step - a.start_step();
     options.initial_params = std::move(carried_params_);
+  } else {
+    job_run_started_ = absl::Now();
   }
   carried_params_ = nullptr;
   options.cpu_kernel_choices = kernel_choices_.get();

@@ -15,21 +15,6 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-// An MLP job of 2 workers that may grow to 3, 2 epochs of a set the workers
-// load with 600 examples: 600 / (2 x 32) = 9 steps per epoch on 2 workers,
-// 600 / (3 x 32) = 6 on 3.
-JobSpec ElasticMlp() {
-  JobSpec spec = Spec(2, SHRINK);
-  spec.mutable_model()->Clear();
-  Mlp* mlp = spec.mutable_model()->mutable_mlp();
-  mlp->set_input_dim(784);
-  mlp->add_hidden(8);
-  mlp->set_num_classes(10);
-  spec.mutable_data()->set_epochs(2);
-  spec.set_max_workers(3);
-  return spec;
-}
-
 class DataPlanTest : public CoordinatorTest {
  protected:
   absl::Status Scale(const std::string& job, uint32_t workers) {

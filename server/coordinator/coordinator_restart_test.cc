@@ -236,14 +236,7 @@ TEST_F(CoordinatorRestartTest, CurveSurvivesTheRestart) {
 TEST_F(CoordinatorRestartTest, AnElasticJobsDataPlanSurvivesARestart) {
   const std::string w1 = Register("host-a");
   Register("host-b");
-  JobSpec spec = Spec(2, SHRINK);
-  spec.mutable_model()->Clear();
-  Mlp* mlp = spec.mutable_model()->mutable_mlp();
-  mlp->set_input_dim(784);
-  mlp->add_hidden(8);
-  mlp->set_num_classes(10);
-  spec.set_max_workers(3);
-  const std::string job = Submit(spec);
+  const std::string job = Submit(ElasticMlp());
   ASSERT_EQ(Job(job).state(), RUNNING);
   GetDataPlanRequest ask;
   ask.set_worker_id(w1);

@@ -31,6 +31,18 @@ JobSpec Spec(uint32_t num_workers, WorkerFailurePolicy policy) {
   return spec;
 }
 
+JobSpec ElasticMlp() {
+  JobSpec spec = Spec(2, SHRINK);
+  spec.mutable_model()->Clear();
+  Mlp* mlp = spec.mutable_model()->mutable_mlp();
+  mlp->set_input_dim(784);
+  mlp->add_hidden(8);
+  mlp->set_num_classes(10);
+  spec.mutable_data()->set_epochs(2);
+  spec.set_max_workers(3);
+  return spec;
+}
+
 void CoordinatorTest::SetUp() {
   JobCoordinator::Options options;
   options.heartbeat_interval_ms = 500;

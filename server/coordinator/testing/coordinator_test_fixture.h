@@ -45,6 +45,11 @@ struct Poll {
   std::optional<absl::Status> status;
 };
 
+// An elastic data job: an MLP of 2 workers that may grow to 3 (SHRINK), 2
+// epochs of a set the workers load with 600 examples: 600 / (2 x 32) = 9
+// steps per epoch on 2 workers, 600 / (3 x 32) = 6 on 3.
+JobSpec ElasticMlp();
+
 // A valid softmax spec whose placement on 2 shards has 9 chunks.
 JobSpec Spec(uint32_t num_workers,
              WorkerFailurePolicy policy = WORKER_FAILURE_UNSPECIFIED);

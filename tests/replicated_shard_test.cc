@@ -49,12 +49,13 @@ struct RunResult {
   absl::Duration failover;            // kill to two more steps reported
 };
 
+// `extra`: more JobSpec text (e.g. a wire format).
 void TrainOnce(const std::string& name, int replication, bool kill,
-               RunResult* result) {
+               RunResult* result, const std::string& extra = "") {
   LocalCluster cluster(TestDir(name), Options());
   ASSERT_TRUE(cluster.Start().ok());
   absl::StatusOr<RunningJob> running = StartJobUntilStep(
-      cluster, ReplicatedMlpJob("replicated-bsp", replication), 3,
+      cluster, ReplicatedMlpJob("replicated-bsp", replication) + extra, 3,
       kill ? kKillAfterStep : 0, absl::Seconds(120));
   ASSERT_TRUE(running.ok()) << running.status();
   const std::string& job = running->id;
@@ -143,6 +144,21 @@ TEST(ReplicatedShardTest, KilledPrimaryFailsOverAndTheJobEndsBitwiseIdentical) {
   EXPECT_EQ(s2.replica_epoch(), 1u);
   EXPECT_EQ(s2.backup_chunks(), 0u);
   EXPECT_EQ(s2.version(), kTotalSteps);
+}
+
+// Top-k pushes (delta pulls): the successor never answered the workers, so
+// its first answers carry whole chunks; the workers' residuals stay with
+// their clients. Bitwise as an undisturbed top-k run.
+TEST(ReplicatedShardTest, ATopKJobFailsOverBitwiseIdentical) {
+  const std::string topk = "wire { topk_fraction: 0.1 }\n";
+  RunResult calm;
+  ASSERT_NO_FATAL_FAILURE(TrainOnce("topk-undisturbed", 1, false, &calm, topk));
+  RunResult killed;
+  ASSERT_NO_FATAL_FAILURE(TrainOnce("topk-killed", 2, true, &killed, topk));
+  EXPECT_EQ(killed.checksum, calm.checksum)
+      << "the failover changed the parameters";
+  EXPECT_EQ(killed.test_accuracy, calm.test_accuracy);
+  EXPECT_EQ(killed.shard_stats[2].replica_epoch(), 1u);
 }
 
 TEST(ReplicatedShardTest, BadReplicationIsRefusedAndDryRunShowsTheCopies) {

@@ -197,7 +197,7 @@ void CheckWire(const WireSpec& w, Problems& p) {
 }
 
 // replication: k in [0, kMaxReplication] (0 = 1); k > 1 needs k live
-// shards, dense tensors only and full pushes (what replicas cover so far,
+// shards and dense tensors only (what replicas cover so far,
 // docs/OPERATIONS.md "Replication").
 void CheckReplication(const JobSpec& spec, const ValidationContext& ctx,
                       Problems& p) {
@@ -225,9 +225,6 @@ void CheckReplication(const JobSpec& spec, const ValidationContext& ctx,
   }
   if (spec.tables_size() > 0) {
     p.Add("replication", "k > 1 does not cover sparse tables yet");
-  }
-  if (spec.wire().has_topk_fraction() && spec.wire().topk_fraction() < 1) {
-    p.Add("replication", "k > 1 does not support top-k pushes yet");
   }
   if (spec.has_init()) {
     // The shards warm-start their own chunks; the backups' copies would

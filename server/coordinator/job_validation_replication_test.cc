@@ -74,11 +74,6 @@ TEST(ReplicationValidationTest, RefusesBadInputNamingTheField) {
       {"MoreThanLiveShards",
        [](JobSpec&, ValidationContext& c) { c.live_shards = 1; },
        {"replication: 2 copies need 2 live shards, the cluster has 1"}},
-      {"TopK",
-       [](JobSpec& s, ValidationContext&) {
-         s.mutable_wire()->set_topk_fraction(0.1f);
-       },
-       {"replication: k > 1 does not support top-k pushes yet"}},
   };
   for (const Case& c : cases) {
     JobSpec spec = ReplicatedSpec(2);
@@ -88,6 +83,12 @@ TEST(ReplicationValidationTest, RefusesBadInputNamingTheField) {
                 ::testing::ElementsAreArray(c.problems))
         << c.label;
   }
+}
+
+TEST(ReplicationValidationTest, TopKPushesAreAccepted) {
+  JobSpec spec = ReplicatedSpec(2);
+  spec.mutable_wire()->set_topk_fraction(0.1f);
+  EXPECT_THAT(ValidateJobSpec(spec, ThreeShards()), ::testing::IsEmpty());
 }
 
 TEST(ReplicationValidationTest, SparseTablesAreRefusedForNow) {

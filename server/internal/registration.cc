@@ -233,8 +233,8 @@ absl::StatusOr<std::shared_ptr<Job>> NewJob(const RegisterJobRequest& req,
     return Prefixed("spec.", st);
   }
   job->replicated = req.spec().replication() > 1;
-  if (job->replicated && (req.spec().tables_size() > 0 || job->delta_pulls)) {
-    return Invalid("spec.replication", "k > 1 needs no tables and full pushes");
+  if (job->replicated && req.spec().tables_size() > 0) {
+    return Invalid("spec.replication", "k > 1 needs no tables");
   }
   PS_RETURN_IF_ERROR(
       CheckPlacement(req.placement(), shard_id, *job, local_count));

@@ -283,16 +283,7 @@ TEST(ShardReshardTest, BadRequestsAreRefusedNamingTheField) {
 TEST(ShardReshardTest, JobsThatCannotBeReplacedAreRefused) {
   Shard shard(ShardOptions{});
   JobSpec asp = Spec(ASP, 2);
-  JobSpec tables = Spec(BSP, 2);
-  tables.mutable_optimizer()->set_momentum(0);
-  TableSpec* t = tables.add_tables();
-  t->set_name("emb");
-  t->set_dim(4);
-  t->mutable_init()->set_kind(CONSTANT);
-  t->mutable_init()->set_value(1);
-  t->mutable_optimizer()->set_kind(ADAGRAD);
-  t->mutable_optimizer()->set_learning_rate(0.5f);
-  t->set_num_ids(1000);
+  JobSpec tables = SparseSpec(BSP, 2);
   JobSpec replicated = Spec(BSP, 2);
   replicated.set_replication(2);
   RegisterJobRequest rep = Registration("rep", replicated, 2);

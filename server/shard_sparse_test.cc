@@ -18,22 +18,9 @@ namespace {
 
 using shard_test::Options;
 using shard_test::Registration;
+using shard_test::SparseSpec;
 using shard_test::Spec;
 using ::testing::HasSubstr;
-
-JobSpec SparseSpec(ConsistencyMode mode, uint32_t workers) {
-  JobSpec spec = Spec(mode, workers);
-  spec.mutable_optimizer()->set_momentum(0);
-  TableSpec* t = spec.add_tables();
-  t->set_name("emb");
-  t->set_dim(4);
-  t->mutable_init()->set_kind(CONSTANT);
-  t->mutable_init()->set_value(1);
-  t->mutable_optimizer()->set_kind(ADAGRAD);
-  t->mutable_optimizer()->set_learning_rate(0.5f);
-  t->set_num_ids(1000);
-  return spec;
-}
 
 std::string Ids(const std::vector<uint64_t>& ids) {
   return std::string(reinterpret_cast<const char*>(ids.data()), ids.size() * 8);

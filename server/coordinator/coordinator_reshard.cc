@@ -36,11 +36,7 @@ absl::Status CheckReshard(const JobTable::Job& job, uint32_t shards,
         absl::StrFormat("shards: %d is outside [1, %d] (the cluster's shards)",
                         shards, num_shards));
   }
-  if (status.state() != RUNNING || job.registering) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "job_id: job ", id, " is ", JobState_Name(status.state()),
-        job.registering ? " (starting)" : "", "; only a running job scales"));
-  }
+  PS_RETURN_IF_ERROR(CheckRunning(job));
   auto refuse = [&](const char* field, const std::string& why) {
     return absl::FailedPreconditionError(
         absl::StrCat(field, ": job ", id, " ", why,
@@ -75,10 +71,6 @@ absl::Status CheckReshard(const JobTable::Job& job, uint32_t shards,
         status.scale().target_workers()));
   }
   return absl::OkStatus();
-}
-
-double UnixSeconds(absl::Time t) {
-  return absl::ToDoubleSeconds(t - absl::UnixEpoch());
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/status_macros.h"
 #include "server/coordinator/data_plan.h"
 #include "spdlog/spdlog.h"
 
@@ -15,14 +16,18 @@ bool ScaleInProgress(const JobTable::Job& job) {
   return s.target_workers() != 0 && s.reached_s() == 0;
 }
 
+absl::Status CheckRunning(const JobTable::Job& job) {
+  const JobStatus& status = job.status;
+  if (status.state() == RUNNING) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "job_id: job ", status.job_id(), " is ", JobState_Name(status.state()),
+      job.registering ? " (starting)" : "", "; only a running job scales"));
+}
+
 absl::Status CheckScale(const JobTable::Job& job, uint32_t workers) {
   const JobStatus& status = job.status;
   const std::string& id = status.job_id();
-  if (status.state() != RUNNING) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "job_id: job ", id, " is ", JobState_Name(status.state()),
-        job.registering ? " (starting)" : "", "; only a running job scales"));
-  }
+  PS_RETURN_IF_ERROR(CheckRunning(job));
   if (workers == 0) {
     return absl::InvalidArgumentError("workers: must be >= 1");
   }
@@ -59,7 +64,7 @@ void StartScale(JobTable::Job& job, uint32_t workers, absl::Time now) {
   s.Clear();
   s.set_target_workers(workers);
   s.set_from_workers(static_cast<uint32_t>(job.active.size()));
-  s.set_requested_s(absl::ToDoubleSeconds(now - absl::UnixEpoch()));
+  s.set_requested_s(UnixSeconds(now));
   spdlog::info("job {}: scaling from {} to {} workers", job.id(),
                job.active.size(), workers);
   UpdateScale(job, now);
@@ -129,7 +134,7 @@ void UpdateScale(JobTable::Job& job, absl::Time now) {
   ScaleStatus& s = *job.status.mutable_scale();
   s.set_active_workers(static_cast<uint32_t>(job.active.size()));
   if (s.reached_s() == 0 && job.active.size() == s.target_workers()) {
-    s.set_reached_s(absl::ToDoubleSeconds(now - absl::UnixEpoch()));
+    s.set_reached_s(UnixSeconds(now));
     spdlog::info("job {}: scaled to {} workers in {:.2f} s", job.id(),
                  s.target_workers(), s.reached_s() - s.requested_s());
   }

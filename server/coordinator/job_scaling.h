@@ -35,6 +35,10 @@ namespace ps {
 // more than RankSlots.
 absl::Status CheckScale(const JobTable::Job& job, uint32_t workers);
 
+// FAILED_PRECONDITION ("job_id: job J is PENDING (starting); only a running
+// job scales") unless the job runs: both kinds of scale check it first.
+absl::Status CheckRunning(const JobTable::Job& job);
+
 // Records a checked scale to `workers`, asked at `now`.
 void StartScale(JobTable::Job& job, uint32_t workers, absl::Time now);
 

@@ -8,13 +8,10 @@
 #include "spdlog/spdlog.h"
 
 namespace ps {
-namespace {
 
 double UnixSeconds(absl::Time t) {
   return absl::ToDoubleSeconds(t - absl::UnixEpoch());
 }
-
-}  // namespace
 
 std::string WorkerLabel(const std::string& id, uint32_t rank,
                         const std::string& name) {

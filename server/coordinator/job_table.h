@@ -34,6 +34,10 @@
 
 namespace ps {
 
+// Seconds since the Unix epoch: how JobStatus (and ScaleStatus,
+// ReshardStatus) record times.
+double UnixSeconds(absl::Time t);
+
 // How a job ends: its final state and the reason recorded with it.
 struct JobEnd {
   JobState state;

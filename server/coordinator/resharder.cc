@@ -5,16 +5,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "server/coordinator/job_table.h"
 #include "spdlog/spdlog.h"
 
 namespace ps {
-namespace {
-
-double UnixSeconds(absl::Time t) {
-  return absl::ToDoubleSeconds(t - absl::UnixEpoch());
-}
-
-}  // namespace
 
 void CountMoves(const Placement& from, const Placement& to, uint32_t* chunks,
                 uint64_t* bytes) {

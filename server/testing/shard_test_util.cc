@@ -37,6 +37,20 @@ JobSpec Spec(ConsistencyMode mode, uint32_t workers) {
   return s;
 }
 
+JobSpec SparseSpec(ConsistencyMode mode, uint32_t workers) {
+  JobSpec spec = Spec(mode, workers);
+  spec.mutable_optimizer()->set_momentum(0);
+  TableSpec* t = spec.add_tables();
+  t->set_name("emb");
+  t->set_dim(4);
+  t->mutable_init()->set_kind(CONSTANT);
+  t->mutable_init()->set_value(1);
+  t->mutable_optimizer()->set_kind(ADAGRAD);
+  t->mutable_optimizer()->set_learning_rate(0.5f);
+  t->set_num_ids(1000);
+  return spec;
+}
+
 // Chunk i goes to shard i % num_shards.
 RegisterJobRequest Registration(const std::string& id, const JobSpec& spec,
                                 uint32_t num_shards) {

@@ -32,6 +32,9 @@ inline constexpr uint64_t kChunkFloats = 100;
 inline constexpr int kNumChunks = 4;
 
 JobSpec Spec(ConsistencyMode mode, uint32_t workers);
+// Spec without momentum and with one sparse table "emb" (dim 4, 1000 ids,
+// rows initialized to 1, Adagrad at 0.5).
+JobSpec SparseSpec(ConsistencyMode mode, uint32_t workers);
 
 // Chunk i goes to shard i % num_shards.
 RegisterJobRequest Registration(const std::string& id, const JobSpec& spec,

@@ -48,6 +48,14 @@ GrpcShardControl::Peer GrpcShardControl::PeerAt(uint32_t shard,
   return peer;
 }
 
+absl::StatusOr<GrpcShardControl::Peer> GrpcShardControl::Current(
+    uint32_t shard) {
+  if (shard >= directory_->num_shards()) {
+    return absl::InvalidArgumentError(absl::StrCat("shard ", shard));
+  }
+  return PeerAt(shard, directory_->Address(shard));
+}
+
 absl::StatusOr<std::shared_ptr<ParameterServer::Stub>>
 GrpcShardControl::Connected(uint32_t shard) {
   if (shard >= directory_->num_shards()) {
@@ -105,11 +113,8 @@ absl::Status GrpcShardControl::SetReplicaView(
     uint32_t shard, const SetReplicaViewRequest& request, absl::Time deadline,
     SetReplicaViewResponse* resp) {
   if (shard == local_shard_id_) return local_->SetReplicaView(request, resp);
-  if (shard >= directory_->num_shards()) {
-    return absl::InvalidArgumentError(absl::StrCat("shard ", shard));
-  }
   // No wait_for_ready: a dead shard must fail the heartbeat at once.
-  Peer peer = PeerAt(shard, directory_->Address(shard));
+  PS_ASSIGN_OR_RETURN(Peer peer, Current(shard));
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(deadline));
   security_->Authorize(&ctx);
@@ -121,12 +126,14 @@ absl::Status GrpcShardControl::Reshard(uint32_t shard,
                                        absl::Time deadline,
                                        ReshardResponse* resp) {
   if (shard == local_shard_id_) return local_->Reshard(request, resp);
-  PS_ASSIGN_OR_RETURN(std::shared_ptr<ParameterServer::Stub> stub,
-                      Connected(shard));
+  // No wait_for_ready: a shard that dies in a move must abort it at once
+  // (the live shards lift the pause), not hold the job paused while the
+  // call waits for it to come back.
+  PS_ASSIGN_OR_RETURN(Peer peer, Current(shard));
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(deadline));
   security_->Authorize(&ctx);
-  return FromGrpcStatus(stub->Reshard(&ctx, request, resp));
+  return FromGrpcStatus(peer.stub->Reshard(&ctx, request, resp));
 }
 
 void CoordinatorService::SetCoordinator(JobCoordinator* coordinator,

@@ -53,7 +53,8 @@ class GrpcShardControl final : public ShardControl {
                               const SetReplicaViewRequest& request,
                               absl::Time deadline,
                               SetReplicaViewResponse* response);
-  // One phase of a live re-placement (ReshardRequest), until `deadline`.
+  // One phase of a live re-placement (ReshardRequest): one try until
+  // `deadline`, failing at once when the shard is down.
   absl::Status Reshard(uint32_t shard, const ReshardRequest& request,
                        absl::Time deadline, ReshardResponse* response);
 
@@ -72,6 +73,9 @@ class GrpcShardControl final : public ShardControl {
   // shard out of range.
   absl::StatusOr<std::shared_ptr<ParameterServer::Stub>> Connected(
       uint32_t shard) ABSL_LOCKS_EXCLUDED(mu_);
+  // The peer of `shard` at its current address, without waiting for it to
+  // be reachable; INVALID_ARGUMENT for a shard out of range.
+  absl::StatusOr<Peer> Current(uint32_t shard) ABSL_LOCKS_EXCLUDED(mu_);
   // The peer for `address`, a new channel if the shard moved.
   Peer PeerAt(uint32_t shard, const std::string& address)
       ABSL_LOCKS_EXCLUDED(mu_);

@@ -1,0 +1,161 @@
+// A shard killed in the middle of `psctl scale --shards` (issue 29), on real
+// processes: a synthetic BSP MLP job with a checkpoint every step runs on 2
+// of 3 shards (psd0 also runs the coordinator). To hold a move between its
+// pause and its copy without timing, worker 1 is stopped (SIGSTOP) just
+// before the command: the job pauses two steps ahead and cannot reach that
+// step, so the move waits there for its quiesce, where the test kills a
+// shard (SIGKILL). The move must abort, the live shards lift the pause, and
+// the job goes on once the shard is back:
+//   1. the shard the chunks were to move to (psd2) dies: aborted; restarted;
+//   2. a shard that holds chunks (psd1) dies: aborted; restarted, it
+//      restores its checkpoint and the workers resend what it lost;
+//   3. a third move, undisturbed, completes on the restarted shards.
+// Nothing is lost or applied twice: the job ends SUCCEEDED at its full step
+// count with parameters bitwise equal to an undisturbed run's.
+#include <signal.h>
+
+#include <cstdint>
+#include <iostream>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "proto/coordinator.pb.h"
+#include "tests/local_cluster.h"
+#include "tests/testing/cluster_fixture.h"
+
+namespace ps {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+// 4096 examples / (2 workers x 32) = 64 steps per epoch.
+constexpr int kEpochs = 40;
+constexpr uint64_t kTotalSteps = 64 * kEpochs;
+
+std::string Job() {
+  return absl::StrCat(ReplicatedMlpJob("reshard-fault", 1, kEpochs, 2000),
+                      "shards: 2\ncheckpoint { every_steps: 1 }\n");
+}
+
+LocalClusterOptions Options() {
+  LocalClusterOptions o;
+  o.shards = 3;
+  // One folder for every shard: file names carry the shard id.
+  o.psd_extra = "checkpoint_dir: \"ckpt\"";
+  // Retries (backoff capped at 2 s) that outlast a restart.
+  o.workerd_extra = "rpc_max_attempts: 30";
+  // Worker 1 stays stopped for a moment; it must not count as lost.
+  o.worker_timeout_ms = 20000;
+  return o;
+}
+
+bool Ended(const ReshardStatus& r) {
+  const std::string& phase = r.phase();
+  return phase == "done" || phase.rfind("aborted", 0) == 0 ||
+         phase.rfind("failed", 0) == 0;
+}
+
+// Waits until the job's move to `shards` shards is no longer in progress
+// (or, with `pausing`, until it paused and waits for the quiesce).
+ReshardStatus AwaitMove(LocalCluster& cluster, const std::string& job,
+                        bool pausing) {
+  JobStatus last;
+  absl::StatusOr<JobStatus> s = WaitForJob(
+      cluster, job,
+      [pausing](const JobStatus& js) {
+        return pausing ? js.reshard().phase() == "pausing"
+                       : Ended(js.reshard());
+      },
+      absl::Seconds(60), WhileUnreachable::kFail, &last);
+  EXPECT_TRUE(s.ok()) << s.status() << "\n" << cluster.Log("psd0");
+  return last.reshard();
+}
+
+void Scale(LocalCluster& cluster, const std::string& job, int shards) {
+  absl::StatusOr<CommandResult> r =
+      cluster.Psctl({"scale", job, absl::StrCat("--shards=", shards)});
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->exit_code, 0) << r->out << r->err;
+}
+
+// Moves the job to 3 shards with worker 1 stopped, kills `victim` while the
+// move waits for its quiesce, and checks the move aborted. Then restarts
+// the victim on its port and lets worker 1 go on.
+void KillDuringMove(LocalCluster& cluster, const RunningJob& job, int victim) {
+  Subprocess& stopped = cluster.worker(1);
+  ASSERT_EQ(kill(stopped.pid(), SIGSTOP), 0);
+  Scale(cluster, job.id, 3);
+  const ReshardStatus paused = AwaitMove(cluster, job.id, /*pausing=*/true);
+  ASSERT_EQ(paused.phase(), "pausing") << paused.ShortDebugString();
+  std::cout << "killing psd" << victim
+            << " in the move's quiesce: " << paused.ShortDebugString()
+            << std::endl;
+  cluster.shard(victim).Kill();
+  const ReshardStatus aborted = AwaitMove(cluster, job.id, /*pausing=*/false);
+  std::cout << "move with psd" << victim
+            << " killed: " << aborted.ShortDebugString() << std::endl;
+  EXPECT_THAT(aborted.phase(),
+              StartsWith(absl::StrCat("aborted: shard ", victim)));
+  absl::Status restarted = cluster.StartShard(
+      victim, absl::StrCat("listen_address: \"", job.addresses[victim], "\""));
+  ASSERT_TRUE(restarted.ok()) << restarted << cluster.Log("psd1");
+  ASSERT_EQ(kill(stopped.pid(), SIGCONT), 0);
+  // Training goes on at the old placement.
+  const uint64_t at = JobStep(cluster, job.id);
+  absl::StatusOr<JobStatus> later = WaitForJob(
+      cluster, job.id,
+      [at](const JobStatus& s) { return s.progress().step() >= at + 40; },
+      absl::Seconds(120));
+  ASSERT_TRUE(later.ok()) << later.status() << "\n" << cluster.Log("worker0");
+  ASSERT_EQ(later->state(), RUNNING) << later->reason();
+}
+
+uint64_t TrainOnce(const std::string& name, bool faults) {
+  LocalCluster cluster(TestDir(name), Options());
+  EXPECT_TRUE(cluster.Start().ok());
+  absl::StatusOr<RunningJob> running =
+      StartJobUntilStep(cluster, Job(), 3, faults ? 40 : 0, absl::Seconds(120));
+  EXPECT_TRUE(running.ok()) << running.status();
+  if (!running.ok()) return 0;
+  const std::string& job = running->id;
+  if (faults) {
+    KillDuringMove(cluster, *running, 2);
+    if (::testing::Test::HasFailure()) return 0;
+    KillDuringMove(cluster, *running, 1);
+    if (::testing::Test::HasFailure()) return 0;
+    Scale(cluster, job, 3);
+    const ReshardStatus grown = AwaitMove(cluster, job, /*pausing=*/false);
+    EXPECT_EQ(grown.phase(), "done") << grown.ShortDebugString();
+    EXPECT_GT(grown.moved_chunks(), 0u);
+  }
+  absl::StatusOr<JobStatus> end = WaitForJob(
+      cluster, job, [](const JobStatus&) { return false; }, absl::Seconds(240));
+  EXPECT_TRUE(end.ok()) << end.status();
+  if (!end.ok()) return 0;
+  EXPECT_EQ(end->state(), SUCCEEDED)
+      << end->reason() << "\n--- psd0 ---\n"
+      << cluster.Log("psd0") << "\n--- worker0 ---\n"
+      << cluster.Log("worker0");
+  EXPECT_EQ(end->progress().step(), kTotalSteps);
+  if (faults) {
+    EXPECT_THAT(cluster.Log("psd0"), HasSubstr("aborted"));
+  }
+  absl::StatusOr<FinishedJob> finished =
+      ReadFinishedJob(cluster, job, running->addresses);
+  EXPECT_TRUE(finished.ok()) << finished.status();
+  EXPECT_TRUE(cluster.Stop().ok());
+  return finished.ok() ? finished->checksum : 0;
+}
+
+TEST(ReshardFaultTest, AShardKilledInAMoveAbortsItAndLosesNothing) {
+  const uint64_t calm = TrainOnce("undisturbed", false);
+  ASSERT_NE(calm, 0u);
+  const uint64_t faulted = TrainOnce("faulted", true);
+  EXPECT_EQ(faulted, calm);
+}
+
+}  // namespace
+}  // namespace ps

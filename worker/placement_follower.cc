@@ -36,6 +36,7 @@ bool RefusedPlacement(const absl::Status& s) {
 }
 
 uint32_t PlacedShards(const Assignment& a) {
+  if (a.spec().shard_ids_size() > 0) return a.spec().shard_ids_size();
   return a.spec().shards() != 0 ? a.spec().shards()
                                 : a.placement().num_shards();
 }

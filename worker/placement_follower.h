@@ -87,8 +87,8 @@ absl::Status RunFollowingPlacement(const Assignment& first, const RunFrom& run,
                                    const AskAssignment& ask,
                                    const FollowOptions& options);
 
-// The shards holding the job's dense chunks under `a` (JobSpec.shards, 0 =
-// every shard of the placement), for the log.
+// How many shards hold the job's dense chunks under `a` (JobSpec.shard_ids'
+// size, or JobSpec.shards, 0 = every shard of the placement), for the log.
 uint32_t PlacedShards(const Assignment& a);
 
 }  // namespace ps

@@ -198,8 +198,8 @@ class JobCoordinator {
   // Grows or shrinks a running job to request.workers (ScaleJobRequest has
   // the rules; job_scaling.h). Growing takes idle workers at once, and
   // later ones as they register; shrinking asks the highest ranks to leave
-  // through their heartbeats. request.shards instead re-places the job's
-  // chunks over that many shards on a thread of its own (resharder.h;
+  // through their heartbeats. request.shards (or drain) instead re-places
+  // the job's chunks over those shards on a thread of its own (resharder.h;
   // coordinator_reshard.cc), answering once it is recorded. A refused call
   // changes nothing.
   absl::Status ScaleJob(const ScaleJobRequest& request,
@@ -325,9 +325,9 @@ class JobCoordinator {
   // The monitor's rejoin: the running replicated jobs dropped and
   // registered afresh on `shard` (a failed shard that answers again).
   absl::Status RejoinShard(uint32_t shard) ABSL_LOCKS_EXCLUDED(mu_);
-  // ScaleJob's `shards` (coordinator_reshard.cc): checks, records and
-  // starts the re-placement thread.
-  absl::Status StartReshard(Job& job, uint32_t shards,
+  // ScaleJob's `shards` or `drain` (coordinator_reshard.cc): checks,
+  // records and starts the re-placement thread.
+  absl::Status StartReshard(Job& job, const ScaleJobRequest& request,
                             ScaleJobResponse* response)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The re-placement thread's body.

@@ -1,7 +1,9 @@
 // JobCoordinator's live re-placement of a job's dense chunks (`psctl scale
-// JOB --shards=N`): the checks, the thread that runs the Resharder, its
-// commit into the store, and what a restarted coordinator does with a
-// re-placement it was in the middle of.
+// JOB --shards=N` or `--drain=K`): the checks, the shards it ends on, the
+// thread that runs the Resharder, its commit into the store, and what a
+// restarted coordinator does with a re-placement it was in the middle of.
+#include <algorithm>
+#include <numeric>
 #include <string>
 #include <utility>
 #include <vector>
@@ -9,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "server/coordinator/coordinator.h"
 #include "server/coordinator/job_scaling.h"
@@ -25,31 +28,46 @@ bool ReshardInProgress(const JobStatus& status) {
          !absl::StartsWith(r.phase(), "failed");
 }
 
-// What keeps `job` from being re-placed onto `shards` shards now.
-absl::Status CheckReshard(const JobTable::Job& job, uint32_t shards,
-                          uint32_t num_shards, bool can_reach_shards) {
-  const JobStatus& status = job.status;
-  const JobSpec& spec = status.spec();
-  const std::string& id = status.job_id();
-  if (shards == 0 || shards > num_shards) {
+// What is wrong with the request on its own: `shards` outside the
+// cluster, or a `drain` id past it or named twice.
+absl::Status CheckRequest(const ScaleJobRequest& request, uint32_t num_shards) {
+  const uint32_t shards = request.shards();
+  if (request.drain_size() == 0 && (shards == 0 || shards > num_shards)) {
     return absl::InvalidArgumentError(
         absl::StrFormat("shards: %d is outside [1, %d] (the cluster's shards)",
                         shards, num_shards));
   }
+  std::vector<bool> named(num_shards, false);
+  for (int i = 0; i < request.drain_size(); ++i) {
+    const uint32_t k = request.drain(i);
+    if (k >= num_shards) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "drain: shard %d is past the cluster's %d shards", k, num_shards));
+    }
+    if (named[k]) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("drain: shard %d named twice", k));
+    }
+    named[k] = true;
+  }
+  return absl::OkStatus();
+}
+
+// What keeps `job` from being re-placed now (`field`: the request's).
+absl::Status CheckReshard(const JobTable::Job& job, const char* field,
+                          bool can_reach_shards) {
+  const JobStatus& status = job.status;
+  const JobSpec& spec = status.spec();
+  const std::string& id = status.job_id();
   PS_RETURN_IF_ERROR(CheckRunning(job));
-  auto refuse = [&](const char* field, const std::string& why) {
+  auto refuse = [&](const char* refused, const std::string& why) {
     return absl::FailedPreconditionError(
-        absl::StrCat(field, ": job ", id, " ", why,
+        absl::StrCat(refused, ": job ", id, " ", why,
                      "; its shards cannot be changed live (yet)"));
   };
   if (!can_reach_shards) {
-    return absl::FailedPreconditionError(
-        "shards: this coordinator has no Reshard call to the shards");
-  }
-  if (spec.consistency().mode() != BSP) {
-    return refuse(
-        "consistency.mode",
-        absl::StrCat("runs ", ConsistencyMode_Name(spec.consistency().mode())));
+    return absl::FailedPreconditionError(absl::StrCat(
+        field, ": this coordinator has no Reshard call to the shards"));
   }
   if (spec.tables_size() > 0) return refuse("tables", "has sparse tables");
   if (spec.wire().has_topk_fraction() && spec.wire().topk_fraction() < 1) {
@@ -62,34 +80,96 @@ absl::Status CheckReshard(const JobTable::Job& job, uint32_t shards,
   }
   if (ReshardInProgress(status)) {
     return absl::FailedPreconditionError(absl::StrFormat(
-        "shards: job %s is still moving to %d shards (%s); wait for it", id,
+        "%s: job %s is still moving to %d shards (%s); wait for it", field, id,
         status.reshard().target_shards(), status.reshard().phase()));
   }
   if (ScaleInProgress(job)) {
     return absl::FailedPreconditionError(absl::StrFormat(
-        "shards: job %s is still scaling to %d workers; wait for it", id,
+        "%s: job %s is still scaling to %d workers; wait for it", field, id,
         status.scale().target_workers()));
   }
   return absl::OkStatus();
 }
 
+std::string ShardList(const std::vector<uint32_t>& shards) {
+  return absl::StrCat("[", absl::StrJoin(shards, ", "), "]");
+}
+
+// The shards of job `id` after `request` (checked by CheckRequest), from
+// `before` (ascending). `shards` grows the set by the lowest ids it lacks
+// or shrinks it by its highest; `drain` takes its ids out:
+// FAILED_PRECONDITION for one the job does not use, or for all of them.
+absl::StatusOr<std::vector<uint32_t>> TargetShards(
+    const std::string& id, const std::vector<uint32_t>& before,
+    const ScaleJobRequest& request) {
+  std::vector<uint32_t> target = before;
+  if (request.drain_size() == 0) {
+    const uint32_t n = request.shards();
+    if (n < target.size()) target.resize(n);
+    for (uint32_t s = 0; target.size() < n; ++s) {
+      if (!std::binary_search(before.begin(), before.end(), s)) {
+        target.push_back(s);
+      }
+    }
+    std::sort(target.begin(), target.end());
+    return target;
+  }
+  for (uint32_t k : request.drain()) {
+    auto it = std::lower_bound(target.begin(), target.end(), k);
+    if (it == target.end() || *it != k) {
+      return absl::FailedPreconditionError(
+          absl::StrFormat("drain: job %s does not use shard %d (its shards: "
+                          "%s)",
+                          id, k, ShardList(before)));
+    }
+    target.erase(it);
+  }
+  if (target.empty()) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "drain: %s is every shard job %s uses; at least one must stay",
+        ShardList(before), id));
+  }
+  return target;
+}
+
+// The shards a move ends on (`target_shard_ids`, or the first
+// `target_shards`).
+std::vector<uint32_t> TargetSet(const ReshardStatus& s) {
+  std::vector<uint32_t> set(s.target_shard_ids().begin(),
+                            s.target_shard_ids().end());
+  if (set.empty()) {
+    set.resize(s.target_shards());
+    std::iota(set.begin(), set.end(), 0);
+  }
+  return set;
+}
+
 }  // namespace
 
-absl::Status JobCoordinator::StartReshard(Job& job, uint32_t shards,
+absl::Status JobCoordinator::StartReshard(Job& job,
+                                          const ScaleJobRequest& request,
                                           ScaleJobResponse* response) {
-  PS_RETURN_IF_ERROR(CheckReshard(job, shards, num_shards_,
+  PS_RETURN_IF_ERROR(CheckRequest(request, num_shards_));
+  PS_RETURN_IF_ERROR(CheckReshard(job,
+                                  request.drain_size() > 0 ? "drain" : "shards",
                                   static_cast<bool>(options_.reshard)));
+  const std::vector<uint32_t> before = ShardSet(job.status.spec(), num_shards_);
+  PS_ASSIGN_OR_RETURN(const std::vector<uint32_t> target,
+                      TargetShards(job.id(), before, request));
   const Placement& from = job.status.placement();
-  PS_ASSIGN_OR_RETURN(Placement to, RePlaceChunks(from, shards));
-  const uint32_t before = UsedShards(job.status.spec(), num_shards_);
+  PS_ASSIGN_OR_RETURN(Placement to, RePlaceChunksOnto(from, target));
   ReshardStatus status;
-  status.set_target_shards(shards);
-  status.set_from_shards(before);
+  status.set_target_shards(static_cast<uint32_t>(target.size()));
+  status.set_from_shards(static_cast<uint32_t>(before.size()));
+  if (!IsFirstShards(before) || !IsFirstShards(target)) {
+    for (uint32_t s : before) status.add_from_shard_ids(s);
+    for (uint32_t s : target) status.add_target_shard_ids(s);
+  }
   status.set_requested_s(UnixSeconds(options_.clock()));
   uint32_t chunks = 0;
   uint64_t bytes = 0;
   CountMoves(from, to, &chunks, &bytes);
-  if (chunks == 0 && shards == before) {
+  if (chunks == 0 && target == before) {
     // Nothing moves: no pause, no new epoch.
     status.set_reached_s(status.requested_s());
     status.set_epoch(from.epoch());
@@ -97,9 +177,9 @@ absl::Status JobCoordinator::StartReshard(Job& job, uint32_t shards,
   } else {
     status.set_phase("pausing");
     spdlog::info(
-        "job {}: re-placing from {} to {} shards ({} chunks, {:.1f} "
-        "MB move)",
-        job.id(), before, shards, chunks, bytes / 1e6);
+        "job {}: re-placing from shards {} to {} ({} chunks, {:.1f} MB "
+        "move)",
+        job.id(), ShardList(before), ShardList(target), chunks, bytes / 1e6);
     reshards_.emplace_back([this, id = job.id(), from, to, status] {
       RunReshard(id, from, to, status);
     });
@@ -156,7 +236,7 @@ Resharder JobCoordinator::MakeResharder(const std::string& job_id) {
     }
     const JobStatus before = job->status;
     *job->status.mutable_placement() = placement;
-    job->status.mutable_spec()->set_shards(s.target_shards());
+    SetShardSet(TargetSet(s), job->status.mutable_spec());
     *job->status.mutable_reshard() = s;
     absl::Status st = Persist();
     if (!st.ok()) job->status = before;  // not durable: not committed

@@ -1,8 +1,8 @@
 // JobCoordinator over a JobStore: a coordinator that restarts in the middle
-// of a re-placement (psctl scale --shards) finishes the move when its store
-// holds the new placement ("committing": COMMIT on every shard again), and
-// aborts it on every shard when it does not (the old placement goes on).
-// The restart is the store's files copied while the first coordinator is
+// of a re-placement (psctl scale --shards or --drain) finishes the move when
+// its store holds the new placement ("committing": COMMIT on every shard
+// again), and aborts it on every shard when it does not (the old placement goes
+// on). The restart is the store's files copied while the first coordinator is
 // held inside a shard call, and a second coordinator created over the copy,
 // as a psd restarted after kill -9 would be.
 #include <unistd.h>
@@ -88,17 +88,22 @@ class ReshardRestartTest : public CoordinatorTest {
   }
 
   // Runs a job on shard 0 of 2 under the first coordinator, scales it to 2
-  // shards and, once the first coordinator is held in `hold`, starts the
-  // second over a copy of the store; the job's status there.
-  JobStatus RestartDuring(ReshardRequest::Phase hold) {
+  // shards (or, with `drain`, runs it on both and drains shard 0) and, once
+  // the first coordinator is held in `hold`, starts the second over a copy
+  // of the store; the job's status there.
+  JobStatus RestartDuring(ReshardRequest::Phase hold, bool drain = false) {
     coord_ = Start("first", hold, &first_store_);
     Register("host-a");
     JobSpec spec = Spec(1);
-    spec.set_shards(1);
+    spec.set_shards(drain ? 0 : 1);
     job_ = Submit(spec);
     ScaleJobRequest scale;
     scale.set_job_id(job_);
-    scale.set_shards(2);
+    if (drain) {
+      scale.add_drain(0);
+    } else {
+      scale.set_shards(2);
+    }
     ScaleJobResponse response;
     EXPECT_TRUE(coord_->ScaleJob(scale, &response).ok());
     held_.WaitForNotification();
@@ -155,6 +160,20 @@ TEST_F(ReshardRestartTest, ARestartBeforeTheCommitAbortsTheMove) {
   EXPECT_EQ(Count("second ABORT 0"), 1);
   EXPECT_EQ(Count("second ABORT 1"), 1);
   EXPECT_EQ(Count("second COMMIT 0"), 0);
+}
+
+TEST_F(ReshardRestartTest, ADrainCommittedBeforeARestartKeepsItsShardSet) {
+  const JobStatus status = RestartDuring(ReshardRequest::COMMIT, true);
+  EXPECT_EQ(status.state(), RUNNING);
+  EXPECT_EQ(status.reshard().phase(), "done");
+  ASSERT_EQ(status.spec().shard_ids_size(), 1);
+  EXPECT_EQ(status.spec().shard_ids(0), 1u);
+  EXPECT_EQ(status.spec().shards(), 1u);
+  for (const ChunkPlacement& c : status.placement().chunks()) {
+    EXPECT_EQ(c.shard(), 1u);
+  }
+  EXPECT_EQ(Count("second COMMIT 0"), 1);
+  EXPECT_EQ(Count("second COMMIT 1"), 1);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // JobCoordinator: psctl scale --shards (ScaleJob's `shards`) re-placing a
 // running job over the shards through their Reshard phases, the refusals
 // that change nothing, and the refreshed assignment a worker then fetches.
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -26,13 +27,20 @@ class ReshardTest : public CoordinatorTest {
     JobCoordinator::Options options;
     options.heartbeat_interval_ms = 500;
     options.worker_timeout_ms = 10000;
-    options.shard_addresses = {"10.0.0.1:7000", "10.0.0.2:7000"};
+    options.shard_addresses = addresses_;
     options.clock = [this] { return clock_.Now(); };
     options.reshard = [this](uint32_t shard, const ReshardRequest& r,
                              absl::Time, ReshardResponse* out) {
       absl::MutexLock l(&mu_);
       calls_.push_back(
           absl::StrCat(ReshardRequest::Phase_Name(r.phase()), " ", shard));
+      if (r.phase() == ReshardRequest::PREPARE) {
+        // Held until the test lets go (bounded).
+        mu_.AwaitWithTimeout(
+            absl::Condition(
+                +[](bool* hold) { return !*hold; }, &hold_prepare_),
+            absl::Seconds(20));
+      }
       out->set_max_version(40);
       out->set_quiesced(r.pause_step() > 0);
       return absl::OkStatus();
@@ -49,6 +57,15 @@ class ReshardTest : public CoordinatorTest {
     request.set_job_id(job);
     request.set_shards(shards);
     request.set_workers(workers);
+    ScaleJobResponse response;
+    return coord_->ScaleJob(request, &response);
+  }
+  absl::Status Drain(const std::string& job, std::vector<uint32_t> ids,
+                     uint32_t shards = 0) {
+    ScaleJobRequest request;
+    request.set_job_id(job);
+    for (uint32_t id : ids) request.add_drain(id);
+    request.set_shards(shards);
     ScaleJobResponse response;
     return coord_->ScaleJob(request, &response);
   }
@@ -75,8 +92,29 @@ class ReshardTest : public CoordinatorTest {
     return job;
   }
 
+  std::vector<std::string> addresses_ = {"10.0.0.1:7000", "10.0.0.2:7000"};
   absl::Mutex mu_;
   std::vector<std::string> calls_ ABSL_GUARDED_BY(mu_);
+  bool hold_prepare_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+// The same on 3 shards (psctl scale --drain).
+class DrainTest : public ReshardTest {
+ protected:
+  DrainTest() { addresses_.push_back("10.0.0.3:7000"); }
+
+  // The shards holding chunks of `job` now, ascending.
+  std::vector<uint32_t> Holding(const std::string& job) {
+    std::vector<uint32_t> held;
+    const JobStatus status = Job(job);
+    for (const ChunkPlacement& c : status.placement().chunks()) {
+      if (std::find(held.begin(), held.end(), c.shard()) == held.end()) {
+        held.push_back(c.shard());
+      }
+    }
+    std::sort(held.begin(), held.end());
+    return held;
+  }
 };
 
 TEST_F(ReshardTest, GrowsOntoASecondShardAndWorkersGetTheNewPlacement) {
@@ -152,6 +190,129 @@ TEST_F(ReshardTest, ThePlacementItHasAlreadyMovesNothing) {
   EXPECT_EQ(r.moved_chunks(), 0u);
   EXPECT_EQ(Job(job).placement().epoch(), 0u);
   EXPECT_TRUE(Calls().empty());
+}
+
+TEST_F(DrainTest, DrainingTheMiddleShardLeavesTheJobOnTheOthers) {
+  const std::string job = RunningJob(Spec(1));  // on all 3 shards
+  ASSERT_EQ(Holding(job), (std::vector<uint32_t>{0, 1, 2}));
+  const Placement before = Job(job).placement();
+  ASSERT_TRUE(Drain(job, {1}).ok());
+  const ReshardStatus done = Finished(job);
+  EXPECT_EQ(done.phase(), "done");
+  EXPECT_EQ(done.from_shards(), 3u);
+  EXPECT_EQ(done.target_shards(), 2u);
+  EXPECT_THAT(done.from_shard_ids(), ::testing::ElementsAre(0, 1, 2));
+  EXPECT_THAT(done.target_shard_ids(), ::testing::ElementsAre(0, 2));
+  const JobStatus status = Job(job);
+  EXPECT_EQ(status.spec().shards(), 2u);
+  EXPECT_THAT(status.spec().shard_ids(), ::testing::ElementsAre(0, 2));
+  EXPECT_EQ(status.placement().epoch(), 1u);
+  EXPECT_EQ(Holding(job), (std::vector<uint32_t>{0, 2}));
+  uint32_t moved = 0;
+  for (int i = 0; i < before.chunks_size(); ++i) {
+    moved += before.chunks(i).shard() != status.placement().chunks(i).shard();
+  }
+  EXPECT_EQ(moved, done.moved_chunks());
+
+  // --shards on an explicit set grows by the lowest shard it lacks: back
+  // onto shard 1, and the spec is the first 3 shards again.
+  ASSERT_TRUE(Scale(job, 3).ok());
+  EXPECT_EQ(Finished(job).phase(), "done");
+  EXPECT_EQ(Job(job).spec().shards(), 3u);
+  EXPECT_EQ(Job(job).spec().shard_ids_size(), 0);
+  EXPECT_EQ(Holding(job), (std::vector<uint32_t>{0, 1, 2}));
+  // Draining the highest shard is plain shrinking: no explicit set.
+  ASSERT_TRUE(Drain(job, {2}).ok());
+  const ReshardStatus shrunk = Finished(job);
+  EXPECT_EQ(shrunk.phase(), "done");
+  EXPECT_EQ(shrunk.target_shard_ids_size(), 0);
+  EXPECT_EQ(Job(job).spec().shards(), 2u);
+  EXPECT_EQ(Job(job).spec().shard_ids_size(), 0);
+}
+
+TEST_F(DrainTest, ShardsShrinksAnExplicitSetByItsHighestShard) {
+  JobSpec spec = Spec(1);
+  spec.add_shard_ids(1);
+  spec.add_shard_ids(2);
+  const std::string job = RunningJob(spec);
+  EXPECT_EQ(Holding(job), (std::vector<uint32_t>{1, 2}));
+  ASSERT_TRUE(Scale(job, 1).ok());
+  const ReshardStatus done = Finished(job);
+  EXPECT_EQ(done.phase(), "done");
+  EXPECT_THAT(done.target_shard_ids(), ::testing::ElementsAre(1));
+  EXPECT_THAT(Job(job).spec().shard_ids(), ::testing::ElementsAre(1));
+  EXPECT_EQ(Holding(job), (std::vector<uint32_t>{1}));
+}
+
+TEST_F(DrainTest, RefusalsNameTheFieldAndChangeNothing) {
+  JobSpec spec = Spec(1);
+  spec.set_shards(2);  // on shards 0 and 1
+  const std::string job = RunningJob(spec);
+  const JobStatus before = Job(job);
+  struct Case {
+    std::vector<uint32_t> drain;
+    uint32_t shards;
+    absl::StatusCode code;
+    std::string want;
+  };
+  const std::vector<Case> cases = {
+      {{3},
+       0,
+       absl::StatusCode::kInvalidArgument,
+       "drain: shard 3 is past the cluster's 3 shards"},
+      {{1, 1},
+       0,
+       absl::StatusCode::kInvalidArgument,
+       "drain: shard 1 named twice"},
+      {{2},
+       0,
+       absl::StatusCode::kFailedPrecondition,
+       "drain: job " + job + " does not use shard 2 (its shards: [0, 1])"},
+      {{0, 1},
+       0,
+       absl::StatusCode::kFailedPrecondition,
+       "drain: [0, 1] is every shard job " + job + " uses"},
+      {{1},
+       2,
+       absl::StatusCode::kInvalidArgument,
+       "drain: set either workers or shards or drain"},
+  };
+  for (const Case& c : cases) {
+    absl::Status st = Drain(job, c.drain, c.shards);
+    EXPECT_EQ(st.code(), c.code) << st;
+    EXPECT_THAT(st.message(), HasSubstr(c.want));
+  }
+  EXPECT_EQ(Drain("job-000099", {1}).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(Job(job).SerializeAsString(), before.SerializeAsString());
+  EXPECT_TRUE(Calls().empty());
+}
+
+TEST_F(DrainTest, RefusedWhileAMoveIsInProgressAndOnceTheJobEnded) {
+  const std::string job = RunningJob(Spec(1));
+  {
+    absl::MutexLock l(&mu_);
+    hold_prepare_ = true;
+  }
+  ASSERT_TRUE(Drain(job, {2}).ok());
+  absl::Status st = Drain(job, {1});
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
+  EXPECT_THAT(st.message(),
+              HasSubstr("drain: job " + job + " is still moving to 2 shards"));
+  {
+    absl::MutexLock l(&mu_);
+    hold_prepare_ = false;
+  }
+  EXPECT_EQ(Finished(job).phase(), "done");
+
+  CancelJobRequest cancel;
+  cancel.set_job_id(job);
+  CancelJobResponse cancelled;
+  ASSERT_TRUE(coord_->CancelJob(cancel, &cancelled).ok());
+  const JobStatus ended = Job(job);
+  st = Drain(job, {1});
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
+  EXPECT_THAT(st.message(), HasSubstr("only a running job scales"));
+  EXPECT_EQ(Job(job).SerializeAsString(), ended.SerializeAsString());
 }
 
 }  // namespace

@@ -21,12 +21,14 @@ absl::Status JobCoordinator::ScaleJob(const ScaleJobRequest& request,
     absl::MutexLock lock(&mu_);
     if (shutdown_) return ShuttingDown();
     PS_ASSIGN_OR_RETURN(Job * job, jobs_.Get(request.job_id()));
-    if (request.shards() != 0) {
-      if (request.workers() != 0) {
+    if (request.shards() != 0 || request.drain_size() > 0) {
+      if (request.workers() != 0 ||
+          (request.shards() != 0 && request.drain_size() > 0)) {
         return absl::InvalidArgumentError(
-            "workers: set either workers or shards, not both");
+            absl::StrCat(request.workers() != 0 ? "workers" : "drain",
+                         ": set either workers or shards or drain, only one"));
       }
-      PS_RETURN_IF_ERROR(StartReshard(*job, request.shards(), response));
+      PS_RETURN_IF_ERROR(StartReshard(*job, request, response));
       return Persist();
     }
     PS_RETURN_IF_ERROR(CheckScale(*job, request.workers()));

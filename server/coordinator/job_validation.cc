@@ -489,6 +489,10 @@ std::vector<std::string> ValidateJobSpec(const JobSpec& spec,
   CheckConsistency(spec, p);
   CheckWire(spec.wire(), p);
   CheckReplication(spec, ctx, p);
+  if (absl::Status st = CheckShardSet(spec, ctx.num_shards);
+      !st.ok() && spec.shard_ids_size() > 0) {
+    p.Add(st.message());  // (CheckReplication names `shards` alone)
+  }
   for (const std::string& problem : TableProblems(spec)) p.Add(problem);
   if (spec.num_workers() == 0 || spec.num_workers() > kMaxNumWorkers) {
     p.Add("num_workers", absl::StrFormat("must be in [1, %d], got %d",

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <functional>
 #include <limits>
+#include <numeric>
 #include <queue>
 #include <set>
 #include <string>
@@ -39,7 +40,67 @@ absl::StatusOr<std::vector<ChunkPlacement>> CutTensorsIntoChunks(
 }
 
 uint32_t UsedShards(const JobSpec& spec, uint32_t num_shards) {
+  if (spec.shard_ids_size() > 0) return spec.shard_ids_size();
   return spec.shards() == 0 ? num_shards : std::min(spec.shards(), num_shards);
+}
+
+std::vector<uint32_t> ShardSet(const JobSpec& spec, uint32_t num_shards) {
+  std::vector<uint32_t> shards(spec.shard_ids().begin(),
+                               spec.shard_ids().end());
+  if (shards.empty()) {
+    shards.resize(UsedShards(spec, num_shards));
+    std::iota(shards.begin(), shards.end(), 0);
+  }
+  std::sort(shards.begin(), shards.end());
+  return shards;
+}
+
+absl::Status CheckShardSet(const JobSpec& spec, uint32_t num_shards) {
+  if (spec.shards() > num_shards) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "shards: %d, but the cluster has %d", spec.shards(), num_shards));
+  }
+  if (spec.shard_ids_size() == 0) return absl::OkStatus();
+  std::vector<bool> named(num_shards, false);
+  for (int i = 0; i < spec.shard_ids_size(); ++i) {
+    const uint32_t id = spec.shard_ids(i);
+    if (id >= num_shards) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("shard_ids[%d]: %d, but the cluster has %d shards", i,
+                          id, num_shards));
+    }
+    if (named[id]) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("shard_ids[%d]: shard %d named twice", i, id));
+    }
+    named[id] = true;
+  }
+  if (spec.shards() != 0 &&
+      spec.shards() != static_cast<uint32_t>(spec.shard_ids_size())) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "shards: %d, but shard_ids names %d shards (set one, or both alike)",
+        spec.shards(), spec.shard_ids_size()));
+  }
+  if (spec.replication() > 1) {
+    return absl::InvalidArgumentError(
+        "shard_ids: not with replication > 1 yet (backups follow the "
+        "cluster's ring); use shards");
+  }
+  return absl::OkStatus();
+}
+
+bool IsFirstShards(const std::vector<uint32_t>& shards) {
+  for (uint32_t i = 0; i < shards.size(); ++i) {
+    if (shards[i] != i) return false;
+  }
+  return true;
+}
+
+void SetShardSet(const std::vector<uint32_t>& shards, JobSpec* spec) {
+  spec->set_shards(static_cast<uint32_t>(shards.size()));
+  spec->clear_shard_ids();
+  if (IsFirstShards(shards)) return;
+  for (uint32_t s : shards) spec->add_shard_ids(s);
 }
 
 absl::StatusOr<Placement> PlaceChunks(const JobSpec& normalized_spec,
@@ -47,12 +108,9 @@ absl::StatusOr<Placement> PlaceChunks(const JobSpec& normalized_spec,
   if (num_shards == 0) {
     return absl::InvalidArgumentError("num_shards: must be >= 1");
   }
-  if (normalized_spec.shards() > num_shards) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("shards: %d, but the cluster has %d",
-                        normalized_spec.shards(), num_shards));
-  }
-  const uint32_t used = UsedShards(normalized_spec, num_shards);
+  PS_RETURN_IF_ERROR(CheckShardSet(normalized_spec, num_shards));
+  const std::vector<uint32_t> shards = ShardSet(normalized_spec, num_shards);
+  const uint32_t used = static_cast<uint32_t>(shards.size());
   PS_ASSIGN_OR_RETURN(std::vector<ChunkPlacement> chunks,
                       CutTensorsIntoChunks(normalized_spec));
 
@@ -66,7 +124,7 @@ absl::StatusOr<Placement> PlaceChunks(const JobSpec& normalized_spec,
   using Load = std::pair<uint64_t, uint32_t>;  // (bytes, shard id)
   // Min-heap on (bytes, shard): the pair order breaks ties to the lowest id.
   std::priority_queue<Load, std::vector<Load>, std::greater<Load>> loads;
-  for (uint32_t s = 0; s < used; ++s) loads.push({0, s});
+  for (uint32_t s : shards) loads.push({0, s});
   for (uint32_t i : order) {
     Load least = loads.top();
     loads.pop();
@@ -84,6 +142,7 @@ absl::StatusOr<Placement> PlaceChunks(const JobSpec& normalized_spec,
     return absl::InvalidArgumentError(absl::StrFormat(
         "replication: %d copies need %d shards, got %d", k, k, used));
   }
+  // (Only over shards 0 .. used - 1: CheckShardSet refuses shard_ids.)
   for (ChunkPlacement& c : chunks) {
     for (uint32_t j = 1; j < k; ++j) c.add_backups((c.shard() + j) % used);
   }
@@ -96,12 +155,15 @@ absl::StatusOr<Placement> PlaceChunks(const JobSpec& normalized_spec,
 
 namespace {
 
-// Per shard id < used: its bytes and its chunks' indexes.
+// Per shard id: its bytes and its chunks' indexes; only the shards of the
+// new set (`members`, ascending) take chunks.
 struct ShardLoads {
+  std::vector<uint32_t> members;
   std::vector<uint64_t> bytes;
   std::vector<std::set<std::pair<uint64_t, uint32_t>>> chunks;  // (bytes, i)
 
-  explicit ShardLoads(uint32_t used) : bytes(used), chunks(used) {}
+  ShardLoads(std::vector<uint32_t> set, uint32_t num_shards)
+      : members(std::move(set)), bytes(num_shards), chunks(num_shards) {}
   void Add(uint32_t shard, uint64_t size, uint32_t i) {
     bytes[shard] += size;
     chunks[shard].insert({size, i});
@@ -110,16 +172,36 @@ struct ShardLoads {
     bytes[shard] -= size;
     chunks[shard].erase({size, i});
   }
-  // The least loaded shard (lowest id on ties), and the most (lowest id).
+  // The least loaded member (lowest id on ties), and the most (lowest id).
   uint32_t Least() const {
-    return static_cast<uint32_t>(std::min_element(bytes.begin(), bytes.end()) -
-                                 bytes.begin());
+    uint32_t best = members.front();
+    for (uint32_t s : members) best = bytes[s] < bytes[best] ? s : best;
+    return best;
   }
   uint32_t Most() const {
-    return static_cast<uint32_t>(std::max_element(bytes.begin(), bytes.end()) -
-                                 bytes.begin());
+    uint32_t best = members.front();
+    for (uint32_t s : members) best = bytes[s] > bytes[best] ? s : best;
+    return best;
   }
 };
+
+absl::Status CheckTargetSet(const std::vector<uint32_t>& shards,
+                            uint32_t num_shards) {
+  if (shards.empty()) {
+    return absl::InvalidArgumentError("shards: none left to hold the chunks");
+  }
+  for (size_t i = 0; i < shards.size(); ++i) {
+    if (shards[i] >= num_shards) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "shards: %d is past the cluster's %d shards", shards[i], num_shards));
+    }
+    if (i > 0 && shards[i] <= shards[i - 1]) {
+      return absl::InvalidArgumentError(
+          "shards: the set must be ascending, each shard once");
+    }
+  }
+  return absl::OkStatus();
+}
 
 }  // namespace
 
@@ -131,19 +213,29 @@ absl::StatusOr<Placement> RePlaceChunks(const Placement& current,
         absl::StrFormat("shards: %d is outside [1, %d] (the cluster's shards)",
                         used, num_shards));
   }
+  std::vector<uint32_t> shards(used);
+  std::iota(shards.begin(), shards.end(), 0);
+  return RePlaceChunksOnto(current, shards);
+}
+
+absl::StatusOr<Placement> RePlaceChunksOnto(
+    const Placement& current, const std::vector<uint32_t>& shards) {
+  PS_RETURN_IF_ERROR(CheckTargetSet(shards, current.num_shards()));
   for (const ChunkPlacement& c : current.chunks()) {
     if (c.backups_size() > 0) {
       return absl::InvalidArgumentError(
           "replication: a job with replicas is not re-placed yet");
     }
   }
+  std::vector<bool> member(current.num_shards(), false);
+  for (uint32_t s : shards) member[s] = true;
   Placement next = current;
   next.set_epoch(current.epoch() + 1);
-  ShardLoads loads(used);
-  std::vector<uint32_t> orphans;  // chunks on shards >= used
+  ShardLoads loads(shards, current.num_shards());
+  std::vector<uint32_t> orphans;  // chunks on shards outside the set
   for (uint32_t i = 0; i < static_cast<uint32_t>(next.chunks_size()); ++i) {
     const ChunkPlacement& c = next.chunks(i);
-    if (c.shard() < used) {
+    if (c.shard() < member.size() && member[c.shard()]) {
       loads.Add(c.shard(), c.length() * 4, i);
     } else {
       orphans.push_back(i);

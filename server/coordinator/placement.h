@@ -43,25 +43,55 @@ absl::StatusOr<std::vector<ChunkPlacement>> CutTensorsIntoChunks(
 // ... mod num_shards), so every shard holds its primaries' bytes plus its
 // k - 1 predecessors'. Fails with INVALID_ARGUMENT when num_shards is 0,
 // k > num_shards, or CutTensorsIntoChunks fails. Pure function; thread-safe.
-// Only the first UsedShards(spec, num_shards) shards get chunks
-// (JobSpec.shards; 0 = all); placement.num_shards is the cluster's count.
+// Only the shards of ShardSet(spec, num_shards) get chunks (JobSpec.shards,
+// 0 = all, or JobSpec.shard_ids; CheckShardSet's refusals first);
+// placement.num_shards is the cluster's count.
 absl::StatusOr<Placement> PlaceChunks(const JobSpec& normalized_spec,
                                       uint32_t num_shards);
 
-// The shards a spec's chunks go on: spec.shards, or every shard when 0.
+// How many shards a spec's chunks go on: the size of spec.shard_ids when
+// set, else spec.shards, or every shard when 0.
 uint32_t UsedShards(const JobSpec& spec, uint32_t num_shards);
 
+// The shards a spec's chunks go on, ascending: spec.shard_ids when set,
+// else 0 .. UsedShards - 1.
+std::vector<uint32_t> ShardSet(const JobSpec& spec, uint32_t num_shards);
+
+// OK, or INVALID_ARGUMENT naming the field: `shards` past num_shards, a
+// shard id past it or named twice, `shards` set and not the size of
+// `shard_ids`, or shard_ids with replication > 1 (backups follow the
+// cluster's ring). Pure.
+absl::Status CheckShardSet(const JobSpec& spec, uint32_t num_shards);
+
+// Whether `shards` (ascending) is 0 .. n - 1: a set JobSpec.shards names.
+bool IsFirstShards(const std::vector<uint32_t>& shards);
+
+// The spec's shard fields for `shards` (ascending, non-empty): `shards`
+// set to its size, and shard_ids to it unless IsFirstShards.
+void SetShardSet(const std::vector<uint32_t>& shards, JobSpec* spec);
+
 // `current` (no replicas) re-placed over shards 0 .. used - 1 (`psctl scale
-// --shards`), moving few chunks: those on the shards that leave go, largest
-// first, to the least loaded shard; then, while the most loaded shard holds
-// a chunk smaller than its excess over the least loaded one, the largest
-// such chunk moves there. Any two shards' bytes then differ by at most the
-// largest chunk's, as PlaceChunks' do, and a placement already balanced
-// moves nothing. The result's epoch is current.epoch + 1. INVALID_ARGUMENT
-// naming the field for `used` outside [1, num_shards] or replicas.
-// Deterministic; pure.
+// --shards` of a job on the first shards), moving few chunks: those on the
+// shards that leave go, largest first, to the least loaded shard; then, while
+// the most loaded shard holds a chunk smaller than its excess over the least
+// loaded one, the largest such chunk moves there. Any two shards' bytes then
+// differ by at most the largest chunk's, as PlaceChunks' do, and a placement
+// already balanced moves nothing. The result's epoch is current.epoch + 1.
+// INVALID_ARGUMENT naming the field for `used` outside [1, num_shards] or
+// replicas. Deterministic; pure. RePlaceChunksOnto(current, {0, ..., used -
+// 1}).
 absl::StatusOr<Placement> RePlaceChunks(const Placement& current,
                                         uint32_t used);
+
+// `current` re-placed over the shards of `shards` (ascending, distinct, each
+// below current.num_shards; `psctl scale --drain`) by RePlaceChunks' rule:
+// the chunks on shards not in the set go, largest first, to the least
+// loaded shard of the set (lowest id on ties), then the set is evened out.
+// Chunks already on a shard of the set stay unless evening out moves them.
+// INVALID_ARGUMENT naming `shards` for an empty set, an id past the
+// cluster, not ascending or repeated; `replication` for replicas.
+absl::StatusOr<Placement> RePlaceChunksOnto(
+    const Placement& current, const std::vector<uint32_t>& shards);
 
 }  // namespace ps
 

@@ -356,5 +356,118 @@ TEST(RePlaceChunksTest, RefusesBadShardCountsAndReplicas) {
               HasSubstr("replication"));
 }
 
+TEST(PlaceChunksTest, FirstShardsAsAnExplicitSetPlaceTheSame) {
+  JobSpec spec = MlpSpec(16 * 1024);
+  spec.set_shards(2);
+  absl::StatusOr<Placement> counted = PlaceChunks(spec, 3);
+  spec.set_shards(0);
+  spec.add_shard_ids(1);
+  spec.add_shard_ids(0);
+  absl::StatusOr<Placement> listed = PlaceChunks(spec, 3);
+  ASSERT_TRUE(counted.ok() && listed.ok()) << listed.status();
+  EXPECT_EQ(listed->SerializeAsString(), counted->SerializeAsString());
+}
+
+TEST(PlaceChunksTest, UsesOnlyTheSpecShardIds) {
+  JobSpec spec = MlpSpec(16 * 1024);
+  spec.add_shard_ids(2);
+  spec.add_shard_ids(0);
+  absl::StatusOr<Placement> p = PlaceChunks(spec, 3);
+  ASSERT_TRUE(p.ok()) << p.status();
+  const std::vector<uint64_t> bytes = BytesPerShard(*p);
+  EXPECT_EQ(bytes[1], 0u);
+  EXPECT_GT(bytes[0], 0u);
+  EXPECT_LE(std::max(bytes[0], bytes[2]) - std::min(bytes[0], bytes[2]),
+            LargestChunkBytes(*p));
+  EXPECT_EQ(UsedShards(spec, 3), 2u);
+  EXPECT_EQ(ShardSet(spec, 3), (std::vector<uint32_t>{0, 2}));
+}
+
+TEST(PlaceChunksTest, RefusesBadShardIdsNamingTheField) {
+  struct Case {
+    std::vector<uint32_t> ids;
+    uint32_t shards, replication;
+    std::string want;
+  };
+  const std::vector<Case> cases = {
+      {{0, 3}, 0, 0, "shard_ids[1]: 3, but the cluster has 3 shards"},
+      {{2, 0, 2}, 0, 0, "shard_ids[2]: shard 2 named twice"},
+      {{0, 2}, 3, 0, "shards: 3, but shard_ids names 2 shards"},
+      {{0, 2}, 0, 2, "shard_ids: not with replication > 1"},
+  };
+  for (const Case& c : cases) {
+    JobSpec spec = MlpSpec(16 * 1024);
+    for (uint32_t id : c.ids) spec.add_shard_ids(id);
+    spec.set_shards(c.shards);
+    spec.set_replication(c.replication);
+    absl::StatusOr<Placement> p = PlaceChunks(spec, 3);
+    EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument) << c.want;
+    EXPECT_THAT(p.status().message(), HasSubstr(c.want));
+  }
+  JobSpec both = MlpSpec(16 * 1024);  // `shards` may repeat the set's size
+  both.add_shard_ids(0);
+  both.add_shard_ids(2);
+  both.set_shards(2);
+  EXPECT_TRUE(PlaceChunks(both, 3).ok());
+}
+
+TEST(ShardSetTest, FirstShardsAreKeptAsACount) {
+  JobSpec spec;
+  SetShardSet({0, 1}, &spec);
+  EXPECT_EQ(spec.shards(), 2u);
+  EXPECT_EQ(spec.shard_ids_size(), 0);
+  SetShardSet({0, 2}, &spec);
+  EXPECT_EQ(spec.shards(), 2u);
+  EXPECT_EQ(ShardSet(spec, 3), (std::vector<uint32_t>{0, 2}));
+  EXPECT_TRUE(IsFirstShards({0, 1, 2}));
+  EXPECT_FALSE(IsFirstShards({1, 2}));
+  EXPECT_EQ(ShardSet(JobSpec(), 3), (std::vector<uint32_t>{0, 1, 2}));
+}
+
+TEST(RePlaceChunksTest, DrainingTheMiddleShardMovesOnlyItsChunks) {
+  JobSpec spec = MlpSpec(16 * 1024);
+  absl::StatusOr<Placement> three = PlaceChunks(spec, 3);
+  ASSERT_TRUE(three.ok());
+  absl::StatusOr<Placement> drained = RePlaceChunksOnto(*three, {0, 2});
+  ASSERT_TRUE(drained.ok()) << drained.status();
+  EXPECT_EQ(drained->epoch(), 1u);
+  const std::vector<uint64_t> bytes = BytesPerShard(*drained);
+  EXPECT_EQ(bytes[1], 0u);
+  EXPECT_LE(std::max(bytes[0], bytes[2]) - std::min(bytes[0], bytes[2]),
+            LargestChunkBytes(*drained));
+  // Every chunk of shard 1 moves; of the others, only the few that even
+  // out shards 0 and 2 (RePlaceChunks' rule), from one to the other.
+  int on_one = 0;
+  int others_moved = 0;
+  for (int i = 0; i < three->chunks_size(); ++i) {
+    const uint32_t was = three->chunks(i).shard();
+    on_one += was == 1;
+    others_moved += was != 1 && drained->chunks(i).shard() != was;
+  }
+  EXPECT_GT(on_one, 0);
+  EXPECT_EQ(Moved(*three, *drained), on_one + others_moved);
+  EXPECT_LE(others_moved, 2);
+  // The same as shrinking would be were shard 1 the highest: a set of the
+  // first shards re-places as RePlaceChunks does.
+  absl::StatusOr<Placement> two = RePlaceChunksOnto(*three, {0, 1});
+  absl::StatusOr<Placement> counted = RePlaceChunks(*three, 2);
+  ASSERT_TRUE(two.ok() && counted.ok());
+  EXPECT_EQ(two->SerializeAsString(), counted->SerializeAsString());
+}
+
+TEST(RePlaceChunksTest, RefusesBadSets) {
+  JobSpec spec = MlpSpec(16 * 1024);
+  absl::StatusOr<Placement> p = PlaceChunks(spec, 3);
+  ASSERT_TRUE(p.ok());
+  EXPECT_THAT(RePlaceChunksOnto(*p, {}).status().message(),
+              HasSubstr("shards: none left"));
+  EXPECT_THAT(RePlaceChunksOnto(*p, {0, 3}).status().message(),
+              HasSubstr("shards: 3 is past the cluster's 3 shards"));
+  EXPECT_THAT(RePlaceChunksOnto(*p, {2, 0}).status().message(),
+              HasSubstr("ascending"));
+  EXPECT_THAT(RePlaceChunksOnto(*p, {1, 1}).status().message(),
+              HasSubstr("ascending"));
+}
+
 }  // namespace
 }  // namespace ps

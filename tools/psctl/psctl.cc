@@ -32,6 +32,10 @@ Commands:
                      re-place a running BSP job's dense chunks on the
                      first N shards while it trains (the chunks that move
                      are copied at a step boundary); status shows it
+  scale JOB --drain=K[,K2]
+                     move a running BSP job's dense chunks off shards K,
+                     K2 onto its other shards (e.g. before taking a server
+                     node down); status shows the shards it is left on
   stats              per-shard statistics                 [--json] [--job=JOB]
                      and per sparse table and shard (rows, bytes vs budget,
                      admissions, evictions, rows/s, hottest ids)

@@ -1,10 +1,13 @@
 #include "tools/psctl/psctl_jobs.h"
 
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 
 namespace ps {
 namespace psctl {
@@ -90,8 +93,14 @@ std::string FormatScale(const ScaleStatus& s) {
 
 std::string FormatReshard(const ReshardStatus& s) {
   if (s.target_shards() == 0) return "";
-  std::string out = absl::StrFormat("shards: %d -> %d, %s", s.from_shards(),
-                                    s.target_shards(), s.phase());
+  // A move to or from an explicit set (--drain) shows the sets.
+  std::string out =
+      s.target_shard_ids_size() > 0
+          ? absl::StrFormat("shards: [%s] -> [%s], %s",
+                            absl::StrJoin(s.from_shard_ids(), " "),
+                            absl::StrJoin(s.target_shard_ids(), " "), s.phase())
+          : absl::StrFormat("shards: %d -> %d, %s", s.from_shards(),
+                            s.target_shards(), s.phase());
   if (s.moved_chunks() > 0) {
     absl::StrAppendFormat(&out, "; %d chunks (%.1f MB) move", s.moved_chunks(),
                           s.moved_bytes() / 1e6);
@@ -119,29 +128,48 @@ std::string FormatDataPlan(const DataPlan& plan) {
       plan.done() ? ", every epoch planned" : "");
 }
 
+// --drain=K[,K2...]: the shard ids, or nullopt for anything else.
+std::optional<std::vector<uint32_t>> ParseDrain(const std::string& value) {
+  std::vector<uint32_t> ids;
+  for (absl::string_view part : absl::StrSplit(value, ',')) {
+    uint32_t id = 0;
+    if (!absl::SimpleAtoi(part, &id)) return std::nullopt;
+    ids.push_back(id);
+  }
+  return ids;
+}
+
 int Scale(const Args& a, std::ostream& out, std::ostream& err) {
   uint32_t workers = 0;
   uint32_t shards = 0;
   const bool by_workers = Has(a, "--workers");
   const bool by_shards = Has(a, "--shards");
-  if (a.positional.size() != 1 || by_workers == by_shards ||
+  const bool by_drain = Has(a, "--drain");
+  const std::optional<std::vector<uint32_t>> drain =
+      ParseDrain(FlagOr(a, "--drain", ""));
+  if (a.positional.size() != 1 || by_workers + by_shards + by_drain != 1 ||
       (by_workers && !absl::SimpleAtoi(FlagOr(a, "--workers", ""), &workers)) ||
       (by_shards && (!absl::SimpleAtoi(FlagOr(a, "--shards", ""), &shards) ||
-                     shards == 0))) {
-    err << "psctl scale: expected one JOB id and either --workers=N or "
-           "--shards=N (a count, >= 1 for shards)\n";
+                     shards == 0)) ||
+      (by_drain && !drain.has_value())) {
+    err << "psctl scale: expected one JOB id and one of --workers=N, "
+           "--shards=N (a count, >= 1) or --drain=K[,K2...] (shard ids)\n";
     return kExitUsage;
   }
   ScaleJobRequest req;
   req.set_job_id(a.positional[0]);
   req.set_workers(workers);
   req.set_shards(shards);
+  if (by_drain) {
+    for (uint32_t id : *drain) req.add_drain(id);
+  }
   ScaleJobResponse resp;
   int rc = CallCoordinator(a, "scale", &Coordinator::Stub::ScaleJob, req, &resp,
                            err);
   if (rc != kExitOk) return rc;
   out << a.positional[0] << " "
-      << (by_shards ? FormatReshard(resp.reshard()) : FormatScale(resp.scale()))
+      << (by_workers ? FormatScale(resp.scale())
+                     : FormatReshard(resp.reshard()))
       << "\n";
   return kExitOk;
 }

@@ -1,0 +1,54 @@
+// Tests of psctl scale's command line (refused before any call) and the
+// re-placement line psctl status prints (FormatReshard).
+#include "tools/psctl/psctl_jobs.h"
+
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "proto/coordinator.pb.h"
+
+namespace ps {
+namespace psctl {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(FormatReshardTest, CountsForTheFirstShardsAndSetsForADrain) {
+  ReshardStatus s;
+  EXPECT_EQ(FormatReshard(s), "");
+  s.set_from_shards(3);
+  s.set_target_shards(2);
+  s.set_phase("done");
+  EXPECT_EQ(FormatReshard(s), "shards: 3 -> 2, done");
+  for (uint32_t id : {0, 1, 2}) s.add_from_shard_ids(id);
+  for (uint32_t id : {0, 2}) s.add_target_shard_ids(id);
+  s.set_moved_chunks(3);
+  s.set_moved_bytes(1500000);
+  EXPECT_EQ(FormatReshard(s),
+            "shards: [0 1 2] -> [0 2], done; 3 chunks (1.5 MB) move");
+}
+
+TEST(ScaleTest, BadFlagsExitTwoBeforeAnyCall) {
+  const std::vector<std::vector<std::string>> bad = {
+      {"--drain", "x"},  {"--drain", "1,"}, {"--drain", ""},
+      {"--drain", "-1"}, {"--shards", "0"}, {"--workers", "2"},
+  };
+  for (const std::vector<std::string>& flag : bad) {
+    Args a;
+    a.command = "scale";
+    a.positional = {"job-000001"};
+    a.flags[flag[0]] = flag[1];
+    if (flag[0] == "--workers") a.flags["--drain"] = "1";  // two at once
+    std::ostringstream out, err;
+    EXPECT_EQ(Scale(a, out, err), kExitUsage) << flag[0] << "=" << flag[1];
+    EXPECT_THAT(err.str(), HasSubstr("--drain=K[,K2...]"));
+    EXPECT_EQ(out.str(), "");
+  }
+}
+
+}  // namespace
+}  // namespace psctl
+}  // namespace ps

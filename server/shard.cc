@@ -154,7 +154,8 @@ absl::Status Shard::RegisterJob(const RegisterJobRequest& req,
 
   // Allocate and initialise without holding the map lock.
   absl::Status init_status = internal::InitChunks(options_.shard_id, *job);
-  if (init_status.ok() && job->spec.has_init()) {
+  // A rejoining copy's values come from the live copies, not from init.
+  if (init_status.ok() && job->spec.has_init() && !req.joining()) {
     // The source of a from_job warm start: that job's chunks on this shard.
     absl::StatusOr<JobPtr> source = absl::NotFoundError("");
     if (job->spec.init().has_from_job()) {

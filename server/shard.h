@@ -238,8 +238,11 @@ class Shard {
   // A chunk's parameters encoded for replies (see PushPull).
   using SharedBytes = std::shared_ptr<const std::string>;
 
-  // Creates the job's local chunks (those whose placement names this shard)
-  // with their initial values and optimizer state. Idempotent: the same
+  // Creates the job's local chunks (those whose placement names this shard,
+  // as primary or backup) with their initial values and optimizer state:
+  // spec.init's warm start when set (every copy from the same source, so a
+  // replicated job's copies agree from version 0), unless req.joining (a
+  // copy that rejoins takes the live copies' state). Idempotent: the same
   // (spec, placement, num_workers) again is OK and changes nothing. Errors:
   // INVALID_ARGUMENT naming the field for a bad spec/placement,
   // FAILED_PRECONDITION when the job exists with another spec,

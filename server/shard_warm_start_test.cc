@@ -1,6 +1,7 @@
 // Shard tests. Warm starts (JobSpec.init): a job's chunks from an .npz file
-// or from a job the shard holds, and every bad source refused with the
-// shard unchanged.
+// (a replicated job's backups too, but not a rejoining copy's) or from a
+// job the shard holds, and every bad source refused with the shard
+// unchanged.
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -62,6 +63,82 @@ TEST(ShardWarmStartTest, ChunksComeFromTheFile) {
       }
     }
   }
+}
+
+// Replication 2 on shards 0 and 1: chunk i's primary on shard i % 2, its
+// backup on the other.
+RegisterJobRequest Replicated(JobSpec spec) {
+  spec.set_replication(2);
+  RegisterJobRequest reg = Registration("j", spec, 2);
+  for (ChunkPlacement& c : *reg.mutable_placement()->mutable_chunks()) {
+    c.add_backups((c.shard() + 1) % 2);
+  }
+  return reg;
+}
+
+// Every copy, primary or backup, reads the file: whichever shard is left
+// after a failover at version 0 serves what one shard without replicas
+// would.
+TEST(ShardWarmStartTest, EveryCopyOfAReplicatedJobComesFromTheFile) {
+  const std::string path = WriteFile("replicated.npz", *EncodeNpz(Arrays()));
+  Shard single(ShardOptions{});
+  RegisterJobResponse resp;
+  ASSERT_TRUE(
+      single.RegisterJob(Registration("j", FromFile(path)), &resp).ok());
+  const std::vector<std::vector<float>> want = Params(single, "j");
+  const RegisterJobRequest reg = Replicated(FromFile(path));
+  for (uint32_t survivor : {0u, 1u}) {
+    Shard shard(Options(survivor));
+    SetReplicaViewResponse view;
+    ASSERT_TRUE(shard.SetReplicaView(View(1, {}), &view).ok());
+    ASSERT_TRUE(shard.RegisterJob(reg, &resp).ok());
+    EXPECT_EQ(resp.chunks_held(), 4u);  // 2 primaries, 2 backups
+    // The other shard fails: this one serves every chunk from its copies.
+    ASSERT_TRUE(shard.SetReplicaView(View(2, {1 - survivor}), &view).ok());
+    EXPECT_EQ(Params(shard, "j"), want) << "shard " << survivor;
+  }
+}
+
+// A copy that rejoins after a failover (RegisterJobRequest.joining) takes
+// the live copies' state: the file, gone by then, is not read.
+TEST(ShardWarmStartTest, ARejoiningCopyDoesNotReadTheFile) {
+  RegisterJobRequest reg = Replicated(FromFile("/nonexistent/gone.npz"));
+  RegisterJobResponse resp;
+  {
+    Shard shard(Options(1));
+    absl::Status st = shard.RegisterJob(reg, &resp);
+    EXPECT_TRUE(absl::IsInvalidArgument(st)) << st;
+    EXPECT_THAT(std::string(st.message()), HasSubstr("gone.npz"));
+  }
+  reg.set_joining(true);
+  Shard shard(Options(1));
+  absl::Status st = shard.RegisterJob(reg, &resp);
+  ASSERT_TRUE(st.ok()) << st;
+  EXPECT_EQ(resp.chunks_held(), 4u);
+  // Without replicas nothing rejoins: refused, naming the field.
+  RegisterJobRequest single = Registration("k", FromFile("/nonexistent/x"));
+  single.set_joining(true);
+  st = shard.RegisterJob(single, &resp);
+  EXPECT_TRUE(absl::IsInvalidArgument(st)) << st;
+  EXPECT_THAT(std::string(st.message()), HasSubstr("joining"));
+}
+
+// from_job: a backup's shard does not hold the source's chunk; refused as
+// at submit, the shard unchanged.
+TEST(ShardWarmStartTest, AReplicatedJobIsNotStartedFromAJob) {
+  Shard shard(Options(0));
+  RegisterJobResponse resp;
+  ASSERT_TRUE(
+      shard.RegisterJob(Registration("first", Spec(BSP, 1), 2), &resp).ok());
+  JobSpec spec = Spec(BSP, 1);
+  spec.mutable_init()->set_from_job("first");
+  absl::Status st = shard.RegisterJob(Replicated(spec), &resp);
+  EXPECT_TRUE(absl::IsInvalidArgument(st)) << st;
+  EXPECT_THAT(std::string(st.message()),
+              HasSubstr("spec.init.from_job: job \"first\" on shard 0: "
+                        "spec.replication > 1"));
+  auto call = StartPull(shard, "j", 0, 0);
+  EXPECT_EQ(call->status.code(), absl::StatusCode::kFailedPrecondition);
 }
 
 TEST(ShardWarmStartTest, ChunksComeFromAJobOnTheShard) {

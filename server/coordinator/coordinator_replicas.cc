@@ -127,6 +127,9 @@ absl::Status JobCoordinator::RejoinShard(uint32_t shard) {
       *r.mutable_spec() = job->status.spec();
       *r.mutable_placement() = job->status.placement();
       r.set_num_workers(job->status.spec().num_workers());
+      // Its copies come from the live ones: a warm start's file or source
+      // job is not needed again.
+      r.set_joining(true);
     }
   }
   ShardControl* shards = shard_ops_.control();

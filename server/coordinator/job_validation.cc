@@ -197,8 +197,8 @@ void CheckWire(const WireSpec& w, Problems& p) {
 }
 
 // replication: k in [0, kMaxReplication] (0 = 1); k > 1 needs k live
-// shards and dense tensors only (what replicas cover so far,
-// docs/OPERATIONS.md "Replication").
+// shards, dense tensors only and no init.from_job (what replicas cover so
+// far, docs/OPERATIONS.md "Replication").
 void CheckReplication(const JobSpec& spec, const ValidationContext& ctx,
                       Problems& p) {
   const uint32_t k = spec.replication();
@@ -226,10 +226,17 @@ void CheckReplication(const JobSpec& spec, const ValidationContext& ctx,
   if (spec.tables_size() > 0) {
     p.Add("replication", "k > 1 does not cover sparse tables yet");
   }
-  if (spec.has_init()) {
-    // The shards warm-start their own chunks; the backups' copies would
-    // start from the TensorSpec instead.
-    p.Add("replication", "k > 1 does not support a warm start (init) yet");
+  // init.from_file: every shard reads the file into each copy it holds,
+  // primary or backup, so the copies agree from version 0 (a copy that
+  // rejoins after a failover takes the live copies' state instead).
+  // init.from_job: a backup's shard does not hold the source's chunk (the
+  // job takes the source's placement), and a replicated source's copy
+  // there may be one a failover left behind.
+  if (spec.init().has_from_job()) {
+    p.Add("replication",
+          "k > 1 does not cover init.from_job: the backups' shards do not "
+          "hold the source job's chunks; export it (psctl export) and use "
+          "init.from_file");
   }
 }
 

@@ -102,13 +102,24 @@ TEST(ReplicationValidationTest, SparseTablesAreRefusedForNow) {
                   "replication: k > 1 does not cover sparse tables yet"));
 }
 
-TEST(ReplicationValidationTest, WarmStartIsRefusedForNow) {
-  JobSpec spec = ReplicatedSpec(2);
-  spec.mutable_init()->set_from_file("/data/model.npz");
-  EXPECT_THAT(ValidateJobSpec(spec, ThreeShards()),
-              ::testing::Contains(
-                  "replication: k > 1 does not support a warm start (init) "
-                  "yet"));
+// Every copy reads the file (the shards' side: shard_warm_start_test);
+// from_job's source is on the primaries' shards only.
+TEST(ReplicationValidationTest, WarmStartFromAFileOnlyWithReplicas) {
+  for (uint32_t k : {1u, 2u, 3u}) {
+    JobSpec spec = ReplicatedSpec(k);
+    spec.mutable_init()->set_from_file("/data/model.npz");
+    EXPECT_THAT(ValidateJobSpec(spec, ThreeShards()), IsEmpty()) << k;
+  }
+  JobSpec from_job = ReplicatedSpec(1);
+  from_job.mutable_init()->set_from_job("mnist-mlp");
+  EXPECT_THAT(ValidateJobSpec(from_job, ThreeShards()), IsEmpty());
+  from_job.set_replication(2);
+  from_job.mutable_init()->set_optimizer_state(true);
+  EXPECT_THAT(ValidateJobSpec(from_job, ThreeShards()),
+              ElementsAre("replication: k > 1 does not cover init.from_job: "
+                          "the backups' shards do not hold the source job's "
+                          "chunks; export it (psctl export) and use "
+                          "init.from_file"));
 }
 
 }  // namespace

@@ -236,6 +236,11 @@ absl::StatusOr<std::shared_ptr<Job>> NewJob(const RegisterJobRequest& req,
   if (job->replicated && req.spec().tables_size() > 0) {
     return Invalid("spec.replication", "k > 1 needs no tables");
   }
+  if (req.joining() && !job->replicated) {
+    return Invalid("joining", absl::StrCat("only a replicated job's copies "
+                                           "rejoin; spec.replication is ",
+                                           req.spec().replication()));
+  }
   PS_RETURN_IF_ERROR(
       CheckPlacement(req.placement(), shard_id, *job, local_count));
   PS_RETURN_IF_ERROR(NewTables(req.spec(), shard_id, *job));

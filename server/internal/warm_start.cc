@@ -39,6 +39,15 @@ absl::Status FromJob(Job& job, const Job* source, uint32_t shard_id) {
   const std::string& id = job.spec.init().from_job();
   const std::string field = absl::StrCat("spec.init.from_job: job \"", id,
                                          "\" on shard ", shard_id, ": ");
+  if (job.replicated) {
+    // The backups' shards do not hold the source's chunks, and a source's
+    // own backup copy may be one a failover left behind (the coordinator
+    // refuses this at submit too).
+    return absl::InvalidArgumentError(absl::StrCat(
+        field,
+        "spec.replication > 1 takes its warm start from "
+        "init.from_file only (export the job and start from its file)"));
+  }
   if (source == nullptr) {
     return absl::InvalidArgumentError(
         absl::StrCat(field,

@@ -21,7 +21,13 @@ namespace ps {
 namespace internal {
 
 // Overwrites the values of `job`'s local chunks (made by InitChunks) as
-// job.spec.init says; nothing when it is unset. from_job: `source` is the
+// job.spec.init says; nothing when it is unset. Replicated jobs
+// (spec.replication > 1): every copy, primary or backup, is read here from
+// the same file by the shard that holds it, so all copies agree from
+// version 0 and a backup promoted before its first forward serves what the
+// primary would have (a copy that rejoins later is not warm-started: it
+// takes the live copies' state). from_job is refused for them: a backup's
+// shard does not hold the source's chunk. from_job: `source` is the
 // job of that id on this shard (null when it is not here) and each local
 // chunk must be the same chunk there (the coordinator gave this job its
 // source's placement); with init.optimizer_state its optimizer state comes

@@ -19,7 +19,8 @@ const char* const kKnownFlags[] = {
     "--job",     "--help",        "--connect-timeout",
     "--hot",     "--all",         "--out",
     "--python",  "--steps",       "--from-checkpoint",
-    "--workers", "--shards",      "--tables-dir"};
+    "--workers", "--shards",      "--tables-dir",
+    "--drain"};
 
 // A failure of the user's flags or files: exit code kExitUsage.
 absl::Status AsUsage(const absl::Status& s) {

@@ -33,17 +33,21 @@ TEST(FormatReshardTest, CountsForTheFirstShardsAndSetsForADrain) {
 
 TEST(ScaleTest, BadFlagsExitTwoBeforeAnyCall) {
   const std::vector<std::vector<std::string>> bad = {
-      {"--drain", "x"},  {"--drain", "1,"}, {"--drain", ""},
-      {"--drain", "-1"}, {"--shards", "0"}, {"--workers", "2"},
+      {"--drain=x"},
+      {"--drain=1,"},
+      {"--drain="},
+      {"--drain=-1"},
+      {"--shards=0"},
+      {"--workers=2", "--drain=1"},
+      {"--shards=2", "--drain=1"},
   };
-  for (const std::vector<std::string>& flag : bad) {
+  for (const std::vector<std::string>& flags : bad) {
+    std::vector<std::string> raw = {"scale", "job-000001"};
+    raw.insert(raw.end(), flags.begin(), flags.end());
     Args a;
-    a.command = "scale";
-    a.positional = {"job-000001"};
-    a.flags[flag[0]] = flag[1];
-    if (flag[0] == "--workers") a.flags["--drain"] = "1";  // two at once
+    ASSERT_TRUE(ParseArgs(raw, &a).ok()) << flags[0];
     std::ostringstream out, err;
-    EXPECT_EQ(Scale(a, out, err), kExitUsage) << flag[0] << "=" << flag[1];
+    EXPECT_EQ(Scale(a, out, err), kExitUsage) << flags[0];
     EXPECT_THAT(err.str(), HasSubstr("--drain=K[,K2...]"));
     EXPECT_EQ(out.str(), "");
   }

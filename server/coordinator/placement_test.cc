@@ -411,6 +411,20 @@ TEST(PlaceChunksTest, RefusesBadShardIdsNamingTheField) {
   EXPECT_TRUE(PlaceChunks(both, 3).ok());
 }
 
+TEST(PlaceChunksTest, SubmitListsABadShardIdAsAProblem) {
+  JobSpec spec;  // otherwise invalid too: the shard_ids problem is among them
+  spec.add_shard_ids(0);
+  spec.add_shard_ids(3);
+  ValidationContext ctx;
+  ctx.num_shards = 3;
+  EXPECT_THAT(
+      ValidateJobSpec(spec, ctx),
+      ::testing::Contains("shard_ids[1]: 3, but the cluster has 3 shards"));
+  spec.set_shard_ids(1, 2);
+  EXPECT_THAT(ValidateJobSpec(spec, ctx),
+              ::testing::Not(::testing::Contains(HasSubstr("shard_ids"))));
+}
+
 TEST(ShardSetTest, FirstShardsAreKeptAsACount) {
   JobSpec spec;
   SetShardSet({0, 1}, &spec);

@@ -133,6 +133,25 @@ TEST_F(SucceededJobsTest, BadSourcesAreRefusedAtSubmitNamingTheTensor) {
   EXPECT_THAT(shards_.TakeCalls(), IsEmpty());
 }
 
+// A replicated source: its placement's shard may hold a copy a failover
+// left behind (and its backups would not fit this job's placement).
+TEST_F(SucceededJobsTest, AReplicatedJobIsNoSource) {
+  worker_ = Register("host-a");
+  JobSpec replicated = Spec(1);
+  replicated.set_replication(2);
+  const std::string source = RunToSuccess(replicated);
+  shards_.TakeCalls();
+  SubmitJobResponse response;
+  absl::Status st = SubmitFromJob(source, Spec(1), &response);
+  EXPECT_TRUE(absl::IsInvalidArgument(st)) << st;
+  EXPECT_THAT(std::string(st.message()),
+              HasSubstr(absl::StrCat("init.from_job: job ", source,
+                                     " \"softmax\" has replication 2: a "
+                                     "failover may have left an older copy")));
+  ASSERT_EQ(response.problems_size(), 1);
+  EXPECT_THAT(shards_.TakeCalls(), IsEmpty());
+}
+
 TEST_F(SucceededJobsTest, ADroppedJobIsNoSource) {
   worker_ = Register("host-a");
   const std::string oldest = RunToSuccess(Spec(1));

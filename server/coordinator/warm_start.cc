@@ -94,6 +94,15 @@ absl::Status ResolveFromJob(JobTable& jobs, uint32_t kept, JobSpec* spec,
         "export"));
   }
   const JobSpec& theirs = source->status.spec();
+  if (theirs.replication() > 1) {
+    // Each shard would copy the chunks of the placement's primaries; after
+    // a failover the copy there may be one left behind (a shard failed or
+    // still rejoining when the source ended keeps an older state, or none).
+    return FromJobError(absl::StrCat(
+        job, " has replication ", theirs.replication(),
+        ": a failover may have left an older copy on a chunk's first shard; "
+        "export it (psctl export) and use init.from_file"));
+  }
   PS_RETURN_IF_ERROR(SameTensors(*spec, theirs, job));
   if (theirs.partition_bytes() != spec->partition_bytes()) {
     return FromJobError(absl::StrCat(

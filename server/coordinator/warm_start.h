@@ -25,7 +25,9 @@ absl::Status CheckFromFile(const JobSpec& spec);
 
 // init.from_job: finds the source (an id, or the newest SUCCEEDED job of
 // that name) in `jobs`, which must have SUCCEEDED and still be among the
-// `kept` newest that did (PsdConfig.succeeded_jobs_kept), with the same
+// `kept` newest that did (PsdConfig.succeeded_jobs_kept), without replicas
+// (its replication at most 1: a failover may have left an older copy where
+// its placement names a chunk's shard), with the same
 // tensors (names and shapes), partition_bytes and, for optimizer_state,
 // optimizer kind. Then writes its id into spec->init.from_job and gives
 // `placement` the source's, so that each shard finds every chunk it needs

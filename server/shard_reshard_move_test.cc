@@ -1,12 +1,13 @@
 // Shard tests, live re-placement moving chunks between two in-process
 // shards (their PREPAREs fetch from each other directly): training on the
 // new placement gives bitwise the parameters of an undisturbed single
-// layout; fetches in batches and within the budget; a committed placement
-// survives a restart.
+// layout; ASP/SSP pushes apply once across a move; fetches in batches and
+// within the budget; a committed placement survives a restart.
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "common/not_retryable.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/shard.h"
@@ -102,6 +103,71 @@ TEST_P(ShardReshardMoveTest, TrainsOnBitwiseAsAnUndisturbedLayout) {
 
 INSTANTIATE_TEST_SUITE_P(Optimizers, ShardReshardMoveTest,
                          ::testing::Values(SGD, ADAM));
+
+// ASP and SSP: a pause refuses every push; a push that reached some chunks
+// before it (worker 0's step 1 on chunks 0 and 1 only) and is sent again in
+// full under the new placement applies once on every chunk, the moved one
+// too (its dedupe state travels), and SSP's clocks carry over.
+class ShardReshardAsyncTest : public ::testing::TestWithParam<ConsistencyMode> {
+};
+
+TEST_P(ShardReshardAsyncTest, APushSentAgainAfterTheMoveAppliesOnce) {
+  JobSpec spec = Spec(GetParam(), 2);
+  if (GetParam() == SSP) spec.mutable_consistency()->set_staleness(2);
+  const RegisterJobRequest reg = OnShardZero(spec);
+  ShardGroup group(2);
+  ASSERT_TRUE(group.RegisterAll(reg).ok());
+  auto push = [&](uint32_t shard, uint32_t worker, uint64_t step,
+                  const std::vector<uint32_t>& chunks, uint64_t epoch) {
+    auto call = StartPush(group.shard(shard), reg, worker, step, chunks, epoch);
+    EXPECT_TRUE(call->done.WaitForNotificationWithTimeout(kReshardWait));
+    return call->status;
+  };
+  for (uint32_t w = 0; w < 2; ++w) {
+    ASSERT_TRUE(push(0, w, 0, AllChunks(), 0).ok());
+  }
+  ASSERT_TRUE(push(0, 0, 1, {0, 1}, 0).ok());
+  std::vector<ReshardResponse> answers;
+  ASSERT_TRUE(
+      group.OnEvery(Phase("j", 1, ReshardRequest::PAUSE, 5), &answers).ok());
+  EXPECT_TRUE(answers[0].quiesced());  // at once: nothing waits for a step
+  const absl::Status paused = push(0, 0, 1, {2, 3}, 0);
+  EXPECT_EQ(paused.code(), absl::StatusCode::kUnavailable) << paused;
+  EXPECT_TRUE(IsPausedForReplacement(paused));
+  const Placement spread =
+      Replaced(reg.placement(), 1, [](uint32_t id) { return id % 2; });
+  Replace(group, spread, 5);
+  EXPECT_EQ(push(0, 0, 1, {0, 2}, 0).code(), absl::StatusCode::kAborted);
+  // Worker 0 sends step 1 again, whole, to the new placement: chunks 0 and
+  // 1 (moved) drop it as a duplicate, 2 and 3 (moved) apply it.
+  ASSERT_TRUE(push(0, 0, 1, {0, 2}, 1).ok());
+  ASSERT_TRUE(push(1, 0, 1, {1, 3}, 1).ok());
+  EXPECT_EQ(StatsOf(group.shard(0), "j").duplicates(), 1u);
+  EXPECT_EQ(StatsOf(group.shard(1), "j").duplicates(), 1u);
+  // SSP (staleness 2): worker 0's step 2 needs worker 1's clock at 1, which
+  // it reached before the move (at 0 it would wait): shard 0 carries its
+  // clocks over, and shard 1, new to the job, takes them from the moved
+  // chunks' dedupe state.
+  ASSERT_TRUE(push(0, 0, 2, {0, 2}, 1).ok());
+  ASSERT_TRUE(push(1, 0, 2, {1, 3}, 1).ok());
+  ASSERT_TRUE(push(0, 1, 1, {0, 2}, 1).ok());
+  ASSERT_TRUE(push(1, 1, 1, {1, 3}, 1).ok());
+  for (const ChunkPlacement& c : spread.chunks()) {
+    PullRequest req;
+    req.set_job_id("j");
+    req.set_placement_epoch(1);
+    req.add_chunk_ids(c.chunk_id());
+    PullCall call;
+    group.shard(c.shard()).Pull(req, &call.resp, call.Callback());
+    ASSERT_TRUE(call.status.ok()) << call.status;
+    // Worker 0's steps 0, 1, 2 and worker 1's 0 and 1, each once.
+    EXPECT_EQ(call.resp.parameters(0).version(), 5u)
+        << "chunk " << c.chunk_id();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, ShardReshardAsyncTest,
+                         ::testing::Values(ASP, SSP));
 
 TEST(ShardReshardFetchTest, FetchesInBatchesOfTheConfiguredSize) {
   ShardOptions options;

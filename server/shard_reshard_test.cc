@@ -282,7 +282,6 @@ TEST(ShardReshardTest, BadRequestsAreRefusedNamingTheField) {
 
 TEST(ShardReshardTest, JobsThatCannotBeReplacedAreRefused) {
   Shard shard(ShardOptions{});
-  JobSpec asp = Spec(ASP, 2);
   JobSpec tables = SparseSpec(BSP, 2);
   JobSpec replicated = Spec(BSP, 2);
   replicated.set_replication(2);
@@ -291,7 +290,6 @@ TEST(ShardReshardTest, JobsThatCannotBeReplacedAreRefused) {
     c.add_backups((c.shard() + 1) % 2);
   }
   const std::vector<std::pair<RegisterJobRequest, std::string>> cases = {
-      {Registration("asp", asp), "spec.consistency.mode"},
       {Registration("tables", tables), "spec.tables"},
       {rep, "spec.replication"},
   };

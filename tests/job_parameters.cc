@@ -55,6 +55,33 @@ absl::StatusOr<JobStats> ReadShardJobStats(const std::string& address,
   return stats.job_stats(0);
 }
 
+absl::Status ReadServedVersions(const std::string& address,
+                                const std::string& job,
+                                uint64_t placement_epoch,
+                                std::map<uint32_t, uint64_t>* versions) {
+  Security security;
+  std::unique_ptr<ParameterServer::Stub> stub =
+      ParameterServer::NewStub(security.NewChannel(address));
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+  PullRequest req;
+  req.set_job_id(job);
+  req.set_placement_epoch(placement_epoch);
+  PullResponse resp;
+  grpc::Status s = stub->Pull(&context, req, &resp);
+  if (!s.ok()) {
+    return absl::UnavailableError(
+        absl::StrCat("pull from ", address, ": ", s.error_message()));
+  }
+  for (const ChunkData& d : resp.parameters()) {
+    if (!versions->emplace(d.chunk_id(), d.version()).second) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("chunk ", d.chunk_id(), " served twice"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<JobParameters> ReadJobParameters(const LocalCluster& cluster,
                                                 const std::string& job,
                                                 int shards) {

@@ -9,6 +9,8 @@
 #ifndef TESTS_JOB_PARAMETERS_H_
 #define TESTS_JOB_PARAMETERS_H_
 
+#include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -33,6 +35,15 @@ bool JobEnded(const JobStatus& status);
 // when the shard does not hold the job).
 absl::StatusOr<JobStats> ReadShardJobStats(const std::string& address,
                                            const std::string& job);
+
+// The version of every chunk the shard at `address` serves at placement
+// epoch `placement_epoch` (a backup's copies are not served), added to
+// `versions` by chunk id; FAILED_PRECONDITION for a chunk already in it.
+// Under ASP and SSP a chunk's version counts the pushes applied to it.
+absl::Status ReadServedVersions(const std::string& address,
+                                const std::string& job,
+                                uint64_t placement_epoch,
+                                std::map<uint32_t, uint64_t>* versions);
 
 struct JobParameters {
   JobStatus status;           // as psctl status --json printed it

@@ -22,10 +22,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "common/security.h"
 #include "gtest/gtest.h"
 #include "proto/coordinator.pb.h"
-#include "proto/ps.grpc.pb.h"
 #include "proto/ps.pb.h"
 #include "tests/job_parameters.h"
 #include "tests/local_cluster.h"
@@ -63,32 +61,6 @@ std::string JobSpecText(const std::string& consistency) {
         replication: 2
       )pb",
       kEpochs, consistency);
-}
-
-// The version of every chunk the shard at `address` serves (a backup's
-// copies are not served), by chunk id.
-absl::Status ServedVersions(const std::string& address, const std::string& job,
-                            std::map<uint32_t, uint64_t>* versions) {
-  Security security;
-  std::unique_ptr<ParameterServer::Stub> stub =
-      ParameterServer::NewStub(security.NewChannel(address));
-  grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
-  PullRequest req;
-  req.set_job_id(job);
-  PullResponse resp;
-  grpc::Status s = stub->Pull(&context, req, &resp);
-  if (!s.ok()) {
-    return absl::UnavailableError(
-        absl::StrCat("pull from ", address, ": ", s.error_message()));
-  }
-  for (const ChunkData& d : resp.parameters()) {
-    if (!versions->emplace(d.chunk_id(), d.version()).second) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("chunk ", d.chunk_id(), " served twice"));
-    }
-  }
-  return absl::OkStatus();
 }
 
 // ASP, and SSP with a staleness bound (its clock waits ride the failover).
@@ -140,7 +112,8 @@ TEST_P(ReplicatedAsyncTest, KilledPrimaryLosesNoAcknowledgedPush) {
   const uint64_t acknowledged = kWorkers * kStepsPerWorker;
   std::map<uint32_t, uint64_t> versions;
   for (int s : {0, 2}) {
-    absl::Status read = ServedVersions(job->addresses[s], job->id, &versions);
+    absl::Status read =
+        ReadServedVersions(job->addresses[s], job->id, 0, &versions);
     ASSERT_TRUE(read.ok()) << read;
   }
   ASSERT_EQ(versions.size(),

@@ -167,16 +167,16 @@ TEST_F(ReshardTest, GrowsOntoASecondShardAndWorkersGetTheNewPlacement) {
 }
 
 TEST_F(ReshardTest, RefusalsNameTheFieldAndChangeNothing) {
-  JobSpec asp = Spec(1);
-  asp.mutable_consistency()->set_mode(ASP);
-  const std::string job = RunningJob(asp);
+  JobSpec replicated = Spec(1);
+  replicated.set_replication(2);
+  const std::string job = RunningJob(replicated);
   const JobStatus before = Job(job);
   EXPECT_THAT(Scale(job, 3).message(), HasSubstr("shards: 3 is outside"));
   EXPECT_THAT(Scale(job, 1, 2).message(),
               HasSubstr("either workers or shards"));
   absl::Status st = Scale(job, 1);
   EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(st.message(), HasSubstr("consistency.mode"));
+  EXPECT_THAT(st.message(), HasSubstr("replication"));
   EXPECT_EQ(Scale("job-000099", 1).code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(Job(job).SerializeAsString(), before.SerializeAsString());
   EXPECT_TRUE(Calls().empty());

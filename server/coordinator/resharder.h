@@ -1,4 +1,4 @@
-// Resharder: one live re-placement of a running BSP job's dense chunks
+// Resharder: one live re-placement of a running job's dense chunks
 // (`psctl scale JOB --shards=N`), driven over the shards' Reshard RPC
 // (proto/ps.proto ReshardRequest) on the calling thread:
 //
@@ -6,7 +6,8 @@
 //      version; the pause step B is a few steps past it;
 //   2. PAUSE(B) on every shard: pushes of steps >= B are refused (the
 //      workers retry); a shard already past B refuses, and the job is
-//      paused again further ahead (ABORT first, B moved out 4x as far);
+//      paused again further ahead (ABORT first, B moved out 4x as far).
+//      ASP/SSP: every push is refused, and the shards are quiesced at once;
 //   3. PAUSE(B) again on every shard until each reports every chunk at
 //      version B (quiesced), within `quiesce_deadline` plus two step times
 //      per step from the highest version to B;

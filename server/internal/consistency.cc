@@ -142,6 +142,13 @@ void ApplyAspGradient(Job& job, Chunk& c, uint32_t worker, uint64_t step,
   // Big-endian hosts decode here, reused by every push on this thread.
   static thread_local std::vector<float> scratch;
   ChunkState& s = c.state;
+  // Under the chunk's mutex, as a PAUSE takes it: once it answered, no push
+  // is applied here until the pause is lifted or the job re-placed.
+  if (const uint64_t pause = job.pause_step.load(std::memory_order_acquire);
+      pause != kNotPaused) {
+    tally->counts.paused_at = pause;
+    return;
+  }
   if (step < s.next_step[worker]) {
     ++tally->counts.duplicates;
     return;
@@ -217,14 +224,17 @@ PushCounts ApplyPush(Job& job, const PushArgs& push,
     if (job.mode == BSP) {
       BufferBspGradient(job, c, push.worker, push.step, g, &tally, ready,
                         advanced);
-      if (tally.counts.paused_at != kNotPaused) break;
     } else {
       ApplyAspGradient(job, c, push.worker, push.step, g, &tally, ready,
                        advanced);
     }
+    if (tally.counts.paused_at != kNotPaused) break;
   }
   RecordPush(job, push.worker, push.step, tally, bytes, dense_bytes, fallbacks);
-  if (job.mode == SSP) AdvanceClock(job, push.worker, push.step, ready);
+  // A paused push is sent again: its clock moves when it is taken whole.
+  if (job.mode == SSP && tally.counts.paused_at == kNotPaused) {
+    AdvanceClock(job, push.worker, push.step, ready);
+  }
   return tally.counts;
 }
 

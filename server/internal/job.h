@@ -70,6 +70,13 @@ inline constexpr size_t kMaxChunkCopies = 3;
 // Job::pause_step when the job is not paused for a re-placement.
 inline constexpr uint64_t kNotPaused = UINT64_MAX;
 
+// Whether a push of `step` waits out a re-placement paused at `pause`
+// (Job::pause_step): under BSP from the pause step on; under ASP and SSP
+// every push, since their chunks share no step boundary.
+inline bool PushPaused(ConsistencyMode mode, uint64_t step, uint64_t pause) {
+  return mode == BSP ? step >= pause : pause != kNotPaused;
+}
+
 // The requests whose answer time JobCounters.request_ns keeps
 // (JobStats.request_seconds), in RequestMethodName's order.
 enum RequestMethod : uint8_t {
@@ -386,9 +393,10 @@ class Job {
   // replaced this job: a membership change then goes to its successor.
   bool retired ABSL_GUARDED_BY(membership_update_mu) = false;
 
-  // Live re-placement (reshard.h): BSP pushes of a step >= pause_step are
-  // refused (UNAVAILABLE, the client retries), checked under each chunk's
-  // mutex before a push is buffered; kNotPaused = none.
+  // Live re-placement (reshard.h): the pushes PushPaused names (BSP: of a
+  // step >= pause_step; ASP/SSP: all) are refused (UNAVAILABLE, the client
+  // retries), checked under each chunk's mutex before a push is buffered or
+  // applied; kNotPaused = none.
   std::atomic<uint64_t> pause_step{kNotPaused};
   Replacement replacement;
 

@@ -54,7 +54,7 @@ absl::Status StoreFetched(Job& job, uint32_t from, uint64_t step,
           absl::StrCat(field, ": chunk ", r.chunk_id(), " (or a gradient) for ",
                        "the state of chunk ", req.chunk_ids(i)));
     }
-    if (r.version() != step) {
+    if (job.mode == BSP && r.version() != step) {
       return absl::FailedPreconditionError(
           absl::StrCat(field, ": chunk ", r.chunk_id(), " at version ",
                        r.version(), ", not at the pause step ", step));
@@ -119,12 +119,6 @@ absl::Status CheckReplaceable(const Job& job) {
                                 " has sparse tables; a live re-placement "
                                 "moves dense chunks only"));
   }
-  if (job.mode != BSP) {
-    return Invalid(
-        "spec.consistency.mode",
-        absl::StrCat("job ", job.id, " is ", ConsistencyMode_Name(job.mode),
-                     "; a live re-placement pauses at a BSP step"));
-  }
   return absl::OkStatus();
 }
 
@@ -144,6 +138,8 @@ uint64_t MaxVersion(const Job& job) {
 }
 
 bool Quiesced(const Job& job, uint64_t step) {
+  // ASP/SSP: paused, every push is refused (Pause), whatever the versions.
+  if (job.mode != BSP) return true;
   return std::all_of(job.chunks.begin(), job.chunks.end(),
                      [step](const std::shared_ptr<Chunk>& c) {
                        return c->version.load(std::memory_order_acquire) ==
@@ -164,6 +160,9 @@ absl::StatusOr<bool> Pause(Job& job, uint64_t epoch, uint64_t step,
   for (const std::shared_ptr<Chunk>& c : job.chunks) {
     absl::MutexLock l(&c->mu);
     const uint64_t v = c->state.version;
+    // ASP/SSP: taking each lock is the point (a push applying now ends
+    // first; later ones see the pause).
+    if (job.mode != BSP) continue;
     if (v < step || (v == step && !HoldsPushes(*c))) continue;
     job.pause_step.store(before, std::memory_order_seq_cst);
     return absl::FailedPreconditionError(absl::StrCat(
@@ -230,8 +229,9 @@ absl::Status CopyChunks(Job& job, uint32_t shard_id,
   }
   for (Chunk* c : chunks) {
     absl::MutexLock l(&c->mu);
-    // Checked under the lock: an ABORT may have lifted the pause.
-    if (c->state.version != step) {
+    // Checked under the lock: an ABORT may have lifted the pause. ASP/SSP
+    // chunks stand at their own versions (Pause).
+    if (job.mode == BSP && c->state.version != step) {
       resp->Clear();
       return absl::FailedPreconditionError(absl::StrCat(
           ChunkName(c->placement), " of job ", job.id, " is at version ",
@@ -399,9 +399,11 @@ absl::StatusOr<FetchTally> BuildChunks(const Job& old, uint64_t step,
 
 void CarryOver(Job& old, Job& next) {
   std::vector<uint8_t> active;
+  std::vector<uint64_t> clock;  // SSP: each worker's next step
   {
     absl::MutexLock l(&old.waits.mu);
     active = old.waits.active;
+    clock = old.waits.clock;
   }
   uint32_t count = 0;
   for (uint32_t r = 0; r < next.num_workers; ++r) {
@@ -409,13 +411,22 @@ void CarryOver(Job& old, Job& next) {
     count += active[r] != 0;
   }
   next.active_count.store(count, std::memory_order_release);
-  {
-    absl::MutexLock l(&next.waits.mu);
-    next.waits.active = active;
-  }
   for (const std::shared_ptr<Chunk>& c : next.chunks) {
     absl::MutexLock l(&c->mu);
     c->active = active;
+    // SSP: a chunk fetched from another shard took each worker's pushes up
+    // to its next_step, which is that worker's clock there; a shard new to
+    // the job has heard none of them, and must not hold a worker's pull
+    // back for its own earlier steps.
+    if (next.mode != SSP) continue;
+    for (size_t w = 0; w < clock.size() && w < c->state.next_step.size(); ++w) {
+      clock[w] = std::max(clock[w], c->state.next_step[w]);
+    }
+  }
+  {
+    absl::MutexLock l(&next.waits.mu);
+    next.waits.active = active;
+    next.waits.clock = std::move(clock);
   }
   CopyCounters(old, next);
   google::protobuf::Map<std::string, uint64_t> rejected;

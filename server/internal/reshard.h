@@ -1,4 +1,4 @@
-// Live re-placement of a BSP job's dense chunks on one shard (proto/ps.proto
+// Live re-placement of a job's dense chunks on one shard (proto/ps.proto
 // ReshardRequest; `psctl scale JOB --shards=N`): the pause at a step
 // boundary, the copies handed to other shards (FetchChunks), the job built
 // under the new placement and what it takes over from the old one at
@@ -19,6 +19,13 @@
 // BSP push checks pause_step under the same lock before it is buffered
 // (consistency.cc). So once Pause answered OK, no push of a step >= the
 // pause step is ever buffered, and a chunk at the pause step stays there.
+// ASP and SSP chunks share no step boundary: their pause refuses every push
+// (PushPaused, checked under the chunk's lock before it is applied), so
+// once Pause answered, every chunk stays at the version it has, which is
+// the one copied; the (worker, step) dedupe state travels with it
+// (ReplicaChunk.next_steps) and SSP's worker clocks with the job
+// (CarryOver), so a push refused part-way and sent again to the new
+// placement is applied once on every chunk.
 //
 // Chunks local under both placements are not copied: the new job shares
 // them (Job::chunks holds shared pointers), so memory grows by the fetched
@@ -43,7 +50,7 @@ namespace ps {
 namespace internal {
 
 // INVALID_ARGUMENT naming the spec field when `job` cannot be re-placed
-// live: spec.replication > 1, spec.tables, a mode other than BSP.
+// live: spec.replication > 1, spec.tables.
 absl::Status CheckReplaceable(const Job& job);
 
 // INVALID_ARGUMENT naming `epoch` unless it is past the job's placement
@@ -53,16 +60,18 @@ absl::Status CheckNewEpoch(const Job& job, uint64_t epoch);
 // The highest version among the job's local chunks (0 without any).
 uint64_t MaxVersion(const Job& job);
 
-// Whether every local chunk is at version `step` (true without any).
+// BSP: whether every local chunk is at version `step` (true without any).
+// ASP/SSP: true (the caller holds the pause).
 bool Quiesced(const Job& job, uint64_t step);
 
 // Pauses the job at `step` (> 0) for `epoch`: from now on BSP pushes of a
 // step >= `step` are refused. True when every local chunk is at version
 // `step` already (quiesced). FAILED_PRECONDITION naming the chunk, the
 // pause as it was before, when a chunk is past `step` or holds pushes of
-// it. Again with the same (epoch, step): the same answer, nothing changes.
-// A pause for another epoch or step replaces the one held (dropping what
-// was prepared: LiftPause's bytes go to `*released`).
+// it. ASP/SSP: every push is refused from now on, and the job is quiesced
+// at once (`step` only names the pause). Again with the same (epoch, step): the
+// same answer, nothing changes. A pause for another epoch or step replaces the
+// one held (dropping what was prepared: LiftPause's bytes go to `*released`).
 absl::StatusOr<bool> Pause(Job& job, uint64_t epoch, uint64_t step,
                            uint64_t* released)
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(job.replacement.mu);

@@ -210,7 +210,7 @@ absl::Status ValidatePush(Job& job, uint32_t shard_id, uint32_t worker,
                       " is not an active member of job \"", job.id, "\"")));
   }
   if (const uint64_t pause = job.pause_step.load(std::memory_order_acquire);
-      job.mode == BSP && step >= pause) {
+      PushPaused(job.mode, step, pause)) {
     return Reject(job, kPaused, PausedError(job, pause));
   }
   chunks->clear();

@@ -29,11 +29,11 @@ Commands:
                      spec's max_workers; on_worker_failure SHRINK); status
                      shows the progress (docs/OPERATIONS.md "Elastic jobs")
   scale JOB --shards=N
-                     re-place a running BSP job's dense chunks on the
+                     re-place a running job's dense chunks on the
                      first N shards while it trains (the chunks that move
                      are copied at a step boundary); status shows it
   scale JOB --drain=K[,K2]
-                     move a running BSP job's dense chunks off shards K,
+                     move a running job's dense chunks off shards K,
                      K2 onto its other shards (e.g. before taking a server
                      node down); status shows the shards it is left on
   stats              per-shard statistics                 [--json] [--job=JOB]

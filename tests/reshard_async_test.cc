@@ -1,0 +1,155 @@
+// psctl scale --shards of an ASP job, and of an SSP one, on real processes
+// (issue 29): 3 psd + 2 workerd, the job on 2 of the shards, grown onto the
+// third mid-job and shrunk back. Their pause refuses every push; the
+// workers retry, follow the new placement and send the refused step again,
+// and a chunk that took it before the pause drops it as a duplicate (its
+// dedupe state moves with it).
+//
+// The count: under ASP and SSP a chunk's version counts the pushes applied
+// to it, and every worker pushes every chunk each step, so with nothing
+// lost and nothing applied twice every chunk ends at version 2 workers x
+// the steps of each.
+#include <cstdint>
+#include <iostream>
+#include <map>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "gtest/gtest.h"
+#include "proto/coordinator.pb.h"
+#include "tests/job_parameters.h"
+#include "tests/local_cluster.h"
+#include "tests/testing/cluster_fixture.h"
+
+namespace ps {
+namespace {
+
+constexpr uint32_t kWorkers = 2;
+// 4096 examples / (2 workers x 32): 64 steps per worker and epoch.
+constexpr uint64_t kEpochs = 40;
+constexpr uint64_t kStepsPerWorker = 64 * kEpochs;
+
+std::string JobSpecText(const std::string& consistency) {
+  return absl::StrFormat(
+      R"pb(
+        name: "reshard-async"
+        model { mlp { input_dim: 784 hidden: 32 num_classes: 10 } }
+        data {
+          dataset: "synthetic"
+          batch_size: 32
+          synthetic_train: 4096
+          synthetic_test: 512
+          epochs: %d
+        }
+        optimizer { kind: SGD learning_rate: 0.02 }
+        consistency { %s step_deadline_ms: 30000 }
+        num_workers: 2
+        partition_bytes: 16384
+        seed: 11
+        eval_every: 400
+        shards: 2
+      )pb",
+      kEpochs, consistency);
+}
+
+// Scales `job` to `shards` and waits for the move to end; its status.
+ReshardStatus MoveTo(LocalCluster& cluster, const std::string& job,
+                     int shards) {
+  absl::StatusOr<CommandResult> r =
+      cluster.Psctl({"scale", job, absl::StrCat("--shards=", shards)});
+  EXPECT_TRUE(r.ok()) << r.status();
+  if (!r.ok()) return ReshardStatus();
+  EXPECT_EQ(r->exit_code, 0) << r->out << r->err;
+  JobStatus last;
+  absl::StatusOr<JobStatus> s = WaitForJob(
+      cluster, job,
+      [](const JobStatus& js) {
+        const std::string& phase = js.reshard().phase();
+        return phase == "done" || phase.rfind("aborted", 0) == 0 ||
+               phase.rfind("failed", 0) == 0;
+      },
+      absl::Seconds(60), WhileUnreachable::kFail, &last);
+  EXPECT_TRUE(s.ok()) << s.status() << "\n" << cluster.Log("psd0");
+  std::cout << "moved to " << shards
+            << " shards: " << last.reshard().ShortDebugString() << std::endl;
+  return last.reshard();
+}
+
+struct Mode {
+  const char* name;         // the test's directory
+  const char* consistency;  // the spec's consistency fields
+};
+
+class ReshardAsyncTest : public ::testing::TestWithParam<Mode> {};
+
+INSTANTIATE_TEST_SUITE_P(Modes, ReshardAsyncTest,
+                         ::testing::Values(Mode{"asp", "mode: ASP"},
+                                           Mode{"ssp",
+                                                "mode: SSP staleness: 4"}),
+                         [](const ::testing::TestParamInfo<Mode>& info) {
+                           return std::string(info.param.name);
+                         });
+
+TEST_P(ReshardAsyncTest, EveryPushAppliesOnceAcrossTwoMoves) {
+  LocalClusterOptions o;
+  o.shards = 3;
+  LocalCluster cluster(TestDir(GetParam().name), o);
+  ASSERT_TRUE(cluster.Start().ok());
+  absl::StatusOr<RunningJob> job = StartJobUntilStep(
+      cluster, JobSpecText(GetParam().consistency), 3, 60, absl::Seconds(120));
+  ASSERT_TRUE(job.ok()) << job.status();
+  const ReshardStatus grown = MoveTo(cluster, job->id, 3);
+  EXPECT_EQ(grown.phase(), "done");
+  EXPECT_GT(grown.moved_chunks(), 0u);
+  const uint64_t at = JobStep(cluster, job->id);
+  absl::StatusOr<JobStatus> later = WaitForJob(
+      cluster, job->id,
+      [&](const JobStatus& s) { return s.progress().step() >= at + 100; },
+      absl::Seconds(120));
+  ASSERT_TRUE(later.ok()) << later.status();
+  ASSERT_EQ(later->state(), RUNNING)
+      << "the job ended before the second move: " << later->reason()
+      << "\n--- worker0 ---\n"
+      << cluster.Log("worker0") << "\n--- psd1 ---\n"
+      << cluster.Log("psd1");
+  const ReshardStatus shrunk = MoveTo(cluster, job->id, 2);
+  EXPECT_EQ(shrunk.phase(), "done");
+
+  absl::StatusOr<JobStatus> end = WaitForJob(
+      cluster, job->id, [](const JobStatus&) { return false; },
+      absl::Seconds(300));
+  ASSERT_TRUE(end.ok()) << end.status();
+  ASSERT_EQ(end->state(), SUCCEEDED)
+      << end->reason() << "\n--- psd0 ---\n"
+      << cluster.Log("psd0") << "\n--- worker0 ---\n"
+      << cluster.Log("worker0");
+  EXPECT_NE(cluster.Log("worker0").find("re-placed"), std::string::npos);
+
+  const uint64_t applied = kWorkers * kStepsPerWorker;
+  std::map<uint32_t, uint64_t> versions;
+  for (int s : {0, 1}) {
+    absl::Status read = ReadServedVersions(job->addresses[s], job->id,
+                                           shrunk.epoch(), &versions);
+    ASSERT_TRUE(read.ok()) << read;
+  }
+  ASSERT_EQ(versions.size(),
+            static_cast<size_t>(end->placement().chunks_size()));
+  for (const auto& [chunk, version] : versions) {
+    EXPECT_EQ(version, applied)
+        << "chunk " << chunk << ": applied updates != the workers' steps ("
+        << (version < applied ? "lost" : "applied twice") << ")";
+  }
+  if (HasFailure()) {
+    for (const char* name : {"worker0", "worker1", "psd0", "psd1", "psd2"}) {
+      std::cout << "--- " << name << " ---\n" << cluster.Log(name) << "\n";
+    }
+  }
+  std::cout << versions.size() << " chunks, each at version " << applied
+            << " = " << kWorkers << " workers x " << kStepsPerWorker << " steps"
+            << std::endl;
+  EXPECT_TRUE(cluster.Stop().ok());
+}
+
+}  // namespace
+}  // namespace ps

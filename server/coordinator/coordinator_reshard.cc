@@ -169,6 +169,8 @@ absl::Status JobCoordinator::StartReshard(Job& job,
   uint32_t chunks = 0;
   uint64_t bytes = 0;
   CountMoves(from, to, &chunks, &bytes);
+  status.set_moved_chunks(chunks);  // psctl scale prints what will move
+  status.set_moved_bytes(bytes);
   if (chunks == 0 && target == before) {
     // Nothing moves: no pause, no new epoch.
     status.set_reached_s(status.requested_s());

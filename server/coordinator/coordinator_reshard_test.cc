@@ -52,13 +52,15 @@ class ReshardTest : public CoordinatorTest {
   }
 
   absl::Status Scale(const std::string& job, uint32_t shards,
-                     uint32_t workers = 0) {
+                     uint32_t workers = 0, ScaleJobResponse* answer = nullptr) {
     ScaleJobRequest request;
     request.set_job_id(job);
     request.set_shards(shards);
     request.set_workers(workers);
     ScaleJobResponse response;
-    return coord_->ScaleJob(request, &response);
+    const absl::Status st = coord_->ScaleJob(request, &response);
+    if (answer != nullptr) *answer = response;
+    return st;
   }
   absl::Status Drain(const std::string& job, std::vector<uint32_t> ids,
                      uint32_t shards = 0) {
@@ -126,9 +128,13 @@ TEST_F(ReshardTest, GrowsOntoASecondShardAndWorkersGetTheNewPlacement) {
   for (const ChunkPlacement& c : submitted.placement().chunks()) {
     ASSERT_EQ(c.shard(), 0u);
   }
-  ASSERT_TRUE(Scale(job, 2).ok());
+  ScaleJobResponse scaled;
+  ASSERT_TRUE(Scale(job, 2, 0, &scaled).ok());
   const ReshardStatus done = Finished(job);
   EXPECT_EQ(done.phase(), "done");
+  // The answer says at once what will move (psctl scale prints it).
+  EXPECT_EQ(scaled.reshard().moved_chunks(), done.moved_chunks());
+  EXPECT_EQ(scaled.reshard().moved_bytes(), done.moved_bytes());
   EXPECT_EQ(done.from_shards(), 1u);
   EXPECT_EQ(done.target_shards(), 2u);
   EXPECT_EQ(done.epoch(), 1u);

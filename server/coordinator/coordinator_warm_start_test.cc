@@ -133,6 +133,26 @@ TEST_F(SucceededJobsTest, BadSourcesAreRefusedAtSubmitNamingTheTensor) {
   EXPECT_THAT(shards_.TakeCalls(), IsEmpty());
 }
 
+// A source that was moved (psctl scale) lends the new job its shards with
+// its placement; a spec asking for other shards is refused.
+TEST_F(SucceededJobsTest, FromJobTakesTheSourcesShards) {
+  worker_ = Register("host-a");
+  JobSpec first = Spec(1);
+  first.set_shards(1);
+  const std::string source = RunToSuccess(first);
+  SubmitJobResponse response;
+  ASSERT_TRUE(SubmitFromJob(source, Spec(1), &response).ok());
+  EXPECT_EQ(response.spec().shards(), 1u);
+  EXPECT_EQ(Job(response.job_id()).spec().shards(), 1u);
+  JobSpec other = Spec(1);
+  other.set_shards(2);
+  SubmitJobResponse refused;
+  const absl::Status st = SubmitFromJob(source, other, &refused);
+  EXPECT_TRUE(absl::IsInvalidArgument(st)) << st;
+  EXPECT_THAT(std::string(st.message()),
+              HasSubstr(absl::StrCat("shards: the job takes job ", source)));
+}
+
 // A replicated source: its placement's shard may hold a copy a failover
 // left behind (and its backups would not fit this job's placement).
 TEST_F(SucceededJobsTest, AReplicatedJobIsNoSource) {

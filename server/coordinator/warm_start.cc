@@ -1,5 +1,6 @@
 #include "server/coordinator/warm_start.h"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -116,6 +117,24 @@ absl::Status ResolveFromJob(JobTable& jobs, uint32_t kept, JobSpec* spec,
                      OptimizerKind_Name(spec->optimizer().kind()), ", ", job,
                      "'s ", OptimizerKind_Name(theirs.optimizer().kind())));
   }
+  // The chunks stay where the source's are, so the spec names the source's
+  // shards (a later psctl scale reasons from it): moved or drained, they
+  // need not be the first `shards` the new spec asked for.
+  const bool asked = spec->shards() != 0 || spec->shard_ids_size() > 0;
+  if (asked &&
+      (spec->shards() != theirs.shards() ||
+       !std::equal(spec->shard_ids().begin(), spec->shard_ids().end(),
+                   theirs.shard_ids().begin(), theirs.shard_ids().end()))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "shards: the job takes ", job, "'s chunks where they are (shards ",
+        theirs.shards(), theirs.shard_ids_size() > 0 ? ", shard_ids [" : "",
+        absl::StrJoin(theirs.shard_ids(), ", "),
+        theirs.shard_ids_size() > 0 ? "]" : "",
+        "); leave shards and shard_ids unset, or move it after the submit "
+        "(psctl scale)"));
+  }
+  spec->set_shards(theirs.shards());
+  *spec->mutable_shard_ids() = theirs.shard_ids();
   spec->mutable_init()->set_from_job(source->id());
   *placement = source->status.placement();
   return absl::OkStatus();

@@ -31,9 +31,11 @@ absl::Status CheckFromFile(const JobSpec& spec);
 // tensors (names and shapes), partition_bytes and, for optimizer_state,
 // optimizer kind. Then writes its id into spec->init.from_job and gives
 // `placement` the source's, so that each shard finds every chunk it needs
-// in its own copy of the source. INVALID_ARGUMENT starting
-// "init.from_job: " and naming the job (and the tensor) otherwise; OK when
-// init has no from_job.
+// in its own copy of the source, and `spec` the source's shards and
+// shard_ids (where a move may have left its chunks). INVALID_ARGUMENT
+// starting "init.from_job: " and naming the job (and the tensor) otherwise,
+// or "shards: " when `spec` asked for other shards; OK when init has no
+// from_job.
 absl::Status ResolveFromJob(JobTable& jobs, uint32_t kept, JobSpec* spec,
                             Placement* placement);
 

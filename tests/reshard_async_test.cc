@@ -53,29 +53,6 @@ std::string JobSpecText(const std::string& consistency) {
       kEpochs, consistency);
 }
 
-// Scales `job` to `shards` and waits for the move to end; its status.
-ReshardStatus MoveTo(LocalCluster& cluster, const std::string& job,
-                     int shards) {
-  absl::StatusOr<CommandResult> r =
-      cluster.Psctl({"scale", job, absl::StrCat("--shards=", shards)});
-  EXPECT_TRUE(r.ok()) << r.status();
-  if (!r.ok()) return ReshardStatus();
-  EXPECT_EQ(r->exit_code, 0) << r->out << r->err;
-  JobStatus last;
-  absl::StatusOr<JobStatus> s = WaitForJob(
-      cluster, job,
-      [](const JobStatus& js) {
-        const std::string& phase = js.reshard().phase();
-        return phase == "done" || phase.rfind("aborted", 0) == 0 ||
-               phase.rfind("failed", 0) == 0;
-      },
-      absl::Seconds(60), WhileUnreachable::kFail, &last);
-  EXPECT_TRUE(s.ok()) << s.status() << "\n" << cluster.Log("psd0");
-  std::cout << "moved to " << shards
-            << " shards: " << last.reshard().ShortDebugString() << std::endl;
-  return last.reshard();
-}
-
 struct Mode {
   const char* name;         // the test's directory
   const char* consistency;  // the spec's consistency fields
@@ -99,7 +76,7 @@ TEST_P(ReshardAsyncTest, EveryPushAppliesOnceAcrossTwoMoves) {
   absl::StatusOr<RunningJob> job = StartJobUntilStep(
       cluster, JobSpecText(GetParam().consistency), 3, 60, absl::Seconds(120));
   ASSERT_TRUE(job.ok()) << job.status();
-  const ReshardStatus grown = MoveTo(cluster, job->id, 3);
+  const ReshardStatus grown = MoveAndAwait(cluster, job->id, "--shards=3");
   EXPECT_EQ(grown.phase(), "done");
   EXPECT_GT(grown.moved_chunks(), 0u);
   const uint64_t at = JobStep(cluster, job->id);
@@ -113,17 +90,12 @@ TEST_P(ReshardAsyncTest, EveryPushAppliesOnceAcrossTwoMoves) {
       << "\n--- worker0 ---\n"
       << cluster.Log("worker0") << "\n--- psd1 ---\n"
       << cluster.Log("psd1");
-  const ReshardStatus shrunk = MoveTo(cluster, job->id, 2);
+  const ReshardStatus shrunk = MoveAndAwait(cluster, job->id, "--shards=2");
   EXPECT_EQ(shrunk.phase(), "done");
 
-  absl::StatusOr<JobStatus> end = WaitForJob(
-      cluster, job->id, [](const JobStatus&) { return false; },
-      absl::Seconds(300));
-  ASSERT_TRUE(end.ok()) << end.status();
-  ASSERT_EQ(end->state(), SUCCEEDED)
-      << end->reason() << "\n--- psd0 ---\n"
-      << cluster.Log("psd0") << "\n--- worker0 ---\n"
-      << cluster.Log("worker0");
+  absl::StatusOr<JobStatus> end =
+      AwaitSuccess(cluster, job->id, absl::Seconds(300));
+  ASSERT_TRUE(end.ok() && end->state() == SUCCEEDED);
   EXPECT_NE(cluster.Log("worker0").find("re-placed"), std::string::npos);
 
   const uint64_t applied = kWorkers * kStepsPerWorker;

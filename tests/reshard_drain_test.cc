@@ -6,12 +6,10 @@
 // an undisturbed run, shard 1 holding none of its chunks. Bad input exits 2
 // naming why and changes nothing.
 #include <cstdint>
-#include <iostream>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/coordinator.pb.h"
@@ -39,29 +37,9 @@ LocalClusterOptions Options() {
 // psctl scale JOB --drain=IDS: exit code and output.
 CommandResult Drain(LocalCluster& cluster, const std::string& job,
                     const std::string& ids) {
-  absl::StatusOr<CommandResult> r =
-      cluster.Psctl({"scale", job, "--drain=" + ids});
+  absl::StatusOr<CommandResult> r = ScaleShards(cluster, job, "--drain=" + ids);
   EXPECT_TRUE(r.ok()) << r.status();
   return r.ok() ? *r : CommandResult();
-}
-
-// Drains shard 1 of `job` and waits for the move to end; its status.
-ReshardStatus DrainShardOne(LocalCluster& cluster, const std::string& job) {
-  CommandResult r = Drain(cluster, job, "1");
-  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
-  JobStatus last;
-  absl::StatusOr<JobStatus> s = WaitForJob(
-      cluster, job,
-      [](const JobStatus& js) {
-        const std::string& phase = js.reshard().phase();
-        return phase == "done" || phase.rfind("aborted", 0) == 0 ||
-               phase.rfind("failed", 0) == 0;
-      },
-      absl::Seconds(60), WhileUnreachable::kFail, &last);
-  EXPECT_TRUE(s.ok()) << s.status() << "\n" << cluster.Log("psd0");
-  std::cout << "drained shard 1: " << last.reshard().ShortDebugString()
-            << std::endl;
-  return last.reshard();
 }
 
 // Bad input after the drain: refused naming why, exit 2.
@@ -89,7 +67,7 @@ uint64_t TrainOnce(const std::string& name, bool drain) {
   if (!running.ok()) return 0;
   const std::string& job = running->id;
   if (drain) {
-    const ReshardStatus drained = DrainShardOne(cluster, job);
+    const ReshardStatus drained = MoveAndAwait(cluster, job, "--drain=1");
     EXPECT_EQ(drained.phase(), "done");
     EXPECT_EQ(drained.epoch(), 1u);
     EXPECT_GT(drained.moved_chunks(), 0u);
@@ -110,14 +88,9 @@ uint64_t TrainOnce(const std::string& name, bool drain) {
     absl::StatusOr<int> stopped = cluster.shard(1).Stop(absl::Seconds(10));
     EXPECT_TRUE(stopped.ok() && *stopped == 0) << stopped.status();
   }
-  absl::StatusOr<JobStatus> end = WaitForJob(
-      cluster, job, [](const JobStatus&) { return false; }, absl::Seconds(240));
-  EXPECT_TRUE(end.ok()) << end.status();
+  absl::StatusOr<JobStatus> end =
+      AwaitSuccess(cluster, job, absl::Seconds(240));
   if (!end.ok()) return 0;
-  EXPECT_EQ(end->state(), SUCCEEDED)
-      << end->reason() << "\n--- psd0 ---\n"
-      << cluster.Log("psd0") << "\n--- worker0 ---\n"
-      << cluster.Log("worker0");
   EXPECT_EQ(end->progress().step(), kTotalSteps);
   // Shard 1 is down after a drain: the parameters come from 0 and 2 (the
   // placement names no chunk on 1).

@@ -52,12 +52,6 @@ LocalClusterOptions Options() {
   return o;
 }
 
-bool Ended(const ReshardStatus& r) {
-  const std::string& phase = r.phase();
-  return phase == "done" || phase.rfind("aborted", 0) == 0 ||
-         phase.rfind("failed", 0) == 0;
-}
-
 // Waits until the job's move to `shards` shards is no longer in progress
 // (or, with `pausing`, until it paused and waits for the quiesce).
 ReshardStatus AwaitMove(LocalCluster& cluster, const std::string& job,
@@ -67,7 +61,7 @@ ReshardStatus AwaitMove(LocalCluster& cluster, const std::string& job,
       cluster, job,
       [pausing](const JobStatus& js) {
         return pausing ? js.reshard().phase() == "pausing"
-                       : Ended(js.reshard());
+                       : MoveEnded(js.reshard());
       },
       absl::Seconds(60), WhileUnreachable::kFail, &last);
   EXPECT_TRUE(s.ok()) << s.status() << "\n" << cluster.Log("psd0");
@@ -76,7 +70,7 @@ ReshardStatus AwaitMove(LocalCluster& cluster, const std::string& job,
 
 void Scale(LocalCluster& cluster, const std::string& job, int shards) {
   absl::StatusOr<CommandResult> r =
-      cluster.Psctl({"scale", job, absl::StrCat("--shards=", shards)});
+      ScaleShards(cluster, job, absl::StrCat("--shards=", shards));
   ASSERT_TRUE(r.ok()) << r.status();
   ASSERT_EQ(r->exit_code, 0) << r->out << r->err;
 }
@@ -126,19 +120,13 @@ uint64_t TrainOnce(const std::string& name, bool faults) {
     if (::testing::Test::HasFailure()) return 0;
     KillDuringMove(cluster, *running, 1);
     if (::testing::Test::HasFailure()) return 0;
-    Scale(cluster, job, 3);
-    const ReshardStatus grown = AwaitMove(cluster, job, /*pausing=*/false);
+    const ReshardStatus grown = MoveAndAwait(cluster, job, "--shards=3");
     EXPECT_EQ(grown.phase(), "done") << grown.ShortDebugString();
     EXPECT_GT(grown.moved_chunks(), 0u);
   }
-  absl::StatusOr<JobStatus> end = WaitForJob(
-      cluster, job, [](const JobStatus&) { return false; }, absl::Seconds(240));
-  EXPECT_TRUE(end.ok()) << end.status();
+  absl::StatusOr<JobStatus> end =
+      AwaitSuccess(cluster, job, absl::Seconds(240));
   if (!end.ok()) return 0;
-  EXPECT_EQ(end->state(), SUCCEEDED)
-      << end->reason() << "\n--- psd0 ---\n"
-      << cluster.Log("psd0") << "\n--- worker0 ---\n"
-      << cluster.Log("worker0");
   EXPECT_EQ(end->progress().step(), kTotalSteps);
   if (faults) {
     EXPECT_THAT(cluster.Log("psd0"), HasSubstr("aborted"));

@@ -6,7 +6,6 @@
 // equal to an undisturbed run on 2 shards. Bad input exits 2 naming why and
 // changes nothing.
 #include <cstdint>
-#include <iostream>
 #include <string>
 #include <vector>
 
@@ -42,29 +41,9 @@ LocalClusterOptions Options() {
 CommandResult Scale(LocalCluster& cluster, const std::string& job,
                     const std::string& shards) {
   absl::StatusOr<CommandResult> r =
-      cluster.Psctl({"scale", job, "--shards=" + shards});
+      ScaleShards(cluster, job, "--shards=" + shards);
   EXPECT_TRUE(r.ok()) << r.status();
   return r.ok() ? *r : CommandResult();
-}
-
-// Scales to `shards` and waits for the move to be done; its status.
-ReshardStatus MoveTo(LocalCluster& cluster, const std::string& job,
-                     int shards) {
-  CommandResult r = Scale(cluster, job, absl::StrCat(shards));
-  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
-  JobStatus last;
-  absl::StatusOr<JobStatus> s = WaitForJob(
-      cluster, job,
-      [](const JobStatus& js) {
-        const std::string& phase = js.reshard().phase();
-        return phase == "done" || phase.rfind("aborted", 0) == 0 ||
-               phase.rfind("failed", 0) == 0;
-      },
-      absl::Seconds(60), WhileUnreachable::kFail, &last);
-  EXPECT_TRUE(s.ok()) << s.status() << "\n" << cluster.Log("psd0");
-  std::cout << "moved to " << shards
-            << " shards: " << last.reshard().ShortDebugString() << std::endl;
-  return last.reshard();
 }
 
 uint64_t TrainOnce(const std::string& name, bool move) {
@@ -76,7 +55,7 @@ uint64_t TrainOnce(const std::string& name, bool move) {
   if (!running.ok()) return 0;
   const std::string& job = running->id;
   if (move) {
-    const ReshardStatus grown = MoveTo(cluster, job, 3);
+    const ReshardStatus grown = MoveAndAwait(cluster, job, "--shards=3");
     EXPECT_EQ(grown.phase(), "done");
     EXPECT_EQ(grown.epoch(), 1u);
     EXPECT_GT(grown.moved_chunks(), 0u);
@@ -93,7 +72,7 @@ uint64_t TrainOnce(const std::string& name, bool move) {
         [&](const JobStatus& s) { return s.progress().step() >= at + 300; },
         absl::Seconds(120));
     EXPECT_TRUE(later.ok()) << later.status();
-    const ReshardStatus shrunk = MoveTo(cluster, job, 2);
+    const ReshardStatus shrunk = MoveAndAwait(cluster, job, "--shards=2");
     EXPECT_EQ(shrunk.phase(), "done");
     EXPECT_EQ(shrunk.epoch(), 2u);
     absl::StatusOr<CommandResult> status = cluster.Psctl({"status", job});
@@ -102,14 +81,9 @@ uint64_t TrainOnce(const std::string& name, bool move) {
       EXPECT_THAT(status->out, HasSubstr("shards: 3 -> 2, done"));
     }
   }
-  absl::StatusOr<JobStatus> end = WaitForJob(
-      cluster, job, [](const JobStatus&) { return false; }, absl::Seconds(240));
-  EXPECT_TRUE(end.ok()) << end.status();
+  absl::StatusOr<JobStatus> end =
+      AwaitSuccess(cluster, job, absl::Seconds(240));
   if (!end.ok()) return 0;
-  EXPECT_EQ(end->state(), SUCCEEDED)
-      << end->reason() << "\n--- psd0 ---\n"
-      << cluster.Log("psd0") << "\n--- worker0 ---\n"
-      << cluster.Log("worker0");
   EXPECT_EQ(end->progress().step(), kTotalSteps);
   if (move) {
     EXPECT_THAT(cluster.Log("worker0"), HasSubstr("re-placed"));

@@ -1,6 +1,7 @@
 #include "tests/testing/cluster_fixture.h"
 
 #include <filesystem>
+#include <iostream>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -168,6 +169,49 @@ absl::Status KillAndAwaitFailover(LocalCluster& cluster, int s, uint64_t epoch,
   return AwaitLog(cluster, "psd0",
                   absl::StrCat("shard ", s, " failed over at epoch ", epoch),
                   timeout);
+}
+
+absl::StatusOr<CommandResult> ScaleShards(const LocalCluster& cluster,
+                                          const std::string& job,
+                                          const std::string& arg) {
+  return cluster.Psctl({"scale", job, arg});
+}
+
+bool MoveEnded(const ReshardStatus& status) {
+  const std::string& phase = status.phase();
+  return phase == "done" || phase.rfind("aborted", 0) == 0 ||
+         phase.rfind("failed", 0) == 0;
+}
+
+ReshardStatus MoveAndAwait(const LocalCluster& cluster, const std::string& job,
+                           const std::string& arg) {
+  absl::StatusOr<CommandResult> r = ScaleShards(cluster, job, arg);
+  EXPECT_TRUE(r.ok()) << r.status();
+  if (!r.ok()) return ReshardStatus();
+  EXPECT_EQ(r->exit_code, 0) << r->out << r->err;
+  JobStatus last;
+  absl::StatusOr<JobStatus> s = WaitForJob(
+      cluster, job, [](const JobStatus& js) { return MoveEnded(js.reshard()); },
+      absl::Seconds(60), WhileUnreachable::kFail, &last);
+  EXPECT_TRUE(s.ok()) << s.status() << "\n" << cluster.Log("psd0");
+  std::cout << "psctl scale " << job << " " << arg << ": "
+            << last.reshard().ShortDebugString() << std::endl;
+  return last.reshard();
+}
+
+absl::StatusOr<JobStatus> AwaitSuccess(const LocalCluster& cluster,
+                                       const std::string& job,
+                                       absl::Duration timeout) {
+  absl::StatusOr<JobStatus> end = WaitForJob(
+      cluster, job, [](const JobStatus&) { return false; }, timeout);
+  EXPECT_TRUE(end.ok()) << end.status();
+  if (end.ok()) {
+    EXPECT_EQ(end->state(), SUCCEEDED)
+        << end->reason() << "\n--- psd0 ---\n"
+        << cluster.Log("psd0") << "\n--- worker0 ---\n"
+        << cluster.Log("worker0");
+  }
+  return end;
 }
 
 void ClusterTest::SetUp() {

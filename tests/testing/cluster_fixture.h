@@ -120,6 +120,27 @@ std::string ReplicatedMlpJob(const std::string& name, int replication,
 absl::Status KillAndAwaitFailover(LocalCluster& cluster, int s, uint64_t epoch,
                                   absl::Duration timeout);
 
+// Live re-placement (`psctl scale JOB --shards=N` / `--drain=K`): `psctl
+// scale JOB ARG`, its exit code and output.
+absl::StatusOr<CommandResult> ScaleShards(const LocalCluster& cluster,
+                                          const std::string& job,
+                                          const std::string& arg);
+
+// Whether a move is over: done, aborted or failed.
+bool MoveEnded(const ReshardStatus& status);
+
+// `psctl scale JOB ARG`, which must exit 0 (a test failure otherwise), then
+// waits up to 60 s for the move to end; the job's last ReshardStatus
+// (printed).
+ReshardStatus MoveAndAwait(const LocalCluster& cluster, const std::string& job,
+                           const std::string& arg);
+
+// Waits up to `timeout` for `job` to end and returns its status; a test
+// failure carrying psd0's and worker0's logs unless it SUCCEEDED.
+absl::StatusOr<JobStatus> AwaitSuccess(const LocalCluster& cluster,
+                                       const std::string& job,
+                                       absl::Duration timeout);
+
 // A fixture with one LocalCluster per test, in a fresh folder named after
 // the test: started in SetUp (a failure there fails the test), stopped in
 // TearDown (a process that does not exit cleanly fails the test).

@@ -9,7 +9,10 @@
 //   1. the shard the chunks were to move to (psd2) dies: aborted; restarted;
 //   2. a shard that holds chunks (psd1) dies: aborted; restarted, it
 //      restores its checkpoint and the workers resend what it lost;
-//   3. a third move, undisturbed, completes on the restarted shards.
+//   3. psd0 dies, the coordinator with its shard (a coordinator restart in
+//      the middle of a move): restarted, the coordinator finds the move in
+//      its store, not committed, and aborts it on every shard;
+//   4. a fourth move, undisturbed, completes on the restarted shards.
 // Nothing is lost or applied twice: the job ends SUCCEEDED at its full step
 // count with parameters bitwise equal to an undisturbed run's.
 #include <signal.h>
@@ -44,7 +47,8 @@ LocalClusterOptions Options() {
   LocalClusterOptions o;
   o.shards = 3;
   // One folder for every shard: file names carry the shard id.
-  o.psd_extra = "checkpoint_dir: \"ckpt\"";
+  // psd0's coordinator keeps its jobs (and a move) in state_dir's store.
+  o.psd_extra = "checkpoint_dir: \"ckpt\"\nstate_dir: \"state\"";
   // Retries (backoff capped at 2 s) that outlast a restart.
   o.workerd_extra = "rpc_max_attempts: 30";
   // Worker 1 stays stopped for a moment; it must not count as lost.
@@ -63,7 +67,7 @@ ReshardStatus AwaitMove(LocalCluster& cluster, const std::string& job,
         return pausing ? js.reshard().phase() == "pausing"
                        : MoveEnded(js.reshard());
       },
-      absl::Seconds(60), WhileUnreachable::kFail, &last);
+      absl::Seconds(60), WhileUnreachable::kRetry, &last);
   EXPECT_TRUE(s.ok()) << s.status() << "\n" << cluster.Log("psd0");
   return last.reshard();
 }
@@ -75,9 +79,19 @@ void Scale(LocalCluster& cluster, const std::string& job, int shards) {
   ASSERT_EQ(r->exit_code, 0) << r->out << r->err;
 }
 
+// Restarts shard `s` on its port, from its checkpoints.
+void Restart(LocalCluster& cluster, const RunningJob& job, int s) {
+  absl::Status restarted = cluster.StartShard(
+      s, absl::StrCat("listen_address: \"", job.addresses[s], "\""));
+  ASSERT_TRUE(restarted.ok())
+      << restarted << cluster.Log(absl::StrCat("psd", s));
+}
+
 // Moves the job to 3 shards with worker 1 stopped, kills `victim` while the
-// move waits for its quiesce, and checks the move aborted. Then restarts
-// the victim on its port and lets worker 1 go on.
+// move waits for its quiesce, and checks the move aborted; the victim is
+// restarted on its port (psd0, which runs the coordinator, at once: the
+// coordinator it restarts finds the move in its store, not committed, and
+// aborts it). Then worker 1 goes on.
 void KillDuringMove(LocalCluster& cluster, const RunningJob& job, int victim) {
   Subprocess& stopped = cluster.worker(1);
   ASSERT_EQ(kill(stopped.pid(), SIGSTOP), 0);
@@ -88,14 +102,15 @@ void KillDuringMove(LocalCluster& cluster, const RunningJob& job, int victim) {
             << " in the move's quiesce: " << paused.ShortDebugString()
             << std::endl;
   cluster.shard(victim).Kill();
+  if (victim == 0) Restart(cluster, job, 0);
   const ReshardStatus aborted = AwaitMove(cluster, job.id, /*pausing=*/false);
   std::cout << "move with psd" << victim
             << " killed: " << aborted.ShortDebugString() << std::endl;
-  EXPECT_THAT(aborted.phase(),
-              StartsWith(absl::StrCat("aborted: shard ", victim)));
-  absl::Status restarted = cluster.StartShard(
-      victim, absl::StrCat("listen_address: \"", job.addresses[victim], "\""));
-  ASSERT_TRUE(restarted.ok()) << restarted << cluster.Log("psd1");
+  EXPECT_THAT(
+      aborted.phase(),
+      StartsWith(victim == 0 ? std::string("aborted")
+                             : absl::StrCat("aborted: shard ", victim)));
+  if (victim != 0) Restart(cluster, job, victim);
   ASSERT_EQ(kill(stopped.pid(), SIGCONT), 0);
   // Training goes on at the old placement.
   const uint64_t at = JobStep(cluster, job.id);
@@ -119,6 +134,8 @@ uint64_t TrainOnce(const std::string& name, bool faults) {
     KillDuringMove(cluster, *running, 2);
     if (::testing::Test::HasFailure()) return 0;
     KillDuringMove(cluster, *running, 1);
+    if (::testing::Test::HasFailure()) return 0;
+    KillDuringMove(cluster, *running, 0);
     if (::testing::Test::HasFailure()) return 0;
     const ReshardStatus grown = MoveAndAwait(cluster, job, "--shards=3");
     EXPECT_EQ(grown.phase(), "done") << grown.ShortDebugString();

@@ -152,10 +152,13 @@ absl::Status JoinedWorker::Setup() {
   client_options.relocate_signal = relocate_;
   client_options.locate_shards =
       [this](absl::Time deadline) -> absl::StatusOr<ShardAddressesResponse> {
+    // This job's: a failed shard's chunks are served where it holds their
+    // backups.
+    ShardAddressesRequest req;
+    req.set_job_id(assignment_.job_id());
     ShardAddressesResponse resp;
-    PS_RETURN_IF_ERROR(
-        coordinator_.CallUntil(&Coordinator::Stub::GetShardAddresses,
-                               ShardAddressesRequest(), &resp, deadline));
+    PS_RETURN_IF_ERROR(coordinator_.CallUntil(
+        &Coordinator::Stub::GetShardAddresses, req, &resp, deadline));
     return resp;
   };
   PS_ASSIGN_OR_RETURN(std::unique_ptr<AsyncPsClient> client,

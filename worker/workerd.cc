@@ -211,19 +211,22 @@ void Workerd::Leave(const std::string& reason) {
   }
 }
 
-PsClientOptions Workerd::JobClientOptions() {
+PsClientOptions Workerd::JobClientOptions(const std::string& job_id) {
   PsClientOptions options = ClientOptions(config_.workerd);
   options.tracer = &tracer_;
   // A shard that keeps failing is looked for at the coordinator: it may
   // have restarted at another address (worker/client/shard_relocator.h).
   options.locate_shards =
-      [this](absl::Time deadline) -> absl::StatusOr<ShardAddressesResponse> {
+      [this,
+       job_id](absl::Time deadline) -> absl::StatusOr<ShardAddressesResponse> {
     grpc::ClientContext ctx;
     ctx.set_deadline(absl::ToChronoTime(deadline));
     security_.Authorize(&ctx);
+    ShardAddressesRequest req;
+    req.set_job_id(job_id);
     ShardAddressesResponse resp;
-    PS_RETURN_IF_ERROR(FromGrpcStatus(
-        stub_->GetShardAddresses(&ctx, ShardAddressesRequest(), &resp)));
+    PS_RETURN_IF_ERROR(
+        FromGrpcStatus(stub_->GetShardAddresses(&ctx, req, &resp)));
     return resp;
   };
   options.relocate_signal = relocate_;

@@ -134,9 +134,10 @@ class Workerd {
   ElasticBatches::AskPlan DataPlanFor(const Assignment& assignment);
   std::unique_ptr<grpc::ClientContext> NewContext(
       absl::Duration deadline) const;
-  // The job's parameter client options, with shards looked for at the
-  // coordinator (GetShardAddresses) when they keep failing.
-  PsClientOptions JobClientOptions();
+  // Job `job_id`'s parameter client options, with shards looked for at the
+  // coordinator (GetShardAddresses for that job: a failed shard's chunks
+  // are served where the job holds their backups) when they keep failing.
+  PsClientOptions JobClientOptions(const std::string& job_id);
   // Step timelines: uploads tracer_'s spans to the coordinator once its
   // window is complete, or (job_over) whatever the ended job recorded;
   // each window once. Called by the heartbeat thread and RunJob.

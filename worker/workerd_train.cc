@@ -62,7 +62,7 @@ absl::Status Workerd::TrainCtr(
     const std::function<void(const Progress&)>& report, Progress* last) {
   PS_ASSIGN_OR_RETURN(
       std::unique_ptr<GrpcSparseClient> sparse,
-      GrpcSparseClient::Create(JobClientOptions(), a, &security_));
+      GrpcSparseClient::Create(JobClientOptions(a.job_id()), a, &security_));
   const WorkerdConfig& c = config_.workerd;
   CtrTrainer::Options options;
   options.job = a.spec();
@@ -88,8 +88,9 @@ absl::Status Workerd::TrainCtr(
 
 absl::StatusOr<std::unique_ptr<PsClient>> Workerd::StartJobClient(
     const Assignment& a) {
-  PS_ASSIGN_OR_RETURN(std::unique_ptr<PsClient> client,
-                      PsClient::Create(JobClientOptions(), a, &security_));
+  PS_ASSIGN_OR_RETURN(
+      std::unique_ptr<PsClient> client,
+      PsClient::Create(JobClientOptions(a.job_id()), a, &security_));
   absl::MutexLock l(&mu_);
   job_client_ = client->async();
   if (stopping_.HasBeenNotified()) job_client_->CancelAll("workerd stopping");

@@ -299,8 +299,21 @@ class JobCoordinator {
   // RegisterWorker and GetAssignment calls get UNAVAILABLE. Idempotent.
   void Shutdown();
 
-  // Replicated jobs: points each shard failed over at its successor's
-  // address (GetShardAddresses, assignments); unchanged without failovers.
+  // Replicated jobs: where a job's clients reach each shard's chunks now
+  // (assignments, GetShardAddresses with a job id). A shard not in service
+  // that is the primary of chunks of `placement` takes the address of their
+  // acting primary, the shard holding their backups in this job
+  // (ReplicaMonitor::Redirect); unchanged without failovers.
+  void RedirectFailedShards(const Placement& placement,
+                            std::vector<std::string>* addresses) const;
+  // The same for the job `job_id`; NOT_FOUND naming it when there is no
+  // such job (nothing changed).
+  absl::Status RedirectFailedShards(const std::string& job_id,
+                                    std::vector<std::string>* addresses)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // For calls made to every shard (no job): each failed shard takes the
+  // address of the next shard not failed on the cluster's ring, a live
+  // process; no job's chunks are served there.
   void RedirectFailedShards(std::vector<std::string>* addresses) const;
   // The replica view's epoch (0 before any failover).
   uint64_t replica_epoch() const;

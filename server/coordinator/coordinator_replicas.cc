@@ -89,7 +89,7 @@ absl::Status JobCoordinator::StartReplicaMonitor() {
     // Every other shard failed: it stays in service (logged).
     if (!st.ok() && !absl::IsFailedPrecondition(st)) return st;
   }
-  replicas_->Arm(copies);
+  replicas_->Arm();
   return absl::OkStatus();
 }
 
@@ -158,13 +158,34 @@ absl::Status JobCoordinator::RejoinShard(uint32_t shard) {
 
 void JobCoordinator::MaybeArmReplicas(const JobSpec& spec) {
   if (replicas_ != nullptr && spec.replication() > 1) {
-    replicas_->Arm(spec.replication());
+    replicas_->Arm();
   }
 }
 
 void JobCoordinator::RedirectFailedShards(
+    const Placement& placement, std::vector<std::string>* addresses) const {
+  if (replicas_ != nullptr) replicas_->Redirect(&placement, addresses);
+}
+
+absl::Status JobCoordinator::RedirectFailedShards(
+    const std::string& job_id, std::vector<std::string>* addresses) {
+  Placement placement;
+  {
+    absl::MutexLock lock(&mu_);
+    const Job* job = jobs_.Find(job_id);
+    if (job == nullptr) {
+      return absl::NotFoundError(
+          absl::StrCat("job_id: no job \"", job_id, "\""));
+    }
+    placement = job->status.placement();
+  }
+  RedirectFailedShards(placement, addresses);
+  return absl::OkStatus();
+}
+
+void JobCoordinator::RedirectFailedShards(
     std::vector<std::string>* addresses) const {
-  if (replicas_ != nullptr) replicas_->Redirect(addresses);
+  if (replicas_ != nullptr) replicas_->Redirect(nullptr, addresses);
 }
 
 uint64_t JobCoordinator::replica_epoch() const {

@@ -288,7 +288,7 @@ bool JobCoordinator::FillAssignment(const Worker& worker,
   std::vector<std::string> addresses = options_.current_shard_addresses
                                            ? options_.current_shard_addresses()
                                            : options_.shard_addresses;
-  RedirectFailedShards(&addresses);
+  RedirectFailedShards(job->status.placement(), &addresses);
   for (const std::string& address : addresses) a->add_shard_addresses(address);
   a->set_start_step(worker.start_step);
   a->set_elastic_data(UsesElasticData(job->status.spec()));

@@ -19,6 +19,21 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::Not;
 
+// GetShardAddresses for a job (the workers' relocator): an unknown job is
+// refused naming job_id, the addresses left alone; a known job's are the
+// shards' own while nothing failed over.
+TEST_F(CoordinatorTest, AJobsShardAddressesNeedAKnownJob) {
+  const std::string job = Submit(Spec(1));
+  std::vector<std::string> addresses = {"10.0.0.1:7000", "10.0.0.2:7000"};
+  const absl::Status st =
+      coord_->RedirectFailedShards("job-000099", &addresses);
+  EXPECT_EQ(st.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(st.message(), HasSubstr("job_id"));
+  EXPECT_TRUE(coord_->RedirectFailedShards(job, &addresses).ok());
+  EXPECT_THAT(addresses,
+              ::testing::ElementsAre("10.0.0.1:7000", "10.0.0.2:7000"));
+}
+
 TEST_F(CoordinatorTest, LongPollCompletesWhenAnAssignmentAppears) {
   const std::string w = Register("host-a");
   std::unique_ptr<Poll> poll = StartPoll(w, 30000);

@@ -212,10 +212,12 @@ void CheckReplication(const JobSpec& spec, const ValidationContext& ctx,
                                     ctx.num_shards));
   }
   if (k <= 1) return;
-  if (spec.shards() != 0 && k > spec.shards()) {
+  const bool listed = spec.shard_ids_size() > 0;  // backups among them
+  const uint32_t used = listed ? spec.shard_ids_size() : spec.shards();
+  if (used != 0 && k > used) {
     p.Add("replication",
-          absl::StrFormat("%d copies need %d shards, shards is %d", k, k,
-                          spec.shards()));
+          absl::StrFormat("%d copies need %d shards, %s %d", k, k,
+                          listed ? "shard_ids names" : "shards is", used));
   }
   const uint32_t live = ctx.live_shards > 0 ? ctx.live_shards : ctx.num_shards;
   if (k > live) {

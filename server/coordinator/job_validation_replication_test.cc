@@ -74,6 +74,12 @@ TEST(ReplicationValidationTest, RefusesBadInputNamingTheField) {
       {"MoreThanLiveShards",
        [](JobSpec&, ValidationContext& c) { c.live_shards = 1; },
        {"replication: 2 copies need 2 live shards, the cluster has 1"}},
+      {"MoreThanTheJobsShards",
+       [](JobSpec& s, ValidationContext&) { s.set_shards(1); },
+       {"replication: 2 copies need 2 shards, shards is 1"}},
+      {"MoreThanItsShardIds",
+       [](JobSpec& s, ValidationContext&) { s.add_shard_ids(2); },
+       {"replication: 2 copies need 2 shards, shard_ids names 1"}},
   };
   for (const Case& c : cases) {
     JobSpec spec = ReplicatedSpec(2);
@@ -83,6 +89,17 @@ TEST(ReplicationValidationTest, RefusesBadInputNamingTheField) {
                 ::testing::ElementsAreArray(c.problems))
         << c.label;
   }
+}
+
+// The backups follow the ring of the job's shards, whichever they are.
+TEST(ReplicationValidationTest, SomeOfTheShardsAreAccepted) {
+  JobSpec first = ReplicatedSpec(2);
+  first.set_shards(2);
+  EXPECT_THAT(ValidateJobSpec(first, ThreeShards()), IsEmpty());
+  JobSpec listed = ReplicatedSpec(2);
+  listed.add_shard_ids(2);
+  listed.add_shard_ids(1);
+  EXPECT_THAT(ValidateJobSpec(listed, ThreeShards()), IsEmpty());
 }
 
 TEST(ReplicationValidationTest, TopKPushesAreAccepted) {

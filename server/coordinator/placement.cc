@@ -81,11 +81,6 @@ absl::Status CheckShardSet(const JobSpec& spec, uint32_t num_shards) {
         "shards: %d, but shard_ids names %d shards (set one, or both alike)",
         spec.shards(), spec.shard_ids_size()));
   }
-  if (spec.replication() > 1) {
-    return absl::InvalidArgumentError(
-        "shard_ids: not with replication > 1 yet (backups follow the "
-        "cluster's ring); use shards");
-  }
   return absl::OkStatus();
 }
 
@@ -133,18 +128,22 @@ absl::StatusOr<Placement> PlaceChunks(const JobSpec& normalized_spec,
     loads.push(least);
   }
 
-  // Backups on the next shards of the ring: all of a shard's chunks fail
-  // over to one successor (a pure address change for the workers), and each
-  // shard's bytes are its own primaries' plus its k - 1 predecessors',
-  // balanced as those are.
+  // Backups on the next shards of the job's ring (its shards, ascending;
+  // not the cluster's): all of a shard's chunks fail over to one successor
+  // (a pure address change for the job's workers, ReplicaMonitor::Redirect),
+  // and each shard's bytes are its own primaries' plus its k - 1
+  // predecessors', balanced as those are.
   const uint32_t k = std::max<uint32_t>(normalized_spec.replication(), 1);
   if (k > used) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "replication: %d copies need %d shards, got %d", k, k, used));
   }
-  // (Only over shards 0 .. used - 1: CheckShardSet refuses shard_ids.)
+  std::vector<uint32_t> position(num_shards, 0);  // in `shards`, by id
+  for (uint32_t i = 0; i < used; ++i) position[shards[i]] = i;
   for (ChunkPlacement& c : chunks) {
-    for (uint32_t j = 1; j < k; ++j) c.add_backups((c.shard() + j) % used);
+    for (uint32_t j = 1; j < k; ++j) {
+      c.add_backups(shards[(position[c.shard()] + j) % used]);
+    }
   }
 
   Placement placement;

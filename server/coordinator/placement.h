@@ -38,14 +38,15 @@ absl::StatusOr<std::vector<ChunkPlacement>> CutTensorsIntoChunks(
 // shard holding the fewest bytes so far, ties to the lowest shard id (and,
 // among equal-sized chunks, the lowest chunk id goes first). Chunks keep
 // their ids from CutTensorsIntoChunks. Any two shards' bytes differ by at most
-// the largest chunk's bytes. With spec.replication k > 1, each chunk's
-// backups are the k - 1 shards after its primary on the ring (shard + 1,
-// ... mod num_shards), so every shard holds its primaries' bytes plus its
-// k - 1 predecessors'. Fails with INVALID_ARGUMENT when num_shards is 0,
-// k > num_shards, or CutTensorsIntoChunks fails. Pure function; thread-safe.
-// Only the shards of ShardSet(spec, num_shards) get chunks (JobSpec.shards,
-// 0 = all, or JobSpec.shard_ids; CheckShardSet's refusals first);
-// placement.num_shards is the cluster's count.
+// the largest chunk's bytes. Only the shards of ShardSet(spec, num_shards)
+// get chunks (JobSpec.shards, 0 = all, or JobSpec.shard_ids; CheckShardSet's
+// refusals first); placement.num_shards is the cluster's count. With
+// spec.replication k > 1, each chunk's backups are the k - 1 shards after
+// its primary on the ring of that set (ascending, wrapping around; not the
+// cluster's ring), so every shard holds its primaries' bytes plus its k - 1
+// predecessors' in the set. Fails with INVALID_ARGUMENT when num_shards is
+// 0, k > the set's size, or CutTensorsIntoChunks fails. Pure function;
+// thread-safe.
 absl::StatusOr<Placement> PlaceChunks(const JobSpec& normalized_spec,
                                       uint32_t num_shards);
 
@@ -58,9 +59,8 @@ uint32_t UsedShards(const JobSpec& spec, uint32_t num_shards);
 std::vector<uint32_t> ShardSet(const JobSpec& spec, uint32_t num_shards);
 
 // OK, or INVALID_ARGUMENT naming the field: `shards` past num_shards, a
-// shard id past it or named twice, `shards` set and not the size of
-// `shard_ids`, or shard_ids with replication > 1 (backups follow the
-// cluster's ring). Pure.
+// shard id past it or named twice, or `shards` set and not the size of
+// `shard_ids`. Pure.
 absl::Status CheckShardSet(const JobSpec& spec, uint32_t num_shards);
 
 // Whether `shards` (ascending) is 0 .. n - 1: a set JobSpec.shards names.

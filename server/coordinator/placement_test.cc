@@ -393,7 +393,6 @@ TEST(PlaceChunksTest, RefusesBadShardIdsNamingTheField) {
       {{0, 3}, 0, 0, "shard_ids[1]: 3, but the cluster has 3 shards"},
       {{2, 0, 2}, 0, 0, "shard_ids[2]: shard 2 named twice"},
       {{0, 2}, 3, 0, "shards: 3, but shard_ids names 2 shards"},
-      {{0, 2}, 0, 2, "shard_ids: not with replication > 1"},
   };
   for (const Case& c : cases) {
     JobSpec spec = MlpSpec(16 * 1024);

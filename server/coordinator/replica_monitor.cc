@@ -44,9 +44,8 @@ ReplicaMonitor::ReplicaMonitor(Options options)
 
 ReplicaMonitor::~ReplicaMonitor() { Stop(); }
 
-void ReplicaMonitor::Arm(uint32_t copies) {
+void ReplicaMonitor::Arm() {
   absl::MutexLock l(&mu_);
-  copies_ = std::max(copies_, copies);
   if (armed_ || stop_) return;
   armed_ = true;
   spdlog::info(
@@ -331,13 +330,12 @@ absl::Status ReplicaMonitor::FailOver(const std::vector<uint32_t>& dead,
     for (uint32_t s : dead) missed_[s] = options_.misses - 1;
     return st;
   }
-  std::vector<std::string> redirected = options_.addresses();
-  Redirect(&redirected);
   for (uint32_t s : dead) {
+    // Where depends on the job: each chunk's first live copy serves it.
     spdlog::warn(
-        "coordinator: shard {} failed over at epoch {}; its chunks "
-        "are served at {}",
-        s, epoch, redirected[s]);
+        "coordinator: shard {} failed over at epoch {}; each of its "
+        "chunks is served by its first copy left in service",
+        s, epoch);
   }
   return absl::OkStatus();
 }
@@ -362,25 +360,48 @@ uint32_t ReplicaMonitor::live_shards() const {
   return options_.num_shards - static_cast<uint32_t>(sets_.failed.size());
 }
 
-void ReplicaMonitor::Redirect(std::vector<std::string>* addresses) const {
+bool ReplicaMonitor::InServiceLocked(uint32_t shard) const {
+  return !FailedLocked(shard) && !Contains(sets_.joining, shard) &&
+         !Contains(sets_.rejoined, shard);
+}
+
+uint32_t ReplicaMonitor::ActingPrimaryLocked(const ChunkPlacement& c,
+                                             uint32_t none) const {
+  std::vector<uint32_t> copies = {c.shard()};
+  copies.insert(copies.end(), c.backups().begin(), c.backups().end());
+  for (uint32_t t : copies) {
+    if (t < none && InServiceLocked(t)) return t;
+  }
+  // Only copies that came back are left: the first of them takes over.
+  for (uint32_t t : copies) {
+    if (t < none && Contains(sets_.rejoined, t) && !FailedLocked(t)) return t;
+  }
+  return none;
+}
+
+void ReplicaMonitor::Redirect(const Placement* placement,
+                              std::vector<std::string>* addresses) const {
   absl::MutexLock l(&mu_);
   const uint32_t n = static_cast<uint32_t>(addresses->size());
   const std::vector<std::string> original = *addresses;
-  auto in_service = [this](uint32_t t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return !FailedLocked(t) && !Contains(sets_.joining, t) &&
-           !Contains(sets_.rejoined, t);
-  };
-  const uint32_t copies = std::min(copies_, n);
-  for (uint32_t s = 0; s < n; ++s) {
-    if (in_service(s)) continue;
-    // The acting primary of the chunks whose primary is s (ReplicaView).
-    uint32_t to = n;
-    for (uint32_t j = 0; j < copies && to == n; ++j) {
-      if (in_service((s + j) % n)) to = (s + j) % n;
+  // By shard: the first chunk it is the primary of (null: none).
+  std::vector<const ChunkPlacement*> primary_of(n, nullptr);
+  if (placement != nullptr) {
+    for (const ChunkPlacement& c : placement->chunks()) {
+      if (c.shard() < n && primary_of[c.shard()] == nullptr) {
+        primary_of[c.shard()] = &c;
+      }
     }
-    for (uint32_t j = 0; j < copies && to == n; ++j) {
-      const uint32_t t = (s + j) % n;
-      if (Contains(sets_.rejoined, t) && !FailedLocked(t)) to = t;
+  }
+  for (uint32_t s = 0; s < n; ++s) {
+    if (InServiceLocked(s)) continue;
+    uint32_t to = n;
+    if (primary_of[s] != nullptr) {
+      to = ActingPrimaryLocked(*primary_of[s], n);
+    } else if (FailedLocked(s)) {
+      for (uint32_t j = 1; j < n && to == n; ++j) {
+        if (!FailedLocked((s + j) % n)) to = (s + j) % n;
+      }
     }
     if (to < n) (*addresses)[s] = original[to];
   }

@@ -6,9 +6,13 @@
 // the view is the heartbeat. A shard that fails `misses` heartbeats in a
 // row is failed over: a new epoch with it in the failed set is committed
 // (the SQLite store) before any shard hears of it, then sent to every
-// shard. Each chunk's acting primary is then its first copy in service,
-// and Redirect() points the failed shard's address at that successor on
-// the ring, where the workers' relocator finds it.
+// shard. Each chunk's acting primary is then its first copy in service
+// (its ChunkPlacement's primary, then its backups), and Redirect(), per
+// job, points the failed shard's address at the acting primary of the
+// chunks it was the primary of: the shard holding their backups in that
+// job, which is not the cluster's next shard when the job uses some of the
+// shards (JobSpec.shards, shard_ids). The workers' relocator finds it there
+// (GetShardAddresses with the job's id).
 //
 // A failed shard that answers a heartbeat again (restarted, or its link
 // back) rejoins as a backup: `rejoin` registers the running replicated
@@ -19,8 +23,8 @@
 // of a chunk only when no other copy of it is live.
 //
 //   ReplicaMonitor monitor(options);   // epoch and sets as stored
-//   monitor.Arm(2);                     // starts the heartbeat thread
-//   monitor.Redirect(&addresses);       // GetShardAddresses, assignments
+//   monitor.Arm();                      // starts the heartbeat thread
+//   monitor.Redirect(&job.placement(), &addresses);  // a job's addresses
 //
 //   live --(misses)--> failed --(answers, rejoin ok)--> joining
 //     ^                                                    | nobody behind
@@ -56,6 +60,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/defaults.h"
+#include "proto/job.pb.h"
 #include "proto/ps.pb.h"
 
 namespace ps {
@@ -118,9 +123,8 @@ class ReplicaMonitor {
   ReplicaMonitor(const ReplicaMonitor&) = delete;
   ReplicaMonitor& operator=(const ReplicaMonitor&) = delete;
 
-  // Starts the heartbeat thread (idempotent); `copies`: a replicated job's
-  // k, the most seen is what Redirect looks through.
-  void Arm(uint32_t copies) ABSL_LOCKS_EXCLUDED(mu_);
+  // Starts the heartbeat thread (idempotent): a replicated job runs.
+  void Arm() ABSL_LOCKS_EXCLUDED(mu_);
   // Stops it; a beat in flight ends within its deadlines. Idempotent.
   void Stop() ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -138,15 +142,29 @@ class ReplicaMonitor {
   std::vector<uint32_t> failed() const ABSL_LOCKS_EXCLUDED(mu_);
   ReplicaSets sets() const ABSL_LOCKS_EXCLUDED(mu_);
   uint32_t live_shards() const ABSL_LOCKS_EXCLUDED(mu_);
-  // Replaces the address of each shard not in service (failed, joining,
-  // rejoined) with the acting primary's of its chunks: the first of the
-  // next `copies` shards on the ring in service, else the first rejoined
-  // one not failed (unchanged when none is).
-  void Redirect(std::vector<std::string>* addresses) const
+  // Where a job's clients reach each shard's chunks now (`addresses`: the
+  // shards' own, by id). Each shard not in service (failed, joining,
+  // rejoined) that is the primary of chunks of `placement` gets the address
+  // of their acting primary: the first of (primary, backups...) in service,
+  // else the first rejoined one not failed (ReplicaView::ActingPrimary on
+  // the shards; unchanged when no copy is left). Chunks with one primary
+  // have the same backups (PlaceChunks' ring over the job's shards), so one
+  // address serves them all; the first such chunk's copies are used. A
+  // failed shard that is no primary of `placement`'s (null: of any job)
+  // gets the next shard's not failed on the cluster's ring: a live process
+  // for calls made to every shard (psctl trace), where none of the job's
+  // chunks are served.
+  void Redirect(const Placement* placement,
+                std::vector<std::string>* addresses) const
       ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   bool FailedLocked(uint32_t shard) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Neither failed, joining nor rejoined.
+  bool InServiceLocked(uint32_t shard) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The acting primary of `c` (the rule of Redirect), or `none`.
+  uint32_t ActingPrimaryLocked(const ChunkPlacement& c, uint32_t none) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   SetReplicaViewRequest ViewLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Commits and announces `dead` as failed: FAILED_PRECONDITION (nothing
   // changed) if that would fail every shard, the commit's error if it
@@ -188,7 +206,6 @@ class ReplicaMonitor {
   mutable absl::Mutex mu_;
   uint64_t epoch_ ABSL_GUARDED_BY(mu_);
   ReplicaSets sets_ ABSL_GUARDED_BY(mu_);
-  uint32_t copies_ ABSL_GUARDED_BY(mu_) = 2;
   bool armed_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;

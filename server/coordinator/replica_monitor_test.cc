@@ -1,21 +1,39 @@
 // ReplicaMonitor with fake shards and store: a shard that misses the
 // heartbeats is failed over under a new epoch committed before any shard
-// hears of it; a failed commit tells nobody; addresses redirect to the
-// successor on the ring.
+// hears of it; a failed commit tells nobody; a job's addresses redirect to
+// its chunks' acting primaries: the successors on the job's ring.
 #include "server/coordinator/replica_monitor.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "proto/job.pb.h"
+#include "server/coordinator/placement.h"
 
 namespace ps {
 namespace {
 
 using ::testing::ElementsAre;
+
+// A job on every one of 3 shards with k = 2: shard s holds chunk s, its
+// backup on s + 1 (mod 3).
+Placement Ring3() {
+  Placement p;
+  p.set_num_shards(3);
+  for (uint32_t s = 0; s < 3; ++s) {
+    ChunkPlacement* c = p.add_chunks();
+    c->set_chunk_id(s);
+    c->set_shard(s);
+    c->add_backups((s + 1) % 3);
+  }
+  return p;
+}
 
 struct Fake {
   std::vector<bool> down = {false, false, false};
@@ -74,6 +92,7 @@ struct Fake {
 };
 
 TEST(ReplicaMonitorTest, FailsOverAfterTheMissesUnderACommittedEpoch) {
+  const Placement ring = Ring3();
   Fake fake;
   ReplicaMonitor monitor(fake.Options());
   const absl::Time t0 = absl::Now();
@@ -94,11 +113,12 @@ TEST(ReplicaMonitorTest, FailsOverAfterTheMissesUnderACommittedEpoch) {
               ElementsAre(std::make_pair(0u, 0ull), std::make_pair(2u, 0ull),
                           std::make_pair(0u, 1ull), std::make_pair(2u, 1ull)));
   std::vector<std::string> addresses = {"a:0", "b:1", "c:2"};
-  monitor.Redirect(&addresses);
+  monitor.Redirect(&ring, &addresses);
   EXPECT_THAT(addresses, ElementsAre("a:0", "c:2", "c:2"));
 }
 
 TEST(ReplicaMonitorTest, AFailedCommitTellsNobodyAndIsRetried) {
+  const Placement ring = Ring3();
   Fake fake;
   fake.commit_status = absl::UnavailableError("disk full");
   ReplicaMonitor monitor(fake.Options());
@@ -111,7 +131,7 @@ TEST(ReplicaMonitorTest, AFailedCommitTellsNobodyAndIsRetried) {
   monitor.Beat(absl::Now());  // the next miss tries again
   EXPECT_EQ(monitor.epoch(), 1u);
   std::vector<std::string> addresses = {"a:0", "b:1", "c:2"};
-  monitor.Redirect(&addresses);
+  monitor.Redirect(&ring, &addresses);
   EXPECT_THAT(addresses, ElementsAre("a:0", "b:1", "a:0"));
 }
 
@@ -129,6 +149,7 @@ TEST(ReplicaMonitorTest, NeverFailsTheLastShard) {
 }
 
 TEST(ReplicaMonitorTest, AFailedShardThatAnswersRejoinsAndCatchesUp) {
+  const Placement ring = Ring3();
   Fake fake;
   ReplicaMonitor monitor(fake.Options());
   fake.down[1] = true;
@@ -149,7 +170,7 @@ TEST(ReplicaMonitorTest, AFailedShardThatAnswersRejoinsAndCatchesUp) {
   EXPECT_THAT(monitor.sets().joining, ElementsAre(1u));
   EXPECT_TRUE(monitor.failed().empty());
   std::vector<std::string> addresses = {"a:0", "b:1", "c:2"};
-  monitor.Redirect(&addresses);
+  monitor.Redirect(&ring, &addresses);
   EXPECT_THAT(addresses, ElementsAre("a:0", "c:2", "c:2"));
   // Shard 2 still copies to it: no change.
   monitor.Beat(absl::Now());
@@ -163,7 +184,7 @@ TEST(ReplicaMonitorTest, AFailedShardThatAnswersRejoinsAndCatchesUp) {
   EXPECT_THAT(monitor.sets().rejoined, ElementsAre(1u));
   EXPECT_THAT(fake.committed, ElementsAre(1u, 2u, 3u));
   addresses = {"a:0", "b:1", "c:2"};
-  monitor.Redirect(&addresses);
+  monitor.Redirect(&ring, &addresses);
   EXPECT_THAT(addresses, ElementsAre("a:0", "c:2", "c:2"));
   // Shard 2 dies: shard 1 is the only copy of its own chunks left and
   // serves them; shard 2's go to shard 0.
@@ -173,7 +194,7 @@ TEST(ReplicaMonitorTest, AFailedShardThatAnswersRejoinsAndCatchesUp) {
   EXPECT_EQ(monitor.epoch(), 4u);
   EXPECT_THAT(monitor.failed(), ElementsAre(2u));
   addresses = {"a:0", "b:1", "c:2"};
-  monitor.Redirect(&addresses);
+  monitor.Redirect(&ring, &addresses);
   EXPECT_THAT(addresses, ElementsAre("a:0", "b:1", "a:0"));
 }
 
@@ -322,6 +343,122 @@ TEST(ReplicaMonitorTest, AJoiningShardsStaleLaggingReportFailsNobody) {
   ASSERT_THAT(monitor.sets().rejoined, ElementsAre(1u));
   monitor.Beat(absl::Now());
   EXPECT_THAT(monitor.failed(), ElementsAre(2u));
+}
+
+// 16 chunks of one tensor, placed as submit does for `shards` / `ids`
+// (JobSpec.shards, shard_ids) with k copies on `num_shards`.
+Placement PlaceJob(uint32_t num_shards, uint32_t shards,
+                   const std::vector<uint32_t>& ids, uint32_t k) {
+  JobSpec spec;
+  spec.set_partition_bytes(1024);
+  TensorSpec* t = spec.add_tensors();
+  t->set_name("w");
+  t->add_shape(4096);
+  spec.set_shards(shards);
+  for (uint32_t id : ids) spec.add_shard_ids(id);
+  spec.set_replication(k);
+  absl::StatusOr<Placement> p = PlaceChunks(spec, num_shards);
+  EXPECT_TRUE(p.ok()) << p.status();
+  return p.ok() ? *p : Placement();
+}
+
+JobSpec PlaceJobSpec(uint32_t shards, const std::vector<uint32_t>& ids) {
+  JobSpec spec;
+  spec.set_shards(shards);
+  for (uint32_t id : ids) spec.add_shard_ids(id);
+  return spec;
+}
+
+std::vector<std::string> Addresses(uint32_t n) {
+  std::vector<std::string> out;
+  for (uint32_t s = 0; s < n; ++s) out.push_back(absl::StrCat("s", s, ":1"));
+  return out;
+}
+
+// With every shard of the job failed in turn, each of its chunks is
+// reached at its first live copy: for a job on some of the shards that is
+// the next shard of the job, not of the cluster (the cluster's next shard
+// holds none of its copies). Before, `shards: 2` of 3 sent shard 1's
+// chunks to shard 2.
+TEST(ReplicaMonitorTest, AJobsFailedShardIsReachedWhereItsBackupsAre) {
+  struct Case {
+    std::string label;
+    uint32_t num_shards, shards;
+    std::vector<uint32_t> ids;
+    uint32_t k;
+  };
+  const std::vector<Case> cases = {
+      {"every shard of 3", 3, 0, {}, 2},
+      {"shards: 2 of 3", 3, 2, {}, 2},
+      {"shards: 3 of 4, k = 3", 4, 3, {}, 3},
+      {"shard_ids [1, 2] of 3", 3, 0, {1, 2}, 2},
+      {"shard_ids [0, 2, 3] of 4", 4, 0, {0, 2, 3}, 2},
+      {"shard_ids [1, 3] of 4", 4, 0, {1, 3}, 2},
+  };
+  for (const Case& c : cases) {
+    const Placement placement = PlaceJob(c.num_shards, c.shards, c.ids, c.k);
+    ASSERT_GT(placement.chunks_size(), 0) << c.label;
+    for (uint32_t dead = 0; dead < c.num_shards; ++dead) {
+      Fake fake;
+      ReplicaMonitor::Options o = fake.Options();
+      o.num_shards = c.num_shards;
+      o.addresses = [n = c.num_shards] { return Addresses(n); };
+      o.sets.failed = {dead};
+      o.epoch = 1;
+      ReplicaMonitor monitor(o);
+      std::vector<std::string> addresses = Addresses(c.num_shards);
+      monitor.Redirect(&placement, &addresses);
+      for (const ChunkPlacement& chunk : placement.chunks()) {
+        // Its copies lie on the job's shards; the first live one serves it.
+        const uint32_t want =
+            chunk.shard() != dead ? chunk.shard() : chunk.backups(0);
+        EXPECT_EQ(addresses[chunk.shard()], Addresses(c.num_shards)[want])
+            << c.label << ", shard " << dead << " failed, chunk "
+            << chunk.chunk_id();
+        const std::vector<uint32_t> set =
+            ShardSet(PlaceJobSpec(c.shards, c.ids), c.num_shards);
+        for (uint32_t b : chunk.backups()) {
+          EXPECT_NE(std::find(set.begin(), set.end(), b), set.end())
+              << c.label << ": backup " << b << " of chunk " << chunk.chunk_id()
+              << " is not one of the job's shards";
+        }
+      }
+    }
+  }
+  // The case of the review: 3 shards, `shards: 2`, shard 1 failed.
+  Fake fake;
+  ReplicaMonitor::Options o = fake.Options();
+  o.sets.failed = {1};
+  ReplicaMonitor monitor(o);
+  const Placement two = PlaceJob(3, 2, {}, 2);
+  std::vector<std::string> addresses = {"a:0", "b:1", "c:2"};
+  monitor.Redirect(&two, &addresses);
+  EXPECT_THAT(addresses, ElementsAre("a:0", "a:0", "c:2"));
+}
+
+TEST(ReplicaMonitorTest, ShardsAJobDoesNotServeFromGoToALiveShard) {
+  Fake fake;
+  ReplicaMonitor::Options o = fake.Options();
+  o.sets.failed = {2};
+  o.sets.joining = {1};
+  ReplicaMonitor monitor(o);
+  // No job (calls to every shard): a failed shard gets the next live one's
+  // address, a joining one (alive) keeps its own.
+  std::vector<std::string> addresses = {"a:0", "b:1", "c:2"};
+  monitor.Redirect(nullptr, &addresses);
+  EXPECT_THAT(addresses, ElementsAre("a:0", "b:1", "a:0"));
+  // A job on shards 0 and 1 (k = 2): shard 1's chunks at shard 0; shard 2
+  // holds none of them.
+  const Placement two = PlaceJob(3, 2, {}, 2);
+  addresses = {"a:0", "b:1", "c:2"};
+  monitor.Redirect(&two, &addresses);
+  EXPECT_THAT(addresses, ElementsAre("a:0", "a:0", "a:0"));
+  // Without replicas a failed primary's chunks have no other copy: its
+  // address stays (a restart there is where they come back).
+  const Placement single = PlaceJob(3, 0, {}, 1);
+  addresses = {"a:0", "b:1", "c:2"};
+  monitor.Redirect(&single, &addresses);
+  EXPECT_THAT(addresses, ElementsAre("a:0", "b:1", "c:2"));
 }
 
 }  // namespace

@@ -300,7 +300,7 @@ grpc::ServerUnaryReactor* CoordinatorService::GetTrace(
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::GetShardAddresses(
-    grpc::CallbackServerContext* ctx, const ShardAddressesRequest* /*req*/,
+    grpc::CallbackServerContext* ctx, const ShardAddressesRequest* req,
     ShardAddressesResponse* resp) {
   absl::StatusOr<JobCoordinator*> c = Ready(ctx);
   if (!c.ok()) return Finish(ctx, c.status());
@@ -313,7 +313,13 @@ grpc::ServerUnaryReactor* CoordinatorService::GetShardAddresses(
     return Finish(ctx, absl::UnavailableError("shard addresses not known"));
   }
   ShardDirectory::Snapshot now = directory->Current();
-  (*c)->RedirectFailedShards(&now.addresses);
+  if (req->job_id().empty()) {
+    (*c)->RedirectFailedShards(&now.addresses);
+  } else if (absl::Status st =
+                 (*c)->RedirectFailedShards(req->job_id(), &now.addresses);
+             !st.ok()) {
+    return Finish(ctx, st);
+  }
   for (std::string& a : now.addresses) resp->add_addresses(std::move(a));
   for (std::string& p : now.problems) resp->add_problems(std::move(p));
   return Finish(ctx, absl::OkStatus());

@@ -135,9 +135,13 @@ absl::Status GatherFromShards(const Args& a, const std::string& job_id,
         "(they drop a failed or cancelled one); for stopped shards use "
         "--from-checkpoint DIR"));
   }
+  // The job's: a failed shard's chunks are read where it holds their
+  // backups.
+  ShardAddressesRequest where;
+  where.set_job_id(job_id);
   ShardAddressesResponse shards;
-  PS_RETURN_IF_ERROR(client.Call(&Coordinator::Stub::GetShardAddresses,
-                                 ShardAddressesRequest(), &shards));
+  PS_RETURN_IF_ERROR(
+      client.Call(&Coordinator::Stub::GetShardAddresses, where, &shards));
   g->job_id = job_id;
   g->spec = job.spec();
   g->placement = job.placement();

@@ -1,4 +1,4 @@
-// Shard: live re-placement of a BSP job's dense chunks (server/shard.h
+// Shard: live re-placement of a job's dense chunks (server/shard.h
 // Reshard, FetchChunks; the rules are in server/internal/reshard.h). The
 // phases of one job, under its Replacement::mu:
 //
@@ -22,6 +22,7 @@
 #include "server/internal/job.h"
 #include "server/internal/reasons.h"
 #include "server/internal/reshard.h"
+#include "server/internal/reshard_replicas.h"
 #include "server/internal/waits.h"
 #include "spdlog/spdlog.h"
 
@@ -131,6 +132,7 @@ absl::Status Shard::PauseJob(const JobPtr& job, const ReshardRequest& req,
                              ReshardResponse* resp) {
   PS_RETURN_IF_ERROR(internal::CheckReplaceable(*job));
   PS_RETURN_IF_ERROR(internal::CheckNewEpoch(*job, req.epoch()));
+  PS_RETURN_IF_ERROR(internal::CheckCopiesInService(*job, job->placement));
   if (req.pause_step() == 0) {  // the probe: changes nothing
     resp->set_max_version(internal::MaxVersion(*job));
     return absl::OkStatus();
@@ -176,6 +178,10 @@ absl::Status Shard::PrepareJob(const JobPtr& job, const ReshardRequest& req,
   const absl::Time start = absl::Now();
   PS_RETURN_IF_ERROR(internal::CheckReplaceable(*job));
   PS_RETURN_IF_ERROR(internal::CheckNewEpoch(*job, req.epoch()));
+  // Replicated: every copy, old and new, in service (a failover since the
+  // pause aborts the move; the copies it fetches are the acting primary's).
+  PS_RETURN_IF_ERROR(internal::CheckCopiesInService(*job, job->placement));
+  PS_RETURN_IF_ERROR(internal::CheckCopiesInService(*job, req.placement()));
   PS_ASSIGN_OR_RETURN(internal::ReplacementPlan plan,
                       internal::PlanReplacement(*job, req, options_.shard_id,
                                                 checkpointer_->enabled()));

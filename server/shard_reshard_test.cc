@@ -283,7 +283,8 @@ TEST(ShardReshardTest, BadRequestsAreRefusedNamingTheField) {
 TEST(ShardReshardTest, JobsThatCannotBeReplacedAreRefused) {
   Shard shard(ShardOptions{});
   JobSpec tables = SparseSpec(BSP, 2);
-  JobSpec replicated = Spec(BSP, 2);
+  // Replicated jobs move under BSP only (shard_reshard_replicated_test).
+  JobSpec replicated = Spec(ASP, 2);
   replicated.set_replication(2);
   RegisterJobRequest rep = Registration("rep", replicated, 2);
   for (ChunkPlacement& c : *rep.mutable_placement()->mutable_chunks()) {
@@ -291,7 +292,7 @@ TEST(ShardReshardTest, JobsThatCannotBeReplacedAreRefused) {
   }
   const std::vector<std::pair<RegisterJobRequest, std::string>> cases = {
       {Registration("tables", tables), "spec.tables"},
-      {rep, "spec.replication"},
+      {rep, "spec.consistency.mode"},
   };
   for (const auto& [reg, field] : cases) {
     RegisterJobResponse r;

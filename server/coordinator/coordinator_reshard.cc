@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -16,6 +17,7 @@
 #include "server/coordinator/coordinator.h"
 #include "server/coordinator/job_scaling.h"
 #include "server/coordinator/placement.h"
+#include "server/coordinator/replica_monitor.h"
 #include "spdlog/spdlog.h"
 
 namespace ps {
@@ -74,7 +76,15 @@ absl::Status CheckReshard(const JobTable::Job& job, const char* field,
     // The workers' top-k residuals stay with the client they replace.
     return refuse("wire.topk_fraction", "pushes top-k gradients");
   }
-  if (spec.replication() > 1) return refuse("replication", "has replicas");
+  if (spec.replication() > 1 && spec.consistency().mode() != BSP) {
+    // Its backups trail its primaries with no step to meet at.
+    return refuse("replication", "has replicas and is not BSP");
+  }
+  if (spec.replication() > 1 && absl::string_view(field) == "drain") {
+    // Not built for replicas yet: growing and shrinking the first shards
+    // is what is tested (docs/OPERATIONS.md "Replication").
+    return refuse("drain", "has replicas (use --shards)");
+  }
   if (spec.model().has_custom()) {
     return refuse("model.custom", "trains a custom (Python) model");
   }
@@ -144,6 +154,32 @@ std::vector<uint32_t> TargetSet(const ReshardStatus& s) {
   return set;
 }
 
+// FAILED_PRECONDITION naming the shard when a replicated job's shard,
+// before or after the move, is failed over or joining in `replicas` (null:
+// no monitor).
+absl::Status CheckCopiesInService(const JobTable::Job& job,
+                                  const ReplicaMonitor* replicas,
+                                  const std::vector<uint32_t>& before,
+                                  const std::vector<uint32_t>& target) {
+  if (job.status.spec().replication() <= 1 || replicas == nullptr) {
+    return absl::OkStatus();
+  }
+  // Their copies are not in sync: the move waits for them to rejoin (the
+  // shards check it again at PAUSE and PREPARE).
+  const ReplicaSets sets = replicas->sets();
+  for (const auto* set : {&before, &target}) {
+    for (uint32_t s : *set) {
+      const bool failed = absl::c_linear_search(sets.failed, s);
+      if (!failed && !absl::c_linear_search(sets.joining, s)) continue;
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "shards: shard %d is %s (replica epoch %d); replicated job %s "
+          "moves only with every shard it uses in service",
+          s, failed ? "failed over" : "joining", replicas->epoch(), job.id()));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status JobCoordinator::StartReshard(Job& job,
@@ -156,6 +192,8 @@ absl::Status JobCoordinator::StartReshard(Job& job,
   const std::vector<uint32_t> before = ShardSet(job.status.spec(), num_shards_);
   PS_ASSIGN_OR_RETURN(const std::vector<uint32_t> target,
                       TargetShards(job.id(), before, request));
+  PS_RETURN_IF_ERROR(
+      CheckCopiesInService(job, replicas_.get(), before, target));
   const Placement& from = job.status.placement();
   PS_ASSIGN_OR_RETURN(Placement to, RePlaceChunksOnto(from, target));
   ReshardStatus status;

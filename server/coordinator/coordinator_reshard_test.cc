@@ -180,10 +180,26 @@ TEST_F(ReshardTest, RefusalsNameTheFieldAndChangeNothing) {
   EXPECT_THAT(Scale(job, 3).message(), HasSubstr("shards: 3 is outside"));
   EXPECT_THAT(Scale(job, 1, 2).message(),
               HasSubstr("either workers or shards"));
+  // Two copies need two shards.
   absl::Status st = Scale(job, 1);
-  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(st.message(), HasSubstr("replication"));
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(st.message(),
+              HasSubstr("replication: 2 copies need 2 shards, got 1"));
   EXPECT_EQ(Scale("job-000099", 1).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(Job(job).SerializeAsString(), before.SerializeAsString());
+  EXPECT_TRUE(Calls().empty());
+}
+
+TEST_F(ReshardTest, AReplicatedJobNotUnderBspIsRefused) {
+  JobSpec asp = Spec(1);
+  asp.set_replication(2);
+  asp.mutable_consistency()->set_mode(ASP);
+  const std::string job = RunningJob(asp);
+  const JobStatus before = Job(job);
+  const absl::Status st = Scale(job, 1);
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(st.message(), HasSubstr("replication: job " + job +
+                                      " has replicas and is not BSP"));
   EXPECT_EQ(Job(job).SerializeAsString(), before.SerializeAsString());
   EXPECT_TRUE(Calls().empty());
 }
@@ -234,6 +250,33 @@ TEST_F(DrainTest, DrainingTheMiddleShardLeavesTheJobOnTheOthers) {
   EXPECT_EQ(shrunk.target_shard_ids_size(), 0);
   EXPECT_EQ(Job(job).spec().shards(), 2u);
   EXPECT_EQ(Job(job).spec().shard_ids_size(), 0);
+}
+
+// k = 2 from shards 0 and 1 onto all three: the ring over them (each
+// chunk's backup on the next shard), and back; --drain is refused.
+TEST_F(DrainTest, AReplicatedJobMovesOnTheRingOfItsFirstShards) {
+  JobSpec spec = Spec(1);
+  spec.set_replication(2);
+  spec.set_shards(2);
+  const std::string job = RunningJob(spec);
+  const JobStatus before = Job(job);
+  absl::Status st = Drain(job, {1});
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(st.message(),
+              HasSubstr("drain: job " + job + " has replicas (use --shards)"));
+  EXPECT_EQ(Job(job).SerializeAsString(), before.SerializeAsString());
+  for (uint32_t n : {3u, 2u}) {
+    ASSERT_TRUE(Scale(job, n).ok()) << n;
+    EXPECT_EQ(Finished(job).phase(), "done") << n;
+    const JobStatus status = Job(job);
+    EXPECT_EQ(status.spec().shards(), n);
+    EXPECT_EQ(status.spec().shard_ids_size(), 0);
+    EXPECT_EQ(Holding(job).size(), n);
+    for (const ChunkPlacement& c : status.placement().chunks()) {
+      ASSERT_EQ(c.backups_size(), 1);
+      EXPECT_EQ(c.backups(0), (c.shard() + 1) % n) << c.chunk_id();
+    }
+  }
 }
 
 TEST_F(DrainTest, ShardsShrinksAnExplicitSetByItsHighestShard) {

@@ -202,6 +202,121 @@ absl::Status CheckTargetSet(const std::vector<uint32_t>& shards,
   return absl::OkStatus();
 }
 
+// The copies of `p`: (shard, backups...).
+std::vector<uint32_t> CopiesOf(const ChunkPlacement& p) {
+  std::vector<uint32_t> copies = {p.shard()};
+  copies.insert(copies.end(), p.backups().begin(), p.backups().end());
+  return copies;
+}
+
+// A replicated re-placement's ring over the new set `shards` (ascending):
+// the chunk whose primary is shards[i] has its copies on shards[i],
+// shards[i + 1], ... (k of them, mod the set's size), as PlaceChunks lays
+// them over 0 .. used - 1, so every chunk of one primary fails over to the
+// same successor.
+struct Ring {
+  std::vector<uint32_t> shards;
+  uint32_t k = 1;
+
+  uint32_t Copy(uint32_t i, uint32_t j) const {
+    return shards[(i + j) % shards.size()];
+  }
+  // The copies a chunk held before (`old`) lacks with its primary at
+  // shards[i]: those a re-placement fetches.
+  uint32_t NewCopies(const std::vector<uint32_t>& old, uint32_t i) const {
+    uint32_t n = 0;
+    for (uint32_t j = 0; j < k; ++j) {
+      n += std::find(old.begin(), old.end(), Copy(i, j)) == old.end();
+    }
+    return n;
+  }
+};
+
+// Evens out the primaries' bytes (each shard holds its own and its k - 1
+// predecessors' on the ring) by RePlaceChunksOnto's rule: among the chunks
+// of the most loaded shard smaller than its excess over the least loaded,
+// the one whose move adds the fewest copies (largest first) moves there.
+// `at`: each chunk's primary as an index into ring.shards; `index`: a
+// shard's index there.
+void EvenOut(const Ring& ring, const std::vector<uint32_t>& index,
+             const std::vector<std::vector<uint32_t>>& old, ShardLoads& loads,
+             std::vector<uint32_t>& at) {
+  const int k = static_cast<int>(ring.k);
+  for (;;) {
+    const uint32_t from = loads.Most();
+    const uint32_t to = loads.Least();
+    const uint64_t gap = loads.bytes[from] - loads.bytes[to];
+    const auto& held = loads.chunks[from];
+    auto it = held.lower_bound({gap, 0});
+    int best_cost = INT32_MAX;
+    std::pair<uint64_t, uint32_t> best{0, 0};
+    while (it != held.begin()) {
+      --it;
+      if (it->first == 0) break;
+      const uint32_t c = it->second;
+      const int cost = static_cast<int>(ring.NewCopies(old[c], index[to])) -
+                       static_cast<int>(ring.NewCopies(old[c], index[from]));
+      if (cost < best_cost) {
+        best_cost = cost;
+        best = *it;
+      }
+      if (cost == -k) break;  // none does better
+    }
+    // Each move narrows the spread (the chunk is smaller than the gap), so
+    // the sum of squared loads falls and this ends.
+    if (best_cost == INT32_MAX) return;
+    loads.Remove(from, best.first, best.second);
+    loads.Add(to, best.first, best.second);
+    at[best.second] = index[to];
+  }
+}
+
+// RePlaceChunksOnto for a placement with replicas (see placement.h).
+absl::StatusOr<Placement> RePlaceReplicated(
+    const Placement& current, const std::vector<uint32_t>& shards) {
+  const uint32_t k = 1 + current.chunks(0).backups_size();
+  if (k > shards.size()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "replication: %d copies need %d shards, got %d", k, k, shards.size()));
+  }
+  const Ring ring{shards, k};
+  std::vector<uint32_t> index(current.num_shards(), UINT32_MAX);
+  for (uint32_t i = 0; i < shards.size(); ++i) index[shards[i]] = i;
+  const uint32_t n = static_cast<uint32_t>(current.chunks_size());
+  std::vector<std::vector<uint32_t>> old(n);
+  std::vector<uint32_t> at(n);  // each chunk's primary, as a ring index
+  ShardLoads loads(shards, current.num_shards());
+  for (uint32_t c = 0; c < n; ++c) {
+    const ChunkPlacement& p = current.chunks(c);
+    if (p.backups_size() + 1 != static_cast<int>(k)) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "placement.chunks[%d].backups: %d, but chunk 0 has %d", c,
+          p.backups_size(), k - 1));
+    }
+    old[c] = CopiesOf(p);
+    // The primary adding the fewest copies; its own first, then the
+    // lowest in the set.
+    const uint32_t own =
+        p.shard() < index.size() ? index[p.shard()] : UINT32_MAX;
+    uint32_t best = own != UINT32_MAX ? own : 0;
+    for (uint32_t i = 0; i < shards.size(); ++i) {
+      if (ring.NewCopies(old[c], i) < ring.NewCopies(old[c], best)) best = i;
+    }
+    at[c] = best;
+    loads.Add(shards[best], p.length() * 4, c);
+  }
+  EvenOut(ring, index, old, loads, at);
+  Placement next = current;
+  next.set_epoch(current.epoch() + 1);
+  for (uint32_t c = 0; c < n; ++c) {
+    ChunkPlacement& p = *next.mutable_chunks(c);
+    p.set_shard(ring.Copy(at[c], 0));
+    p.clear_backups();
+    for (uint32_t j = 1; j < k; ++j) p.add_backups(ring.Copy(at[c], j));
+  }
+  return next;
+}
+
 }  // namespace
 
 absl::StatusOr<Placement> RePlaceChunks(const Placement& current,
@@ -220,11 +335,8 @@ absl::StatusOr<Placement> RePlaceChunks(const Placement& current,
 absl::StatusOr<Placement> RePlaceChunksOnto(
     const Placement& current, const std::vector<uint32_t>& shards) {
   PS_RETURN_IF_ERROR(CheckTargetSet(shards, current.num_shards()));
-  for (const ChunkPlacement& c : current.chunks()) {
-    if (c.backups_size() > 0) {
-      return absl::InvalidArgumentError(
-          "replication: a job with replicas is not re-placed yet");
-    }
+  if (current.chunks_size() > 0 && current.chunks(0).backups_size() > 0) {
+    return RePlaceReplicated(current, shards);
   }
   std::vector<bool> member(current.num_shards(), false);
   for (uint32_t s : shards) member[s] = true;

@@ -70,16 +70,15 @@ bool IsFirstShards(const std::vector<uint32_t>& shards);
 // set to its size, and shard_ids to it unless IsFirstShards.
 void SetShardSet(const std::vector<uint32_t>& shards, JobSpec* spec);
 
-// `current` (no replicas) re-placed over shards 0 .. used - 1 (`psctl scale
+// `current` re-placed over shards 0 .. used - 1 (`psctl scale
 // --shards` of a job on the first shards), moving few chunks: those on the
 // shards that leave go, largest first, to the least loaded shard; then, while
 // the most loaded shard holds a chunk smaller than its excess over the least
 // loaded one, the largest such chunk moves there. Any two shards' bytes then
 // differ by at most the largest chunk's, as PlaceChunks' do, and a placement
 // already balanced moves nothing. The result's epoch is current.epoch + 1.
-// INVALID_ARGUMENT naming the field for `used` outside [1, num_shards] or
-// replicas. Deterministic; pure. RePlaceChunksOnto(current, {0, ..., used -
-// 1}).
+// INVALID_ARGUMENT naming the field for `used` outside [1, num_shards].
+// Deterministic; pure. RePlaceChunksOnto(current, {0, ..., used - 1}).
 absl::StatusOr<Placement> RePlaceChunks(const Placement& current,
                                         uint32_t used);
 
@@ -88,8 +87,20 @@ absl::StatusOr<Placement> RePlaceChunks(const Placement& current,
 // the chunks on shards not in the set go, largest first, to the least
 // loaded shard of the set (lowest id on ties), then the set is evened out.
 // Chunks already on a shard of the set stay unless evening out moves them.
-// INVALID_ARGUMENT naming `shards` for an empty set, an id past the
-// cluster, not ascending or repeated; `replication` for replicas.
+// With replicas (k copies of each chunk, k > 1) the result keeps
+// PlaceChunks' ring over the new set: the chunk whose primary is the i-th
+// shard of `shards` has its backups on the next k - 1 (mod the set's
+// size), so all of one primary's chunks fail over to one successor. Each
+// chunk first takes the primary whose ring adds the fewest copies it did
+// not hold (its own on ties, then the lowest); then the primaries' bytes
+// are evened out as above, each move taking, among the chunks that fit,
+// the one adding the fewest copies. Any two shards' primary bytes then
+// differ by at most the largest chunk's (their bytes counting every copy,
+// by k times that), and a copy already on its shard stays there (it is
+// not fetched). INVALID_ARGUMENT naming `shards` for an empty set, an id
+// past the cluster, not ascending or repeated; `replication` for a set
+// smaller than k; `placement.chunks[i].backups` for chunks with unequal
+// copy counts.
 absl::StatusOr<Placement> RePlaceChunksOnto(
     const Placement& current, const std::vector<uint32_t>& shards);
 

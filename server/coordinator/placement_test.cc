@@ -349,11 +349,122 @@ TEST(RePlaceChunksTest, RefusesBadShardCountsAndReplicas) {
   ASSERT_TRUE(p.ok());
   EXPECT_THAT(RePlaceChunks(*p, 0).status().message(), HasSubstr("shards: 0"));
   EXPECT_THAT(RePlaceChunks(*p, 4).status().message(), HasSubstr("shards: 4"));
-  spec.set_replication(2);
+  spec.set_replication(3);
   p = PlaceChunks(spec, 3);
   ASSERT_TRUE(p.ok());
+  // Three copies on two shards.
   EXPECT_THAT(RePlaceChunks(*p, 2).status().message(),
-              HasSubstr("replication"));
+              HasSubstr("replication: 3 copies need 3 shards, got 2"));
+  Placement uneven = *p;
+  uneven.mutable_chunks(1)->clear_backups();
+  EXPECT_THAT(RePlaceChunks(uneven, 3).status().message(),
+              HasSubstr("placement.chunks[1].backups"));
+}
+
+// Bytes of the copies (primary and backups) each shard holds.
+std::vector<uint64_t> CopyBytesPerShard(const Placement& p) {
+  std::vector<uint64_t> bytes(p.num_shards(), 0);
+  for (const ChunkPlacement& c : p.chunks()) {
+    bytes[c.shard()] += c.length() * 4;
+    for (uint32_t b : c.backups()) bytes[b] += c.length() * 4;
+  }
+  return bytes;
+}
+
+// Bytes of the copies `b` places on a shard that held no copy of that
+// chunk in `a`: what a re-placement fetches.
+uint64_t FetchedBytes(const Placement& a, const Placement& b) {
+  uint64_t fetched = 0;
+  for (int i = 0; i < b.chunks_size(); ++i) {
+    std::vector<uint32_t> had = {a.chunks(i).shard()};
+    had.insert(had.end(), a.chunks(i).backups().begin(),
+               a.chunks(i).backups().end());
+    std::vector<uint32_t> has = {b.chunks(i).shard()};
+    has.insert(has.end(), b.chunks(i).backups().begin(),
+               b.chunks(i).backups().end());
+    for (uint32_t s : has) {
+      if (std::find(had.begin(), had.end(), s) == had.end()) {
+        fetched += b.chunks(i).length() * 4;
+      }
+    }
+  }
+  return fetched;
+}
+
+struct ReplicatedMove {
+  uint32_t k, from, to;
+};
+
+// Grows and shrinks k = 2 and 3 jobs on the first shards of a 4-shard
+// cluster: the ring over the new shards, balanced, and few copies fetched.
+TEST(RePlaceChunksTest, ReplicatedKeepsTheRingBalancedAndFetchesFew) {
+  for (const ReplicatedMove& m : std::vector<ReplicatedMove>{
+           {2, 2, 3}, {2, 3, 2}, {2, 2, 4}, {2, 4, 3}, {3, 3, 4}, {3, 4, 3}}) {
+    SCOPED_TRACE(::testing::Message()
+                 << "k " << m.k << ", " << m.from << " -> " << m.to);
+    JobSpec spec = MlpSpec(16 * 1024);
+    spec.set_replication(m.k);
+    spec.set_shards(m.from);
+    absl::StatusOr<Placement> a = PlaceChunks(spec, 4);
+    ASSERT_TRUE(a.ok()) << a.status();
+    absl::StatusOr<Placement> b = RePlaceChunks(*a, m.to);
+    ASSERT_TRUE(b.ok()) << b.status();
+    EXPECT_EQ(b->epoch(), 1u);
+    const uint64_t largest = LargestChunkBytes(*b);
+    for (const ChunkPlacement& c : b->chunks()) {
+      ASSERT_LT(c.shard(), m.to);
+      ASSERT_EQ(c.backups_size(), static_cast<int>(m.k - 1));
+      for (int j = 0; j < c.backups_size(); ++j) {
+        // The ring over the new shards, as PlaceChunks lays it: distinct.
+        EXPECT_EQ(c.backups(j), (c.shard() + j + 1) % m.to);
+      }
+    }
+    const std::vector<uint64_t> primaries = BytesPerShard(*b);
+    const std::vector<uint64_t> copies = CopyBytesPerShard(*b);
+    uint64_t total = 0;
+    for (uint32_t s = 0; s < 4; ++s) {
+      if (s >= m.to) {
+        EXPECT_EQ(copies[s], 0u) << s;
+        continue;
+      }
+      total += copies[s];
+      for (uint32_t t = 0; t < m.to; ++t) {
+        EXPECT_LE(primaries[s], primaries[t] + largest) << s << " " << t;
+        EXPECT_LE(copies[s], copies[t] + m.k * largest) << s << " " << t;
+      }
+    }
+    // A new shard's copies are all fetched; a leaving shard's copies must
+    // land where the chunk had none. Few more than that move.
+    uint64_t least = 0;
+    for (uint32_t s = m.from; s < m.to; ++s) least += copies[s];
+    if (m.to < m.from) {
+      for (uint32_t s = m.to; s < m.from; ++s)
+        least += CopyBytesPerShard(*a)[s];
+    }
+    const uint64_t fetched = FetchedBytes(*a, *b);
+    EXPECT_GE(fetched, least);
+    EXPECT_LE(fetched, least + least / 4 + 2 * m.k * largest)
+        << "fetched " << fetched << " of " << total << ", least " << least;
+    // Placed again over the same shards, nothing moves.
+    absl::StatusOr<Placement> again = RePlaceChunks(*b, m.to);
+    ASSERT_TRUE(again.ok());
+    EXPECT_EQ(FetchedBytes(*b, *again), 0u);
+    EXPECT_EQ(Moved(*b, *again), 0);
+  }
+}
+
+// A placement PlaceChunks made over the same shards moves nothing.
+TEST(RePlaceChunksTest, ReplicatedAlreadyPlacedMovesNothing) {
+  for (uint32_t k : {2u, 3u}) {
+    JobSpec spec = MlpSpec(16 * 1024);
+    spec.set_replication(k);
+    absl::StatusOr<Placement> p = PlaceChunks(spec, 3);
+    ASSERT_TRUE(p.ok());
+    absl::StatusOr<Placement> q = RePlaceChunks(*p, 3);
+    ASSERT_TRUE(q.ok());
+    EXPECT_EQ(FetchedBytes(*p, *q), 0u) << k;
+    EXPECT_EQ(Moved(*p, *q), 0) << k;
+  }
 }
 
 TEST(PlaceChunksTest, FirstShardsAsAnExplicitSetPlaceTheSame) {

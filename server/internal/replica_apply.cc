@@ -48,6 +48,29 @@ absl::Status CheckForwardEpoch(Job& job, const ReplicateRequest& req) {
   return absl::OkStatus();
 }
 
+// A forward of another placement than this job's (a live re-placement,
+// reshard.h): a newer one comes from a shard that committed it first, and
+// is retried until this one has; an older one from the job it replaced,
+// whose copies are not these.
+absl::Status CheckPlacementEpoch(Job& job, const ReplicateRequest& req) {
+  const uint64_t mine = job.placement.epoch();
+  if (req.placement_epoch() > mine) {
+    return absl::UnavailableError(
+        absl::StrCat("placement_epoch: ", req.placement_epoch(), " > ", mine,
+                     " of job ", job.id, " on shard ", job.view->self(),
+                     " (not committed here yet); retry"));
+  }
+  if (req.placement_epoch() < mine) {
+    return Refused(job,
+                   absl::FailedPreconditionError(absl::StrCat(
+                       "placement_epoch: ", req.placement_epoch(), " < ", mine,
+                       " of job ", job.id, " on shard ", job.view->self(),
+                       ": a forward of the job it "
+                       "replaced")));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 int CopyIndex(const ChunkPlacement& p, uint32_t shard) {
@@ -186,6 +209,7 @@ absl::Status ApplyReplica(Job& job, const ReplicateRequest& req) {
   const ReplicaView& view = *job.view;
   const uint64_t epoch = view.epoch();
   PS_RETURN_IF_ERROR(CheckForwardEpoch(job, req));
+  PS_RETURN_IF_ERROR(CheckPlacementEpoch(job, req));
   std::vector<Chunk*> chunks;
   for (int i = 0; i < req.chunks_size(); ++i) {
     const ReplicaChunk& r = req.chunks(i);

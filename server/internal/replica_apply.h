@@ -40,7 +40,9 @@ inline constexpr absl::StatusCode kReplicaBaseCode =
 // older than the view's is kReplicaFencedCode if the view failed the
 // sender, else FAILED_PRECONDITION (it has not heard the epoch yet); a
 // newer one UNAVAILABLE so the sender retries once this shard heard of it;
-// a chunk not held here,
+// a forward of another placement epoch than the job's (Placement.epoch,
+// a live re-placement): a newer one UNAVAILABLE, an older one
+// FAILED_PRECONDITION; a chunk not held here,
 // one this shard is acting primary of, one whose acting primary is not
 // req.from_shard, or a wrong size: INVALID_ARGUMENT or FAILED_PRECONDITION
 // naming the field), then stores every chunk newer than what it holds (an

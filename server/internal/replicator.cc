@@ -275,6 +275,7 @@ ReplicateRequest Replicator::CopyBatch(Job& job, std::vector<Forward>& batch,
   req.set_job_id(job.id);
   req.set_epoch(batch.front().epoch);
   req.set_from_shard(view_->self());
+  req.set_placement_epoch(job.placement.epoch());
   for (Forward& f : batch) {
     Chunk& c = *f.chunk;
     const int copy = CopyIndex(c.placement, backup);

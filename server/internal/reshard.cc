@@ -14,6 +14,7 @@
 #include "common/status_macros.h"
 #include "server/internal/registration.h"
 #include "server/internal/replica_apply.h"
+#include "server/internal/reshard_replicas.h"
 
 namespace ps {
 namespace internal {
@@ -106,12 +107,15 @@ void CopyCounters(const Job& old, Job& next) {
 }  // namespace
 
 absl::Status CheckReplaceable(const Job& job) {
-  if (job.replicated) {
+  if (job.replicated && job.mode != BSP) {
+    // Its backups trail its primaries with no step to meet at.
     return Invalid(
-        "spec.replication",
-        absl::StrCat(job.spec.replication(), " copies of job ", job.id,
-                     "'s chunks; a live re-placement moves "
-                     "unreplicated jobs only"));
+        "spec.consistency.mode",
+        absl::StrCat("job ", job.id, " has ", job.spec.replication(),
+                     " copies of its chunks and is ",
+                     ConsistencyMode_Name(job.mode),
+                     "; a live re-placement moves replicated jobs under BSP "
+                     "only"));
   }
   if (job.tables != nullptr) {
     return Invalid("spec.tables",
@@ -261,10 +265,12 @@ absl::StatusOr<ReplacementPlan> PlanReplacement(const Job& old,
                       NewJob(reg, shard_id, can_checkpoint, &local_count));
   plan.held = static_cast<uint32_t>(local_count);
   for (const ChunkPlacement& c : to.chunks()) {
-    if (c.shard() != shard_id || old.LocalChunk(c.chunk_id()) != nullptr) {
+    if (!HoldsCopyOf(c, shard_id) || old.LocalChunk(c.chunk_id()) != nullptr) {
       continue;
     }
-    const uint32_t from = old.placement.chunks(c.chunk_id()).shard();
+    // Replicated: from its acting primary (every copy is at the pause
+    // step; CheckCopiesInService).
+    const uint32_t from = CopySource(old, old.placement.chunks(c.chunk_id()));
     if (from >= static_cast<uint32_t>(req.shard_addresses_size()) ||
         req.shard_addresses(from).empty()) {
       return Invalid("shard_addresses",
@@ -273,6 +279,15 @@ absl::StatusOr<ReplacementPlan> PlanReplacement(const Job& old,
     }
     plan.fetch[from].push_back(c.chunk_id());
     plan.fetch_bytes += ChunkBytes(*plan.job, c.length());
+  }
+  // Copies held here in another role are copied here (BuildChunks): new
+  // memory too until COMMIT frees the old ones.
+  for (const ChunkPlacement& c : to.chunks()) {
+    const Chunk* held = old.LocalChunk(c.chunk_id());
+    if (held != nullptr && HoldsCopyOf(c, shard_id) &&
+        !SameCopies(held->placement, c)) {
+      plan.fetch_bytes += ChunkBytes(*plan.job, c.length());
+    }
   }
   plan.job->restored = old.restored;
   plan.job->restored_from_step = old.restored_from_step;
@@ -370,16 +385,24 @@ absl::StatusOr<FetchTally> BuildChunks(const Job& old, uint64_t step,
     for (uint32_t id : ids) fresh[id] = nullptr;
   }
   job.local.assign(job.placement.chunks_size(), -1);
+  std::vector<Chunk*> created;  // not shared with `old`
   for (const ChunkPlacement& p : job.placement.chunks()) {
-    if (p.shard() != plan.shard_id) continue;
+    if (!HoldsCopyOf(p, plan.shard_id)) continue;
     const uint32_t id = p.chunk_id();
     std::shared_ptr<Chunk> c;
+    Chunk* held = old.LocalChunk(id);  // PlanReplacement: unless fetched
     if (auto it = fresh.find(id); it != fresh.end()) {
       c = std::make_shared<Chunk>(
           NewChunkState(p, *job.optimizer, job.num_workers), active);
       it->second = c.get();
+      created.push_back(c.get());
+    } else if (SameCopies(held->placement, p)) {
+      c = old.chunks[old.local[id]];
     } else {
-      c = old.chunks[old.local[id]];  // PlanReplacement: held here
+      // Held here in another role (replicated): a copy of its own, since a
+      // chunk's acknowledgement state is indexed by its copies.
+      c = CopyLocally(old, *held, job, p, active);
+      created.push_back(c.get());
     }
     job.local[id] = static_cast<int32_t>(job.chunks.size());
     job.chunks.push_back(std::move(c));
@@ -388,8 +411,9 @@ absl::StatusOr<FetchTally> BuildChunks(const Job& old, uint64_t step,
       FetchTally tally,
       FetchAll(job, step, Batches(job, plan, batch_bytes), fetch, fresh));
   InitWorkerState(job, active);
-  if (job.delta_pulls) {
-    for (const auto& [id, c] : fresh) {
+  for (Chunk* c : created) {
+    if (job.replicated) MarkCopiesInSync(*c);
+    if (job.delta_pulls) {
       absl::MutexLock l(&c->mu);
       c->changes.Start(c->state.version, c->length, job.num_workers);
     }

@@ -1,5 +1,6 @@
 #include "server/coordinator/resharder.h"
 
+#include <algorithm>
 #include <thread>
 #include <utility>
 
@@ -16,9 +17,17 @@ void CountMoves(const Placement& from, const Placement& to, uint32_t* chunks,
   *bytes = 0;
   const int n = std::min(from.chunks_size(), to.chunks_size());
   for (int i = 0; i < n; ++i) {
-    if (from.chunks(i).shard() == to.chunks(i).shard()) continue;
-    ++*chunks;
-    *bytes += to.chunks(i).length() * 4;
+    const ChunkPlacement& a = from.chunks(i);
+    const ChunkPlacement& b = to.chunks(i);
+    auto held = [&a](uint32_t s) {
+      return s == a.shard() || std::find(a.backups().begin(), a.backups().end(),
+                                         s) != a.backups().end();
+    };
+    // Each copy (primary or backup) on a shard that held none is fetched.
+    uint32_t gained = held(b.shard()) ? 0 : 1;
+    for (uint32_t s : b.backups()) gained += held(s) ? 0 : 1;
+    *chunks += gained;
+    *bytes += gained * b.length() * 4;
   }
 }
 

@@ -113,7 +113,9 @@ class Resharder {
   const Hooks hooks_;
 };
 
-// The chunks and bytes whose shard differs between `from` and `to`.
+// The chunk copies (primaries and backups) that `to` puts on a shard which
+// held no copy of that chunk under `from` (those the shards fetch), and
+// their bytes.
 void CountMoves(const Placement& from, const Placement& to, uint32_t* chunks,
                 uint64_t* bytes);
 

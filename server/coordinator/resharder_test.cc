@@ -19,7 +19,7 @@ using ::testing::HasSubstr;
 class FakeShards {
  public:
   explicit FakeShards(std::vector<uint64_t> versions)
-      : versions_(std::move(versions)) {}
+      : versions_(std::move(versions)), jumps_(versions_.size(), 0) {}
 
   absl::Status Call(uint32_t shard, const ReshardRequest& r,
                     ReshardResponse* out) {
@@ -33,8 +33,10 @@ class FakeShards {
           out->set_max_version(v);
           return absl::OkStatus();
         }
-        v += jump_;  // the job ran on between the probe and the first pause
-        jump_ = 0;
+        // The job ran on between the probe and the first pause (per shard:
+        // the calls to the shards run on threads of their own).
+        v += jumps_[shard];
+        jumps_[shard] = 0;
         if (v > r.pause_step()) {
           return absl::FailedPreconditionError("already past");
         }
@@ -59,14 +61,14 @@ class FakeShards {
     }
     return out;
   }
-  void set_jump(uint64_t j) { jump_ = j; }
+  void set_jump(uint32_t shard, uint64_t j) { jumps_[shard] = j; }
   void set_fail_prepare(int shard) { fail_prepare_ = shard; }
 
  private:
   absl::Mutex mu_;
   std::vector<uint64_t> versions_;
   std::vector<std::string> calls_;
-  uint64_t jump_ = 0;
+  std::vector<uint64_t> jumps_;
   int fail_prepare_ = -1;
 };
 
@@ -115,6 +117,37 @@ Moved Move(FakeShards& shards) {
   return run;
 }
 
+// Copies fetched: a chunk whose shard changes, and with backups each copy
+// on a shard that held none of that chunk (a role change is no fetch).
+TEST(CountMovesTest, CountsTheCopiesAShardGains) {
+  Placement from;
+  from.set_num_shards(3);
+  for (uint32_t i = 0; i < 2; ++i) {
+    ChunkPlacement* c = from.add_chunks();
+    c->set_chunk_id(i);
+    c->set_shard(0);
+    c->set_length(10);
+  }
+  Placement to = from;
+  to.mutable_chunks(1)->set_shard(1);
+  uint32_t chunks = 0;
+  uint64_t bytes = 0;
+  CountMoves(from, to, &chunks, &bytes);
+  EXPECT_EQ(chunks, 1u);
+  EXPECT_EQ(bytes, 40u);
+  // k = 2: chunk 0 on (0, 1) becomes (1, 0), a swap of roles; chunk 1 on
+  // (0, 1) becomes (1, 2), one copy gained on shard 2.
+  for (ChunkPlacement& c : *from.mutable_chunks()) c.add_backups(1);
+  to = from;
+  to.mutable_chunks(0)->set_shard(1);
+  to.mutable_chunks(0)->set_backups(0, 0);
+  to.mutable_chunks(1)->set_shard(1);
+  to.mutable_chunks(1)->set_backups(0, 2);
+  CountMoves(from, to, &chunks, &bytes);
+  EXPECT_EQ(chunks, 1u);
+  EXPECT_EQ(bytes, 40u);
+}
+
 TEST(ResharderTest, PausesPastTheHighestVersionCopiesAndCommits) {
   FakeShards shards({7, 5});
   Moved run = Move(shards);
@@ -134,7 +167,7 @@ TEST(ResharderTest, PausesPastTheHighestVersionCopiesAndCommits) {
 
 TEST(ResharderTest, AShardAlreadyPastThePauseStepMovesItFurther) {
   FakeShards shards({7, 5});
-  shards.set_jump(3);  // past 7 + 2 by the time the pause arrives
+  shards.set_jump(0, 3);  // past 7 + 2 by the time the pause arrives
   Moved run = Move(shards);
   EXPECT_EQ(run.status.phase(), "done");
   // The first pause was refused and lifted, the next one 4x further ahead.

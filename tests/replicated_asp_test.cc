@@ -19,7 +19,6 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
@@ -39,45 +38,10 @@ constexpr uint64_t kEpochs = 12;
 constexpr uint64_t kStepsPerWorker = 64 * kEpochs;
 constexpr uint64_t kKillAfterStep = 60;
 
-// `consistency` is the spec's consistency block's body.
-std::string JobSpecText(const std::string& consistency) {
-  return absl::StrFormat(
-      R"pb(
-        name: "replicated-async"
-        model { mlp { input_dim: 784 hidden: 32 num_classes: 10 } }
-        data {
-          dataset: "synthetic"
-          batch_size: 32
-          synthetic_train: 4096
-          synthetic_test: 512
-          epochs: %d
-        }
-        optimizer { kind: SGD learning_rate: 0.02 }
-        consistency { %s step_deadline_ms: 30000 }
-        num_workers: 2
-        partition_bytes: 16384
-        seed: 11
-        eval_every: 400
-        replication: 2
-      )pb",
-      kEpochs, consistency);
-}
-
-// ASP, and SSP with a staleness bound (its clock waits ride the failover).
-struct Mode {
-  const char* name;         // the test's directory
-  const char* consistency;  // the spec's consistency fields
-};
-
-class ReplicatedAsyncTest : public ::testing::TestWithParam<Mode> {};
+class ReplicatedAsyncTest : public ::testing::TestWithParam<AsyncMode> {};
 
 INSTANTIATE_TEST_SUITE_P(Modes, ReplicatedAsyncTest,
-                         ::testing::Values(Mode{"asp", "mode: ASP"},
-                                           Mode{"ssp",
-                                                "mode: SSP staleness: 4"}),
-                         [](const ::testing::TestParamInfo<Mode>& info) {
-                           return std::string(info.param.name);
-                         });
+                         ::testing::ValuesIn(AsyncModes()), AsyncModeName);
 
 TEST_P(ReplicatedAsyncTest, KilledPrimaryLosesNoAcknowledgedPush) {
   LocalClusterOptions o;
@@ -87,8 +51,10 @@ TEST_P(ReplicatedAsyncTest, KilledPrimaryLosesNoAcknowledgedPush) {
   LocalCluster cluster(TestDir(absl::StrCat(GetParam().name, "-killed")), o);
   ASSERT_TRUE(cluster.Start().ok());
   absl::StatusOr<RunningJob> job =
-      StartJobUntilStep(cluster, JobSpecText(GetParam().consistency), kShards,
-                        kKillAfterStep, absl::Seconds(120));
+      StartJobUntilStep(cluster,
+                        AsyncMlpJob("replicated-async", GetParam().consistency,
+                                    kEpochs, "replication: 2"),
+                        kShards, kKillAfterStep, absl::Seconds(120));
   ASSERT_TRUE(job.ok()) << job.status();
   const absl::Time killed_at = absl::Now();
   absl::Status failed_over =

@@ -15,7 +15,6 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
 #include "proto/coordinator.pb.h"
 #include "tests/job_parameters.h"
@@ -30,66 +29,27 @@ constexpr uint32_t kWorkers = 2;
 constexpr uint64_t kEpochs = 40;
 constexpr uint64_t kStepsPerWorker = 64 * kEpochs;
 
-std::string JobSpecText(const std::string& consistency) {
-  return absl::StrFormat(
-      R"pb(
-        name: "reshard-async"
-        model { mlp { input_dim: 784 hidden: 32 num_classes: 10 } }
-        data {
-          dataset: "synthetic"
-          batch_size: 32
-          synthetic_train: 4096
-          synthetic_test: 512
-          epochs: %d
-        }
-        optimizer { kind: SGD learning_rate: 0.02 }
-        consistency { %s step_deadline_ms: 30000 }
-        num_workers: 2
-        partition_bytes: 16384
-        seed: 11
-        eval_every: 400
-        shards: 2
-      )pb",
-      kEpochs, consistency);
-}
-
-struct Mode {
-  const char* name;         // the test's directory
-  const char* consistency;  // the spec's consistency fields
-};
-
-class ReshardAsyncTest : public ::testing::TestWithParam<Mode> {};
+class ReshardAsyncTest : public ::testing::TestWithParam<AsyncMode> {};
 
 INSTANTIATE_TEST_SUITE_P(Modes, ReshardAsyncTest,
-                         ::testing::Values(Mode{"asp", "mode: ASP"},
-                                           Mode{"ssp",
-                                                "mode: SSP staleness: 4"}),
-                         [](const ::testing::TestParamInfo<Mode>& info) {
-                           return std::string(info.param.name);
-                         });
+                         ::testing::ValuesIn(AsyncModes()), AsyncModeName);
 
 TEST_P(ReshardAsyncTest, EveryPushAppliesOnceAcrossTwoMoves) {
   LocalClusterOptions o;
   o.shards = 3;
   LocalCluster cluster(TestDir(GetParam().name), o);
   ASSERT_TRUE(cluster.Start().ok());
-  absl::StatusOr<RunningJob> job = StartJobUntilStep(
-      cluster, JobSpecText(GetParam().consistency), 3, 60, absl::Seconds(120));
+  absl::StatusOr<RunningJob> job =
+      StartJobUntilStep(cluster,
+                        AsyncMlpJob("reshard-async", GetParam().consistency,
+                                    kEpochs, "shards: 2"),
+                        3, 60, absl::Seconds(120));
   ASSERT_TRUE(job.ok()) << job.status();
   const ReshardStatus grown = MoveAndAwait(cluster, job->id, "--shards=3");
   EXPECT_EQ(grown.phase(), "done");
   EXPECT_GT(grown.moved_chunks(), 0u);
-  const uint64_t at = JobStep(cluster, job->id);
-  absl::StatusOr<JobStatus> later = WaitForJob(
-      cluster, job->id,
-      [&](const JobStatus& s) { return s.progress().step() >= at + 100; },
-      absl::Seconds(120));
-  ASSERT_TRUE(later.ok()) << later.status();
-  ASSERT_EQ(later->state(), RUNNING)
-      << "the job ended before the second move: " << later->reason()
-      << "\n--- worker0 ---\n"
-      << cluster.Log("worker0") << "\n--- psd1 ---\n"
-      << cluster.Log("psd1");
+  RunFor(cluster, job->id, 100);
+  if (HasFailure()) return;
   const ReshardStatus shrunk = MoveAndAwait(cluster, job->id, "--shards=2");
   EXPECT_EQ(shrunk.phase(), "done");
 

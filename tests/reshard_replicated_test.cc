@@ -40,17 +40,6 @@ LocalClusterOptions Options() {
   return o;
 }
 
-// Waits until `job` reports `steps` more steps than now (bounded).
-void RunFor(const LocalCluster& cluster, const std::string& job,
-            uint64_t steps) {
-  const uint64_t at = JobStep(cluster, job);
-  absl::StatusOr<JobStatus> later = WaitForJob(
-      cluster, job,
-      [&](const JobStatus& s) { return s.progress().step() >= at + steps; },
-      absl::Seconds(120));
-  EXPECT_TRUE(later.ok()) << later.status();
-}
-
 // Moves `job` to `shards` shards; the move must complete at `epoch`.
 void Move(const LocalCluster& cluster, const std::string& job, int shards,
           uint64_t epoch) {

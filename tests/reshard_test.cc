@@ -66,12 +66,7 @@ uint64_t TrainOnce(const std::string& name, bool move) {
     r = Scale(cluster, "job-000042", "2");
     EXPECT_EQ(r.exit_code, 2);
     EXPECT_THAT(r.err, HasSubstr("job-000042"));
-    const uint64_t at = JobStep(cluster, job);
-    absl::StatusOr<JobStatus> later = WaitForJob(
-        cluster, job,
-        [&](const JobStatus& s) { return s.progress().step() >= at + 300; },
-        absl::Seconds(120));
-    EXPECT_TRUE(later.ok()) << later.status();
+    RunFor(cluster, job, 300);
     const ReshardStatus shrunk = MoveAndAwait(cluster, job, "--shards=2");
     EXPECT_EQ(shrunk.phase(), "done");
     EXPECT_EQ(shrunk.epoch(), 2u);

@@ -163,12 +163,56 @@ std::string ReplicatedMlpJob(const std::string& name, int replication,
       eval_every, "\nreplication: ", replication, "\n");
 }
 
+std::string AsyncMlpJob(const std::string& name, const std::string& consistency,
+                        int epochs, const std::string& extra) {
+  return absl::StrCat(
+      R"pb(name: ")pb", name,
+      R"pb("
+           model { mlp { input_dim: 784 hidden: 32 num_classes: 10 } }
+           data { dataset: "synthetic" batch_size: 32 synthetic_train: 4096
+                  synthetic_test: 512
+                  epochs:)pb",
+      epochs, R"pb(}
+                   optimizer { kind: SGD learning_rate: 0.02 }
+       consistency { )pb",
+      consistency, R"pb(                                                 step_deadline_ms: 30000 }
+                                                                         num_workers: 2
+       partition_bytes: 16384
+       seed: 11
+       eval_every: 400
+  )pb",
+      extra, "\n");
+}
+
+std::vector<AsyncMode> AsyncModes() {
+  return {{"asp", "mode: ASP"}, {"ssp", "mode: SSP staleness: 4"}};
+}
+
+std::string AsyncModeName(const ::testing::TestParamInfo<AsyncMode>& info) {
+  return info.param.name;
+}
+
 absl::Status KillAndAwaitFailover(LocalCluster& cluster, int s, uint64_t epoch,
                                   absl::Duration timeout) {
   cluster.shard(s).Kill();
   return AwaitLog(cluster, "psd0",
                   absl::StrCat("shard ", s, " failed over at epoch ", epoch),
                   timeout);
+}
+
+void RunFor(const LocalCluster& cluster, const std::string& job,
+            uint64_t steps) {
+  const uint64_t at = JobStep(cluster, job);
+  absl::StatusOr<JobStatus> later = WaitForJob(
+      cluster, job,
+      [&](const JobStatus& s) { return s.progress().step() >= at + steps; },
+      absl::Seconds(120));
+  EXPECT_TRUE(later.ok()) << later.status() << "\n" << cluster.Log("worker0");
+  if (!later.ok()) return;
+  EXPECT_EQ(later->state(), RUNNING)
+      << "the job ended within " << steps << " steps of step " << at << ": "
+      << later->reason() << "\n--- worker0 ---\n"
+      << cluster.Log("worker0");
 }
 
 absl::StatusOr<CommandResult> ScaleShards(const LocalCluster& cluster,

@@ -115,10 +115,32 @@ absl::StatusOr<RunningJob> StartJobUntilStep(const LocalCluster& cluster,
 std::string ReplicatedMlpJob(const std::string& name, int replication,
                              int epochs = 3, int eval_every = 20);
 
+// The asynchronous tests' job: a synthetic MLP (784-32-10, 4096 examples,
+// 2 workers x 32: 64 steps per worker and epoch, SGD at 0.02, seed 11)
+// named `name`, with `consistency` the body of its consistency block (and
+// step_deadline_ms 30000), `epochs` epochs and `extra` more spec fields.
+std::string AsyncMlpJob(const std::string& name, const std::string& consistency,
+                        int epochs, const std::string& extra);
+
+// The modes the asynchronous tests run in: ASP, and SSP with staleness 4.
+struct AsyncMode {
+  const char* name;         // the test's directory
+  const char* consistency;  // the spec's consistency fields
+};
+std::vector<AsyncMode> AsyncModes();
+// The test name's suffix: the mode's name.
+std::string AsyncModeName(const ::testing::TestParamInfo<AsyncMode>& info);
+
 // Replicated jobs: SIGKILLs shard `s` and waits up to `timeout` for the
 // coordinator (psd0) to log that it failed it over at `epoch`.
 absl::Status KillAndAwaitFailover(LocalCluster& cluster, int s, uint64_t epoch,
                                   absl::Duration timeout);
+
+// Waits up to 120 s until `job` reports `steps` more steps than it does
+// now, running: a test failure naming the reason (with worker0's log)
+// otherwise.
+void RunFor(const LocalCluster& cluster, const std::string& job,
+            uint64_t steps);
 
 // Live re-placement (`psctl scale JOB --shards=N` / `--drain=K`): `psctl
 // scale JOB ARG`, its exit code and output.

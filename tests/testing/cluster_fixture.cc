@@ -166,22 +166,14 @@ std::string ReplicatedMlpJob(const std::string& name, int replication,
 std::string AsyncMlpJob(const std::string& name, const std::string& consistency,
                         int epochs, const std::string& extra) {
   return absl::StrCat(
-      R"pb(name: ")pb", name,
-      R"pb("
-           model { mlp { input_dim: 784 hidden: 32 num_classes: 10 } }
-           data { dataset: "synthetic" batch_size: 32 synthetic_train: 4096
-                  synthetic_test: 512
-                  epochs:)pb",
-      epochs, R"pb(}
-                   optimizer { kind: SGD learning_rate: 0.02 }
-       consistency { )pb",
-      consistency, R"pb(                                                 step_deadline_ms: 30000 }
-                                                                         num_workers: 2
-       partition_bytes: 16384
-       seed: 11
-       eval_every: 400
-  )pb",
-      extra, "\n");
+      "name: \"", name, "\"\n",
+      "model { mlp { input_dim: 784 hidden: 32 num_classes: 10 } }\n",
+      "data { dataset: \"synthetic\" batch_size: 32 synthetic_train: 4096 ",
+      "synthetic_test: 512 epochs: ", epochs, " }\n",
+      "optimizer { kind: SGD learning_rate: 0.02 }\n", "consistency { ",
+      consistency, " step_deadline_ms: 30000 }\n",
+      "num_workers: 2 partition_bytes: 16384 seed: 11 eval_every: 400\n", extra,
+      "\n");
 }
 
 std::vector<AsyncMode> AsyncModes() {

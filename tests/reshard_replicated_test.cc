@@ -1,10 +1,11 @@
 // psctl scale --shards of a replicated job on real processes (issue 29): a
 // synthetic BSP MLP with `replication: 2` submitted on 2 of 3 shards grows
-// onto the third, shrinks back to 2 and grows to 3 again mid-job; each move
-// carries every copy (primary and backup) onto the ring over the new
-// shards. Then shard 1 is killed: its backups on shard 2 take over. The job
-// ends SUCCEEDED with parameters bitwise equal to an undisturbed k = 2 run
-// on 2 shards.
+// onto the third, shrinks back to 2, grows to 3 again and has shard 1
+// drained (psctl scale --drain=1) mid-job; each move carries every copy
+// (primary and backup) onto the ring over the new shards. Then shard 2 is
+// killed: on the ring over [0, 2] its backups are on shard 0, which takes
+// over. The job ends SUCCEEDED with parameters bitwise equal to an
+// undisturbed k = 2 run on 2 shards.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -40,11 +41,10 @@ LocalClusterOptions Options() {
   return o;
 }
 
-// Moves `job` to `shards` shards; the move must complete at `epoch`.
-void Move(const LocalCluster& cluster, const std::string& job, int shards,
-          uint64_t epoch) {
-  const ReshardStatus r =
-      MoveAndAwait(cluster, job, absl::StrCat("--shards=", shards));
+// `psctl scale JOB ARG`; the move must complete at `epoch`.
+void Move(const LocalCluster& cluster, const std::string& job,
+          const std::string& arg, uint64_t epoch) {
+  const ReshardStatus r = MoveAndAwait(cluster, job, arg);
   EXPECT_EQ(r.phase(), "done") << cluster.Log("psd0");
   EXPECT_EQ(r.epoch(), epoch);
   EXPECT_GT(r.moved_chunks(), 0u);
@@ -60,23 +60,25 @@ uint64_t TrainOnce(const std::string& name, bool move) {
   const std::string& job = running->id;
   std::vector<std::string> live = running->addresses;
   if (move) {
-    Move(cluster, job, 3, 1);
+    Move(cluster, job, "--shards=3", 1);
     RunFor(cluster, job, 150);
-    Move(cluster, job, 2, 2);
+    Move(cluster, job, "--shards=2", 2);
     RunFor(cluster, job, 150);
-    Move(cluster, job, 3, 3);
+    Move(cluster, job, "--shards=3", 3);
+    RunFor(cluster, job, 100);
+    Move(cluster, job, "--drain=1", 4);
     RunFor(cluster, job, 50);
     EXPECT_LT(JobStep(cluster, job), kTotalSteps - 200)
         << "the job is nearly done before the kill (a machine too slow "
            "for this test's timing)";
-    // On the ring over 3 shards shard 1's chunks have their backups on
-    // shard 2.
+    // On the ring over [0, 2] shard 2's chunks have their backups on
+    // shard 0.
     const absl::Status failed =
-        KillAndAwaitFailover(cluster, 1, 1, absl::Seconds(30));
+        KillAndAwaitFailover(cluster, 2, 1, absl::Seconds(30));
     EXPECT_TRUE(failed.ok()) << failed;
-    live[1] = live[2];  // shard 1's chunks read back from its successor
+    live[2] = live[0];  // shard 2's chunks read back from its successor
     EXPECT_TRUE(
-        WriteFileAtomically(cluster.dir() + "/s1.addr", live[1] + "\n").ok());
+        WriteFileAtomically(cluster.dir() + "/s2.addr", live[2] + "\n").ok());
   }
   absl::StatusOr<JobStatus> end =
       AwaitSuccess(cluster, job, absl::Seconds(240));
@@ -84,7 +86,7 @@ uint64_t TrainOnce(const std::string& name, bool move) {
   EXPECT_EQ(end->progress().step(), kTotalSteps);
   if (move) {
     EXPECT_THAT(cluster.Log("worker0"), HasSubstr("re-placed"));
-    EXPECT_THAT(cluster.Log("psd2"), HasSubstr("committed placement epoch 3"));
+    EXPECT_THAT(cluster.Log("psd2"), HasSubstr("committed placement epoch 4"));
   }
   absl::StatusOr<FinishedJob> finished = ReadFinishedJob(cluster, job, live);
   EXPECT_TRUE(finished.ok()) << finished.status();

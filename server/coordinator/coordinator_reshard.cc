@@ -80,11 +80,6 @@ absl::Status CheckReshard(const JobTable::Job& job, const char* field,
     // Its backups trail its primaries with no step to meet at.
     return refuse("replication", "has replicas and is not BSP");
   }
-  if (spec.replication() > 1 && absl::string_view(field) == "drain") {
-    // Not built for replicas yet: growing and shrinking the first shards
-    // is what is tested (docs/OPERATIONS.md "Replication").
-    return refuse("drain", "has replicas (use --shards)");
-  }
   if (spec.model().has_custom()) {
     return refuse("model.custom", "trains a custom (Python) model");
   }

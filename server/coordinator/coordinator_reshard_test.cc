@@ -253,18 +253,13 @@ TEST_F(DrainTest, DrainingTheMiddleShardLeavesTheJobOnTheOthers) {
 }
 
 // k = 2 from shards 0 and 1 onto all three: the ring over them (each
-// chunk's backup on the next shard), and back; --drain is refused.
-TEST_F(DrainTest, AReplicatedJobMovesOnTheRingOfItsFirstShards) {
+// chunk's backup on the next shard), and back; then onto all three again
+// and shard 1 drained: the ring over [0, 2].
+TEST_F(DrainTest, AReplicatedJobMovesOnTheRingOfItsShards) {
   JobSpec spec = Spec(1);
   spec.set_replication(2);
   spec.set_shards(2);
   const std::string job = RunningJob(spec);
-  const JobStatus before = Job(job);
-  absl::Status st = Drain(job, {1});
-  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(st.message(),
-              HasSubstr("drain: job " + job + " has replicas (use --shards)"));
-  EXPECT_EQ(Job(job).SerializeAsString(), before.SerializeAsString());
   for (uint32_t n : {3u, 2u}) {
     ASSERT_TRUE(Scale(job, n).ok()) << n;
     EXPECT_EQ(Finished(job).phase(), "done") << n;
@@ -276,6 +271,17 @@ TEST_F(DrainTest, AReplicatedJobMovesOnTheRingOfItsFirstShards) {
       ASSERT_EQ(c.backups_size(), 1);
       EXPECT_EQ(c.backups(0), (c.shard() + 1) % n) << c.chunk_id();
     }
+  }
+  ASSERT_TRUE(Scale(job, 3).ok());
+  EXPECT_EQ(Finished(job).phase(), "done");
+  ASSERT_TRUE(Drain(job, {1}).ok());
+  EXPECT_EQ(Finished(job).phase(), "done");
+  const JobStatus drained = Job(job);
+  EXPECT_THAT(drained.spec().shard_ids(), ::testing::ElementsAre(0, 2));
+  EXPECT_EQ(Holding(job), (std::vector<uint32_t>{0, 2}));
+  for (const ChunkPlacement& c : drained.placement().chunks()) {
+    ASSERT_EQ(c.backups_size(), 1);
+    EXPECT_EQ(c.backups(0), c.shard() == 0 ? 2u : 0u) << c.chunk_id();
   }
 }
 

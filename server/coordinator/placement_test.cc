@@ -453,6 +453,30 @@ TEST(RePlaceChunksTest, ReplicatedKeepsTheRingBalancedAndFetchesFew) {
   }
 }
 
+// Draining a shard of a replicated job: the ring over the shards left
+// (ascending, wrapping), and no copy on the drained shard.
+TEST(RePlaceChunksTest, ReplicatedDrainKeepsTheRingOfTheSet) {
+  for (uint32_t k : {2u, 3u}) {
+    JobSpec spec = MlpSpec(16 * 1024);
+    spec.set_replication(k);
+    absl::StatusOr<Placement> a = PlaceChunks(spec, 4);
+    ASSERT_TRUE(a.ok()) << a.status();
+    const std::vector<uint32_t> left = {0, 2, 3};
+    absl::StatusOr<Placement> b = RePlaceChunksOnto(*a, left);
+    ASSERT_TRUE(b.ok()) << b.status();
+    for (const ChunkPlacement& c : b->chunks()) {
+      const auto at = std::find(left.begin(), left.end(), c.shard());
+      ASSERT_NE(at, left.end()) << c.chunk_id();
+      ASSERT_EQ(c.backups_size(), static_cast<int>(k - 1));
+      for (int j = 0; j < c.backups_size(); ++j) {
+        EXPECT_EQ(c.backups(j), left[(at - left.begin() + j + 1) % 3])
+            << "k " << k << ", chunk " << c.chunk_id();
+      }
+    }
+    EXPECT_EQ(CopyBytesPerShard(*b)[1], 0u) << k;
+  }
+}
+
 // A placement PlaceChunks made over the same shards moves nothing.
 TEST(RePlaceChunksTest, ReplicatedAlreadyPlacedMovesNothing) {
   for (uint32_t k : {2u, 3u}) {

@@ -21,6 +21,9 @@
 #      second sbatch (tools/slurm/ps_workers.sbatch), then the job scaled
 #      back with psctl scale: the added Slurm job ends COMPLETED 0:0 while
 #      the training job runs on, and the training job SUCCEEDS.
+#   6. (run before 3) A server node drained with the job going on: two shard
+#      nodes, `psctl scale --drain=1` moves the job's chunks off shard 1,
+#      then n2's psd is stopped and n2 drained; the job SUCCEEDS.
 #   3. Bad input: the script outside Slurm, and with a node list scontrol
 #      cannot expand, exits 2 naming the variable and writes nothing.
 # Every daemon, process and file it started is removed on exit, pass or
@@ -371,6 +374,43 @@ if [[ -n ${id:-} ]] && wait_for "job $id to train" 120 training "$id"; then
       "test_accuracy=$(summary "$id" test_accuracy)"
   fi
 fi
+
+# --- Case 6 (before 3): a server node drained with the job going on. Two
+# shard nodes (n1, n2) and one worker node (n3); mid-job the job's chunks
+# leave shard 1 (psctl scale --drain=1), then n2's psd is stopped and n2
+# drained in Slurm, and the job SUCCEEDS on shard 0.
+{
+  sed 's/"slurm-shrink"/"slurm-drain"/; s/num_workers: 2/num_workers: 1/; s/epochs: 8/epochs: 6/' shrink.pbtxt
+} >drain.pbtxt
+scontrol update NodeName=n3 State=RESUME 2>/dev/null  # whatever case 5 left
+wait_for "3 idle nodes after case 5" 60 three_idle
+id=$(sbatch --parsable --output="$TMP/work/slurm-%j.out" -N2 --ntasks-per-node=1 : \
+  -N1 --ntasks-per-node=1 "$SBATCH" drain.pbtxt --psd-config=psd_extra.pbtxt \
+  --workerd-config=workerd_extra.pbtxt --address-timeout=60 --timeout=300) ||
+  fail "case 6: sbatch failed"
+psctl6() { "$BIN/tools/psctl/psctl" --cluster="ps-$id/cluster.pbtxt" "$@"; }
+drained() { psctl6 status job-000001 2>/dev/null | grep -q "shards: 2 -> 1, done"; }
+if [[ -n ${id:-} ]] && wait_for "job $id to train" 120 training "$id"; then
+  psctl6 scale job-000001 --drain=1 || fail "case 6: psctl scale --drain=1 refused"
+  if wait_for "job $id to leave shard 1" 60 drained; then
+    victim=""
+    for p in $(pgrep -f -- "ps-$id/psd1.pbtxt"); do
+      [[ $(readlink "/proc/$p/cwd" 2>/dev/null) == "$TMP"* ]] && victim=$p
+    done
+    [[ -n $victim ]] || fail "case 6: no psd of shard 1 found"
+    [[ -n $victim ]] && kill -TERM "$victim"
+    scontrol update NodeName=n2 State=DRAIN Reason="slurm_test: server maintenance"
+    echo "slurm_test: case 6: shard 1 drained ($(psctl6 status job-000001 | grep shards:)); stopped its psd (pid $victim), drained n2"
+  fi
+  if wait_for "job $id to end" 240 ended "$id"; then
+    [[ $(summary "$id" state) == SUCCEEDED ]] || fail "case 6: psctl state=$(summary "$id" state)"
+    grep -q "job-000001: re-placing from shards \[0, 1\] to \[0\]" "ps-$id/psd0.log" ||
+      fail "case 6: psd0.log has no re-placement off shard 1"
+    echo "slurm_test: case 6: job $id $(summary "$id" state)," \
+      "test_accuracy=$(summary "$id" test_accuracy)"
+  fi
+fi
+scontrol update NodeName=n2 State=RESUME 2>/dev/null
 
 # --- Case 3: bad input exits 2, names the variable, writes nothing.
 mkdir bad && cd bad || exit 1

@@ -27,6 +27,14 @@ RegisterJobRequest OneShardJob(const std::string& id = "j") {
   return Registration(id, Spec(BSP, 2));
 }
 
+// Registers `reg` on `shard` and runs its BSP step 0 (placement_epoch 0, as
+// before any re-placement).
+void RegisterAndStepOnce(Shard& shard, const RegisterJobRequest& reg) {
+  RegisterJobResponse r;
+  ASSERT_TRUE(shard.RegisterJob(reg, &r).ok());
+  BspStep(shard, reg, 0);
+}
+
 // PAUSE at `step`, PREPARE the same chunks at `epoch`, COMMIT: a
 // re-placement that moves nothing (one shard).
 void ReplaceInPlace(Shard& shard, const RegisterJobRequest& reg, uint64_t epoch,
@@ -53,9 +61,7 @@ void ReplaceInPlace(Shard& shard, const RegisterJobRequest& reg, uint64_t epoch,
 TEST(ShardReshardTest, EpochZeroIsServedAndAnUncommittedEpochIsRetried) {
   Shard shard(ShardOptions{});
   const RegisterJobRequest reg = OneShardJob();
-  RegisterJobResponse r;
-  ASSERT_TRUE(shard.RegisterJob(reg, &r).ok());
-  BspStep(shard, reg, 0);  // placement_epoch 0, as before re-placements
+  ASSERT_NO_FATAL_FAILURE(RegisterAndStepOnce(shard, reg));
   auto ahead = StartPush(shard, reg, 0, 1, AllChunks(), /*epoch=*/1);
   ASSERT_TRUE(ahead->done.HasBeenNotified());
   EXPECT_EQ(ahead->status.code(), absl::StatusCode::kUnavailable);
@@ -69,9 +75,7 @@ TEST(ShardReshardTest, EpochZeroIsServedAndAnUncommittedEpochIsRetried) {
 TEST(ShardReshardTest, OlderEpochsAreAbortedOnEveryDenseCall) {
   Shard shard(ShardOptions{});
   const RegisterJobRequest reg = OneShardJob();
-  RegisterJobResponse r;
-  ASSERT_TRUE(shard.RegisterJob(reg, &r).ok());
-  BspStep(shard, reg, 0);
+  ASSERT_NO_FATAL_FAILURE(RegisterAndStepOnce(shard, reg));
   ReplaceInPlace(shard, reg, /*epoch=*/1, /*step=*/1);
   const std::string head =
       "job j was re-placed (placement epoch 1; this request has 0)";
@@ -100,9 +104,7 @@ TEST(ShardReshardTest, OlderEpochsAreAbortedOnEveryDenseCall) {
 TEST(ShardReshardTest, PauseRefusesPushesFromItsStepAndQuiescesThere) {
   Shard shard(ShardOptions{});
   const RegisterJobRequest reg = OneShardJob();
-  RegisterJobResponse r;
-  ASSERT_TRUE(shard.RegisterJob(reg, &r).ok());
-  BspStep(shard, reg, 0);
+  ASSERT_NO_FATAL_FAILURE(RegisterAndStepOnce(shard, reg));
   ReshardResponse resp;
   // The probe changes nothing.
   ASSERT_TRUE(shard.Reshard(Phase("j", 1, ReshardRequest::PAUSE), &resp).ok());
@@ -161,9 +163,7 @@ TEST(ShardReshardTest, APauseTooLateIsRefusedAndChangesNothing) {
 TEST(ShardReshardTest, AbortLiftsThePauseAndCommitNeedsAPrepare) {
   Shard shard(ShardOptions{});
   const RegisterJobRequest reg = OneShardJob();
-  RegisterJobResponse r;
-  ASSERT_TRUE(shard.RegisterJob(reg, &r).ok());
-  BspStep(shard, reg, 0);
+  ASSERT_NO_FATAL_FAILURE(RegisterAndStepOnce(shard, reg));
   ReshardResponse resp;
   // ABORT with nothing paused: OK.
   EXPECT_TRUE(shard.Reshard(Phase("j", 1, ReshardRequest::ABORT), &resp).ok());
@@ -201,9 +201,7 @@ TEST(ShardReshardTest, AbortLiftsThePauseAndCommitNeedsAPrepare) {
 TEST(ShardReshardTest, CommitFailsTheOldJobsWaitsWithAborted) {
   Shard shard(ShardOptions{});
   const RegisterJobRequest reg = OneShardJob();
-  RegisterJobResponse r;
-  ASSERT_TRUE(shard.RegisterJob(reg, &r).ok());
-  BspStep(shard, reg, 0);
+  ASSERT_NO_FATAL_FAILURE(RegisterAndStepOnce(shard, reg));
   auto waiting = StartPull(shard, "j", 1, /*min_version=*/2);
   EXPECT_FALSE(waiting->done.HasBeenNotified());
   ReplaceInPlace(shard, reg, 1, 1);
@@ -221,9 +219,7 @@ TEST(ShardReshardTest, CommitFailsTheOldJobsWaitsWithAborted) {
 TEST(ShardReshardTest, BadRequestsAreRefusedNamingTheField) {
   Shard shard(ShardOptions{});
   const RegisterJobRequest reg = OneShardJob();
-  RegisterJobResponse r;
-  ASSERT_TRUE(shard.RegisterJob(reg, &r).ok());
-  BspStep(shard, reg, 0);
+  ASSERT_NO_FATAL_FAILURE(RegisterAndStepOnce(shard, reg));
   auto with_placement = [&](uint64_t epoch, Placement p) {
     ReshardRequest q = Phase("j", epoch, ReshardRequest::PREPARE);
     *q.mutable_placement() = std::move(p);
@@ -311,9 +307,7 @@ TEST(ShardReshardTest, APushAndAPauseOfItsStepNeverBothSucceed) {
   Shard shard(ShardOptions{});
   for (int trial = 0; trial < 100; ++trial) {
     const RegisterJobRequest reg = OneShardJob(absl::StrCat("j", trial));
-    RegisterJobResponse r;
-    ASSERT_TRUE(shard.RegisterJob(reg, &r).ok());
-    BspStep(shard, reg, 0);
+    ASSERT_NO_FATAL_FAILURE(RegisterAndStepOnce(shard, reg));
     std::unique_ptr<PushPullCall> push;
     absl::Status pause;
     std::thread a([&] { push = StartPush(shard, reg, 0, 1, AllChunks(), 0); });

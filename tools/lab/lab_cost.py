@@ -23,6 +23,7 @@ import contextlib
 import os
 import re
 import resource
+import shutil
 import signal
 import subprocess
 import sys
@@ -211,6 +212,17 @@ def stop(procs: List[subprocess.Popen]) -> None:
         except subprocess.TimeoutExpired:
             os.killpg(p.pid, signal.SIGKILL)
             p.wait()
+
+
+def stop_and_clean(procs: List[subprocess.Popen], folder: str,
+                   keep_logs: bool, name: str = "") -> None:
+    """stop(procs), then removes `folder` (the run's logs and files) unless
+    `keep_logs`; kept, and with a `name`, says where they are."""
+    stop(procs)
+    if not keep_logs:
+        shutil.rmtree(folder, ignore_errors=True)
+    elif name:
+        print(f"{name}: logs kept in {folder}", file=sys.stderr)
 
 
 def tcp_reference(lab, hosts: int, seconds: float, work: str,

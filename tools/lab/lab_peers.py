@@ -7,12 +7,11 @@ for, costed, and read back: rank 0's RESULT line and every rank's log.
 """
 import json
 import re
-import shutil
 import subprocess
 import tempfile
 from typing import Dict, List, Tuple
 
-from lab_cost import CostWindow, stop
+from lab_cost import CostWindow, stop_and_clean
 
 
 def peer_cpu(logs: List[str]) -> float:
@@ -53,6 +52,4 @@ def run_peers(lab, args, argvs: List[List[str]], what: str, work: str,
             raise RuntimeError(f"{what} failed:\n{logs[0][-2000:]}")
         return json.loads(m.group(1)), cost, logs
     finally:
-        stop(procs)
-        if not args.keep_logs:
-            shutil.rmtree(d, ignore_errors=True)
+        stop_and_clean(procs, d, args.keep_logs)

@@ -21,7 +21,6 @@ import argparse
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -31,7 +30,7 @@ from typing import List
 LAB = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, LAB)
 
-from lab_cost import stop  # noqa: E402
+from lab_cost import stop_and_clean  # noqa: E402
 from scaling import Lab, job_spec, model_params, open_lab, parse_count  # noqa: E402
 from scaling import start_ps  # noqa: E402
 
@@ -168,11 +167,7 @@ def main() -> int:
               f"its host received {rx / 1e9:.2f} GB meanwhile", flush=True)
         lab.run(1, [psctl, "cancel", job, f"--cluster={d}/cluster.pbtxt"], 60)
     finally:
-        stop(procs)
-        if args.keep_logs:
-            print(f"rereplicate: logs kept in {d}", file=sys.stderr)
-        else:
-            shutil.rmtree(d, ignore_errors=True)
+        stop_and_clean(procs, d, args.keep_logs, "rereplicate")
     if args.out:
         with open(args.out, "w") as f:
             json.dump(result, f, indent=1)

@@ -19,7 +19,6 @@ import csv
 import json
 import os
 import re
-import shutil
 import statistics
 import sys
 import tempfile
@@ -29,7 +28,7 @@ from typing import List
 LAB = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, LAB)
 
-from lab_cost import stop  # noqa: E402
+from lab_cost import stop_and_clean  # noqa: E402
 from rereplicate import job_step  # noqa: E402
 from scaling import job_spec, model_params, open_lab, parse_count  # noqa: E402
 from scaling import start_ps  # noqa: E402
@@ -146,11 +145,7 @@ def main() -> int:
             print(f"  step {s:>5}  {t:6.2f} s/step"
                   f"{'  <- paused here' if s - 1 <= pause_step <= s else ''}")
     finally:
-        stop(procs)
-        if args.keep_logs:
-            print(f"reshard_lab: logs kept in {d}", file=sys.stderr)
-        else:
-            shutil.rmtree(d, ignore_errors=True)
+        stop_and_clean(procs, d, args.keep_logs, "reshard_lab")
     if args.out:
         with open(args.out, "w") as f:
             json.dump(result, f, indent=1)

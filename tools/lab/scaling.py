@@ -58,7 +58,7 @@ from typing import Dict, List, Optional
 
 from lab_cost import (TCP_PAYLOAD, CostWindow, cpu_s_per_gb, host_tx_bytes,
                       mis_shaped, parse_rate_bits, peak_rss, ps_bound,
-                      ring_bound, stop,
+                      ring_bound, stop_and_clean,
                       straggler, straggler_rate, tcp_reference, wait_files)
 from lab_peers import peer_cpu, run_peers
 
@@ -247,9 +247,7 @@ def run_job(lab: Lab, args, bindir: str, shards: int, workers: int,
         return {"summary": summary, "cost": cost, "shard_tx": shard_tx,
                 "shard_rss": shard_rss, "stats": shard_stats(lab, psctl, d)}
     finally:
-        stop(procs)
-        if not args.keep_logs:
-            shutil.rmtree(d, ignore_errors=True)
+        stop_and_clean(procs, d, args.keep_logs)
 
 
 def run_ps(lab: Lab, args, bindir: str, shards: int, workers: int,

@@ -90,13 +90,6 @@ void BufferBspGradient(Job& job, Chunk& c, uint32_t worker, uint64_t step,
     ++tally->counts.stale;
     return;
   }
-  // Under the chunk's mutex, where a PAUSE checks for buffered pushes: once
-  // it answered, no push of its step is buffered (reshard.h).
-  if (const uint64_t pause = job.pause_step.load(std::memory_order_acquire);
-      step >= pause) {
-    tally->counts.paused_at = pause;
-    return;
-  }
   if (s.pushed[worker]) {
     ++tally->counts.duplicates;
     return;
@@ -142,13 +135,6 @@ void ApplyAspGradient(Job& job, Chunk& c, uint32_t worker, uint64_t step,
   // Big-endian hosts decode here, reused by every push on this thread.
   static thread_local std::vector<float> scratch;
   ChunkState& s = c.state;
-  // Under the chunk's mutex, as a PAUSE takes it: once it answered, no push
-  // is applied here until the pause is lifted or the job re-placed.
-  if (const uint64_t pause = job.pause_step.load(std::memory_order_acquire);
-      pause != kNotPaused) {
-    tally->counts.paused_at = pause;
-    return;
-  }
   if (step < s.next_step[worker]) {
     ++tally->counts.duplicates;
     return;
@@ -221,6 +207,14 @@ PushCounts ApplyPush(Job& job, const PushArgs& push,
     // A narrow-format job's worker sends FP32 only when a value did not fit.
     fallbacks += narrow && Resolved(static_cast<WireFormat>(g.format)) == FP32;
     absl::MutexLock l(&c.mu);
+    // Under the chunk's mutex, which a PAUSE takes: once it answered, no
+    // push it names is buffered or applied (reshard.h). A paused BSP push
+    // is never stale (the pause step is at or past every chunk's version).
+    if (const uint64_t pause = job.pause_step.load(std::memory_order_acquire);
+        PushPaused(job.mode, push.step, pause)) {
+      tally.counts.paused_at = pause;
+      break;
+    }
     if (job.mode == BSP) {
       BufferBspGradient(job, c, push.worker, push.step, g, &tally, ready,
                         advanced);
@@ -228,7 +222,6 @@ PushCounts ApplyPush(Job& job, const PushArgs& push,
       ApplyAspGradient(job, c, push.worker, push.step, g, &tally, ready,
                        advanced);
     }
-    if (tally.counts.paused_at != kNotPaused) break;
   }
   RecordPush(job, push.worker, push.step, tally, bytes, dense_bytes, fallbacks);
   // A paused push is sent again: its clock moves when it is taken whole.

@@ -155,7 +155,15 @@ def main():
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--target", type=float, default=0.85)
     ap.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
+    ap.add_argument("--device", default="cpu",
+                    help="cpu, or cuda[:N] (--mode single only): the model "
+                    "and the whole data set live there")
     args = ap.parse_args()
+    device = torch.device(args.device)
+    if device.type == "cuda" and (args.mode != "single" or
+                                  not torch.cuda.is_available()):
+        sys.exit("torch_peer: --device cuda needs --mode single and a GPU "
+                 "torch can see")
 
     torch.set_num_threads(args.threads)
     torch.set_num_interop_threads(1)
@@ -168,6 +176,9 @@ def main():
                                 "t10k-labels-idx1-ubyte", cnn)
 
     model = make_cnn(args.seed) if cnn else make_model(args.seed)
+    model.to(device)
+    x_train, y_train, x_test, y_test = (
+        t.to(device) for t in (x_train, y_train, x_test, y_test))
     net = model
     world = 1
     if args.mode == "ddp":
@@ -197,6 +208,7 @@ def main():
         perm = torch.randperm(n, generator=gen)
         if args.mode == "ddp":
             perm = perm[args.rank::world]
+        perm = perm.to(device)
         t0 = time.perf_counter()
         for s in range(steps):
             idx = perm[s * args.batch:(s + 1) * args.batch]
@@ -206,6 +218,8 @@ def main():
             loss = loss_fn(net(xb), yb)
             loss.backward()
             opt.step()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
         train_s += time.perf_counter() - t0
         samples += steps * args.batch * world
         if evaluates:
@@ -227,6 +241,8 @@ def main():
             "steps_per_epoch": steps, "samples_per_s": samples / train_s,
             "time_to_target_s": time_to_target, "test_accuracy": acc,
             "train_s": train_s, "wall_s": wall, "torch": torch.__version__,
+            "device": (torch.cuda.get_device_name(device)
+                       if device.type == "cuda" else "cpu"),
         }), flush=True)
 
 

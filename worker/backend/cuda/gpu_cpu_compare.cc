@@ -83,6 +83,17 @@ class Twin {
     return absl::OkStatus();
   }
 
+  // Copies the CPU side's contents over the GPU side's. A call promised
+  // bit-identical is checked on identical inputs: `pair` may hold the two
+  // sides' outputs of an earlier, summing call, which differ in rounding.
+  absl::Status Align(const Pair<float>& pair) {
+    std::vector<float> host(pair.n);
+    b_[0]->CopyToHost(pair.p[0], pair.n, host.data());
+    PS_RETURN_IF_ERROR(b_[0]->Synchronize());
+    b_[1]->CopyToDevice(host.data(), pair.n, pair.p[1]);
+    return b_[1]->Synchronize();
+  }
+
   // The GPU side's contents against the CPU side's.
   absl::StatusOr<double> Compare(const Pair<float>& out) {
     std::vector<float> host[2];
@@ -181,6 +192,7 @@ absl::Status CheckMlpOps(Twin& twin, std::mt19937* rng,
                 h.p[s], hid);
       },
       checks));
+  PS_RETURN_IF_ERROR(twin.Align(h));  // in place, from the GEMM's output
   PS_RETURN_IF_ERROR(CheckOp(
       twin, "BiasRelu 64x256", 0, h,
       [&](Backend* b, int s) {
@@ -256,6 +268,7 @@ absl::Status CheckConv1Ops(Twin& twin, std::mt19937* rng,
   PS_ASSIGN_OR_RETURN(auto argmax,
                       twin.Upload(std::vector<int32_t>(pooled, -1)));
   PS_ASSIGN_OR_RETURN(auto p, twin.Output(pooled));
+  PS_RETURN_IF_ERROR(twin.Align(y));  // the GEMM's output
   PS_RETURN_IF_ERROR(CheckOp(
       twin, "MaxPool 64x28x28x32 pool 2", 0, p,
       [&](Backend* b, int s) {
@@ -316,6 +329,7 @@ absl::Status CheckConv2Ops(Twin& twin, std::mt19937* rng,
       },
       checks));
   PS_ASSIGN_OR_RETURN(auto dx, twin.Output(static_cast<size_t>(rows) * 32));
+  PS_RETURN_IF_ERROR(twin.Align(dcols));  // the GEMM's output
   return CheckOp(
       twin, "Col2Im conv1 64x14x14x32 k5", 0, dx,
       [&](Backend* b, int s) { b->Col2Im(in, k, dcols.p[s], dx.p[s]); },

@@ -1,0 +1,94 @@
+#!/usr/bin/env python3
+"""Tests tools/gpu_check_summary.py on made-up run folders: what passes the
+GPU check and what fails it, and that the JSON carries the figures."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCRIPT = os.path.join(HERE, "gpu_check_summary.py")
+
+JOBS = ("mlp configs/jobs/fashion_mlp.pbtxt 0.875 0.05 120\n"
+        "cnn configs/jobs/fashion_cnn.pbtxt 0.905 0.02 200\n")
+BENCH = {"pass": True, "ops": [{"name": "BiasRelu 64x256", "max_rel_diff": 0,
+                                "tolerance": 0, "pass": True}],
+         "models": [], "gemm": [{"name": "square 4096", "m": 4096, "n": 4096,
+                                 "k": 4096, "backend_gflops": 51200.2,
+                                 "cublas_gflops": 51210.2, "ratio": 1.0,
+                                 "pass": True}]}
+
+
+def job_line(acc, state="SUCCEEDED", rate=72338):
+    return (f"job=job-000001 state={state} test_accuracy={acc} loss=0.22 "
+            f"steps=4680 samples_per_s={rate} wall_s=9.06 "
+            f'reason="finished at step 4680, test accuracy {acc}"')
+
+
+class GpuCheckSummaryTest(unittest.TestCase):
+    def run_on(self, **override):
+        files = {
+            "MANIFEST": "commit=abc\ndirty=no\n",
+            "tests.tsv": "cuda_conv_test\tpass\t0.4\t0\t2\t0\t0\n"
+                         "device_group_gpu_test\tpass\t0.3\t0\t0\t4\t0\n",
+            "bench.json": json.dumps(BENCH), "bench.rc": "0", "jobs": JOBS,
+            "job_mlp.rc": "0", "job_mlp.line": job_line(0.8815),
+            "job_cnn.rc": "0", "job_cnn.line": job_line(0.9097, rate=8479),
+            "peer_mlp.json": json.dumps({"samples_per_s": 101857.0,
+                                         "test_accuracy": 0.8875}),
+            "env": "nccl=/usr/lib\n", "gpu": "NVIDIA H200, 580, 143771 MiB",
+        }
+        files.update(override)
+        tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(tmp.cleanup)
+        work, out = os.path.join(tmp.name, "work"), os.path.join(tmp.name, "out")
+        os.makedirs(work)
+        os.makedirs(out)
+        for name, text in files.items():
+            if text is not None:
+                with open(os.path.join(work, name), "w") as f:
+                    f.write(text)
+        proc = subprocess.run([sys.executable, SCRIPT, work, out, "carried",
+                               "abc", "not run: why", "12"],
+                              capture_output=True, text=True)
+        with open(os.path.join(out, "gpu_check.json")) as f:
+            return proc, json.load(f)
+
+    def test_all_good_passes_and_reports_the_peer_ratio(self):
+        proc, s = self.run_on()
+        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+        self.assertTrue(s["pass"])
+        mlp, cnn = s["bsp_jobs"]
+        self.assertEqual(mlp["ratio_to_torch"], round(72338 / 101857, 3))
+        self.assertIsNone(cnn["torch_peer"])  # a missing peer does not fail
+        self.assertIn("| mlp | SUCCEEDED | 0.8815 (>= 0.875)", proc.stdout)
+
+    def test_a_job_under_its_target_fails(self):
+        proc, s = self.run_on(**{"job_cnn.line": job_line(0.9049)})
+        self.assertEqual(proc.returncode, 1)
+        self.assertFalse(s["pass"])
+        self.assertFalse(s["bsp_jobs"][1]["pass"])
+
+    def test_a_failed_job_or_no_job_line_fails(self):
+        for line in (job_line(0.95, state="FAILED"), None):
+            proc, s = self.run_on(**{"job_mlp.line": line})
+            self.assertEqual(proc.returncode, 1, line)
+            self.assertFalse(s["bsp_jobs"][0]["pass"], line)
+
+    def test_a_skipped_or_failed_test_fails(self):
+        for status in ("skipped", "fail", "timeout"):
+            proc, _ = self.run_on(**{"tests.tsv": f"t\t{status}\t1\t0\t1\t1\t0\n"})
+            self.assertEqual(proc.returncode, 1, status)
+
+    def test_a_failed_or_unreadable_benchmark_fails(self):
+        proc, _ = self.run_on(**{"bench.rc": "1"})
+        self.assertEqual(proc.returncode, 1)
+        proc, s = self.run_on(**{"bench.json": "{not json"})
+        self.assertEqual(proc.returncode, 1)
+        self.assertEqual(s["benchmark"]["error"], "unreadable output")
+
+
+if __name__ == "__main__":
+    unittest.main()

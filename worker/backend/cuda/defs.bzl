@@ -145,6 +145,22 @@ def cuda_backend_targets():
     )
 
     native.cc_library(
+        name = "step_time",
+        testonly = True,
+        srcs = ["step_time.cc"],
+        hdrs = ["step_time.h"],
+        visibility = ["//visibility:private"],
+        deps = [
+            "//common:status_macros",
+            "//core:model_spec",
+            "//third_party:absl",
+            "//worker/backend",
+            "//worker/model",
+            "//worker/model/testing:model_test_util",
+        ],
+    )
+
+    native.cc_library(
         name = "gemm_rate",
         testonly = True,
         srcs = ["gemm_rate.cc"],
@@ -167,6 +183,7 @@ def cuda_backend_targets():
         deps = [
             ":gemm_rate",
             ":gpu_cpu_compare",
+            ":step_time",
             "//common:json_string",
             "//common:status_macros",
             "//third_party:absl",

@@ -11,6 +11,10 @@
 //            correct counts
 //   "gemm"   Backend::Gemm against cublasSgemm on the same shape
 //            (gemm_rate.h): backend_gflops, cublas_gflops, ratio, target
+//   "steps"  the MLP's and the CNN's training step on the GPU, batch 64
+//            (step_time.h): host_io_ms (host parameters in, host gradient
+//            out, as the trainer calls it) and resident_ms (compute alone);
+//            reported, not judged
 //   "pass"   every figure within its tolerance or target
 // The exit code is 0 when "pass" is true, 1 otherwise or on an error (then
 // the object is {"gpu": true, "pass": false, "error": "..."}). Without a
@@ -35,6 +39,7 @@
 #include "worker/backend/backend_factory.h"
 #include "worker/backend/cuda/gemm_rate.h"
 #include "worker/backend/cuda/gpu_cpu_compare.h"
+#include "worker/backend/cuda/step_time.h"
 
 namespace ps {
 namespace {
@@ -49,6 +54,7 @@ struct Report {
   std::string device;  // cudaDeviceProp::name
   std::vector<Check> checks;
   std::vector<GemmRate> gemms;
+  std::vector<StepTime> steps;
 
   bool pass() const {
     for (const Check& c : checks) {
@@ -88,6 +94,16 @@ std::string ToJson(const Report& r) {
         g.ratio(), kGemmTarget, g.pass() ? "true" : "false"));
   }
   absl::StrAppend(&out, ",\n  \"gemm\": [\n", absl::StrJoin(rows, ",\n"),
+                  "\n  ]");
+  rows.clear();
+  for (const StepTime& t : r.steps) {
+    rows.push_back(absl::StrFormat(
+        "    {\"model\": %s, \"batch\": %d, \"parameters\": %d, "
+        "\"host_io_ms\": %.3f, \"resident_ms\": %.3f}",
+        JsonString(t.model), kStepBatch, t.parameters, t.host_io_ms,
+        t.resident_ms));
+  }
+  absl::StrAppend(&out, ",\n  \"steps\": [\n", absl::StrJoin(rows, ",\n"),
                   "\n  ]\n}\n");
   return out;
 }
@@ -107,6 +123,7 @@ absl::StatusOr<Report> Measure() {
   PS_RETURN_IF_ERROR(CompareCnnOps(cpu.get(), gpu.get(), &r.checks));
   PS_RETURN_IF_ERROR(CompareModels(cpu.get(), gpu.get(), &r.checks));
   PS_ASSIGN_OR_RETURN(r.gemms, TimeGemms(gpu.get()));
+  PS_ASSIGN_OR_RETURN(r.steps, TimeModelSteps(gpu.get()));
   return r;
 }
 

@@ -90,10 +90,11 @@ def markdown(summary, source, secs):
         md += [f"| {g['name']} | {g['m']}x{g['n']}x{g['k']} | {g['backend_gflops']} "
                f"| {g['cublas_gflops']} | {g['ratio']} | {g['pass']} |"
                for g in bench.get("gemm", [])]
-        md += ["", "| step, batch 64 | parameters | host in/out ms | resident ms |",
-               "| --- | ---: | ---: | ---: |"]
+        md += ["", "| step, batch 64 | parameters | host in/out ms (staged) "
+               "| pinned in/out ms | resident ms |", "| --- | ---: | ---: | ---: | ---: |"]
         md += [f"| {t['model']} | {t['parameters']} | {t['host_io_ms']} "
-               f"| {t['resident_ms']} |" for t in bench.get("steps", [])]
+               f"| {t.get('pinned_io_ms', '-')} | {t['resident_ms']} |"
+               for t in bench.get("steps", [])]
     else:
         md += ["```", json.dumps(bench), "```"]
     md += ["", "## 2-worker BSP jobs on gpu:0, against PyTorch on the same GPU", "",

@@ -20,7 +20,8 @@ BENCH = {"pass": True, "ops": [{"name": "BiasRelu 64x256", "max_rel_diff": 0,
                                  "cublas_gflops": 51210.2, "ratio": 1.0,
                                  "pass": True}],
          "steps": [{"model": "cnn", "batch": 64, "parameters": 3274634,
-                    "host_io_ms": 6.1, "resident_ms": 0.9}]}
+                    "host_io_ms": 6.1, "pinned_io_ms": 2.0,
+                    "resident_ms": 0.9}]}
 
 
 def job_line(acc, state="SUCCEEDED", rate=72338):
@@ -66,7 +67,7 @@ class GpuCheckSummaryTest(unittest.TestCase):
         self.assertEqual(mlp["ratio_to_torch"], round(72338 / 101857, 3))
         self.assertIsNone(cnn["torch_peer"])  # a missing peer does not fail
         self.assertIn("| mlp | SUCCEEDED | 0.8815 (>= 0.875)", proc.stdout)
-        self.assertIn("| cnn | 3274634 | 6.1 | 0.9 |", proc.stdout)
+        self.assertIn("| cnn | 3274634 | 6.1 | 2.0 | 0.9 |", proc.stdout)
 
     def test_a_job_under_its_target_fails(self):
         proc, s = self.run_on(**{"job_cnn.line": job_line(0.9049)})

@@ -30,9 +30,12 @@
 #include <string>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/status_macros.h"
 #include "worker/backend/direct_conv.h"
@@ -183,6 +186,20 @@ class Backend {
   void CopyToHost(const T* device, size_t n, T* host) {
     CopyToHostBytes(device, n * sizeof(T), host);
   }
+
+  // Pins [host, host + bytes) of the caller's memory for direct asynchronous
+  // copies to and from this device (CUDA: cudaHostRegister) until
+  // UnpinHost(host) or the backend's end. Model then uploads parameters from
+  // such memory and downloads gradients into it without its staging copy
+  // (IsPinned). Where host_memory() there are no copies to save: OK, nothing
+  // pinned. The memory must outlive the pin and ranges must not overlap
+  // (kInvalidArgument). An error leaves nothing pinned; callers may go on
+  // unpinned, only slower.
+  absl::Status PinHost(void* host, size_t bytes);
+  // Ends PinHost(host, ...); a pointer that is not pinned is ignored.
+  void UnpinHost(void* host);
+  // Whether [host, host + bytes) lies inside one range pinned by PinHost.
+  bool IsPinned(const void* host, size_t bytes) const;
 
   // Enqueues backend -> backend (same device), ordered like compute.
   template <typename T>
@@ -345,12 +362,26 @@ class Backend {
   virtual void CopyToHostBytes(const void* device, size_t bytes,
                                void* host) = 0;
   virtual void CopyOnDeviceBytes(const void* src, size_t bytes, void* dst) = 0;
+  // The device's side of PinHost/UnpinHost; by default nothing is needed
+  // (a backend whose copies read host memory when they run, as
+  // DeferredBackend's, keeps the bookkeeping only).
+  virtual absl::Status PinHostBytes(void* host, size_t bytes) {
+    return absl::OkStatus();
+  }
+  virtual void UnpinHostBytes(void* host) {}
+  // Unpins every range still pinned: for a backend's destructor, while its
+  // device is still there to unpin with.
+  void UnpinAllHost();
 
  private:
   template <typename T>
   friend class DeviceBuffer;
   template <typename T>
   friend class HostBuffer;
+
+  mutable absl::Mutex pin_mu_;
+  // [begin, begin + bytes) of each pinned range.
+  std::vector<std::pair<const char*, size_t>> pinned_ ABSL_GUARDED_BY(pin_mu_);
 };
 
 // Sums a gradient across the devices of one machine, in place, on the

@@ -362,6 +362,7 @@ void DeferredBackend::CopyToDeviceBytes(const void* host, size_t bytes,
              "host is device memory")) {
     return;
   }
+  if (IsPinned(host, bytes)) pinned_copy_bytes_ += bytes;
   // Reads `host` when it runs, at Synchronize(), like an async copy.
   Enqueue([=] { std::memcpy(device, host, bytes); });
 }
@@ -379,6 +380,7 @@ void DeferredBackend::CopyToHostBytes(const void* device, size_t bytes,
              "host is device memory")) {
     return;
   }
+  if (IsPinned(host, bytes)) pinned_copy_bytes_ += bytes;
   Enqueue([=] { std::memcpy(host, device, bytes); });
 }
 

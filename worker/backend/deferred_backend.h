@@ -40,6 +40,10 @@ class DeferredBackend final : public Backend {
 
   // Calls run by Synchronize() so far (compute and copies).
   int64_t calls_run() const { return calls_run_; }
+  // Bytes copied to or from host memory pinned by PinHost (which here only
+  // keeps the bookkeeping): shows that a caller copied straight from or into
+  // its own pinned memory rather than through a staging buffer.
+  int64_t pinned_copy_bytes() const { return pinned_copy_bytes_; }
 
   const std::string& device() const override { return device_; }
   bool host_memory() const override { return false; }
@@ -111,6 +115,7 @@ class DeferredBackend final : public Backend {
   std::vector<std::function<void()>> queue_;
   absl::Status error_;
   int64_t calls_run_ = 0;
+  int64_t pinned_copy_bytes_ = 0;
 };
 
 }  // namespace ps

@@ -141,6 +141,8 @@ absl::Status Model::SetParameters(const float* params) {
   if (backend_->host_memory()) {
     std::memcpy(resident_params_.data(), params,
                 num_parameters_ * sizeof(float));
+  } else if (backend_->IsPinned(params, num_parameters_ * sizeof(float))) {
+    backend_->CopyToDevice(params, num_parameters_, resident_params_.data());
   } else {
     std::memcpy(host_params_.data(), params, num_parameters_ * sizeof(float));
     backend_->CopyToDevice(host_params_.data(), num_parameters_,
@@ -175,7 +177,8 @@ absl::StatusOr<Model::Params> Model::Prepare(const float* params,
     return Params{resident_params_.data(), nullptr};
   }
   if (backend_->host_memory()) return Params{params, nullptr};
-  return Params{call_params_.data(), params};
+  return Params{call_params_.data(), params,
+                backend_->IsPinned(params, num_parameters_ * sizeof(float))};
 }
 
 std::pair<size_t, size_t> Model::LayerRange(size_t layer) const {
@@ -208,7 +211,7 @@ void Model::PrepareDenseGemms() {
 }
 
 absl::Status Model::Forward(const float* params, const float* upload,
-                            const float* x, int rows,
+                            bool upload_pinned, const float* x, int rows,
                             const std::function<absl::Status(size_t)>* before) {
   const float* h = x;
   const size_t convs = num_conv_layers();
@@ -219,10 +222,12 @@ absl::Status Model::Forward(const float* params, const float* upload,
       // that work (nothing pending touches call_params_: every call ends in
       // Synchronize), and layer l's GEMM waits for it.
       const auto [offset, count] = LayerRange(l);
-      std::memcpy(host_params_.data() + offset, upload + offset,
-                  count * sizeof(float));
-      backend_->CopyToDeviceEarly(host_params_.data() + offset, count,
-                                  call_params_.data() + offset);
+      const float* from = upload + offset;
+      if (!upload_pinned) {
+        std::memcpy(host_params_.data() + offset, from, count * sizeof(float));
+        from = host_params_.data() + offset;
+      }
+      backend_->CopyToDeviceEarly(from, count, call_params_.data() + offset);
     }
     if (l < convs) {
       convs_->Forward(l, params, h, rows);
@@ -342,8 +347,9 @@ absl::Status Model::Run(Params params, const float* x, const int32_t* labels,
         start == 0 && hooks != nullptr && hooks->before_forward
             ? &hooks->before_forward
             : nullptr;
-    absl::Status forward = Forward(
-        params.device, start == 0 ? params.upload : nullptr, cx, r, before);
+    absl::Status forward =
+        Forward(params.device, start == 0 ? params.upload : nullptr,
+                params.upload_pinned, cx, r, before);
     if (!forward.ok()) {
       // Nothing may stay pending on the backend after a call.
       backend_->Synchronize().IgnoreError();
@@ -393,9 +399,15 @@ absl::Status Model::ComputeGradient(const float* params, const float* x,
     PS_RETURN_IF_ERROR(Run(p, x, labels, n, grad, /*download=*/nullptr,
                            grad_scale, loss_sum, correct, hooks));
   } else {
-    PS_RETURN_IF_ERROR(Run(p, x, labels, n, grad_.data(), host_grad_.data(),
-                           grad_scale, loss_sum, correct, hooks));
-    std::memcpy(grad, host_grad_.data(), num_parameters_ * sizeof(float));
+    // A pinned `grad` (Backend::PinHost) takes the layers' downloads itself.
+    const bool pinned =
+        backend_->IsPinned(grad, num_parameters_ * sizeof(float));
+    PS_RETURN_IF_ERROR(Run(p, x, labels, n, grad_.data(),
+                           pinned ? grad : host_grad_.data(), grad_scale,
+                           loss_sum, correct, hooks));
+    if (!pinned) {
+      std::memcpy(grad, host_grad_.data(), num_parameters_ * sizeof(float));
+    }
   }
   // Run called after_backward itself only for a host gradient with work.
   if (hooks != nullptr && hooks->after_backward && (!host || n == 0)) {

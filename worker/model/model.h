@@ -116,7 +116,9 @@ class Model {
   // so no extra pass over the gradient is needed, and K devices' scaled sums
   // add up to the single-device mean (exactly so when N is a power of two).
   // params/grad: host flat buffers of
-  // num_parameters() floats (params == nullptr: those of SetParameters); x:
+  // num_parameters() floats (params == nullptr: those of SetParameters);
+  // on a device backend, pinned ones (Backend::PinHost) are copied from and
+  // into directly, others through the model's pinned staging buffers; x:
   // n * input_dim() row-major host floats; labels: n ints in
   // [0, num_classes()). loss_sum/correct receive the summed loss and the
   // count of examples whose arg-max logit is the label (either may be
@@ -178,6 +180,9 @@ class Model {
   struct Params {
     const float* device;  // backend memory the layers read
     const float* upload;  // host params to upload into `device` first, or null
+    // `upload` is pinned (Backend::PinHost): copied from directly, without
+    // the staging copy into host_params_.
+    bool upload_pinned = false;
   };
   // Checks pointers and labels and resolves `params` (nullable) for Run.
   absl::StatusOr<Params> Prepare(const float* params, const float* x,
@@ -194,8 +199,8 @@ class Model {
   // Enqueues the forward pass; when `upload` is not null each layer's
   // parameters are uploaded right before that layer, overlapping the
   // previous layer's compute. `before` (nullable) runs before each layer.
-  absl::Status Forward(const float* params, const float* upload, const float* x,
-                       int rows,
+  absl::Status Forward(const float* params, const float* upload,
+                       bool upload_pinned, const float* x, int rows,
                        const std::function<absl::Status(size_t)>* before);
   // `after` (nullable) runs as each layer's gradient is final.
   void Backward(const float* params, const float* x, int rows, float* grad,

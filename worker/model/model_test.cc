@@ -402,5 +402,63 @@ TEST(ModelTest, DevicePathMatchesHostPathExactly) {
   EXPECT_GT(dev.calls_run(), 0);
 }
 
+// Parameters and gradient in pinned caller memory (Backend::PinHost) are
+// copied from and into directly, not through the staging buffers, with the
+// same results; unpinned, the staging path is back.
+TEST(ModelTest, PinnedCallerBuffersSkipTheStagingCopy) {
+  const ModelSpec spec = Mlp(30, {24, 12}, 6);
+  auto cpu = Cpu();
+  DeferredBackend dev;
+  auto host_model = MakeModel(spec, cpu.get(), 16);
+  auto dev_model = MakeModel(spec, &dev, 16);
+  std::vector<float> params = InitParameters(host_model->tensors(), 4);
+  const size_t np = host_model->num_parameters();
+  std::vector<float> want(np), got(np, 9.0f);
+  const size_t bytes = np * sizeof(float);
+  ASSERT_TRUE(dev.PinHost(params.data(), bytes).ok());
+  ASSERT_TRUE(dev.PinHost(got.data(), bytes).ok());
+  EXPECT_TRUE(dev.IsPinned(params.data() + 1, bytes - sizeof(float)));
+  EXPECT_FALSE(dev.IsPinned(params.data() + 1, bytes));  // runs past the end
+  EXPECT_EQ(dev.PinHost(params.data() + 2, 4).code(),
+            absl::StatusCode::kInvalidArgument);         // overlaps
+  EXPECT_TRUE(cpu->PinHost(params.data(), bytes).ok());  // host memory: no-op
+  EXPECT_FALSE(cpu->IsPinned(params.data(), bytes));
+  for (size_t n : {size_t{7}, size_t{50}}) {
+    SCOPED_TRACE(n);
+    const LabeledData d = LinearlySeparable(n, 30, 6, 5);
+    double want_loss, loss;
+    size_t want_correct, correct;
+    ASSERT_TRUE(host_model
+                    ->ComputeGradient(params.data(), d.x.data(),
+                                      d.labels.data(), n, want.data(),
+                                      &want_loss, &want_correct)
+                    .ok());
+    const int64_t before = dev.pinned_copy_bytes();
+    std::fill(got.begin(), got.end(), 9.0f);
+    ASSERT_TRUE(dev_model
+                    ->ComputeGradient(params.data(), d.x.data(),
+                                      d.labels.data(), n, got.data(), &loss,
+                                      &correct)
+                    .ok());
+    EXPECT_EQ(got, want);
+    EXPECT_EQ(loss, want_loss);
+    EXPECT_EQ(correct, want_correct);
+    // Every parameter went up from `params`, every gradient came down to
+    // `got`, once each.
+    EXPECT_EQ(dev.pinned_copy_bytes() - before,
+              static_cast<int64_t>(2 * bytes));
+  }
+  dev.UnpinHost(params.data());
+  dev.UnpinHost(got.data());
+  EXPECT_FALSE(dev.IsPinned(params.data(), bytes));
+  const int64_t before = dev.pinned_copy_bytes();
+  const LabeledData d = LinearlySeparable(7, 30, 6, 5);
+  ASSERT_TRUE(dev_model
+                  ->ComputeGradient(params.data(), d.x.data(), d.labels.data(),
+                                    7, got.data(), nullptr, nullptr)
+                  .ok());
+  EXPECT_EQ(dev.pinned_copy_bytes(), before);
+}
+
 }  // namespace
 }  // namespace ps

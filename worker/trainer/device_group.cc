@@ -211,6 +211,21 @@ DeviceGroup::~DeviceGroup() {
   }
 }
 
+absl::Status DeviceGroup::PinHost(void* host, size_t bytes) {
+  for (size_t i = 0; i < devices_.size(); ++i) {
+    absl::Status s = devices_[i]->backend->PinHost(host, bytes);
+    if (!s.ok()) {
+      for (size_t j = 0; j < i; ++j) devices_[j]->backend->UnpinHost(host);
+      return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+void DeviceGroup::UnpinHost(void* host) {
+  for (auto& d : devices_) d->backend->UnpinHost(host);
+}
+
 size_t DeviceGroup::num_parameters() const {
   return devices_[0]->model->num_parameters();
 }

@@ -152,6 +152,13 @@ class DeviceGroup {
   size_t input_dim() const;
   size_t num_classes() const;
   size_t max_batch() const { return max_batch_; }
+  // Pins caller host memory on every device backend (Backend::PinHost), so
+  // the models copy parameters and gradients straight from and into it (no
+  // staging copy; nothing to do for "cpu:*" devices). An error unpins what
+  // this call pinned and is returned: the group then works unpinned, slower.
+  // The memory must stay alive until UnpinHost.
+  absl::Status PinHost(void* host, size_t bytes);
+  void UnpinHost(void* host);
   // True when gradients are summed on the GPUs (NCCL), see the file comment.
   bool reduces_on_devices() const { return reducer_ != nullptr; }
   const std::vector<TensorSpec>& tensors() const;

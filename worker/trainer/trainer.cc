@@ -182,6 +182,36 @@ Trainer::Trainer(TrainerOptions options, ParameterClient* client,
       grad_(params_.size()) {
   // The lab's gradient is the same every step: filled once, pushed as is.
   if (lab_) lab_->FillGradient(absl::MakeSpan(grad_));
+  PinBuffers();
+}
+
+// Unpinned before the buffers go: a backend unpins what is left only when
+// it ends, after the members.
+Trainer::~Trainer() { UnpinBuffers(); }
+
+std::vector<float> Trainer::TakeParameters() {
+  UnpinBuffers();
+  return std::move(params_);
+}
+
+void Trainer::PinBuffers() {
+  if (!devices_) return;
+  for (std::vector<float>* v : {&params_, &grad_}) {
+    absl::Status s = devices_->PinHost(v->data(), v->size() * sizeof(float));
+    if (!s.ok()) {
+      spdlog::warn(
+          "job {}: {} stays unpinned (copies to the devices go through "
+          "staging buffers): {}",
+          options_.job.name(), v == &params_ ? "parameters" : "gradient",
+          s.ToString());
+    }
+  }
+}
+
+void Trainer::UnpinBuffers() {
+  if (!devices_) return;
+  devices_->UnpinHost(params_.data());
+  devices_->UnpinHost(grad_.data());
 }
 
 const Progress& Trainer::last_progress() const {

@@ -207,6 +207,7 @@ class Trainer {
   // loads no data and builds no replicas (options.devices are unused).
   static absl::StatusOr<std::unique_ptr<Trainer>> Create(
       TrainerOptions options, ParameterClient* client);
+  ~Trainer();
 
   // Trains from options.start_step to total_steps(). Returns OK when done,
   // kCancelled when should_abort said so (checked before each step), or the
@@ -221,7 +222,7 @@ class Trainer {
   const std::vector<float>& parameters() const { return params_; }
   // Hands the parameters over (for the next run's initial_params); the
   // trainer must not run again.
-  std::vector<float> TakeParameters() { return std::move(params_); }
+  std::vector<float> TakeParameters();
   // The last progress reported (also filled when no callback is given).
   const Progress& last_progress() const;
   // After Run: the first step it did not run (it completed every step
@@ -275,6 +276,10 @@ class Trainer {
   absl::Status Evaluate(uint64_t done);
   // Whether this rank evaluates now (TrainerOptions::leader).
   bool Leads() const;
+  // Pins params_ and grad_ on the device backends for direct copies (GPU
+  // devices; DeviceGroup::PinHost); a failure is logged and costs only speed.
+  void PinBuffers();
+  void UnpinBuffers();
 
   const TrainerOptions options_;
   ParameterClient* const client_;               // borrowed

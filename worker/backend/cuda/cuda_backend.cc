@@ -43,6 +43,7 @@ CudaBackend::~CudaBackend() {
   cudaSetDevice(ordinal_);
   if (compute_ != nullptr) cudaStreamSynchronize(compute_);
   if (copy_ != nullptr) cudaStreamSynchronize(copy_);
+  UnpinAllHost();
   row_loss_.reset();
   row_correct_.reset();
   embedding_flags_.reset();
@@ -413,6 +414,25 @@ void CudaBackend::CopyOnDeviceBytes(const void* src, size_t bytes, void* dst) {
   if (!Ok(cudaSetDevice(ordinal_), "cudaSetDevice")) return;
   Ok(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, compute_),
      "cudaMemcpyAsync(D2D)");
+}
+
+absl::Status CudaBackend::PinHostBytes(void* host, size_t bytes) {
+  PS_RETURN_IF_ERROR(Activate());
+  const cudaError_t e = cudaHostRegister(host, bytes, cudaHostRegisterPortable);
+  if (e == cudaSuccess) return absl::OkStatus();
+  cudaGetLastError();  // not sticky; clear it for the next launch's check
+  if (e == cudaErrorHostMemoryAlreadyRegistered) {
+    borrowed_pins_.insert(host);
+    return absl::OkStatus();
+  }
+  return absl::InternalError(absl::StrCat(device_, ": cudaHostRegister(", bytes,
+                                          " bytes): ", cudaGetErrorString(e)));
+}
+
+void CudaBackend::UnpinHostBytes(void* host) {
+  if (borrowed_pins_.erase(host) > 0) return;
+  cudaSetDevice(ordinal_);
+  if (cudaHostUnregister(host) != cudaSuccess) cudaGetLastError();
 }
 
 }  // namespace ps

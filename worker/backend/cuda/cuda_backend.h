@@ -23,6 +23,7 @@
 #include <cuda_runtime.h>
 
 #include <memory>
+#include <set>
 #include <string>
 
 #include "absl/status/status.h"
@@ -99,6 +100,11 @@ class CudaBackend final : public Backend {
                               void* device) override;
   void CopyToHostBytes(const void* device, size_t bytes, void* host) override;
   void CopyOnDeviceBytes(const void* src, size_t bytes, void* dst) override;
+  // cudaHostRegister (portable: every GPU of the process may copy with it).
+  // A range another backend of the process registered first is used as is
+  // and left to that backend to unregister.
+  absl::Status PinHostBytes(void* host, size_t bytes) override;
+  void UnpinHostBytes(void* host) override;
 
  private:
   explicit CudaBackend(int ordinal);
@@ -128,6 +134,9 @@ class CudaBackend final : public Backend {
   // checks; read and cleared by Synchronize() when an embedding call ran.
   DeviceBuffer<int32_t> embedding_flags_;
   bool embedding_pending_ = false;
+  // Ranges PinHostBytes found registered by another backend (guarded by the
+  // base class's pin lock, under which PinHostBytes/UnpinHostBytes run).
+  std::set<const void*> borrowed_pins_;
 };
 
 }  // namespace ps

@@ -13,7 +13,9 @@
 //            (gemm_rate.h): backend_gflops, cublas_gflops, ratio, target
 //   "steps"  the MLP's and the CNN's training step on the GPU, batch 64
 //            (step_time.h): host_io_ms (host parameters in, host gradient
-//            out, as the trainer calls it) and resident_ms (compute alone);
+//            out, through staging), pinned_io_ms (the same from and into
+//            pinned memory, as the trainer calls it) and resident_ms
+//            (compute alone);
 //            reported, not judged
 //   "pass"   every figure within its tolerance or target
 // The exit code is 0 when "pass" is true, 1 otherwise or on an error (then
@@ -99,9 +101,10 @@ std::string ToJson(const Report& r) {
   for (const StepTime& t : r.steps) {
     rows.push_back(absl::StrFormat(
         "    {\"model\": %s, \"batch\": %d, \"parameters\": %d, "
-        "\"host_io_ms\": %.3f, \"resident_ms\": %.3f}",
+        "\"host_io_ms\": %.3f, \"pinned_io_ms\": %.3f, "
+        "\"resident_ms\": %.3f}",
         JsonString(t.model), kStepBatch, t.parameters, t.host_io_ms,
-        t.resident_ms));
+        t.pinned_io_ms, t.resident_ms));
   }
   absl::StrAppend(&out, ",\n  \"steps\": [\n", absl::StrJoin(rows, ",\n"),
                   "\n  ]\n}\n");

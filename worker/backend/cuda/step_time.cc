@@ -45,6 +45,22 @@ absl::StatusOr<StepTime> TimeModel(const char* name, const ModelSpec& spec,
                                                   d.labels.data(), d.n,
                                                   grad.data(), &loss, &correct);
                       }));
+  std::vector<float> pinned_params = params;
+  const size_t bytes = params.size() * sizeof(float);
+  PS_RETURN_IF_ERROR(gpu->PinHost(pinned_params.data(), bytes));
+  absl::Status pinned = gpu->PinHost(grad.data(), bytes);
+  if (pinned.ok()) {
+    absl::StatusOr<double> ms = MedianMs([&] {
+      return m->ComputeGradient(pinned_params.data(), d.x.data(),
+                                d.labels.data(), d.n, grad.data(), &loss,
+                                &correct);
+    });
+    pinned = ms.status();
+    if (ms.ok()) t.pinned_io_ms = *ms;
+    gpu->UnpinHost(grad.data());
+  }
+  gpu->UnpinHost(pinned_params.data());
+  PS_RETURN_IF_ERROR(pinned);
   PS_RETURN_IF_ERROR(m->SetParameters(params.data()));
   PS_ASSIGN_OR_RETURN(t.resident_ms, MedianMs([&] {
                         return m->ComputeDeviceGradient(nullptr, d.x.data(),

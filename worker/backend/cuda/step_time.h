@@ -2,8 +2,10 @@
 //
 //   absl::StatusOr<std::vector<StepTime>> t = TimeModelSteps(gpu.get());
 //   // t->at(i).host_io_ms: the trainer's call (host parameters in, host
-//   // gradient out); resident_ms: the same step with the parameters already
-//   // on the device and the gradient left there
+//   // gradient out) through the model's staging buffers; pinned_io_ms: the
+//   // same with both host buffers pinned (Backend::PinHost), as the trainer
+//   // runs it; resident_ms: the parameters already on the device and the
+//   // gradient left there
 //
 // Each figure is the median of kStepTrials blocking calls after
 // kStepWarmups, batch kStepBatch, random parameters and data, host clock.
@@ -28,8 +30,9 @@ inline constexpr int kStepTrials = 31;
 struct StepTime {
   std::string model;  // "mlp" (784-256-128-10) or "cnn" (the built-in one)
   size_t parameters = 0;
-  double host_io_ms = 0;   // ComputeGradient from and to host memory
-  double resident_ms = 0;  // SetParameters once, then ComputeDeviceGradient
+  double host_io_ms = 0;    // ComputeGradient from and to host memory
+  double pinned_io_ms = 0;  // the same, host memory pinned
+  double resident_ms = 0;   // SetParameters once, then ComputeDeviceGradient
 };
 
 // The MLP's and the CNN's steps on `gpu` (a "gpu:N" backend).

@@ -129,7 +129,9 @@ def main():
     bench_pass = bench_rc == 0 and isinstance(bench, dict) and bench.get("pass") is True
     env = key_values(read(work, "env"))
     summary = {
-        "gpu": read(work, "gpu"), "commit": tree_commit or manifest.get("commit", "unknown"),
+        # The pack's commit names the binaries; the tree's may be a stale
+        # copy's (a device machine's working tree need not carry .git's HEAD).
+        "gpu": read(work, "gpu"), "commit": manifest.get("commit") or tree_commit or "unknown",
         "pack": {k: manifest.get(k) for k in ("commit", "dirty", "built", "glibc")},
         "binaries": source, "nccl": env.get("nccl"),
         "compat_libs": env.get("compat_libs", "not used"),

@@ -19,8 +19,9 @@
 #   1. every gpu-tagged test binary;
 #   2. the GPU benchmark (worker/backend/cuda/gpu_check_benchmark.cc): GPU
 #      against CPU per call and per model, GEMM GFLOP/s against cuBLAS;
-#   3. the 2-worker BSP jobs of JOBS (the demo's MLP, the built-in CNN) on
-#      the local cluster of configs/local, both workerd on devices: "gpu:0";
+#   3. the 2-worker BSP jobs of JOBS (the demo's MLP, the built-in CNN, the
+#      CNN with overlap on) on the local cluster of configs/local, both
+#      workerd on devices: "gpu:0";
 #   4. PyTorch's run of the same models on the same GPU
 #      (tools/bench/torch_peer.py --device cuda, one process, the jobs'
 #      global batch), the peer of step 3;
@@ -43,14 +44,18 @@ BENCH_LABEL=//worker/backend/cuda:gpu_check_benchmark
 # The C++ ones: //python:torch_cuda_test is a Python script that needs the
 # build machine's Python (torch_reason says why it is not run there).
 GPU_TEST_QUERY='kind(cc_test, attr(tags, gpu, tests(//...)))'
-# The jobs of step 3: name, job file, test accuracy target, learning rate
-# (the peer's: the job's, the same mean over the same global batch), timeout.
+# The jobs of step 3: name, model (mlp or cnn: the peer's --model), job
+# file, test accuracy target, learning rate (the peer's: the job's, the same
+# mean over the same global batch), timeout, overlap (on: the workers'
+# disable_overlap is set false, as a worker with cores to spare runs; off:
+# configs/local's, set for 2 shared cores). The peer runs once per model.
 # The targets: the CPU runs' accuracy (MLP 0.8806, CNN 0.9125 after 10 epochs,
 # docs/BENCHMARKS.md, bitwise the same on every CPU run) less a seed's
 # spread, as the GPU sums in another order.
 JOBS=(
-  "mlp configs/jobs/fashion_mlp.pbtxt 0.875 0.05 120"
-  "cnn configs/jobs/fashion_cnn.pbtxt 0.905 0.02 200"
+  "mlp mlp configs/jobs/fashion_mlp.pbtxt 0.875 0.05 120 off"
+  "cnn cnn configs/jobs/fashion_cnn.pbtxt 0.905 0.02 200 off"
+  "cnn_overlap cnn configs/jobs/fashion_cnn.pbtxt 0.905 0.02 200 on"
 )
 LOCAL_CLUSTER=configs/local # cluster.pbtxt, psd{0,1}.pbtxt, worker{0,1}.pbtxt
 DATA_SRC=/usr/share/datasets/fashion-mnist
@@ -298,13 +303,16 @@ run_benchmark() { # WORK
 # One BSP job on a fresh local cluster with both workerd on "gpu:0": its
 # logs in WORK/logs/NAME, its exit code and psctl's last line in
 # WORK/job_NAME.{rc,line}.
-run_job() { # WORK NAME JOB_FILE TIMEOUT
+run_job() { # WORK NAME JOB_FILE TIMEOUT OVERLAP
   local work=$1 name=$2 job=$3 jd=$1/job_$2 logs=$1/logs/$2 i limit rc
+  local disable=true
+  [[ $5 == on ]] && disable=false
   mkdir -p "$jd" "$logs"
   cp "$LOCAL_CLUSTER"/cluster.pbtxt "$LOCAL_CLUSTER"/psd[01].pbtxt "$jd/"
   for i in 0 1; do
     sed -e 's|^devices: .*|devices: "gpu:0"|' \
       -e "s|^data_dir: .*|data_dir: \"$DATA_DIR\"|" \
+      -e "s|^disable_overlap: .*|disable_overlap: $disable|" \
       "$LOCAL_CLUSTER/worker$i.pbtxt" >"$jd/worker$i.pbtxt"
   done
   local -a pids=()
@@ -330,17 +338,17 @@ run_job() { # WORK NAME JOB_FILE TIMEOUT
   echo "gpu_check: $name BSP job rc=$rc $(cut -c1-100 "$work/job_$name.line")"
 }
 
-# PyTorch on the same GPU, the same model, data, init and schedule as job
-# NAME, in one process at the jobs' global batch (2 workers x 64): its RESULT
-# line in WORK/peer_NAME.json.
-run_peer() { # WORK NAME LR
-  local work=$1 name=$2 log=$1/logs/$2/torch_peer.log
+# PyTorch on the same GPU, the same model, data, init and schedule as the
+# jobs of MODEL, in one process at the jobs' global batch (2 workers x 64):
+# its RESULT line in WORK/peer_MODEL.json.
+run_peer() { # WORK MODEL LR
+  local work=$1 model=$2 log=$1/logs/torch_peer_$2.log
   timeout -k 5 "$(step_timeout $PEER_TIMEOUT_S)" python3 \
-    tools/bench/torch_peer.py --mode single --device cuda --model "$name" \
+    tools/bench/torch_peer.py --mode single --device cuda --model "$model" \
     --batch 128 --lr "$3" --epochs 10 --threads 4 --data-dir "$DATA_DIR" \
     >"$log" 2>&1
-  echo "gpu_check: $name PyTorch peer rc=$?"
-  sed -n 's/^RESULT //p' "$log" | tail -1 >"$work/peer_$name.json"
+  echo "gpu_check: $model PyTorch peer rc=$?"
+  sed -n 's/^RESULT //p' "$log" | tail -1 >"$work/peer_$model.json"
 }
 
 # Why psclient.torch with a CUDA model is not run (one line).
@@ -386,11 +394,11 @@ run_check() { # OUTDIR FROM
   set_library_path "$work"
   run_tests "$work"
   run_benchmark "$work"
-  local spec name job lr limit
+  local spec name model job lr limit overlap
   for spec in "${JOBS[@]}"; do
-    read -r name job _ lr limit <<<"$spec"
-    run_job "$work" "$name" "$job" "$limit"
-    run_peer "$work" "$name" "$lr"
+    read -r name model job _ lr limit overlap <<<"$spec"
+    run_job "$work" "$name" "$job" "$limit" "$overlap"
+    [[ -s $work/peer_$model.json ]] || run_peer "$work" "$model" "$lr"
   done
   summarise "$work" "$out"
   rc=$?

@@ -6,9 +6,9 @@ exits 0 when every test, the benchmark and every job passed.
   gpu_check_summary.py WORK OUTDIR SOURCE COMMIT TORCH_REASON SECONDS
 
 WORK holds: MANIFEST (the pack's), tests.tsv, bench.json and bench.rc, jobs
-(one "name job_file target lr timeout" line per job), job_NAME.rc,
-job_NAME.line (psctl's last job= line), peer_NAME.json (PyTorch's RESULT
-line), env, missing_libs and gpu.
+(one "name model job_file target lr timeout overlap" line per job),
+job_NAME.rc, job_NAME.line (psctl's last job= line), peer_MODEL.json
+(PyTorch's RESULT line), env, missing_libs and gpu.
 """
 
 import json
@@ -43,11 +43,11 @@ def number(fields, key):
 
 
 def job_of(work, spec):
-    name, job_file, target, _lr, _limit = spec.split()
+    name, model, job_file, target, _lr, _limit, overlap = spec.split()
     line = read(work, f"job_{name}.line")
     fields = dict(re.findall(r'(\w+)=("[^"]*"|\S+)', line))
     acc = number(fields, "test_accuracy")
-    job = {"name": name, "job": f"{job_file}, 2 workerd on gpu:0, BSP",
+    job = {"name": name, "job": f"{job_file}, 2 workerd on gpu:0, BSP, overlap {overlap}",
            "rc": int(read(work, f"job_{name}.rc", "-1")),
            "state": fields.get("state", "none"), "test_accuracy": acc,
            "target": float(target), "wall_s": number(fields, "wall_s"),
@@ -55,7 +55,7 @@ def job_of(work, spec):
     job["pass"] = (job["state"] == "SUCCEEDED" and acc is not None
                    and acc >= float(target))
     try:
-        peer = json.loads(read(work, f"peer_{name}.json", "null"))
+        peer = json.loads(read(work, f"peer_{model}.json", "null"))
     except ValueError:
         peer = None
     job["torch_peer"] = peer

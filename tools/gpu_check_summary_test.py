@@ -11,8 +11,9 @@ import unittest
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "gpu_check_summary.py")
 
-JOBS = ("mlp configs/jobs/fashion_mlp.pbtxt 0.875 0.05 120\n"
-        "cnn configs/jobs/fashion_cnn.pbtxt 0.905 0.02 200\n")
+JOBS = ("mlp mlp configs/jobs/fashion_mlp.pbtxt 0.875 0.05 120 off\n"
+        "cnn cnn configs/jobs/fashion_cnn.pbtxt 0.905 0.02 200 off\n"
+        "cnn_overlap cnn configs/jobs/fashion_cnn.pbtxt 0.905 0.02 200 on\n")
 BENCH = {"pass": True, "ops": [{"name": "BiasRelu 64x256", "max_rel_diff": 0,
                                 "tolerance": 0, "pass": True}],
          "models": [], "gemm": [{"name": "square 4096", "m": 4096, "n": 4096,
@@ -39,6 +40,8 @@ class GpuCheckSummaryTest(unittest.TestCase):
             "bench.json": json.dumps(BENCH), "bench.rc": "0", "jobs": JOBS,
             "job_mlp.rc": "0", "job_mlp.line": job_line(0.8815),
             "job_cnn.rc": "0", "job_cnn.line": job_line(0.9097, rate=8479),
+            "job_cnn_overlap.rc": "0",
+            "job_cnn_overlap.line": job_line(0.9097, rate=12000),
             "peer_mlp.json": json.dumps({"samples_per_s": 101857.0,
                                          "test_accuracy": 0.8875}),
             "env": "nccl=/usr/lib\n", "gpu": "NVIDIA H200, 580, 143771 MiB",
@@ -63,11 +66,18 @@ class GpuCheckSummaryTest(unittest.TestCase):
         proc, s = self.run_on()
         self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
         self.assertTrue(s["pass"])
-        mlp, cnn = s["bsp_jobs"]
+        mlp, cnn, overlap = s["bsp_jobs"]
         self.assertEqual(mlp["ratio_to_torch"], round(72338 / 101857, 3))
         self.assertIsNone(cnn["torch_peer"])  # a missing peer does not fail
+        self.assertIn("overlap on", overlap["job"])
         self.assertIn("| mlp | SUCCEEDED | 0.8815 (>= 0.875)", proc.stdout)
         self.assertIn("| cnn | 3274634 | 6.1 | 2.0 | 0.9 |", proc.stdout)
+
+    def test_jobs_of_one_model_share_its_peer(self):
+        peer = json.dumps({"samples_per_s": 60000.0, "test_accuracy": 0.9})
+        _, s = self.run_on(**{"peer_cnn.json": peer})
+        self.assertEqual(s["bsp_jobs"][1]["ratio_to_torch"], round(8479 / 60000, 3))
+        self.assertEqual(s["bsp_jobs"][2]["ratio_to_torch"], 0.2)
 
     def test_a_job_under_its_target_fails(self):
         proc, s = self.run_on(**{"job_cnn.line": job_line(0.9049)})

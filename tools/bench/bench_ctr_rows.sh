@@ -19,6 +19,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source tools/lib/daemons.sh
+source tools/lib/bench_cluster.sh
 JOB=${1:-configs/jobs/ctr_synthetic_55m_rows.pbtxt}
 SHARDS=${2:-4}
 BUDGET_GIB=${3:-6}
@@ -27,40 +28,11 @@ for v in "$SHARDS" "$BUDGET_GIB"; do
 done
 [[ -f $JOB ]] || { echo "bench_ctr_rows: no job file '$JOB'" >&2; exit 2; }
 BIN=${BIN:-$(bazel info --config=opt bazel-bin 2>/dev/null)}
-for b in server/psd worker/workerd tools/psctl/psctl; do
-  [[ -x $BIN/$b ]] || { echo "bench_ctr_rows: $BIN/$b missing: bazel build --config=opt it first" >&2; exit 2; }
-done
-DIR=$(mktemp -d /tmp/ps-ctr-rows.XXXXXX)
-echo "bench_ctr_rows: logs in $DIR"
-PIDS=()
-PSD_PIDS=()
-cleanup() {
-  local rc=$?
-  trap - EXIT INT TERM
-  stop_pids "${PIDS[@]}"
-  exit $rc
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+bench_binaries bench_ctr_rows "$BIN"
+bench_dir bench_ctr_rows ps-ctr-rows
 
-for ((i = 0; i < SHARDS; i++)); do
-  printf 'shards { address_file: "s%d.addr" }\n' "$i"
-done >"$DIR/cluster.pbtxt"
-echo 'coordinator_shard: 0' >>"$DIR/cluster.pbtxt"
-for ((i = 0; i < SHARDS; i++)); do
-  printf 'cluster_file: "cluster.pbtxt"\nshard_id: %d\naddress_file: "s%d.addr"\nmemory_budget_bytes: %d\n' \
-    "$i" "$i" $((BUDGET_GIB << 30)) >"$DIR/psd$i.pbtxt"
-  "$BIN/server/psd" --config="$DIR/psd$i.pbtxt" >"$DIR/psd$i.log" 2>&1 &
-  PIDS+=($!)
-  PSD_PIDS+=($!)
-done
-for i in 0 1; do
-  printf 'cluster_file: "cluster.pbtxt"\nname: "worker%d"\ndevices: "cpu:0"\nthreads_per_device: 1\nheartbeat_interval_ms: 500\n' \
-    "$i" >"$DIR/worker$i.pbtxt"
-  echo "${WORKER_CONFIG:-}" >>"$DIR/worker$i.pbtxt"
-  "$BIN/worker/workerd" --config="$DIR/worker$i.pbtxt" >"$DIR/worker$i.log" 2>&1 &
-  PIDS+=($!)
-done
+start_shards "$SHARDS" "memory_budget_bytes: $((BUDGET_GIB << 30))"
+start_workers 2 "$(printf 'devices: "cpu:0"\nthreads_per_device: 1\nheartbeat_interval_ms: 500\n%s' "${WORKER_CONFIG:-}")"
 PSCTL=("$BIN/tools/psctl/psctl" --cluster="$DIR/cluster.pbtxt" --connect-timeout=60)
 wait_log_line 'registered with' 60 "$DIR"/worker{0,1}.log
 start=$(date +%s.%N)

@@ -22,6 +22,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source tools/lib/daemons.sh
+source tools/lib/bench_cluster.sh
 JOB_KIND=${1:-mlp}
 FROM=${2:-2}
 TO=${3:-3}
@@ -31,38 +32,12 @@ for v in "$FROM" "$TO" "$AT_S" "$AFTER_S"; do
   [[ $v =~ ^[1-9][0-9]*$ ]] || { echo "bench_reshard: '$v' is not a whole number" >&2; exit 2; }
 done
 BIN=$(bazel info bazel-bin 2>/dev/null)
-for b in server/psd worker/workerd tools/psctl/psctl; do
-  [[ -x $BIN/$b ]] || { echo "bench_reshard: $BIN/$b missing: bazel build it first" >&2; exit 2; }
-done
-DIR=$(mktemp -d /tmp/ps-reshard.XXXXXX)
-echo "bench_reshard: logs in $DIR"
-PIDS=()
-cleanup() {
-  local rc=$?
-  trap - EXIT INT TERM
-  stop_pids "${PIDS[@]}"
-  exit $rc
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+bench_binaries bench_reshard "$BIN"
+bench_dir bench_reshard ps-reshard
 
 NSHARDS=$(( FROM > TO ? FROM : TO )); (( NSHARDS < 3 )) && NSHARDS=3
-: >"$DIR/cluster.pbtxt"
-for ((i = 0; i < NSHARDS; i++)); do
-  printf 'shards { address_file: "s%d.addr" }\n' "$i" >>"$DIR/cluster.pbtxt"
-done
-echo 'coordinator_shard: 0' >>"$DIR/cluster.pbtxt"
-for ((i = 0; i < NSHARDS; i++)); do
-  printf 'cluster_file: "cluster.pbtxt"\nshard_id: %d\naddress_file: "s%d.addr"\n' "$i" "$i" >"$DIR/psd$i.pbtxt"
-  "$BIN/server/psd" --config="$DIR/psd$i.pbtxt" >"$DIR/psd$i.log" 2>&1 &
-  PIDS+=($!)
-done
-for i in 0 1; do
-  grep -v '^name:' configs/local/worker0.pbtxt >"$DIR/worker$i.pbtxt"
-  echo "name: \"worker$i\"" >>"$DIR/worker$i.pbtxt"
-  "$BIN/worker/workerd" --config="$DIR/worker$i.pbtxt" >"$DIR/worker$i.log" 2>&1 &
-  PIDS+=($!)
-done
+start_shards "$NSHARDS"
+start_workers 2 "$(grep -v -e '^name:' -e '^cluster_file:' configs/local/worker0.pbtxt)"
 PSCTL=("$BIN/tools/psctl/psctl" --cluster="$DIR/cluster.pbtxt" --connect-timeout=30)
 case $JOB_KIND in
   mlp) sed 's/epochs: [0-9]*/epochs: 100/' configs/jobs/fashion_mlp.pbtxt >"$DIR/job.pbtxt" ;;

@@ -21,39 +21,18 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source tools/lib/daemons.sh
+source tools/lib/bench_cluster.sh
 GROW_AT_S=${1:-20}
 AFTER_S=${2:-20}
 for v in "$GROW_AT_S" "$AFTER_S"; do
   [[ $v =~ ^[1-9][0-9]*$ ]] || { echo "bench_scale: '$v' is not a whole number of seconds" >&2; exit 2; }
 done
 BIN=$(bazel info bazel-bin 2>/dev/null)
-for b in server/psd worker/workerd tools/psctl/psctl; do
-  [[ -x $BIN/$b ]] || { echo "bench_scale: $BIN/$b missing: bazel build it first" >&2; exit 2; }
-done
-DIR=$(mktemp -d /tmp/ps-scale.XXXXXX)
-echo "bench_scale: logs in $DIR"
-PIDS=()
-cleanup() {
-  local rc=$?
-  trap - EXIT INT TERM
-  stop_pids "${PIDS[@]}"
-  exit $rc
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+bench_binaries bench_scale "$BIN"
+bench_dir bench_scale ps-scale
 
-printf 'shards { address_file: "s0.addr" }\nshards { address_file: "s1.addr" }\ncoordinator_shard: 0\n' >"$DIR/cluster.pbtxt"
-for i in 0 1; do
-  printf 'cluster_file: "cluster.pbtxt"\nshard_id: %d\naddress_file: "s%d.addr"\n' "$i" "$i" >"$DIR/psd$i.pbtxt"
-  "$BIN/server/psd" --config="$DIR/psd$i.pbtxt" >"$DIR/psd$i.log" 2>&1 &
-  PIDS+=($!)
-done
-for i in 0 1 2 3; do
-  grep -v '^name:' configs/local/worker0.pbtxt >"$DIR/worker$i.pbtxt"
-  echo "name: \"worker$i\"" >>"$DIR/worker$i.pbtxt"
-  "$BIN/worker/workerd" --config="$DIR/worker$i.pbtxt" >"$DIR/worker$i.log" 2>&1 &
-  PIDS+=($!)
-done
+start_shards 2
+start_workers 4 "$(grep -v -e '^name:' -e '^cluster_file:' configs/local/worker0.pbtxt)"
 PSCTL=("$BIN/tools/psctl/psctl" --cluster="$DIR/cluster.pbtxt" --connect-timeout=30)
 # 100 epochs: long enough to run past the command whatever the machine.
 { grep -v '^num_workers' configs/jobs/fashion_mlp.pbtxt | sed 's/epochs: [0-9]*/epochs: 100/'

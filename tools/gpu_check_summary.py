@@ -6,7 +6,8 @@ exits 0 when every test, the benchmark and every job passed.
   gpu_check_summary.py WORK OUTDIR SOURCE COMMIT TORCH_REASON SECONDS
 
 WORK holds: MANIFEST (the pack's), tests.tsv, bench.json and bench.rc, jobs
-(one "name model job_file target lr timeout overlap" line per job),
+(one "name model job_file edit metric target lr timeout overlap" line per
+job),
 job_NAME.rc, job_NAME.line (psctl's last job= line), peer_MODEL.json
 (PyTorch's RESULT line), env, missing_libs and gpu.
 """
@@ -43,19 +44,20 @@ def number(fields, key):
 
 
 def job_of(work, spec):
-    name, model, job_file, target, _lr, _limit, overlap = spec.split()
+    name, model, job_file, edit, metric, target, _lr, _limit, overlap = spec.split()
     line = read(work, f"job_{name}.line")
     fields = dict(re.findall(r'(\w+)=("[^"]*"|\S+)', line))
-    acc = number(fields, "test_accuracy")
-    job = {"name": name, "job": f"{job_file}, 2 workerd on gpu:0, BSP, overlap {overlap}",
+    value = number(fields, metric)
+    job_text = job_file if edit == "-" else f"{job_file} (sed '{edit}')"
+    job = {"name": name, "job": f"{job_text}, 2 workerd on gpu:0, BSP, overlap {overlap}",
            "rc": int(read(work, f"job_{name}.rc", "-1")),
-           "state": fields.get("state", "none"), "test_accuracy": acc,
+           "state": fields.get("state", "none"), "metric": metric, "value": value,
            "target": float(target), "wall_s": number(fields, "wall_s"),
            "samples_per_s": number(fields, "samples_per_s"), "summary": line}
-    job["pass"] = (job["state"] == "SUCCEEDED" and acc is not None
-                   and acc >= float(target))
+    job["pass"] = (job["state"] == "SUCCEEDED" and value is not None
+                   and value >= float(target))
     try:
-        peer = json.loads(read(work, f"peer_{model}.json", "null"))
+        peer = None if model == "-" else json.loads(read(work, f"peer_{model}.json", "null"))
     except ValueError:
         peer = None
     job["torch_peer"] = peer
@@ -98,13 +100,13 @@ def markdown(summary, source, secs):
     else:
         md += ["```", json.dumps(bench), "```"]
     md += ["", "## 2-worker BSP jobs on gpu:0, against PyTorch on the same GPU", "",
-           "| job | state | test accuracy (target) | samples/s | wall s "
+           "| job | state | metric (target) | samples/s | wall s "
            "| PyTorch samples/s | PyTorch accuracy | ratio | pass |",
            "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | --- |"]
     for j in summary["bsp_jobs"]:
         peer = j["torch_peer"] or {}
         md.append(
-            f"| {j['name']} | {j['state']} | {fmt(j['test_accuracy'])} (>= {j['target']}) "
+            f"| {j['name']} | {j['state']} | {j['metric']} {fmt(j['value'])} (>= {j['target']}) "
             f"| {fmt(j['samples_per_s'], '.0f')} | {fmt(j['wall_s'], '.2f')} "
             f"| {fmt(peer.get('samples_per_s'), '.0f')} "
             f"| {fmt(peer.get('test_accuracy'))} | {j.get('ratio_to_torch', '-')} "

@@ -11,9 +11,10 @@ import unittest
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "gpu_check_summary.py")
 
-JOBS = ("mlp mlp configs/jobs/fashion_mlp.pbtxt 0.875 0.05 120 off\n"
-        "cnn cnn configs/jobs/fashion_cnn.pbtxt 0.905 0.02 200 off\n"
-        "cnn_overlap cnn configs/jobs/fashion_cnn.pbtxt 0.905 0.02 200 on\n")
+JOBS = ("mlp mlp configs/jobs/fashion_mlp.pbtxt - test_accuracy 0.875 0.05 120 off\n"
+        "cnn cnn configs/jobs/fashion_cnn.pbtxt - test_accuracy 0.905 0.02 200 off\n"
+        "cnn_overlap cnn configs/jobs/fashion_cnn.pbtxt - test_accuracy 0.905 0.02 200 on\n"
+        "ctr - configs/jobs/ctr_synthetic.pbtxt s/a/b/ test_auc 0.785 - 150 off\n")
 BENCH = {"pass": True, "ops": [{"name": "BiasRelu 64x256", "max_rel_diff": 0,
                                 "tolerance": 0, "pass": True}],
          "models": [], "gemm": [{"name": "square 4096", "m": 4096, "n": 4096,
@@ -42,6 +43,10 @@ class GpuCheckSummaryTest(unittest.TestCase):
             "job_cnn.rc": "0", "job_cnn.line": job_line(0.9097, rate=8479),
             "job_cnn_overlap.rc": "0",
             "job_cnn_overlap.line": job_line(0.9097, rate=12000),
+            "job_ctr.rc": "0",
+            "job_ctr.line": ("job=job-000001 state=SUCCEEDED loss=0.45 steps=976 "
+                             "samples_per_s=40000 wall_s=30 test_auc=0.7878 "
+                             'reason="finished"'),
             "peer_mlp.json": json.dumps({"samples_per_s": 101857.0,
                                          "test_accuracy": 0.8875}),
             "env": "nccl=/usr/lib\n", "gpu": "NVIDIA H200, 580, 143771 MiB",
@@ -66,11 +71,14 @@ class GpuCheckSummaryTest(unittest.TestCase):
         proc, s = self.run_on()
         self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
         self.assertTrue(s["pass"])
-        mlp, cnn, overlap = s["bsp_jobs"]
+        mlp, cnn, overlap, ctr = s["bsp_jobs"]
+        self.assertEqual((ctr["metric"], ctr["value"]), ("test_auc", 0.7878))
+        self.assertIsNone(ctr["torch_peer"])
+        self.assertIn("(sed 's/a/b/')", ctr["job"])
         self.assertEqual(mlp["ratio_to_torch"], round(72338 / 101857, 3))
         self.assertIsNone(cnn["torch_peer"])  # a missing peer does not fail
         self.assertIn("overlap on", overlap["job"])
-        self.assertIn("| mlp | SUCCEEDED | 0.8815 (>= 0.875)", proc.stdout)
+        self.assertIn("| mlp | SUCCEEDED | test_accuracy 0.8815 (>= 0.875)", proc.stdout)
         self.assertIn("| cnn | 3274634 | 6.1 | 2.0 | 0.9 |", proc.stdout)
 
     def test_jobs_of_one_model_share_its_peer(self):
@@ -84,6 +92,10 @@ class GpuCheckSummaryTest(unittest.TestCase):
         self.assertEqual(proc.returncode, 1)
         self.assertFalse(s["pass"])
         self.assertFalse(s["bsp_jobs"][1]["pass"])
+        line = "job=job-1 state=SUCCEEDED samples_per_s=1 test_auc=0.7 reason=\"x\""
+        proc, s = self.run_on(**{"job_ctr.line": line})
+        self.assertEqual(proc.returncode, 1)
+        self.assertFalse(s["bsp_jobs"][3]["pass"])
 
     def test_a_failed_job_or_no_job_line_fails(self):
         for line in (job_line(0.95, state="FAILED"), None):

@@ -82,6 +82,7 @@ absl::StatusOr<Shard::JobPtr> Shard::NewJob(const RegisterJobRequest& req,
     return job;
   }
   (*job)->view = replica_view_;
+  PS_RETURN_IF_ERROR(AttachTableReplicas(*job));
   return job;
 }
 
@@ -223,6 +224,9 @@ absl::Status Shard::SetMembership(const SetMembershipRequest& req) {
   }
   internal::CompleteAll(&ready);
   if (job->tables != nullptr) job->tables->SetMembership(active);
+  if (job->table_replicas != nullptr) {
+    job->table_replicas->SetMembership(active);
+  }
   checkpointer_->MaybeQueue(job, advanced, absl::InfinitePast());
   if (job->replicated && !advanced.empty()) {
     replicator_->Advanced(job, advanced);
@@ -471,70 +475,6 @@ void Shard::Pull(const PullRequest& req, PullResponse* resp,
   w->method = internal::kPullMethod;
   internal::SetPullConditions(**job, req.step(), req.min_version(), w.get());
   internal::StartWait(*job, std::move(w));
-}
-
-void Shard::SparseExchange(const SparseExchangeRequest& req,
-                           SparseExchangeResponse* resp,
-                           std::function<void(absl::Status)> done) {
-  struct Call {
-    SparseRequestIn in;
-    SparseReplyOut out;
-  };
-  auto call = std::make_shared<Call>();
-  call->in = SparseRequestFromProto(req);
-  resp->Clear();
-  SparseExchange(&call->in, &call->out,
-                 [call, resp, done = std::move(done)](absl::Status s) {
-                   if (s.ok()) SparseReplyToProto(call->in, call->out, resp);
-                   done(std::move(s));
-                 });
-}
-
-void Shard::SparseExchange(SparseRequestIn* req, SparseReplyOut* resp,
-                           std::function<void(absl::Status)> done) {
-  const int64_t start_ns = absl::GetCurrentTimeNanos();
-  *resp = SparseReplyOut();
-  absl::StatusOr<JobPtr> job = FindJob(req->job_id);
-  if (!job.ok()) return done(job.status());
-  if ((*job)->tables == nullptr) {
-    (*job)->rejected.Add(internal::kNoTables);
-    return done(absl::InvalidArgumentError(
-        absl::StrCat("job_id: job \"", req->job_id,
-                     "\" has no sparse tables (JobSpec.tables)")));
-  }
-  // The job stays alive while the call waits: `done` holds a reference.
-  JobTables* tables = (*job)->tables.get();
-  // Read now: `req` may be gone once `done` ran.
-  const bool push = req->push;
-  const JobPtr keep = *job;
-  tables->Exchange(
-      req, resp,
-      [this, resp, start_ns, job = *std::move(job),
-       done = std::move(done)](absl::Status s) mutable {
-        // Before `done`, while `resp` is valid.
-        if (s.ok()) {
-          checkpointer_->AfterExchange(job, resp->version);
-          job->counters.request_ns[internal::kSparseExchangeMethod].Record(
-              static_cast<uint64_t>(absl::GetCurrentTimeNanos() - start_ns));
-        }
-        if (absl::IsInvalidArgument(s)) {
-          job->rejected.Add(internal::kSparseBadRequest);
-        } else if (absl::IsFailedPrecondition(s)) {
-          job->rejected.Add(internal::kInactiveWorker);
-        } else if (absl::IsResourceExhausted(s)) {
-          job->rejected.Add(internal::kSparseOverBudget);
-        }
-        done(std::move(s));
-      });
-  // Counted once the push is buffered or applied (or refused), so that a
-  // snapshot which saw the count holds the push.
-  if (push) checkpointer_->CountSparsePush(*keep);
-  // Gated answers wait for the checkpoint this step makes due, so it is
-  // scheduled here, not when the answer goes out (a shard without dense
-  // chunks has no other trigger).
-  if (push && keep->gate_replies) {
-    checkpointer_->AfterExchange(keep, tables->version());
-  }
 }
 
 // ---------------------------------------------------------------------------

@@ -182,6 +182,7 @@
 #include "server/stats.h"
 
 namespace ps {
+class JobTables;
 namespace internal {
 class Checkpointer;
 class ReplicaView;
@@ -297,7 +298,8 @@ class Shard {
   // without tables. Same callback contract as PushPull; `req` must stay
   // valid until `done` runs too. The RPC layer calls the second form with
   // a request decoded from the wire (server/rpc/sparse_decoder.h); the
-  // first converts (tests, in-process callers).
+  // first converts (tests, in-process callers). Replicated: to the copy of
+  // req.table_shard's rows (UNAVAILABLE where another shard serves it).
   void SparseExchange(const SparseExchangeRequest& req,
                       SparseExchangeResponse* resp,
                       std::function<void(absl::Status)> done);
@@ -510,6 +512,14 @@ class Shard {
   // Registration. `local_count` = the job's chunks on this shard.
   absl::StatusOr<JobPtr> NewJob(const RegisterJobRequest& req,
                                 int* local_count) const;
+  // Replicated jobs with tables (shard_sparse.cc): the copies of rows a
+  // job keeps here; the copy for `table_shard` (-1: this shard's); a
+  // forward to a copy; SetReplicaViewResponse.behind.
+  absl::Status AttachTableReplicas(const JobPtr& job) const;
+  absl::StatusOr<JobTables*> TablesFor(internal::Job& job,
+                                       int64_t table_shard) const;
+  absl::Status ReplicateTables(internal::Job& job, const ReplicateRequest& req);
+  std::vector<uint32_t> ReplicaBehind() const;
   // Reserves the job's bytes: true, or false when the same job is
   // registered already (resp filled), or fails as RegisterJob documents.
   absl::StatusOr<bool> Reserve(const internal::Job& job, int local_count,

@@ -18,7 +18,10 @@
 namespace ps {
 
 void Shard::SetReplicaSender(ReplicaSender sender) {
-  replicator_->SetSender(std::move(sender));
+  replicator_->SetSender(sender);
+  for (const JobPtr& job : AllJobs()) {
+    if (job->table_replicas != nullptr) job->table_replicas->SetSender(sender);
+  }
 }
 
 namespace {
@@ -74,6 +77,7 @@ absl::Status Shard::SetReplicaView(const SetReplicaViewRequest& req,
       replicator_->ForgetFailures(j);
       for (const JobPtr& job : AllJobs()) {
         if (job->replicated) internal::ForgetAcks(*job, j);
+        if (job->table_replicas != nullptr) job->table_replicas->ForgetAcks(j);
       }
     }
   }
@@ -89,11 +93,26 @@ absl::Status Shard::SetReplicaView(const SetReplicaViewRequest& req,
         absl::StrJoin(req.rejoined(), ", "));
     ApplyViewChange(req, newly_failed);
   }
+  for (uint32_t j : ReplicaBehind()) resp->add_behind(j);
+  if (req.lag_ms() > 0) {
+    for (uint32_t b :
+         replicator_->Lagging(absl::Milliseconds(req.lag_ms()), absl::Now())) {
+      resp->add_lagging(b);
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::vector<uint32_t> Shard::ReplicaBehind() const {
   // The joining shards this shard still copies to.
   std::vector<uint32_t> behind;
   for (const JobPtr& job : AllJobs()) {
     if (!job->replicated || job->waits.is_closed.load()) continue;
-    for (uint32_t j : internal::Behind(*job, *replica_view_)) {
+    std::vector<uint32_t> lagging = internal::Behind(*job, *replica_view_);
+    if (job->table_replicas != nullptr) {
+      for (uint32_t j : job->table_replicas->Behind()) lagging.push_back(j);
+    }
+    for (uint32_t j : lagging) {
       if (std::find(behind.begin(), behind.end(), j) == behind.end()) {
         behind.push_back(j);
       }
@@ -105,22 +124,18 @@ absl::Status Shard::SetReplicaView(const SetReplicaViewRequest& req,
   if (replica_view_->Joining(self)) {
     for (const JobPtr& job : AllJobs()) {
       if (!job->replicated || job->waits.is_closed.load()) continue;
+      bool copied =
+          job->table_replicas == nullptr || job->table_replicas->AllCopied();
       for (const std::shared_ptr<internal::Chunk>& c : job->chunks) {
-        if (!c->copied.load() &&
-            std::find(behind.begin(), behind.end(), self) == behind.end()) {
-          behind.push_back(self);
-        }
+        copied = copied && c->copied.load();
+      }
+      if (!copied &&
+          std::find(behind.begin(), behind.end(), self) == behind.end()) {
+        behind.push_back(self);
       }
     }
   }
-  for (uint32_t j : behind) resp->add_behind(j);
-  if (req.lag_ms() > 0) {
-    for (uint32_t b :
-         replicator_->Lagging(absl::Milliseconds(req.lag_ms()), absl::Now())) {
-      resp->add_lagging(b);
-    }
-  }
-  return absl::OkStatus();
+  return behind;
 }
 
 void Shard::ApplyViewChange(const SetReplicaViewRequest& req,
@@ -140,6 +155,7 @@ void Shard::ApplyViewChange(const SetReplicaViewRequest& req,
     } else {
       DropFailedBackups(*job, newly_failed, req.epoch());
       replicator_->Notify(job);
+      if (job->table_replicas != nullptr) job->table_replicas->Wake();
     }
   }
 }
@@ -177,6 +193,7 @@ absl::Status Shard::UnknownJob(const std::string& job_id) const {
 
 absl::Status Shard::Replicate(const ReplicateRequest& req) {
   PS_ASSIGN_OR_RETURN(JobPtr job, FindJob(req.job_id()));
+  if (req.has_tables()) return ReplicateTables(*job, req);
   return internal::ApplyReplica(*job, req);
 }
 

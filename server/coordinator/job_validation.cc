@@ -225,8 +225,13 @@ void CheckReplication(const JobSpec& spec, const ValidationContext& ctx,
           absl::StrFormat("%d copies need %d live shards, the cluster has %d",
                           k, k, live));
   }
-  if (spec.tables_size() > 0) {
-    p.Add("replication", "k > 1 does not cover sparse tables yet");
+  // Tables: BSP steps are forwarded (server/internal/table_replicas.h).
+  const ConsistencyMode mode = spec.consistency().mode();
+  if (spec.tables_size() > 0 && mode != BSP &&
+      mode != CONSISTENCY_UNSPECIFIED) {
+    p.Add("replication",
+          "k > 1 covers sparse tables under consistency.mode BSP only (not "
+          "yet ASP or SSP)");
   }
   // init.from_file: every shard reads the file into each copy it holds,
   // primary or backup, so the copies agree from version 0 (a copy that

@@ -108,15 +108,24 @@ TEST(ReplicationValidationTest, TopKPushesAreAccepted) {
   EXPECT_THAT(ValidateJobSpec(spec, ThreeShards()), ::testing::IsEmpty());
 }
 
-TEST(ReplicationValidationTest, SparseTablesAreRefusedForNow) {
+TEST(ReplicationValidationTest, SparseTablesAreAcceptedUnderBspOnly) {
   JobSpec spec = ReplicatedSpec(2);
   TableSpec* t = spec.add_tables();
   t->set_name("emb");
   t->set_dim(8);
-  std::vector<std::string> problems = ValidateJobSpec(spec, ThreeShards());
-  EXPECT_THAT(problems,
-              ::testing::Contains(
-                  "replication: k > 1 does not cover sparse tables yet"));
+  t->set_num_ids(1000);
+  EXPECT_THAT(ValidateJobSpec(spec, ThreeShards()),
+              ::testing::Not(
+                  ::testing::Contains(::testing::HasSubstr("replication:"))));
+  for (ConsistencyMode mode : {ASP, SSP}) {
+    spec.mutable_consistency()->set_mode(mode);
+    if (mode == SSP) spec.mutable_consistency()->set_staleness(2);
+    EXPECT_THAT(
+        ValidateJobSpec(spec, ThreeShards()),
+        ::testing::Contains(
+            "replication: k > 1 covers sparse tables under consistency.mode "
+            "BSP only (not yet ASP or SSP)"));
+  }
 }
 
 // Every copy reads the file (the shards' side: shard_warm_start_test);

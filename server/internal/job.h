@@ -50,6 +50,7 @@
 #include "server/chunk_state.h"
 #include "server/internal/delta.h"
 #include "server/internal/replica_view.h"
+#include "server/internal/table_replicas.h"
 #include "server/optimizer.h"
 #include "server/sparse/job_tables.h"
 #include "server/stats.h"
@@ -358,6 +359,10 @@ class Job {
   // The job's sparse tables on this shard (null without JobSpec.tables):
   // their own rows, versions and waits (server/sparse/job_tables.h).
   std::unique_ptr<JobTables> tables;
+  // Replicated (BSP) jobs with tables: every copy of table rows this shard
+  // holds (its own are `tables`) and their forwards (table_replicas.h).
+  // After `tables`, so that it stops before they go.
+  std::unique_ptr<TableReplicas> table_replicas;
   std::vector<int32_t> local;  // chunk_id -> index in `chunks`, -1 = elsewhere
   uint64_t bytes = 0;          // accounted against the memory budget
   // What a checkpoint stores to re-create the job (num_workers resolved).

@@ -172,6 +172,10 @@ void ApplyCheckpointSpec(const JobSpec& spec, bool can_checkpoint, Job& job) {
   // The tables' answers wait for their checkpoints too.
   if (job.gate_replies && job.tables != nullptr) job.tables->GateAnswers();
   job.tables_full_every = TablesFullEvery(ck);
+  // A replicated job's copies of its tables are taken as snapshots too
+  // (table_replicas.h), which would start an increment's interval of
+  // changes over: its table checkpoints are all full.
+  if (job.replicated) job.tables_full_every = 1;
   // Incremental checkpoints: the tables track the rows they change.
   if (job.checkpointing && job.tables != nullptr && job.tables_full_every > 1) {
     job.tables->TrackChanges();
@@ -188,7 +192,13 @@ absl::Status NewTables(const JobSpec& spec, uint32_t shard_id, Job& job) {
   if (!problems.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("spec.", problems[0]));
   }
-  JobSpec filled = spec;
+  PS_ASSIGN_OR_RETURN(job.tables, TablesOfShard(job, shard_id));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<JobTables>> TablesOfShard(const Job& job,
+                                                         uint32_t shard_id) {
+  JobSpec filled = job.spec;
   for (TableSpec& t : *filled.mutable_tables()) ApplyTableDefaults(&t);
   filled.set_name(job.id);
   absl::StatusOr<std::unique_ptr<JobTables>> tables =
@@ -196,8 +206,7 @@ absl::Status NewTables(const JobSpec& spec, uint32_t shard_id, Job& job) {
                                  .num_shards = job.placement.num_shards(),
                                  .num_workers = job.num_workers});
   if (!tables.ok()) return Prefixed("spec.", tables.status());
-  job.tables = *std::move(tables);
-  return absl::OkStatus();
+  return tables;
 }
 
 absl::StatusOr<std::shared_ptr<Job>> NewJob(const RegisterJobRequest& req,
@@ -233,8 +242,9 @@ absl::StatusOr<std::shared_ptr<Job>> NewJob(const RegisterJobRequest& req,
     return Prefixed("spec.", st);
   }
   job->replicated = req.spec().replication() > 1;
-  if (job->replicated && req.spec().tables_size() > 0) {
-    return Invalid("spec.replication", "k > 1 needs no tables");
+  if (job->replicated && req.spec().tables_size() > 0 && job->mode != BSP) {
+    return Invalid("spec.replication",
+                   "k > 1 covers sparse tables under BSP only");
   }
   if (req.joining() && !job->replicated) {
     return Invalid("joining", absl::StrCat("only a replicated job's copies "

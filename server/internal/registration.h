@@ -25,6 +25,12 @@ namespace internal {
 // Validates `req` for shard `shard_id` and builds the job without its
 // chunks. INVALID_ARGUMENT naming the field on error. `local_count` = the
 // chunks on this shard; `can_checkpoint`: the shard has a checkpoint store.
+// Empty sparse tables of `job` (its spec, placement and workers set) for the
+// rows of shard `shard_id`: the job's own, or a replica's copy of another
+// shard's (table_replicas.h).
+absl::StatusOr<std::unique_ptr<JobTables>> TablesOfShard(const Job& job,
+                                                         uint32_t shard_id);
+
 absl::StatusOr<std::shared_ptr<Job>> NewJob(const RegisterJobRequest& req,
                                             uint32_t shard_id,
                                             bool can_checkpoint,

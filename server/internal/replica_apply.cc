@@ -25,6 +25,8 @@ absl::Status Refused(Job& job, absl::Status status) {
 // sender stops serving, kReplicaFencedCode), else FAILED_PRECONDITION (the
 // coordinator's view change reached this shard first, and the sender
 // forwards again once it hears it); a newer one is retried.
+}  // namespace
+
 absl::Status CheckForwardEpoch(Job& job, const ReplicateRequest& req) {
   const ReplicaView& view = *job.view;
   const uint64_t epoch = view.epoch();
@@ -70,8 +72,6 @@ absl::Status CheckPlacementEpoch(Job& job, const ReplicateRequest& req) {
   }
   return absl::OkStatus();
 }
-
-}  // namespace
 
 int CopyIndex(const ChunkPlacement& p, uint32_t shard) {
   if (p.shard() == shard) return 0;

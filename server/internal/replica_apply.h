@@ -36,6 +36,11 @@ inline constexpr absl::StatusCode kReplicaFencedCode =
 inline constexpr absl::StatusCode kReplicaBaseCode =
     absl::StatusCode::kOutOfRange;
 
+// The epochs of a forward (ReplicateRequest.epoch, placement_epoch)
+// against this shard's view and `job`, as ApplyReplica checks them (below).
+absl::Status CheckForwardEpoch(Job& job, const ReplicateRequest& req);
+absl::Status CheckPlacementEpoch(Job& job, const ReplicateRequest& req);
+
 // Backup side: checks `req` against `job` and the view (fencing: an epoch
 // older than the view's is kReplicaFencedCode if the view failed the
 // sender, else FAILED_PRECONDITION (it has not heard the epoch yet); a

@@ -79,6 +79,11 @@ void Replicator::SetSender(ReplicaSender sender) {
   sender_ = std::move(sender);
 }
 
+ReplicaSender Replicator::sender() const {
+  absl::MutexLock l(&mu_);
+  return sender_;
+}
+
 void Replicator::Notify(const std::shared_ptr<Job>& job) {
   absl::MutexLock l(&mu_);
   if (stop_) return;

@@ -114,6 +114,8 @@ class Replicator {
   // How forwards travel; call before the first Notify. Unset: every
   // forward fails UNAVAILABLE.
   void SetSender(ReplicaSender sender) ABSL_LOCKS_EXCLUDED(mu_);
+  // The sender set (empty: none), for the tables' forwards.
+  ReplicaSender sender() const ABSL_LOCKS_EXCLUDED(mu_);
 
   // `chunks` of `job` (replicated) moved to a new version: queues them to
   // the backups that lack it, on the caller's thread (the apply path; no

@@ -379,6 +379,7 @@ void CloseJob(Job& job, const absl::Status& status) {
   }
   for (const WaiterPtr& w : waiters) Fail(w, status);
   if (job.tables != nullptr) job.tables->Close(status);
+  if (job.table_replicas != nullptr) job.table_replicas->Close(status);
 }
 
 void FailExpiredWaits(Job& job, absl::Time now) {
@@ -387,6 +388,9 @@ void FailExpiredWaits(Job& job, absl::Time now) {
     Fail(e.w, DeadlineError(job, e));
   }
   if (job.tables != nullptr) job.tables->CheckDeadlines(now);
+  if (job.table_replicas != nullptr) {
+    job.table_replicas->CheckDeadlines(now);
+  }
 }
 
 void ReleaseClockWaiters(Job& job, std::vector<WaiterPtr>* ready) {

@@ -17,7 +17,8 @@ static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
 // SparseExchangeRequest's and SparseRows' fields (proto/ps.proto).
 constexpr uint32_t kJobIdField = 1, kWorkerField = 2, kStepField = 3,
                    kAttemptField = 4, kPushField = 5, kGradientsField = 6,
-                   kPullField = 7, kPartField = 8, kPartsField = 9;
+                   kPullField = 7, kPartField = 8, kPartsField = 9,
+                   kTableShardField = 10;
 constexpr uint32_t kTableField = 1, kIdsField = 2, kValuesField = 3;
 
 constexpr RequestFields kRequest("SparseExchangeRequest");
@@ -72,6 +73,9 @@ absl::Status DecodeScalar(uint64_t field, WireReader* in,
   if (field == kPushField) req->push = v != 0;
   if (field == kPartField) req->part = static_cast<uint32_t>(v);
   if (field == kPartsField) req->parts = static_cast<uint32_t>(v);
+  if (field == kTableShardField) {
+    req->table_shard = static_cast<int64_t>(static_cast<uint32_t>(v));
+  }
   return absl::OkStatus();
 }
 
@@ -101,7 +105,8 @@ absl::Status DecodeSparseExchangeRequest(
     const uint64_t field = tag >> kWireTypeBits;
     const uint32_t wire = static_cast<uint32_t>(tag & kWireTypeMask);
     if (wire == kVarint && ((field >= kWorkerField && field <= kPushField) ||
-                            field == kPartField || field == kPartsField)) {
+                            field == kPartField || field == kPartsField ||
+                            field == kTableShardField)) {
       PS_RETURN_IF_ERROR(DecodeScalar(field, &in, req));
     } else if (wire == kLengthDelimited &&
                (field == kJobIdField || field == kGradientsField ||

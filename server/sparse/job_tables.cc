@@ -1,5 +1,6 @@
 #include "server/sparse/job_tables.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <utility>
 
@@ -78,7 +79,9 @@ absl::Status JobTables::AheadError(uint64_t step, uint64_t version) const {
 }
 
 void JobTables::CollectReadyLocked(std::vector<WaiterPtr>* ready) {
-  waits_.CollectReady(barrier_, gated_ ? durable_ : UINT64_MAX, ready);
+  const uint64_t limit = std::min(gated_ ? durable_ : UINT64_MAX,
+                                  replica_gated_ ? replicated_ : UINT64_MAX);
+  waits_.CollectReady(barrier_, limit, ready);
 }
 
 void JobTables::GateAnswers() {
@@ -105,8 +108,9 @@ absl::Status JobTables::MaybeCompleteStepLocked() {
   // for dense chunks (server/internal/consistency.cc).
   const size_t divisor =
       linear_lr_workers_ != 0 ? linear_lr_workers_ : order.size();
-  const absl::Status s = tables_->Apply(
-      order, 1.0f / static_cast<float>(divisor), barrier_.version());
+  const float scale = 1.0f / static_cast<float>(divisor);
+  const absl::Status s = tables_->Apply(order, scale, barrier_.version());
+  if (s.ok() && step_sink_) step_sink_(ForwardOfLocked(order, scale));
   // Either way the step's pushes are done with: applied, or dropped when
   // the step cannot complete (the tables are as before it).
   barrier_.EndStep(s.ok());

@@ -130,6 +130,33 @@ class JobTables {
   // to the restored version.
   void SetDurableVersion(uint64_t version);
 
+  // Replicated jobs (JobSpec.replication > 1, BSP only; the copies and
+  // their forwards are server/internal/table_replicas.h). From now on each
+  // BSP step applied by an Exchange is handed to `sink` (under the mutex:
+  // it must not block nor call back) as the ReplicaTableStep a backup
+  // applies with ApplyForwardedStep to the same bits. Call before the first
+  // Exchange.
+  using StepSink = std::function<void(ReplicaTableStep step)>;
+  void SetStepSink(StepSink sink);
+  // From now on an answer carrying version v also waits until
+  // SetReplicatedVersion(>= v) (as GateAnswers does for checkpoints).
+  void GateOnReplicas();
+  // The version every copy that answers wait for holds (UINT64_MAX: none
+  // to wait for). Unlike SetDurableVersion it may go down again (a backup
+  // joined); answers already released stay released.
+  void SetReplicatedVersion(uint64_t version);
+  // Backup side: applies a forwarded step (ReplicaTableStep) as the
+  // primary's Exchange applied it: same pushes, scale and step, so the
+  // same rows, optimizer state and evictions. A step at or below the
+  // version held changes nothing (a retry); one past it is OUT_OF_RANGE
+  // (this copy lacks its base: the primary sends the state). Bad input (an
+  // unknown table, ids not whole uint64s, a wrong number of values, an id
+  // of another shard, a bad value) is INVALID_ARGUMENT naming the field,
+  // nothing changed.
+  absl::Status ApplyForwardedStep(const ReplicaTableStep& step);
+  // The shard whose rows these tables hold.
+  uint32_t shard_id() const { return where_.shard_id; }
+
   // Fails every pending wait and every later call with `why` (DropJob,
   // Shutdown).
   void Close(const absl::Status& why);
@@ -265,6 +292,13 @@ class JobTables {
   absl::Status MaybeCompleteStepLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CollectReadyLocked(std::vector<sparse_internal::WaiterPtr>* ready)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // ApplyForwardedStep's checks: `step`'s rows as one push, or an error.
+  absl::StatusOr<sparse_internal::TablePushes> ForwardedPushes(
+      const ReplicaTableStep& step) const;
+  // The forward of the step about to be applied from `order` with `scale`.
+  ReplicaTableStep ForwardOfLocked(
+      const std::vector<const sparse_internal::TablePushes*>& order,
+      float scale) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Fails the waits of a split step whose parts did not all come in time,
   // naming the missing ones. Not under mu_.
   void FailIncomplete(const sparse_internal::StepParts::Expired& set);
@@ -294,6 +328,10 @@ class JobTables {
   // GateAnswers: BSP answers wait for durable_ to reach their version.
   bool gated_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t durable_ ABSL_GUARDED_BY(mu_) = 0;
+  // GateOnReplicas: answers also wait for replicated_.
+  bool replica_gated_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t replicated_ ABSL_GUARDED_BY(mu_) = 0;
+  StepSink step_sink_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace ps

@@ -37,6 +37,7 @@ SparseRequestIn SparseRequestFromProto(const SparseExchangeRequest& req) {
   in.push = req.push();
   in.part = req.part();
   in.parts = req.parts();
+  if (req.has_table_shard()) in.table_shard = req.table_shard();
   for (const SparseRows& r : req.gradients()) {
     in.gradients.push_back(RowsFromProto(r));
   }

@@ -45,6 +45,9 @@ struct SparseRequestIn {
   // (or of 1) is a whole step.
   uint32_t part = 0;
   uint32_t parts = 0;
+  // SparseExchangeRequest.table_shard: the shard whose rows these are (-1:
+  // unset, the receiving shard's).
+  int64_t table_shard = -1;
   std::vector<SparseRowsIn> gradients;  // moved out once checked
   std::vector<SparseRowsIn> pull;       // values empty
 };

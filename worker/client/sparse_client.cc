@@ -102,6 +102,8 @@ SparseRequestHead GrpcSparseClient::HeadOf(const Call& c) const {
   h.push = c.step->args.push;
   h.part = c.part;
   h.parts = c.parts;
+  // Names the copy a replicated job's successor shard serves it from.
+  h.table_shard = c.shard;
   return h;
 }
 

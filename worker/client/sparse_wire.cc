@@ -63,6 +63,10 @@ grpc::ByteBuffer EncodeSparseRequest(const SparseRequestHead& head,
   // After the repeated fields, in field order, as protobuf writes them.
   PutVarintField(kSparseRequestPartTag, head.part, &h);
   PutVarintField(kSparseRequestPartsTag, head.parts, &h);
+  if (head.table_shard >= 0) {
+    h.push_back(static_cast<char>(kSparseRequestTableShardTag));
+    PutVarint(static_cast<uint64_t>(head.table_shard), &h);
+  }
   // Borrowed pieces are not copied, not freed: the caller keeps the buffers
   // (see the header).
   return ToSendBuffer(pieces, std::move(h), StaticSlice);

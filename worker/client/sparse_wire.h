@@ -57,6 +57,9 @@ struct SparseRequestHead {
   // split (left off the wire, as protobuf does).
   uint32_t part = 0;
   uint32_t parts = 0;
+  // SparseExchangeRequest.table_shard: the shard whose rows these are
+  // (-1: unset, left off the wire).
+  int64_t table_shard = -1;
 };
 
 // A SparseExchangeRequest, byte for byte as protobuf would write it. Its

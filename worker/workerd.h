@@ -103,14 +103,18 @@ class Workerd {
   // One run of a model trained by Trainer under `assignment` from
   // `start_step`, with its own parameter client; `*next_step` gets the
   // trainer's next_step, *last its last progress unless that is behind.
+  // `*encoder` (the job's gradient encoder: top-k residuals) is taken over
+  // from the run before and left for the next (PsClientOptions::encoder).
   absl::Status TrainFrom(const Assignment& assignment, uint64_t start_step,
                          const std::function<void(const Progress&)>& report,
-                         Progress* last, uint64_t* next_step);
+                         Progress* last, uint64_t* next_step,
+                         std::shared_ptr<GradientEncoder>* encoder);
   // A parameter client for `assignment`, set as job_client_ (what Stop
   // cancels; already cancelled when stopping). ForgetJobClient clears it
-  // before the client goes.
+  // before the client goes. `encoder`: PsClientOptions::encoder.
   absl::StatusOr<std::unique_ptr<PsClient>> StartJobClient(
-      const Assignment& assignment);
+      const Assignment& assignment,
+      std::shared_ptr<GradientEncoder> encoder = nullptr);
   void ForgetJobClient();
   // This worker's assignment in the running job `job_id` now, with the
   // job's current placement (GetAssignment with job_id; Stop cancels it).

@@ -87,10 +87,11 @@ absl::Status Workerd::TrainCtr(
 }
 
 absl::StatusOr<std::unique_ptr<PsClient>> Workerd::StartJobClient(
-    const Assignment& a) {
-  PS_ASSIGN_OR_RETURN(
-      std::unique_ptr<PsClient> client,
-      PsClient::Create(JobClientOptions(a.job_id()), a, &security_));
+    const Assignment& a, std::shared_ptr<GradientEncoder> encoder) {
+  PsClientOptions options = JobClientOptions(a.job_id());
+  options.encoder = std::move(encoder);
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<PsClient> client,
+                      PsClient::Create(options, a, &security_));
   absl::MutexLock l(&mu_);
   job_client_ = client->async();
   if (stopping_.HasBeenNotified()) job_client_->CancelAll("workerd stopping");
@@ -115,10 +116,11 @@ absl::Status Workerd::Train(const Assignment& a,
     return !stopping_.WaitForNotificationWithTimeout(d);
   };
   follow.aborted = [this] { return session_->abort_requested(); };
+  std::shared_ptr<GradientEncoder> encoder;  // the runs' top-k residuals
   return RunFollowingPlacement(
       a,
       [&](const Assignment& current, uint64_t start, uint64_t* next) {
-        return TrainFrom(current, start, report, last, next);
+        return TrainFrom(current, start, report, last, next, &encoder);
       },
       [this, &a](absl::Duration deadline) {
         return CurrentAssignment(a.job_id(), deadline);
@@ -129,8 +131,10 @@ absl::Status Workerd::Train(const Assignment& a,
 absl::Status Workerd::TrainFrom(
     const Assignment& a, uint64_t start_step,
     const std::function<void(const Progress&)>& report, Progress* last,
-    uint64_t* next_step) {
-  PS_ASSIGN_OR_RETURN(std::unique_ptr<PsClient> client, StartJobClient(a));
+    uint64_t* next_step, std::shared_ptr<GradientEncoder>* encoder) {
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<PsClient> client,
+                      StartJobClient(a, *encoder));
+  *encoder = client->async()->encoder();
   absl::Cleanup forget_client = [this] { ForgetJobClient(); };
   TrainerOptions options = TrainerOptionsFor(a, config_.workerd);
   options.start_step = start_step;

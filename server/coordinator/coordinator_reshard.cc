@@ -72,10 +72,6 @@ absl::Status CheckReshard(const JobTable::Job& job, const char* field,
         field, ": this coordinator has no Reshard call to the shards"));
   }
   if (spec.tables_size() > 0) return refuse("tables", "has sparse tables");
-  if (spec.wire().has_topk_fraction() && spec.wire().topk_fraction() < 1) {
-    // The workers' top-k residuals stay with the client they replace.
-    return refuse("wire.topk_fraction", "pushes top-k gradients");
-  }
   if (spec.replication() > 1 && spec.consistency().mode() != BSP) {
     // Its backups trail its primaries with no step to meet at.
     return refuse("replication", "has replicas and is not BSP");

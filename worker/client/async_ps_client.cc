@@ -66,8 +66,19 @@ AsyncPsClient::AsyncPsClient(const PsClientOptions& options,
     if (c.id >= lengths.size()) lengths.resize(c.id + 1, 0);
     lengths[c.id] = c.length;
   }
-  encoder_ = std::make_unique<GradientEncoder>(assignment.spec().wire(),
-                                               std::move(lengths));
+  if (options.encoder != nullptr &&
+      options.encoder->Serves(assignment.spec().wire(), lengths)) {
+    encoder_ = options.encoder;
+  } else {
+    if (options.encoder != nullptr) {
+      spdlog::warn(
+          "job {}: the previous client's gradient encoder is for other "
+          "chunks; top-k residuals start from zero",
+          job_id_);
+    }
+    encoder_ = std::make_shared<GradientEncoder>(assignment.spec().wire(),
+                                                 std::move(lengths));
+  }
   {
     absl::MutexLock lock(&mu_);
     queues_.resize(plan_.num_shards());
@@ -209,8 +220,9 @@ void AsyncPsClient::EncodeGradients(Request* r) {
     for (size_t j = 0; j < chunks.size(); ++j) {
       const PlannedChunk& c = plan_.chunks()[chunks[j]];
       EncodedChunk& e = call->encoded[j];
-      encoder_->Encode(c.id, r->args.gradient.subspan(c.flat_offset, c.length),
-                       &e);
+      encoder_->EncodeStep(c.id, r->args.step,
+                           r->args.gradient.subspan(c.flat_offset, c.length),
+                           &e);
       call->payloads[j] = PushPayload{e.format, e.data, e.indices};
     }
   }

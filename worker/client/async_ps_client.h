@@ -161,6 +161,9 @@ class AsyncPsClient {
   uint64_t placement_epoch() const { return placement_epoch_; }
   size_t num_parameters() const { return plan_.num_parameters(); }
   PsClientStats stats() const;
+  // The job's gradient encoder, for the client that replaces this one
+  // (PsClientOptions::encoder).
+  std::shared_ptr<GradientEncoder> encoder() const { return encoder_; }
 
  private:
   struct Request;
@@ -225,8 +228,9 @@ class AsyncPsClient {
   const uint64_t placement_epoch_;
   const ConsistencyMode mode_;
   const RetryPolicy retry_;
-  // The job's wire format and the top-k residuals (thread-safe).
-  std::unique_ptr<GradientEncoder> encoder_;
+  // The job's wire format and the top-k residuals (thread-safe; shared
+  // with the next client of the job, PsClientOptions::encoder).
+  std::shared_ptr<GradientEncoder> encoder_;
   std::atomic<bool> fallback_logged_{false};
 
   mutable absl::Mutex mu_;

@@ -99,10 +99,39 @@ uint64_t GradientEncoder::TopkCount(uint64_t length) const {
   return std::clamp<uint64_t>(static_cast<uint64_t>(k), 1, length);
 }
 
+bool GradientEncoder::Serves(const WireSpec& wire,
+                             const std::vector<uint64_t>& lengths) const {
+  const float fraction =
+      wire.has_topk_fraction() ? wire.topk_fraction() : kDefaultTopkFraction;
+  return Resolved(wire.format()) == format_ && fraction == fraction_ &&
+         lengths == lengths_;
+}
+
+void GradientEncoder::EncodeStep(uint32_t id, uint64_t step,
+                                 absl::Span<const float> gradient,
+                                 EncodedChunk* out) {
+  if (!topk_) {
+    Encode(id, gradient, out);
+    return;
+  }
+  ChunkResidual& r = residuals_[id];
+  absl::MutexLock lock(&r.mu);
+  if (r.has_last && r.last_step == step) {
+    *out = r.last;  // the step again: its encoding, the residual as it is
+    return;
+  }
+  EncodeTopk(r, lengths_[id], gradient, out);
+  r.has_last = true;
+  r.last_step = step;
+  r.last = *out;
+}
+
 void GradientEncoder::Encode(uint32_t id, absl::Span<const float> gradient,
                              EncodedChunk* out) {
   if (topk_) {
-    EncodeTopk(id, gradient, out);
+    ChunkResidual& r = residuals_[id];
+    absl::MutexLock lock(&r.mu);
+    EncodeTopk(r, lengths_[id], gradient, out);
     return;
   }
   out->indices.clear();
@@ -112,11 +141,9 @@ void GradientEncoder::Encode(uint32_t id, absl::Span<const float> gradient,
   }
 }
 
-void GradientEncoder::EncodeTopk(uint32_t id, absl::Span<const float> gradient,
+void GradientEncoder::EncodeTopk(ChunkResidual& r, uint64_t length,
+                                 absl::Span<const float> gradient,
                                  EncodedChunk* out) {
-  const uint64_t length = lengths_[id];
-  ChunkResidual& r = residuals_[id];
-  absl::MutexLock lock(&r.mu);
   std::vector<float>& v = r.values;
   if (v.empty()) v.assign(length, 0.0f);
   // v = gradient + residual: what this step owes the shard.

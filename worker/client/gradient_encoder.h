@@ -21,6 +21,12 @@
 // A value that the narrow format cannot hold (finite but beyond its range)
 // makes the chunk travel as FP32: counted in fallbacks(), never inf.
 //
+// A step encoded again (EncodeStep with the step last encoded for that
+// chunk) gets the same encoding back and leaves the residual alone: a
+// worker that follows a re-placement (worker/placement_follower.h) reruns
+// the refused step with a new client but this encoder, and computes the very
+// same gradient, so the step is encoded once, as in an undisturbed run.
+//
 // Thread safety: Encode may run concurrently for different chunks; calls
 // for one chunk are serialized by its own mutex (its residual).
 #ifndef WORKER_CLIENT_GRADIENT_ENCODER_H_
@@ -62,6 +68,14 @@ class GradientEncoder {
   // Encodes chunk `id`'s gradient (chunk_lengths[id] floats) into `*out`,
   // updating its residual under top-k.
   void Encode(uint32_t id, absl::Span<const float> gradient, EncodedChunk* out);
+  // As Encode, for the push of `step`. Under top-k, the step last encoded
+  // for the chunk is answered with that encoding again, residual untouched
+  // (see the file comment); `gradient` must be the one it was encoded from.
+  void EncodeStep(uint32_t id, uint64_t step, absl::Span<const float> gradient,
+                  EncodedChunk* out);
+  // Whether this encoder serves chunks of these lengths under `wire` (a
+  // client of a re-placed job reuses its predecessor's: same chunks).
+  bool Serves(const WireSpec& wire, const std::vector<uint64_t>& lengths) const;
 
   // The residual of chunk `id` (tests).
   std::vector<float> Residual(uint32_t id) const;
@@ -74,10 +88,15 @@ class GradientEncoder {
   struct ChunkResidual {
     mutable absl::Mutex mu;
     std::vector<float> values ABSL_GUARDED_BY(mu);  // empty until first use
+    // The last EncodeStep's step and encoding (top-k only).
+    bool has_last ABSL_GUARDED_BY(mu) = false;
+    uint64_t last_step ABSL_GUARDED_BY(mu) = 0;
+    EncodedChunk last ABSL_GUARDED_BY(mu);
   };
 
-  void EncodeTopk(uint32_t id, absl::Span<const float> gradient,
-                  EncodedChunk* out);
+  void EncodeTopk(ChunkResidual& r, uint64_t length,
+                  absl::Span<const float> gradient, EncodedChunk* out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(r.mu);
 
   const WireFormat format_;
   const float fraction_;

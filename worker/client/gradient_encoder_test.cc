@@ -191,5 +191,47 @@ TEST(GradientEncoderTest, ChunksKeepTheirOwnResidual) {
   EXPECT_EQ(enc.Residual(1), (std::vector<float>{0, 3}));
 }
 
+// A step encoded again (a refused step rerun after a re-placement, with the
+// same gradient) gets its encoding back and the residual moves once: the
+// same residuals and wire bytes as encoding every step once.
+TEST(GradientEncoderTest, AStepEncodedAgainIsEncodedOnce) {
+  const size_t n = 64;
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<std::vector<float>> steps(4, std::vector<float>(n));
+  for (auto& g : steps) {
+    for (float& x : g) x = normal(rng);
+  }
+  for (WireFormat format : {FP32, BF16}) {
+    SCOPED_TRACE(format);
+    GradientEncoder once(Wire(format, 0.1f), {n});
+    GradientEncoder twice(Wire(format, 0.1f), {n});
+    for (uint64_t t = 0; t < steps.size(); ++t) {
+      EncodedChunk a, b, again;
+      once.EncodeStep(0, t, steps[t], &a);
+      twice.EncodeStep(0, t, steps[t], &b);
+      twice.EncodeStep(0, t, steps[t], &again);  // the rerun
+      EXPECT_EQ(again.data, b.data);
+      EXPECT_EQ(again.indices, b.indices);
+      EXPECT_EQ(b.data, a.data);
+      EXPECT_EQ(b.indices, a.indices);
+      EXPECT_EQ(twice.Residual(0), once.Residual(0));
+    }
+    // Encode (no step) always encodes: the residual moves again.
+    EncodedChunk c;
+    const std::vector<float> before = twice.Residual(0);
+    twice.Encode(0, steps[0], &c);
+    EXPECT_NE(twice.Residual(0), before);
+  }
+}
+
+TEST(GradientEncoderTest, ServesTheSameChunksAndWireOnly) {
+  GradientEncoder enc(Wire(BF16, 0.1f), {10, 20});
+  EXPECT_TRUE(enc.Serves(Wire(BF16, 0.1f), {10, 20}));
+  EXPECT_FALSE(enc.Serves(Wire(BF16, 0.1f), {10, 21}));
+  EXPECT_FALSE(enc.Serves(Wire(FP32, 0.1f), {10, 20}));
+  EXPECT_FALSE(enc.Serves(Wire(BF16, 0.2f), {10, 20}));
+}
+
 }  // namespace
 }  // namespace ps

@@ -24,6 +24,8 @@
 
 namespace ps {
 
+class GradientEncoder;
+
 struct PsClientOptions {
   // Deadline of one RPC attempt. Calls that wait on other workers (BSP/SSP)
   // get at least the job's step deadline plus 5 s, so the shard's own
@@ -74,6 +76,12 @@ struct PsClientOptions {
   // none. Each call of a step it covers is recorded: TRACE_RPC from issue
   // to reply and TRACE_PULL_REPLY for the reply's decode.
   TraceRecorder* tracer = nullptr;
+  // The gradient encoder (top-k residuals) of the client this one replaces
+  // in the same job (a re-placement: same chunks, other shards), taken over
+  // so the residuals go on and a refused step rerun is encoded once
+  // (GradientEncoder::EncodeStep). Null, or one for other chunks (logged):
+  // a fresh encoder.
+  std::shared_ptr<GradientEncoder> encoder;
 };
 
 // The fields of `options` that RetryPolicy reads.

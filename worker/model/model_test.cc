@@ -345,6 +345,26 @@ TEST(ModelTest, SoftmaxTrainsWithSgd) { TrainsWithSgd(Softmax(20, 4), 0.5f); }
 
 TEST(ModelTest, MlpTrainsWithSgd) { TrainsWithSgd(Mlp(20, {32, 16}, 4), 0.2f); }
 
+// The gradient, loss and correct count of `got_model` on `params` and `d`,
+// computed into `got` (num_parameters() floats), equal `want_model`'s.
+void ExpectSameGradient(Model& want_model, Model& got_model,
+                        const float* params, const LabeledData& d, float* got) {
+  std::vector<float> want(want_model.num_parameters());
+  double want_loss, loss;
+  size_t want_correct, correct;
+  ASSERT_TRUE(want_model
+                  .ComputeGradient(params, d.x.data(), d.labels.data(), d.n,
+                                   want.data(), &want_loss, &want_correct)
+                  .ok());
+  ASSERT_TRUE(got_model
+                  .ComputeGradient(params, d.x.data(), d.labels.data(), d.n,
+                                   got, &loss, &correct)
+                  .ok());
+  EXPECT_EQ(std::vector<float>(got, got + want.size()), want);
+  EXPECT_EQ(loss, want_loss);
+  EXPECT_EQ(correct, want_correct);
+}
+
 // The device path (staging, early uploads, per-layer downloads, chunks,
 // resident parameters) on a backend that defers all work to Synchronize()
 // and rejects host pointers in compute calls: it must give the CPU path's
@@ -413,7 +433,7 @@ TEST(ModelTest, PinnedCallerBuffersSkipTheStagingCopy) {
   auto dev_model = MakeModel(spec, &dev, 16);
   std::vector<float> params = InitParameters(host_model->tensors(), 4);
   const size_t np = host_model->num_parameters();
-  std::vector<float> want(np), got(np, 9.0f);
+  std::vector<float> got(np, 9.0f);
   const size_t bytes = np * sizeof(float);
   ASSERT_TRUE(dev.PinHost(params.data(), bytes).ok());
   ASSERT_TRUE(dev.PinHost(got.data(), bytes).ok());
@@ -425,24 +445,10 @@ TEST(ModelTest, PinnedCallerBuffersSkipTheStagingCopy) {
   EXPECT_FALSE(cpu->IsPinned(params.data(), bytes));
   for (size_t n : {size_t{7}, size_t{50}}) {
     SCOPED_TRACE(n);
-    const LabeledData d = LinearlySeparable(n, 30, 6, 5);
-    double want_loss, loss;
-    size_t want_correct, correct;
-    ASSERT_TRUE(host_model
-                    ->ComputeGradient(params.data(), d.x.data(),
-                                      d.labels.data(), n, want.data(),
-                                      &want_loss, &want_correct)
-                    .ok());
     const int64_t before = dev.pinned_copy_bytes();
     std::fill(got.begin(), got.end(), 9.0f);
-    ASSERT_TRUE(dev_model
-                    ->ComputeGradient(params.data(), d.x.data(),
-                                      d.labels.data(), n, got.data(), &loss,
-                                      &correct)
-                    .ok());
-    EXPECT_EQ(got, want);
-    EXPECT_EQ(loss, want_loss);
-    EXPECT_EQ(correct, want_correct);
+    ExpectSameGradient(*host_model, *dev_model, params.data(),
+                       LinearlySeparable(n, 30, 6, 5), got.data());
     // Every parameter went up from `params`, every gradient came down to
     // `got`, once each.
     EXPECT_EQ(dev.pinned_copy_bytes() - before,

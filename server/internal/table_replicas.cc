@@ -249,6 +249,17 @@ absl::Status TableReplicas::SendState(Copy& c, uint32_t backup) {
   std::string bytes;
   StringSink sink(&bytes);
   PS_RETURN_IF_ERROR(std::move(snap).WriteTo(sink));
+  PS_RETURN_IF_ERROR(SendPieces(c, backup, bytes, version, false));
+  absl::MutexLock l(&mu_);
+  BackupState& st = c.backups[backup];
+  st.known = true;
+  st.acked = version;
+  return absl::OkStatus();
+}
+
+absl::Status TableReplicas::SendPieces(Copy& c, uint32_t backup,
+                                       const std::string& bytes,
+                                       uint64_t version, bool step) {
   size_t offset = 0;
   do {
     const size_t n = std::min(options_.piece_bytes, bytes.size() - offset);
@@ -256,6 +267,7 @@ absl::Status TableReplicas::SendState(Copy& c, uint32_t backup) {
     ReplicaTables* t = req.mutable_tables();
     t->set_table_shard(c.shard);
     t->set_has_snapshot(true);
+    t->set_step_pieces(step);
     t->set_snapshot_version(version);
     t->set_snapshot_bytes(bytes.size());
     t->set_offset(offset);
@@ -263,10 +275,6 @@ absl::Status TableReplicas::SendState(Copy& c, uint32_t backup) {
     PS_RETURN_IF_ERROR(Send(backup, req, options_.max_deadline));
     offset += n;
   } while (offset < bytes.size());
-  absl::MutexLock l(&mu_);
-  BackupState& st = c.backups[backup];
-  st.known = true;
-  st.acked = version;
   return absl::OkStatus();
 }
 
@@ -284,11 +292,13 @@ absl::Status TableReplicas::SendSteps(Copy& c, uint32_t backup, bool* done) {
     size_t bytes = 0;
     for (const ReplicaTableStep& step : c.log) {
       if (step.version_before() < next) continue;
-      if (step.version_before() != next || bytes >= options_.piece_bytes) {
+      const size_t size = step.ByteSizeLong();
+      if (step.version_before() != next ||
+          (t->steps_size() > 0 && bytes + size > options_.piece_bytes)) {
         break;
       }
       *t->add_steps() = step;
-      bytes += step.ByteSizeLong();
+      bytes += size;
       ++next;
     }
     if (t->steps_size() == 0) {
@@ -300,7 +310,13 @@ absl::Status TableReplicas::SendSteps(Copy& c, uint32_t backup, bool* done) {
       return absl::OkStatus();
     }
   }
-  PS_RETURN_IF_ERROR(Send(backup, req, options_.deadline));
+  if (t->steps_size() == 1 && t->ByteSizeLong() > options_.piece_bytes) {
+    // One step over the message bound: its bytes in pieces.
+    PS_RETURN_IF_ERROR(
+        SendPieces(c, backup, t->steps(0).SerializeAsString(), next - 1, true));
+  } else {
+    PS_RETURN_IF_ERROR(Send(backup, req, options_.deadline));
+  }
   absl::MutexLock l(&mu_);
   BackupState& st = c.backups[backup];
   if (st.known) st.acked = std::max(st.acked, next);
@@ -394,6 +410,16 @@ absl::Status TableReplicas::ApplyState(Copy& c, const ReplicaTables& t) {
   }
   c.pieces.append(t.snapshot());
   if (c.pieces.size() < t.snapshot_bytes()) return absl::OkStatus();
+  if (t.step_pieces()) {
+    ReplicaTableStep step;
+    const bool parsed = step.ParseFromString(c.pieces);
+    c.pieces.clear();
+    if (!parsed) {
+      return absl::InvalidArgumentError(
+          "tables.snapshot: the pieces are not a ReplicaTableStep");
+    }
+    return c.tables->ApplyForwardedStep(step);
+  }
   StringSource source(c.pieces);
   const absl::Status s = c.tables->Restore(source);
   c.pieces.clear();

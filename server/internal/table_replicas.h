@@ -22,7 +22,8 @@
 // first forward, a joining copy, one that refused a step's base with
 // OUT_OF_RANGE, or one the log no longer covers) first gets the copy's
 // whole state (JobTables::TakeSnapshot at one instant, in pieces of at
-// most `piece_bytes`), then the steps from that version on. The copy's
+// most `piece_bytes`; a step over that bound travels the same way), then
+// the steps from that version on. The copy's
 // answers wait (JobTables::GateOnReplicas) for the version every live
 // backup acknowledged, and a joining backup's once it caught up; so after
 // a failover the promoted copy holds every answered step, and the
@@ -71,7 +72,8 @@ class TableReplicas {
     absl::Duration max_deadline = absl::Seconds(8);
     // Wait before a failed forward is tried again (unless woken first).
     absl::Duration retry = absl::Milliseconds(50);
-    // The most bytes of state or steps in one forward.
+    // The most bytes of state or steps in one forward (a step over it, and
+    // a state, go in pieces).
     size_t piece_bytes = size_t{1} << 20;
     // Steps kept for backups that lack them; one further behind gets the
     // state.
@@ -164,6 +166,9 @@ class TableReplicas {
   // that failed.
   absl::Status Update(Copy& c, uint32_t backup) ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status SendState(Copy& c, uint32_t backup) ABSL_LOCKS_EXCLUDED(mu_);
+  // `bytes` (a state at `version`, or one `step`'s) in pieces.
+  absl::Status SendPieces(Copy& c, uint32_t backup, const std::string& bytes,
+                          uint64_t version, bool step) ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status SendSteps(Copy& c, uint32_t backup, bool* done)
       ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status Send(uint32_t backup, ReplicateRequest& req,

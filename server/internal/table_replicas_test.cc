@@ -120,6 +120,8 @@ void BothWorkers(JobTables& t, uint64_t step) {
 // forwards go straight to the other's Apply (after `hold`, if set).
 class TableReplicasTest : public ::testing::Test {
  protected:
+  virtual size_t PieceBytes() const { return size_t{1} << 20; }
+
   void SetUp() override {
     Placement placement;
     placement.set_num_shards(kShards);
@@ -128,8 +130,9 @@ class TableReplicasTest : public ::testing::Test {
       ASSERT_TRUE(views_[s]->Set(View(1, {})).ok());
       own_[s] = Tables(s);
       absl::StatusOr<std::unique_ptr<TableReplicas>> r = TableReplicas::Create(
-          {.retry = absl::Milliseconds(5)}, "j", placement, 2, views_[s],
-          own_[s].get(), [](uint32_t shard) { return Tables(shard); });
+          {.retry = absl::Milliseconds(5), .piece_bytes = PieceBytes()}, "j",
+          placement, 2, views_[s], own_[s].get(),
+          [](uint32_t shard) { return Tables(shard); });
       ASSERT_TRUE(r.ok()) << r.status();
       replicas_[s] = *std::move(r);
     }
@@ -195,6 +198,28 @@ TEST_F(TableReplicasTest, AFailedOverCopyGoesOnBitwiseAsAnUnreplicatedRun) {
   for (uint64_t step = 3; step < 6; ++step) BothWorkers(**copy, step);
   EXPECT_EQ((*copy)->version(), 6u);
   EXPECT_EQ(Rows(**copy), Rows(*reference));
+}
+
+// Pieces of 40 bytes: every state and every step (about 100 bytes) goes
+// in pieces, reassembled by the backup.
+class TableReplicasInPiecesTest : public TableReplicasTest {
+ protected:
+  size_t PieceBytes() const override { return 40; }
+};
+
+TEST_F(TableReplicasInPiecesTest, StatesAndStepsOverTheBoundGoInPieces) {
+  std::unique_ptr<JobTables> reference = Tables(0);
+  for (uint64_t step = 0; step < 4; ++step) {
+    BothWorkers(*reference, step);
+    BothWorkers(*own_[0], step);
+  }
+  ASSERT_TRUE(views_[1]->Set(View(2, {0})).ok());
+  absl::StatusOr<JobTables*> copy = replicas_[1]->Serving(0);
+  ASSERT_TRUE(copy.ok()) << copy.status();
+  EXPECT_EQ((*copy)->version(), 4u);
+  EXPECT_EQ(Rows(**copy), Rows(*reference));
+  absl::MutexLock l(&mu_);
+  EXPECT_GT(forwards_, 8);  // more pieces than forwards
 }
 
 TEST_F(TableReplicasTest, BadForwardsAreRefusedAndChangeNothing) {

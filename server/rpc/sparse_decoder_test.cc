@@ -26,6 +26,7 @@ SparseExchangeRequest Sample() {
   req.set_push(true);
   req.set_part(300);  // two-byte varints
   req.set_parts(1000);
+  req.set_table_shard(0);  // optional: present though 0
   std::vector<uint64_t> ids = {5, 1ull << 40, 7, 9};
   std::vector<float> grads(ids.size() * 4);
   for (size_t i = 0; i < grads.size(); ++i) grads[i] = 0.25f * i;
@@ -49,7 +50,8 @@ std::string Fields(const SparseRequestIn& r) {
   std::string out = r.job_id + "|" + std::to_string(r.worker) + "|" +
                     std::to_string(r.step) + "|" + std::to_string(r.attempt) +
                     "|" + std::to_string(r.push) + "|" +
-                    std::to_string(r.part) + "/" + std::to_string(r.parts);
+                    std::to_string(r.part) + "/" + std::to_string(r.parts) +
+                    "|" + std::to_string(r.table_shard);
   auto rows = [&](const std::vector<SparseRowsIn>& list, const char* name) {
     for (const SparseRowsIn& x : list) {
       out += std::string("|") + name + ":" + x.table + ":" +
@@ -96,6 +98,14 @@ TEST(SparseDecoderTest, DecodesLikeProtobufWhereverTheBytesAreCut) {
   EXPECT_EQ(got.pull[1].ids[699], 699u * 977);
   EXPECT_EQ(got.part, 300u);
   EXPECT_EQ(got.parts, 1000u);
+  EXPECT_EQ(got.table_shard, 0);
+  SparseRequestIn unset;
+  SparseExchangeRequest plain = Sample();
+  plain.clear_table_shard();
+  const std::string plain_bytes = plain.SerializeAsString();
+  Pieces q(plain_bytes, {});
+  ASSERT_TRUE(DecodeSparseExchangeRequest(q.views, &unset).ok());
+  EXPECT_EQ(unset.table_shard, -1);
 }
 
 TEST(SparseDecoderTest, AcceptsAndRefusesWhatProtobufDoes) {

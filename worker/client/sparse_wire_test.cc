@@ -83,6 +83,13 @@ TEST(SparseWireTest, RequestIsByteIdenticalToProtobuf) {
   want.set_parts(300);
   EXPECT_EQ(Flat(EncodeSparseRequest(head, grad_refs, {&pull_ref, 1})),
             want.SerializeAsString());
+  // The rows' shard (replicated jobs): written even when 0, last.
+  for (uint32_t shard : {0u, 5u}) {
+    head.table_shard = shard;
+    want.set_table_shard(shard);
+    EXPECT_EQ(Flat(EncodeSparseRequest(head, grad_refs, {&pull_ref, 1})),
+              want.SerializeAsString());
+  }
   EXPECT_EQ(Flat(EncodeSparseRequest({}, absl::Span<const SparseRowsRef>(),
                                      absl::Span<const SparseRowsRef>())),
             "");

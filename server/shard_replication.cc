@@ -47,6 +47,25 @@ void DropFailedBackups(internal::Job& job, const std::vector<uint32_t>& failed,
       job.view->self(), job.id, absl::StrJoin(failed, ", "), dropped, epoch);
 }
 
+// The backups that the chunks' forwards (`replicator`) or the tables' (each
+// job's TableReplicas) have failed for `lag` (SetReplicaViewResponse.lagging).
+std::vector<uint32_t> Lagging(
+    const internal::Replicator& replicator,
+    const std::vector<std::shared_ptr<internal::Job>>& jobs,
+    absl::Duration lag) {
+  const absl::Time now = absl::Now();
+  std::vector<uint32_t> lagging = replicator.Lagging(lag, now);
+  for (const std::shared_ptr<internal::Job>& job : jobs) {
+    if (job->table_replicas == nullptr) continue;
+    for (uint32_t b : job->table_replicas->Lagging(lag, now)) {
+      if (std::find(lagging.begin(), lagging.end(), b) == lagging.end()) {
+        lagging.push_back(b);
+      }
+    }
+  }
+  return lagging;
+}
+
 }  // namespace
 
 absl::Status Shard::SetReplicaView(const SetReplicaViewRequest& req,
@@ -96,7 +115,7 @@ absl::Status Shard::SetReplicaView(const SetReplicaViewRequest& req,
   for (uint32_t j : ReplicaBehind()) resp->add_behind(j);
   if (req.lag_ms() > 0) {
     for (uint32_t b :
-         replicator_->Lagging(absl::Milliseconds(req.lag_ms()), absl::Now())) {
+         Lagging(*replicator_, AllJobs(), absl::Milliseconds(req.lag_ms()))) {
       resp->add_lagging(b);
     }
   }

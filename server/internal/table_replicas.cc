@@ -315,7 +315,7 @@ absl::Status TableReplicas::SendSteps(Copy& c, uint32_t backup, bool* done) {
     PS_RETURN_IF_ERROR(
         SendPieces(c, backup, t->steps(0).SerializeAsString(), next - 1, true));
   } else {
-    PS_RETURN_IF_ERROR(Send(backup, req, options_.deadline));
+    PS_RETURN_IF_ERROR(Send(backup, req, DeadlineFor(backup)));
   }
   absl::MutexLock l(&mu_);
   BackupState& st = c.backups[backup];
@@ -334,7 +334,50 @@ absl::Status TableReplicas::Send(uint32_t backup, ReplicateRequest& req,
   req.set_job_id(job_id_);
   req.set_epoch(view_->epoch());
   req.set_from_shard(view_->self());
-  return sender(view_->Address(backup), req, absl::Now() + deadline);
+  const absl::Status s =
+      sender(view_->Address(backup), req, absl::Now() + deadline);
+  Record(backup, s, deadline);
+  return s;
+}
+
+absl::Duration TableReplicas::DeadlineFor(uint32_t backup) const {
+  absl::MutexLock l(&mu_);
+  auto it = health_.find(backup);
+  return it == health_.end() || it->second.deadline <= absl::ZeroDuration()
+             ? options_.deadline
+             : it->second.deadline;
+}
+
+void TableReplicas::Record(uint32_t backup, const absl::Status& s,
+                           absl::Duration used) {
+  absl::MutexLock l(&mu_);
+  Health& h = health_[backup];
+  if (h.deadline <= absl::ZeroDuration()) h.deadline = options_.deadline;
+  // A base it lacks is an answer, not a failure: it gets the state.
+  if (s.ok() || absl::IsOutOfRange(s)) {
+    h.failing_since = absl::InfinitePast();
+    h.exhausted = false;
+    h.deadline = std::max(options_.deadline, h.deadline / 2);
+    return;
+  }
+  if (h.failing_since == absl::InfinitePast()) h.failing_since = absl::Now();
+  const bool timeout = absl::IsDeadlineExceeded(s);
+  // Slow, not gone: the next forward gets twice the time (as Replicator).
+  h.exhausted = !timeout || used >= options_.max_deadline;
+  if (timeout) h.deadline = std::min(options_.max_deadline, used * 2);
+}
+
+std::vector<uint32_t> TableReplicas::Lagging(absl::Duration lag,
+                                             absl::Time now) const {
+  std::vector<uint32_t> out;
+  absl::MutexLock l(&mu_);
+  for (const auto& [backup, h] : health_) {
+    if (h.failing_since != absl::InfinitePast() &&
+        now - h.failing_since >= lag && h.exhausted && !view_->Failed(backup)) {
+      out.push_back(backup);
+    }
+  }
+  return out;
 }
 
 void TableReplicas::AfterRound(Copy& c) {
@@ -364,6 +407,13 @@ void TableReplicas::ForgetAcks(uint32_t shard) {
   {
     absl::MutexLock l(&mu_);
     for (auto& c : copies_) c->backups[shard] = BackupState();
+    // It (re)joins: its earlier failures no longer count; this shard
+    // itself: none of its forwards' failures do (it rejoins empty).
+    if (shard == view_->self()) {
+      health_.clear();
+    } else {
+      health_.erase(shard);
+    }
   }
   Wake();
 }

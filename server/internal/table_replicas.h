@@ -121,6 +121,13 @@ class TableReplicas {
   // Of the view's joining shards, those a copy served here has not caught
   // up yet (SetReplicaViewResponse.behind).
   std::vector<uint32_t> Behind() const ABSL_LOCKS_EXCLUDED(mu_);
+  // The backups not failed whose table forwards have failed without a
+  // success since at least `now - lag`, the last with `max_deadline` or
+  // otherwise than by running out of time (SetReplicaViewResponse.lagging,
+  // as Replicator::Lagging; each forward that runs out of time doubles the
+  // next one's deadline, up to `max_deadline`).
+  std::vector<uint32_t> Lagging(absl::Duration lag, absl::Time now) const
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Whether every copy held here that another shard serves got a state or
   // a step since this object was made (a joining shard is not caught up
   // before).
@@ -176,6 +183,10 @@ class TableReplicas {
   // Drops the steps every known backup holds; releases the answers.
   void AfterRound(Copy& c) ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status ApplyState(Copy& c, const ReplicaTables& t);
+  absl::Duration DeadlineFor(uint32_t backup) const ABSL_LOCKS_EXCLUDED(mu_);
+  // How a forward to `backup` given `used` ended (the lagging report).
+  void Record(uint32_t backup, const absl::Status& s, absl::Duration used)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // A backup refused a forward as fenced: stops, and closes the job here.
   void Fenced(uint32_t backup, const absl::Status& s) ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -192,6 +203,13 @@ class TableReplicas {
   TablesSender sender_ ABSL_GUARDED_BY(mu_);
   std::function<void(const absl::Status&)> on_fenced_ ABSL_GUARDED_BY(mu_);
   uint64_t logged_epoch_ ABSL_GUARDED_BY(mu_) = UINT64_MAX;
+  // How forwards to each backup have gone (as Replicator's).
+  struct Health {
+    absl::Time failing_since = absl::InfinitePast();  // none failing
+    bool exhausted = false;
+    absl::Duration deadline;  // of the next step forward (0: default)
+  };
+  std::map<uint32_t, Health> health_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;
 };
 

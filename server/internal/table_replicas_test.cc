@@ -142,6 +142,7 @@ class TableReplicasTest : public ::testing::Test {
         {
           absl::MutexLock l(&mu_);
           ++forwards_;
+          if (refuse_) return absl::UnavailableError("the test's backup");
         }
         if (hold_ != nullptr) hold_->WaitForNotification();
         return replicas_[std::stoi(address)]->Apply(req);
@@ -151,6 +152,7 @@ class TableReplicasTest : public ::testing::Test {
 
   absl::Mutex mu_;
   int forwards_ ABSL_GUARDED_BY(mu_) = 0;
+  bool refuse_ ABSL_GUARDED_BY(mu_) = false;
   absl::Notification* hold_ = nullptr;
   std::shared_ptr<ReplicaView> views_[kShards];
   std::unique_ptr<JobTables> own_[kShards];
@@ -198,6 +200,34 @@ TEST_F(TableReplicasTest, AFailedOverCopyGoesOnBitwiseAsAnUnreplicatedRun) {
   for (uint64_t step = 3; step < 6; ++step) BothWorkers(**copy, step);
   EXPECT_EQ((*copy)->version(), 6u);
   EXPECT_EQ(Rows(**copy), Rows(*reference));
+}
+
+TEST_F(TableReplicasTest, ABackupThatRefusesForwardsIsReportedLagging) {
+  {
+    absl::MutexLock l(&mu_);
+    refuse_ = true;
+  }
+  std::shared_ptr<Pending> first = Start(*own_[0], 0, 0);
+  std::shared_ptr<Pending> second = Start(*own_[0], 1, 0);
+  {
+    // Two tries failed: the first is recorded.
+    absl::MutexLock l(&mu_);
+    mu_.Await(absl::Condition(
+        +[](int* n) { return *n >= 2; }, &forwards_));
+  }
+  EXPECT_THAT(replicas_[0]->Lagging(absl::ZeroDuration(), absl::Now()),
+              ::testing::ElementsAre(1u));
+  EXPECT_THAT(replicas_[0]->Lagging(absl::Hours(1), absl::Now()),
+              ::testing::IsEmpty());
+  EXPECT_FALSE(second->done.HasBeenNotified());  // held for the backup
+  {
+    absl::MutexLock l(&mu_);
+    refuse_ = false;
+  }
+  ASSERT_TRUE(Wait(first).ok()) << first->status;
+  ASSERT_TRUE(Wait(second).ok()) << second->status;
+  EXPECT_THAT(replicas_[0]->Lagging(absl::ZeroDuration(), absl::Now()),
+              ::testing::IsEmpty());
 }
 
 // Pieces of 40 bytes: every state and every step (about 100 bytes) goes

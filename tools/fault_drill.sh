@@ -15,12 +15,23 @@
 # 1 serves its chunks again from the copy). Passes when the job SUCCEEDS
 # with the undisturbed run's test accuracy exactly.
 #
-#   tools/fault_drill.sh [--replicated] [EPOCHS]      (default 5)
+# --replicated-ctr: the same drill on configs/jobs/ctr_synthetic.pbtxt (a
+# sparse table and a dense MLP, BSP) cut to EPOCHS x 204,800 training
+# examples (EPOCHS x 200 steps): the killed shards' table rows fail over
+# and are copied in too. Passes when the job SUCCEEDS with the undisturbed
+# run's test AUC and logloss exactly.
+#
+#   tools/fault_drill.sh [--replicated | --replicated-ctr] [EPOCHS]  (default 5)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source tools/lib/daemons.sh
 REPLICATED=0
+CTR=0
 if [[ ${1:-} == --replicated ]]; then REPLICATED=1; shift; fi
+if [[ ${1:-} == --replicated-ctr ]]; then REPLICATED=1; CTR=1; shift; fi
+# What the undisturbed and the disturbed run must agree on.
+METRIC=test_accuracy
+if ((CTR)); then METRIC=test_auc; fi
 EPOCHS=${1:-5}
 NPSD=$((REPLICATED ? 3 : 2))
 
@@ -64,7 +75,13 @@ devices: "cpu:0"
 heartbeat_interval_ms: 300
 EOT
 done
-sed -e "s/epochs: [0-9]*/epochs: $EPOCHS/" configs/jobs/fashion_mlp.pbtxt >"$DIR/job.pbtxt"
+if ((CTR)); then
+  sed -e "s/synthetic_train: [0-9]*/synthetic_train: $((EPOCHS * 204800))/" \
+    -e "s/synthetic_test: [0-9]*/synthetic_test: 20000/" \
+    configs/jobs/ctr_synthetic.pbtxt >"$DIR/job.pbtxt"
+else
+  sed -e "s/epochs: [0-9]*/epochs: $EPOCHS/" configs/jobs/fashion_mlp.pbtxt >"$DIR/job.pbtxt"
+fi
 if ((REPLICATED)); then
   cp "$DIR/job.pbtxt" "$DIR/job_base.pbtxt"
   echo "replication: 2" >>"$DIR/job.pbtxt"
@@ -133,7 +150,10 @@ for i in 0 1; do start_worker $i; done
 
 echo "drill: 1/2 undisturbed run"
 "${PSCTL[@]}" submit "$DIR/job_base.pbtxt" --wait --timeout=1800 | tee "$DIR/baseline.out"
-base_acc=$(grep -o 'test_accuracy=[0-9.]*' "$DIR/baseline.out" | tail -1 | cut -d= -f2)
+base_job=$(grep -o 'job-[0-9]*' "$DIR/baseline.out" | head -n 1)
+# Both runs' figures from the same JSON field (full precision).
+base_acc=$("${PSCTL[@]}" status "$base_job" --json | field "$METRIC")
+base_logloss=$("${PSCTL[@]}" status "$base_job" --json | field test_logloss)
 
 echo "drill: 2/2 run with faults"
 job=$("${PSCTL[@]}" submit "$DIR/job.pbtxt" | grep -o 'job-[0-9]*')
@@ -186,7 +206,8 @@ for _ in $(seq 18000); do
 done
 set -e
 "${PSCTL[@]}" status "$job" | tee "$DIR/faults.out"
-acc=$("${PSCTL[@]}" status "$job" --json | field test_accuracy)
+acc=$("${PSCTL[@]}" status "$job" --json | field "$METRIC")
+logloss=$("${PSCTL[@]}" status "$job" --json | field test_logloss)
 echo
 echo "drill: shard statistics after the faults (a killed shard answers no stats)"
 "${PSCTL[@]}" stats || true
@@ -198,9 +219,14 @@ for s in json.load(sys.stdin):
           'checkpoints', j.get('checkpoints', '0'), 'stale', j.get('stale_pushes', '0'),
           'duplicates', j.get('duplicates', '0'))" || true
 echo
-echo "drill: state=$st test_accuracy=$acc baseline_test_accuracy=$base_acc"
+echo "drill: state=$st $METRIC=$acc baseline_$METRIC=$base_acc"
+if ((CTR)); then
+  echo "drill: test_logloss=$logloss baseline_test_logloss=$base_logloss"
+  [[ $logloss == "$base_logloss" ]] \
+    || { echo "drill: FAILED: the test logloss differs"; exit 1; }
+fi
 [[ $st == SUCCEEDED ]] || { echo "drill: FAILED: job ended $st"; exit 1; }
 tolerance=$((REPLICATED ? 0 : 1))
 python3 -c "import sys; a,b=float('$acc'),float('$base_acc'); sys.exit(0 if abs(a-b) <= $tolerance / 100 else 1)" \
-  || { echo "drill: FAILED: accuracy differs by more than $tolerance point(s)"; exit 1; }
+  || { echo "drill: FAILED: $METRIC differs by more than $tolerance point(s)"; exit 1; }
 echo "drill: PASSED"

@@ -385,7 +385,8 @@ absl::Status Shard::GetTrace(const ShardTraceRequest& req,
 void Shard::PushPull(const PushPullRequest& req, const GradientsIn& gradients,
                      PushPullResponse* resp,
                      std::function<void(absl::Status)> done,
-                     std::vector<SharedBytes>* payloads) {
+                     std::vector<SharedBytes>* payloads,
+                     absl::Time hold_until) {
   const int64_t start_ns = absl::GetCurrentTimeNanos();
   resp->Clear();
   if (payloads != nullptr) payloads->clear();
@@ -411,6 +412,8 @@ void Shard::PushPull(const PushPullRequest& req, const GradientsIn& gradients,
   // Step timelines: the answer and, under ASP/SSP, the apply (BSP's is
   // recorded by the push that completes the step).
   const bool traced = (*job)->trace.Covers(req.step());
+  // A held push runs again from the top, traced again there.
+  const std::function<void(absl::Status)> untraced = done;
   if (traced) {
     done =
         TracedDone(*job, req.worker(), req.step(), start_ns, std::move(done));
@@ -419,6 +422,15 @@ void Shard::PushPull(const PushPullRequest& req, const GradientsIn& gradients,
   std::vector<Chunk*> chunks;
   absl::StatusOr<PushCounts> counts =
       ApplyPush(*job, req.worker(), req.step(), gradients, &chunks);
+  if (!counts.ok() &&
+      HeldForPause(
+          **job, req.step(), counts.status(), hold_until,
+          [this, &req, &gradients, resp, untraced, payloads, hold_until] {
+            PushPull(req, gradients, resp, untraced, payloads, hold_until);
+          },
+          done)) {
+    return;
+  }
   if (!counts.ok()) return done(counts.status());
   if (traced && (*job)->mode != BSP) {
     TraceSpan span;

@@ -178,6 +178,7 @@
 #include "proto/ps.pb.h"
 #include "server/checkpoint.h"
 #include "server/push_input.h"
+#include "server/shard_options.h"
 #include "server/sparse/sparse_request.h"
 #include "server/stats.h"
 
@@ -192,40 +193,6 @@ struct Chunk;
 struct PushCounts;
 struct Waiter;
 }  // namespace internal
-
-struct ShardOptions {
-  // This shard's index in the cluster (Placement chunk.shard values).
-  uint32_t shard_id = 0;
-  // RegisterJob fails with RESOURCE_EXHAUSTED beyond this many bytes of
-  // parameters, optimizer state and BSP gradient buffers.
-  uint64_t memory_budget_bytes = kDefaultMemoryBudgetBytes;
-  // Reported in ShardStats.address (informational).
-  std::string address;
-  // Where OpenCheckpoints() keeps this shard's checkpoints ("" = none).
-  // Several shards may share one directory (file names carry the shard id).
-  std::string checkpoint_dir;
-  // Replicated jobs (JobSpec.replication > 1): the deadline of one forward
-  // to a backup (it grows up to the max while forwards to that backup run
-  // out of time; internal/replicator.h), and the wait before a failed one
-  // is tried again (sooner when the coordinator's view moves).
-  absl::Duration replicate_deadline =
-      absl::Milliseconds(kDefaultReplicateDeadlineMs);
-  absl::Duration replicate_max_deadline =
-      absl::Milliseconds(kDefaultReplicateMaxDeadlineMs);
-  absl::Duration replicate_retry = absl::Milliseconds(kDefaultReplicateRetryMs);
-  // For this long after its start, a shard that has not heard the
-  // coordinator's replica view yet answers requests for jobs it does not
-  // hold with UNAVAILABLE, not FAILED_PRECONDITION: it may be a replicated
-  // shard restarted before the coordinator noticed, and the workers must
-  // retry, not fail the job (psd: 2 x shard_heartbeat_ms x
-  // shard_heartbeat_misses). Zero: no grace.
-  absl::Duration unknown_job_grace = absl::ZeroDuration();
-  // Live re-placement (Reshard PREPARE): the deadline of one FetchChunks
-  // call to another shard, and the most bytes of values and optimizer
-  // slots one call asks for (at least one chunk).
-  absl::Duration fetch_deadline = absl::Seconds(20);
-  uint64_t fetch_batch_bytes = 2 << 20;
-};
 
 class Shard {
  public:
@@ -282,9 +249,13 @@ class Shard {
   // bytes (server/push_input.h). BSP keeps a dense FP32 payload that comes
   // with a keep where it arrived until its step is applied, instead of
   // copying it.
+  // hold_until (also Push's): a push the pause of a re-placement refuses is
+  // held until then, at most kMaxPauseHold (internal/held_pushes.h; `req`
+  // and `gradients` then live until `done`). InfinitePast: answered at once.
   void PushPull(const PushPullRequest& req, const GradientsIn& gradients,
                 PushPullResponse* resp, std::function<void(absl::Status)> done,
-                std::vector<SharedBytes>* payloads = nullptr);
+                std::vector<SharedBytes>* payloads = nullptr,
+                absl::Time hold_until = absl::InfinitePast());
 
   // Reads parameters (chunk_ids, or every local chunk when empty) once every
   // one is at version >= min_version, and under SSP once
@@ -313,7 +284,8 @@ class Shard {
   // The same, answered through `done` (psd): a replicated ASP/SSP job's
   // push is acknowledged once every live backup holds it.
   void Push(const PushRequest& req, PushResponse* resp,
-            std::function<void(absl::Status)> done);
+            std::function<void(absl::Status)> done,
+            absl::Time hold_until = absl::InfinitePast());
 
   // Fills `out` completely (every job, or only req.job_id; an unknown job
   // gives no job_stats). Never blocks on a push longer than one chunk's
@@ -502,6 +474,13 @@ class Shard {
   // UNAVAILABLE, counted.
   absl::Status ShuttingDown() const;
 
+  // A push the pause refused (`refused`), held until hold_until or run again
+  // (`again`) at once; false: the caller answers `refused` (internal/
+  // held_pushes.h). `answer` answers the held push from elsewhere.
+  bool HeldForPause(internal::Job& job, uint64_t step,
+                    const absl::Status& refused, absl::Time hold_until,
+                    std::function<void()> again,
+                    std::function<void(absl::Status)> answer);
   // Validates and applies a push, completes the waits it satisfies and
   // queues a checkpoint if one became due. On success `chunks` lists the
   // pushed chunks.

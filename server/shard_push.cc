@@ -1,6 +1,8 @@
 // Shard: pushes (server/shard.h): a push applied under the job's
 // consistency rules, answered at once or, in a replicated ASP/SSP job, once
 // every live backup holds it.
+#include <algorithm>
+#include <functional>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -8,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "common/not_retryable.h"
 #include "common/status_macros.h"
 #include "server/internal/checkpointer.h"
 #include "server/internal/consistency.h"
@@ -21,9 +24,30 @@
 namespace ps {
 
 using internal::Chunk;
+using internal::HeldPushes;
 using internal::Job;
 using internal::PushCounts;
 using internal::WaiterPtr;
+
+bool Shard::HeldForPause(Job& job, uint64_t step, const absl::Status& refused,
+                         absl::Time hold_until, std::function<void()> again,
+                         std::function<void(absl::Status)> answer) {
+  const absl::Time now = absl::Now();
+  if (!IsPausedForReplacement(refused) || hold_until <= now) return false;
+  internal::HeldPush held{step,
+                          std::min(hold_until, now + internal::kMaxPauseHold),
+                          again, std::move(answer), refused};
+  switch (job.held_pushes.Hold(std::move(held), job.mode, job.pause_step)) {
+    case HeldPushes::kHeld:
+      return true;
+    case HeldPushes::kResume:
+      again();
+      return true;
+    case HeldPushes::kAnswer:
+      break;
+  }
+  return false;
+}
 
 absl::StatusOr<PushCounts> Shard::ApplyPush(const JobPtr& job, uint32_t worker,
                                             uint64_t step,
@@ -76,7 +100,8 @@ absl::Status Shard::Push(const PushRequest& req, PushResponse* resp) {
 }
 
 void Shard::Push(const PushRequest& req, PushResponse* resp,
-                 std::function<void(absl::Status)> done) {
+                 std::function<void(absl::Status)> done,
+                 absl::Time hold_until) {
   const int64_t start_ns = absl::GetCurrentTimeNanos();
   resp->Clear();
   absl::StatusOr<JobPtr> job = FindJob(req.job_id());
@@ -89,6 +114,14 @@ void Shard::Push(const PushRequest& req, PushResponse* resp,
   std::vector<Chunk*> chunks;
   absl::StatusOr<PushCounts> counts = ApplyPush(
       *job, req.worker(), req.step(), GradientsFrom(req.gradients()), &chunks);
+  if (!counts.ok() && HeldForPause(
+                          **job, req.step(), counts.status(), hold_until,
+                          [this, &req, resp, done, hold_until] {
+                            Push(req, resp, done, hold_until);
+                          },
+                          done)) {
+    return;
+  }
   if (!counts.ok()) return done(counts.status());
   resp->set_duplicates(counts->duplicates);
   resp->set_stale(counts->stale);

@@ -159,6 +159,9 @@ absl::Status Shard::PauseJob(const JobPtr& job, const ReshardRequest& req,
     r.quiesced_logged |= quiesced;
   }
   ReleaseBytes(released);
+  // A pause moved to another step: what it held runs again (and is held
+  // again where the new step still pauses it).
+  if (fresh) job->held_pushes.ResumeAll();
   if (fresh) {
     spdlog::info("job {}: paused at step {} for placement epoch {} on shard {}",
                  job->id, req.pause_step(), req.epoch(), options_.shard_id);
@@ -368,6 +371,7 @@ absl::Status Shard::AbortJob(const JobPtr& job, const ReshardRequest& req) {
     released = internal::LiftPause(*job);
   }
   ReleaseBytes(released);
+  job->held_pushes.ResumeAll();  // the pushes the pause held go on now
   spdlog::info(
       "job {}: placement epoch {} aborted on shard {}; the job goes on under "
       "epoch {}",

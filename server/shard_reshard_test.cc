@@ -13,6 +13,8 @@
 #include "common/not_retryable.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/internal/held_pushes.h"
+#include "server/push_input.h"
 #include "server/testing/reshard_fixture.h"
 #include "server/testing/shard_test_util.h"
 
@@ -130,6 +132,87 @@ TEST(ShardReshardTest, PauseRefusesPushesFromItsStepAndQuiescesThere) {
   EXPECT_EQ(Rejected(stats, "paused"), 1u);
   EXPECT_TRUE(stats.missing_workers().empty());
   EXPECT_EQ(shard.PendingWaits(), 0u);
+}
+
+// A PushPull as the RPC layer makes it (Shard::PushPull with hold_until):
+// the request and its gradients live with the call.
+struct HeldCall {
+  PushPullRequest req;
+  GradientsIn gradients;
+  PushPullCall call;
+};
+std::unique_ptr<HeldCall> StartHeld(Shard& shard, const RegisterJobRequest& reg,
+                                    uint32_t worker, uint64_t step,
+                                    uint64_t epoch = 0) {
+  auto h = std::make_unique<HeldCall>();
+  h->req =
+      PushRequestFor<PushPullRequest>(reg, worker, step, AllChunks(), step);
+  h->req.set_placement_epoch(epoch);
+  h->gradients = GradientsFrom(h->req.gradients());
+  shard.PushPull(h->req, h->gradients, &h->call.resp, h->call.Callback(),
+                 nullptr, absl::Now() + absl::Seconds(60));
+  return h;
+}
+
+// A push of the pause's step is held, not refused: an ABORT runs it (the
+// step then completes as ever), a COMMIT answers it ABORTED at once.
+TEST(ShardReshardTest, APausedPushIsHeldThenRunOrAnsweredAborted) {
+  Shard shard(ShardOptions{});
+  const RegisterJobRequest reg = OneShardJob();
+  ASSERT_NO_FATAL_FAILURE(RegisterAndStepOnce(shard, reg));
+  ReshardResponse resp;
+  ASSERT_TRUE(
+      shard.Reshard(Phase("j", 1, ReshardRequest::PAUSE, 1), &resp).ok());
+  auto first = StartHeld(shard, reg, 0, 1);
+  EXPECT_FALSE(first->call.done.HasBeenNotified());
+  ASSERT_TRUE(shard.Reshard(Phase("j", 1, ReshardRequest::ABORT), &resp).ok());
+  EXPECT_FALSE(first->call.done.HasBeenNotified());  // waits for worker 1
+  auto second = StartPushPull(shard, reg, 1, 1, 1);
+  ASSERT_TRUE(first->call.done.HasBeenNotified());
+  EXPECT_TRUE(first->call.status.ok()) << first->call.status;
+  EXPECT_TRUE(second->status.ok()) << second->status;
+  EXPECT_EQ(StatsOf(shard, "j").version(), 2u);
+
+  ASSERT_TRUE(
+      shard.Reshard(Phase("j", 2, ReshardRequest::PAUSE, 2), &resp).ok());
+  ASSERT_TRUE(resp.quiesced());
+  auto held = StartHeld(shard, reg, 0, 2);
+  EXPECT_FALSE(held->call.done.HasBeenNotified());
+  ReshardRequest prepare = Phase("j", 2, ReshardRequest::PREPARE);
+  *prepare.mutable_placement() =
+      Replaced(reg.placement(), 2, [](uint32_t) { return 0; });
+  prepare.add_shard_addresses("s0");
+  ASSERT_TRUE(shard.Reshard(prepare, &resp).ok());
+  EXPECT_FALSE(held->call.done.HasBeenNotified());
+  ASSERT_TRUE(shard.Reshard(Phase("j", 2, ReshardRequest::COMMIT), &resp).ok());
+  ASSERT_TRUE(held->call.done.HasBeenNotified());
+  EXPECT_EQ(held->call.status.code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(held->call.status.message(), HasSubstr("was re-placed"));
+  EXPECT_EQ(StatsOf(shard, "j").version(), 2u);  // nothing of step 2 applied
+}
+
+// Held at most until its deadline (then the paused UNAVAILABLE the worker
+// retries on), and answered when the job is dropped.
+TEST(ShardReshardTest, AHeldPushIsAnsweredAtItsDeadlineOrWhenTheJobGoes) {
+  Shard shard(ShardOptions{});
+  const RegisterJobRequest reg = OneShardJob();
+  ASSERT_NO_FATAL_FAILURE(RegisterAndStepOnce(shard, reg));
+  ReshardResponse resp;
+  ASSERT_TRUE(
+      shard.Reshard(Phase("j", 1, ReshardRequest::PAUSE, 1), &resp).ok());
+  auto held = StartHeld(shard, reg, 0, 1);
+  shard.CheckDeadlines(absl::Now() + absl::Seconds(1));
+  EXPECT_FALSE(held->call.done.HasBeenNotified());
+  shard.CheckDeadlines(absl::Now() + internal::kMaxPauseHold);
+  ASSERT_TRUE(held->call.done.HasBeenNotified());
+  EXPECT_TRUE(IsPausedForReplacement(held->call.status)) << held->call.status;
+  auto dropped = StartHeld(shard, reg, 1, 1);
+  EXPECT_FALSE(dropped->call.done.HasBeenNotified());
+  DropJobRequest drop;
+  drop.set_job_id("j");
+  ASSERT_TRUE(shard.DropJob(drop).ok());
+  ASSERT_TRUE(dropped->call.done.HasBeenNotified());
+  EXPECT_THAT(dropped->call.status.message(), HasSubstr("was dropped"));
 }
 
 TEST(ShardReshardTest, APauseTooLateIsRefusedAndChangesNothing) {

@@ -49,6 +49,7 @@
 #include "proto/ps.pb.h"
 #include "server/chunk_state.h"
 #include "server/internal/delta.h"
+#include "server/internal/held_pushes.h"
 #include "server/internal/replica_view.h"
 #include "server/internal/table_replicas.h"
 #include "server/optimizer.h"
@@ -403,6 +404,8 @@ class Job {
   // retries), checked under each chunk's mutex before a push is buffered or
   // applied; kNotPaused = none.
   std::atomic<uint64_t> pause_step{kNotPaused};
+  // Pushes refused by the pause, held until it moves (held_pushes.h).
+  HeldPushes held_pushes;
   Replacement replacement;
 
   JobCounters counters;

@@ -378,6 +378,7 @@ void CloseJob(Job& job, const absl::Status& status) {
     c->replica_waiters.clear();
   }
   for (const WaiterPtr& w : waiters) Fail(w, status);
+  job.held_pushes.Close(status);
   if (job.tables != nullptr) job.tables->Close(status);
   if (job.table_replicas != nullptr) job.table_replicas->Close(status);
 }
@@ -387,6 +388,7 @@ void FailExpiredWaits(Job& job, absl::Time now) {
     if (e.w->claimed.load(std::memory_order_acquire)) continue;
     Fail(e.w, DeadlineError(job, e));
   }
+  job.held_pushes.Expire(now);
   if (job.tables != nullptr) job.tables->CheckDeadlines(now);
   if (job.table_replicas != nullptr) {
     job.table_replicas->CheckDeadlines(now);

@@ -233,6 +233,13 @@ void WriteSparseReply(SparseCall* c, grpc::ByteBuffer* out) {
   *out = ReplyBuffer(pieces, std::move(head), c, &SparseCall::Unref);
 }
 
+// A push the pause of a re-placement refuses waits at the shard until a
+// second before the call's own deadline at the latest (Shard::PushPull's
+// hold_until): the worker then still gets the UNAVAILABLE it retries on.
+absl::Time PauseHoldUntil(const grpc::CallbackServerContext* ctx) {
+  return absl::FromChrono(ctx->deadline()) - absl::Seconds(1);
+}
+
 }  // namespace
 
 struct PsThreads {
@@ -310,7 +317,7 @@ grpc::ServerUnaryReactor* PsService::PushPull(grpc::CallbackServerContext* ctx,
         reactor->Finish(ToGrpcStatus(s));
         PsMessagePool::Unref(m);
       },
-      &m->payloads);
+      &m->payloads, PauseHoldUntil(ctx));
   PsMessagePool::Unref(m);
   return reactor;
 }
@@ -345,8 +352,10 @@ grpc::ServerUnaryReactor* PsService::Push(grpc::CallbackServerContext* ctx,
   PS_AUTHENTICATE(ctx);
   // `req` and `resp` stay valid until Finish.
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  shard_->Push(*req, resp,
-               [reactor](absl::Status s) { reactor->Finish(ToGrpcStatus(s)); });
+  shard_->Push(
+      *req, resp,
+      [reactor](absl::Status s) { reactor->Finish(ToGrpcStatus(s)); },
+      PauseHoldUntil(ctx));
   return reactor;
 }
 

@@ -54,7 +54,8 @@ GPU_TEST_QUERY='kind(cc_test, attr(tags, gpu, tests(//...)))'
 # test accuracy after 10 epochs, docs/BENCHMARKS.md; the CTR job on 1M/200k
 # examples 0.7878 AUC, docs/SPARSE.md; each bitwise the same on every CPU
 # run) less a seed's spread, as the GPU sums in another order.
-CTR_1M='s/synthetic_train: [0-9]*/synthetic_train: 1000000/;s/synthetic_test: [0-9]*/synthetic_test: 200000/'
+# (no spaces: a JOBS line is split on them)
+CTR_1M='s/synthetic_train:.*/synthetic_train:1000000/;s/synthetic_test:.*/synthetic_test:200000/'
 JOBS=(
   "mlp mlp configs/jobs/fashion_mlp.pbtxt - test_accuracy 0.875 0.05 120 off"
   "cnn cnn configs/jobs/fashion_cnn.pbtxt - test_accuracy 0.905 0.02 200 off"
@@ -65,7 +66,7 @@ LOCAL_CLUSTER=configs/local # cluster.pbtxt, psd{0,1}.pbtxt, worker{0,1}.pbtxt
 DATA_SRC=/usr/share/datasets/fashion-mnist
 BUILD_PYTHON=3.11 # psclient's native module's (WORKSPACE: python3_headers)
 PACK_BUDGET_MIB=55 # DIR travels with the working tree (64 MiB in all)
-TOTAL_BUDGET_S=450 # the whole --out run, on a bare machine
+TOTAL_BUDGET_S=${GPU_CHECK_BUDGET_S:-450} # the whole --out run (env: GPU_CHECK_BUDGET_S)
 TEST_TIMEOUT_S=60
 BENCH_TIMEOUT_S=120
 PEER_TIMEOUT_S=90
@@ -374,9 +375,29 @@ summarise() { # WORK OUTDIR
   local work=$1 out=$2
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader \
     >"$work/gpu" 2>/dev/null || nvidia-smi -L >"$work/gpu"
-  printf '%s\n' "${JOBS[@]}" >"$work/jobs"
+  local spec name
+  for spec in "${JOBS[@]}"; do
+    read -r name _ <<<"$spec"
+    selected "$name" && echo "$spec"
+  done >"$work/jobs"
   python3 tools/gpu_check_summary.py "$work" "$out" "$SOURCE" \
     "$(git rev-parse HEAD 2>/dev/null)" "$(torch_reason)" "$((SECONDS - START))"
+}
+
+# Whether job NAME runs: GPU_CHECK_JOBS="name ..." names the ones that do
+# (default: every one).
+selected() { # NAME
+  [[ -z ${GPU_CHECK_JOBS:-} || " $GPU_CHECK_JOBS " == *" $1 "* ]]
+}
+
+# Each JOBS line has its nine fields (a sed program with a space would
+# split): checked before anything runs.
+check_jobs() {
+  local spec n
+  for spec in "${JOBS[@]}"; do
+    n=$(wc -w <<<"$spec")
+    ((n == 9)) || die "JOBS line with $n fields, want 9: $spec"
+  done
 }
 
 run_check() { # OUTDIR FROM
@@ -386,6 +407,7 @@ run_check() { # OUTDIR FROM
     exit 0
   fi
   command -v python3 >/dev/null || die "python3 is needed for the summary"
+  check_jobs
   START=$SECONDS
   DEADLINE=$((SECONDS + TOTAL_BUDGET_S))
   mkdir -p "$out" || die "cannot create $out"
@@ -402,6 +424,7 @@ run_check() { # OUTDIR FROM
   local spec name model job edit lr limit overlap
   for spec in "${JOBS[@]}"; do
     read -r name model job edit _ _ lr limit overlap <<<"$spec"
+    selected "$name" || continue
     run_job "$work" "$name" "$job" "$edit" "$limit" "$overlap"
     [[ $model == - || -s $work/peer_$model.json ]] ||
       run_peer "$work" "$model" "$lr"

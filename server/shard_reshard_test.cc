@@ -154,15 +154,23 @@ std::unique_ptr<HeldCall> StartHeld(Shard& shard, const RegisterJobRequest& reg,
   return h;
 }
 
+// `reg` registered and stepped once on `shard`, then paused at step 1 for
+// placement epoch 1.
+void RegisterAndPause(Shard& shard, const RegisterJobRequest& reg) {
+  ASSERT_NO_FATAL_FAILURE(RegisterAndStepOnce(shard, reg));
+  ReshardResponse resp;
+  ASSERT_TRUE(
+      shard.Reshard(Phase(reg.job_id(), 1, ReshardRequest::PAUSE, 1), &resp)
+          .ok());
+}
+
 // A push of the pause's step is held, not refused: an ABORT runs it (the
 // step then completes as ever), a COMMIT answers it ABORTED at once.
 TEST(ShardReshardTest, APausedPushIsHeldThenRunOrAnsweredAborted) {
   Shard shard(ShardOptions{});
   const RegisterJobRequest reg = OneShardJob();
-  ASSERT_NO_FATAL_FAILURE(RegisterAndStepOnce(shard, reg));
+  ASSERT_NO_FATAL_FAILURE(RegisterAndPause(shard, reg));
   ReshardResponse resp;
-  ASSERT_TRUE(
-      shard.Reshard(Phase("j", 1, ReshardRequest::PAUSE, 1), &resp).ok());
   auto first = StartHeld(shard, reg, 0, 1);
   EXPECT_FALSE(first->call.done.HasBeenNotified());
   ASSERT_TRUE(shard.Reshard(Phase("j", 1, ReshardRequest::ABORT), &resp).ok());
@@ -196,10 +204,7 @@ TEST(ShardReshardTest, APausedPushIsHeldThenRunOrAnsweredAborted) {
 TEST(ShardReshardTest, AHeldPushIsAnsweredAtItsDeadlineOrWhenTheJobGoes) {
   Shard shard(ShardOptions{});
   const RegisterJobRequest reg = OneShardJob();
-  ASSERT_NO_FATAL_FAILURE(RegisterAndStepOnce(shard, reg));
-  ReshardResponse resp;
-  ASSERT_TRUE(
-      shard.Reshard(Phase("j", 1, ReshardRequest::PAUSE, 1), &resp).ok());
+  ASSERT_NO_FATAL_FAILURE(RegisterAndPause(shard, reg));
   auto held = StartHeld(shard, reg, 0, 1);
   shard.CheckDeadlines(absl::Now() + absl::Seconds(1));
   EXPECT_FALSE(held->call.done.HasBeenNotified());

@@ -67,7 +67,7 @@ absl::Status JobCoordinator::SubmitJob(const SubmitJobRequest& request,
   response->Clear();
   ValidationContext ctx = options_.validation;
   ctx.num_shards = num_shards_;
-  if (replicas_ != nullptr) ctx.live_shards = replicas_->live_shards();
+  if (replicas_ != nullptr) ctx.failed_shards = replicas_->failed();
   {
     absl::MutexLock lock(&mu_);
     if (shutdown_) return ShuttingDown();

@@ -196,57 +196,6 @@ void CheckWire(const WireSpec& w, Problems& p) {
   }
 }
 
-// replication: k in [0, kMaxReplication] (0 = 1); k > 1 needs k live
-// shards, dense tensors only and no init.from_job (what replicas cover so
-// far, docs/OPERATIONS.md "Replication").
-void CheckReplication(const JobSpec& spec, const ValidationContext& ctx,
-                      Problems& p) {
-  const uint32_t k = spec.replication();
-  if (k > kMaxReplication) {
-    p.Add("replication",
-          absl::StrFormat("must be in [1, %d], got %d", kMaxReplication, k));
-    return;
-  }
-  if (spec.shards() > ctx.num_shards) {
-    p.Add("shards", absl::StrFormat("%d, but the cluster has %d", spec.shards(),
-                                    ctx.num_shards));
-  }
-  if (k <= 1) return;
-  const bool listed = spec.shard_ids_size() > 0;  // backups among them
-  const uint32_t used = listed ? spec.shard_ids_size() : spec.shards();
-  if (used != 0 && k > used) {
-    p.Add("replication",
-          absl::StrFormat("%d copies need %d shards, %s %d", k, k,
-                          listed ? "shard_ids names" : "shards is", used));
-  }
-  const uint32_t live = ctx.live_shards > 0 ? ctx.live_shards : ctx.num_shards;
-  if (k > live) {
-    p.Add("replication",
-          absl::StrFormat("%d copies need %d live shards, the cluster has %d",
-                          k, k, live));
-  }
-  // Tables: BSP steps are forwarded (server/internal/table_replicas.h).
-  const ConsistencyMode mode = spec.consistency().mode();
-  if (spec.tables_size() > 0 && mode != BSP &&
-      mode != CONSISTENCY_UNSPECIFIED) {
-    p.Add("replication",
-          "k > 1 covers sparse tables under consistency.mode BSP only (not "
-          "yet ASP or SSP)");
-  }
-  // init.from_file: every shard reads the file into each copy it holds,
-  // primary or backup, so the copies agree from version 0 (a copy that
-  // rejoins after a failover takes the live copies' state instead).
-  // init.from_job: a backup's shard does not hold the source's chunk (the
-  // job takes the source's placement), and a replicated source's copy
-  // there may be one a failover left behind.
-  if (spec.init().has_from_job()) {
-    p.Add("replication",
-          "k > 1 does not cover init.from_job: the backups' shards do not "
-          "hold the source job's chunks; export it (psctl export) and use "
-          "init.from_file");
-  }
-}
-
 void CheckConsistency(const JobSpec& spec, Problems& p) {
   const ConsistencySpec& c = spec.consistency();
   const ConsistencyMode mode = c.mode();
@@ -502,7 +451,7 @@ std::vector<std::string> ValidateJobSpec(const JobSpec& spec,
   CheckOptimizer(spec.optimizer(), p);
   CheckConsistency(spec, p);
   CheckWire(spec.wire(), p);
-  CheckReplication(spec, ctx, p);
+  for (std::string& r : ReplicationProblems(spec, ctx)) p.Add(r);
   if (absl::Status st = CheckShardSet(spec, ctx.num_shards);
       !st.ok() && spec.shard_ids_size() > 0) {
     p.Add(st.message());  // (CheckReplication names `shards` alone)

@@ -68,8 +68,9 @@ std::map<std::string, DatasetShape> KnownDatasets();
 struct ValidationContext {
   // Shards in the cluster (must be >= 1).
   uint32_t num_shards = 1;
-  // Shards not failed over (replication needs k of them); 0 = num_shards.
-  uint32_t live_shards = 0;
+  // Shards failed over right now: a replicated job needs k live shards
+  // among the shards it uses.
+  std::vector<uint32_t> failed_shards;
   // Workers registered right now. Informational: a job may ask for more and
   // wait for them, so this never produces a problem.
   uint32_t num_registered_workers = 0;
@@ -89,6 +90,13 @@ struct ValidationContext {
 // ctx.path_exists is.
 std::vector<std::string> ValidateJobSpec(const JobSpec& spec,
                                          const ValidationContext& ctx);
+
+// ValidateJobSpec's checks of `replication` (and `shards`, which bounds
+// it), each "field: reason" (job_validation_replication.cc): k in
+// [0, kMaxReplication] (0 = 1); k > 1 needs k shards and k live ones among
+// those the job uses, BSP for sparse tables, and no init.from_job.
+std::vector<std::string> ReplicationProblems(const JobSpec& spec,
+                                             const ValidationContext& ctx);
 
 // `spec` with defaults filled in: partition_bytes, step_deadline_ms,
 // on_worker_failure (FAIL), Adam/AdamW beta1/beta2/epsilon, Adagrad epsilon,

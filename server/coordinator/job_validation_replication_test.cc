@@ -70,10 +70,30 @@ TEST(ReplicationValidationTest, RefusesBadInputNamingTheField) {
          s.set_replication(3);
          c.num_shards = 2;
        },
-       {"replication: 3 copies need 3 live shards, the cluster has 2"}},
+       {"replication: 3 copies need 3 live shards; of the job's shards 2 "
+        "are live ([0, 1])"}},
       {"MoreThanLiveShards",
-       [](JobSpec&, ValidationContext& c) { c.live_shards = 1; },
-       {"replication: 2 copies need 2 live shards, the cluster has 1"}},
+       [](JobSpec&, ValidationContext& c) {
+         c.failed_shards = {0, 2};
+       },
+       {"replication: 2 copies need 2 live shards; of the job's shards 1 is "
+        "live ([1])"}},
+      // Shard 2 is live but not the job's: shard 1 failing leaves it one.
+      {"MoreThanLiveShardsOfItsSet",
+       [](JobSpec& s, ValidationContext& c) {
+         s.add_shard_ids(0);
+         s.add_shard_ids(1);
+         c.failed_shards = {1};
+       },
+       {"replication: 2 copies need 2 live shards; of the job's shards 1 is "
+        "live ([0])"}},
+      {"MoreThanLiveShardsOfItsFirstShards",
+       [](JobSpec& s, ValidationContext& c) {
+         s.set_shards(2);
+         c.failed_shards = {0};
+       },
+       {"replication: 2 copies need 2 live shards; of the job's shards 1 is "
+        "live ([1])"}},
       {"MoreThanTheJobsShards",
        [](JobSpec& s, ValidationContext&) { s.set_shards(1); },
        {"replication: 2 copies need 2 shards, shards is 1"}},
@@ -100,6 +120,12 @@ TEST(ReplicationValidationTest, SomeOfTheShardsAreAccepted) {
   listed.add_shard_ids(2);
   listed.add_shard_ids(1);
   EXPECT_THAT(ValidateJobSpec(listed, ThreeShards()), IsEmpty());
+  // A failed shard the job does not use leaves its copies their shards.
+  ValidationContext failed = ThreeShards();
+  failed.failed_shards = {0};
+  EXPECT_THAT(ValidateJobSpec(listed, failed), IsEmpty());
+  failed.failed_shards = {2};
+  EXPECT_THAT(ValidateJobSpec(first, failed), IsEmpty());
 }
 
 TEST(ReplicationValidationTest, TopKPushesAreAccepted) {

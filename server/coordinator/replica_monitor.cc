@@ -355,11 +355,6 @@ ReplicaSets ReplicaMonitor::sets() const {
   return sets_;
 }
 
-uint32_t ReplicaMonitor::live_shards() const {
-  absl::MutexLock l(&mu_);
-  return options_.num_shards - static_cast<uint32_t>(sets_.failed.size());
-}
-
 bool ReplicaMonitor::InServiceLocked(uint32_t shard) const {
   return !FailedLocked(shard) && !Contains(sets_.joining, shard) &&
          !Contains(sets_.rejoined, shard);

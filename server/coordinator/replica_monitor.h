@@ -141,7 +141,6 @@ class ReplicaMonitor {
   uint64_t epoch() const ABSL_LOCKS_EXCLUDED(mu_);
   std::vector<uint32_t> failed() const ABSL_LOCKS_EXCLUDED(mu_);
   ReplicaSets sets() const ABSL_LOCKS_EXCLUDED(mu_);
-  uint32_t live_shards() const ABSL_LOCKS_EXCLUDED(mu_);
   // Where a job's clients reach each shard's chunks now (`addresses`: the
   // shards' own, by id). Each shard not in service (failed, joining,
   // rejoined) that is the primary of chunks of `placement` gets the address

@@ -412,9 +412,11 @@ void Shard::PushPull(const PushPullRequest& req, const GradientsIn& gradients,
   // Step timelines: the answer and, under ASP/SSP, the apply (BSP's is
   // recorded by the push that completes the step).
   const bool traced = (*job)->trace.Covers(req.step());
-  // A held push runs again from the top, traced again there.
-  const std::function<void(absl::Status)> untraced = done;
+  // A held push runs again from the top, traced again there: the callback
+  // as it came (kept only when traced, to copy nothing on the common path).
+  std::function<void(absl::Status)> untraced;
   if (traced) {
+    untraced = done;
     done =
         TracedDone(*job, req.worker(), req.step(), start_ns, std::move(done));
   }
@@ -422,13 +424,14 @@ void Shard::PushPull(const PushPullRequest& req, const GradientsIn& gradients,
   std::vector<Chunk*> chunks;
   absl::StatusOr<PushCounts> counts =
       ApplyPush(*job, req.worker(), req.step(), gradients, &chunks);
-  if (!counts.ok() &&
-      HeldForPause(
-          **job, req.step(), counts.status(), hold_until,
-          [this, &req, &gradients, resp, untraced, payloads, hold_until] {
-            PushPull(req, gradients, resp, untraced, payloads, hold_until);
-          },
-          done)) {
+  if (!counts.ok() && HeldForPause(
+                          **job, req.step(), counts.status(), hold_until,
+                          [this, &req, &gradients, resp, payloads, hold_until,
+                           again = traced ? untraced : done] {
+                            PushPull(req, gradients, resp, again, payloads,
+                                     hold_until);
+                          },
+                          done)) {
     return;
   }
   if (!counts.ok()) return done(counts.status());

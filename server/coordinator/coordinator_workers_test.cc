@@ -1,5 +1,6 @@
 // JobCoordinator: workers' long-polls, heartbeats and progress reports, and
 // shutdown.
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -187,6 +188,37 @@ TEST_F(CoordinatorTest, ReportProgressChecksJobAndRank) {
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(status.message(), HasSubstr("rank: 1 out of range"));
   EXPECT_TRUE(Report("w-7", job, 0, 1).abort_job());
+}
+
+// A rate or time that is not a number is refused naming the field, and the
+// job's progress stays; an unmeasured loss or accuracy (NaN, as psclient
+// sends) is taken.
+TEST_F(CoordinatorTest, ReportProgressRefusesRatesThatAreNotNumbers) {
+  const std::string a = Register("host-a");
+  const std::string job = Submit(Spec(1));
+  ASSERT_FALSE(Report(a, job, 0, 5).abort_job());
+  ProgressReport report;
+  report.set_worker_id(a);
+  report.set_job_id(job);
+  report.mutable_progress()->set_step(6);
+  report.mutable_progress()->set_samples_per_s(
+      std::numeric_limits<float>::quiet_NaN());
+  ProgressReportResponse response;
+  absl::Status status = coord_->ReportProgress(report, &response);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("progress.samples_per_s: nan"));
+  report.mutable_progress()->set_samples_per_s(10);
+  report.mutable_progress()->set_comm_s(-1);
+  status = coord_->ReportProgress(report, &response);
+  EXPECT_THAT(status.message(), HasSubstr("progress.comm_s: -1"));
+  EXPECT_EQ(Job(job).progress().step(), 5u) << "a refused report changed it";
+
+  report.mutable_progress()->set_comm_s(1);
+  report.mutable_progress()->set_loss(std::numeric_limits<float>::quiet_NaN());
+  report.mutable_progress()->set_train_accuracy(
+      std::numeric_limits<float>::quiet_NaN());
+  EXPECT_TRUE(coord_->ReportProgress(report, &response).ok());
+  EXPECT_EQ(Job(job).progress().step(), 6u);
 }
 
 }  // namespace

@@ -68,6 +68,28 @@ constexpr const char* kMigrations[] = {
         elapsed_s REAL NOT NULL,
         PRIMARY KEY (job_id, step)) WITHOUT ROWID;
     )sql",
+    // 3: a metric the worker did not measure (NaN: a Python worker's
+    // train accuracy, a loss it did not pass) is NULL, not a failed write.
+    R"sql(
+      CREATE TABLE progress_v3 (
+        job_id TEXT NOT NULL,
+        step INTEGER NOT NULL,
+        epoch INTEGER NOT NULL,
+        loss REAL,                        -- NULL: not measured
+        train_accuracy REAL,              -- NULL: not measured
+        test_accuracy REAL,               -- NULL: not measured
+        samples_per_s REAL NOT NULL,
+        data_s REAL NOT NULL,
+        compute_s REAL NOT NULL,
+        comm_s REAL NOT NULL,
+        elapsed_s REAL NOT NULL,
+        PRIMARY KEY (job_id, step)) WITHOUT ROWID;
+      INSERT INTO progress_v3 SELECT job_id, step, epoch, loss,
+        train_accuracy, test_accuracy, samples_per_s, data_s, compute_s,
+        comm_s, elapsed_s FROM progress;
+      DROP TABLE progress;
+      ALTER TABLE progress_v3 RENAME TO progress;
+    )sql",
 };
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) ==
               JobStore::kSchemaVersion);
@@ -366,9 +388,9 @@ absl::StatusOr<std::vector<Progress>> JobStore::History(
     Progress& p = history.emplace_back();
     p.set_step(static_cast<uint64_t>(st.Int(0)));
     p.set_epoch(static_cast<uint32_t>(st.Int(1)));
-    p.set_loss(static_cast<float>(st.Double(2)));
-    p.set_train_accuracy(static_cast<float>(st.Double(3)));
-    p.set_test_accuracy(static_cast<float>(st.Double(4)));
+    p.set_loss(static_cast<float>(st.DoubleOrNaN(2)));
+    p.set_train_accuracy(static_cast<float>(st.DoubleOrNaN(3)));
+    p.set_test_accuracy(static_cast<float>(st.DoubleOrNaN(4)));
     p.set_samples_per_s(static_cast<float>(st.Double(5)));
     p.set_data_s(st.Double(6));
     p.set_compute_s(st.Double(7));

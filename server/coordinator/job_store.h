@@ -120,7 +120,7 @@ struct StoreChanges {
 // so a second psd on the same file is refused at Open.
 class JobStore {
  public:
-  static constexpr int kSchemaVersion = 2;
+  static constexpr int kSchemaVersion = 3;
 
   struct Options {
     // The database file; its directory is created if missing.

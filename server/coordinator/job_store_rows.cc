@@ -143,9 +143,9 @@ absl::Status WriteProgress(sqlite3* db, const std::string& job_id,
   st.Bind(1, job_id);
   st.Bind(2, static_cast<int64_t>(p.step()));
   st.Bind(3, static_cast<int64_t>(p.epoch()));
-  st.Bind(4, static_cast<double>(p.loss()));
-  st.Bind(5, static_cast<double>(p.train_accuracy()));
-  st.Bind(6, static_cast<double>(p.test_accuracy()));
+  st.BindOrNull(4, static_cast<double>(p.loss()));
+  st.BindOrNull(5, static_cast<double>(p.train_accuracy()));
+  st.BindOrNull(6, static_cast<double>(p.test_accuracy()));
   st.Bind(7, static_cast<double>(p.samples_per_s()));
   st.Bind(8, p.data_s());
   st.Bind(9, p.compute_s());

@@ -9,9 +9,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <string>
 #include <thread>
 
@@ -165,6 +167,76 @@ TEST(JobStoreTest, HistoryIsThinnedToItsBound) {
   for (size_t i = 1; i < history->size(); ++i) {
     EXPECT_LT((*history)[i - 1].step(), (*history)[i].step());
   }
+}
+
+// A metric the worker did not measure (NaN: a Python worker's train
+// accuracy) is written as NULL and read back as NaN; before schema 3 the
+// column refused it and every later commit failed with it.
+TEST(JobStoreTest, UnmeasuredMetricsRoundTripAsNaN) {
+  const std::string path = NewPath("nan");
+  auto store = JobStore::Open(At(path));
+  ASSERT_TRUE(store.ok());
+  StoreChanges c;
+  c.new_jobs = {MakeJob(1, RUNNING, 1)};
+  Progress p;
+  p.set_step(7);
+  p.set_loss(0.25f);
+  p.set_train_accuracy(std::numeric_limits<float>::quiet_NaN());
+  p.set_test_accuracy(std::numeric_limits<float>::quiet_NaN());
+  p.set_samples_per_s(100);
+  c.progress.push_back({"job-000001", p});
+  ASSERT_TRUE((*store)->Commit(c).ok());
+  auto history = (*store)->History("job-000001");
+  ASSERT_TRUE(history.ok()) << history.status();
+  ASSERT_EQ(history->size(), 1u);
+  EXPECT_FLOAT_EQ(history->front().loss(), 0.25f);
+  EXPECT_TRUE(std::isnan(history->front().train_accuracy()));
+  EXPECT_TRUE(std::isnan(history->front().test_accuracy()));
+  EXPECT_FLOAT_EQ(history->front().samples_per_s(), 100);
+}
+
+// A version-2 database (metrics NOT NULL) is migrated to nullable metrics
+// and keeps its history.
+TEST(JobStoreTest, MigratesTheProgressOfSchemaTwo) {
+  const std::string path = NewPath("migrate2");
+  {
+    auto store = JobStore::Open(At(path));
+    ASSERT_TRUE(store.ok());
+  }
+  {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+    ASSERT_EQ(
+        sqlite3_exec(
+            db,
+            "DROP TABLE progress;"
+            "CREATE TABLE progress (job_id TEXT NOT NULL, step INTEGER NOT "
+            "NULL, epoch INTEGER NOT NULL, loss REAL NOT NULL, train_accuracy "
+            "REAL NOT NULL, test_accuracy REAL NOT NULL, samples_per_s REAL "
+            "NOT NULL, data_s REAL NOT NULL, compute_s REAL NOT NULL, comm_s "
+            "REAL NOT NULL, elapsed_s REAL NOT NULL, PRIMARY KEY (job_id, "
+            "step)) WITHOUT ROWID;"
+            "INSERT INTO progress VALUES ('job-000001', 5, 1, 0.5, 0.75, -1, "
+            "10, 1, 2, 3, 6);"
+            "PRAGMA user_version = 2;",
+            nullptr, nullptr, nullptr),
+        SQLITE_OK);
+    sqlite3_close(db);
+  }
+  auto store = JobStore::Open(At(path));
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto history = (*store)->History("job-000001");
+  ASSERT_TRUE(history.ok()) << history.status();
+  ASSERT_EQ(history->size(), 1u);
+  EXPECT_EQ(history->front().step(), 5u);
+  EXPECT_FLOAT_EQ(history->front().train_accuracy(), 0.75f);
+  EXPECT_FLOAT_EQ(history->front().elapsed_s(), 6);
+  StoreChanges c;
+  Progress p;
+  p.set_step(6);
+  p.set_loss(std::numeric_limits<float>::quiet_NaN());
+  c.progress.push_back({"job-000001", p});
+  EXPECT_TRUE((*store)->Commit(c).ok()) << "the loss column takes NULL now";
 }
 
 // A version-1 database (before the progress history) is migrated in place

@@ -1,6 +1,7 @@
 #include "server/coordinator/job_table.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -272,7 +273,25 @@ absl::StatusOr<std::string> JobTable::CheckReport(
         "worker %s does not hold rank %d of job %s (lost or replaced)",
         report.worker_id(), rank, job.id());
   }
+  if (absl::Status s = CheckProgress(report.progress()); !s.ok()) return s;
   return std::string();
+}
+
+// The rates and times of a report: finite and >= 0 (the loss and the
+// accuracies may be NaN, "not measured", or anything a model gives).
+absl::Status JobTable::CheckProgress(const Progress& p) {
+  const std::pair<const char*, double> fields[] = {
+      {"samples_per_s", p.samples_per_s()}, {"data_s", p.data_s()},
+      {"compute_s", p.compute_s()},         {"comm_s", p.comm_s()},
+      {"elapsed_s", p.elapsed_s()},
+  };
+  for (const auto& [name, value] : fields) {
+    if (!std::isfinite(value) || value < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "progress.", name, ": ", value, " (must be a finite number >= 0)"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 std::optional<JobEnd> JobTable::ApplyReport(Job& job,

@@ -145,11 +145,13 @@ class JobTable {
   static void Rejoin(Job& job, uint32_t rank, const std::string& worker_id,
                      uint64_t start_step);
 
-  // A report's standing against a job: an error for a rank out of range,
+  // A report's standing against a job: an error for a rank out of range
+  // or a rate or time that is negative or not finite (naming the field),
   // a reason to tell the worker to abort (the job is not running, or the
   // worker no longer holds the rank), or "" when it is to be applied.
   static absl::StatusOr<std::string> CheckReport(const Job& job,
                                                  const ProgressReport& report);
+  static absl::Status CheckProgress(const Progress& progress);
   // Applies a checked report: the leader's progress becomes the job's; an
   // error fails the job; the job SUCCEEDS once every active rank reported
   // `finished` (under ASP/SSP the others may finish after the leader: their

@@ -1,5 +1,8 @@
 #include "server/coordinator/sqlite_statement.h"
 
+#include <cmath>
+#include <limits>
+
 #include "absl/strings/str_cat.h"
 
 namespace ps {
@@ -49,6 +52,15 @@ void SqliteStatement::BindBlob(int index, absl::string_view bytes) {
         "bind");
 }
 
+void SqliteStatement::BindOrNull(int index, double value) {
+  if (stmt_ == nullptr) return;
+  if (std::isnan(value)) {
+    Check(sqlite3_bind_null(stmt_, index), "bind");
+  } else {
+    Bind(index, value);
+  }
+}
+
 absl::StatusOr<bool> SqliteStatement::Step() {
   if (!status_.ok()) return status_;
   const int rc = sqlite3_step(stmt_);
@@ -72,6 +84,13 @@ int64_t SqliteStatement::Int(int column) const {
 
 double SqliteStatement::Double(int column) const {
   return sqlite3_column_double(stmt_, column);
+}
+
+double SqliteStatement::DoubleOrNaN(int column) const {
+  if (sqlite3_column_type(stmt_, column) == SQLITE_NULL) {
+    return std::numeric_limits<double>::quiet_NaN();
+  }
+  return Double(column);
 }
 
 std::string SqliteStatement::Text(int column) const {

@@ -44,6 +44,9 @@ class SqliteStatement {
   void Bind(int index, double value);
   void Bind(int index, absl::string_view text);
   void BindBlob(int index, absl::string_view bytes);
+  // A metric that may be unmeasured: NaN is bound as NULL (SQLite would
+  // bind NaN as NULL anyway; this says so where a column allows it).
+  void BindOrNull(int index, double value);
 
   // True: a row is ready; false: done. Errors name the statement's SQL.
   absl::StatusOr<bool> Step();
@@ -55,6 +58,7 @@ class SqliteStatement {
   // 0-based column of the current row.
   int64_t Int(int column) const;
   double Double(int column) const;
+  double DoubleOrNaN(int column) const;  // NULL reads as NaN (BindOrNull)
   std::string Text(int column) const;  // also reads blobs
 
   const absl::Status& status() const { return status_; }

@@ -7,7 +7,8 @@ import os
 import numpy as np
 import torch
 
-DATA_DIR = "/usr/share/datasets/fashion-mnist"
+# Debian's dataset-fashion-mnist; $FMNIST_DIR elsewhere (a GPU machine).
+DATA_DIR = os.environ.get("FMNIST_DIR", "/usr/share/datasets/fashion-mnist")
 MEAN, STD = 0.2860, 0.3530
 
 
@@ -35,7 +36,9 @@ def load(split, data_dir=DATA_DIR, limit=0):
 def accuracy(model, dataset, batch_size=1000):
     model.eval()
     correct = 0
+    device = next(model.parameters()).device
     for x, y in torch.utils.data.DataLoader(dataset, batch_size=batch_size):
+        x, y = x.to(device), y.to(device)
         correct += (model(x).argmax(1) == y).sum().item()
     model.train()
     return correct / len(dataset)

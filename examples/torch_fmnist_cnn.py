@@ -7,6 +7,8 @@ servers (the net of configs/jobs/fashion_cnn.pbtxt, the built-in CNN).
         examples/torch_fmnist_cnn.py --epochs=10
 
 The lines marked "# ps" are what differs from a plain PyTorch loop.
+--device=cuda trains the model on the GPU (psclient.torch exchanges its
+parameters through pinned host buffers; docs/GPU.md).
 """
 
 import argparse
@@ -42,11 +44,13 @@ def main():
     p.add_argument("--max-test", type=int, default=0, help="0: all 10000")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     a = p.parse_args()
     torch.manual_seed(a.seed)
     torch.set_num_threads(a.threads)
 
-    model = cnn(a.hidden)
+    device = torch.device(a.device)
+    model = cnn(a.hidden).to(device)
     ps = psclient.torch.join(  # ps
         model, job=a.job, batch_size=a.batch_size, seed=a.seed,
         optimizer={"kind": "SGD", "learning_rate": a.lr, "momentum": 0.9})
@@ -62,6 +66,7 @@ def main():
         sampler.set_epoch(epoch)
         t0 = time.monotonic()
         for x, y in ps.timed(loader):  # ps: timed() counts the data wait
+            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
             loss = F.cross_entropy(model(x), y)
             loss.backward()
             ps.step(loss=loss.item())  # ps: was optimizer.step()

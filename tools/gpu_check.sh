@@ -4,8 +4,9 @@
 #   tools/gpu_check.sh --pack DIR               # here: build, pack into DIR
 #   tools/gpu_check.sh --out OUTDIR [--from DIR]  # there: run, summarise
 #
-# --pack builds (bazel) the gpu-tagged tests, the GPU benchmark and the
-# 2-worker job's daemons (psd, workerd, psctl), strips them and packs them
+# --pack builds (bazel) the gpu-tagged tests, the GPU benchmark, the
+# 2-worker job's daemons (psd, workerd, psctl) and psclient's native module
+# for each Python whose headers it finds, strips them and packs them
 # with every shared library they need that is neither the CUDA toolkit's or
 # driver's nor glibc's into DIR/gpu_pack.tar.xz, and copies the demo's data
 # set (Fashion-MNIST) to DIR/data. DIR is meant to be a git-ignored folder of
@@ -25,7 +26,10 @@
 #   4. PyTorch's run of the same models on the same GPU
 #      (tools/bench/torch_peer.py --device cuda, one process, the jobs'
 #      global batch), the peer of step 3;
-#   5. psclient.torch with a CUDA model: reported as not run, with the reason.
+#   5. psclient.torch with a CUDA model (tools/lib/gpu_psclient.sh): its GPU
+#      test and examples/torch_fmnist_cnn.py --device=cuda, where the pack
+#      holds psclient's module for this machine's Python; else not run,
+#      with the reason.
 # It writes (tools/gpu_check_summary.py) OUTDIR/gpu_check.json,
 # OUTDIR/gpu_check.md and
 # OUTDIR/gpu_check_logs.tar.gz. Exit 0 when everything passed, 1 otherwise.
@@ -34,6 +38,7 @@ set -uo pipefail
 # with a bare PATH (see has_gpu).
 [[ ${BASH_SOURCE[0]} == */* ]] && _tools=${BASH_SOURCE[0]%/*} || _tools=.
 source "$_tools/lib/daemons.sh"
+source "$_tools/lib/gpu_psclient.sh"
 
 # ---- what to build and where it lands (labels; paths follow from them) ----
 # Fix these when targets move; the script derives every path from them.
@@ -41,8 +46,8 @@ PSD_LABEL=//server:psd
 WORKERD_LABEL=//worker:workerd
 PSCTL_LABEL=//tools/psctl:psctl
 BENCH_LABEL=//worker/backend/cuda:gpu_check_benchmark
-# The C++ ones: //python:torch_cuda_test is a Python script that needs the
-# build machine's Python (torch_reason says why it is not run there).
+# The C++ ones: //python:torch_cuda_test is a Python script, run by step 5
+# with psclient's module for the GPU machine's Python.
 GPU_TEST_QUERY='kind(cc_test, attr(tags, gpu, tests(//...)))'
 # The jobs of step 3: name; peer model (mlp or cnn: the PyTorch peer's
 # --model, run once per model; - for none); job file; the sed program that
@@ -64,7 +69,6 @@ JOBS=(
 )
 LOCAL_CLUSTER=configs/local # cluster.pbtxt, psd{0,1}.pbtxt, worker{0,1}.pbtxt
 DATA_SRC=/usr/share/datasets/fashion-mnist
-BUILD_PYTHON=3.11 # psclient's native module's (WORKSPACE: python3_headers)
 PACK_BUDGET_MIB=55 # DIR travels with the working tree (64 MiB in all)
 TOTAL_BUDGET_S=${GPU_CHECK_BUDGET_S:-450} # the whole --out run (env: GPU_CHECK_BUDGET_S)
 TEST_TIMEOUT_S=60
@@ -177,6 +181,7 @@ pack() { # DIR
   # shellcheck disable=SC2064  # the folder is known now
   trap "rm -rf '$stage'" EXIT
   stage_binaries "$stage" "${tests[@]}"
+  pack_psclient "$stage"
   mkdir -p "$dir/data"
   rm -f "$dir/gpu_pack.tar.xz"
   tar -C "$stage" -cf - . | xz -T2 -6 >"$dir/gpu_pack.tar.xz" ||
@@ -185,7 +190,8 @@ pack() { # DIR
   local kib libs
   kib=$(du -sk "$dir" | cut -f1)
   libs=$(find "$stage/lib" -name '*.so*' | wc -l)
-  echo "gpu_check: packed ${#tests[@]} tests + 4 binaries and $libs libraries \
+  echo "gpu_check: packed ${#tests[@]} tests + 4 binaries, psclient for Python \
+$(ls "$stage/python" | tr '\n' ' ')and $libs libraries \
 ($(du -sh "$stage" | cut -f1) unpacked) into $dir: $((kib / 1024)) MiB in \
 $((SECONDS - start)) s"
   ((kib <= PACK_BUDGET_MIB * 1024)) ||
@@ -243,6 +249,7 @@ get_binaries() { # WORK FROM
     mapfile -t tests < <(gpu_test_labels)
     build_all "${tests[@]}" >"$work/logs/build.log" 2>&1
     stage_binaries "$work" "${tests[@]}"
+    pack_psclient "$work" >>"$work/logs/build.log" 2>&1
     SOURCE="built here with bazel (no pack in $from)"
     DATA_DIR=$DATA_SRC
   else
@@ -357,19 +364,6 @@ run_peer() { # WORK MODEL LR
   sed -n 's/^RESULT //p' "$log" | tail -1 >"$work/peer_$model.json"
 }
 
-# Why psclient.torch with a CUDA model is not run (one line).
-torch_reason() {
-  local py why=""
-  py=$(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])' \
-    2>/dev/null || echo none)
-  [[ $py != "$BUILD_PYTHON" ]] && why="psclient's native module \
-(//python/psclient:_native.so) is built against the build machine's Python \
-$BUILD_PYTHON headers (third_party/python3_headers.BUILD) and this machine's \
-python3 is $py, so it cannot be carried; and "
-  echo "not run: ${why}psclient.torch makes every parameter a view of the \
-client's host buffer, so a CUDA model has no path to the shards yet"
-}
-
 # Writes OUTDIR/gpu_check.json and .md from WORK's results; prints the table.
 summarise() { # WORK OUTDIR
   local work=$1 out=$2
@@ -381,7 +375,7 @@ summarise() { # WORK OUTDIR
     selected "$name" && echo "$spec"
   done >"$work/jobs"
   python3 tools/gpu_check_summary.py "$work" "$out" "$SOURCE" \
-    "$(git rev-parse HEAD 2>/dev/null)" "$(torch_reason)" "$((SECONDS - START))"
+    "$(git rev-parse HEAD 2>/dev/null)" "$((SECONDS - START))"
 }
 
 # Whether job NAME runs: GPU_CHECK_JOBS="name ..." names the ones that do
@@ -429,6 +423,8 @@ run_check() { # OUTDIR FROM
     [[ $model == - || -s $work/peer_$model.json ]] ||
       run_peer "$work" "$model" "$lr"
   done
+  [[ -s $work/peer_cnn.json ]] || run_peer "$work" cnn 0.02
+  run_psclient "$work"
   summarise "$work" "$out"
   rc=$?
   tar -C "$work" -czf "$out/gpu_check_logs.tar.gz" logs bench.json MANIFEST \

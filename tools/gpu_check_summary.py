@@ -3,13 +3,15 @@
 writes OUTDIR/gpu_check.json and OUTDIR/gpu_check.md, prints the latter, and
 exits 0 when every test, the benchmark and every job passed.
 
-  gpu_check_summary.py WORK OUTDIR SOURCE COMMIT TORCH_REASON SECONDS
+  gpu_check_summary.py WORK OUTDIR SOURCE COMMIT SECONDS
 
 WORK holds: MANIFEST (the pack's), tests.tsv, bench.json and bench.rc, jobs
 (one "name model job_file edit metric target lr timeout overlap" line per
 job),
 job_NAME.rc, job_NAME.line (psctl's last job= line), peer_MODEL.json
-(PyTorch's RESULT line), env, missing_libs and gpu.
+(PyTorch's RESULT line), env, missing_libs, gpu and psclient.json
+(tools/lib/gpu_psclient.sh: run=no and a reason, or the torch_cuda_test and
+CNN example figures).
 """
 
 import json
@@ -66,6 +68,47 @@ def job_of(work, spec):
     return job
 
 
+def psclient_of(work, peer):
+    """psclient.torch with a CUDA model (step 5): passes when not run (the
+    reason says why) or when the test passed and the example reached its
+    target."""
+    try:
+        p = json.loads(read(work, "psclient.json", "null")) or {}
+    except ValueError:
+        p = {}
+    if p.get("run") != "yes":
+        return {"run": False, "pass": True,
+                "reason": p.get("reason", "not run: no psclient.json")}
+    fields = dict(re.findall(r"(\w+) (\S+)", p.get("last_epoch", "")))
+    r = {"run": True, "python": p.get("python"),
+         "test_rc": int(p.get("test_rc", -1)), "test_summary": p.get("test_summary", ""),
+         "max_param_diff": number(p, "max_param_diff"),
+         "example_rc": int(p.get("example_rc", -1)), "epochs": int(p.get("epochs", 0)),
+         "test_accuracy": number(fields, "test_accuracy"),
+         "samples_per_s": number(fields, "samples_per_s"),
+         "target": float(p.get("target", 1))}
+    r["pass"] = (r["test_rc"] == 0 and r["test_summary"].startswith("OK")
+                 and "skipped" not in r["test_summary"] and r["example_rc"] == 0
+                 and r["test_accuracy"] is not None
+                 and r["test_accuracy"] >= r["target"])
+    if peer and r["samples_per_s"]:
+        r["ratio_to_torch"] = round(r["samples_per_s"] / peer["samples_per_s"], 3)
+    return r
+
+
+def psclient_markdown(p):
+    if not p["run"]:
+        return [p["reason"], ""]
+    return [f"python {p['python']}: python/torch_cuda_test.py rc {p['test_rc']} "
+            f"({p['test_summary']}; largest CPU-GPU parameter difference "
+            f"{p['max_param_diff']}); examples/torch_fmnist_cnn.py --device=cuda, "
+            f"2 workers, {p['epochs']} epochs: rc {p['example_rc']}, test accuracy "
+            f"{fmt(p['test_accuracy'])} (>= {p['target']}), "
+            f"{fmt(p['samples_per_s'], '.0f')} samples/s "
+            f"({p.get('ratio_to_torch', '-')} of PyTorch's CNN above): "
+            f"{'pass' if p['pass'] else 'FAIL'}", ""]
+
+
 def fmt(x, spec=".4f"):
     return "-" if x is None else format(x, spec)
 
@@ -113,13 +156,13 @@ def markdown(summary, source, secs):
             f"| {'pass' if j['pass'] else 'FAIL'} |")
     md += ["", "PyTorch: tools/bench/torch_peer.py --mode single --device cuda, "
            "batch 128 (the jobs' global batch), 10 epochs; its ratio does not "
-           "decide pass.", "", "## psclient.torch with a CUDA model", "",
-           summary["psclient_torch_cuda"], ""]
+           "decide pass.", "", "## psclient.torch with a CUDA model", ""]
+    md += psclient_markdown(summary["psclient_torch_cuda"])
     return "\n".join(md)
 
 
 def main():
-    work, out, source, tree_commit, torch_reason, secs = sys.argv[1:7]
+    work, out, source, tree_commit, secs = sys.argv[1:6]
     manifest = key_values(read(work, "MANIFEST"))
     tests = tests_of(work)
     try:
@@ -130,6 +173,11 @@ def main():
     jobs = [job_of(work, spec) for spec in read(work, "jobs").splitlines()]
     bench_pass = bench_rc == 0 and isinstance(bench, dict) and bench.get("pass") is True
     env = key_values(read(work, "env"))
+    try:
+        cnn_peer = json.loads(read(work, "peer_cnn.json", "null"))
+    except ValueError:
+        cnn_peer = None
+    psclient = psclient_of(work, cnn_peer)
     summary = {
         # The pack's commit names the binaries; the tree's may be a stale
         # copy's (a device machine's working tree need not carry .git's HEAD).
@@ -139,9 +187,10 @@ def main():
         "compat_libs": env.get("compat_libs", "not used"),
         "missing_libs": read(work, "missing_libs").splitlines(),
         "tests": tests, "benchmark": bench, "benchmark_rc": bench_rc, "bsp_jobs": jobs,
-        "psclient_torch_cuda": torch_reason, "seconds": int(secs),
+        "psclient_torch_cuda": psclient, "seconds": int(secs),
         "pass": (bool(tests) and all(t["status"] == "pass" for t in tests)
-                 and bench_pass and bool(jobs) and all(j["pass"] for j in jobs)),
+                 and bench_pass and bool(jobs) and all(j["pass"] for j in jobs)
+                 and psclient["pass"]),
     }
     with open(os.path.join(out, "gpu_check.json"), "w") as f:
         json.dump(summary, f, indent=2)

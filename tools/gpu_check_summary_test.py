@@ -62,7 +62,7 @@ class GpuCheckSummaryTest(unittest.TestCase):
                 with open(os.path.join(work, name), "w") as f:
                     f.write(text)
         proc = subprocess.run([sys.executable, SCRIPT, work, out, "carried",
-                               "abc", "not run: why", "12"],
+                               "abc", "12"],
                               capture_output=True, text=True)
         with open(os.path.join(out, "gpu_check.json")) as f:
             return proc, json.load(f)
@@ -80,6 +80,38 @@ class GpuCheckSummaryTest(unittest.TestCase):
         self.assertIn("overlap on", overlap["job"])
         self.assertIn("| mlp | SUCCEEDED | test_accuracy 0.8815 (>= 0.875)", proc.stdout)
         self.assertIn("| cnn | 3274634 | 6.1 | 2.0 | 0.9 |", proc.stdout)
+
+    def test_psclient_not_run_says_why_and_does_not_fail(self):
+        reason = json.dumps({"run": "no", "reason": "not run: Python 3.10"})
+        for text in (reason, None):
+            proc, s = self.run_on(**{"psclient.json": text})
+            self.assertEqual(proc.returncode, 0, proc.stdout)
+            self.assertFalse(s["psclient_torch_cuda"]["run"])
+        self.assertIn("not run: Python 3.10", self.run_on(
+            **{"psclient.json": reason})[0].stdout)
+
+    def test_psclient_run_passes_at_its_target_and_fails_under_it(self):
+        def ran(acc, test_summary="OK", example_rc="0"):
+            return json.dumps({
+                "run": "yes", "python": "3.12", "test_rc": "0",
+                "test_summary": test_summary, "max_param_diff": "1.49e-08",
+                "example_rc": example_rc, "epochs": "3", "target": "0.875",
+                "last_epoch": f"rank 0 epoch 3 step 1404 loss 0.17 "
+                              f"test_accuracy {acc} samples_per_s 9580.3"})
+        peer = json.dumps({"samples_per_s": 51798.0, "test_accuracy": 0.88})
+        proc, s = self.run_on(**{"psclient.json": ran(0.9026), "peer_cnn.json": peer})
+        self.assertEqual(proc.returncode, 0, proc.stdout)
+        p = s["psclient_torch_cuda"]
+        self.assertTrue(p["run"] and p["pass"])
+        self.assertEqual((p["test_accuracy"], p["samples_per_s"]), (0.9026, 9580.3))
+        self.assertEqual(p["ratio_to_torch"], round(9580.3 / 51798, 3))
+        self.assertIn("test accuracy 0.9026 (>= 0.875)", proc.stdout)
+        for bad in (ran(0.85), ran(0.9, test_summary="OK (skipped=1)"),
+                    ran(0.9, test_summary="FAILED (failures=1)"),
+                    ran(0.9, example_rc="1")):
+            proc, s = self.run_on(**{"psclient.json": bad})
+            self.assertEqual(proc.returncode, 1, bad)
+            self.assertFalse(s["psclient_torch_cuda"]["pass"], bad)
 
     def test_jobs_of_one_model_share_its_peer(self):
         peer = json.dumps({"samples_per_s": 60000.0, "test_accuracy": 0.9})

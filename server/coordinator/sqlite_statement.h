@@ -59,7 +59,7 @@ class SqliteStatement {
   int64_t Int(int column) const;
   double Double(int column) const;
   double DoubleOrNaN(int column) const;  // NULL reads as NaN (BindOrNull)
-  std::string Text(int column) const;  // also reads blobs
+  std::string Text(int column) const;    // also reads blobs
 
   const absl::Status& status() const { return status_; }
 

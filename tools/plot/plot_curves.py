@@ -12,7 +12,7 @@ python3-matplotlib (Debian); draws off screen (Agg).
 import argparse
 import csv
 import sys
-from typing import Dict, List
+from typing import Dict, List, Tuple
 
 # The CSV's columns, in order (tools/psctl/psctl_curves.cc writes them).
 COLUMNS = ("job", "name", "step", "epoch", "loss", "train_accuracy",
@@ -50,6 +50,15 @@ def read_curves(path: str) -> Dict[str, Dict[str, List[float]]]:
     return curves
 
 
+def measured(steps: List[float],
+             values: List[float]) -> Tuple[List[float], List[float]]:
+    """The points of an accuracy that was measured: not NaN (a Python
+    worker reports no train accuracy) and not the -1 of a test accuracy
+    before the first evaluation."""
+    kept = [(s, v) for s, v in zip(steps, values) if v >= 0]  # NaN >= 0 is false
+    return [s for s, _ in kept], [v for _, v in kept]
+
+
 def plot(curves: Dict[str, Dict[str, List[float]]], out: str) -> None:
     """Writes the three-panel chart to `out` (PNG, SVG or PDF by suffix)."""
     import matplotlib
@@ -61,14 +70,12 @@ def plot(curves: Dict[str, Dict[str, List[float]]], out: str) -> None:
     for label, c in curves.items():
         line, = loss_ax.plot(c["step"], c["loss"], label=label)
         color = line.get_color()
-        acc_ax.plot(c["step"], c["train_accuracy"], color=color,
-                    label=f"{label} train")
-        # test_accuracy is -1 until the first evaluation.
-        tested = [(s, a) for s, a in zip(c["step"], c["test_accuracy"])
-                  if a >= 0]
-        if tested:
-            acc_ax.plot([s for s, _ in tested], [a for _, a in tested],
-                        color=color, linestyle="--", marker="o",
+        steps, train = measured(c["step"], c["train_accuracy"])
+        if steps:
+            acc_ax.plot(steps, train, color=color, label=f"{label} train")
+        steps, test = measured(c["step"], c["test_accuracy"])
+        if steps:
+            acc_ax.plot(steps, test, color=color, linestyle="--", marker="o",
                         label=f"{label} test")
         rate_ax.plot(c["step"], c["samples_per_s"], color=color, label=label)
     loss_ax.set_ylabel("loss")

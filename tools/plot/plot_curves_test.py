@@ -44,6 +44,21 @@ class PlotCurvesTest(unittest.TestCase):
         self.assertEqual(curves["job-1 (mlp)"]["step"], [10.0, 20.0])
         self.assertEqual(curves["job-1 (mlp)"]["test_accuracy"], [-1.0, 0.8])
 
+    def test_only_measured_accuracies_are_drawn(self) -> None:
+        # A Python worker's train accuracy is NaN ("nan" in the CSV); a test
+        # accuracy is -1 until the first evaluation.
+        path = self.write([HEADER,
+                           "job-1,torch,1,0,2.0,nan,-1,10,0,0,0,0",
+                           "job-1,torch,2,0,1.0,nan,0.85,10,0,0,0,0"])
+        c = plot_curves.read_curves(path)["job-1 (torch)"]
+        self.assertEqual(plot_curves.measured(c["step"], c["train_accuracy"]),
+                         ([], []))
+        self.assertEqual(plot_curves.measured(c["step"], c["test_accuracy"]),
+                         ([2.0], [0.85]))
+        if HAVE_MPL:  # draws without the NaN series
+            plot_curves.plot({"job-1 (torch)": c},
+                             os.path.join(self.dir.name, "nan.png"))
+
     def test_bad_files_name_the_line_and_column(self) -> None:
         cases = [
             ([], "header"),

@@ -165,6 +165,7 @@ absl::Status Shard::RegisterJob(const RegisterJobRequest& req,
     init_status = internal::ApplyWarmStart(
         *job, source.ok() ? source->get() : nullptr, options_.shard_id);
   }
+  if (req.joining()) internal::MarkJoiningCopies(*job);
   internal::InitJobState(*job, std::vector<uint8_t>(job->num_workers, 1));
   const CheckpointSpec& ck = req.spec().checkpoint();
   if ((ck.every_steps() > 0 || ck.every_seconds() > 0) && !job->checkpointing) {
@@ -183,6 +184,9 @@ absl::Status Shard::RegisterJob(const RegisterJobRequest& req,
                       Admit(job, local_count, init_status, resp));
   if (!admitted) return absl::OkStatus();
   registered_.store(true, std::memory_order_relaxed);
+  // Warm-started from a job: the primaries forward the initial state to
+  // their backups now (answers wait for it; warm_start.h).
+  if (job->ForwardsInitialState()) replicator_->Notify(job);
   // Durable before the coordinator hands the job to workers, so a shard
   // that dies before the first checkpoint still comes back with the job.
   if (job->checkpointing) (void)checkpointer_->Write(job);

@@ -37,6 +37,7 @@ absl::Status Shard::AttachTableReplicas(const JobPtr& job) const {
   job->table_replicas->SetOnFenced([weak](const absl::Status& why) {
     if (JobPtr held = weak.lock()) internal::CloseJob(*held, why);
   });
+  job->table_replicas->SetOwner(weak);
   return absl::OkStatus();
 }
 

@@ -123,22 +123,32 @@ TEST(ShardWarmStartTest, ARejoiningCopyDoesNotReadTheFile) {
   EXPECT_THAT(std::string(st.message()), HasSubstr("joining"));
 }
 
-// from_job: a backup's shard does not hold the source's chunk; refused as
-// at submit, the shard unchanged.
-TEST(ShardWarmStartTest, AReplicatedJobIsNotStartedFromAJob) {
+// from_job with replicas: the chunks this shard is the primary of come from
+// the source here (its backups' come from their primaries,
+// shard_replication_warm_start_test); a placement whose primaries the
+// source does not hold here is refused, the shard unchanged.
+TEST(ShardWarmStartTest, AReplicatedJobsPrimariesMustBeTheSourcesChunks) {
   Shard shard(Options(0));
   RegisterJobResponse resp;
   ASSERT_TRUE(
       shard.RegisterJob(Registration("first", Spec(BSP, 1), 2), &resp).ok());
   JobSpec spec = Spec(BSP, 1);
   spec.mutable_init()->set_from_job("first");
-  absl::Status st = shard.RegisterJob(Replicated(spec), &resp);
+  RegisterJobRequest moved = Replicated(spec);
+  for (ChunkPlacement& c : *moved.mutable_placement()->mutable_chunks()) {
+    const uint32_t primary = c.shard();
+    c.set_shard(c.backups(0));
+    c.set_backups(0, primary);
+  }
+  absl::Status st = shard.RegisterJob(moved, &resp);
   EXPECT_TRUE(absl::IsInvalidArgument(st)) << st;
   EXPECT_THAT(std::string(st.message()),
               HasSubstr("spec.init.from_job: job \"first\" on shard 0: "
-                        "spec.replication > 1"));
+                        "tensor \"w\" chunk 1 is not the same chunk there"));
   auto call = StartPull(shard, "j", 0, 0);
   EXPECT_EQ(call->status.code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(shard.RegisterJob(Replicated(spec), &resp).ok());
+  EXPECT_EQ(resp.chunks_held(), 4u);
 }
 
 TEST(ShardWarmStartTest, ChunksComeFromAJobOnTheShard) {

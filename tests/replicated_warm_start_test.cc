@@ -1,15 +1,18 @@
-// A replicated job warm-started from a file (docs/OPERATIONS.md
-// "Replication" and "Warm start"): psd processes and workerd train a
-// synthetic BSP MLP with replication 2 on 3 shards whose parameters start
-// from an .npz file, without checkpoints. Every copy, primary and backup,
-// reads the file at the start. Then the file is deleted, shard 1 (a
-// primary) is SIGKILLed and failed over (shard 2 serves its chunks from
-// the backups), and restarted: the coordinator registers the job on it
-// again as a joining copy, which does not read the file but copies its
-// replicas from the live ones. Once it caught up shard 2 is SIGKILLed, so
-// that shard 1 serves its own chunks again from the copy. The job ends
-// SUCCEEDED bitwise identical to an undisturbed run of the same job
-// without replicas, warm-started from the same file.
+// Replicated jobs warm-started (docs/OPERATIONS.md "Replication" and "Warm
+// start"): psd processes and workerd train a synthetic BSP MLP with
+// replication 2 on 3 shards, without checkpoints, and each test ends
+// SUCCEEDED bitwise identical to an undisturbed run of the same job without
+// replicas and from the same start.
+// From an .npz file: every copy, primary and backup, reads the file at the
+// start. Then the file is deleted, shard 1 (a primary) is SIGKILLed and
+// failed over (shard 2 serves its chunks from the backups), and restarted:
+// the coordinator registers the job on it again as a joining copy, which
+// does not read the file but copies its replicas from the live ones. Once
+// it caught up shard 2 is SIGKILLed, so that shard 1 serves its own chunks
+// again from the copy.
+// From a job (init.from_job): the source's chunks are on the primaries'
+// shards only, which send them to their backups before any answer; shard 1
+// is SIGKILLed mid-job and shard 2 serves its chunks from those copies.
 #include <cstdint>
 #include <cstdio>
 #include <string>
@@ -80,7 +83,8 @@ void ExpectLog(const LocalCluster& cluster, const std::string& line) {
 // Waits for the end, SUCCEEDED after every step, and reads the parameters
 // through `live` (by shard: where its chunks are served now).
 void Finish(LocalCluster& cluster, const std::string& job,
-            const std::vector<std::string>& live, uint64_t* checksum) {
+            const std::vector<std::string>& live, uint64_t* checksum,
+            uint64_t total_steps = kTotalSteps) {
   absl::StatusOr<JobStatus> end = WaitForJob(
       cluster, job, [](const JobStatus&) { return false; }, absl::Seconds(300));
   ASSERT_TRUE(end.ok()) << end.status();
@@ -88,7 +92,7 @@ void Finish(LocalCluster& cluster, const std::string& job,
       << end->reason() << "\n--- psd0 ---\n"
       << cluster.Log("psd0") << "\n--- psd1 ---\n"
       << cluster.Log("psd1");
-  EXPECT_EQ(end->progress().step(), kTotalSteps);
+  EXPECT_EQ(end->progress().step(), total_steps);
   for (size_t s = 0; s < live.size(); ++s) {
     ASSERT_TRUE(
         WriteFileAtomically(absl::StrCat(cluster.dir(), "/s", s, ".addr"),
@@ -158,6 +162,74 @@ TEST(ReplicatedWarmStartTest, FailoverAndRejoinWithoutTheFileBitwiseIdentical) {
   ASSERT_NO_FATAL_FAILURE(Finish(cluster, job, {a[0], a[1], a[0]}, &disturbed));
   EXPECT_EQ(disturbed, calm) << "a copy did not start from the file, or the "
                                 "rejoined copy was not exact";
+}
+
+// init.from_job: the source, a short unreplicated run of the same model,
+// ends SUCCEEDED on the cluster first; the job starts from its parameters
+// and momentum. 10 epochs: a kill at step 30 lands well inside.
+constexpr uint64_t kSourceEpochs = 2;
+constexpr uint64_t kFromJobEpochs = 10;
+constexpr uint64_t kFromJobSteps = 64 * kFromJobEpochs;
+
+std::string FromJobText(int replication) {
+  return absl::StrCat(
+      ReplicatedMlpJob("warm-from-job", replication, kFromJobEpochs, 200),
+      "init { from_job: \"source\" optimizer_state: true }\n");
+}
+
+// Runs the source job to SUCCEEDED on `cluster`.
+void RunSource(const LocalCluster& cluster) {
+  absl::StatusOr<CommandResult> ran =
+      RunJob(cluster, ReplicatedMlpJob("source", 1, kSourceEpochs, 200),
+             absl::Seconds(120));
+  ASSERT_TRUE(ran.ok()) << ran.status();
+  ASSERT_EQ(ran->exit_code, 0) << ran->out << ran->err;
+}
+
+// The warm-started job without replicas, undisturbed.
+void UndisturbedFromJob(uint64_t* checksum) {
+  LocalCluster cluster(TestDir("from-job-undisturbed"), Options());
+  ASSERT_TRUE(cluster.Start().ok());
+  ASSERT_NO_FATAL_FAILURE(RunSource(cluster));
+  absl::StatusOr<std::string> job = SubmitJob(cluster, FromJobText(1));
+  ASSERT_TRUE(job.ok()) << job.status();
+  absl::StatusOr<std::vector<std::string>> addresses =
+      ShardAddresses(cluster, 3);
+  ASSERT_TRUE(addresses.ok()) << addresses.status();
+  ASSERT_NO_FATAL_FAILURE(
+      Finish(cluster, *job, *addresses, checksum, kFromJobSteps));
+}
+
+// Replication 2 from a job: only the primaries' shards hold the source's
+// chunks, and they forward them to their backups before any answer. Shard
+// 1 (a primary) is SIGKILLed mid-job and never restarted: shard 2 serves
+// its chunks from the copies it was sent, and the job ends bitwise where
+// the undisturbed unreplicated run from the same source does.
+TEST(ReplicatedWarmStartTest, FromAJobFailoverBitwiseIdentical) {
+  uint64_t calm = 0;
+  ASSERT_NO_FATAL_FAILURE(UndisturbedFromJob(&calm));
+
+  LocalCluster cluster(TestDir("from-job-replicated"), Options());
+  ASSERT_TRUE(cluster.Start().ok());
+  ASSERT_NO_FATAL_FAILURE(RunSource(cluster));
+  absl::StatusOr<RunningJob> running = StartJobUntilStep(
+      cluster, FromJobText(2), 3, kKillAfterStep, absl::Seconds(120));
+  ASSERT_TRUE(running.ok()) << running.status();
+  const std::vector<std::string>& a = running->addresses;
+  absl::StatusOr<JobStats> s2 = ReadShardJobStats(a[2], running->id);
+  ASSERT_TRUE(s2.ok()) << s2.status();
+  // Shard 2 holds shard 1's chunks as backups, each sent by shard 1.
+  EXPECT_GT(s2->backup_chunks(), 0u);
+  EXPECT_EQ(s2->replica_copied_chunks(), s2->backup_chunks());
+
+  absl::Status failed = KillAndAwaitFailover(cluster, 1, 1, absl::Seconds(30));
+  ASSERT_TRUE(failed.ok()) << failed;
+  uint64_t disturbed = 0;
+  ASSERT_NO_FATAL_FAILURE(Finish(cluster, running->id, {a[0], a[2], a[2]},
+                                 &disturbed, kFromJobSteps));
+  EXPECT_NE(calm, 0u);
+  EXPECT_EQ(disturbed, calm) << "a backup did not start from the source's "
+                                "values, or lost a step in the failover";
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/not_retryable.h"
 #include "common/status_macros.h"
 #include "google/protobuf/util/message_differencer.h"
@@ -84,6 +85,18 @@ absl::Status JobCoordinator::SubmitJob(const SubmitJobRequest& request,
         ResolveFromJob(jobs_, options_.succeeded_jobs_kept,
                        response->mutable_spec(), response->mutable_placement()),
         response));
+  }
+  if (response->spec().init().has_from_job()) {
+    // The job took its source's shards: are k of them live?
+    const std::vector<std::string> found =
+        ReplicationProblems(response->spec(), ctx);
+    for (const std::string& p : found) response->add_problems(p);
+    if (!found.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("job spec has ", found.size(),
+                       found.size() == 1 ? " problem: " : " problems: ",
+                       absl::StrJoin(found, "; ")));
+    }
   }
   if (request.dry_run()) return absl::OkStatus();
   MaybeArmReplicas(response->spec());

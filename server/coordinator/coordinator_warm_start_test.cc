@@ -153,6 +153,39 @@ TEST_F(SucceededJobsTest, FromJobTakesTheSourcesShards) {
               HasSubstr(absl::StrCat("shards: the job takes job ", source)));
 }
 
+// A replicated job from an unreplicated one: each chunk stays on its
+// source's shard, its primary, with its backup on the next shard of the
+// source's ring; a source on fewer shards than the copies is refused.
+TEST_F(SucceededJobsTest, AReplicatedJobFromAJobGetsBackupsOnTheSourcesRing) {
+  worker_ = Register("host-a");
+  const std::string source = RunToSuccess(Spec(1));
+  JobSpec narrow = Spec(1);
+  narrow.set_shards(1);
+  const std::string one = RunToSuccess(narrow);
+  shards_.TakeCalls();
+  JobSpec replicated = Spec(1);
+  replicated.set_replication(2);
+  SubmitJobResponse refused;
+  absl::Status st = SubmitFromJob(one, replicated, &refused);
+  EXPECT_TRUE(absl::IsInvalidArgument(st)) << st;
+  EXPECT_THAT(std::string(st.message()),
+              HasSubstr("replication: 2 copies need 2 shards; the job takes "
+                        "its source's 1 (init.from_job)"));
+  EXPECT_THAT(shards_.TakeCalls(), IsEmpty());
+
+  SubmitJobResponse response;
+  st = SubmitFromJob(source, replicated, &response);
+  ASSERT_TRUE(st.ok()) << st;
+  const Placement theirs = Job(source).placement();
+  ASSERT_EQ(response.placement().chunks_size(), theirs.chunks_size());
+  for (int i = 0; i < theirs.chunks_size(); ++i) {
+    const ChunkPlacement& c = response.placement().chunks(i);
+    EXPECT_EQ(c.shard(), theirs.chunks(i).shard()) << i;
+    EXPECT_THAT(c.backups(), ElementsAre(1 - c.shard())) << i;
+  }
+  EXPECT_EQ(Job(response.job_id()).placement().chunks(0).backups_size(), 1);
+}
+
 // A replicated source: its placement's shard may hold a copy a failover
 // left behind (and its backups would not fit this job's placement).
 TEST_F(SucceededJobsTest, AReplicatedJobIsNoSource) {

@@ -94,7 +94,8 @@ std::vector<std::string> ValidateJobSpec(const JobSpec& spec,
 // ValidateJobSpec's checks of `replication` (and `shards`, which bounds
 // it), each "field: reason" (job_validation_replication.cc): k in
 // [0, kMaxReplication] (0 = 1); k > 1 needs k shards and k live ones among
-// those the job uses, BSP for sparse tables, and no init.from_job.
+// those the job uses, and BSP for sparse tables (init.from_job: again once
+// the job took its source's shards, SubmitJob).
 std::vector<std::string> ReplicationProblems(const JobSpec& spec,
                                              const ValidationContext& ctx);
 

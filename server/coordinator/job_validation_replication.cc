@@ -78,15 +78,10 @@ std::vector<std::string> ReplicationProblems(const JobSpec& spec,
   // init.from_file: every shard reads the file into each copy it holds,
   // primary or backup, so the copies agree from version 0 (a copy that
   // rejoins after a failover takes the live copies' state instead).
-  // init.from_job: a backup's shard does not hold the source's chunk (the
-  // job takes the source's placement), and a replicated source's copy
-  // there may be one a failover left behind.
-  if (spec.init().has_from_job()) {
-    add("replication",
-        "k > 1 does not cover init.from_job: the backups' shards do not "
-        "hold the source job's chunks; export it (psctl export) and use "
-        "init.from_file");
-  }
+  // init.from_job: the primaries' shards hold the source's chunks and
+  // forward them to the backups before any answer (warm_start.h); the job
+  // takes the source's shards, checked again once resolved
+  // (ResolveFromJob).
   return p;
 }
 

@@ -155,23 +155,19 @@ TEST(ReplicationValidationTest, SparseTablesAreAcceptedUnderBspOnly) {
 }
 
 // Every copy reads the file (the shards' side: shard_warm_start_test);
-// from_job's source is on the primaries' shards only.
-TEST(ReplicationValidationTest, WarmStartFromAFileOnlyWithReplicas) {
+// from_job's primaries forward the source's values to their backups
+// (shard_replication_warm_start_test), its shards checked once resolved
+// (coordinator_warm_start_test).
+TEST(ReplicationValidationTest, WarmStartsWithReplicas) {
   for (uint32_t k : {1u, 2u, 3u}) {
     JobSpec spec = ReplicatedSpec(k);
     spec.mutable_init()->set_from_file("/data/model.npz");
     EXPECT_THAT(ValidateJobSpec(spec, ThreeShards()), IsEmpty()) << k;
+    JobSpec from_job = ReplicatedSpec(k);
+    from_job.mutable_init()->set_from_job("mnist-mlp");
+    from_job.mutable_init()->set_optimizer_state(true);
+    EXPECT_THAT(ValidateJobSpec(from_job, ThreeShards()), IsEmpty()) << k;
   }
-  JobSpec from_job = ReplicatedSpec(1);
-  from_job.mutable_init()->set_from_job("mnist-mlp");
-  EXPECT_THAT(ValidateJobSpec(from_job, ThreeShards()), IsEmpty());
-  from_job.set_replication(2);
-  from_job.mutable_init()->set_optimizer_state(true);
-  EXPECT_THAT(ValidateJobSpec(from_job, ThreeShards()),
-              ElementsAre("replication: k > 1 does not cover init.from_job: "
-                          "the backups' shards do not hold the source job's "
-                          "chunks; export it (psctl export) and use "
-                          "init.from_file"));
 }
 
 }  // namespace

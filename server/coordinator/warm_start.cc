@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "core/npz_reader.h"
+#include "server/coordinator/placement.h"
 
 namespace ps {
 namespace {
@@ -44,6 +45,34 @@ absl::Status SameTensors(const JobSpec& spec, const JobSpec& source,
     return FromJobError(absl::StrCat(job, " has tensor \"",
                                      theirs.begin()->first,
                                      "\", which this job lacks"));
+  }
+  return absl::OkStatus();
+}
+
+// spec.replication k > 1: each chunk of `placement` (the source's, one
+// copy each) gets k - 1 backups on the next shards of the job's ring, its
+// shards ascending, as PlaceChunks places them.
+absl::Status AddBackups(const JobSpec& spec, Placement* placement) {
+  const uint32_t k = std::max<uint32_t>(spec.replication(), 1);
+  if (k == 1) return absl::OkStatus();
+  const std::vector<uint32_t> ring = ShardSet(spec, placement->num_shards());
+  if (k > ring.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "replication: ", k, " copies need ", k, " shards; the job takes its ",
+        "source's ", ring.size(), " (init.from_job)"));
+  }
+  for (ChunkPlacement& c : *placement->mutable_chunks()) {
+    const auto at = std::find(ring.begin(), ring.end(), c.shard());
+    if (at == ring.end()) {
+      return FromJobError(absl::StrCat("chunk ", c.chunk_id(), " is on shard ",
+                                       c.shard(),
+                                       ", not among the source's "
+                                       "shards"));
+    }
+    c.clear_backups();
+    for (uint32_t j = 1; j < k; ++j) {
+      c.add_backups(ring[(at - ring.begin() + j) % ring.size()]);
+    }
   }
   return absl::OkStatus();
 }
@@ -137,7 +166,7 @@ absl::Status ResolveFromJob(JobTable& jobs, uint32_t kept, JobSpec* spec,
   *spec->mutable_shard_ids() = theirs.shard_ids();
   spec->mutable_init()->set_from_job(source->id());
   *placement = source->status.placement();
-  return absl::OkStatus();
+  return AddBackups(*spec, placement);
 }
 
 }  // namespace ps

@@ -32,7 +32,11 @@ absl::Status CheckFromFile(const JobSpec& spec);
 // optimizer kind. Then writes its id into spec->init.from_job and gives
 // `placement` the source's, so that each shard finds every chunk it needs
 // in its own copy of the source, and `spec` the source's shards and
-// shard_ids (where a move may have left its chunks). INVALID_ARGUMENT
+// shard_ids (where a move may have left its chunks). With `spec`'s
+// replication k > 1, each chunk keeps its source's shard as its primary and
+// gets k - 1 backups on the ring of those shards (PlaceChunks' rule); the
+// primaries forward their copies to them (server/internal/warm_start.h);
+// "replication: " when the source's shards are fewer than k. INVALID_ARGUMENT
 // starting "init.from_job: " and naming the job (and the tensor) otherwise,
 // or "shards: " when `spec` asked for other shards; OK when init has no
 // from_job.

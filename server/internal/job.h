@@ -191,6 +191,17 @@ struct Chunk {
   std::array<std::atomic<bool>, kMaxChunkCopies> synced{};
   // Backup side: a forward reached this chunk since the job was registered.
   std::atomic<bool> copied{false};
+  // Replicated jobs warm-started from a job (init.from_job; warm_start.h):
+  // whether this copy holds the job's initial state without a forward
+  // (false for a backup's and a joining copy's: the source is on the
+  // primary's shard only; `copied` then says it got it). Set before the
+  // job is shared.
+  bool initial_held = true;
+  // The same jobs, while this shard is the chunk's acting primary: this
+  // copy and every live backup (and synced joining one) hold the initial
+  // state; until then answers of version 0 wait too (Replicator). Always
+  // true for other jobs.
+  std::atomic<bool> initial_replicated{true};
   // Replicated BSP jobs: the aggregated gradient that made version
   // `step_gradient_version` and its scale, so a backup holding the version
   // before gets the gradient instead of the state (ReplicaChunk.gradient).
@@ -435,6 +446,12 @@ class Job {
 
   // Replicated jobs: whether this shard serves `c` now (acting primary).
   bool Serves(const Chunk& c) const;
+
+  // Replicated and warm-started from a job: the backups get the initial
+  // state from the primary (Chunk::initial_held, initial_replicated).
+  bool ForwardsInitialState() const {
+    return replicated && spec.init().has_from_job();
+  }
 };
 
 // "chunk 3 of tensor w": how messages name a chunk.

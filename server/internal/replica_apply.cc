@@ -180,7 +180,13 @@ absl::Status CheckReplicaChunk(Job& job, const Chunk& c, const ReplicaChunk& r,
 // version than the one held changes nothing.
 void StoreReplicaChunk(Job& job, Chunk& c, const ReplicaChunk& r) {
   c.copied.store(true);
-  if (r.version() <= c.state.version && r.version() > 0) return;
+  // Version 0 is stored over version 0 (a copy without the initial state:
+  // a joining one, a warm start's backup), never over a later one (a
+  // forward of it overtaken by a newer one).
+  if (r.version() < c.state.version ||
+      (r.version() == c.state.version && r.version() > 0)) {
+    return;
+  }
   if (!r.gradient().empty()) {
     std::vector<float> grad(c.length);
     DecodeFloats(r.gradient(), absl::MakeSpan(grad));

@@ -75,7 +75,7 @@ absl::Status CheckReplicaChunk(Job& job, const Chunk& c, const ReplicaChunk& r,
 
 // Stores a checked `r` into `c`: its state, or its gradient applied with
 // the job's optimizer as the primary applied it. An older version than the
-// one held (but 0) changes nothing.
+// one held, or the same but 0, changes nothing.
 void StoreReplicaChunk(Job& job, Chunk& c, const ReplicaChunk& r)
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
 

@@ -27,9 +27,13 @@ void PublishChunk(const Job& job, Chunk& c, const ReplicaView& view,
                   std::vector<WaiterPtr>* ready) {
   if (!job.Serves(c)) return;
   uint64_t v = c.version.load();
-  auto lower_to = [&c, &v](int copy) {
+  // Warm-started from a job: whether every copy waited for acknowledged
+  // a state of ours (the initial one at least), and this one holds it.
+  bool initial = c.initial_held || c.copied.load();
+  auto lower_to = [&c, &v, &initial](int copy) {
     const uint64_t acked = copy < 0 ? 0 : c.acked[copy].load();
     v = std::min(v, acked == 0 ? 0 : acked - 1);
+    initial = initial && acked > 0;
   };
   for (uint32_t b : view.LiveBackups(c.placement)) {
     lower_to(CopyIndex(c.placement, b));
@@ -38,6 +42,7 @@ void PublishChunk(const Job& job, Chunk& c, const ReplicaView& view,
     const int copy = CopyIndex(c.placement, j);
     if (copy >= 0 && c.synced[copy].load()) lower_to(copy);
   }
+  if (job.ForwardsInitialState()) c.initial_replicated.store(initial);
   RaiseTo(c.replicated, v);
   absl::MutexLock l(&c.mu);
   ReleaseReplicaWaiters(c, ready);

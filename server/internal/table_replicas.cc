@@ -88,6 +88,7 @@ TableReplicas::~TableReplicas() {
     // The last reference to the job may go on the thread itself (a fenced
     // forward closes the job): it ends on its own once it sees stop_.
     if (thread_.get_id() == std::this_thread::get_id()) {
+      destroyed_->store(true);
       thread_.detach();
     } else {
       thread_.join();
@@ -108,6 +109,12 @@ void TableReplicas::SetOnFenced(
     std::function<void(const absl::Status&)> on_fenced) {
   absl::MutexLock l(&mu_);
   on_fenced_ = std::move(on_fenced);
+}
+
+void TableReplicas::SetOwner(std::weak_ptr<void> owner) {
+  absl::MutexLock l(&mu_);
+  owner_ = std::move(owner);
+  has_owner_ = true;
 }
 
 TableReplicas::Copy* TableReplicas::Find(uint32_t shard) const {
@@ -151,8 +158,10 @@ void TableReplicas::WakeLocked() {
 }
 
 void TableReplicas::Loop() {
+  const std::shared_ptr<std::atomic<bool>> destroyed = destroyed_;
   bool failed = false;
   while (true) {
+    std::shared_ptr<void> hold;  // the owner, through the round
     {
       absl::MutexLock l(&mu_);
       const absl::Time until =
@@ -162,12 +171,27 @@ void TableReplicas::Loop() {
       }
       if (stop_) return;
       woken_ = false;
+      hold = owner_.lock();
+      // The owner is going: its destructor stops this thread.
+      if (has_owner_ && hold == nullptr) return;
     }
-    failed = !Round();
+    absl::Status fenced;
+    failed = !Round(&fenced);
+    if (!fenced.ok()) {
+      std::function<void(const absl::Status&)> on_fenced;
+      {
+        absl::MutexLock l(&mu_);
+        on_fenced = on_fenced_;
+      }
+      if (on_fenced) on_fenced(fenced);
+    }
+    // The owner's last reference may go here, and this object with it.
+    hold.reset();
+    if (destroyed->load() || !fenced.ok()) return;
   }
 }
 
-bool TableReplicas::Round() {
+bool TableReplicas::Round(absl::Status* fenced) {
   const uint32_t self = view_->self();
   bool ok = true;
   for (const auto& c : copies_) {
@@ -181,7 +205,7 @@ bool TableReplicas::Round() {
       if (s.ok()) continue;
       ok = false;
       if (s.code() == kFencedCode) {
-        Fenced(b, s);
+        *fenced = Fenced(b, s);
         return false;
       }
       absl::MutexLock l(&mu_);
@@ -199,18 +223,16 @@ bool TableReplicas::Round() {
   return ok;
 }
 
-void TableReplicas::Fenced(uint32_t backup, const absl::Status& s) {
-  std::function<void(const absl::Status&)> on_fenced;
+absl::Status TableReplicas::Fenced(uint32_t backup, const absl::Status& s) {
   {
     absl::MutexLock l(&mu_);
     stop_ = true;
-    on_fenced = on_fenced_;
   }
   spdlog::warn(
       "shard {}: job {}: shard {} refused a table forward: {}; this shard "
       "stops serving the job so that its workers find the successor",
       view_->self(), job_id_, backup, s.ToString());
-  if (on_fenced) on_fenced(absl::UnavailableError(s.message()));
+  return absl::UnavailableError(s.message());
 }
 
 absl::Status TableReplicas::Update(Copy& c, uint32_t backup) {

@@ -37,6 +37,7 @@
 #ifndef SERVER_INTERNAL_TABLE_REPLICAS_H_
 #define SERVER_INTERNAL_TABLE_REPLICAS_H_
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -101,6 +102,13 @@ class TableReplicas {
   void SetSender(TablesSender sender) ABSL_LOCKS_EXCLUDED(mu_);
   void SetOnFenced(std::function<void(const absl::Status&)> on_fenced)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // The object that owns this one (the Job). The forwarding thread holds
+  // it through each round, so that an answer the round releases (which
+  // holds the job) or the fencing's close never drops its last reference
+  // in the middle of the round; dropped between rounds, it destroys this
+  // object on that thread, which then touches nothing of it. Call before
+  // the first Wake; unset (tests of this class alone): nothing is held.
+  void SetOwner(std::weak_ptr<void> owner) ABSL_LOCKS_EXCLUDED(mu_);
 
   // The copy of shard `shard`'s rows if this shard serves it now:
   // INVALID_ARGUMENT naming table_shard when no copy is held here,
@@ -167,8 +175,9 @@ class TableReplicas {
   Copy* Find(uint32_t shard) const;
   void WakeLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Loop() ABSL_LOCKS_EXCLUDED(mu_);
-  // One pass over the copies served here; false if a forward failed.
-  bool Round() ABSL_LOCKS_EXCLUDED(mu_);
+  // One pass over the copies served here; false if a forward failed, and
+  // then `*fenced` the refusal when a backup refused one as fenced.
+  bool Round(absl::Status* fenced) ABSL_LOCKS_EXCLUDED(mu_);
   // Brings `backup` up to the copy's version; the status of the forward
   // that failed.
   absl::Status Update(Copy& c, uint32_t backup) ABSL_LOCKS_EXCLUDED(mu_);
@@ -187,8 +196,10 @@ class TableReplicas {
   // How a forward to `backup` given `used` ended (the lagging report).
   void Record(uint32_t backup, const absl::Status& s, absl::Duration used)
       ABSL_LOCKS_EXCLUDED(mu_);
-  // A backup refused a forward as fenced: stops, and closes the job here.
-  void Fenced(uint32_t backup, const absl::Status& s) ABSL_LOCKS_EXCLUDED(mu_);
+  // A backup refused a forward as fenced: stops (logged); Loop then closes
+  // the job here with the returned status.
+  absl::Status Fenced(uint32_t backup, const absl::Status& s)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   const Options options_;
   const std::string job_id_;
@@ -210,6 +221,13 @@ class TableReplicas {
     absl::Duration deadline;  // of the next step forward (0: default)
   };
   std::map<uint32_t, Health> health_ ABSL_GUARDED_BY(mu_);
+  std::weak_ptr<void> owner_ ABSL_GUARDED_BY(mu_);
+  bool has_owner_ ABSL_GUARDED_BY(mu_) = false;
+  // Set by the destructor when it runs on the forwarding thread (the
+  // owner's last reference went there): shared with that thread, which
+  // then returns at once.
+  const std::shared_ptr<std::atomic<bool>> destroyed_ =
+      std::make_shared<std::atomic<bool>>(false);
   std::thread thread_;
 };
 

@@ -165,7 +165,7 @@ void FileConditions(Job& job, const WaiterPtr& w) {
   for (size_t i = 0; i < w->need_replicated.size(); ++i) {
     Chunk* c = w->chunks[i];
     absl::MutexLock l(&c->mu);
-    if (c->replicated.load() < w->need_replicated[i]) {
+    if (!ReplicatedTo(*c, w->need_replicated[i])) {
       w->pending.fetch_add(1);
       c->replica_waiters.emplace_back(w, w->need_replicated[i]);
     }
@@ -244,6 +244,18 @@ absl::Status DeadlineError(const Job& job, const Expired& e) {
                      ": the checkpoint of version ", w.need_version,
                      " was not written within ", job.deadline_ms, " ms"));
   }
+  if (step == UINT64_MAX && e.clock_missing.empty() &&
+      job.ForwardsInitialState() &&
+      std::any_of(w.chunks.begin(), w.chunks.end(), [](const Chunk* c) {
+        return !c->initial_replicated.load();
+      })) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("job ", job.id,
+                     ": the initial state (spec.init.from_job) did not "
+                     "reach every live copy within ",
+                     job.deadline_ms,
+                     " ms (a copy promoted before it got it cannot serve)"));
+  }
   if (step == UINT64_MAX && e.clock_missing.empty() && job.replicated &&
       w.need_version > 0) {
     return absl::DeadlineExceededError(
@@ -300,6 +312,15 @@ void StartWait(const std::shared_ptr<Job>& job, WaiterPtr w) {
   // live backup holds v of that chunk, chunk by chunk (the first chunks of
   // a BSP step are answered while the later ones are still forwarded).
   if (job->replicated && w->need_version > 0 && w->need_replicated.empty()) {
+    w->need_replicated.assign(w->chunks.size(), w->need_version);
+  }
+  // Warm-started from a job: no answer before the backups hold the
+  // initial state (version 0 answers too; a pull of ASP/SSP at any
+  // version).
+  if (job->ForwardsInitialState() && w->need_replicated.empty() &&
+      std::any_of(w->chunks.begin(), w->chunks.end(), [](const Chunk* c) {
+        return !c->initial_replicated.load();
+      })) {
     w->need_replicated.assign(w->chunks.size(), w->need_version);
   }
   // Nothing to wait for (ASP PushPull, most Pulls): answer without touching
@@ -403,11 +424,10 @@ void ReleaseClockWaiters(Job& job, std::vector<WaiterPtr>* ready) {
 }
 
 void ReleaseReplicaWaiters(Chunk& c, std::vector<WaiterPtr>* ready) {
-  const uint64_t replicated = c.replicated.load();
   auto keep = c.replica_waiters.begin();
   for (auto& [w, need] : c.replica_waiters) {
     if (w->claimed.load(std::memory_order_acquire)) continue;
-    if (need <= replicated) {
+    if (ReplicatedTo(c, need)) {
       if (w->pending.fetch_sub(1) == 1) ready->push_back(std::move(w));
       continue;
     }

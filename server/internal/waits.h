@@ -74,6 +74,12 @@ void ReleaseWaiters(std::vector<WaiterPtr>* list, Satisfied satisfied,
 void ReleaseClockWaiters(Job& job, std::vector<WaiterPtr>* ready)
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(job.waits.mu);
 
+// Whether every live backup of `c` holds version `need` (c.replicated,
+// and the initial state: Chunk::initial_replicated).
+inline bool ReplicatedTo(const Chunk& c, uint64_t need) {
+  return c.replicated.load() >= need && c.initial_replicated.load();
+}
+
 // Moves the waits that c.replicated now covers (Waiter::need_replicated)
 // to `ready`.
 void ReleaseReplicaWaiters(Chunk& c, std::vector<WaiterPtr>* ready)

@@ -39,15 +39,6 @@ absl::Status FromJob(Job& job, const Job* source, uint32_t shard_id) {
   const std::string& id = job.spec.init().from_job();
   const std::string field = absl::StrCat("spec.init.from_job: job \"", id,
                                          "\" on shard ", shard_id, ": ");
-  if (job.replicated) {
-    // The backups' shards do not hold the source's chunks, and a source's
-    // own backup copy may be one a failover left behind (the coordinator
-    // refuses this at submit too).
-    return absl::InvalidArgumentError(absl::StrCat(
-        field,
-        "spec.replication > 1 takes its warm start from "
-        "init.from_file only (export the job and start from its file)"));
-  }
   if (source == nullptr) {
     return absl::InvalidArgumentError(
         absl::StrCat(field,
@@ -62,6 +53,16 @@ absl::Status FromJob(Job& job, const Job* source, uint32_t shard_id) {
   }
   for (const std::shared_ptr<Chunk>& c : job.chunks) {
     const ChunkPlacement& p = c->placement;
+    if (job.replicated) {
+      // Answers wait until the backups hold the initial state (Replicator).
+      c->initial_replicated.store(false);
+      if (p.shard() != shard_id) {
+        // A backup's copy: the source's chunk is on the primary's shard,
+        // which forwards its initial state.
+        c->initial_held = false;
+        continue;
+      }
+    }
     const int32_t at =
         p.chunk_id() < source->local.size() ? source->local[p.chunk_id()] : -1;
     Chunk* from = at < 0 ? nullptr : source->chunks[at].get();
@@ -86,6 +87,14 @@ absl::Status FromJob(Job& job, const Job* source, uint32_t shard_id) {
 }
 
 }  // namespace
+
+void MarkJoiningCopies(Job& job) {
+  if (!job.ForwardsInitialState()) return;
+  for (const std::shared_ptr<Chunk>& c : job.chunks) {
+    c->initial_held = false;
+    c->initial_replicated.store(false);
+  }
+}
 
 absl::Status ApplyWarmStart(Job& job, const Job* source, uint32_t shard_id) {
   switch (job.spec.init().source_case()) {

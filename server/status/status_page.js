@@ -82,10 +82,14 @@ function jobRow(j) {
             el('td', {}, (j.workers || []).length));
 }
 
-// An SVG path through (step, value) scaled into the chart.
+// An SVG path through (step, value) scaled into the chart, over the points
+// where the value was measured (a Python worker's train accuracy is NaN);
+// empty when it never was.
 function pathData(points, key) {
-  const xs = points.map((p) => num(p.step));
-  const ys = points.map((p) => num(p[key]));
+  const kept = points.filter((p) => Number.isFinite(num(p[key])));
+  if (!kept.length) return '';
+  const xs = kept.map((p) => num(p.step));
+  const ys = kept.map((p) => num(p[key]));
   const x0 = Math.min(...xs), x1 = Math.max(...xs);
   const y0 = Math.min(...ys), y1 = Math.max(...ys);
   const sx = (x) => PAD + (x1 > x0 ? (x - x0) / (x1 - x0) : 0.5) * (W - 2 * PAD);

@@ -349,18 +349,13 @@ class PsclientTest(unittest.TestCase):
 
     def test_unmeasured_metrics_reach_the_job_store(self):
         """A report without a loss or train accuracy (NaN, as psclient.torch
-        sends them) is stored by a coordinator with a job store: before
-        schema 3 the store's NOT NULL refused the row and the report timed
-        out (this test's cluster has no store)."""
-        stored = LocalCluster(shards=1, psd_extra='state_dir: "state"\n').start()
-        self.addCleanup(stored.stop)
-        client = psclient.connect(cluster=stored.cluster_file, timeout_s=10.0)
-        self.addCleanup(client.close)
-        job_id, _ = client.submit(custom_spec("unmeasured"))
-        with client.join(job_id) as w:
+        sends them) is stored by the coordinator's job store: before schema
+        3 the store's NOT NULL refused the row and the report timed out."""
+        job_id, _ = self.client.submit(custom_spec("unmeasured"))
+        with self.client.join(job_id) as w:
             w.report(step=1)
             w.report(step=2, loss=0.5, finished=True)
-        self.assertEqual(client.status(job_id)["state"], "SUCCEEDED")
+        self.assertEqual(self.client.status(job_id)["state"], "SUCCEEDED")
 
     def test_cancelled_job_aborts_the_worker(self):
         job_id, _ = self.client.submit(custom_spec("cancelme"))

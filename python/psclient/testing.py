@@ -61,7 +61,10 @@ def find_binary(relative: str) -> str:
 
 
 class LocalCluster:
-    """`shards` psd processes on loopback. Not thread-safe."""
+    """`shards` psd processes on loopback, each with a job store in its own
+    state folder (PsdConfig.state_dir, as configs/local has; the
+    coordinator's holds the jobs and their progress) unless psd_extra sets
+    one. Not thread-safe."""
 
     def __init__(self, shards: int = 2, psd_extra: str = "",
                  cluster_extra: str = "", taskset: Optional[str] = None,
@@ -132,9 +135,11 @@ class LocalCluster:
 
     def _spawn_psd(self, psd: str, i: int) -> None:
         config = os.path.join(self.dir, f"psd{i}.pbtxt")
+        store = "" if "state_dir" in self.psd_extra else \
+            f'state_dir: "state{i}"\n'
         with open(config, "w") as f:
             f.write(f'cluster_file: "cluster.pbtxt"\nshard_id: {i}\n'
-                    f'address_file: "s{i}.addr"\n'
+                    f'address_file: "s{i}.addr"\n{store}'
                     f"worker_timeout_ms: 3000\n{self.psd_extra}\n")
         argv = [psd, f"--config={config}"]
         if self.taskset:

@@ -26,8 +26,13 @@ if not _os.path.exists(_os.path.join(_here, "_native.so")):
     __path__.append(_elsewhere)  # noqa: F821 (the package's own __path__)
 
 from psclient.errors import (Error, InvalidSpec, JobAborted,  # noqa: E402
-                             ShapeError, Timeout, Unavailable)
-from psclient.client import Client, Worker, connect, export  # noqa: E402
+                             ShapeError, Timeout, Unavailable,
+                             native_import_error)
+
+try:
+    from psclient.client import Client, Worker, connect, export  # noqa: E402
+except ImportError as _e:
+    raise native_import_error(_e) from _e
 
 __all__ = [
     "Client", "Error", "InvalidSpec", "JobAborted", "ShapeError", "Timeout",

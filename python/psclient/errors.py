@@ -33,3 +33,19 @@ class JobAborted(Error):
 
 class ShapeError(Error):
     """A buffer or tensor was used with the wrong shape, dtype or layout."""
+
+
+def native_import_error(err: ImportError) -> ImportError:
+    """`err` from loading _native.so, with what to do when the module was
+    built for another Python (pybind11's "Python version mismatch", or a
+    CPython symbol this interpreter lacks): build it for this one."""
+    import sys
+    text = str(err)
+    if "version mismatch" not in text and "undefined symbol: _Py" not in \
+            text and "undefined symbol: Py" not in text:
+        return err
+    mine = "%d.%d" % sys.version_info[:2]
+    return ImportError(
+        f"psclient: the native module does not load in this Python ({mine}): "
+        f"{text.rstrip('.')}; build it for this interpreter: python/build.sh "
+        f"--python={mine} (docs/PYTHON.md)")

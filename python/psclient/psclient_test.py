@@ -368,6 +368,21 @@ class PsclientTest(unittest.TestCase):
             self.assertIsNotNone(w.aborted)
 
 
+class NativeImportErrorTest(unittest.TestCase):
+    def test_a_module_of_another_python_says_how_to_build_it(self):
+        mine = "%d.%d" % sys.version_info[:2]
+        for text in ("Python version mismatch: module was compiled for "
+                     "Python 3.11, but the interpreter version is "
+                     "incompatible: 3.12.1",
+                     "/x/_native.so: undefined symbol: "
+                     "_PyThreadState_UncheckedGet"):
+            e = psclient.errors.native_import_error(ImportError(text))
+            self.assertIn(f"python/build.sh --python={mine}", str(e))
+            self.assertIn(text, str(e))
+        other = ImportError("No module named 'numpy'")
+        self.assertIs(psclient.errors.native_import_error(other), other)
+
+
 class TokenTest(unittest.TestCase):
     """A cluster whose calls must carry a bearer token."""
 

@@ -12,50 +12,27 @@
 #                         writes WORK/psclient.json (always: a reason when
 #                         not run), which gpu_check_summary.py judges
 #
-# The module is a CPython extension, built against one Python's headers;
-# the GPU machine's Python need not be the build machine's (Debian 12's is
-# 3.11, the H200 image's 3.12), so --pack builds one per version, the
-# WORKSPACE's own (python3_headers) last so bazel-bin keeps that one.
-# Other versions' headers come from pyenv (~/.pyenv/versions/X.Y.*), swapped
-# in with --override_repository.
+# The module is a CPython extension, built against one Python's headers
+# (tools/lib/python_headers.sh); the GPU machine's Python need not be the
+# build machine's (Debian 12's is 3.11, the H200 image's 3.12), so --pack
+# builds one per version, the WORKSPACE's own last so bazel-bin keeps it.
 
-PSCLIENT_LABEL=//python/psclient:_native.so
+source "${BASH_SOURCE[0]%/*}/python_headers.sh"
 PSCLIENT_PYTHONS=${PSCLIENT_PYTHONS:-"3.12 3.13 3.11"}
 PSCLIENT_EPOCHS=${PSCLIENT_EPOCHS:-3}
 PSCLIENT_TARGET=0.875 # test accuracy after 3 epochs: 0.9026 on the H200
 PSCLIENT_TIMEOUT_S=150
 
-# The include folder of Python X.Y on this machine, or nothing.
-python_headers() { # X.Y
-  local d
-  for d in "/usr/include/python$1" "$HOME"/.pyenv/versions/"$1".*/include/"python$1"; do
-    [[ -f $d/Python.h ]] && echo "$d" && return
-  done
-}
-
-# The version python3_headers (WORKSPACE) points at: X.Y.
-workspace_python() {
-  sed -n 's|.*path = "/usr/include/python\(3\.[0-9]*\)".*|\1|p' WORKSPACE | head -1
-}
-
 pack_psclient() { # STAGE
-  local stage=$1 v ws headers repo bin
+  local stage=$1 v ws bin
   ws=$(workspace_python)
   bin=$(bazel info bazel-bin 2>/dev/null) || die "bazel info failed"
   for v in $PSCLIENT_PYTHONS; do
-    [[ $v == "$ws" ]] && continue
-    headers=$(python_headers "$v")
-    [[ -n $headers ]] || continue
-    repo=$(mktemp -d /tmp/python_headers.XXXXXX)
-    cp -r "$headers"/. "$repo/" && touch "$repo/WORKSPACE" &&
-      cp third_party/python3_headers.BUILD "$repo/BUILD.bazel" ||
-      die "cannot copy $headers"
-    bazel build --override_repository=python3_headers="$repo" \
-      "$PSCLIENT_LABEL" || die "psclient's module for Python $v failed"
+    [[ $v == "$ws" || -z $(python_headers "$v") ]] && continue
+    build_psclient "$v" || die "psclient's module for Python $v failed"
     stage_module "$stage" "$v" "$bin"
-    rm -rf "$repo"
   done
-  bazel build "$PSCLIENT_LABEL" || die "psclient's module failed"
+  build_psclient "$ws" || die "psclient's module failed"
   stage_module "$stage" "$ws" "$bin"
 }
 

@@ -14,4 +14,10 @@ uint32_t ShardForId(uint64_t id, uint32_t num_shards) {
   return static_cast<uint32_t>(product >> 64);
 }
 
+uint32_t RowOwner(uint64_t id, absl::Span<const uint32_t> owners,
+                  uint32_t num_shards) {
+  if (owners.empty()) return ShardForId(id, num_shards);
+  return owners[ShardForId(id, static_cast<uint32_t>(owners.size()))];
+}
+
 }  // namespace ps

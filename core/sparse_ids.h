@@ -23,6 +23,8 @@
 
 #include <cstdint>
 
+#include "absl/types/span.h"
+
 namespace ps {
 
 // splitmix64's output function (see above): a bijective 64-bit mixer.
@@ -31,6 +33,13 @@ uint64_t MixId64(uint64_t x);
 // The shard in [0, num_shards) that owns row `id`. num_shards == 0 returns 0
 // (callers validate shard counts; this never divides). Pure, thread-safe.
 uint32_t ShardForId(uint64_t id, uint32_t num_shards);
+
+// The shard id that owns row `id` when a job's rows live on `owners` (shard
+// ids, Placement.table_shards): owners[ShardForId(id, owners.size())]; empty
+// `owners`: every one of `num_shards` shards, ShardForId(id, num_shards).
+// Pure, thread-safe.
+uint32_t RowOwner(uint64_t id, absl::Span<const uint32_t> owners,
+                  uint32_t num_shards);
 
 }  // namespace ps
 

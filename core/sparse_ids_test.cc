@@ -76,5 +76,15 @@ TEST(ShardForIdTest, Balanced) {
   }
 }
 
+// RowOwner maps ShardForId's index into the owners list; no list is every
+// shard.
+TEST(RowOwnerTest, IndexesTheOwnersList) {
+  const std::vector<uint32_t> owners = {0, 2, 5};
+  for (uint64_t id = 0; id < 1000; ++id) {
+    EXPECT_EQ(RowOwner(id, owners, 8), owners[ShardForId(id, 3)]) << id;
+    EXPECT_EQ(RowOwner(id, {}, 8), ShardForId(id, 8)) << id;
+  }
+}
+
 }  // namespace
 }  // namespace ps

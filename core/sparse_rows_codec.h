@@ -41,6 +41,7 @@ inline constexpr uint8_t kSparseRequestPartTag = Tag(8, kVarint);
 inline constexpr uint8_t kSparseRequestPartsTag = Tag(9, kVarint);
 // SparseExchangeRequest.table_shard (optional: written even when 0).
 inline constexpr uint8_t kSparseRequestTableShardTag = Tag(10, kVarint);
+inline constexpr uint8_t kSparseRequestPlacementEpochTag = Tag(11, kVarint);
 // The most parts one split SparseExchange may have (its `parts` field):
 // with the 4 MiB default message, a 4 GiB step to one shard.
 inline constexpr uint32_t kMaxSparseExchangeParts = 1024;

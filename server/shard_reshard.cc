@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "google/protobuf/util/message_differencer.h"
@@ -23,6 +24,7 @@
 #include "server/internal/reasons.h"
 #include "server/internal/reshard.h"
 #include "server/internal/reshard_replicas.h"
+#include "server/internal/reshard_tables.h"
 #include "server/internal/waits.h"
 #include "spdlog/spdlog.h"
 
@@ -69,6 +71,9 @@ absl::Status Shard::FetchChunks(const FetchChunksRequest& req,
                                 FetchChunksResponse* resp) {
   resp->Clear();
   PS_ASSIGN_OR_RETURN(JobPtr job, HeldJob(req.job_id()));
+  if (req.has_rows_for_shard()) {
+    return internal::CopyRows(*job, options_.shard_id, req, resp);
+  }
   return internal::CopyChunks(*job, options_.shard_id, req, resp);
 }
 
@@ -124,6 +129,28 @@ internal::FetchBatch Fetching(Shard::ChunkFetcher fetcher, uint32_t shard_id,
     }
     return fetcher(req.shard_addresses(shard), f, absl::Now() + deadline, out);
   };
+}
+
+// A PREPARE's job built: its chunks, then its sparse rows (their tally in
+// `*rows`). No lock held; blocks on the fetches.
+absl::StatusOr<internal::FetchTally> Build(const internal::Job& old,
+                                           uint64_t step, uint64_t batch_bytes,
+                                           const internal::FetchBatch& fetch,
+                                           const ReshardRequest& req,
+                                           internal::ReplacementPlan& plan,
+                                           internal::FetchTally* rows) {
+  PS_ASSIGN_OR_RETURN(
+      internal::FetchTally tally,
+      internal::BuildChunks(old, step, batch_bytes, fetch, plan));
+  PS_ASSIGN_OR_RETURN(*rows, internal::BuildTables(old, req, fetch, plan));
+  return tally;
+}
+
+// The rows a PREPARE fetched, for its log line ("" without tables).
+std::string RowsNote(const internal::Job& job, const internal::FetchTally& t) {
+  if (job.tables == nullptr) return "";
+  return absl::StrFormat(", rows from %d shards (%.1f MB)", t.chunks,
+                         static_cast<double>(t.bytes) / 1e6);
 }
 
 }  // namespace
@@ -222,9 +249,11 @@ absl::Status Shard::PrepareJob(const JobPtr& job, const ReshardRequest& req,
     absl::MutexLock l(&fetcher_mu_);
     fetcher = fetcher_;
   }
-  absl::StatusOr<internal::FetchTally> tally = internal::BuildChunks(
-      *job, step, options_.fetch_batch_bytes,
-      Fetching(fetcher, options_.shard_id, req, options_.fetch_deadline), plan);
+  internal::FetchTally rows;
+  absl::StatusOr<internal::FetchTally> tally =
+      Build(*job, step, options_.fetch_batch_bytes,
+            Fetching(fetcher, options_.shard_id, req, options_.fetch_deadline),
+            req, plan, &rows);
   absl::MutexLock l(&job->replacement.mu);
   Replacement& r = job->replacement;
   if (r.generation != generation) {
@@ -240,16 +269,16 @@ absl::Status Shard::PrepareJob(const JobPtr& job, const ReshardRequest& req,
     return tally.status();
   }
   resp->set_chunks_fetched(tally->chunks);
-  resp->set_bytes_fetched(tally->bytes);
+  resp->set_bytes_fetched(tally->bytes + rows.bytes);
   resp->set_chunks_held(plan.held);
   r.prepared = plan.job;
   r.prepared_answer = *resp;
   r.reserved = plan.fetch_bytes;
   spdlog::info(
       "job {}: prepared epoch {} on shard {}: {} chunks held, {} fetched "
-      "({:.1f} MB) in {} ms",
+      "({:.1f} MB){} in {} ms",
       job->id, req.epoch(), options_.shard_id, plan.held, tally->chunks,
-      static_cast<double>(tally->bytes) / 1e6,
+      static_cast<double>(tally->bytes) / 1e6, RowsNote(*job, rows),
       absl::ToInt64Milliseconds(absl::Now() - start));
   return absl::OkStatus();
 }

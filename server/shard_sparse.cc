@@ -14,6 +14,7 @@
 #include "server/internal/replica_apply.h"
 #include "server/internal/replicator.h"
 #include "server/internal/table_replicas.h"
+#include "server/internal/validation.h"
 #include "server/internal/waits.h"
 #include "server/shard.h"
 
@@ -85,6 +86,14 @@ void Shard::SparseExchange(SparseRequestIn* req, SparseReplyOut* resp,
   *resp = SparseReplyOut();
   absl::StatusOr<JobPtr> job = FindJob(req->job_id);
   if (!job.ok()) return done(job.status());
+  // Rows routed by another placement (Placement.table_shards): ABORTED for
+  // an older one (the worker follows the new), UNAVAILABLE for one this
+  // shard has not committed yet.
+  if (absl::Status st = internal::ValidatePlacementEpoch(
+          **job, options_.shard_id, req->placement_epoch);
+      !st.ok()) {
+    return done(std::move(st));
+  }
   if ((*job)->tables == nullptr) {
     (*job)->rejected.Add(internal::kNoTables);
     return done(absl::InvalidArgumentError(

@@ -121,11 +121,12 @@ class Workerd {
   // NOT_FOUND: the worker holds no rank in it.
   absl::StatusOr<Assignment> CurrentAssignment(const std::string& job_id,
                                                absl::Duration deadline);
-  // A ctr model's run: the dense MLP through `dense`, the table's rows
-  // through a sparse client (worker/trainer/ctr_trainer.h).
-  absl::Status TrainCtr(const Assignment& assignment, PsClient* dense,
+  // A ctr model's run from `start_step`: the dense MLP and the table's rows
+  // through new clients (worker/trainer/ctr_trainer.h); `*next_step` the
+  // first step it did not complete.
+  absl::Status TrainCtr(const Assignment& assignment, uint64_t start_step,
                         const std::function<void(const Progress&)>& report,
-                        Progress* last);
+                        Progress* last, uint64_t* next_step);
   absl::StatusOr<TrainTestData> DataFor(const JobSpec& spec);
   // An elastic data job's plan of `step` (GetDataPlan, workerd_data_plan.cc),
   // asked again while the step is not planned yet (a joiner waits for the

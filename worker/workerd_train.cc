@@ -58,8 +58,11 @@ absl::StatusOr<TrainTestData> Workerd::DataFor(const JobSpec& spec) {
 }
 
 absl::Status Workerd::TrainCtr(
-    const Assignment& a, PsClient* dense,
-    const std::function<void(const Progress&)>& report, Progress* last) {
+    const Assignment& a, uint64_t start_step,
+    const std::function<void(const Progress&)>& report, Progress* last,
+    uint64_t* next_step) {
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<PsClient> dense, StartJobClient(a));
+  absl::Cleanup forget_client = [this] { ForgetJobClient(); };
   PS_ASSIGN_OR_RETURN(
       std::unique_ptr<GrpcSparseClient> sparse,
       GrpcSparseClient::Create(JobClientOptions(a.job_id()), a, &security_));
@@ -68,7 +71,9 @@ absl::Status Workerd::TrainCtr(
   options.job = a.spec();
   options.rank = a.rank();
   options.num_workers = a.num_workers();
-  options.start_step = a.start_step();
+  // After a re-placement: the refused step, with the rows and parameters
+  // the new placement serves at it (nothing of it was applied anywhere).
+  options.start_step = start_step;
   if (c.devices_size() > 0) {
     options.devices.assign(c.devices().begin(), c.devices().end());
   }
@@ -78,11 +83,14 @@ absl::Status Workerd::TrainCtr(
   options.overlap_data = !c.disable_overlap();
   options.data_plan = DataPlanFor(a);
   PS_ASSIGN_OR_RETURN(std::unique_ptr<CtrTrainer> trainer,
-                      CtrTrainer::Create(options, dense, sparse.get()));
+                      CtrTrainer::Create(options, dense.get(), sparse.get()));
   absl::Status status =
       trainer->Run(report, [this] { return session_->abort_requested(); });
-  *last = trainer->last_progress();
+  if (trainer->last_progress().step() >= last->step()) {
+    *last = trainer->last_progress();
+  }
   next_step_ = trainer->next_step();
+  *next_step = next_step_;
   return status;
 }
 
@@ -106,11 +114,6 @@ void Workerd::ForgetJobClient() {
 absl::Status Workerd::Train(const Assignment& a,
                             const std::function<void(const Progress&)>& report,
                             Progress* last) {
-  if (a.spec().model().has_ctr()) {  // never re-placed (sparse tables)
-    PS_ASSIGN_OR_RETURN(std::unique_ptr<PsClient> client, StartJobClient(a));
-    absl::Cleanup forget_client = [this] { ForgetJobClient(); };
-    return TrainCtr(a, client.get(), report, last);
-  }
   FollowOptions follow;
   follow.wait = [this](absl::Duration d) {
     return !stopping_.WaitForNotificationWithTimeout(d);
@@ -120,6 +123,10 @@ absl::Status Workerd::Train(const Assignment& a,
   return RunFollowingPlacement(
       a,
       [&](const Assignment& current, uint64_t start, uint64_t* next) {
+        // A ctr model's rows move too (Placement.table_shards).
+        if (current.spec().model().has_ctr()) {
+          return TrainCtr(current, start, report, last, next);
+        }
         return TrainFrom(current, start, report, last, next, &encoder);
       },
       [this, &a](absl::Duration deadline) {

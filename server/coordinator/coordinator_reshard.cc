@@ -71,7 +71,14 @@ absl::Status CheckReshard(const JobTable::Job& job, const char* field,
     return absl::FailedPreconditionError(absl::StrCat(
         field, ": this coordinator has no Reshard call to the shards"));
   }
-  if (spec.tables_size() > 0) return refuse("tables", "has sparse tables");
+  // Rows move with a BSP job of one copy (server/internal/reshard_tables.h).
+  if (spec.tables_size() > 0 && spec.replication() > 1) {
+    return refuse("replication", "has sparse tables and replicas");
+  }
+  if (spec.tables_size() > 0 && spec.consistency().mode() != BSP &&
+      spec.consistency().mode() != CONSISTENCY_UNSPECIFIED) {
+    return refuse("consistency.mode", "has sparse tables and is not BSP");
+  }
   if (spec.replication() > 1 && spec.consistency().mode() != BSP) {
     // Its backups trail its primaries with no step to meet at.
     return refuse("replication", "has replicas and is not BSP");
@@ -187,6 +194,12 @@ absl::Status JobCoordinator::StartReshard(Job& job,
       CheckCopiesInService(job, replicas_.get(), before, target));
   const Placement& from = job.status.placement();
   PS_ASSIGN_OR_RETURN(Placement to, RePlaceChunksOnto(from, target));
+  // The rows follow the chunks onto the target set (by ShardForId's index
+  // into it: the rows whose owner changes move).
+  to.clear_table_shards();
+  if (job.status.spec().tables_size() > 0) {
+    for (uint32_t s : target) to.add_table_shards(s);
+  }
   ReshardStatus status;
   status.set_target_shards(static_cast<uint32_t>(target.size()));
   status.set_from_shards(static_cast<uint32_t>(before.size()));

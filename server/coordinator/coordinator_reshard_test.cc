@@ -204,6 +204,50 @@ TEST_F(ReshardTest, AReplicatedJobNotUnderBspIsRefused) {
   EXPECT_TRUE(Calls().empty());
 }
 
+// A job with a sparse table: its rows go on its shards at submit and
+// follow each move (Placement.table_shards); with replicas, or not BSP, it
+// is refused naming the field.
+TEST_F(ReshardTest, ATablesRowsFollowItsShards) {
+  JobSpec spec = Spec(1);
+  spec.set_shards(1);
+  TableSpec* t = spec.add_tables();
+  t->set_name("emb");
+  t->set_dim(8);
+  t->set_num_ids(1000);
+  t->mutable_optimizer()->set_kind(ADAGRAD);
+  t->mutable_optimizer()->set_learning_rate(0.1f);
+  const std::string job = RunningJob(spec);
+  EXPECT_THAT(Job(job).placement().table_shards(), ::testing::ElementsAre(0u));
+  ASSERT_TRUE(Scale(job, 2).ok());
+  EXPECT_EQ(Finished(job).phase(), "done");
+  EXPECT_THAT(Job(job).placement().table_shards(),
+              ::testing::ElementsAre(0u, 1u));
+
+  for (bool replicated : {true, false}) {
+    JobSpec other = spec;
+    other.set_name(replicated ? "replicated" : "asp");
+    other.set_shards(2);
+    if (replicated) {
+      other.set_replication(2);
+    } else {
+      other.mutable_consistency()->set_mode(ASP);
+    }
+    Register("host-" + other.name());
+    const std::string id = Submit(other);
+    ASSERT_EQ(Job(id).state(), RUNNING);
+    const JobStatus before = Job(id);
+    const absl::Status st = Scale(id, 1);
+    EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(st.message(),
+                HasSubstr(replicated ? "replication: job " + id +
+                                           " has sparse tables and replicas"
+                                     : "consistency.mode: job " + id +
+                                           " has sparse tables and is not "
+                                           "BSP"));
+    EXPECT_EQ(Job(id).SerializeAsString(), before.SerializeAsString());
+  }
+}
+
 TEST_F(ReshardTest, ThePlacementItHasAlreadyMovesNothing) {
   const std::string job = RunningJob(Spec(1));  // on both shards
   ASSERT_TRUE(Scale(job, 2).ok());

@@ -149,6 +149,11 @@ absl::StatusOr<Placement> PlaceChunks(const JobSpec& normalized_spec,
   Placement placement;
   placement.set_num_shards(num_shards);
   for (ChunkPlacement& c : chunks) *placement.add_chunks() = std::move(c);
+  // The rows go on the job's shards too (a replicated job's stay on every
+  // shard: their copies follow the cluster's ring).
+  if (normalized_spec.tables_size() > 0 && k == 1 && used < num_shards) {
+    for (uint32_t s : shards) placement.add_table_shards(s);
+  }
   return placement;
 }
 

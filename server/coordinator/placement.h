@@ -40,7 +40,9 @@ absl::StatusOr<std::vector<ChunkPlacement>> CutTensorsIntoChunks(
 // their ids from CutTensorsIntoChunks. Any two shards' bytes differ by at most
 // the largest chunk's bytes. Only the shards of ShardSet(spec, num_shards)
 // get chunks (JobSpec.shards, 0 = all, or JobSpec.shard_ids; CheckShardSet's
-// refusals first); placement.num_shards is the cluster's count. With
+// refusals first); placement.num_shards is the cluster's count, and a
+// job with tables (replication 1) on fewer shards has its rows there too
+// (Placement.table_shards = that set). With
 // spec.replication k > 1, each chunk's backups are the k - 1 shards after
 // its primary on the ring of that set (ascending, wrapping around; not the
 // cluster's ring), so every shard holds its primaries' bytes plus its k - 1

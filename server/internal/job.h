@@ -33,6 +33,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -338,6 +339,12 @@ struct Replacement {
   bool quiesced_logged ABSL_GUARDED_BY(mu) = false;
   // COMMIT replaced this job by `prepared`: it stays paused for good.
   bool committed ABSL_GUARDED_BY(mu) = false;
+  // Sparse rows asked for by a new owner (FetchChunksRequest
+  // .rows_for_shard), by that shard and placement: the stream made once
+  // per pause, served in pieces (reshard_tables.h); dropped when the pause
+  // changes or ends.
+  std::map<std::string, std::shared_ptr<const std::string>> row_streams
+      ABSL_GUARDED_BY(mu);
 };
 
 class Job {

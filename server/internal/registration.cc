@@ -201,10 +201,13 @@ absl::StatusOr<std::unique_ptr<JobTables>> TablesOfShard(const Job& job,
   JobSpec filled = job.spec;
   for (TableSpec& t : *filled.mutable_tables()) ApplyTableDefaults(&t);
   filled.set_name(job.id);
-  absl::StatusOr<std::unique_ptr<JobTables>> tables =
-      JobTables::Create(filled, {.shard_id = shard_id,
-                                 .num_shards = job.placement.num_shards(),
-                                 .num_workers = job.num_workers});
+  absl::StatusOr<std::unique_ptr<JobTables>> tables = JobTables::Create(
+      filled, {.shard_id = shard_id,
+               .num_shards = job.placement.num_shards(),
+               .num_workers = job.num_workers,
+               .split_buffer_bytes = sparse_internal::kDefaultSplitBufferBytes,
+               .owners = {job.placement.table_shards().begin(),
+                          job.placement.table_shards().end()}});
   if (!tables.ok()) return Prefixed("spec.", tables.status());
   return tables;
 }

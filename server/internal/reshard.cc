@@ -117,11 +117,19 @@ absl::Status CheckReplaceable(const Job& job) {
                      "; a live re-placement moves replicated jobs under BSP "
                      "only"));
   }
-  if (job.tables != nullptr) {
-    return Invalid("spec.tables",
-                   absl::StrCat("job ", job.id,
-                                " has sparse tables; a live re-placement "
-                                "moves dense chunks only"));
+  if (job.tables != nullptr && job.replicated) {
+    return Invalid("spec.replication",
+                   absl::StrCat("job ", job.id, " has sparse tables and ",
+                                job.spec.replication(),
+                                " copies; a live re-placement moves the "
+                                "rows of unreplicated jobs only"));
+  }
+  if (job.tables != nullptr && job.mode != BSP) {
+    return Invalid("spec.consistency.mode",
+                   absl::StrCat("job ", job.id, " has sparse tables and is ",
+                                ConsistencyMode_Name(job.mode),
+                                "; a live re-placement moves rows under BSP "
+                                "only"));
   }
   return absl::OkStatus();
 }
@@ -134,7 +142,7 @@ absl::Status CheckNewEpoch(const Job& job, uint64_t epoch) {
 }
 
 uint64_t MaxVersion(const Job& job) {
-  uint64_t v = 0;
+  uint64_t v = job.tables != nullptr ? job.tables->version() : 0;
   for (const std::shared_ptr<Chunk>& c : job.chunks) {
     v = std::max(v, c->version.load(std::memory_order_acquire));
   }
@@ -144,6 +152,7 @@ uint64_t MaxVersion(const Job& job) {
 bool Quiesced(const Job& job, uint64_t step) {
   // ASP/SSP: paused, every push is refused (Pause), whatever the versions.
   if (job.mode != BSP) return true;
+  if (job.tables != nullptr && !job.tables->Quiesced(step)) return false;
   return std::all_of(job.chunks.begin(), job.chunks.end(),
                      [step](const std::shared_ptr<Chunk>& c) {
                        return c->version.load(std::memory_order_acquire) ==
@@ -175,7 +184,16 @@ absl::StatusOr<bool> Pause(Job& job, uint64_t epoch, uint64_t step,
                  : absl::StrCat(" holds pushes of step ", step),
         "; pause at a later step"));
   }
+  if (job.tables != nullptr) {
+    // The rows pause at the same step (a push of it buffered, or the
+    // tables past it: FAILED_PRECONDITION, the pause as it was).
+    if (absl::Status st = job.tables->Pause(step).status(); !st.ok()) {
+      job.pause_step.store(before, std::memory_order_seq_cst);
+      return st;
+    }
+  }
   *released = DropPrepared(job);
+  r.row_streams.clear();
   r.epoch = epoch;
   r.step = step;
   r.quiesced_logged = false;
@@ -196,6 +214,8 @@ uint64_t DropPrepared(Job& job) {
 
 uint64_t LiftPause(Job& job) {
   const uint64_t released = DropPrepared(job);
+  job.replacement.row_streams.clear();
+  if (job.tables != nullptr) job.tables->Unpause();
   job.replacement.epoch = 0;
   job.replacement.step = 0;
   job.pause_step.store(kNotPaused, std::memory_order_seq_cst);
@@ -435,6 +455,7 @@ void CarryOver(Job& old, Job& next) {
     count += active[r] != 0;
   }
   next.active_count.store(count, std::memory_order_release);
+  if (next.tables != nullptr) next.tables->SetMembership(active);
   for (const std::shared_ptr<Chunk>& c : next.chunks) {
     absl::MutexLock l(&c->mu);
     c->active = active;

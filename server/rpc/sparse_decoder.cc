@@ -18,7 +18,7 @@ static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
 constexpr uint32_t kJobIdField = 1, kWorkerField = 2, kStepField = 3,
                    kAttemptField = 4, kPushField = 5, kGradientsField = 6,
                    kPullField = 7, kPartField = 8, kPartsField = 9,
-                   kTableShardField = 10;
+                   kTableShardField = 10, kPlacementEpochField = 11;
 constexpr uint32_t kTableField = 1, kIdsField = 2, kValuesField = 3;
 
 constexpr RequestFields kRequest("SparseExchangeRequest");
@@ -76,6 +76,7 @@ absl::Status DecodeScalar(uint64_t field, WireReader* in,
   if (field == kTableShardField) {
     req->table_shard = static_cast<int64_t>(static_cast<uint32_t>(v));
   }
+  if (field == kPlacementEpochField) req->placement_epoch = v;
   return absl::OkStatus();
 }
 
@@ -104,9 +105,10 @@ absl::Status DecodeSparseExchangeRequest(
     if (!in.ReadTag(&tag)) return kRequest.Malformed("tag", in);
     const uint64_t field = tag >> kWireTypeBits;
     const uint32_t wire = static_cast<uint32_t>(tag & kWireTypeMask);
-    if (wire == kVarint && ((field >= kWorkerField && field <= kPushField) ||
-                            field == kPartField || field == kPartsField ||
-                            field == kTableShardField)) {
+    if (wire == kVarint &&
+        ((field >= kWorkerField && field <= kPushField) ||
+         field == kPartField || field == kPartsField ||
+         field == kTableShardField || field == kPlacementEpochField)) {
       PS_RETURN_IF_ERROR(DecodeScalar(field, &in, req));
     } else if (wire == kLengthDelimited &&
                (field == kJobIdField || field == kGradientsField ||

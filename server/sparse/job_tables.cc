@@ -61,6 +61,13 @@ absl::StatusOr<std::unique_ptr<JobTables>> JobTables::Create(
         "sparse tables: bad placement (shard %d of %d, %d workers)",
         where.shard_id, where.num_shards, where.num_workers));
   }
+  for (size_t i = 0; i < where.owners.size(); ++i) {
+    if (where.owners[i] >= where.num_shards) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "placement.table_shards[%d]: %d, but the cluster has %d shards", i,
+          where.owners[i], where.num_shards));
+    }
+  }
   PS_ASSIGN_OR_RETURN(std::unique_ptr<TableSet> tables, TableSet::Create(spec));
   return std::unique_ptr<JobTables>(
       new JobTables(spec, where, std::move(tables)));
@@ -236,6 +243,8 @@ void JobTables::Exchange(SparseRequestIn* req_in, SparseReplyOut* resp,
     absl::MutexLock l(&mu_);
     if (!closed_.ok()) {
       failed = closed_;
+    } else if (req.push && !(failed = PausedLocked(req.step)).ok()) {
+      // Refused whole, before anything is buffered: no other wait fails.
     } else {
       if (req.push) failed = PushBspLocked(req, std::move(pushed), resp);
       if (failed.ok()) {

@@ -161,6 +161,36 @@ class JobTables {
   // Shutdown).
   void Close(const absl::Status& why);
 
+  // Live re-placement of the rows (BSP; server/internal/reshard_tables.h,
+  // job_tables_move.cc). Pause: from now on a push of a step >= `step` is
+  // refused UNAVAILABLE, marked PausedForReplacement (the worker retries;
+  // after the COMMIT the shard refuses its placement epoch); pulls go on.
+  // True when quiesced: the version is `step` and no push of it is held.
+  // FAILED_PRECONDITION naming pause_step (nothing changed) when the
+  // version is past `step` or a push of it is buffered. Again: moves the
+  // pause.
+  absl::StatusOr<bool> Pause(uint64_t step);
+  void Unpause();
+  bool Quiesced(uint64_t step) const;
+  // The rows (and admission counters) whose id `keep` accepts, with the
+  // tables' version, as one stream for InstallRows: format 2 of
+  // tables_stream.h, each table's part a SparseTable increment. Only while
+  // paused and quiesced (else FAILED_PRECONDITION): nothing is buffered,
+  // and no push changes the rows meanwhile.
+  absl::Status SaveRowsWhere(const SparseTable::IdFilter& keep,
+                             ByteSink& sink) const;
+  // Fresh tables (nothing exchanged yet) take the rows of `streams`
+  // (SaveRowsWhere's, one per shard they come from) and the version they
+  // carry, which must be the same in each. Every id must be this shard's
+  // under its placement: INVALID_ARGUMENT naming the stream and the id;
+  // DATA_LOSS for a corrupt stream. Everything is read into new tables
+  // first, so an error changes nothing.
+  absl::Status InstallRows(absl::Span<ByteSource* const> streams);
+  // The shard that owns row `id` under these tables' placement, and
+  // whether this shard owns any (it is among Placement.table_shards).
+  uint32_t OwnerOf(uint64_t id) const;
+  bool OwnsRows() const;
+
   // Bytes of every table (rows, state, index, admission counters), of the
   // buffered BSP pushes and of the parts of split steps held.
   uint64_t bytes_used() const;
@@ -244,6 +274,9 @@ class JobTables {
   absl::Status NotActive(uint32_t worker) const;
   // BSP: a push of a step beyond the tables' version.
   absl::Status AheadError(uint64_t step, uint64_t version) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A push of `step` that the pause refuses (else OK).
+  absl::Status PausedLocked(uint64_t step) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // BSP, under mu_: buffers the push, applies the step once complete; sets
   // resp->duplicate / stale.
@@ -332,6 +365,8 @@ class JobTables {
   bool replica_gated_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t replicated_ ABSL_GUARDED_BY(mu_) = 0;
   StepSink step_sink_ ABSL_GUARDED_BY(mu_);
+  // Pause: pushes of steps >= it are refused (UINT64_MAX: none).
+  uint64_t pause_step_ ABSL_GUARDED_BY(mu_) = UINT64_MAX;
 };
 
 }  // namespace ps

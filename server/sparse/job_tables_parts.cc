@@ -48,6 +48,7 @@ void JobTables::ExchangePart(const SparseRequestIn& req, TablePushes pushed,
   } else {
     absl::MutexLock l(&mu_);
     failed = closed_;
+    if (failed.ok()) failed = PausedLocked(part.step);
     if (failed.ok()) {
       failed = PushPartBspLocked(std::move(part), &ready, &failed_waits);
     }

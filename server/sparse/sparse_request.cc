@@ -38,6 +38,7 @@ SparseRequestIn SparseRequestFromProto(const SparseExchangeRequest& req) {
   in.part = req.part();
   in.parts = req.parts();
   if (req.has_table_shard()) in.table_shard = req.table_shard();
+  in.placement_epoch = req.placement_epoch();
   for (const SparseRows& r : req.gradients()) {
     in.gradients.push_back(RowsFromProto(r));
   }

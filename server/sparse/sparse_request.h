@@ -48,6 +48,9 @@ struct SparseRequestIn {
   // SparseExchangeRequest.table_shard: the shard whose rows these are (-1:
   // unset, the receiving shard's).
   int64_t table_shard = -1;
+  // SparseExchangeRequest.placement_epoch: the placement the rows were
+  // routed by.
+  uint64_t placement_epoch = 0;
   std::vector<SparseRowsIn> gradients;  // moved out once checked
   std::vector<SparseRowsIn> pull;       // values empty
 };

@@ -33,6 +33,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -179,7 +180,22 @@ class SparseTable {
   // for a corrupt or truncated stream, kInvalidArgument for another
   // table's, kResourceExhausted over the budget) the table may be left
   // part-applied, and the caller discards it.
-  absl::Status ApplyIncrement(ByteSource& source);
+  //
+  // `accept` (set): only an increment is taken, and a row or admission
+  // counter whose id it refuses is kInvalidArgument naming the id (the
+  // rows of a live re-placement, checked against the receiving shard).
+  using IdFilter = std::function<bool(uint64_t id)>;
+  absl::Status ApplyIncrement(ByteSource& source,
+                              const IdFilter& accept = nullptr);
+
+  // The rows and admission counters whose id `keep` accepts, as an
+  // increment stream (no ids removed) that ApplyIncrement adds to another
+  // table of the same options: values, optimizer state, push counts and
+  // last steps bit for bit (a live re-placement's moving rows). Each stripe
+  // is copied under its reader lock, so a table that pushes meanwhile is
+  // not read at one instant (the caller pauses its pushes). Errors come
+  // from the sink.
+  absl::Status SaveRowsWhere(const IdFilter& keep, ByteSink& sink) const;
 
   // Replaces the contents with a Save() stream (same name, dim and
   // state_floats_per_row). kDataLoss on a corrupt or truncated stream,
@@ -223,9 +239,9 @@ class SparseTable {
   std::string IncrementHeader() const;
   static std::string IncrementTrailer(uint64_t removed, uint64_t rows,
                                       uint64_t counters);
-  absl::Status ApplyIncrementBody(ByteSource& source);
+  absl::Status ApplyIncrementBody(ByteSource& source, const IdFilter& accept);
   absl::Status ApplyIncrementSection(ByteSource& source, uint32_t section,
-                                     uint64_t* totals);
+                                     const IdFilter& accept, uint64_t* totals);
   absl::Status CheckBudget() const;
   absl::Status CheckStoredId(uint64_t id, absl::string_view where) const;
   absl::Status CheckId(uint64_t id, size_t index,

@@ -101,17 +101,19 @@ std::string SparseTable::IncrementTrailer(uint64_t removed, uint64_t rows,
   return out;
 }
 
-absl::Status SparseTable::ApplyIncrement(ByteSource& source) {
+absl::Status SparseTable::ApplyIncrement(ByteSource& source,
+                                         const IdFilter& accept) {
   char magic[8];
   absl::Status st = source.Read(sizeof(magic), magic);
   PrefixSource whole(absl::string_view(magic, sizeof(magic)), source);
-  if (st.ok() && std::memcmp(magic, kFullMagic, 8) == 0) {
+  if (st.ok() && std::memcmp(magic, kFullMagic, 8) == 0 && !accept) {
     return Restore(whole);
   }
   if (st.ok() && std::memcmp(magic, kDeltaMagic, 8) != 0) {
-    st = absl::DataLossError("not a sparse table stream (bad magic)");
+    st = absl::DataLossError(accept ? "not a sparse table increment"
+                                    : "not a sparse table stream (bad magic)");
   }
-  if (st.ok()) st = ApplyIncrementBody(whole);
+  if (st.ok()) st = ApplyIncrementBody(whole, accept);
   if (st.ok()) st = CheckBudget();
   // Its rows no longer follow the previous snapshot's.
   needs_full_.store(true);
@@ -120,7 +122,8 @@ absl::Status SparseTable::ApplyIncrement(ByteSource& source) {
                                               "': increment: ", st.message()));
 }
 
-absl::Status SparseTable::ApplyIncrementBody(ByteSource& source) {
+absl::Status SparseTable::ApplyIncrementBody(ByteSource& source,
+                                             const IdFilter& accept) {
   char h[28];
   uint32_t crc = 0;
   PS_RETURN_IF_ERROR(ReadCrc(source, sizeof(h), h, &crc));
@@ -148,7 +151,7 @@ absl::Status SparseTable::ApplyIncrementBody(ByteSource& source) {
   }
   uint64_t totals[3] = {0, 0, 0};  // removed, rows, counters
   for (uint32_t sec = 0; sec < sections; ++sec) {
-    PS_RETURN_IF_ERROR(ApplyIncrementSection(source, sec, totals));
+    PS_RETURN_IF_ERROR(ApplyIncrementSection(source, sec, accept, totals));
   }
   char t[32];
   crc = 0;
@@ -163,6 +166,7 @@ absl::Status SparseTable::ApplyIncrementBody(ByteSource& source) {
 
 absl::Status SparseTable::ApplyIncrementSection(ByteSource& source,
                                                 uint32_t section,
+                                                const IdFilter& accept,
                                                 uint64_t* totals) {
   const std::string where = absl::StrCat("section ", section);
   char sh[24];
@@ -181,6 +185,10 @@ absl::Status SparseTable::ApplyIncrementSection(ByteSource& source,
     return ReadRecords(source, count, bytes, &buf, &crc,
                        [&](uint64_t id, const char* p) -> absl::Status {
                          PS_RETURN_IF_ERROR(CheckStoredId(id, where));
+                         if (accept && !accept(id)) {
+                           return absl::InvalidArgumentError(absl::StrCat(
+                               where, ": id ", id, " does not belong here"));
+                         }
                          LockedStripe& stripe =
                              *stripes_[StripeOf(sparse_internal::RowHash(id))];
                          absl::MutexLock lock(&stripe.mu);
@@ -216,6 +224,45 @@ absl::Status SparseTable::ApplyIncrementSection(ByteSource& source,
   totals[1] += rows;
   totals[2] += counters;
   return absl::OkStatus();
+}
+
+absl::Status SparseTable::SaveRowsWhere(const IdFilter& keep,
+                                        ByteSink& sink) const {
+  using sparse_internal::RowStore;
+  using sparse_internal::StripeImage;
+  PS_RETURN_IF_ERROR(sink.Write(IncrementHeader()));
+  const uint32_t floats = options_.dim + options_.state_floats_per_row;
+  const size_t record_bytes = RowStore::RecordBytes(floats);
+  uint64_t rows = 0, counters = 0;
+  for (const auto& stripe : stripes_) {
+    StripeImage image;
+    {
+      absl::ReaderMutexLock lock(&stripe->mu);
+      stripe->data.Snapshot(&image);
+    }
+    // The kept rows as an increment's changed rows (their LRU order kept).
+    image.changes = true;
+    for (uint32_t slot = image.oldest; slot != RowStore::kNil;) {
+      const sparse_internal::RowMeta m =
+          RowStore::MetaAt(image.records.data(), record_bytes, slot);
+      if (keep(m.id)) {
+        if ((slot >> 6) >= image.changed.size()) {
+          image.changed.resize((slot >> 6) + 1, 0);
+        }
+        image.changed[slot >> 6] |= uint64_t{1} << (slot & 63);
+        ++image.changed_rows;
+      }
+      slot = m.newer;
+    }
+    image.counters.erase(
+        std::remove_if(image.counters.begin(), image.counters.end(),
+                       [&](const auto& c) { return !keep(c.first); }),
+        image.counters.end());
+    rows += image.changed_rows;
+    counters += image.counters.size();
+    PS_RETURN_IF_ERROR(sparse_internal::EncodeSection(image, floats, sink));
+  }
+  return sink.Write(IncrementTrailer(0, rows, counters));
 }
 
 absl::Status SparseTable::CheckBudget() const {

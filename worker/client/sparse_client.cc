@@ -104,6 +104,7 @@ SparseRequestHead GrpcSparseClient::HeadOf(const Call& c) const {
   h.parts = c.parts;
   // Names the copy a replicated job's successor shard serves it from.
   h.table_shard = c.shard;
+  h.placement_epoch = placement_epoch_;
   return h;
 }
 
@@ -139,6 +140,7 @@ absl::StatusOr<std::unique_ptr<GrpcSparseClient>> GrpcSparseClient::Create(
         absl::StrCat("shard_addresses: ", assignment.shard_addresses_size(),
                      " addresses for placement.num_shards ", shards));
   }
+  PS_RETURN_IF_ERROR(RowOwners(assignment.placement()).status());
   return std::unique_ptr<GrpcSparseClient>(
       new GrpcSparseClient(options, assignment, security));
 }
@@ -153,7 +155,9 @@ GrpcSparseClient::GrpcSparseClient(const PsClientOptions& options,
       rank_(assignment.rank()),
       retry_(RetryOptionsOf(options), assignment.spec().consistency(),
              StepDeadlineRule::kWaitingModes),
-      num_shards_(static_cast<uint32_t>(assignment.shard_addresses_size())) {
+      num_shards_(static_cast<uint32_t>(assignment.shard_addresses_size())),
+      owners_(*RowOwners(assignment.placement())),  // checked by Create
+      placement_epoch_(assignment.placement().epoch()) {
   channels_ = std::make_unique<ShardChannels<grpc::GenericStub>>(
       ChannelOptionsOf(options_, job_id_, "sparse retries go there"), security_,
       std::vector<std::string>(assignment.shard_addresses().begin(),
@@ -206,15 +210,17 @@ SparseClientStats GrpcSparseClient::stats() const {
   return stats_;
 }
 
-// A table's ids routed to their shards (ShardForId).
+// A table's ids routed to their shards (ShardForId over `owners`).
 struct GrpcSparseClient::IdRoute {
   std::vector<uint32_t> shard_of;  // by id position
   std::vector<size_t> count;       // ids per shard
 
-  IdRoute(absl::Span<const uint64_t> ids, uint32_t num_shards)
+  IdRoute(absl::Span<const uint64_t> ids, absl::Span<const uint32_t> owners,
+          uint32_t num_shards)
       : shard_of(ids.size()), count(num_shards, 0) {
+    const uint32_t n = static_cast<uint32_t>(owners.size());
     for (size_t k = 0; k < ids.size(); ++k) {
-      shard_of[k] = ShardForId(ids[k], num_shards);
+      shard_of[k] = owners[ShardForId(ids[k], n)];
       ++count[shard_of[k]];
     }
   }
@@ -225,17 +231,17 @@ absl::Status GrpcSparseClient::Plan(Step* step,
   const SparseStep& a = step->args;
   const uint32_t n = num_shards();
   std::vector<Call*> by_shard(n, nullptr);
-  if (a.push) {
-    for (uint32_t s = 0; s < n; ++s) CallTo(step, s, &by_shard);
+  if (a.push) {  // every shard with rows counts this worker's push
+    for (uint32_t s : owners_) CallTo(step, s, &by_shard);
   }
   for (size_t e = 0; e < a.tables.size(); ++e) {
     const SparseTableStep& t = a.tables[e];
     step->dims.push_back(spec_.tables(table_index[e]).dim());
     if (!t.push_ids.empty()) {
-      PackPush(step, e, IdRoute(t.push_ids, n), &by_shard);
+      PackPush(step, e, IdRoute(t.push_ids, owners_, n), &by_shard);
     }
     if (!t.pull_ids.empty()) {
-      PackPull(step, e, IdRoute(t.pull_ids, n), &by_shard);
+      PackPull(step, e, IdRoute(t.pull_ids, owners_, n), &by_shard);
     }
   }
   return CheckFits(step);

@@ -235,6 +235,11 @@ class GrpcSparseClient final : public SparseClient {
   const uint32_t rank_;
   const RetryPolicy retry_;
   const uint32_t num_shards_;
+  // The shards that hold rows (Placement.table_shards; every shard when
+  // the placement names none), and the placement's epoch, sent with every
+  // request.
+  const std::vector<uint32_t> owners_;
+  const uint64_t placement_epoch_;
 
   mutable absl::Mutex mu_;
   // By handle id.

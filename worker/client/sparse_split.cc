@@ -7,6 +7,23 @@
 #include "core/sparse_rows_codec.h"
 
 namespace ps {
+
+absl::StatusOr<std::vector<uint32_t>> RowOwners(const Placement& p) {
+  if (p.table_shards_size() == 0) {
+    std::vector<uint32_t> all(p.num_shards());
+    for (uint32_t s = 0; s < p.num_shards(); ++s) all[s] = s;
+    return all;
+  }
+  for (int i = 0; i < p.table_shards_size(); ++i) {
+    if (p.table_shards(i) >= p.num_shards()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("placement.table_shards[", i, "]: ", p.table_shards(i),
+                       " is past placement.num_shards ", p.num_shards()));
+    }
+  }
+  return std::vector<uint32_t>(p.table_shards().begin(),
+                               p.table_shards().end());
+}
 namespace {
 
 size_t EntryOverhead(const SparseRowsOut& r) {

@@ -18,9 +18,16 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "proto/job.pb.h"
 #include "worker/client/sparse_wire.h"
 
 namespace ps {
+
+// The shards that hold a job's rows under `p`, in ShardForId's index order
+// (Placement.table_shards; every shard when it names none): row `id` goes
+// to result[ShardForId(id, result.size())]. INVALID_ARGUMENT naming
+// placement.table_shards[i] for a shard past num_shards.
+absl::StatusOr<std::vector<uint32_t>> RowOwners(const Placement& p);
 
 // One shard's rows of a step, as GrpcSparseClient sends them.
 struct SparseShardRows {

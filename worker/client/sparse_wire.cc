@@ -67,6 +67,7 @@ grpc::ByteBuffer EncodeSparseRequest(const SparseRequestHead& head,
     h.push_back(static_cast<char>(kSparseRequestTableShardTag));
     PutVarint(static_cast<uint64_t>(head.table_shard), &h);
   }
+  PutVarintField(kSparseRequestPlacementEpochTag, head.placement_epoch, &h);
   // Borrowed pieces are not copied, not freed: the caller keeps the buffers
   // (see the header).
   return ToSendBuffer(pieces, std::move(h), StaticSlice);

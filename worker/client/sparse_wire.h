@@ -60,6 +60,8 @@ struct SparseRequestHead {
   // SparseExchangeRequest.table_shard: the shard whose rows these are
   // (-1: unset, left off the wire).
   int64_t table_shard = -1;
+  // SparseExchangeRequest.placement_epoch (0: left off the wire).
+  uint64_t placement_epoch = 0;
 };
 
 // A SparseExchangeRequest, byte for byte as protobuf would write it. Its

@@ -51,7 +51,7 @@ absl::Status RequestChecks::CheckRows(const SparseRowsIn& rows, bool push,
           absl::StrFormat("%s.ids[%d]: id %d is outside table %s (num_ids %d)",
                           at, i, id, rows.table, t->spec.num_ids()));
     }
-    const uint32_t shard = ShardForId(id, where_.num_shards);
+    const uint32_t shard = RowOwner(id, where_.owners, where_.num_shards);
     if (shard != where_.shard_id) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "%s.ids[%d]: id %d belongs to shard %d, not %d (table %s)", at, i, id,

@@ -28,12 +28,15 @@ namespace sparse_internal {
 inline constexpr uint64_t kDefaultSplitBufferBytes = 1ull << 30;
 
 // Where a job's tables live: this shard among the job's, and its workers;
-// and the bound on the split steps they buffer.
+// and the bound on the split steps they buffer. A row's shard is
+// RowOwner(id, owners, num_shards) (core/sparse_ids.h; owners empty: every
+// shard).
 struct TablesPlacement {
   uint32_t shard_id = 0;
   uint32_t num_shards = 1;
   uint32_t num_workers = 1;
   uint64_t split_buffer_bytes = kDefaultSplitBufferBytes;
+  std::vector<uint32_t> owners = {};  // Placement.table_shards
 };
 
 class RequestChecks {

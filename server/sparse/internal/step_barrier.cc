@@ -111,10 +111,12 @@ StepBarrier::State StepBarrier::CopyState() const {
   return s;
 }
 
-void StepBarrier::Restore(State state) {
+void StepBarrier::Restore(State state, bool restarted) {
   version_ = state.version;
-  restored_version_ = state.version;
-  restored_ = true;
+  if (restarted) {
+    restored_version_ = state.version;
+    restored_ = true;
+  }
   claimed_steps_ = state.pushed_steps;
   pushed_steps_ = std::move(state.pushed_steps);
   pending_ = std::move(state.pending);

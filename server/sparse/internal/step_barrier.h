@@ -88,9 +88,10 @@ class StepBarrier {
 
   // A copy of the saved state (the buffered pushes copied).
   State CopyState() const;
-  // Replaces the state (claims = pushed steps) and remembers that it was
-  // restored, for RestoredNote.
-  void Restore(State state);
+  // Replaces the state (claims = pushed steps) and, with `restarted`,
+  // remembers that it was restored from a checkpoint, for RestoredNote
+  // (rows moved in by a live re-placement are not).
+  void Restore(State state, bool restarted = true);
   // For the error of a BSP push beyond the version: after Restore, a note
   // that the updates after the checkpoint are lost; else "".
   std::string RestoredNote() const;

@@ -233,10 +233,29 @@ absl::StatusOr<std::vector<std::unique_ptr<SparseTable>>> TableSet::ReadTables(
 }
 
 absl::Status TableSet::ApplyIncrements(
-    std::vector<std::unique_ptr<SparseTable>>& restored,
-    ByteSource& source) const {
+    std::vector<std::unique_ptr<SparseTable>>& restored, ByteSource& source,
+    const SparseTable::IdFilter& accept) const {
   for (auto& table : restored) {
-    PS_RETURN_IF_ERROR(table->ApplyIncrement(source));
+    PS_RETURN_IF_ERROR(table->ApplyIncrement(source, accept));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::unique_ptr<SparseTable>>> TableSet::Empty()
+    const {
+  std::vector<std::unique_ptr<SparseTable>> fresh;
+  for (const auto& t : tables_) {
+    PS_ASSIGN_OR_RETURN(std::unique_ptr<SparseTable> table,
+                        SparseTable::Create(t->options));
+    fresh.push_back(std::move(table));
+  }
+  return fresh;
+}
+
+absl::Status TableSet::SaveRowsWhere(const SparseTable::IdFilter& keep,
+                                     ByteSink& sink) const {
+  for (const auto& t : tables_) {
+    PS_RETURN_IF_ERROR(t->rows->SaveRowsWhere(keep, sink));
   }
   return absl::OkStatus();
 }

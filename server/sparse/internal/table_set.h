@@ -90,10 +90,16 @@ class TableSet {
       ByteSource& source) const;
   // Applies one SparseTable stream per table (an increment, or a full
   // stream) to tables ReadTables read; an error leaves them part-applied
-  // (discard them).
+  // (discard them). `accept` (set): increments only, each id checked
+  // (SparseTable::ApplyIncrement).
   absl::Status ApplyIncrements(
-      std::vector<std::unique_ptr<SparseTable>>& restored,
-      ByteSource& source) const;
+      std::vector<std::unique_ptr<SparseTable>>& restored, ByteSource& source,
+      const SparseTable::IdFilter& accept = nullptr) const;
+  // Fresh empty tables, one per table, for Replace.
+  absl::StatusOr<std::vector<std::unique_ptr<SparseTable>>> Empty() const;
+  // One SparseTable::SaveRowsWhere stream per table, in order.
+  absl::Status SaveRowsWhere(const SparseTable::IdFilter& keep,
+                             ByteSink& sink) const;
   // Swaps in the rows ReadTables read (one per table, in order).
   void Replace(std::vector<std::unique_ptr<SparseTable>> rows);
 

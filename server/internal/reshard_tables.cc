@@ -1,0 +1,210 @@
+#include "server/internal/reshard_tables.h"
+
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
+#include "common/status_macros.h"
+#include "core/sparse_ids.h"
+#include "server/sparse/byte_stream.h"
+
+namespace ps {
+namespace internal {
+namespace {
+
+absl::Status Invalid(absl::string_view field, absl::string_view why) {
+  return absl::InvalidArgumentError(absl::StrCat(field, ": ", why));
+}
+
+// The rows' shards under `p`: table_shards, or every shard.
+std::vector<uint32_t> Owners(const Placement& p) {
+  if (p.table_shards_size() > 0) {
+    return {p.table_shards().begin(), p.table_shards().end()};
+  }
+  std::vector<uint32_t> all(p.num_shards());
+  for (uint32_t s = 0; s < p.num_shards(); ++s) all[s] = s;
+  return all;
+}
+
+absl::Status CheckRowsRequest(const Job& job, const FetchChunksRequest& req) {
+  if (job.tables == nullptr) {
+    return Invalid("rows_for_shard",
+                   absl::StrCat("job ", job.id, " has no sparse tables"));
+  }
+  if (req.chunk_ids_size() > 0) {
+    return Invalid("chunk_ids", "set with rows_for_shard (ask for one)");
+  }
+  if (req.table_shards_size() == 0) {
+    return Invalid("table_shards", "empty (the new placement's rows' shards)");
+  }
+  for (int i = 0; i < req.table_shards_size(); ++i) {
+    if (req.table_shards(i) >= job.placement.num_shards()) {
+      return Invalid(absl::StrCat("table_shards[", i, "]"),
+                     absl::StrCat(req.table_shards(i), " is past the ",
+                                  job.placement.num_shards(), " shards"));
+    }
+  }
+  if (!absl::c_linear_search(req.table_shards(), req.rows_for_shard())) {
+    return Invalid("rows_for_shard",
+                   absl::StrCat(req.rows_for_shard(), " is not among [",
+                                absl::StrJoin(req.table_shards(), ", "), "]"));
+  }
+  if (req.max_piece_bytes() > kMaxRowPieceBytes) {
+    return Invalid(
+        "max_piece_bytes",
+        absl::StrCat(req.max_piece_bytes(), " is over ", kMaxRowPieceBytes));
+  }
+  return absl::OkStatus();
+}
+
+// The stream of `job`'s rows owned by `target` under `owners` (paused and
+// quiesced: the tables check it).
+absl::StatusOr<std::shared_ptr<const std::string>> RowsFor(
+    const Job& job, uint32_t num_shards, const std::vector<uint32_t>& owners,
+    uint32_t target) {
+  auto bytes = std::make_shared<std::string>();
+  StringSink sink(bytes.get());
+  PS_RETURN_IF_ERROR(job.tables->SaveRowsWhere(
+      [&](uint64_t id) { return RowOwner(id, owners, num_shards) == target; },
+      sink));
+  return std::shared_ptr<const std::string>(std::move(bytes));
+}
+
+}  // namespace
+
+absl::Status CopyRows(Job& job, uint32_t shard_id,
+                      const FetchChunksRequest& req,
+                      FetchChunksResponse* resp) {
+  resp->Clear();
+  PS_RETURN_IF_ERROR(CheckRowsRequest(job, req));
+  const std::vector<uint32_t> owners(req.table_shards().begin(),
+                                     req.table_shards().end());
+  const std::string key =
+      absl::StrCat(req.rows_for_shard(), ":", absl::StrJoin(owners, ","));
+  std::shared_ptr<const std::string> stream;
+  uint64_t generation = 0;
+  {
+    absl::MutexLock l(&job.replacement.mu);
+    const Replacement& r = job.replacement;
+    if (req.epoch() == 0 || r.epoch != req.epoch() || r.committed) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "epoch: job ", job.id, " is not paused for placement epoch ",
+          req.epoch(), " on shard ", shard_id));
+    }
+    auto it = r.row_streams.find(key);
+    if (it != r.row_streams.end()) stream = it->second;
+    generation = r.generation;
+  }
+  if (stream == nullptr) {
+    // Made without the mutex (a PAUSE or ABORT need not wait for it); kept
+    // unless the pause changed meanwhile.
+    PS_ASSIGN_OR_RETURN(stream, RowsFor(job, job.placement.num_shards(), owners,
+                                        req.rows_for_shard()));
+    absl::MutexLock l(&job.replacement.mu);
+    Replacement& r = job.replacement;
+    if (r.generation != generation || r.epoch != req.epoch()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("job ", job.id, " was paused again or its pause lifted ",
+                       "on shard ", shard_id, " while its rows were copied"));
+    }
+    r.row_streams.emplace(key, stream);
+  }
+  if (req.rows_offset() > stream->size()) {
+    return Invalid("rows_offset",
+                   absl::StrCat(req.rows_offset(), " is past the stream's ",
+                                stream->size(), " bytes"));
+  }
+  const uint64_t piece =
+      req.max_piece_bytes() == 0 ? kRowPieceBytes : req.max_piece_bytes();
+  resp->set_rows(stream->substr(req.rows_offset(), piece));
+  resp->set_rows_total(stream->size());
+  return absl::OkStatus();
+}
+
+namespace {
+
+// The stream shard `from` holds for `self` under `req`'s placement, piece
+// by piece; `*fetched` counts its bytes.
+absl::StatusOr<std::string> FetchRows(const Job& old, uint32_t from,
+                                      uint32_t self, const ReshardRequest& req,
+                                      const FetchBatch& fetch,
+                                      uint64_t* fetched) {
+  FetchChunksRequest ask;
+  ask.set_job_id(old.id);
+  ask.set_epoch(req.epoch());
+  ask.set_rows_for_shard(self);
+  *ask.mutable_table_shards() = req.placement().table_shards();
+  ask.set_max_piece_bytes(kRowPieceBytes);
+  std::string stream;
+  uint64_t total = 0;
+  do {
+    ask.set_rows_offset(stream.size());
+    FetchChunksResponse got;
+    PS_RETURN_IF_ERROR(fetch(from, ask, &got));
+    if (stream.empty()) total = got.rows_total();
+    if (got.rows_total() != total || got.rows().size() > kRowPieceBytes ||
+        (got.rows().empty() && stream.size() < total) ||
+        stream.size() + got.rows().size() > total) {
+      return absl::DataLossError(absl::StrCat(
+          "shard ", from, " answered a piece of ", got.rows().size(),
+          " bytes at ", stream.size(), " of a ", got.rows_total(),
+          "-byte rows stream (", total, " before)"));
+    }
+    stream.append(got.rows());
+    *fetched += got.rows().size();
+  } while (stream.size() < total);
+  return stream;
+}
+
+}  // namespace
+
+absl::StatusOr<FetchTally> BuildTables(const Job& old,
+                                       const ReshardRequest& req,
+                                       const FetchBatch& fetch,
+                                       ReplacementPlan& plan) {
+  FetchTally tally;
+  JobTables* fresh = plan.job->tables.get();
+  if (old.tables == nullptr || fresh == nullptr || !fresh->OwnsRows()) {
+    return tally;
+  }
+  const uint32_t self = plan.shard_id;
+  const std::vector<uint32_t> to = Owners(req.placement());
+  std::vector<std::string> streams;
+  for (uint32_t from : Owners(old.placement)) {
+    if (from == self) {
+      PS_ASSIGN_OR_RETURN(std::shared_ptr<const std::string> mine,
+                          RowsFor(old, req.placement().num_shards(), to, self));
+      streams.push_back(*mine);
+      continue;
+    }
+    if (from >= static_cast<uint32_t>(req.shard_addresses_size()) ||
+        req.shard_addresses(from).empty()) {
+      return Invalid("shard_addresses",
+                     absl::StrCat("no address of shard ", from,
+                                  ", which holds rows of job ", old.id));
+    }
+    absl::StatusOr<std::string> got =
+        FetchRows(old, from, self, req, fetch, &tally.bytes);
+    if (!got.ok()) {
+      return absl::Status(
+          got.status().code(),
+          absl::StrCat("fetching the rows of job ", old.id, " from shard ",
+                       from, ": ", got.status().message()));
+    }
+    streams.push_back(*std::move(got));
+    ++tally.chunks;
+  }
+  std::vector<StringSource> sources(streams.begin(), streams.end());
+  std::vector<ByteSource*> ptrs;
+  for (StringSource& s : sources) ptrs.push_back(&s);
+  PS_RETURN_IF_ERROR(fresh->InstallRows(ptrs));
+  return tally;
+}
+
+}  // namespace internal
+}  // namespace ps

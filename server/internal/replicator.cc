@@ -75,7 +75,10 @@ constexpr size_t kForwardBytes = size_t{1} << 20;
 }  // namespace
 
 Replicator::Replicator(Options options, std::shared_ptr<const ReplicaView> view)
-    : options_(options), view_(std::move(view)) {}
+    : options_(options),
+      view_(std::move(view)),
+      health_({.deadline = options.deadline,
+               .max_deadline = options.max_deadline}) {}
 
 Replicator::~Replicator() { Stop(); }
 
@@ -119,54 +122,29 @@ void Replicator::Stop() {
 
 absl::Duration Replicator::DeadlineFor(uint32_t backup) const {
   absl::MutexLock l(&mu_);
-  const auto it = health_.find(backup);
-  return it == health_.end() ? options_.deadline : it->second.deadline;
+  return health_.DeadlineFor(backup);
 }
 
 void Replicator::Record(uint32_t backup, const absl::Status& s,
                         absl::Duration deadline) {
+  const absl::Time now = absl::Now();
   absl::MutexLock l(&mu_);
-  auto it = health_.find(backup);
   if (s.ok()) {
-    if (it == health_.end()) return;
-    Health& h = it->second;
-    h.failing_since = absl::InfinitePast();
-    h.exhausted = false;
-    h.deadline = std::max(options_.deadline, h.deadline / 2);
-    if (h.deadline == options_.deadline) health_.erase(it);
-    return;
+    health_.Answered(backup);
+  } else {
+    health_.Failed(backup, s, deadline, now);
   }
-  if (it == health_.end()) {
-    it = health_.emplace(backup, Health{.deadline = options_.deadline}).first;
-  }
-  Health& h = it->second;
-  if (h.failing_since == absl::InfinitePast()) h.failing_since = absl::Now();
-  const absl::Duration cap = std::max(options_.deadline, options_.max_deadline);
-  const bool timeout = absl::IsDeadlineExceeded(s);
-  h.exhausted = !timeout || deadline >= cap;
-  if (timeout) h.deadline = std::min(cap, std::max(h.deadline, 2 * deadline));
 }
 
 std::vector<uint32_t> Replicator::Lagging(absl::Duration lag,
                                           absl::Time now) const {
-  std::vector<uint32_t> out;
   absl::MutexLock l(&mu_);
-  for (const auto& [backup, h] : health_) {
-    if (h.failing_since != absl::InfinitePast() &&
-        now - h.failing_since >= lag && h.exhausted && !view_->Failed(backup)) {
-      out.push_back(backup);
-    }
-  }
-  return out;
+  return health_.Lagging(lag, now, *view_);
 }
 
 void Replicator::ForgetFailures(uint32_t shard) {
   absl::MutexLock l(&mu_);
-  if (shard == view_->self()) {
-    health_.clear();
-    return;
-  }
-  health_.erase(shard);
+  health_.Forget(shard, view_->self());
 }
 
 void Replicator::Loop() {

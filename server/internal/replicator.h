@@ -38,13 +38,10 @@
 // (JobStats.replica_drops), never silently. A backup that keeps failing
 // forwards while it answers the coordinator (it falls behind) is reported
 // by Lagging in the heartbeat's answer, and the coordinator fails it.
-// A backup that is only slow is not behind: each forward to it that runs
-// out of time doubles the deadline of its next ones (up to `max_deadline`;
-// each success halves it again), so a backup whose link or CPU a big step
-// saturates takes its forwards, late, instead of every try being cut off
-// and sent again from the start; it counts as lagging only once a forward
+// A backup that is only slow is not behind: its forwards' deadline grows
+// while they run out of time, and it counts as lagging only once one
 // given `max_deadline` failed too (or one failed otherwise: refused,
-// unreachable).
+// unreachable); BackupHealth (backup_health.h) keeps that rule.
 //
 // Re-replication: a shard back after a failover is `joining` in the view.
 // It gets every chunk it holds a copy of (the pre-copy), then each chunk
@@ -80,6 +77,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "proto/ps.pb.h"
+#include "server/internal/backup_health.h"
 #include "server/internal/job.h"
 #include "server/internal/replica_apply.h"
 #include "server/internal/replica_view.h"
@@ -208,18 +206,8 @@ class Replicator {
   std::deque<std::shared_ptr<Job>> queue_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   bool started_ ABSL_GUARDED_BY(mu_) = false;
-  // How forwards to one backup have gone.
-  struct Health {
-    // When they started failing (no success since); InfinitePast: none
-    // failing.
-    absl::Time failing_since = absl::InfinitePast();
-    // The last failure gave up on the backup: it had the full max_deadline,
-    // or it was not a timeout.
-    bool exhausted = false;
-    // The next forward's deadline (Options.deadline when absent).
-    absl::Duration deadline;
-  };
-  std::map<uint32_t, Health> health_ ABSL_GUARDED_BY(mu_);
+  // How forwards to each backup have gone.
+  BackupHealth health_ ABSL_GUARDED_BY(mu_);
   std::map<uint32_t, std::unique_ptr<Stream>> streams_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;
 };

@@ -39,7 +39,11 @@ ChunkPlacement TablesCopyPlacement(const Placement& placement, uint32_t shard,
 
 TableReplicas::TableReplicas(Options options, std::string job_id,
                              std::shared_ptr<const ReplicaView> view)
-    : options_(options), job_id_(std::move(job_id)), view_(std::move(view)) {}
+    : options_(options),
+      job_id_(std::move(job_id)),
+      view_(std::move(view)),
+      health_({.deadline = options.deadline,
+               .max_deadline = options.max_deadline}) {}
 
 absl::StatusOr<std::unique_ptr<TableReplicas>> TableReplicas::Create(
     Options options, std::string job_id, const Placement& placement, uint32_t k,
@@ -364,42 +368,25 @@ absl::Status TableReplicas::Send(uint32_t backup, ReplicateRequest& req,
 
 absl::Duration TableReplicas::DeadlineFor(uint32_t backup) const {
   absl::MutexLock l(&mu_);
-  auto it = health_.find(backup);
-  return it == health_.end() || it->second.deadline <= absl::ZeroDuration()
-             ? options_.deadline
-             : it->second.deadline;
+  return health_.DeadlineFor(backup);
 }
 
 void TableReplicas::Record(uint32_t backup, const absl::Status& s,
                            absl::Duration used) {
+  const absl::Time now = absl::Now();
   absl::MutexLock l(&mu_);
-  Health& h = health_[backup];
-  if (h.deadline <= absl::ZeroDuration()) h.deadline = options_.deadline;
   // A base it lacks is an answer, not a failure: it gets the state.
   if (s.ok() || absl::IsOutOfRange(s)) {
-    h.failing_since = absl::InfinitePast();
-    h.exhausted = false;
-    h.deadline = std::max(options_.deadline, h.deadline / 2);
-    return;
+    health_.Answered(backup);
+  } else {
+    health_.Failed(backup, s, used, now);
   }
-  if (h.failing_since == absl::InfinitePast()) h.failing_since = absl::Now();
-  const bool timeout = absl::IsDeadlineExceeded(s);
-  // Slow, not gone: the next forward gets twice the time (as Replicator).
-  h.exhausted = !timeout || used >= options_.max_deadline;
-  if (timeout) h.deadline = std::min(options_.max_deadline, used * 2);
 }
 
 std::vector<uint32_t> TableReplicas::Lagging(absl::Duration lag,
                                              absl::Time now) const {
-  std::vector<uint32_t> out;
   absl::MutexLock l(&mu_);
-  for (const auto& [backup, h] : health_) {
-    if (h.failing_since != absl::InfinitePast() &&
-        now - h.failing_since >= lag && h.exhausted && !view_->Failed(backup)) {
-      out.push_back(backup);
-    }
-  }
-  return out;
+  return health_.Lagging(lag, now, *view_);
 }
 
 void TableReplicas::AfterRound(Copy& c) {
@@ -429,13 +416,7 @@ void TableReplicas::ForgetAcks(uint32_t shard) {
   {
     absl::MutexLock l(&mu_);
     for (auto& c : copies_) c->backups[shard] = BackupState();
-    // It (re)joins: its earlier failures no longer count; this shard
-    // itself: none of its forwards' failures do (it rejoins empty).
-    if (shard == view_->self()) {
-      health_.clear();
-    } else {
-      health_.erase(shard);
-    }
+    health_.Forget(shard, view_->self());
   }
   Wake();
 }

@@ -53,6 +53,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "proto/ps.pb.h"
+#include "server/internal/backup_health.h"
 #include "server/internal/replica_view.h"
 #include "server/sparse/job_tables.h"
 
@@ -129,11 +130,10 @@ class TableReplicas {
   // Of the view's joining shards, those a copy served here has not caught
   // up yet (SetReplicaViewResponse.behind).
   std::vector<uint32_t> Behind() const ABSL_LOCKS_EXCLUDED(mu_);
-  // The backups not failed whose table forwards have failed without a
-  // success since at least `now - lag`, the last with `max_deadline` or
-  // otherwise than by running out of time (SetReplicaViewResponse.lagging,
-  // as Replicator::Lagging; each forward that runs out of time doubles the
-  // next one's deadline, up to `max_deadline`).
+  // The backups not failed whose table forwards have failed without an
+  // answer since at least `now - lag`, the last with `max_deadline` or
+  // otherwise than by running out of time (SetReplicaViewResponse.lagging;
+  // BackupHealth, as Replicator::Lagging).
   std::vector<uint32_t> Lagging(absl::Duration lag, absl::Time now) const
       ABSL_LOCKS_EXCLUDED(mu_);
   // Whether every copy held here that another shard serves got a state or
@@ -214,13 +214,9 @@ class TableReplicas {
   TablesSender sender_ ABSL_GUARDED_BY(mu_);
   std::function<void(const absl::Status&)> on_fenced_ ABSL_GUARDED_BY(mu_);
   uint64_t logged_epoch_ ABSL_GUARDED_BY(mu_) = UINT64_MAX;
-  // How forwards to each backup have gone (as Replicator's).
-  struct Health {
-    absl::Time failing_since = absl::InfinitePast();  // none failing
-    bool exhausted = false;
-    absl::Duration deadline;  // of the next step forward (0: default)
-  };
-  std::map<uint32_t, Health> health_ ABSL_GUARDED_BY(mu_);
+  // How forwards to each backup have gone (the deadline: of a step
+  // forward; a state's is max_deadline).
+  BackupHealth health_ ABSL_GUARDED_BY(mu_);
   std::weak_ptr<void> owner_ ABSL_GUARDED_BY(mu_);
   bool has_owner_ ABSL_GUARDED_BY(mu_) = false;
   // Set by the destructor when it runs on the forwarding thread (the

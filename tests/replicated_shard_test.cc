@@ -34,14 +34,6 @@ using ::testing::HasSubstr;
 constexpr uint64_t kTotalSteps = 192;
 constexpr uint64_t kKillAfterStep = 20;
 
-LocalClusterOptions Options() {
-  LocalClusterOptions o;
-  o.shards = 3;
-  // Enough retries (backoff capped at 2 s) to outlast the failover.
-  o.workerd_extra = "rpc_max_attempts: 30";
-  return o;
-}
-
 struct RunResult {
   uint64_t checksum = 0;
   float test_accuracy = -1;
@@ -52,7 +44,7 @@ struct RunResult {
 // `extra`: more JobSpec text (e.g. a wire format).
 void TrainOnce(const std::string& name, int replication, bool kill,
                RunResult* result, const std::string& extra = "") {
-  LocalCluster cluster(TestDir(name), Options());
+  LocalCluster cluster(TestDir(name), ThreeShardsOutlastingFailover());
   ASSERT_TRUE(cluster.Start().ok());
   absl::StatusOr<RunningJob> running = StartJobUntilStep(
       cluster, ReplicatedMlpJob("replicated-bsp", replication) + extra, 3,
@@ -162,7 +154,7 @@ TEST(ReplicatedShardTest, ATopKJobFailsOverBitwiseIdentical) {
 }
 
 TEST(ReplicatedShardTest, BadReplicationIsRefusedAndDryRunShowsTheCopies) {
-  LocalClusterOptions o = Options();
+  LocalClusterOptions o = ThreeShardsOutlastingFailover();
   o.workers = 0;
   LocalCluster cluster(TestDir("refused"), o);
   ASSERT_TRUE(cluster.Start().ok());

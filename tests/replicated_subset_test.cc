@@ -33,20 +33,12 @@ namespace {
 constexpr uint64_t kTotalSteps = 192;
 constexpr uint64_t kKillAfterStep = 20;
 
-LocalClusterOptions Options() {
-  LocalClusterOptions o;
-  o.shards = 3;
-  // Enough retries (backoff capped at 2 s) to outlast the failover.
-  o.workerd_extra = "rpc_max_attempts: 30";
-  return o;
-}
-
 // Trains the job (`shard_set`: its JobSpec shard fields) with `replication`
 // copies; kills shard `kill` (< 0: none) after kKillAfterStep and reads the
 // parameters from `survivor` in its place. The parameters' checksum.
 void TrainOnce(const std::string& name, const std::string& shard_set,
                int replication, int kill, int survivor, uint64_t* checksum) {
-  LocalCluster cluster(TestDir(name), Options());
+  LocalCluster cluster(TestDir(name), ThreeShardsOutlastingFailover());
   ASSERT_TRUE(cluster.Start().ok());
   absl::StatusOr<RunningJob> running = StartJobUntilStep(
       cluster, ReplicatedMlpJob("subset", replication) + shard_set, 3,

@@ -43,14 +43,6 @@ constexpr uint64_t kKillAfterStep = 30;
 // the job's (11), so that the start from the file shows in the result.
 constexpr uint64_t kFileSeed = 7;
 
-LocalClusterOptions Options() {
-  LocalClusterOptions o;
-  o.shards = 3;
-  // Enough retries (backoff capped at 2 s) to outlast the failovers.
-  o.workerd_extra = "rpc_max_attempts: 30";
-  return o;
-}
-
 std::string JobText(int replication, const std::string& file) {
   return absl::StrCat(
       ReplicatedMlpJob("replicated-warm", replication, kEpochs, 200),
@@ -107,7 +99,7 @@ void Finish(LocalCluster& cluster, const std::string& job,
 
 // The same job without replicas, undisturbed.
 void Undisturbed(uint64_t* checksum) {
-  LocalCluster cluster(TestDir("undisturbed"), Options());
+  LocalCluster cluster(TestDir("undisturbed"), ThreeShardsOutlastingFailover());
   ASSERT_TRUE(cluster.Start().ok());
   const std::string file = cluster.dir() + "/model.npz";
   ASSERT_NO_FATAL_FAILURE(WriteModelFile(file));
@@ -123,7 +115,7 @@ TEST(ReplicatedWarmStartTest, FailoverAndRejoinWithoutTheFileBitwiseIdentical) {
   uint64_t calm = 0;
   ASSERT_NO_FATAL_FAILURE(Undisturbed(&calm));
 
-  LocalCluster cluster(TestDir("replicated"), Options());
+  LocalCluster cluster(TestDir("replicated"), ThreeShardsOutlastingFailover());
   ASSERT_TRUE(cluster.Start().ok());
   const std::string file = cluster.dir() + "/model.npz";
   ASSERT_NO_FATAL_FAILURE(WriteModelFile(file));
@@ -188,7 +180,8 @@ void RunSource(const LocalCluster& cluster) {
 
 // The warm-started job without replicas, undisturbed.
 void UndisturbedFromJob(uint64_t* checksum) {
-  LocalCluster cluster(TestDir("from-job-undisturbed"), Options());
+  LocalCluster cluster(TestDir("from-job-undisturbed"),
+                       ThreeShardsOutlastingFailover());
   ASSERT_TRUE(cluster.Start().ok());
   ASSERT_NO_FATAL_FAILURE(RunSource(cluster));
   absl::StatusOr<std::string> job = SubmitJob(cluster, FromJobText(1));
@@ -209,7 +202,8 @@ TEST(ReplicatedWarmStartTest, FromAJobFailoverBitwiseIdentical) {
   uint64_t calm = 0;
   ASSERT_NO_FATAL_FAILURE(UndisturbedFromJob(&calm));
 
-  LocalCluster cluster(TestDir("from-job-replicated"), Options());
+  LocalCluster cluster(TestDir("from-job-replicated"),
+                       ThreeShardsOutlastingFailover());
   ASSERT_TRUE(cluster.Start().ok());
   ASSERT_NO_FATAL_FAILURE(RunSource(cluster));
   absl::StatusOr<RunningJob> running = StartJobUntilStep(

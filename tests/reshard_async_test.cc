@@ -35,9 +35,7 @@ INSTANTIATE_TEST_SUITE_P(Modes, ReshardAsyncTest,
                          ::testing::ValuesIn(AsyncModes()), AsyncModeName);
 
 TEST_P(ReshardAsyncTest, EveryPushAppliesOnceAcrossTwoMoves) {
-  LocalClusterOptions o;
-  o.shards = 3;
-  LocalCluster cluster(TestDir(GetParam().name), o);
+  LocalCluster cluster(TestDir(GetParam().name), ThreeShards());
   ASSERT_TRUE(cluster.Start().ok());
   absl::StatusOr<RunningJob> job =
       StartJobUntilStep(cluster,

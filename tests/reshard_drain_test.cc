@@ -28,12 +28,6 @@ using ::testing::HasSubstr;
 constexpr int kEpochs = 60;
 constexpr uint64_t kTotalSteps = 64 * kEpochs;
 
-LocalClusterOptions Options() {
-  LocalClusterOptions o;
-  o.shards = 3;
-  return o;
-}
-
 // psctl scale JOB --drain=IDS: exit code and output.
 CommandResult Drain(LocalCluster& cluster, const std::string& job,
                     const std::string& ids) {
@@ -58,7 +52,7 @@ void ExpectRefusals(LocalCluster& cluster, const std::string& job) {
 }
 
 uint64_t TrainOnce(const std::string& name, bool drain) {
-  LocalCluster cluster(TestDir(name), Options());
+  LocalCluster cluster(TestDir(name), ThreeShards());
   EXPECT_TRUE(cluster.Start().ok());
   absl::StatusOr<RunningJob> running =
       StartJobUntilStep(cluster, ReplicatedMlpJob("drain", 1, kEpochs, 2000), 3,

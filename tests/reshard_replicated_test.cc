@@ -33,14 +33,6 @@ std::string Job() {
                       "shards: 2\n");
 }
 
-LocalClusterOptions Options() {
-  LocalClusterOptions o;
-  o.shards = 3;
-  // Enough retries (backoff capped at 2 s) to outlast the failover.
-  o.workerd_extra = "rpc_max_attempts: 30";
-  return o;
-}
-
 // `psctl scale JOB ARG`; the move must complete at `epoch`.
 void Move(const LocalCluster& cluster, const std::string& job,
           const std::string& arg, uint64_t epoch) {
@@ -51,7 +43,7 @@ void Move(const LocalCluster& cluster, const std::string& job,
 }
 
 uint64_t TrainOnce(const std::string& name, bool move) {
-  LocalCluster cluster(TestDir(name), Options());
+  LocalCluster cluster(TestDir(name), ThreeShardsOutlastingFailover());
   EXPECT_TRUE(cluster.Start().ok());
   absl::StatusOr<RunningJob> running =
       StartJobUntilStep(cluster, Job(), 3, move ? 40 : 0, absl::Seconds(120));

@@ -31,12 +31,6 @@ std::string Job() {
                       "shards: 2\n");
 }
 
-LocalClusterOptions Options() {
-  LocalClusterOptions o;
-  o.shards = 3;
-  return o;
-}
-
 // psctl scale JOB --shards=N: exit code and output.
 CommandResult Scale(LocalCluster& cluster, const std::string& job,
                     const std::string& shards) {
@@ -47,7 +41,7 @@ CommandResult Scale(LocalCluster& cluster, const std::string& job,
 }
 
 uint64_t TrainOnce(const std::string& name, bool move) {
-  LocalCluster cluster(TestDir(name), Options());
+  LocalCluster cluster(TestDir(name), ThreeShards());
   EXPECT_TRUE(cluster.Start().ok());
   absl::StatusOr<RunningJob> running =
       StartJobUntilStep(cluster, Job(), 3, move ? 40 : 0, absl::Seconds(120));

@@ -30,12 +30,6 @@ constexpr const char* kTopk = "wire { topk_fraction: 0.1 }\n";
 constexpr int kEpochs = 40;
 constexpr uint64_t kSteps = 64 * kEpochs;
 
-LocalClusterOptions ThreeShards() {
-  LocalClusterOptions o;
-  o.shards = 3;
-  return o;
-}
-
 // Runs the job (moved 2 -> 3 -> 2 shards when `move`) to the end; the
 // running job and its end, or nothing after a failure (reported).
 struct Ended {

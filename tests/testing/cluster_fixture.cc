@@ -250,6 +250,18 @@ absl::StatusOr<JobStatus> AwaitSuccess(const LocalCluster& cluster,
   return end;
 }
 
+LocalClusterOptions ThreeShards() {
+  LocalClusterOptions o;
+  o.shards = 3;
+  return o;
+}
+
+LocalClusterOptions ThreeShardsOutlastingFailover() {
+  LocalClusterOptions o = ThreeShards();
+  o.workerd_extra = "rpc_max_attempts: 30";
+  return o;
+}
+
 void ClusterTest::SetUp() {
   dir_ =
       TestDir(::testing::UnitTest::GetInstance()->current_test_info()->name());

@@ -163,6 +163,13 @@ absl::StatusOr<JobStatus> AwaitSuccess(const LocalCluster& cluster,
                                        const std::string& job,
                                        absl::Duration timeout);
 
+// A cluster of 3 shards (and 2 workers), the re-placement and replicated
+// tests' (a job on 2 grows to 3; a job with 2 copies survives a failover).
+LocalClusterOptions ThreeShards();
+// ThreeShards whose workers try each request up to 30 times (backoff capped
+// at 2 s): enough to outlast a shard's failover.
+LocalClusterOptions ThreeShardsOutlastingFailover();
+
 // A fixture with one LocalCluster per test, in a fresh folder named after
 // the test: started in SetUp (a failure there fails the test), stopped in
 // TearDown (a process that does not exit cleanly fails the test).

@@ -1,5 +1,6 @@
 #include "tools/psctl/psctl_common.h"
 
+#include <cmath>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -138,6 +139,12 @@ int ReportConnectFailure(const absl::Status& s, std::ostream& err) {
 
 std::string FormatProgress(const JobStatus& j) {
   const Progress& p = j.progress();
+  // A Python worker's job has no known total and may report no loss (NaN).
+  const std::string step =
+      p.total_steps() > 0 ? absl::StrFormat("%d/%d", p.step(), p.total_steps())
+                          : absl::StrCat(p.step());
+  const std::string loss =
+      std::isnan(p.loss()) ? "-" : absl::StrFormat("%.4f", p.loss());
   std::string acc =
       p.test_accuracy() < 0 ? "-" : absl::StrFormat("%.4f", p.test_accuracy());
   // A ctr model reports AUC and logloss (and the teacher's AUC) instead.
@@ -148,15 +155,14 @@ std::string FormatProgress(const JobStatus& j) {
             : absl::StrFormat("%.4f (teacher %.4f) logloss %.4f", p.test_auc(),
                               p.teacher_auc(), p.test_logloss());
     return absl::StrFormat(
-        "%s %s step %d/%d epoch %d loss %.4f test_auc %s %.0f samples/s "
-        "%.1fs",
-        j.job_id(), JobState_Name(j.state()), p.step(), p.total_steps(),
-        p.epoch(), p.loss(), acc, p.samples_per_s(), p.elapsed_s());
+        "%s %s step %s epoch %d loss %s test_auc %s %.0f samples/s %.1fs",
+        j.job_id(), JobState_Name(j.state()), step, p.epoch(), loss, acc,
+        p.samples_per_s(), p.elapsed_s());
   }
   return absl::StrFormat(
-      "%s %s step %d/%d epoch %d loss %.4f test_acc %s %.0f samples/s %.1fs",
-      j.job_id(), JobState_Name(j.state()), p.step(), p.total_steps(),
-      p.epoch(), p.loss(), acc, p.samples_per_s(), p.elapsed_s());
+      "%s %s step %s epoch %d loss %s test_acc %s %.0f samples/s %.1fs",
+      j.job_id(), JobState_Name(j.state()), step, p.epoch(), loss, acc,
+      p.samples_per_s(), p.elapsed_s());
 }
 
 }  // namespace psctl

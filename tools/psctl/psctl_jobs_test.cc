@@ -1,7 +1,8 @@
 // Tests of psctl scale's command line (refused before any call) and the
-// re-placement line psctl status prints (FormatReshard).
+// lines psctl status prints (FormatReshard, FormatProgress).
 #include "tools/psctl/psctl_jobs.h"
 
+#include <limits>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -9,6 +10,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/coordinator.pb.h"
+#include "tools/psctl/psctl_common.h"
 
 namespace ps {
 namespace psctl {
@@ -29,6 +31,24 @@ TEST(FormatReshardTest, CountsForTheFirstShardsAndSetsForADrain) {
   s.set_moved_bytes(1500000);
   EXPECT_EQ(FormatReshard(s),
             "shards: [0 1 2] -> [0 2], done; 3 chunks (1.5 MB) move");
+}
+
+// A Python worker's job reports no total and may report no loss (NaN):
+// "step 936", "loss -"; a built-in job keeps "step 5/10" and its loss.
+TEST(FormatProgressTest, UnknownTotalAndUnmeasuredLoss) {
+  JobStatus j;
+  j.set_job_id("job-000001");
+  j.set_state(RUNNING);
+  j.mutable_progress()->set_step(936);
+  j.mutable_progress()->set_loss(std::numeric_limits<float>::quiet_NaN());
+  j.mutable_progress()->set_test_accuracy(-1);
+  EXPECT_THAT(
+      FormatProgress(j),
+      HasSubstr("job-000001 RUNNING step 936 epoch 0 loss - test_acc -"));
+  j.mutable_progress()->set_total_steps(1000);
+  j.mutable_progress()->set_loss(0.25f);
+  EXPECT_THAT(FormatProgress(j),
+              HasSubstr("step 936/1000 epoch 0 loss 0.2500"));
 }
 
 TEST(ScaleTest, BadFlagsExitTwoBeforeAnyCall) {

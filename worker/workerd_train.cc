@@ -72,8 +72,17 @@ absl::Status Workerd::TrainCtr(
   options.rank = a.rank();
   options.num_workers = a.num_workers();
   // After a re-placement: the refused step, with the rows and parameters
-  // the new placement serves at it (nothing of it was applied anywhere).
+  // the new placement serves at it (nothing of it was applied anywhere),
+  // and the job's curve going on from the last run's.
   options.start_step = start_step;
+  if (start_step > a.start_step() && last->elapsed_s() > 0) {
+    options.continues = *last;
+    options.continues->set_elapsed_s(
+        absl::ToDoubleSeconds(absl::Now() - job_run_started_));
+    options.continued_steps = start_step - a.start_step();
+  } else {
+    job_run_started_ = absl::Now();
+  }
   if (c.devices_size() > 0) {
     options.devices.assign(c.devices().begin(), c.devices().end());
   }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <memory>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -87,7 +88,7 @@ absl::Status CopyRows(Job& job, uint32_t shard_id,
   const std::string key =
       absl::StrCat(req.rows_for_shard(), ":", absl::StrJoin(owners, ","));
   std::shared_ptr<const std::string> stream;
-  uint64_t generation = 0;
+  uint64_t step = 0;
   {
     absl::MutexLock l(&job.replacement.mu);
     const Replacement& r = job.replacement;
@@ -98,16 +99,17 @@ absl::Status CopyRows(Job& job, uint32_t shard_id,
     }
     auto it = r.row_streams.find(key);
     if (it != r.row_streams.end()) stream = it->second;
-    generation = r.generation;
+    step = r.step;
   }
   if (stream == nullptr) {
     // Made without the mutex (a PAUSE or ABORT need not wait for it); kept
-    // unless the pause changed meanwhile.
+    // unless the pause moved meanwhile (a PREPARE starting here moves the
+    // generation, not the pause: the rows stay as they are).
     PS_ASSIGN_OR_RETURN(stream, RowsFor(job, job.placement.num_shards(), owners,
                                         req.rows_for_shard()));
     absl::MutexLock l(&job.replacement.mu);
     Replacement& r = job.replacement;
-    if (r.generation != generation || r.epoch != req.epoch()) {
+    if (r.step != step || r.epoch != req.epoch() || r.committed) {
       return absl::FailedPreconditionError(
           absl::StrCat("job ", job.id, " was paused again or its pause lifted ",
                        "on shard ", shard_id, " while its rows were copied"));
@@ -174,30 +176,46 @@ absl::StatusOr<FetchTally> BuildTables(const Job& old,
   }
   const uint32_t self = plan.shard_id;
   const std::vector<uint32_t> to = Owners(req.placement());
-  std::vector<std::string> streams;
-  for (uint32_t from : Owners(old.placement)) {
-    if (from == self) {
-      PS_ASSIGN_OR_RETURN(std::shared_ptr<const std::string> mine,
-                          RowsFor(old, req.placement().num_shards(), to, self));
-      streams.push_back(*mine);
-      continue;
-    }
-    if (from >= static_cast<uint32_t>(req.shard_addresses_size()) ||
-        req.shard_addresses(from).empty()) {
+  const std::vector<uint32_t> from = Owners(old.placement);
+  for (uint32_t s : from) {
+    if (s != self && (s >= static_cast<uint32_t>(req.shard_addresses_size()) ||
+                      req.shard_addresses(s).empty())) {
       return Invalid("shard_addresses",
-                     absl::StrCat("no address of shard ", from,
+                     absl::StrCat("no address of shard ", s,
                                   ", which holds rows of job ", old.id));
     }
-    absl::StatusOr<std::string> got =
-        FetchRows(old, from, self, req, fetch, &tally.bytes);
-    if (!got.ok()) {
+  }
+  // Every old owner's stream at once: one encodes while another is sent
+  // or this shard's own is written.
+  std::vector<std::string> streams(from.size());
+  std::vector<absl::Status> status(from.size());
+  std::vector<uint64_t> bytes(from.size(), 0);
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < from.size(); ++i) {
+    threads.emplace_back([&, i] {
+      if (from[i] != self) {
+        absl::StatusOr<std::string> got =
+            FetchRows(old, from[i], self, req, fetch, &bytes[i]);
+        if (got.ok()) streams[i] = *std::move(got);
+        status[i] = got.status();
+        return;
+      }
+      absl::StatusOr<std::shared_ptr<const std::string>> mine =
+          RowsFor(old, req.placement().num_shards(), to, self);
+      if (mine.ok()) streams[i] = **mine;
+      status[i] = mine.status();
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (size_t i = 0; i < from.size(); ++i) {
+    if (!status[i].ok()) {
       return absl::Status(
-          got.status().code(),
-          absl::StrCat("fetching the rows of job ", old.id, " from shard ",
-                       from, ": ", got.status().message()));
+          status[i].code(),
+          absl::StrCat("the rows of job ", old.id, " from shard ", from[i],
+                       ": ", status[i].message()));
     }
-    streams.push_back(*std::move(got));
-    ++tally.chunks;
+    tally.bytes += bytes[i];
+    tally.chunks += from[i] != self;
   }
   std::vector<StringSource> sources(streams.begin(), streams.end());
   std::vector<ByteSource*> ptrs;

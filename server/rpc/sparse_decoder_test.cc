@@ -27,6 +27,7 @@ SparseExchangeRequest Sample() {
   req.set_part(300);  // two-byte varints
   req.set_parts(1000);
   req.set_table_shard(0);  // optional: present though 0
+  req.set_placement_epoch(1ull << 35);
   std::vector<uint64_t> ids = {5, 1ull << 40, 7, 9};
   std::vector<float> grads(ids.size() * 4);
   for (size_t i = 0; i < grads.size(); ++i) grads[i] = 0.25f * i;
@@ -47,11 +48,11 @@ SparseExchangeRequest Sample() {
 
 // Everything the tables read of a request, as one string.
 std::string Fields(const SparseRequestIn& r) {
-  std::string out = r.job_id + "|" + std::to_string(r.worker) + "|" +
-                    std::to_string(r.step) + "|" + std::to_string(r.attempt) +
-                    "|" + std::to_string(r.push) + "|" +
-                    std::to_string(r.part) + "/" + std::to_string(r.parts) +
-                    "|" + std::to_string(r.table_shard);
+  std::string out =
+      r.job_id + "|" + std::to_string(r.worker) + "|" + std::to_string(r.step) +
+      "|" + std::to_string(r.attempt) + "|" + std::to_string(r.push) + "|" +
+      std::to_string(r.part) + "/" + std::to_string(r.parts) + "|" +
+      std::to_string(r.table_shard) + "|" + std::to_string(r.placement_epoch);
   auto rows = [&](const std::vector<SparseRowsIn>& list, const char* name) {
     for (const SparseRowsIn& x : list) {
       out += std::string("|") + name + ":" + x.table + ":" +

@@ -10,9 +10,11 @@
 # and its curve around the command (steps/s between the leader's reports)
 # are printed, and the job cancelled.
 #
-#   tools/bench/bench_reshard.sh [JOB=mlp|lab100m] [FROM=2] [TO=3] [AT_S=15] [AFTER_S=15]
+#   tools/bench/bench_reshard.sh [JOB=mlp|lab100m|ctr] [FROM=2] [TO=3] [AT_S=15] [AFTER_S=15]
 #
 # mlp: configs/jobs/fashion_mlp.pbtxt (the demo's job, 100 epochs);
+# ctr: configs/jobs/ctr_synthetic.pbtxt (a sparse table and an MLP; its
+# rows move with the chunks; a test set of 100k examples);
 # lab100m: the lab workload with 100M parameters (400 MB; 3 -> 4 shards moves
 # about a quarter of it), plain SGD, 5 ms of compute per step.
 # Needs the built binaries (bazel build -c opt //server:psd //worker:workerd
@@ -45,7 +47,8 @@ case $JOB_KIND in
     sed -e 's/parameters: 10000000/parameters: 100000000/' \
         -e 's/steps_per_epoch: 50/steps_per_epoch: 100000/' -e 's/^num_workers: 4/num_workers: 2/' \
         configs/jobs/lab_10m.pbtxt >"$DIR/job.pbtxt" ;;
-  *) echo "bench_reshard: JOB is mlp or lab100m, not '$JOB_KIND'" >&2; exit 2 ;;
+  ctr) sed 's/synthetic_test: [0-9]*/synthetic_test: 100000/' configs/jobs/ctr_synthetic.pbtxt >"$DIR/job.pbtxt" ;;
+  *) echo "bench_reshard: JOB is mlp, lab100m or ctr, not '$JOB_KIND'" >&2; exit 2 ;;
 esac
 echo "shards: $FROM" >>"$DIR/job.pbtxt"
 wait_log_line 'registered with' 60 "$DIR"/worker{0,1}.log

@@ -107,5 +107,19 @@ TEST(SparseSplitTest, RefusesARowThatDoesNotFitOrTooManyParts) {
   EXPECT_THAT(over.status().message(), HasSubstr("over the bound of 1024"));
 }
 
+// The rows' shards: Placement.table_shards in order, or every shard.
+TEST(RowOwnersTest, TheListOrEveryShardAndAShardPastTheClusterRefused) {
+  Placement p;
+  p.set_num_shards(3);
+  EXPECT_THAT(*RowOwners(p), ::testing::ElementsAre(0u, 1u, 2u));
+  p.add_table_shards(2);
+  p.add_table_shards(0);
+  EXPECT_THAT(*RowOwners(p), ::testing::ElementsAre(2u, 0u));
+  p.add_table_shards(3);
+  const absl::StatusOr<std::vector<uint32_t>> bad = RowOwners(p);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad.status().message(), HasSubstr("placement.table_shards[2]"));
+}
+
 }  // namespace
 }  // namespace ps

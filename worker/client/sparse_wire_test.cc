@@ -90,6 +90,11 @@ TEST(SparseWireTest, RequestIsByteIdenticalToProtobuf) {
     EXPECT_EQ(Flat(EncodeSparseRequest(head, grad_refs, {&pull_ref, 1})),
               want.SerializeAsString());
   }
+  // The placement epoch the rows were routed by: after it (0: left off).
+  head.placement_epoch = 300;
+  want.set_placement_epoch(300);
+  EXPECT_EQ(Flat(EncodeSparseRequest(head, grad_refs, {&pull_ref, 1})),
+            want.SerializeAsString());
   EXPECT_EQ(Flat(EncodeSparseRequest({}, absl::Span<const SparseRowsRef>(),
                                      absl::Span<const SparseRowsRef>())),
             "");

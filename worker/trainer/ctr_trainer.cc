@@ -360,6 +360,8 @@ absl::Status CtrTrainer::Run(const ProgressCallback& on_progress,
   meter.num_workers = options_.num_workers;
   meter.report_interval = options_.report_interval;
   meter.report_every_steps = options_.report_every_steps;
+  meter.continues = options_.continues;
+  meter.continued_steps = options_.continued_steps;
   meter_ = std::make_unique<ProgressMeter>(std::move(meter));
   const uint64_t start = options_.start_step;
   const bool elastic = elastic_ != nullptr;

@@ -93,6 +93,11 @@ class CtrTrainer {
     uint32_t rank = 0;
     uint32_t num_workers = 1;
     uint64_t start_step = 0;
+    // A run that carries on an earlier run of the job in this process (after
+    // a re-placement): its last Progress and the steps it ran, so the
+    // reports' times, pace and test scores continue (ProgressMeter::Options).
+    std::optional<Progress> continues;
+    uint64_t continued_steps = 0;
     // The worker's devices (WorkerdConfig.devices): the batch is split over
     // them and their gradients summed before the push (ctr_devices.h);
     // evaluation runs on the first.

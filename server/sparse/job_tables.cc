@@ -61,12 +61,17 @@ absl::StatusOr<std::unique_ptr<JobTables>> JobTables::Create(
         "sparse tables: bad placement (shard %d of %d, %d workers)",
         where.shard_id, where.num_shards, where.num_workers));
   }
+  std::vector<bool> named(where.num_shards, false);
   for (size_t i = 0; i < where.owners.size(); ++i) {
-    if (where.owners[i] >= where.num_shards) {
+    if (where.owners[i] >= where.num_shards || named[where.owners[i]]) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "placement.table_shards[%d]: %d, but the cluster has %d shards", i,
-          where.owners[i], where.num_shards));
+          "placement.table_shards[%d]: %d is %s (the cluster has %d shards)", i,
+          where.owners[i],
+          where.owners[i] >= where.num_shards ? "past the cluster"
+                                              : "named twice",
+          where.num_shards));
     }
+    named[where.owners[i]] = true;
   }
   PS_ASSIGN_OR_RETURN(std::unique_ptr<TableSet> tables, TableSet::Create(spec));
   return std::unique_ptr<JobTables>(

@@ -210,6 +210,21 @@ TEST(JobTablesMoveTest, BadStreamsChangeNothing) {
             absl::StatusCode::kFailedPrecondition);
 }
 
+TEST(JobTablesMoveTest,
+     AnOwnersListNamingAShardTwiceOrPastTheClusterIsRefused) {
+  for (const std::vector<uint32_t>& owners :
+       {std::vector<uint32_t>{0, 0}, std::vector<uint32_t>{1, 3}}) {
+    absl::StatusOr<std::unique_ptr<JobTables>> t =
+        JobTables::Create(Spec(), {.shard_id = 0,
+                                   .num_shards = 3,
+                                   .num_workers = 1,
+                                   .split_buffer_bytes = 1u << 30,
+                                   .owners = owners});
+    EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(t.status().message(), HasSubstr("placement.table_shards[1]"));
+  }
+}
+
 TEST(JobTablesMoveTest, PauseRefusesPushesFromItsStepOn) {
   Layout l = Make(1, {});
   for (uint64_t step = 0; step < 2; ++step) Train(l, step);

@@ -7,7 +7,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/grpc_status.h"
-#include "common/not_retryable.h"
 #include "common/status_macros.h"
 #include "core/checkpoint_gate.h"
 #include "core/wire_format.h"
@@ -367,15 +366,7 @@ void AsyncPsClient::TraceCall(Call& call, int64_t replied_ns) {
 }
 
 bool AsyncPsClient::RetriesCall(Call& call, const absl::Status& status) {
-  if (!IsPausedForReplacement(status)) {
-    call.paused_since = absl::InfinitePast();
-    return retry_.Retries(status, call.attempt);
-  }
-  // A pause lasts while the chunks that move are copied: bounded by the
-  // time a step may wait for the others, not by the attempts.
-  const absl::Time now = absl::Now();
-  if (call.paused_since == absl::InfinitePast()) call.paused_since = now;
-  return now - call.paused_since < retry_.attempt_deadline();
+  return retry_.RetriesPaused(status, call.attempt, &call.paused_since);
 }
 
 void AsyncPsClient::OnDone(Call* call, grpc::Status grpc_status) {

@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "absl/time/clock.h"
+#include "common/not_retryable.h"
+
 namespace ps {
 namespace {
 
@@ -29,6 +32,19 @@ RetryPolicy::RetryPolicy(const Options& options,
 bool RetryPolicy::Retries(const absl::Status& status, int attempt) const {
   return status.code() == absl::StatusCode::kUnavailable &&
          attempt < options_.max_attempts;
+}
+
+bool RetryPolicy::RetriesPaused(const absl::Status& status, int attempt,
+                                absl::Time* paused_since) const {
+  if (!IsPausedForReplacement(status)) {
+    *paused_since = absl::InfinitePast();
+    return Retries(status, attempt);
+  }
+  // A pause lasts while what moves is copied: bounded by the time a step
+  // may wait for the others, not by the attempts.
+  const absl::Time now = absl::Now();
+  if (*paused_since == absl::InfinitePast()) *paused_since = now;
+  return now - *paused_since < attempt_deadline_;
 }
 
 absl::Duration RetryPolicy::Backoff(int attempt) const {

@@ -67,6 +67,13 @@ class RetryPolicy {
   // Whether a call whose attempt number `attempt` (1 = the first) ended
   // with `status` goes again.
   bool Retries(const absl::Status& status, int attempt) const;
+  // The same for a call that may meet a re-placement's pause: a shard's
+  // answer that the job pauses (IsPausedForReplacement) goes again until
+  // the attempt deadline has passed since the first such answer
+  // (`*paused_since`, InfinitePast when none; kept by the caller per call),
+  // however many attempts that takes; any other answer resets it.
+  bool RetriesPaused(const absl::Status& status, int attempt,
+                     absl::Time* paused_since) const;
   // How long the call waits before attempt `attempt` + 1.
   absl::Duration Backoff(int attempt) const;
 

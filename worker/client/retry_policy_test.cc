@@ -1,5 +1,6 @@
 #include "worker/client/retry_policy.h"
 
+#include "common/not_retryable.h"
 #include "gtest/gtest.h"
 
 namespace ps {
@@ -56,6 +57,23 @@ TEST(RetryPolicyTest, OnlyUnavailableWithAttemptsLeftRetries) {
   EXPECT_FALSE(policy.Retries(absl::DeadlineExceededError("x"), 1));
   EXPECT_FALSE(policy.Retries(absl::InternalError("x"), 1));
   EXPECT_FALSE(policy.Retries(absl::OkStatus(), 1));
+}
+
+// A re-placement's pause goes again past max_attempts, while the attempt
+// deadline since its first answer has not passed; another answer resets it.
+TEST(RetryPolicyTest, APauseRetriesPastTheAttemptsUntilTheDeadline) {
+  RetryPolicy policy(Options(), Consistency(BSP, 0),
+                     StepDeadlineRule::kEveryMode);
+  const absl::Status paused =
+      PausedForReplacement(absl::UnavailableError("paused"));
+  absl::Time since = absl::InfinitePast();
+  EXPECT_TRUE(policy.RetriesPaused(paused, 100, &since));
+  EXPECT_NE(since, absl::InfinitePast());
+  since -= policy.attempt_deadline();  // its first answer that long ago
+  EXPECT_FALSE(policy.RetriesPaused(paused, 1, &since));
+  EXPECT_FALSE(policy.RetriesPaused(absl::UnavailableError("x"), 100, &since));
+  EXPECT_EQ(since, absl::InfinitePast());
+  EXPECT_TRUE(policy.RetriesPaused(absl::UnavailableError("x"), 1, &since));
 }
 
 TEST(RetryPolicyTest, BackoffDoublesUpToTheCap) {

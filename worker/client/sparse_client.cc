@@ -77,6 +77,7 @@ struct GrpcSparseClient::Call {
   State state = State::kOnWire;  // (mu_)
   int attempt = 0;
   absl::Time retry_at;
+  absl::Time paused_since = absl::InfinitePast();  // RetriesPaused
   // The request's rows (its slices borrow them, every attempt), the
   // encoded request of the current attempt and its reply.
   std::vector<SparseRowsOut> gradients;
@@ -500,8 +501,12 @@ void GrpcSparseClient::OnDone(Call* call, const grpc::Status& grpc_status) {
       stats_.rows_pulled += call->rows_pulled;
       if (call->reply.duplicate) stats_.duplicates++;
       if (call->reply.stale) stats_.stale++;
-    } else if (retry_.Retries(status, call->attempt) && step->status.ok()) {
-      call->retry_at = absl::Now() + retry_.Backoff(call->attempt);
+    } else if (retry_.RetriesPaused(status, call->attempt,
+                                    &call->paused_since) &&
+               step->status.ok()) {
+      // A pause ends at the commit: the first backoff, not a growing one.
+      const bool paused = call->paused_since != absl::InfinitePast();
+      call->retry_at = absl::Now() + retry_.Backoff(paused ? 1 : call->attempt);
       call->state = Call::State::kBackoff;
       backoff_.push_back(call);
       retry_wake_ = true;

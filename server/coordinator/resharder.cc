@@ -160,6 +160,9 @@ ReshardStatus Resharder::Run(const std::string& job_id, const Placement& from,
   if (absl::Status st = OnEveryShard(prepare, &answers); !st.ok()) {
     return abort(st);
   }
+  for (const ReshardResponse& a : answers) {
+    status.set_fetched_bytes(status.fetched_bytes() + a.bytes_fetched());
+  }
   status.set_phase("committing");
   if (absl::Status st = hooks_.commit(to, status); !st.ok()) {
     return abort(st);

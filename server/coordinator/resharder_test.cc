@@ -48,6 +48,7 @@ class FakeShards {
         if (fail_prepare_ == static_cast<int>(shard)) {
           return absl::ResourceExhaustedError("budget");
         }
+        out->set_bytes_fetched(100 * (shard + 1));  // chunks and rows
         return absl::OkStatus();
       default:
         return absl::OkStatus();
@@ -156,6 +157,7 @@ TEST(ResharderTest, PausesPastTheHighestVersionCopiesAndCommits) {
   EXPECT_EQ(run.status.epoch(), 1u);
   EXPECT_EQ(run.status.moved_chunks(), 1u);
   EXPECT_EQ(run.status.moved_bytes(), 200u);
+  EXPECT_EQ(run.status.fetched_bytes(), 300u);  // 100 + 200: every shard's
   EXPECT_GT(run.status.reached_s(), 0);
   ASSERT_EQ(run.committed.size(), 1u);
   EXPECT_EQ(run.committed[0].chunks(1).shard(), 1u);

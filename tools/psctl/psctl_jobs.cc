@@ -108,6 +108,9 @@ std::string FormatReshard(const ReshardStatus& s) {
   if (s.pause_step() > 0) {
     absl::StrAppendFormat(&out, " at step %d", s.pause_step());
   }
+  if (s.fetched_bytes() > 0) {  // chunks and table rows
+    absl::StrAppendFormat(&out, ", %.1f MB fetched", s.fetched_bytes() / 1e6);
+  }
   if (s.reached_s() > 0) {
     absl::StrAppendFormat(&out,
                           " (placement epoch %d, reached %.2f s after the "

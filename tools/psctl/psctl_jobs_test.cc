@@ -31,6 +31,12 @@ TEST(FormatReshardTest, CountsForTheFirstShardsAndSetsForADrain) {
   s.set_moved_bytes(1500000);
   EXPECT_EQ(FormatReshard(s),
             "shards: [0 1 2] -> [0 2], done; 3 chunks (1.5 MB) move");
+  // With the bytes the shards fetched, a job's table rows included.
+  s.set_pause_step(40);
+  s.set_fetched_bytes(61500000);
+  EXPECT_EQ(FormatReshard(s),
+            "shards: [0 1 2] -> [0 2], done; 3 chunks (1.5 MB) move at step "
+            "40, 61.5 MB fetched");
 }
 
 // A Python worker's job reports no total and may report no loss (NaN):

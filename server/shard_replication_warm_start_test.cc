@@ -110,7 +110,8 @@ TEST_F(ShardReplicationWarmStartTest, NoAnswerBeforeTheBackupHoldsTheStart) {
   EXPECT_EQ(pull->resp.parameters(0).version(), 0u);
   EXPECT_EQ(Floats(pull->resp.parameters(0).data()), Source(0));
   // Each shard's chunks answer once its backup holds them: every backup
-  // copy was sent the source's values.
+  // copy was sent the source's values. (A shard's count of the copies it
+  // holds follows the other shard's answers, so it is read after both.)
   for (uint32_t s = 0; s < 2; ++s) {
     for (uint32_t c : {s, s + 2}) {
       auto got = StartPull(*shards_[s], "warm", 0, 0, {c});
@@ -118,7 +119,9 @@ TEST_F(ShardReplicationWarmStartTest, NoAnswerBeforeTheBackupHoldsTheStart) {
       ASSERT_TRUE(got->status.ok()) << got->status;
       EXPECT_EQ(Floats(got->resp.parameters(0).data()), Source(c)) << c;
     }
-    EXPECT_EQ(StatsOf(*shards_[s], "warm").replica_copied_chunks(), 2u);
+  }
+  for (uint32_t s = 0; s < 2; ++s) {
+    EXPECT_EQ(StatsOf(*shards_[s], "warm").replica_copied_chunks(), 2u) << s;
   }
   // Shard 0 fails: shard 1 serves every chunk, its copies of shard 0's
   // bitwise the source's, optimizer state included (a step agrees below).

@@ -43,6 +43,28 @@ TrainerOptions TrainerOptionsFor(const Assignment& a, const WorkerdConfig& c) {
   return options;
 }
 
+// A run of job `a` from `start_step`: after a re-placement (a step past the
+// assignment's, with a report of the run before) the job's curve goes on
+// from `last`, its wall time counted from the job's first run here (the
+// last report is up to a report interval old, and the pause came after
+// it), and true; else the run is the job's first here and starts the clock.
+// Options: TrainerOptions or CtrTrainer::Options.
+template <typename Options>
+bool ContinueCurve(const Assignment& a, uint64_t start_step,
+                   const Progress& last, absl::Time* started,
+                   Options* options) {
+  options->start_step = start_step;
+  if (start_step > a.start_step() && last.elapsed_s() > 0) {
+    options->continues = last;
+    options->continues->set_elapsed_s(
+        absl::ToDoubleSeconds(absl::Now() - *started));
+    options->continued_steps = start_step - a.start_step();
+    return true;
+  }
+  *started = absl::Now();
+  return false;
+}
+
 }  // namespace
 
 absl::StatusOr<TrainTestData> Workerd::DataFor(const JobSpec& spec) {
@@ -72,17 +94,8 @@ absl::Status Workerd::TrainCtr(
   options.rank = a.rank();
   options.num_workers = a.num_workers();
   // After a re-placement: the refused step, with the rows and parameters
-  // the new placement serves at it (nothing of it was applied anywhere),
-  // and the job's curve going on from the last run's.
-  options.start_step = start_step;
-  if (start_step > a.start_step() && last->elapsed_s() > 0) {
-    options.continues = *last;
-    options.continues->set_elapsed_s(
-        absl::ToDoubleSeconds(absl::Now() - job_run_started_));
-    options.continued_steps = start_step - a.start_step();
-  } else {
-    job_run_started_ = absl::Now();
-  }
+  // the new placement serves at it (nothing of it was applied anywhere).
+  ContinueCurve(a, start_step, *last, &job_run_started_, &options);
   if (c.devices_size() > 0) {
     options.devices.assign(c.devices().begin(), c.devices().end());
   }
@@ -153,19 +166,9 @@ absl::Status Workerd::TrainFrom(
   *encoder = client->async()->encoder();
   absl::Cleanup forget_client = [this] { ForgetJobClient(); };
   TrainerOptions options = TrainerOptionsFor(a, config_.workerd);
-  options.start_step = start_step;
-  if (start_step > a.start_step() && last->elapsed_s() > 0) {
-    // A run after a re-placement: the job's curve goes on from the last,
-    // and the parameters it ended with are those of the refused step.
-    options.continues = *last;
-    // Wall time since the job's first run started here (the last report
-    // is up to a report interval old, and the pause came after it).
-    options.continues->set_elapsed_s(
-        absl::ToDoubleSeconds(absl::Now() - job_run_started_));
-    options.continued_steps = start_step - a.start_step();
+  if (ContinueCurve(a, start_step, *last, &job_run_started_, &options)) {
+    // The parameters the last run ended with are those of the refused step.
     options.initial_params = std::move(carried_params_);
-  } else {
-    job_run_started_ = absl::Now();
   }
   carried_params_ = nullptr;
   options.cpu_kernel_choices = kernel_choices_.get();

@@ -9,7 +9,6 @@
 #include <vector>
 
 #include "absl/synchronization/notification.h"
-#include "core/sparse_ids.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/shard.h"
@@ -25,11 +24,7 @@ constexpr absl::Duration kWait = absl::Seconds(30);
 
 // Ids of shard `shard` of 2.
 std::vector<uint64_t> IdsOf(uint32_t shard, size_t n) {
-  std::vector<uint64_t> ids;
-  for (uint64_t id = 0; ids.size() < n; ++id) {
-    if (ShardForId(id, 2) == shard) ids.push_back(id);
-  }
-  return ids;
+  return IdsOfShard(shard, 2, n);
 }
 
 struct Call {

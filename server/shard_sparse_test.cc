@@ -7,7 +7,6 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "core/sparse_ids.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/shard.h"
@@ -16,6 +15,7 @@
 namespace ps {
 namespace {
 
+using shard_test::IdsOfShard;
 using shard_test::Options;
 using shard_test::Registration;
 using shard_test::SparseSpec;
@@ -34,11 +34,7 @@ std::vector<float> Values(const std::string& bytes) {
 
 // Ids of shard `shard` of 2.
 std::vector<uint64_t> IdsOf(uint32_t shard, size_t n) {
-  std::vector<uint64_t> ids;
-  for (uint64_t id = 0; ids.size() < n; ++id) {
-    if (ShardForId(id, 2) == shard) ids.push_back(id);
-  }
-  return ids;
+  return IdsOfShard(shard, 2, n);
 }
 
 struct Call {

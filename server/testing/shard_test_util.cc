@@ -9,6 +9,7 @@
 #include "absl/time/time.h"
 #include "core/chunking.h"
 #include "core/float_bytes.h"
+#include "core/sparse_ids.h"
 #include "gtest/gtest.h"
 
 namespace ps {
@@ -108,6 +109,15 @@ std::string Bytes(const std::vector<float>& v) {
   std::string out;
   EncodeFloats(v, &out);
   return out;
+}
+
+std::vector<uint64_t> IdsOfShard(uint32_t shard, uint32_t num_shards,
+                                 size_t n) {
+  std::vector<uint64_t> ids;
+  for (uint64_t id = 0; ids.size() < n; ++id) {
+    if (ShardForId(id, num_shards) == shard) ids.push_back(id);
+  }
+  return ids;
 }
 
 std::vector<float> Floats(const std::string& bytes) {

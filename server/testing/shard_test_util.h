@@ -54,6 +54,9 @@ std::vector<float> Gradient(uint32_t worker, uint64_t step, uint32_t chunk,
                             uint64_t n);
 
 std::string Bytes(const std::vector<float>& v);
+// The first `n` row ids (from 0 up) that ShardForId places on `shard` of
+// `num_shards`.
+std::vector<uint64_t> IdsOfShard(uint32_t shard, uint32_t num_shards, size_t n);
 std::vector<float> Floats(const std::string& bytes);
 
 // Gradients of `worker` for `step` on `chunks`, each tagged with `version`.

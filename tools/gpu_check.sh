@@ -423,7 +423,6 @@ run_check() { # OUTDIR FROM
     [[ $model == - || -s $work/peer_$model.json ]] ||
       run_peer "$work" "$model" "$lr"
   done
-  [[ -s $work/peer_cnn.json ]] || run_peer "$work" cnn 0.02
   run_psclient "$work"
   summarise "$work" "$out"
   rc=$?

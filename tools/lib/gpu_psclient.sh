@@ -70,6 +70,9 @@ is ${py:-missing} (tools/lib/gpu_psclient.sh: PSCLIENT_PYTHONS)"
 python3's torch does not see the GPU (torch.cuda.is_available() is false)"
     return
   fi
+  # The CNN's PyTorch peer (step 4) for the example's ratio, when no job of
+  # step 3 ran it.
+  [[ -s $work/peer_cnn.json ]] || run_peer "$work" cnn 0.02
   mkdir -p "$logs" "$work/py" "$work/bindir/server"
   cp -r python/psclient python/torch_cuda_test.py "$work/py/" &&
     cp "$work/python/$py/_native.so" "$work/py/psclient/" &&

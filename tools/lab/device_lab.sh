@@ -63,7 +63,6 @@ run() { # OUT FROM PACED ROWS...
   echo "device_lab: $(nproc) cores, $(uname -r), peer python $PYTHON"
   for row in "${rows[@]}"; do
     IFS=: read -r rate params steps <<<"$row"
-    [[ -n $steps ]] || die "bad row '$row' (RATE:PARAMS:STEPS, e.g. 1gbit:10M:15)"
     "$ROOT/tools/lab/netlab" up 16 --rate="$rate" || { rc=1; continue; }
     timeout 500 "$PYTHON" "$ROOT/tools/lab/scaling.py" --params="$params" --workers=8 \
       --shards=8 --modes="bsp asp" --steps="$steps" --bin="$work/bazel-bin" \
@@ -82,7 +81,10 @@ main() {
       --out) mode=run out=${2:-} && shift ;;
       --from) from=${2:-} && shift ;;
       --paced) paced=1 ;;
-      *:*:*) rows+=("$1") ;;
+      *:*:*)
+        [[ $1 =~ ^[0-9.]+[kmg]bit:[0-9.]+[KMG]?:[1-9][0-9]*$ ]] ||
+          die "bad row '$1' (RATE:PARAMS:STEPS, e.g. 1gbit:10M:15)"
+        rows+=("$1") ;;
       *) die "unknown argument '$1' (see the head of $0)" ;;
     esac
     shift

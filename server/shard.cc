@@ -257,7 +257,10 @@ absl::Status Shard::OpenCheckpoints(RestoreReport* report) {
   }
   PS_ASSIGN_OR_RETURN(std::vector<std::string> ids,
                       checkpointer_->Open(options_.checkpoint_dir));
-  for (const std::string& id : ids) RestoreFromCheckpoint(id, report);
+  for (const std::string& id : ids) {
+    RestoreFromCheckpoint(id, report);
+    RestorePrepared(id, report);  // a re-placement cut by the restart
+  }
   checkpointer_->Start();
   return absl::OkStatus();
 }

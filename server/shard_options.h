@@ -42,6 +42,9 @@ struct ShardOptions {
   // slots one call asks for (at least one chunk).
   absl::Duration fetch_deadline = absl::Seconds(20);
   uint64_t fetch_batch_bytes = 2 << 20;
+  // Testing only (PsdConfig.testing_kill_at_commit_epoch): SIGKILL this
+  // process when a COMMIT of this placement epoch arrives. 0: never.
+  uint64_t testing_kill_at_commit_epoch = 0;
 };
 
 }  // namespace ps

@@ -11,6 +11,8 @@
 // older placement epoch), so their workers fetch the new assignment.
 #include "server/shard.h"
 
+#include <atomic>
+#include <csignal>
 #include <optional>
 #include <utility>
 
@@ -77,15 +79,18 @@ absl::Status Shard::FetchChunks(const FetchChunksRequest& req,
   return internal::CopyChunks(*job, options_.shard_id, req, resp);
 }
 
-absl::Status Shard::ReserveBytes(const Job& job, uint64_t bytes) {
+absl::Status Shard::ReserveBytes(const Job& job, uint64_t bytes,
+                                 absl::string_view what) {
   absl::MutexLock l(&mu_);
   if (!FitsBudget(bytes)) {
     rejected_.Add(internal::kOverBudget);
     return absl::ResourceExhaustedError(absl::StrCat(
-        "job ", job.id, " needs ", bytes, " more bytes on shard ",
-        options_.shard_id, " for the chunks it would fetch, but only ",
+        "memory_budget_bytes: job ", job.id, " needs ", bytes,
+        " more bytes on shard ", options_.shard_id, " for ", what,
+        ", but only ",
         options_.memory_budget_bytes - bytes_held_ - bytes_reserved_,
-        " of the ", options_.memory_budget_bytes, "-byte budget are free"));
+        " of its memory_budget_bytes ", options_.memory_budget_bytes,
+        " are free"));
   }
   bytes_reserved_ += bytes;
   return absl::OkStatus();
@@ -132,17 +137,20 @@ internal::FetchBatch Fetching(Shard::ChunkFetcher fetcher, uint32_t shard_id,
 }
 
 // A PREPARE's job built: its chunks, then its sparse rows (their tally in
-// `*rows`). No lock held; blocks on the fetches.
+// `*rows`, their staged bytes granted by `reserve`). No lock held; blocks
+// on the fetches.
 absl::StatusOr<internal::FetchTally> Build(const internal::Job& old,
                                            uint64_t step, uint64_t batch_bytes,
                                            const internal::FetchBatch& fetch,
+                                           const internal::ReserveRows& reserve,
                                            const ReshardRequest& req,
                                            internal::ReplacementPlan& plan,
                                            internal::FetchTally* rows) {
   PS_ASSIGN_OR_RETURN(
       internal::FetchTally tally,
       internal::BuildChunks(old, step, batch_bytes, fetch, plan));
-  PS_ASSIGN_OR_RETURN(*rows, internal::BuildTables(old, req, fetch, plan));
+  PS_ASSIGN_OR_RETURN(*rows,
+                      internal::BuildTables(old, req, fetch, reserve, plan));
   return tally;
 }
 
@@ -186,6 +194,8 @@ absl::Status Shard::PauseJob(const JobPtr& job, const ReshardRequest& req,
     r.quiesced_logged |= quiesced;
   }
   ReleaseBytes(released);
+  // What an earlier pause prepared is not this one's.
+  if (fresh && job->checkpointing) checkpointer_->RemovePrepared(job->id);
   // A pause moved to another step: what it held runs again (and is held
   // again where the new step still pauses it).
   if (fresh) job->held_pushes.ResumeAll();
@@ -201,6 +211,37 @@ absl::Status Shard::PauseJob(const JobPtr& job, const ReshardRequest& req,
   resp->set_quiesced(quiesced);
   resp->set_max_version(internal::MaxVersion(*job));
   return absl::OkStatus();
+}
+
+absl::StatusOr<internal::FetchTally> Shard::BuildPrepared(
+    const Job& job, const ReshardRequest& req, uint64_t step,
+    internal::ReplacementPlan& plan, internal::FetchTally* rows) {
+  ChunkFetcher fetcher;
+  {
+    absl::MutexLock l(&fetcher_mu_);
+    fetcher = fetcher_;
+  }
+  // The rows' staged copy counts against the budget until COMMIT or ABORT
+  // too, stream by stream as each one's size is known.
+  std::atomic<uint64_t> rows_reserved{0};
+  const internal::ReserveRows reserve_rows =
+      [&](uint64_t bytes) -> absl::Status {
+    PS_RETURN_IF_ERROR(
+        ReserveBytes(job, bytes, "the table rows it would hold"));
+    rows_reserved.fetch_add(bytes);
+    return absl::OkStatus();
+  };
+  absl::StatusOr<internal::FetchTally> tally =
+      Build(job, step, options_.fetch_batch_bytes,
+            Fetching(fetcher, options_.shard_id, req, options_.fetch_deadline),
+            reserve_rows, req, plan, rows);
+  plan.fetch_bytes += rows_reserved.load();
+  // Durable before the answer: a shard that dies between the coordinator's
+  // commit and its own COMMIT restarts with it (RestorePrepared).
+  if (tally.ok() && plan.job->checkpointing) {
+    PS_RETURN_IF_ERROR(checkpointer_->WritePrepared(*plan.job));
+  }
+  return tally;
 }
 
 absl::Status Shard::PrepareJob(const JobPtr& job, const ReshardRequest& req,
@@ -239,25 +280,23 @@ absl::Status Shard::PrepareJob(const JobPtr& job, const ReshardRequest& req,
     }
     released = internal::DropPrepared(*job);  // another placement before
     ReleaseBytes(released);
-    PS_RETURN_IF_ERROR(ReserveBytes(*job, plan.fetch_bytes));
+    PS_RETURN_IF_ERROR(
+        ReserveBytes(*job, plan.fetch_bytes, "the chunks it would fetch"));
     r.preparing = true;
     step = r.step;
     generation = r.generation;
   }
-  ChunkFetcher fetcher;
-  {
-    absl::MutexLock l(&fetcher_mu_);
-    fetcher = fetcher_;
-  }
   internal::FetchTally rows;
   absl::StatusOr<internal::FetchTally> tally =
-      Build(*job, step, options_.fetch_batch_bytes,
-            Fetching(fetcher, options_.shard_id, req, options_.fetch_deadline),
-            req, plan, &rows);
+      BuildPrepared(*job, req, step, plan, &rows);
   absl::MutexLock l(&job->replacement.mu);
   Replacement& r = job->replacement;
   if (r.generation != generation) {
     ReleaseBytes(plan.fetch_bytes);
+    // Not this pause's: gone, unless a later PREPARE writes its own now.
+    if (plan.job->checkpointing && !r.preparing && r.prepared == nullptr) {
+      checkpointer_->RemovePrepared(job->id);
+    }
     return absl::AbortedError(
         absl::StrCat("placement epoch ", req.epoch(), " of job ", job->id,
                      " was aborted or paused again on shard ",
@@ -341,6 +380,14 @@ absl::Status Shard::InstallReplacement(const JobPtr& old, const JobPtr& next,
 absl::Status Shard::CommitJob(const JobPtr& job, const ReshardRequest& req,
                               ReshardResponse* resp) {
   const absl::Time start = absl::Now();
+  if (options_.testing_kill_at_commit_epoch != 0 &&
+      req.epoch() == options_.testing_kill_at_commit_epoch) {
+    spdlog::warn(
+        "job {}: testing_kill_at_commit_epoch {}: shard {} kills itself at "
+        "the COMMIT",
+        job->id, req.epoch(), options_.shard_id);
+    raise(SIGKILL);
+  }
   if (req.epoch() > 0 && job->placement.epoch() == req.epoch()) {
     resp->set_chunks_held(job->chunks.size());  // committed before
     return absl::OkStatus();
@@ -362,11 +409,14 @@ absl::Status Shard::CommitJob(const JobPtr& job, const ReshardRequest& req,
         "job ", job->id, " has no prepared placement epoch ", req.epoch(),
         " on shard ", options_.shard_id, " (PREPARE first)"));
   }
+  PS_RETURN_IF_ERROR(CheckPrepared(*job, req));
   const JobPtr next = r.prepared;
   PS_RETURN_IF_ERROR(InstallReplacement(job, next, r.reserved));
   r.committed = true;
   r.prepared = nullptr;
   r.reserved = 0;
+  // The new layout's checkpoint holds it now.
+  if (next->checkpointing) checkpointer_->RemovePrepared(job->id);
   resp->set_chunks_held(next->chunks.size());
   spdlog::info(
       "job {}: committed placement epoch {} on shard {}: {} chunks held (was "
@@ -400,6 +450,7 @@ absl::Status Shard::AbortJob(const JobPtr& job, const ReshardRequest& req) {
     released = internal::LiftPause(*job);
   }
   ReleaseBytes(released);
+  if (job->checkpointing) checkpointer_->RemovePrepared(job->id);
   job->held_pushes.ResumeAll();  // the pushes the pause held go on now
   spdlog::info(
       "job {}: placement epoch {} aborted on shard {}; the job goes on under "

@@ -3,6 +3,7 @@
 // new placement gives bitwise the parameters of an undisturbed single
 // layout; ASP/SSP pushes apply once across a move; fetches in batches and
 // within the budget; a committed placement survives a restart.
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -271,6 +272,72 @@ TEST(ShardReshardCheckpointTest, ACommittedPlacementSurvivesARestart) {
   for (uint64_t t = 2; t < 4; ++t) group.Step(reg, spread, t);
   EXPECT_EQ(group.Params("j", spread),
             SequentialBspParams(Registration("j", spec), 2, 4));
+}
+
+// A shard killed between the coordinator's commit and its own COMMIT
+// (shard 1: shard 0 committed) restarts from its files with the old
+// placement paused at the step and the job it prepared beside it. The
+// COMMIT it missed, sent again, installs that job (one of another pause
+// step is refused, changing nothing), and training goes on bitwise as an
+// undisturbed layout. From the same files, an ABORT instead lifts the pause
+// and deletes the prepared state, after which a COMMIT is refused for good.
+TEST(ShardReshardCheckpointTest, ACommitMissedByARestartIsAppliedAfterIt) {
+  const std::string dir = CheckpointDir("reshard_missed_commit");
+  ShardOptions options;
+  options.checkpoint_dir = dir;
+  ShardGroup group(2, options);
+  for (uint32_t i = 0; i < 2; ++i) {
+    Shard::RestoreReport report;
+    ASSERT_TRUE(group.shard(i).OpenCheckpoints(&report).ok());
+  }
+  const JobSpec spec = CheckpointSpec(BSP, /*every_steps=*/1);
+  const RegisterJobRequest reg = OnShardZero(spec);
+  ASSERT_TRUE(group.RegisterAll(reg).ok());
+  for (uint64_t t = 0; t < 2; ++t) group.Step(reg, reg.placement(), t);
+  const Placement spread =
+      Replaced(reg.placement(), 1, [](uint32_t id) { return id % 2; });
+  ASSERT_TRUE(group.OnEvery(Phase("j", 1, ReshardRequest::PAUSE, 2)).ok());
+  ReshardRequest prepare = Phase("j", 1, ReshardRequest::PREPARE);
+  *prepare.mutable_placement() = spread;
+  ASSERT_TRUE(group.OnEvery(prepare).ok());
+  ReshardRequest commit = Phase("j", 1, ReshardRequest::COMMIT, 2);
+  *commit.mutable_placement() = spread;
+  ReshardResponse resp;
+  ASSERT_TRUE(group.shard(0).Reshard(commit, &resp).ok());
+  const std::string image = CrashImage(dir, "reshard_missed_commit_image");
+  const std::string image2 = CrashImage(dir, "reshard_missed_commit_image2");
+  ShardOptions restarted = options;
+  restarted.shard_id = 1;
+  restarted.checkpoint_dir = image;
+  auto shard = std::make_unique<Shard>(restarted);
+  Shard::RestoreReport report;
+  ASSERT_TRUE(shard->OpenCheckpoints(&report).ok());
+  ASSERT_EQ(report.restored.size(), 2u);
+  EXPECT_THAT(report.restored[1],
+              HasSubstr("placement epoch 1 prepared at step 2"));
+  EXPECT_TRUE(report.problems.empty()) << report.problems[0];
+  group.Replace(1, std::move(shard));
+  ReshardRequest wrong = commit;
+  wrong.set_pause_step(3);
+  absl::Status st = group.shard(1).Reshard(wrong, &resp);
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
+  EXPECT_THAT(st.message(), HasSubstr("pause_step"));
+  ASSERT_TRUE(group.shard(1).Reshard(commit, &resp).ok());
+  EXPECT_EQ(resp.chunks_held(), 2u);
+  for (uint64_t t = 2; t < 4; ++t) group.Step(reg, spread, t);
+  EXPECT_EQ(group.Params("j", spread),
+            SequentialBspParams(Registration("j", spec), 2, 4));
+  EXPECT_TRUE(std::filesystem::is_empty(image + "/prepared"));
+
+  restarted.checkpoint_dir = image2;
+  Shard aborted(restarted);
+  ASSERT_TRUE(aborted.OpenCheckpoints(&report).ok());
+  EXPECT_FALSE(std::filesystem::is_empty(image2 + "/prepared"));
+  ASSERT_TRUE(
+      aborted.Reshard(Phase("j", 1, ReshardRequest::ABORT), &resp).ok());
+  EXPECT_TRUE(std::filesystem::is_empty(image2 + "/prepared"));
+  st = aborted.Reshard(commit, &resp);
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
 }
 
 }  // namespace

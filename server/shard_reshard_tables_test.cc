@@ -4,6 +4,7 @@
 // leaves them as they were; a fetch of rows with bad fields is refused
 // naming the field, nothing changed; after the commit the old placement
 // epoch and ids of another shard are refused.
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -184,6 +185,68 @@ TEST(ShardReshardTablesTest, RowsMoveBitwiseAbortsChangeNothing) {
   }
   EXPECT_EQ(Rows(group, to, 6), Rows(calm, from, 6));
   EXPECT_EQ(group.Params("j", to), calm.Params("j", from));
+}
+
+// The rows a PREPARE stages count against the receiving shard's
+// memory_budget_bytes until its COMMIT or ABORT, as fetched chunks do.
+// Shard 2 takes a third of the rows when [0, 1] -> [0, 1, 2]: with room for
+// half of them the PREPARE is refused naming the budget and the shard, and
+// the job goes on as it was; with room for one and a half, a PREPARE, an
+// ABORT and a second PREPARE fit (the ABORT gave the bytes back), and the
+// COMMIT too.
+TEST(ShardReshardTablesTest, StagedRowsCountAgainstTheMemoryBudget) {
+  const RegisterJobRequest reg = TwoOwners();
+  const Placement& from = reg.placement();
+  Placement to = Replaced(from, 1, [](uint32_t id) { return id % 2; });
+  to.add_table_shards(2);
+  ReshardRequest prepare = Phase("j", 1, ReshardRequest::PREPARE);
+  *prepare.mutable_placement() = to;
+  // What shard 2 holds, and what its rows take, without a bound.
+  uint64_t held = 0, need = 0;
+  {
+    ShardGroup calm(3);
+    ASSERT_TRUE(calm.RegisterAll(reg).ok());
+    for (uint64_t t = 0; t < 2; ++t) Step(calm, reg, from, t);
+    ShardStats shard_stats;
+    calm.shard(2).Stats(StatsRequest(), &shard_stats);
+    held = shard_stats.bytes_held();
+    ASSERT_TRUE(calm.OnEvery(Phase("j", 1, ReshardRequest::PAUSE, 2)).ok());
+    std::vector<ReshardResponse> prepared;
+    ASSERT_TRUE(calm.OnEvery(prepare, &prepared).ok());
+    ASSERT_TRUE(calm.OnEvery(Phase("j", 1, ReshardRequest::COMMIT)).ok());
+    const JobStats stats = StatsOf(calm.shard(2), "j");
+    ASSERT_EQ(stats.tables_size(), 1);
+    need = std::max<uint64_t>(prepared[2].bytes_fetched(),
+                              stats.tables(0).bytes_used());
+    ASSERT_GT(need, 1000u);
+  }
+  for (const bool room : {false, true}) {
+    SCOPED_TRACE(room ? "room for 1.5x the rows" : "room for half the rows");
+    ShardGroup group(3);
+    group.Replace(2, std::make_unique<Shard>(
+                         Options(2, held + (room ? need * 3 / 2 : need / 2))));
+    ASSERT_TRUE(group.RegisterAll(reg).ok());
+    for (uint64_t t = 0; t < 2; ++t) Step(group, reg, from, t);
+    ASSERT_TRUE(group.OnEvery(Phase("j", 1, ReshardRequest::PAUSE, 2)).ok());
+    absl::Status st = group.OnEvery(prepare);
+    if (!room) {
+      EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted) << st;
+      EXPECT_THAT(std::string(st.message()),
+                  HasSubstr("memory_budget_bytes: job j needs"));
+      EXPECT_THAT(std::string(st.message()),
+                  HasSubstr("on shard 2 for the table rows it would hold"));
+      ASSERT_TRUE(group.OnEvery(Phase("j", 1, ReshardRequest::ABORT)).ok());
+      Step(group, reg, from, 2);  // the old placement trains on
+      continue;
+    }
+    ASSERT_TRUE(st.ok()) << st;
+    ASSERT_TRUE(group.OnEvery(Phase("j", 1, ReshardRequest::ABORT)).ok());
+    ASSERT_TRUE(group.OnEvery(Phase("j", 1, ReshardRequest::PAUSE, 2)).ok());
+    st = group.OnEvery(prepare);
+    ASSERT_TRUE(st.ok()) << "the ABORT kept the staged bytes: " << st;
+    ASSERT_TRUE(group.OnEvery(Phase("j", 1, ReshardRequest::COMMIT)).ok());
+    Step(group, reg, to, 2);
+  }
 }
 
 }  // namespace

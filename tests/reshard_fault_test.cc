@@ -15,6 +15,14 @@
 //   4. a fourth move, undisturbed, completes on the restarted shards.
 // Nothing is lost or applied twice: the job ends SUCCEEDED at its full step
 // count with parameters bitwise equal to an undisturbed run's.
+//
+// A second case kills a shard after the coordinator's store committed a
+// move and before that shard's COMMIT (psd1 with testing_kill_at_commit_
+// epoch: it SIGKILLs itself as the COMMIT arrives): the move rolls forward.
+// psd1, restarted from its files, comes back paused with the job it
+// prepared, the coordinator's COMMIT sent again installs it, and the move
+// ends "done" naming psd1 late; the job ends SUCCEEDED, bitwise equal to the
+// same undisturbed run.
 #include <signal.h>
 
 #include <cstdint>
@@ -31,6 +39,7 @@
 namespace ps {
 namespace {
 
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
@@ -116,6 +125,19 @@ void KillDuringMove(LocalCluster& cluster, const RunningJob& job, int victim) {
   RunFor(cluster, job.id, 40);
 }
 
+// The job's parameters once it SUCCEEDED on `cluster` (0 on a failure).
+uint64_t FinishedChecksum(LocalCluster& cluster, const RunningJob& running) {
+  absl::StatusOr<JobStatus> end =
+      AwaitSuccess(cluster, running.id, absl::Seconds(240));
+  if (!end.ok()) return 0;
+  EXPECT_EQ(end->progress().step(), kTotalSteps);
+  absl::StatusOr<FinishedJob> finished =
+      ReadFinishedJob(cluster, running.id, running.addresses);
+  EXPECT_TRUE(finished.ok()) << finished.status();
+  EXPECT_TRUE(cluster.Stop().ok());
+  return finished.ok() ? finished->checksum : 0;
+}
+
 uint64_t TrainOnce(const std::string& name, bool faults) {
   LocalCluster cluster(TestDir(name), Options());
   EXPECT_TRUE(cluster.Start().ok());
@@ -135,25 +157,62 @@ uint64_t TrainOnce(const std::string& name, bool faults) {
     EXPECT_EQ(grown.phase(), "done") << grown.ShortDebugString();
     EXPECT_GT(grown.moved_chunks(), 0u);
   }
-  absl::StatusOr<JobStatus> end =
-      AwaitSuccess(cluster, job, absl::Seconds(240));
-  if (!end.ok()) return 0;
-  EXPECT_EQ(end->progress().step(), kTotalSteps);
   if (faults) {
     EXPECT_THAT(cluster.Log("psd0"), HasSubstr("aborted"));
   }
-  absl::StatusOr<FinishedJob> finished =
-      ReadFinishedJob(cluster, job, running->addresses);
-  EXPECT_TRUE(finished.ok()) << finished.status();
-  EXPECT_TRUE(cluster.Stop().ok());
-  return finished.ok() ? finished->checksum : 0;
+  return FinishedChecksum(cluster, *running);
+}
+
+// The undisturbed run's parameters, trained once for both cases.
+uint64_t Undisturbed() {
+  static const uint64_t calm = TrainOnce("undisturbed", false);
+  return calm;
+}
+
+// psd1 dies at the COMMIT of the move to 3 shards (placement epoch 1) and
+// is restarted on its port; the move must end done on every shard.
+uint64_t TrainKilledAtCommit() {
+  LocalCluster cluster(TestDir("killed-at-commit"), Options());
+  EXPECT_TRUE(cluster.WriteClusterFile().ok());
+  for (int s = 0; s < 3; ++s) {
+    const absl::Status started =
+        cluster.StartShard(s, s == 1 ? "testing_kill_at_commit_epoch: 1" : "");
+    EXPECT_TRUE(started.ok()) << started;
+  }
+  for (int w = 0; w < 2; ++w) EXPECT_TRUE(cluster.StartWorker(w).ok());
+  absl::StatusOr<RunningJob> running =
+      StartJobUntilStep(cluster, Job(), 3, 40, absl::Seconds(120));
+  EXPECT_TRUE(running.ok()) << running.status();
+  if (!running.ok()) return 0;
+  Scale(cluster, running->id, 3);
+  const absl::StatusOr<int> died = cluster.shard(1).Wait(absl::Seconds(60));
+  EXPECT_TRUE(died.ok()) << "psd1 is still running: " << died.status();
+  if (!died.ok()) return 0;
+  EXPECT_EQ(*died, 128 + SIGKILL);
+  std::cout << "psd1 died at the COMMIT; restarting it" << std::endl;
+  Restart(cluster, *running, 1);
+  const ReshardStatus moved =
+      AwaitMove(cluster, running->id, /*pausing=*/false);
+  std::cout << "move with psd1 killed at its COMMIT: "
+            << moved.ShortDebugString() << std::endl;
+  EXPECT_EQ(moved.phase(), "done");
+  EXPECT_THAT(moved.late_shards(), ElementsAre(1u));
+  EXPECT_THAT(cluster.Log("psd1"),
+              HasSubstr("placement epoch 1 prepared before the restart"));
+  return FinishedChecksum(cluster, *running);
 }
 
 TEST(ReshardFaultTest, AShardKilledInAMoveAbortsItAndLosesNothing) {
-  const uint64_t calm = TrainOnce("undisturbed", false);
+  const uint64_t calm = Undisturbed();
   ASSERT_NE(calm, 0u);
   const uint64_t faulted = TrainOnce("faulted", true);
   EXPECT_EQ(faulted, calm);
+}
+
+TEST(ReshardFaultTest, AShardKilledAtItsCommitCommitsLateAndLosesNothing) {
+  const uint64_t calm = Undisturbed();
+  ASSERT_NE(calm, 0u);
+  EXPECT_EQ(TrainKilledAtCommit(), calm);
 }
 
 }  // namespace

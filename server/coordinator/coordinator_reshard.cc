@@ -318,26 +318,38 @@ void JobCoordinator::RecordReshardEnd(const std::string& job_id,
 }
 
 void JobCoordinator::FinishStoredReshards() {
-  std::vector<std::pair<std::string, ReshardStatus>> pending;
+  struct Pending {
+    std::string job_id;
+    ReshardStatus status;
+    Placement placement;  // the stored one: the new one once committed
+  };
+  std::vector<Pending> pending;
   {
     absl::MutexLock lock(&mu_);
     for (const std::unique_ptr<Job>& job : jobs_.all()) {
       if (!job->Ended() && ReshardInProgress(job->status)) {
-        pending.emplace_back(job->id(), job->status.reshard());
+        pending.push_back(
+            {job->id(), job->status.reshard(), job->status.placement()});
       }
     }
   }
   if (pending.empty()) return;
-  for (auto& [job_id, status] : pending) {
+  for (auto& [job_id, status, placement] : pending) {
     Resharder resharder = MakeResharder(job_id);
-    // "committing" was stored with the new placement: finish it; before
-    // that nothing was committed: the shards drop what they prepared.
+    // "committing" was stored with the new placement: finish it (the same
+    // roll forward as Resharder::Run's, shards that restarted since
+    // included); before that nothing was committed: the shards drop what
+    // they prepared.
     const bool committed = status.phase() == "committing";
-    absl::Status st = committed ? resharder.CommitAll(job_id, status.epoch())
-                                : resharder.AbortAll(job_id, status.epoch());
+    std::vector<uint32_t> late;
+    absl::Status st =
+        committed
+            ? resharder.CommitAll(job_id, placement, status.pause_step(), &late)
+            : resharder.AbortAll(job_id, status.epoch());
     if (committed && st.ok()) {
       status.set_phase("done");
       status.set_reached_s(UnixSeconds(options_.clock()));
+      for (uint32_t s : late) status.add_late_shards(s);
     } else {
       status.set_phase(
           absl::StrCat(committed ? "failed: " : "aborted: ",

@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/coordinator/coordinator.h"
 #include "server/coordinator/job_store.h"
@@ -73,6 +74,14 @@ class ReshardRestartTest : public CoordinatorTest {
       }
       out->set_max_version(40);
       out->set_quiesced(r.pause_step() > 0);
+      if (name == "second" && r.phase() == ReshardRequest::COMMIT &&
+          shard == 1) {
+        absl::MutexLock l(&mu_);
+        if (dead_commits_ > 0) {  // shard 1 is still restarting
+          --dead_commits_;
+          return absl::UnavailableError("connection refused");
+        }
+      }
       if (r.phase() != hold) return absl::OkStatus();
       {
         absl::MutexLock l(&mu_);  // both shards' calls are held
@@ -134,6 +143,8 @@ class ReshardRestartTest : public CoordinatorTest {
   absl::Notification held_, release_;
   absl::Mutex mu_;
   std::vector<std::string> calls_ ABSL_GUARDED_BY(mu_);
+  // The second coordinator's COMMITs to shard 1 that fail first.
+  int dead_commits_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 TEST_F(ReshardRestartTest, ARestartAfterTheCommitFinishesTheMove) {
@@ -145,6 +156,24 @@ TEST_F(ReshardRestartTest, ARestartAfterTheCommitFinishesTheMove) {
   EXPECT_EQ(Count("second COMMIT 0"), 1);
   EXPECT_EQ(Count("second COMMIT 1"), 1);
   EXPECT_EQ(Count("second ABORT 0"), 0);
+}
+
+// Shard 1 restarts too (psd0 and psd1 killed together): the restarted
+// coordinator's COMMIT reaches it on the third try, and the move is done,
+// naming it late.
+TEST_F(ReshardRestartTest, ARestartAfterTheCommitWaitsForAShardComingBack) {
+  {
+    absl::MutexLock l(&mu_);
+    dead_commits_ = 2;
+  }
+  const JobStatus status = RestartDuring(ReshardRequest::COMMIT);
+  EXPECT_EQ(status.state(), RUNNING);
+  EXPECT_EQ(status.reshard().phase(), "done");
+  EXPECT_THAT(status.reshard().late_shards(), ::testing::ElementsAre(1u));
+  EXPECT_EQ(status.placement().epoch(), 1u);
+  EXPECT_EQ(Count("second COMMIT 0"), 1);
+  EXPECT_EQ(Count("second COMMIT 1"), 3);
+  EXPECT_EQ(Count("second ABORT 1"), 0);
 }
 
 TEST_F(ReshardRestartTest, ARestartBeforeTheCommitAbortsTheMove) {

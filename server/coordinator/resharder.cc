@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "server/coordinator/job_table.h"
 #include "spdlog/spdlog.h"
 
@@ -40,28 +41,51 @@ ReshardRequest Resharder::Request(const std::string& job_id, uint64_t epoch,
   return r;
 }
 
-absl::Status Resharder::OnEveryShard(const ReshardRequest& request,
-                                     std::vector<ReshardResponse>* responses) {
+namespace {
+
+// `st` of `request` on `shard`, naming both.
+absl::Status OfShard(uint32_t shard, const ReshardRequest& request,
+                     const absl::Status& st) {
+  return absl::Status(
+      st.code(), absl::StrCat("shard ", shard, " ",
+                              ReshardRequest::Phase_Name(request.phase()), ": ",
+                              st.message()));
+}
+
+// A COMMIT answer that trying again cannot change: the shard does not hold
+// the job, or holds no prepared state of this move (restarted without it).
+bool CannotCommit(const absl::Status& st) {
+  return absl::IsNotFound(st) || absl::IsFailedPrecondition(st) ||
+         absl::IsInvalidArgument(st);
+}
+
+}  // namespace
+
+std::vector<absl::Status> Resharder::OnShards(
+    const ReshardRequest& request, const std::vector<uint32_t>& shards,
+    std::vector<ReshardResponse>* responses) {
   const uint32_t n = options_.num_shards;
   std::vector<absl::Status> results(n);
   responses->assign(n, ReshardResponse());
   const absl::Time deadline = hooks_.clock() + options_.call_deadline;
   std::vector<std::thread> calls;
-  calls.reserve(n);
-  for (uint32_t s = 0; s < n; ++s) {
+  calls.reserve(shards.size());
+  for (uint32_t s : shards) {
     calls.emplace_back([&, s] {
       results[s] = hooks_.reshard(s, request, deadline, &(*responses)[s]);
     });
   }
   for (std::thread& t : calls) t.join();
-  for (uint32_t s = 0; s < n; ++s) {
-    if (!results[s].ok()) {
-      return absl::Status(
-          results[s].code(),
-          absl::StrCat("shard ", s, " ",
-                       ReshardRequest::Phase_Name(request.phase()), ": ",
-                       results[s].message()));
-    }
+  return results;
+}
+
+absl::Status Resharder::OnEveryShard(const ReshardRequest& request,
+                                     std::vector<ReshardResponse>* responses) {
+  std::vector<uint32_t> all(options_.num_shards);
+  for (uint32_t s = 0; s < all.size(); ++s) all[s] = s;
+  const std::vector<absl::Status> results = OnShards(request, all, responses);
+  for (uint32_t s = 0; s < results.size(); ++s) {
+    if (!results[s].ok()) return OfShard(s, request, results[s]);
   }
   return absl::OkStatus();
 }
@@ -167,7 +191,10 @@ ReshardStatus Resharder::Run(const std::string& job_id, const Placement& from,
   if (absl::Status st = hooks_.commit(to, status); !st.ok()) {
     return abort(st);
   }
-  if (absl::Status st = CommitAll(job_id, epoch); !st.ok()) {
+  // Committed in the store: from here the move only goes forward.
+  std::vector<uint32_t> late;
+  if (absl::Status st = CommitAll(job_id, to, status.pause_step(), &late);
+      !st.ok()) {
     status.set_phase(absl::StrCat("failed: ", st.message()));
     hooks_.update(status);
     return status;
@@ -176,25 +203,68 @@ ReshardStatus Resharder::Run(const std::string& job_id, const Placement& from,
   status.set_pause_ms(absl::ToDoubleMilliseconds(done - quiesced));
   status.set_reached_s(UnixSeconds(done));
   status.set_phase("done");
+  for (uint32_t s : late) status.add_late_shards(s);
   spdlog::info(
       "job {}: re-placed on {} shards at step {} (placement epoch {}): {} "
-      "chunks, {:.1f} MB moved; paused {:.1f} ms",
+      "chunks, {:.1f} MB moved; paused {:.1f} ms{}",
       job_id, status.target_shards(), status.pause_step(), epoch, chunks,
-      bytes / 1e6, status.pause_ms());
+      bytes / 1e6, status.pause_ms(),
+      late.empty() ? ""
+                   : absl::StrCat("; shards ", absl::StrJoin(late, ", "),
+                                  " committed late"));
   hooks_.update(status);
   return status;
 }
 
-absl::Status Resharder::CommitAll(const std::string& job_id, uint64_t epoch) {
-  const ReshardRequest commit = Request(job_id, epoch, ReshardRequest::COMMIT);
+absl::Status Resharder::CommitAll(const std::string& job_id,
+                                  const Placement& to, uint64_t pause_step,
+                                  std::vector<uint32_t>* late) {
+  ReshardRequest commit = Request(job_id, to.epoch(), ReshardRequest::COMMIT);
+  *commit.mutable_placement() = to;
+  commit.set_pause_step(pause_step);
+  late->clear();
+  std::vector<uint32_t> pending(options_.num_shards);
+  for (uint32_t s = 0; s < pending.size(); ++s) pending[s] = s;
   const absl::Time deadline = hooks_.clock() + options_.commit_deadline;
-  for (;;) {
+  for (bool first = true;; first = false) {
     std::vector<ReshardResponse> answers;
-    absl::Status st = OnEveryShard(commit, &answers);
-    if (st.ok() || hooks_.clock() > deadline) return st;
-    spdlog::warn("job {}: commit of placement epoch {}: {}; trying again",
-                 job_id, epoch, std::string(st.message()));
-    absl::SleepFor(absl::Milliseconds(200));
+    const std::vector<absl::Status> results =
+        OnShards(commit, pending, &answers);
+    std::vector<uint32_t> failing;
+    absl::Status last;
+    for (uint32_t s : pending) {
+      const absl::Status& st = results[s];
+      if (st.ok()) {
+        if (!first) {
+          late->push_back(s);
+          spdlog::info("job {}: shard {} committed placement epoch {} late",
+                       job_id, s, to.epoch());
+        }
+        continue;
+      }
+      if (CannotCommit(st)) return OfShard(s, commit, st);
+      failing.push_back(s);
+      last = OfShard(s, commit, st);
+    }
+    if (failing.empty()) {
+      std::sort(late->begin(), late->end());
+      return absl::OkStatus();
+    }
+    if (hooks_.clock() > deadline) {
+      return absl::DeadlineExceededError(absl::StrFormat(
+          "shards %s did not commit placement epoch %d within %s (%s)",
+          absl::StrJoin(failing, ", "), to.epoch(),
+          absl::FormatDuration(options_.commit_deadline), last.message()));
+    }
+    if (first) {
+      spdlog::warn(
+          "job {}: placement epoch {} is committed in the store; COMMIT "
+          "again on shards {} until they answer: {}",
+          job_id, to.epoch(), absl::StrJoin(failing, ", "),
+          std::string(last.message()));
+    }
+    pending = std::move(failing);
+    absl::SleepFor(options_.commit_retry);
   }
 }
 

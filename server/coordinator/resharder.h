@@ -19,8 +19,15 @@
 //      and refuse the old epoch with ABORTED, so the workers fetch their
 //      assignments again and resume at B.
 // A failure before 5 sends ABORT to every shard (the job goes on as it
-// was) and ends with the phase "aborted: <why>". After 5, COMMIT is
-// retried until `commit_deadline`.
+// was) and ends with the phase "aborted: <why>". After 5 the move rolls
+// forward: COMMIT is tried again on the shards that have not answered it
+// (dead at the commit, then restarted: a checkpointing job's shard comes
+// back with what it prepared, server/shard_reshard_restore.cc) until
+// `commit_deadline`; they are the status's late_shards, and the phase is
+// "done". A shard that answers that it cannot commit (restarted without
+// its prepared state) or one still silent at the deadline ends it
+// "failed: <why>" (the coordinator then fails the job: its shards would
+// disagree on the placement).
 //
 //   Resharder::Hooks hooks{...};
 //   ReshardStatus done = Resharder(options, hooks).Run(job_id, from, to,
@@ -58,6 +65,7 @@ class Resharder {
     // them per step they still have to run to the pause step.
     absl::Duration step_time = absl::ZeroDuration();
     absl::Duration commit_deadline = absl::Seconds(60);
+    absl::Duration commit_retry = absl::Milliseconds(200);
     // Between two polls of the shards' pause.
     absl::Duration poll = absl::Milliseconds(2);
   };
@@ -89,9 +97,16 @@ class Resharder {
   ReshardStatus Run(const std::string& job_id, const Placement& from,
                     const Placement& to, ReshardStatus status);
 
-  // COMMIT again on every shard (a coordinator that restarted after step
-  // 5); OK once all answered.
-  absl::Status CommitAll(const std::string& job_id, uint64_t epoch);
+  // COMMIT of `to` (its epoch, with the pause step) on every shard, again
+  // on those that failed, every `commit_retry`, until all answered OK (the
+  // ones that needed more than the first try in `*late`, ascending).
+  // Step 6, and a coordinator that restarted after step 5. An answer that
+  // retrying cannot change (NOT_FOUND, FAILED_PRECONDITION,
+  // INVALID_ARGUMENT: the shard lost what it prepared) ends it at once;
+  // DEADLINE_EXCEEDED naming the shards still failing past
+  // commit_deadline. Both name the shard.
+  absl::Status CommitAll(const std::string& job_id, const Placement& to,
+                         uint64_t pause_step, std::vector<uint32_t>* late);
   // ABORT on every shard (a coordinator that restarted before step 5);
   // the first failure, after asking every shard.
   absl::Status AbortAll(const std::string& job_id, uint64_t epoch);
@@ -102,6 +117,10 @@ class Resharder {
   // `request` on every shard at once; the first failure naming its shard.
   absl::Status OnEveryShard(const ReshardRequest& request,
                             std::vector<ReshardResponse>* responses);
+  // `request` on `shards` at once; each one's result, by shard id.
+  std::vector<absl::Status> OnShards(const ReshardRequest& request,
+                                     const std::vector<uint32_t>& shards,
+                                     std::vector<ReshardResponse>* responses);
   // Steps 1-3; the pause step in *step.
   absl::Status Pause(const std::string& job_id, uint64_t epoch,
                      ReshardStatus& status);

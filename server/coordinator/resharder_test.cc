@@ -50,9 +50,30 @@ class FakeShards {
         }
         out->set_bytes_fetched(100 * (shard + 1));  // chunks and rows
         return absl::OkStatus();
+      case ReshardRequest::COMMIT:
+        commits_.push_back(r);
+        if (dead_commits_[shard] > 0) {  // dead, then restarted
+          --dead_commits_[shard];
+          return absl::UnavailableError("connection refused");
+        }
+        if (lost_prepare_ == static_cast<int>(shard)) {
+          return absl::FailedPreconditionError("has no prepared placement");
+        }
+        return absl::OkStatus();
       default:
         return absl::OkStatus();
     }
+  }
+  // Shard `shard` fails its first `n` COMMITs as a dead shard does.
+  void set_dead_commits(uint32_t shard, int n) {
+    absl::MutexLock l(&mu_);
+    dead_commits_[shard] = n;
+  }
+  // Shard `shard` came back without what it prepared.
+  void set_lost_prepare(int shard) { lost_prepare_ = shard; }
+  std::vector<ReshardRequest> commits() {
+    absl::MutexLock l(&mu_);
+    return commits_;
   }
   std::vector<std::string> Calls(const std::string& phase) {
     absl::MutexLock l(&mu_);
@@ -71,6 +92,9 @@ class FakeShards {
   std::vector<std::string> calls_;
   std::vector<uint64_t> jumps_;
   int fail_prepare_ = -1;
+  std::map<uint32_t, int> dead_commits_;
+  int lost_prepare_ = -1;
+  std::vector<ReshardRequest> commits_;
 };
 
 Placement TwoChunks(uint32_t second_shard, uint64_t epoch) {
@@ -93,11 +117,14 @@ struct Moved {
   std::vector<std::string> phases;
 };
 
-Moved Move(FakeShards& shards) {
+Moved Move(FakeShards& shards,
+           absl::Duration commit_deadline = absl::Seconds(60)) {
   Moved run;
   Resharder::Options options;
   options.num_shards = 2;
   options.poll = absl::ZeroDuration();
+  options.commit_deadline = commit_deadline;
+  options.commit_retry = absl::ZeroDuration();
   Resharder::Hooks hooks;
   hooks.reshard = [&](uint32_t s, const ReshardRequest& r, absl::Time,
                       ReshardResponse* out) { return shards.Call(s, r, out); };
@@ -187,6 +214,60 @@ TEST(ResharderTest, AFailedPrepareAbortsEveryShardAndCommitsNothing) {
   EXPECT_TRUE(run.committed.empty());
   EXPECT_EQ(shards.Calls("ABORT").size(), 2u);
   EXPECT_TRUE(shards.Calls("COMMIT").empty());
+}
+
+// Once the store holds the new placement the move only goes forward: a
+// shard dead at the COMMIT (its first three fail UNAVAILABLE) is asked
+// again, alone, until it is back, and the move ends "done" on every shard,
+// naming it late. Every COMMIT carries the placement and the pause step
+// (what a restarted shard checks its prepared job against).
+TEST(ResharderTest, AShardDeadAtTheCommitCommitsLateAndTheMoveIsDone) {
+  FakeShards shards({3, 3});
+  shards.set_dead_commits(1, 3);
+  Moved run = Move(shards);
+  EXPECT_EQ(run.status.phase(), "done");
+  EXPECT_THAT(run.status.late_shards(), ::testing::ElementsAre(1u));
+  EXPECT_GT(run.status.reached_s(), 0);
+  EXPECT_TRUE(shards.Calls("ABORT").empty());
+  ASSERT_EQ(run.committed.size(), 1u);
+  // Shard 0 once, shard 1 four times (three failed, then OK).
+  EXPECT_EQ(shards.Calls("COMMIT 0").size(), 1u);
+  EXPECT_EQ(shards.Calls("COMMIT 1").size(), 4u);
+  for (const ReshardRequest& c : shards.commits()) {
+    EXPECT_EQ(c.epoch(), 1u);
+    EXPECT_EQ(c.pause_step(), run.status.pause_step());
+    EXPECT_EQ(c.placement().chunks(1).shard(), 1u);
+  }
+  EXPECT_THAT(run.phases, ::testing::ElementsAre("pausing", "copying", "done"));
+}
+
+// A shard back without what it prepared (no checkpoints) cannot commit:
+// the move ends "failed" at once, naming it, not after the deadline.
+TEST(ResharderTest, AShardBackWithoutItsPreparedStateFailsTheMoveAtOnce) {
+  FakeShards shards({3, 3});
+  shards.set_dead_commits(1, 2);
+  shards.set_lost_prepare(1);
+  const absl::Time start = absl::Now();
+  Moved run = Move(shards, absl::Seconds(600));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(60));
+  EXPECT_THAT(run.status.phase(),
+              ::testing::StartsWith("failed: shard 1 COMMIT: has no prepared"));
+  EXPECT_EQ(run.status.reached_s(), 0);
+  EXPECT_TRUE(shards.Calls("ABORT").empty());  // committed: never aborted
+}
+
+// A shard that never comes back: "failed" past the commit deadline, naming
+// it; the live shard committed once, and nothing is aborted.
+TEST(ResharderTest, AShardGoneForGoodFailsTheMoveAtTheDeadline) {
+  FakeShards shards({3, 3});
+  shards.set_dead_commits(0, 1 << 30);
+  Moved run = Move(shards, absl::Milliseconds(50));
+  EXPECT_THAT(run.status.phase(),
+              ::testing::StartsWith("failed: shards 0 did not commit "
+                                    "placement epoch 1 within 50ms"));
+  EXPECT_THAT(run.status.phase(), HasSubstr("connection refused"));
+  EXPECT_EQ(shards.Calls("COMMIT 1").size(), 1u);
+  EXPECT_TRUE(shards.Calls("ABORT").empty());
 }
 
 }  // namespace

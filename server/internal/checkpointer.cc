@@ -1,6 +1,7 @@
 #include "server/internal/checkpointer.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <optional>
 #include <utility>
 
@@ -233,8 +234,20 @@ absl::StatusOr<std::vector<std::string>> Checkpointer::Open(
     return absl::InvalidArgumentError(
         absl::StrCat("checkpoint_dir: ", ids.status().message()));
   }
+  prepared_dir_ = dir + "/prepared";
+  std::error_code ec;
+  if (std::filesystem::exists(prepared_dir_, ec)) {
+    absl::MutexLock l(&prepared_mu_);
+    PS_ASSIGN_OR_RETURN(prepared_,
+                        CheckpointStore::Open(prepared_dir_, shard_id_));
+  }
   store_ = std::move(store);
   return ids;
+}
+
+const CheckpointStore* Checkpointer::PreparedStore() const {
+  absl::MutexLock l(&prepared_mu_);
+  return prepared_.get();
 }
 
 absl::StatusOr<CheckpointStore::Loaded> Checkpointer::Load(
@@ -385,10 +398,81 @@ void Checkpointer::Remove(Job& job) {
     spdlog::error("job {}: dropped, but its checkpoints remain: {}", job.id,
                   std::string(st.message()));
   }
+  RemovePrepared(job.id);
+}
+
+absl::Status Checkpointer::WritePrepared(Job& j) {
+  if (store_ == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("shard ", shard_id_, " has no checkpoint_dir"));
+  }
+  const CheckpointStore* prepared = nullptr;
+  {
+    absl::MutexLock l(&prepared_mu_);
+    if (prepared_ == nullptr) {
+      PS_ASSIGN_OR_RETURN(prepared_,
+                          CheckpointStore::Open(prepared_dir_, shard_id_));
+    }
+    prepared = prepared_.get();
+  }
+  absl::MutexLock w(&j.files.mu);
+  if (j.files.chained) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job \"", j.id, "\" wrote checkpoints already; not a prepared job"));
+  }
+  // No earlier move's state to fall back on if this one is torn.
+  RemovePrepared(j.id);
+  Snapshot snap = TakeSnapshot(shard_id_, j);
+  std::optional<TablesRef> tables;
+  absl::StatusOr<std::string> path = WriteFiles(*prepared, j.id, snap, &tables);
+  if (!path.ok()) {
+    return absl::Status(
+        path.status().code(),
+        absl::StrCat("the prepared state of job ", j.id, " on shard ",
+                     shard_id_, ": ", path.status().message()));
+  }
+  spdlog::debug("job {}: prepared placement epoch {} written to {}", j.id,
+                j.placement.epoch(), *path);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<CheckpointStore::Loaded> Checkpointer::LoadPrepared(
+    const std::string& job_id, const CheckpointStore::Accept& accept) const {
+  const CheckpointStore* prepared = PreparedStore();
+  if (prepared == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("shard ", shard_id_, " has no prepared placements"));
+  }
+  return prepared->LoadLatest(job_id, accept);
+}
+
+absl::Status Checkpointer::RestorePrepared(JobCheckpoint ck, int local_count,
+                                           Job& job) const {
+  const CheckpointStore* prepared = PreparedStore();
+  if (prepared == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("shard ", shard_id_, " has no prepared placements"));
+  }
+  return RestoreFrom(*prepared, std::move(ck), local_count, job);
+}
+
+void Checkpointer::RemovePrepared(const std::string& job_id) const {
+  const CheckpointStore* prepared = PreparedStore();
+  if (prepared == nullptr) return;
+  if (absl::Status st = prepared->Remove(job_id); !st.ok()) {
+    spdlog::error("job {}: its prepared placement stays on disk: {}", job_id,
+                  std::string(st.message()));
+  }
 }
 
 absl::Status Checkpointer::Restore(JobCheckpoint ck, int local_count,
                                    Job& job) const {
+  return RestoreFrom(*store_, std::move(ck), local_count, job);
+}
+
+absl::Status Checkpointer::RestoreFrom(const CheckpointStore& store,
+                                       JobCheckpoint ck, int local_count,
+                                       Job& job) const {
   if (job.tables != nullptr && !ck.tables.has_value()) {
     return absl::InvalidArgumentError(
         "the registration has sparse tables, the checkpoint holds none");
@@ -400,7 +484,7 @@ absl::Status Checkpointer::Restore(JobCheckpoint ck, int local_count,
   if (job.tables != nullptr) {
     // First, so that a bad tables file costs no dense restore. An
     // increment: the full tables file and the increments up to it.
-    PS_RETURN_IF_ERROR(store_->ReadTablesChain(
+    PS_RETURN_IF_ERROR(store.ReadTablesChain(
         job.id, ck,
         [&](ByteSource& full, absl::Span<ByteSource* const> increments) {
           return job.tables->Restore(full, increments);

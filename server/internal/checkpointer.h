@@ -103,16 +103,47 @@ class Checkpointer {
   void Shutdown(const std::vector<std::shared_ptr<Job>>& jobs);
 
   // Marks the dropped `job` so nothing more is written, and deletes its
-  // files (a failure is logged).
+  // files, its prepared state's too (a failure is logged).
   void Remove(Job& job);
+
+  // A live re-placement's prepared job (Shard PREPARE of a checkpointing
+  // job, server/internal/reshard.h), kept in <dir>/prepared/ apart from the
+  // job's checkpoints: a restart restores the old placement from those as
+  // it was and, beside it, what the shard prepared, for a COMMIT the
+  // coordinator may send it after its store committed the move. One per
+  // job: a write replaces the job's earlier one. `job` must never have
+  // written a checkpoint (a fresh PREPARE's job: its tables are written in
+  // full). Blocks on the I/O; the job's answers and schedule are left as
+  // they are. FAILED_PRECONDITION without a store.
+  absl::Status WritePrepared(Job& job);
+  // The job's prepared state that `accept` takes (LoadLatest); NOT_FOUND
+  // when there is none.
+  absl::StatusOr<CheckpointStore::Loaded> LoadPrepared(
+      const std::string& job_id, const CheckpointStore::Accept& accept) const;
+  // Restore() from a prepared state (its tables file is beside it).
+  absl::Status RestorePrepared(JobCheckpoint ck, int local_count,
+                               Job& job) const;
+  // Deletes the job's prepared state, if any (a failure is logged).
+  void RemovePrepared(const std::string& job_id) const;
 
  private:
   void WriterLoop();
   void StopWriter() ABSL_LOCKS_EXCLUDED(writer_mu_);
+  // Restore() reading the tables from `store`.
+  absl::Status RestoreFrom(const CheckpointStore& store, JobCheckpoint ck,
+                           int local_count, Job& job) const;
 
   const uint32_t shard_id_;
   // Set by Open before serving, then immutable; null = no checkpoints.
   std::unique_ptr<CheckpointStore> store_;
+  // <dir>/prepared: re-placements' prepared jobs (WritePrepared), opened
+  // by Open when it exists, else by the first WritePrepared; never reset.
+  std::string prepared_dir_;
+  mutable absl::Mutex prepared_mu_;
+  std::unique_ptr<CheckpointStore> prepared_ ABSL_GUARDED_BY(prepared_mu_);
+  // The prepared store, or null when there is none (yet).
+  const CheckpointStore* PreparedStore() const
+      ABSL_LOCKS_EXCLUDED(prepared_mu_);
 
   // The background writer and its queue of jobs due for a checkpoint.
   absl::Mutex writer_mu_;

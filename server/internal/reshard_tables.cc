@@ -131,10 +131,12 @@ absl::Status CopyRows(Job& job, uint32_t shard_id,
 namespace {
 
 // The stream shard `from` holds for `self` under `req`'s placement, piece
-// by piece; `*fetched` counts its bytes.
+// by piece, its size granted by `reserve` once the first piece names it;
+// `*fetched` counts its bytes.
 absl::StatusOr<std::string> FetchRows(const Job& old, uint32_t from,
                                       uint32_t self, const ReshardRequest& req,
                                       const FetchBatch& fetch,
+                                      const ReserveRows& reserve,
                                       uint64_t* fetched) {
   FetchChunksRequest ask;
   ask.set_job_id(old.id);
@@ -148,7 +150,10 @@ absl::StatusOr<std::string> FetchRows(const Job& old, uint32_t from,
     ask.set_rows_offset(stream.size());
     FetchChunksResponse got;
     PS_RETURN_IF_ERROR(fetch(from, ask, &got));
-    if (stream.empty()) total = got.rows_total();
+    if (stream.empty()) {
+      total = got.rows_total();
+      PS_RETURN_IF_ERROR(reserve(total));
+    }
     if (got.rows_total() != total || got.rows().size() > kRowPieceBytes ||
         (got.rows().empty() && stream.size() < total) ||
         stream.size() + got.rows().size() > total) {
@@ -168,6 +173,7 @@ absl::StatusOr<std::string> FetchRows(const Job& old, uint32_t from,
 absl::StatusOr<FetchTally> BuildTables(const Job& old,
                                        const ReshardRequest& req,
                                        const FetchBatch& fetch,
+                                       const ReserveRows& reserve,
                                        ReplacementPlan& plan) {
   FetchTally tally;
   JobTables* fresh = plan.job->tables.get();
@@ -195,15 +201,15 @@ absl::StatusOr<FetchTally> BuildTables(const Job& old,
     threads.emplace_back([&, i] {
       if (from[i] != self) {
         absl::StatusOr<std::string> got =
-            FetchRows(old, from[i], self, req, fetch, &bytes[i]);
+            FetchRows(old, from[i], self, req, fetch, reserve, &bytes[i]);
         if (got.ok()) streams[i] = *std::move(got);
         status[i] = got.status();
         return;
       }
       absl::StatusOr<std::shared_ptr<const std::string>> mine =
           RowsFor(old, req.placement().num_shards(), to, self);
-      if (mine.ok()) streams[i] = **mine;
-      status[i] = mine.status();
+      status[i] = mine.ok() ? reserve((*mine)->size()) : mine.status();
+      if (status[i].ok()) streams[i] = **mine;
     });
   }
   for (std::thread& t : threads) t.join();
@@ -219,8 +225,13 @@ absl::StatusOr<FetchTally> BuildTables(const Job& old,
   }
   std::vector<StringSource> sources(streams.begin(), streams.end());
   std::vector<ByteSource*> ptrs;
+  uint64_t staged = 0;
   for (StringSource& s : sources) ptrs.push_back(&s);
+  for (const std::string& s : streams) staged += s.size();
   PS_RETURN_IF_ERROR(fresh->InstallRows(ptrs));
+  // The fresh tables' index and slabs may take more than their streams.
+  const uint64_t used = fresh->bytes_used();
+  if (used > staged) PS_RETURN_IF_ERROR(reserve(used - staged));
   return tally;
 }
 

@@ -21,13 +21,15 @@
 //   // Old owner, serving a new owner's fetch:
 //   PS_RETURN_IF_ERROR(CopyRows(job, shard_id, req, resp));
 //   // New owner, in PREPARE (no lock held; blocks on the fetches):
-//   PS_ASSIGN_OR_RETURN(FetchTally t, BuildTables(old, req, fetch, plan));
+//   PS_ASSIGN_OR_RETURN(FetchTally t,
+//                       BuildTables(old, req, fetch, reserve, plan));
 //
 // Thread safety: any thread; CopyRows takes the job's replacement mutex.
 #ifndef SERVER_INTERNAL_RESHARD_TABLES_H_
 #define SERVER_INTERNAL_RESHARD_TABLES_H_
 
 #include <cstdint>
+#include <functional>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -53,16 +55,25 @@ inline constexpr uint32_t kMaxRowPieceBytes = 3u << 20;
 absl::Status CopyRows(Job& job, uint32_t shard_id,
                       const FetchChunksRequest& req, FetchChunksResponse* resp);
 
+// Called with the bytes of each rows stream a PREPARE stages (this shard's
+// own, and each other old owner's as soon as its first piece names its
+// size, before the rest is fetched), and once more with what the installed
+// tables hold beyond the streams: an error (the shard's memory budget)
+// stops the build. Any thread; the caller keeps the sum it granted.
+using ReserveRows = std::function<absl::Status(uint64_t bytes)>;
+
 // PREPARE: plan.job's tables (fresh, placed by req.placement) take the
 // rows they own under it from `old` (paused and quiesced at step B): those
 // `old` holds here, and those of every other old owner, fetched through
-// `fetch` in pieces. Nothing when plan.job has no tables or owns no rows.
-// INVALID_ARGUMENT naming shard_addresses for an old owner without one;
-// errors name the shard; nothing of `old` changes. The tally counts the
-// rows' bytes fetched from other shards.
+// `fetch` in pieces, each stream's bytes granted by `reserve` first.
+// Nothing when plan.job has no tables or owns no rows. INVALID_ARGUMENT
+// naming shard_addresses for an old owner without one; errors name the
+// shard; nothing of `old` changes. The tally counts the rows' bytes
+// fetched from other shards.
 absl::StatusOr<FetchTally> BuildTables(const Job& old,
                                        const ReshardRequest& req,
                                        const FetchBatch& fetch,
+                                       const ReserveRows& reserve,
                                        ReplacementPlan& plan);
 
 }  // namespace internal

@@ -133,6 +133,8 @@ absl::Status PsdServer::OpenShard() {
   shard_options.shard_id = config_.psd.shard_id();
   shard_options.memory_budget_bytes = config_.psd.memory_budget_bytes();
   shard_options.checkpoint_dir = config_.psd.checkpoint_dir();
+  shard_options.testing_kill_at_commit_epoch =
+      config_.psd.testing_kill_at_commit_epoch();
   // Time for the coordinator's first heartbeat to reach a restarted psd
   // (one window of misses, and one more for a beat held up by a hung
   // shard before this one).

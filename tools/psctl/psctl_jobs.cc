@@ -118,6 +118,10 @@ std::string FormatReshard(const ReshardStatus& s) {
                           s.epoch(), s.reached_s() - s.requested_s(),
                           s.pause_ms());
   }
+  if (s.late_shards_size() > 0) {  // restarted between the commit and COMMIT
+    absl::StrAppendFormat(&out, "; shards %s committed late",
+                          absl::StrJoin(s.late_shards(), ", "));
+  }
   return out;
 }
 

@@ -37,6 +37,9 @@ TEST(FormatReshardTest, CountsForTheFirstShardsAndSetsForADrain) {
   EXPECT_EQ(FormatReshard(s),
             "shards: [0 1 2] -> [0 2], done; 3 chunks (1.5 MB) move at step "
             "40, 61.5 MB fetched");
+  // A shard restarted between the store's commit and its own COMMIT.
+  s.add_late_shards(1);
+  EXPECT_THAT(FormatReshard(s), HasSubstr("fetched; shards 1 committed late"));
 }
 
 // A Python worker's job reports no total and may report no loss (NaN):

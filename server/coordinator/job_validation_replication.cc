@@ -67,14 +67,8 @@ std::vector<std::string> ReplicationProblems(const JobSpec& spec,
                         k, k, live.size(), live.size() == 1 ? "is" : "are",
                         absl::StrJoin(live, ", ")));
   }
-  // Tables: BSP steps are forwarded (server/internal/table_replicas.h).
-  const ConsistencyMode mode = spec.consistency().mode();
-  if (spec.tables_size() > 0 && mode != BSP &&
-      mode != CONSISTENCY_UNSPECIFIED) {
-    add("replication",
-        "k > 1 covers sparse tables under consistency.mode BSP only (not "
-        "yet ASP or SSP)");
-  }
+  // Sparse tables are replicated in every mode: each BSP step, or ASP/SSP
+  // push, is forwarded (server/internal/table_replicas.h).
   // init.from_file: every shard reads the file into each copy it holds,
   // primary or backup, so the copies agree from version 0 (a copy that
   // rejoins after a failover takes the live copies' state instead).

@@ -134,24 +134,25 @@ TEST(ReplicationValidationTest, TopKPushesAreAccepted) {
   EXPECT_THAT(ValidateJobSpec(spec, ThreeShards()), ::testing::IsEmpty());
 }
 
-TEST(ReplicationValidationTest, SparseTablesAreAcceptedUnderBspOnly) {
+TEST(ReplicationValidationTest, SparseTablesAreAcceptedInEveryMode) {
   JobSpec spec = ReplicatedSpec(2);
   TableSpec* t = spec.add_tables();
   t->set_name("emb");
   t->set_dim(8);
   t->set_num_ids(1000);
-  EXPECT_THAT(ValidateJobSpec(spec, ThreeShards()),
-              ::testing::Not(
-                  ::testing::Contains(::testing::HasSubstr("replication:"))));
-  for (ConsistencyMode mode : {ASP, SSP}) {
+  for (ConsistencyMode mode : {BSP, ASP, SSP}) {
     spec.mutable_consistency()->set_mode(mode);
     if (mode == SSP) spec.mutable_consistency()->set_staleness(2);
-    EXPECT_THAT(
-        ValidateJobSpec(spec, ThreeShards()),
-        ::testing::Contains(
-            "replication: k > 1 covers sparse tables under consistency.mode "
-            "BSP only (not yet ASP or SSP)"));
+    EXPECT_THAT(ValidateJobSpec(spec, ThreeShards()),
+                ::testing::Not(
+                    ::testing::Contains(::testing::HasSubstr("replication:"))))
+        << ConsistencyMode_Name(mode);
   }
+  // What still cannot work is refused naming the field: more copies than
+  // the job's shards.
+  spec.set_replication(4);
+  EXPECT_THAT(ValidateJobSpec(spec, ThreeShards()),
+              ::testing::Contains(::testing::HasSubstr("replication:")));
 }
 
 // Every copy reads the file (the shards' side: shard_warm_start_test);

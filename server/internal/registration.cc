@@ -245,10 +245,6 @@ absl::StatusOr<std::shared_ptr<Job>> NewJob(const RegisterJobRequest& req,
     return Prefixed("spec.", st);
   }
   job->replicated = req.spec().replication() > 1;
-  if (job->replicated && req.spec().tables_size() > 0 && job->mode != BSP) {
-    return Invalid("spec.replication",
-                   "k > 1 covers sparse tables under BSP only");
-  }
   if (req.joining() && !job->replicated) {
     return Invalid("joining", absl::StrCat("only a replicated job's copies "
                                            "rejoin; spec.replication is ",

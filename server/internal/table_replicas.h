@@ -1,5 +1,6 @@
 // The copies of a replicated job's sparse tables on one shard
-// (JobSpec.replication > 1, BSP; docs/OPERATIONS.md "Replication"). Rows
+// (JobSpec.replication > 1, any consistency mode; docs/OPERATIONS.md
+// "Replication"). Rows
 // are placed by ShardForId over the job's shards; the rows of shard s have
 // k - 1 backups on the same ring as s's dense chunks (the backups of s's
 // first chunk, else the next k - 1 shards), so one failover moves a
@@ -13,22 +14,25 @@
 //   PS_ASSIGN_OR_RETURN(JobTables* t, replicas->Serving(req.table_shard));
 //   t->Exchange(...);                    // answers wait for the backups
 //
-// Replication after aggregation: each BSP step a copy's acting primary
-// applies (the step's pushes in rank order, JobTables::SetStepSink) is
-// logged and forwarded, in order, to every live or joining backup as the
-// step itself (ReplicaTableStep: the pushes and their scale), which the
-// backup applies with the same code to the same bits
-// (JobTables::ApplyForwardedStep). A backup whose state is unknown (the
-// first forward, a joining copy, one that refused a step's base with
-// OUT_OF_RANGE, or one the log no longer covers) first gets the copy's
+// Replication after aggregation: each update a copy's acting primary
+// applies (JobTables::SetStepSink: a BSP step, its pushes in rank order; an
+// ASP/SSP push, which a replicated job's tables apply one at a time, each
+// taking the next version, with its (worker, step) and the eviction that
+// followed it) is logged and forwarded, in version order, to every live or
+// joining backup as the update itself (ReplicaTableStep: the pushes and
+// their scale), which the backup applies in that order with the same code
+// to the same bits (JobTables::ApplyForwardedStep). A backup whose state is
+// unknown (the first forward, a joining copy, one that refused a step's base
+// with OUT_OF_RANGE, or one the log no longer covers) first gets the copy's
 // whole state (JobTables::TakeSnapshot at one instant, in pieces of at
 // most `piece_bytes`; a step over that bound travels the same way), then
 // the steps from that version on. The copy's
 // answers wait (JobTables::GateOnReplicas) for the version every live
 // backup acknowledged, and a joining backup's once it caught up; so after
-// a failover the promoted copy holds every answered step, and the
-// (worker, step) dedupe state needs no forwarding: a push that was not
-// answered is resent by its worker.
+// a failover the promoted copy holds every answered update. BSP needs no
+// (worker, step) dedupe state forwarded (a push that was not answered is
+// resent by its worker, one answered is stale there); ASP/SSP forwards
+// carry it, so a resend of a push the copy holds is a duplicate there.
 //
 // Thread safety: every method may be called concurrently. One thread per
 // object sends the forwards (started by the first Wake); the destructor

@@ -90,6 +90,11 @@ absl::Status JobTables::AheadError(uint64_t step, uint64_t version) const {
                       step, version, where_.shard_id, barrier_.RestoredNote()));
 }
 
+void JobTables::AddWaitLocked(const WaiterPtr& w) {
+  w->need_copies = barrier_.version();
+  waits_.Add(w);
+}
+
 void JobTables::CollectReadyLocked(std::vector<WaiterPtr>* ready) {
   const uint64_t limit = std::min(gated_ ? durable_ : UINT64_MAX,
                                   replica_gated_ ? replicated_ : UINT64_MAX);
@@ -122,7 +127,11 @@ absl::Status JobTables::MaybeCompleteStepLocked() {
       linear_lr_workers_ != 0 ? linear_lr_workers_ : order.size();
   const float scale = 1.0f / static_cast<float>(divisor);
   const absl::Status s = tables_->Apply(order, scale, barrier_.version());
-  if (s.ok() && step_sink_) step_sink_(ForwardOfLocked(order, scale));
+  if (s.ok() && step_sink_) {
+    ReplicaTableStep forward = ForwardOf(order, scale);
+    forward.set_version_before(barrier_.version());
+    step_sink_(std::move(forward));
+  }
   // Either way the step's pushes are done with: applied, or dropped when
   // the step cannot complete (the tables are as before it).
   barrier_.EndStep(s.ok());
@@ -156,6 +165,10 @@ absl::Status JobTables::PushUnordered(const SparseRequestIn& req,
                                       std::vector<WaiterPtr>* ready) {
   const uint32_t w = req.worker;
   absl::ReaderMutexLock applying(&apply_mu_);
+  // Replicated: from the claim to the count, so that a retry of a push
+  // being applied is answered (as a duplicate) only once it was counted,
+  // and then waits for the copies to hold it.
+  absl::MutexLockMaybe in_order(ordered_.load() ? &order_mu_ : nullptr);
   uint64_t claimed_before = 0;
   float scale = 1.0f;
   {
@@ -164,7 +177,7 @@ absl::Status JobTables::PushUnordered(const SparseRequestIn& req,
     if (!barrier_.active(w)) return NotActive(w);
     if (!barrier_.Claim(w, req.step, &claimed_before)) {
       resp->duplicate = true;
-      waits_.Add(waiter);
+      AddWaitLocked(waiter);
       CollectReadyLocked(ready);
       return absl::OkStatus();
     }
@@ -185,7 +198,18 @@ absl::Status JobTables::ApplyClaimed(uint32_t w, uint64_t step,
                                      TablePushes pushed,
                                      const std::vector<WaiterPtr>& waiters,
                                      std::vector<WaiterPtr>* ready) {
+  // Replicated (order_mu_ held): the apply, the count (the version it
+  // takes) and the eviction of one push before the next's (the copies'
+  // order).
+  const bool ordered = ordered_.load();
   const absl::Status applied = tables_->Apply({&pushed}, scale, step);
+  // Encoded before mu_ is taken.
+  ReplicaTableStep forward;
+  if (ordered && applied.ok()) {
+    forward = ForwardOf({&pushed}, scale);
+    forward.set_worker(w);
+    forward.set_step(step);
+  }
   uint64_t evict_at = 0;
   {
     absl::MutexLock l(&mu_);
@@ -193,8 +217,14 @@ absl::Status JobTables::ApplyClaimed(uint32_t w, uint64_t step,
       barrier_.Unclaim(w, step, claimed_before);
       return applied;
     }
+    const uint64_t version_before = barrier_.version();
     evict_at = barrier_.CountApplied(w, step);
-    for (const WaiterPtr& waiter : waiters) waits_.Add(waiter);
+    if (ordered && step_sink_) {
+      forward.set_version_before(version_before);
+      forward.set_evict_at(evict_at);
+      step_sink_(std::move(forward));
+    }
+    for (const WaiterPtr& waiter : waiters) AddWaitLocked(waiter);
     CollectReadyLocked(ready);
   }
   // Once per advance of the slowest clock, not per push.
@@ -253,7 +283,7 @@ void JobTables::Exchange(SparseRequestIn* req_in, SparseReplyOut* resp,
     } else {
       if (req.push) failed = PushBspLocked(req, std::move(pushed), resp);
       if (failed.ok()) {
-        waits_.Add(waiter);
+        AddWaitLocked(waiter);
         CollectReadyLocked(&ready);
       } else if (mode_ == BSP) {
         // A step that failed to apply: its other pushes wait for a version

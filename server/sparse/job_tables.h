@@ -54,7 +54,8 @@
 // the pushes, the version and the waits (the StepBarrier and the WaitList).
 // A BSP step is applied under it (nothing else pushes until it is
 // answered); ASP/SSP pushes are applied outside it, concurrently, under the
-// tables' own stripe locks. `done` never runs under it.
+// tables' own stripe locks, except in a replicated job, where they apply
+// one at a time (SetStepSink). `done` never runs under it.
 //
 // The rooms (server/sparse/internal/): table_set (the tables and applying
 // to them), request_checks (validation and decoding), step_barrier (BSP
@@ -64,6 +65,7 @@
 #ifndef SERVER_SPARSE_JOB_TABLES_H_
 #define SERVER_SPARSE_JOB_TABLES_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -130,16 +132,22 @@ class JobTables {
   // to the restored version.
   void SetDurableVersion(uint64_t version);
 
-  // Replicated jobs (JobSpec.replication > 1, BSP only; the copies and
-  // their forwards are server/internal/table_replicas.h). From now on each
-  // BSP step applied by an Exchange is handed to `sink` (under the mutex:
-  // it must not block nor call back) as the ReplicaTableStep a backup
-  // applies with ApplyForwardedStep to the same bits. Call before the first
-  // Exchange.
+  // Replicated jobs (JobSpec.replication > 1; the copies and their
+  // forwards are server/internal/table_replicas.h). From now on each BSP
+  // step, or ASP/SSP push, applied by an Exchange is handed to `sink`
+  // (under the mutex: it must not block nor call back) as the
+  // ReplicaTableStep a backup applies with ApplyForwardedStep to the same
+  // bits. ASP/SSP pushes then apply one at a time (with their TTL
+  // eviction), each taking the next version, so that the copies, applying
+  // them in version order, apply them in the primary's order; a push
+  // carries its (worker, step), so the copies count it as a duplicate
+  // after a failover too. Call before the first Exchange.
   using StepSink = std::function<void(ReplicaTableStep step)>;
   void SetStepSink(StepSink sink);
   // From now on an answer carrying version v also waits until
-  // SetReplicatedVersion(>= v) (as GateAnswers does for checkpoints).
+  // SetReplicatedVersion(>= v) (as GateAnswers does for checkpoints);
+  // ASP/SSP: an answer waits for the version the tables had when its push
+  // was applied, or (a duplicate, a pull) when it came.
   void GateOnReplicas();
   // The version every copy that answers wait for holds (UINT64_MAX: none
   // to wait for). Unlike SetDurableVersion it may go down again (a backup
@@ -149,9 +157,11 @@ class JobTables {
   // primary's Exchange applied it: same pushes, scale and step, so the
   // same rows, optimizer state and evictions. A step at or below the
   // version held changes nothing (a retry); one past it is OUT_OF_RANGE
-  // (this copy lacks its base: the primary sends the state). Bad input (an
-  // unknown table, ids not whole uint64s, a wrong number of values, an id
-  // of another shard, a bad value) is INVALID_ARGUMENT naming the field,
+  // (this copy lacks its base: the primary sends the state). ASP/SSP: the
+  // push's (worker, step) is counted (claimed, the worker's clock) and the
+  // eviction it carries runs. Bad input (an unknown table, ids not whole
+  // uint64s, a wrong number of values, an id of another shard, a bad
+  // value, a worker out of range) is INVALID_ARGUMENT naming the field,
   // nothing changed.
   absl::Status ApplyForwardedStep(const ReplicaTableStep& step);
   // The shard whose rows these tables hold.
@@ -295,9 +305,10 @@ class JobTables {
   // ASP/SSP: the scale of a push. LR_RULE_NONE: 1; LR_RULE_LINEAR: active
   // ranks / the submitted num_workers, as for dense chunks.
   float AspScaleLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // ASP/SSP, holding apply_mu_ shared: applies w's claimed step scaled by
-  // `scale` (no JobTables lock held), then counts it and adds `waiters` to
-  // the waits (or unclaims it on an error).
+  // ASP/SSP, holding apply_mu_ shared (and order_mu_ when ordered_, from
+  // before the claim): applies w's claimed step scaled by `scale` (no
+  // JobTables lock held), then counts it (and forwards it when ordered_)
+  // and adds `waiters` to the waits (or unclaims it on an error).
   absl::Status ApplyClaimed(
       uint32_t w, uint64_t step, uint64_t claimed_before, float scale,
       sparse_internal::TablePushes pushed,
@@ -328,10 +339,15 @@ class JobTables {
   // ApplyForwardedStep's checks: `step`'s rows as one push, or an error.
   absl::StatusOr<sparse_internal::TablePushes> ForwardedPushes(
       const ReplicaTableStep& step) const;
-  // The forward of the step about to be applied from `order` with `scale`.
-  ReplicaTableStep ForwardOfLocked(
+  // The forward of the pushes `order` applied with `scale` (their rows
+  // concatenated in that order; version_before left to the caller).
+  ReplicaTableStep ForwardOf(
       const std::vector<const sparse_internal::TablePushes*>& order,
-      float scale) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+      float scale) const;
+  // Adds `w` to the waits, needing the copies to hold the version now
+  // (GateOnReplicas, ASP/SSP).
+  void AddWaitLocked(const sparse_internal::WaiterPtr& w)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Fails the waits of a split step whose parts did not all come in time,
   // naming the missing ones. Not under mu_.
   void FailIncomplete(const sparse_internal::StepParts::Expired& set);
@@ -352,7 +368,12 @@ class JobTables {
   // ASP/SSP applies run holding it shared; snapshots and Restore hold it
   // exclusively, so they never see a push half applied. Before mu_.
   mutable absl::Mutex apply_mu_;
-  mutable absl::Mutex mu_ ABSL_ACQUIRED_AFTER(apply_mu_);
+  // A replicated ASP/SSP job's pushes (ordered_: a step sink is set) are
+  // claimed, applied, counted and evicted under it: one at a time, in
+  // version order.
+  absl::Mutex order_mu_ ABSL_ACQUIRED_AFTER(apply_mu_);
+  std::atomic<bool> ordered_{false};
+  mutable absl::Mutex mu_ ABSL_ACQUIRED_AFTER(apply_mu_, order_mu_);
   sparse_internal::StepBarrier barrier_ ABSL_GUARDED_BY(mu_);
   sparse_internal::WaitList waits_ ABSL_GUARDED_BY(mu_);
   // The parts of split pushes not yet complete.

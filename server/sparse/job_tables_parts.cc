@@ -79,7 +79,7 @@ absl::Status JobTables::PushPartBspLocked(SplitPart part,
     answer.push_back(waiter);
     for (const WaiterPtr& x : answer) {
       (stale ? x->resp->stale : x->resp->duplicate) = true;
-      waits_.Add(x);
+      AddWaitLocked(x);
     }
     CollectReadyLocked(ready);
     return absl::OkStatus();
@@ -97,7 +97,7 @@ absl::Status JobTables::PushPartBspLocked(SplitPart part,
     waits_.TakeBeyond(barrier_.version(), failed);
     return s;
   }
-  for (const WaiterPtr& x : added.waiters) waits_.Add(x);
+  for (const WaiterPtr& x : added.waiters) AddWaitLocked(x);
   CollectReadyLocked(ready);
   return absl::OkStatus();
 }
@@ -109,6 +109,8 @@ absl::Status JobTables::PushPartUnordered(SplitPart part,
   const uint64_t step = part.step;
   const WaiterPtr waiter = part.waiter;
   absl::ReaderMutexLock applying(&apply_mu_);
+  // Replicated: held through ApplyClaimed (PushUnordered).
+  absl::MutexLockMaybe in_order(ordered_.load() ? &order_mu_ : nullptr);
   uint64_t claimed_before = 0;
   float scale = 1.0f;
   StepParts::Added added;
@@ -123,7 +125,7 @@ absl::Status JobTables::PushPartUnordered(SplitPart part,
       answer.push_back(waiter);
       for (const WaiterPtr& x : answer) {
         x->resp->duplicate = true;
-        waits_.Add(x);
+        AddWaitLocked(x);
       }
       CollectReadyLocked(ready);
       return absl::OkStatus();

@@ -20,7 +20,10 @@ using sparse_internal::TablePushes;
 using sparse_internal::WaiterPtr;
 
 void JobTables::SetStepSink(StepSink sink) {
+  // A push applying now finishes before the order changes.
+  absl::MutexLock in_order(&order_mu_);
   absl::MutexLock l(&mu_);
+  ordered_.store(sink != nullptr && mode_ != BSP);
   step_sink_ = std::move(sink);
 }
 
@@ -40,10 +43,9 @@ void JobTables::SetReplicatedVersion(uint64_t version) {
   for (auto& w : ready) Answer(*tables_, *w);
 }
 
-ReplicaTableStep JobTables::ForwardOfLocked(
+ReplicaTableStep JobTables::ForwardOf(
     const std::vector<const TablePushes*>& order, float scale) const {
   ReplicaTableStep out;
-  out.set_version_before(barrier_.version());
   out.set_scale(scale);
   for (size_t k = 0; k < tables_->size(); ++k) {
     size_t ids = 0;
@@ -121,6 +123,11 @@ absl::StatusOr<TablePushes> JobTables::ForwardedPushes(
 
 absl::Status JobTables::ApplyForwardedStep(const ReplicaTableStep& step) {
   PS_ASSIGN_OR_RETURN(TablePushes pushes, ForwardedPushes(step));
+  if (mode_ != BSP && step.worker() >= where_.num_workers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("steps.worker: ", step.worker(), " is out of range [0, ",
+                     where_.num_workers, ") for job ", job_id_));
+  }
   absl::WriterMutexLock no_applies(&apply_mu_);
   absl::MutexLock l(&mu_);
   PS_RETURN_IF_ERROR(closed_);
@@ -131,6 +138,14 @@ absl::Status JobTables::ApplyForwardedStep(const ReplicaTableStep& step) {
         "steps.version_before: ", step.version_before(),
         " needs the tables of shard ", where_.shard_id, " at that version; ",
         "this copy holds ", version, ": send the state"));
+  }
+  if (mode_ != BSP) {
+    // One push, as the primary applied it (ApplyClaimed): at the worker's
+    // step, then counted, then the eviction that followed it there.
+    PS_RETURN_IF_ERROR(tables_->Apply({&pushes}, step.scale(), step.step()));
+    barrier_.CountForwarded(step.worker(), step.step());
+    if (step.evict_at() > 0) tables_->EvictExpired(step.evict_at());
+    return absl::OkStatus();
   }
   PS_RETURN_IF_ERROR(tables_->Apply({&pushes}, step.scale(), version));
   // Whatever the copy held for this step (a restored primary's buffered

@@ -80,6 +80,11 @@ uint64_t StepBarrier::CountApplied(uint32_t w, uint64_t step) {
   return slowest;
 }
 
+uint64_t StepBarrier::CountForwarded(uint32_t w, uint64_t step) {
+  claimed_steps_[w] = std::max(claimed_steps_[w], step + 1);
+  return CountApplied(w, step);
+}
+
 uint64_t StepBarrier::Slowest() const {
   return internal::SlowestActive(
       num_workers_, [this](uint32_t w) { return active_[w] != 0; },

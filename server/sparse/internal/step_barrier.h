@@ -79,6 +79,11 @@ class StepBarrier {
   // Counts w's applied step (its clock, the version). Returns the slowest
   // clock when it moved past the last TTL eviction (run one at it), else 0.
   uint64_t CountApplied(uint32_t w, uint64_t step);
+  // A replica's copy of w's step applied on the primary (in the primary's
+  // order, which need not be w's): claimed and counted as there, with no
+  // duplicate check (the copy's version orders the forwards). Returns
+  // CountApplied's.
+  uint64_t CountForwarded(uint32_t w, uint64_t step);
   // The slowest active worker's pushed steps (SSP's clock).
   uint64_t Slowest() const;
 

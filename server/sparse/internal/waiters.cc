@@ -27,9 +27,9 @@ bool WaitList::Satisfied(const Waiter& w, const StepBarrier& barrier,
                          uint64_t answerable) {
   switch (barrier.mode()) {
     case ASP:
-      return true;
+      return w.need_copies <= answerable;
     case SSP:
-      return barrier.Slowest() >= w.need_clock;
+      return barrier.Slowest() >= w.need_clock && w.need_copies <= answerable;
     default:
       return barrier.version() >= w.need_version &&
              w.need_version <= answerable;

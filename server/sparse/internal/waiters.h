@@ -35,6 +35,10 @@ struct Waiter {
   uint64_t step = 0;
   uint64_t need_version = 0;  // BSP
   uint64_t need_clock = 0;    // SSP
+  // ASP/SSP: the version the answer waits to be `answerable` (the tables'
+  // version when it was added: its own push, and every push before it,
+  // held by the copies; JobTables::GateOnReplicas).
+  uint64_t need_copies = 0;
   absl::Time deadline;
   uint64_t answered_version = 0;  // set when it becomes ready
 };
@@ -51,9 +55,9 @@ class WaitList {
  public:
   void Add(WaiterPtr w) { waiters_.push_back(std::move(w)); }
   // Moves the waits that `barrier` satisfies (ASP: all; SSP: the slowest
-  // clock; BSP: the version, and a need_version at most `answerable`, the
-  // newest durable version where answers wait for checkpoints) to `ready`,
-  // stamped with its version.
+  // clock; BSP: the version; and need_version (BSP) or need_copies at most
+  // `answerable`, the newest version held durable or by the copies where
+  // answers wait for them) to `ready`, stamped with its version.
   void CollectReady(const StepBarrier& barrier, uint64_t answerable,
                     std::vector<WaiterPtr>* ready);
   // Moves the waits that need a version beyond `version` to `out`.

@@ -88,10 +88,8 @@
 //     the previous one used). The restored chunks behave as before the
 //     crash: a retried push of a step already applied is stale (answered
 //     with the current parameters), a push of the pending step is accepted,
-//     or is a duplicate when the checkpoint holds it. A live re-placement
-//     whose PREPARE the restart cut before its COMMIT comes back too: the
-//     job its PREPARE wrote to <checkpoint_dir>/prepared/, beside the old
-//     placement paused at its step, for the coordinator's COMMIT or ABORT
+//     or is a duplicate when the checkpoint holds it. A re-placement cut
+//     between PREPARE and COMMIT comes back paused with what it prepared
 //     (shard_reshard_restore.cc).
 //   * Guarantee, BSP with every_steps: 1: a restore is exact. Answers that
 //     carry version v (PushPull of step v - 1, Pull with min_version v) are
@@ -532,9 +530,8 @@ class Shard {
                         ReshardResponse* resp);
   absl::Status PrepareJob(const JobPtr& job, const ReshardRequest& req,
                           ReshardResponse* resp);
-  // PREPARE's job built (no lock held; blocks on the fetches), its rows
-  // reserved (added to plan.fetch_bytes, also on an error) and, when it
-  // checkpoints, written as prepared.
+  // PREPARE's job built (blocks on the fetches), its rows reserved (into
+  // plan.fetch_bytes, also on an error), written as prepared if it checkpoints.
   absl::StatusOr<internal::FetchTally> BuildPrepared(
       const internal::Job& job, const ReshardRequest& req, uint64_t step,
       internal::ReplacementPlan& plan, internal::FetchTally* rows);
@@ -546,14 +543,12 @@ class Shard {
                                   uint64_t reserved);
   // A dropped job's re-placement ends (its reserved bytes go back).
   void ReleaseReplacement(internal::Job& job);
-  // RESOURCE_EXHAUSTED naming memory_budget_bytes, the shard and `what`
-  // when `bytes` more do not fit.
+  // RESOURCE_EXHAUSTED naming memory_budget_bytes, the shard and `what`.
   absl::Status ReserveBytes(const internal::Job& job, uint64_t bytes,
                             absl::string_view what);
   void ReleaseBytes(uint64_t bytes);
-  // shard_reshard_restore.cc: a COMMIT's optional pause_step and placement
-  // against the job's prepared one; what a PREPARE wrote before a restart,
-  // loaded beside the restored `old`, and put back (paused at `step`).
+  // shard_reshard_restore.cc: a COMMIT against the prepared job; what a
+  // PREPARE wrote before a restart, loaded and put back paused at `step`.
   absl::Status CheckPrepared(const internal::Job& job,
                              const ReshardRequest& req)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(job.replacement.mu);

@@ -52,9 +52,10 @@ absl::Status OfShard(uint32_t shard, const ReshardRequest& request,
                               st.message()));
 }
 
-// A COMMIT answer that trying again cannot change: the shard does not hold
-// the job, or holds no prepared state of this move (restarted without it).
-bool CannotCommit(const absl::Status& st) {
+// An answer that trying again cannot change: the shard does not hold the
+// job, or (COMMIT) holds no prepared state of this move (restarted without
+// it).
+bool Settled(const absl::Status& st) {
   return absl::IsNotFound(st) || absl::IsFailedPrecondition(st) ||
          absl::IsInvalidArgument(st);
 }
@@ -161,8 +162,12 @@ ReshardStatus Resharder::Run(const std::string& job_id, const Placement& from,
   status.set_epoch(epoch);
   status.set_moved_chunks(chunks);
   status.set_moved_bytes(bytes);
+  bool prepare_sent = false;
   auto abort = [&](const absl::Status& why) {
-    AbortAll(job_id, epoch).IgnoreError();
+    // After a PREPARE a shard may die with what it prepared on disk, and
+    // come back paused with it: it needs its ABORT too.
+    (prepare_sent ? AbortPrepared(job_id, epoch) : AbortAll(job_id, epoch))
+        .IgnoreError();
     status.set_phase(absl::StrCat("aborted: ", why.message()));
     spdlog::warn("job {}: re-placement to {} shards aborted: {}", job_id,
                  status.target_shards(), std::string(why.message()));
@@ -181,6 +186,7 @@ ReshardStatus Resharder::Run(const std::string& job_id, const Placement& from,
     prepare.add_shard_addresses(std::move(a));
   }
   std::vector<ReshardResponse> answers;
+  prepare_sent = true;
   if (absl::Status st = OnEveryShard(prepare, &answers); !st.ok()) {
     return abort(st);
   }
@@ -216,12 +222,10 @@ ReshardStatus Resharder::Run(const std::string& job_id, const Placement& from,
   return status;
 }
 
-absl::Status Resharder::CommitAll(const std::string& job_id,
-                                  const Placement& to, uint64_t pause_step,
-                                  std::vector<uint32_t>* late) {
-  ReshardRequest commit = Request(job_id, to.epoch(), ReshardRequest::COMMIT);
-  *commit.mutable_placement() = to;
-  commit.set_pause_step(pause_step);
+absl::Status Resharder::UntilAnswered(const ReshardRequest& request,
+                                      bool settled_fails,
+                                      std::vector<uint32_t>* late) {
+  const std::string phase = ReshardRequest::Phase_Name(request.phase());
   late->clear();
   std::vector<uint32_t> pending(options_.num_shards);
   for (uint32_t s = 0; s < pending.size(); ++s) pending[s] = s;
@@ -229,22 +233,25 @@ absl::Status Resharder::CommitAll(const std::string& job_id,
   for (bool first = true;; first = false) {
     std::vector<ReshardResponse> answers;
     const std::vector<absl::Status> results =
-        OnShards(commit, pending, &answers);
+        OnShards(request, pending, &answers);
     std::vector<uint32_t> failing;
     absl::Status last;
     for (uint32_t s : pending) {
       const absl::Status& st = results[s];
-      if (st.ok()) {
+      if (st.ok() || (!settled_fails && Settled(st))) {
         if (!first) {
           late->push_back(s);
-          spdlog::info("job {}: shard {} committed placement epoch {} late",
-                       job_id, s, to.epoch());
+          spdlog::info(
+              "job {}: shard {} answered the {} of placement epoch "
+              "{} late: {}",
+              request.job_id(), s, phase, request.epoch(),
+              st.ok() ? "OK" : std::string(st.message()));
         }
         continue;
       }
-      if (CannotCommit(st)) return OfShard(s, commit, st);
+      if (Settled(st)) return OfShard(s, request, st);
       failing.push_back(s);
-      last = OfShard(s, commit, st);
+      last = OfShard(s, request, st);
     }
     if (failing.empty()) {
       std::sort(late->begin(), late->end());
@@ -252,20 +259,39 @@ absl::Status Resharder::CommitAll(const std::string& job_id,
     }
     if (hooks_.clock() > deadline) {
       return absl::DeadlineExceededError(absl::StrFormat(
-          "shards %s did not commit placement epoch %d within %s (%s)",
-          absl::StrJoin(failing, ", "), to.epoch(),
+          "shards %s did not answer the %s of placement epoch %d within %s "
+          "(%s)",
+          absl::StrJoin(failing, ", "), phase, request.epoch(),
           absl::FormatDuration(options_.commit_deadline), last.message()));
     }
     if (first) {
       spdlog::warn(
-          "job {}: placement epoch {} is committed in the store; COMMIT "
-          "again on shards {} until they answer: {}",
-          job_id, to.epoch(), absl::StrJoin(failing, ", "),
-          std::string(last.message()));
+          "job {}: the {} of placement epoch {} again on shards {} "
+          "until they answer: {}",
+          request.job_id(), phase, request.epoch(),
+          absl::StrJoin(failing, ", "), std::string(last.message()));
     }
     pending = std::move(failing);
     absl::SleepFor(options_.commit_retry);
   }
+}
+
+absl::Status Resharder::CommitAll(const std::string& job_id,
+                                  const Placement& to, uint64_t pause_step,
+                                  std::vector<uint32_t>* late) {
+  ReshardRequest commit = Request(job_id, to.epoch(), ReshardRequest::COMMIT);
+  *commit.mutable_placement() = to;
+  commit.set_pause_step(pause_step);
+  return UntilAnswered(commit, /*settled_fails=*/true, late);
+}
+
+absl::Status Resharder::AbortPrepared(const std::string& job_id,
+                                      uint64_t epoch) {
+  std::vector<uint32_t> late;
+  absl::Status st = UntilAnswered(Request(job_id, epoch, ReshardRequest::ABORT),
+                                  /*settled_fails=*/false, &late);
+  if (!st.ok()) spdlog::warn("job {}: {}", job_id, std::string(st.message()));
+  return st;
 }
 
 absl::Status Resharder::AbortAll(const std::string& job_id, uint64_t epoch) {

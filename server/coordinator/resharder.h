@@ -19,8 +19,9 @@
 //      and refuse the old epoch with ABORTED, so the workers fetch their
 //      assignments again and resume at B.
 // A failure before 5 sends ABORT to every shard (the job goes on as it
-// was) and ends with the phase "aborted: <why>". After 5 the move rolls
-// forward: COMMIT is tried again on the shards that have not answered it
+// was; after PREPARE, again to a shard that did not answer, until
+// `commit_deadline`) and ends with the phase "aborted: <why>". After 5 the move
+// rolls forward: COMMIT is tried again on the shards that have not answered it
 // (dead at the commit, then restarted: a checkpointing job's shard comes
 // back with what it prepared, server/shard_reshard_restore.cc) until
 // `commit_deadline`; they are the status's late_shards, and the phase is
@@ -110,6 +111,12 @@ class Resharder {
   // ABORT on every shard (a coordinator that restarted before step 5);
   // the first failure, after asking every shard.
   absl::Status AbortAll(const std::string& job_id, uint64_t epoch);
+  // ABORT on every shard, and again, as CommitAll does, on those that did
+  // not answer until commit_deadline: a move aborted after its PREPAREs
+  // (a shard killed then comes back paused with what it prepared, and
+  // nothing else would lift that pause). A shard that answers it does not
+  // hold the job counts as done.
+  absl::Status AbortPrepared(const std::string& job_id, uint64_t epoch);
 
  private:
   ReshardRequest Request(const std::string& job_id, uint64_t epoch,
@@ -121,6 +128,14 @@ class Resharder {
   std::vector<absl::Status> OnShards(const ReshardRequest& request,
                                      const std::vector<uint32_t>& shards,
                                      std::vector<ReshardResponse>* responses);
+  // `request` on every shard, again every commit_retry on those that
+  // failed with a code a retry may change, until all answered (those that
+  // needed a retry in `*late`) or commit_deadline (DEADLINE_EXCEEDED naming
+  // them). A settled failure (NOT_FOUND, FAILED_PRECONDITION,
+  // INVALID_ARGUMENT) ends it at once with `settled_fails`, else counts as
+  // answered.
+  absl::Status UntilAnswered(const ReshardRequest& request, bool settled_fails,
+                             std::vector<uint32_t>* late);
   // Steps 1-3; the pause step in *step.
   absl::Status Pause(const std::string& job_id, uint64_t epoch,
                      ReshardStatus& status);

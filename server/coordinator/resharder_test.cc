@@ -50,6 +50,12 @@ class FakeShards {
         }
         out->set_bytes_fetched(100 * (shard + 1));  // chunks and rows
         return absl::OkStatus();
+      case ReshardRequest::ABORT:
+        if (dead_aborts_[shard] > 0) {
+          --dead_aborts_[shard];
+          return absl::UnavailableError("connection refused");
+        }
+        return absl::OkStatus();
       case ReshardRequest::COMMIT:
         commits_.push_back(r);
         if (dead_commits_[shard] > 0) {  // dead, then restarted
@@ -68,6 +74,11 @@ class FakeShards {
   void set_dead_commits(uint32_t shard, int n) {
     absl::MutexLock l(&mu_);
     dead_commits_[shard] = n;
+  }
+  // Shard `shard` fails its first `n` ABORTs as a dead shard does.
+  void set_dead_aborts(uint32_t shard, int n) {
+    absl::MutexLock l(&mu_);
+    dead_aborts_[shard] = n;
   }
   // Shard `shard` came back without what it prepared.
   void set_lost_prepare(int shard) { lost_prepare_ = shard; }
@@ -93,6 +104,7 @@ class FakeShards {
   std::vector<uint64_t> jumps_;
   int fail_prepare_ = -1;
   std::map<uint32_t, int> dead_commits_;
+  std::map<uint32_t, int> dead_aborts_;
   int lost_prepare_ = -1;
   std::vector<ReshardRequest> commits_;
 };
@@ -216,6 +228,21 @@ TEST(ResharderTest, AFailedPrepareAbortsEveryShardAndCommitsNothing) {
   EXPECT_TRUE(shards.Calls("COMMIT").empty());
 }
 
+// A move aborted after its PREPAREs (shard 1's failed) asks a shard that
+// does not answer its ABORT again until it does: killed after writing what
+// it prepared, it would come back paused with it.
+TEST(ResharderTest, AnAbortAfterThePreparesReachesAShardThatCameBack) {
+  FakeShards shards({3, 3});
+  shards.set_fail_prepare(1);
+  shards.set_dead_aborts(1, 2);
+  Moved run = Move(shards);
+  EXPECT_THAT(run.status.phase(), HasSubstr("aborted: shard 1 PREPARE"));
+  EXPECT_TRUE(run.committed.empty());
+  EXPECT_EQ(shards.Calls("ABORT 0").size(), 1u);
+  EXPECT_EQ(shards.Calls("ABORT 1").size(), 3u);  // 2 failed, then OK
+  EXPECT_TRUE(shards.Calls("COMMIT").empty());
+}
+
 // Once the store holds the new placement the move only goes forward: a
 // shard dead at the COMMIT (its first three fail UNAVAILABLE) is asked
 // again, alone, until it is back, and the move ends "done" on every shard,
@@ -263,8 +290,8 @@ TEST(ResharderTest, AShardGoneForGoodFailsTheMoveAtTheDeadline) {
   shards.set_dead_commits(0, 1 << 30);
   Moved run = Move(shards, absl::Milliseconds(50));
   EXPECT_THAT(run.status.phase(),
-              ::testing::StartsWith("failed: shards 0 did not commit "
-                                    "placement epoch 1 within 50ms"));
+              ::testing::StartsWith("failed: shards 0 did not answer the "
+                                    "COMMIT of placement epoch 1 within 50ms"));
   EXPECT_THAT(run.status.phase(), HasSubstr("connection refused"));
   EXPECT_EQ(shards.Calls("COMMIT 1").size(), 1u);
   EXPECT_TRUE(shards.Calls("ABORT").empty());

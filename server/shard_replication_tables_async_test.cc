@@ -3,18 +3,20 @@
 // directly: the rows of shard 0 are backed up on shard 1. Pushes of two
 // workers, applied on shard 0 one at a time, reach the backup in the same
 // order (its rows bitwise the primary's); a push is answered only once the
-// backup holds it, or once the backup is failed over; after a failover a
-// resend of an answered (worker, step) is a duplicate, applied once; a bad
-// forward is refused with nothing changed.
+// backup holds it, or once the backup, reported lagging, is failed over; after
+// a failover a resend of an answered (worker, step) is a duplicate, applied
+// once; a bad forward is refused with nothing changed.
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/shard.h"
@@ -140,16 +142,20 @@ class ShardTablesAsyncReplicationTest
     dead_ = dead;
   }
 
-  // Both workers push steps [from, to) at once, each step after its own
-  // previous one was answered (as workers do).
+  // Both workers push steps [from, to), each on its own thread (so their
+  // pushes apply concurrently), each step after its own previous one was
+  // answered (as workers do).
   void Train(Shard& shard, uint64_t from, uint64_t to) {
-    for (uint64_t t = from; t < to; ++t) {
-      std::unique_ptr<Call> a = Start(shard, 0, t);
-      std::unique_ptr<Call> b = Start(shard, 1, t);
-      AwaitOk(*a);
-      AwaitOk(*b);
-      EXPECT_FALSE(a->resp.duplicate() || b->resp.duplicate()) << t;
-    }
+    auto worker = [&shard, from, to](uint32_t w) {
+      for (uint64_t t = from; t < to; ++t) {
+        std::unique_ptr<Call> c = Start(shard, w, t);
+        AwaitOk(*c);
+        EXPECT_FALSE(c->resp.duplicate()) << w << " " << t;
+      }
+    };
+    std::thread second(worker, 1);
+    worker(0);
+    second.join();
   }
 
   // Shard 1 serves shard 0's rows from now on.
@@ -191,10 +197,21 @@ TEST_P(ShardTablesAsyncReplicationTest, ADeadBackupBlocksUntilFailedOver) {
   Train(*shards_[0], 0, 2);
   SetDead(true);
   std::unique_ptr<Call> held = Start(*shards_[0], 0, 2);
-  // Applied, not answered: the backup does not hold it.
-  EXPECT_FALSE(held->done.WaitForNotificationWithTimeout(absl::Seconds(0.2)));
-  // The coordinator fails the backup over: it no longer counts.
+  // Applied, not answered: the backup does not hold it. The heartbeat's
+  // answer names it lagging (what the coordinator fails over).
+  SetReplicaViewRequest beat = View(1, {});
+  beat.set_lag_ms(1);
   SetReplicaViewResponse resp;
+  const absl::Time give_up = absl::Now() + kWait;
+  while (resp.lagging().empty() && absl::Now() < give_up) {
+    resp.Clear();
+    ASSERT_TRUE(shards_[0]->SetReplicaView(beat, &resp).ok());
+    absl::SleepFor(absl::Milliseconds(1));  // a poll, not a synchronization
+  }
+  EXPECT_THAT(resp.lagging(), ::testing::ElementsAre(1u));
+  EXPECT_FALSE(held->done.HasBeenNotified());
+  // The coordinator fails the backup over: it no longer counts.
+  resp.Clear();
   ASSERT_TRUE(shards_[0]->SetReplicaView(View(2, {1}), &resp).ok());
   AwaitOk(*held);
   EXPECT_FALSE(held->resp.duplicate());

@@ -1,11 +1,13 @@
 #include "server/sparse/sparse_table.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "core/float_bytes.h"
 #include "server/sparse/internal/batch.h"
 
 namespace ps {
@@ -79,7 +81,51 @@ absl::Status ValidateOptions(const SparseTable::Options& o) {
 
 bool Finite(float x) { return std::isfinite(x); }
 
+absl::string_view BytesOf(absl::Span<const float> v) {
+  return absl::string_view(reinterpret_cast<const char*>(v.data()),
+                           v.size() * sizeof(float));
+}
+
 }  // namespace
+
+std::vector<SparseTable::Segment> SparseTable::Segments(
+    absl::Span<const uint32_t> begin) {
+  std::vector<Segment> segments;
+  for (uint32_t s = 0; s + 1 < begin.size(); ++s) {
+    for (uint32_t b = begin[s]; b < begin[s + 1]; b += kSegmentRows) {
+      segments.push_back({s, b, std::min(begin[s + 1], b + kSegmentRows)});
+    }
+  }
+  return segments;
+}
+
+template <typename HashAt, typename Apply>
+void SparseTable::Pipeline(const std::vector<Segment>& segments, bool lock,
+                           HashAt hash_at,
+                           Apply apply) const ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  // Prefetch stage `rows` (false: the index buckets) of segment k.
+  auto prefetch = [&](size_t k, bool rows) {
+    if (k >= segments.size()) return;
+    const Segment& g = segments[k];
+    const LockedStripe& stripe = *stripes_[g.stripe];
+    if (lock) stripe.mu.ReaderLock();
+    auto at = [&](size_t i) { return hash_at(g.begin + i); };
+    if (rows) {
+      stripe.data.PrefetchRows(g.end - g.begin, at);
+    } else {
+      stripe.data.PrefetchIndex(g.end - g.begin, at);
+    }
+    if (lock) stripe.mu.ReaderUnlock();
+  };
+  prefetch(0, false);
+  prefetch(1, false);
+  prefetch(0, true);
+  for (size_t k = 0; k < segments.size(); ++k) {
+    prefetch(k + 2, false);
+    prefetch(k + 1, true);
+    apply(segments[k]);
+  }
+}
 
 absl::StatusOr<std::unique_ptr<SparseTable>> SparseTable::Create(
     Options options) {
@@ -144,18 +190,20 @@ absl::Status SparseTable::Pull(absl::Span<const uint64_t> ids,
   const sparse_internal::StripeGroups g =
       sparse_internal::GroupByStripe(stripe_of, options_.num_stripes);
   std::vector<uint32_t> missing;
-  for (uint32_t s = 0; s < options_.num_stripes; ++s) {
-    if (g.begin[s] == g.begin[s + 1]) continue;
-    LockedStripe& stripe = *stripes_[s];
-    {
-      absl::ReaderMutexLock lock(&stripe.mu);
-      stripe.data.ReadMany(ids.data(), hashes.data(),
-                           g.order.data() + g.begin[s],
-                           g.begin[s + 1] - g.begin[s], out.data(), &missing);
-    }
-    stripe.rows_pulled.fetch_add(g.begin[s + 1] - g.begin[s],
-                                 std::memory_order_relaxed);
-  }
+  Pipeline(
+      Segments(g.begin), /*lock=*/true,
+      [&](size_t r) { return hashes[g.order[r]]; },
+      [&](const Segment& seg) {
+        LockedStripe& stripe = *stripes_[seg.stripe];
+        {
+          absl::ReaderMutexLock lock(&stripe.mu);
+          stripe.data.ReadMany(ids.data(), hashes.data(),
+                               g.order.data() + seg.begin, seg.end - seg.begin,
+                               out.data(), &missing);
+        }
+        stripe.rows_pulled.fetch_add(seg.end - seg.begin,
+                                     std::memory_order_relaxed);
+      });
   for (uint32_t i : missing) {
     options_.init.Fill(ids[i], out.subspan(size_t{i} * dim, dim));
   }
@@ -174,38 +222,31 @@ absl::Status SparseTable::Push(absl::Span<const uint64_t> ids,
   for (size_t i = 0; i < ids.size(); ++i) {
     PS_RETURN_IF_ERROR(CheckId(ids[i], i, "ids"));
   }
-  for (size_t k = 0; k < grads.size(); ++k) {
-    if (Finite(grads[k])) continue;
+  if (const int64_t k = FirstNonFinite(BytesOf(grads)); k >= 0) {
     return Error(absl::StatusCode::kInvalidArgument,
                  absl::StrCat("grads[", k, "] is ", grads[k], " (id ",
                               ids[k / dim], ", element ", k % dim, ")"));
   }
   sparse_internal::MergedPush m =
       sparse_internal::MergePush(ids, grads, dim, stripe_mask_);
-  for (size_t k = 0; k < m.grads.size(); ++k) {
-    if (Finite(m.grads[k])) continue;
-    return Error(
-        absl::StatusCode::kInvalidArgument,
-        absl::StrCat("the summed gradient of duplicate id ", m.ids[k / dim],
-                     " overflows (element ", k % dim, ")"));
+  // Only sums can overflow: every other row is a copy of checked floats.
+  for (uint32_t r : m.summed) {
+    const float* g = m.grads.get() + size_t{r} * dim;
+    for (uint32_t e = 0; e < dim; ++e) {
+      if (Finite(g[e])) continue;
+      return Error(absl::StatusCode::kInvalidArgument,
+                   absl::StrCat("the summed gradient of duplicate id ",
+                                m.ids[r], " overflows (element ", e, ")"));
+    }
   }
-  auto rows = [&](uint32_t s) {
-    return absl::MakeConstSpan(m.ids).subspan(m.begin[s],
-                                              m.begin[s + 1] - m.begin[s]);
-  };
-  auto hashes = [&](uint32_t s) {
-    return absl::MakeConstSpan(m.hashes).subspan(m.begin[s],
-                                                 m.begin[s + 1] - m.begin[s]);
-  };
   const bool all_or_nothing = options_.memory_budget_bytes > 0 && !options_.lru;
   if (!all_or_nothing) {
-    for (uint32_t s = 0; s < options_.num_stripes; ++s) {
-      if (m.begin[s] == m.begin[s + 1]) continue;
-      absl::MutexLock lock(&stripes_[s]->mu);
-      stripes_[s]->data.Push(rows(s), hashes(s),
-                             m.grads.data() + size_t{m.begin[s]} * dim, step,
-                             update);
-    }
+    Pipeline(
+        Segments(m.begin), /*lock=*/true, [&](size_t r) { return m.hashes[r]; },
+        [&](const Segment& seg) {
+          absl::MutexLock lock(&stripes_[seg.stripe]->mu);
+          PushSegment(m, seg, step, update);
+        });
     return absl::OkStatus();
   }
   return PushAllOrNothing(m, step, update);
@@ -214,7 +255,6 @@ absl::Status SparseTable::Push(absl::Span<const uint64_t> ids,
 absl::Status SparseTable::PushAllOrNothing(const sparse_internal::MergedPush& m,
                                            uint64_t step, UpdateFn update)
     ABSL_NO_THREAD_SAFETY_ANALYSIS {
-  const uint32_t dim = options_.dim;
   const uint64_t share = options_.memory_budget_bytes / options_.num_stripes;
   std::vector<uint32_t> touched;
   for (uint32_t s = 0; s < options_.num_stripes; ++s) {
@@ -242,16 +282,25 @@ absl::Status SparseTable::PushAllOrNothing(const sparse_internal::MergedPush& m,
     }
   }
   if (status.ok()) {
-    for (uint32_t s : touched) {
-      stripes_[s]->data.Push(span(m.ids, s), span(m.hashes, s),
-                             m.grads.data() + size_t{m.begin[s]} * dim, step,
-                             update);
-    }
+    Pipeline(
+        Segments(m.begin), /*lock=*/false,
+        [&](size_t r) { return m.hashes[r]; },
+        [&](const Segment& seg) { PushSegment(m, seg, step, update); });
   }
   for (auto it = touched.rbegin(); it != touched.rend(); ++it) {
     stripes_[*it]->mu.Unlock();
   }
   return status;
+}
+
+void SparseTable::PushSegment(const sparse_internal::MergedPush& m,
+                              const Segment& seg, uint64_t step,
+                              UpdateFn update) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  const size_t n = seg.end - seg.begin;
+  stripes_[seg.stripe]->data.Push(
+      absl::MakeConstSpan(m.ids).subspan(seg.begin, n),
+      absl::MakeConstSpan(m.hashes).subspan(seg.begin, n),
+      m.grads.get() + size_t{seg.begin} * options_.dim, step, update);
 }
 
 size_t SparseTable::EvictExpired(uint64_t now_step) {

@@ -217,6 +217,24 @@ class SparseTable {
     std::atomic<uint64_t> rows_pulled{0};
   };
 
+  // A piece of a batch's run of rows in one stripe (rows [begin, end) of
+  // the batch's stripe order), at most kSegmentRows long: the unit the
+  // table pipelines its cache misses over (see Pipeline).
+  struct Segment {
+    uint32_t stripe, begin, end;
+  };
+  static constexpr uint32_t kSegmentRows = 32;
+  // The segments of a batch whose stripe s holds rows [begin[s],
+  // begin[s + 1]), in order.
+  static std::vector<Segment> Segments(absl::Span<const uint32_t> begin);
+  // apply(segment) for each segment in order, with the index buckets of
+  // segment k + 2 and then the rows of segment k + 1 prefetched (each under
+  // its stripe's reader lock when `lock`) before segment k is applied;
+  // hash_at(r) is the hash of row r of the batch. apply takes its own locks.
+  template <typename HashAt, typename Apply>
+  void Pipeline(const std::vector<Segment>& segments, bool lock, HashAt hash_at,
+                Apply apply) const;
+
   explicit SparseTable(Options options);
   // Writes stripe s's section of `image` (a capture's records read under
   // the stripe's reader lock, a batch of rows at a time).
@@ -230,6 +248,9 @@ class SparseTable {
   // then changed (or none).
   absl::Status PushAllOrNothing(const sparse_internal::MergedPush& m,
                                 uint64_t step, UpdateFn update);
+  // Stripe::Push of the rows of `seg`; the caller holds its writer lock.
+  void PushSegment(const sparse_internal::MergedPush& m, const Segment& seg,
+                   uint64_t step, UpdateFn update);
   // Restore's body: every section and the trailer into `staged`.
   absl::Status RestoreSections(
       ByteSource& source, uint32_t sections,

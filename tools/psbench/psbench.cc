@@ -8,7 +8,7 @@
 //   psbench --mode=load [--clients=64] [--seconds=60] [--warmup_seconds=5]
 //   psbench --mode=sparse [--rows=4K,16K,64K] [--dim=16] [--shards=2]
 //           [--table_optimizer=adagrad] [--universe=1M] [--populate=true]
-//           [--repetitions=5] [--clients=2] [--seconds=2]
+//           [--repetitions=5] [--clients=2] [--seconds=2] [--dense=true]
 //   common: --json (one JSON object on stdout), --time_limit_seconds
 //
 // Exit codes: 0 done; 1 the run failed its bar (load: errors or resident
@@ -87,6 +87,9 @@ ABSL_FLAG(std::string, universe, "1M",
 ABSL_FLAG(bool, populate, true,
           "sparse: push every id once before measuring (false: the measured "
           "pushes create the rows, admit_after 1)");
+ABSL_FLAG(bool, dense, true,
+          "sparse: measure the dense baseline too (false: the sparse path "
+          "alone, e.g. to profile it; no ratio)");
 ABSL_FLAG(int, repetitions, 5,
           "sparse: dense/sparse measurement rounds per point");
 ABSL_FLAG(bool, json, false, "print one JSON object instead of tables");
@@ -253,6 +256,7 @@ absl::Status ParseSparseFlags(int clients, double seconds, Plan* plan) {
         absl::StrCat("--table_optimizer: \"", opt, "\" is not sgd or adagrad"));
   }
   o.populate = absl::GetFlag(FLAGS_populate);
+  o.dense = absl::GetFlag(FLAGS_dense);
   if (absl::GetFlag(FLAGS_repetitions) < 1) {
     return absl::InvalidArgumentError("--repetitions: must be >= 1");
   }

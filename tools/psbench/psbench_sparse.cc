@@ -327,6 +327,7 @@ absl::Status MeasureRegistered(const BenchCluster& cluster,
     // Alternate which path goes first, so drift over time favours neither.
     for (int half = 0; half < 2; ++half) {
       if ((half == 0) == (rep % 2 == 0)) {
+        if (!o.dense) continue;
         PS_ASSIGN_OR_RETURN(Run d, RunDense(cluster, dense, o, cpu));
         dense_goodput =
             Record(d, p->bytes, &p->dense, &dense_lat, &dense_cores);
@@ -335,7 +336,9 @@ absl::Status MeasureRegistered(const BenchCluster& cluster,
                         &p->sparse, &sparse_lat, &sparse_cores);
       }
     }
-    p->ratio.push_back(dense_goodput > 0 ? sparse / dense_goodput : 0);
+    if (o.dense) {
+      p->ratio.push_back(dense_goodput > 0 ? sparse / dense_goodput : 0);
+    }
     if (p->sparse.errors > 0 || p->dense.errors > 0) break;
   }
   for (const SparseWorker& w : workers) p->sparse_calls += w.client->calls();
@@ -413,14 +416,14 @@ std::string FormatSparseBench(const SparseBenchReport& r) {
       "goodput = rows x dim x 4 bytes pushed + pulled per second, dense = "
       "PushPull of a rows x dim float tensor; %d repetition(s) of %.1f s, "
       "dense and sparse alternating: median [min-max];\n"
-      "cores = CPU-seconds per second of %s\n",
+      "cores = CPU-seconds per second of %s%s\n",
       r.shards, r.in_process ? "in-process" : "of a running cluster", o.clients,
       o.dim, OptimizerKind_Name(o.optimizer), o.universe,
       o.populate ? "every row created before measuring (each id pushed once)"
                  : "rows created by the measured pushes (admit_after 1)",
       o.client.max_request_bytes, o.client.max_inflight_per_shard,
       o.client.channels_per_shard, o.repetitions, Seconds(o.duration),
-      r.cpu_scope);
+      r.cpu_scope, o.dense ? "" : " (no dense runs: --dense=false)");
   out += absl::StrFormat(
       "%7s %8s %-26s %-26s %-18s %-17s %-17s %-11s %9s %7s %6s\n", "rows",
       "bytes", "sparse MB/s", "dense MB/s", "ratio", "sparse p50/p99 ms",

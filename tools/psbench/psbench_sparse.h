@@ -52,6 +52,8 @@ struct SparseBenchOptions {
   // measured steps update existing rows. false: rows are created by the
   // measured pushes (admit_after 1) in the first rounds.
   bool populate = true;
+  // false: no dense runs (no ratio); for profiling the sparse path alone.
+  bool dense = true;
   // Both paths: request size (the sparse client's ids + values per call),
   // calls in flight per shard per client, and connections per shard.
   PsClientOptions client;

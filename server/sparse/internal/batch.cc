@@ -1,5 +1,6 @@
 #include "server/sparse/internal/batch.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/container/flat_hash_map.h"
@@ -56,19 +57,24 @@ MergedPush MergePush(absl::Span<const uint64_t> ids,
     m.hashes[r] = hashes[u];
   }
   m.begin = std::move(groups.begin);
-  m.grads.resize(unique_ids.size() * size_t{dim});
-  std::vector<bool> seen(unique_ids.size(), false);
+  // Not zeroed: each row's first occurrence is copied in, later ones added.
+  m.grads.reset(new float[unique_ids.size() * size_t{dim}]);
+  // Per unique id: 0 not seen yet, 1 seen once, 2 summed.
+  std::vector<uint8_t> seen(unique_ids.size(), 0);
   for (size_t i = 0; i < ids.size(); ++i) {
     const uint32_t u = unique_of[i];
-    float* dst = m.grads.data() + size_t{row_of[u]} * dim;
+    float* dst = m.grads.get() + size_t{row_of[u]} * dim;
     const float* src = grads.data() + i * dim;
-    if (!seen[u]) {
+    if (seen[u] == 0) {
       std::memcpy(dst, src, dim * sizeof(float));
-      seen[u] = true;
-    } else {
-      for (uint32_t e = 0; e < dim; ++e) dst[e] += src[e];
+      seen[u] = 1;
+      continue;
     }
+    for (uint32_t e = 0; e < dim; ++e) dst[e] += src[e];
+    if (seen[u] == 1) m.summed.push_back(row_of[u]);
+    seen[u] = 2;
   }
+  std::sort(m.summed.begin(), m.summed.end());
   return m;
 }
 

@@ -4,6 +4,7 @@
 #define SERVER_SPARSE_INTERNAL_BATCH_H_
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "absl/types/span.h"
@@ -24,12 +25,14 @@ StripeGroups GroupByStripe(absl::Span<const uint32_t> stripe_of,
 // [begin[s], begin[s + 1]) for stripe s) is id ids[r] with hash hashes[r]
 // and gradient grads[r * dim, (r + 1) * dim), the sum of every occurrence's
 // gradient in request order. Within a stripe, rows keep first-occurrence
-// order.
+// order. `summed` lists the rows (ascending) whose gradient is a sum of two
+// or more occurrences: the only ones whose values are not the request's.
 struct MergedPush {
   std::vector<uint64_t> ids;
   std::vector<uint64_t> hashes;
-  std::vector<float> grads;
+  std::unique_ptr<float[]> grads;  // ids.size() x dim, every float written
   std::vector<uint32_t> begin;
+  std::vector<uint32_t> summed;
 };
 // stripe_mask: num_stripes - 1 (a power of two minus one).
 MergedPush MergePush(absl::Span<const uint64_t> ids,

@@ -1,6 +1,8 @@
 #include "server/sparse/internal/row_index.h"
 
+#include <algorithm>
 #include <cstdlib>
+#include <utility>
 
 namespace ps {
 namespace sparse_internal {
@@ -26,10 +28,22 @@ size_t RowIndex::BytesFor(size_t entries) const {
   return (c > capacity_ ? c : capacity_) * sizeof(uint64_t);
 }
 
+RowIndex& RowIndex::operator=(RowIndex&& other) noexcept {
+  block_ = std::move(other.block_);
+  buckets_ = std::exchange(other.buckets_, nullptr);
+  capacity_ = std::exchange(other.capacity_, 0);
+  mask_ = std::exchange(other.mask_, 0);
+  size_ = std::exchange(other.size_, 0);
+  return *this;
+}
+
 void RowIndex::Rehash(size_t new_capacity) {
-  std::unique_ptr<uint64_t[]> old = std::move(buckets_);
+  const Slab old_block = std::move(block_);
+  const uint64_t* old = buckets_;
   const size_t old_capacity = capacity_;
-  buckets_.reset(new uint64_t[new_capacity]());
+  block_ = NewSlab(new_capacity * sizeof(uint64_t));
+  buckets_ = reinterpret_cast<uint64_t*>(block_.get());
+  std::fill(buckets_, buckets_ + new_capacity, uint64_t{0});
   capacity_ = new_capacity;
   mask_ = new_capacity - 1;
   for (size_t i = 0; i < old_capacity; ++i) {
@@ -79,7 +93,8 @@ void RowIndex::Erase(uint64_t hash, uint32_t slot) {
 }
 
 void RowIndex::Clear() {
-  buckets_.reset();
+  block_.reset();
+  buckets_ = nullptr;
   capacity_ = mask_ = size_ = 0;
 }
 

@@ -17,8 +17,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <utility>
 
 #include "core/sparse_ids.h"
+#include "server/sparse/internal/slab_pool.h"
 
 namespace ps {
 namespace sparse_internal {
@@ -30,6 +32,14 @@ inline uint64_t RowHash(uint64_t id) {
   return MixId64(id ^ 0x5A17C0DE5EED1234ull);
 }
 
+// __builtin_prefetch(p) that the compiler keeps: GCC 12 at -O3 deleted
+// whole loops of bare prefetches (SparseTable's batch prefetch compiled to
+// nothing); the empty asm, which takes p, is a side effect it must keep.
+inline void PrefetchLine(const void* p) {
+  __builtin_prefetch(p);
+  asm volatile("" : : "r"(p));
+}
+
 class RowIndex {
  public:
   // The largest slot an entry may name.
@@ -38,8 +48,8 @@ class RowIndex {
   RowIndex() = default;
   RowIndex(const RowIndex&) = delete;
   RowIndex& operator=(const RowIndex&) = delete;
-  RowIndex(RowIndex&&) = default;
-  RowIndex& operator=(RowIndex&&) = default;
+  RowIndex(RowIndex&& other) noexcept { *this = std::move(other); }
+  RowIndex& operator=(RowIndex&& other) noexcept;
 
   size_t size() const { return size_; }
   size_t capacity() const { return capacity_; }
@@ -66,7 +76,7 @@ class RowIndex {
   // guess its slot (the first tag match in its run; -1 if none) so the
   // caller can prefetch the row. Hints only: never a substitute for Find.
   void Prefetch(uint64_t hash) const {
-    if (capacity_ != 0) __builtin_prefetch(&buckets_[(hash >> 32) & mask_]);
+    if (capacity_ != 0) PrefetchLine(&buckets_[(hash >> 32) & mask_]);
   }
   int64_t GuessSlot(uint64_t hash) const {
     if (capacity_ == 0) return -1;
@@ -97,7 +107,9 @@ class RowIndex {
   size_t Locate(uint64_t hash, uint32_t slot) const;
   void Rehash(size_t new_capacity);
 
-  std::unique_ptr<uint64_t[]> buckets_;
+  // A SlabPool block (huge pages where the OS allows), as uint64_t[].
+  Slab block_;
+  uint64_t* buckets_ = nullptr;
   size_t capacity_ = 0;  // 0 or a power of two
   size_t mask_ = 0;
   size_t size_ = 0;

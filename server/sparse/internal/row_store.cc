@@ -47,7 +47,7 @@ void RowStore::LinkNewest(uint32_t slot) {
 uint32_t RowStore::Append(uint64_t id, uint64_t step, uint64_t pushes) {
   const uint32_t slot = size_;
   if ((slot >> slab_log2_) >= slabs_.size()) {
-    slabs_.emplace_back(new char[slab_bytes_]);
+    slabs_.push_back(NewSlab(slab_bytes_));
   }
   ++size_;
   RowMeta* m = MetaPtr(slot);

@@ -1,5 +1,6 @@
 // The rows of one stripe: fixed-size records packed in slabs of 2^k records
-// (one allocation per slab, never per row), dense in slots [0, size()), with
+// (one SlabPool block per slab, on huge pages where the OS allows; never an
+// allocation per row), dense in slots [0, size()), with
 // an intrusive least-recently-pushed list threaded through the records.
 //
 //   record = [values: dim floats][state: state_floats floats][pad to 8]
@@ -36,6 +37,8 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "server/sparse/internal/row_index.h"
+#include "server/sparse/internal/slab_pool.h"
 
 namespace ps {
 namespace sparse_internal {
@@ -97,12 +100,14 @@ class RowStore {
   }
   const RowMeta& Meta(uint32_t slot) const { return *MetaPtr(slot); }
 
-  // Prefetches the record of `slot` if it exists (a hint for batches).
+  // Prefetches the record of `slot` if it exists (a hint for batches):
+  // every cache line it spans (a record need not start on a line).
   void Prefetch(uint32_t slot) const {
     if (slot >= size_) return;
-    const char* r = Record(slot);
-    for (size_t off = 0; off < record_bytes_; off += 64) {
-      __builtin_prefetch(r + off);
+    const uintptr_t r = reinterpret_cast<uintptr_t>(Record(slot));
+    for (uintptr_t line = r & ~uintptr_t{63}; line < r + record_bytes_;
+         line += 64) {
+      PrefetchLine(reinterpret_cast<const void*>(line));
     }
   }
 
@@ -194,7 +199,7 @@ class RowStore {
   uint32_t slab_log2_;
   uint32_t slab_mask_;
   size_t slab_bytes_;
-  std::vector<std::unique_ptr<char[]>> slabs_;
+  std::vector<Slab> slabs_;  // SlabPool blocks (huge pages)
   uint32_t size_ = 0;
   uint32_t newest_ = kNil;
   uint32_t oldest_ = kNil;

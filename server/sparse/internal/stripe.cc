@@ -29,9 +29,7 @@ bool Stripe::Read(uint64_t id, uint64_t hash, float* out) const {
 void Stripe::ReadMany(const uint64_t* ids, const uint64_t* hashes,
                       const uint32_t* order, size_t n, float* out,
                       std::vector<uint32_t>* missing) const {
-  auto hash_at = [&](size_t k) { return hashes[order[k]]; };
   for (size_t k = 0; k < n; ++k) {
-    PrefetchAhead(k, n, hash_at);
     const uint32_t i = order[k];
     if (!Read(ids[i], hashes[i], out + size_t{i} * config_.dim)) {
       missing->push_back(i);
@@ -100,9 +98,7 @@ void Stripe::Push(absl::Span<const uint64_t> ids,
                   uint64_t step, UpdateFn update) {
   const uint32_t dim = config_.dim;
   const bool lru_budget = config_.lru && config_.budget_bytes > 0;
-  auto hash_at = [&](size_t k) { return hashes[k]; };
   for (size_t i = 0; i < ids.size(); ++i) {
-    PrefetchAhead(i, ids.size(), hash_at);
     const uint64_t id = ids[i];
     const float* grad = grads + i * dim;
     ++counters_.rows_pushed;

@@ -99,12 +99,31 @@ class Stripe {
   // Copies the stored values of `id` into out[0, dim); false if not stored.
   bool Read(uint64_t id, uint64_t hash, float* out) const;
 
-  // Read() for ids[order[k]], k in [0, n), into out + order[k] * dim, with
-  // the memory accesses of later ids prefetched; appends the positions not
-  // stored to `missing`.
+  // Read() for ids[order[k]], k in [0, n), into out + order[k] * dim;
+  // appends the positions not stored to `missing`. (The caller prefetches:
+  // PrefetchIndex, PrefetchRows.)
   void ReadMany(const uint64_t* ids, const uint64_t* hashes,
                 const uint32_t* order, size_t n, float* out,
                 std::vector<uint32_t>* missing) const;
+
+  // Latency hiding for batches, hints only (they change nothing and never
+  // stand in for a lookup). PrefetchIndex starts the loads of the index
+  // buckets of hash_at(k), k in [0, n); PrefetchRows, issued once those
+  // have arrived, reads the buckets and starts the loads of the records
+  // they probably name. SparseTable runs them over a batch's later rows
+  // (across stripes) while it applies the earlier ones, so a batch's cache
+  // misses overlap instead of costing one after the other.
+  template <typename HashAt>
+  void PrefetchIndex(size_t n, HashAt hash_at) const {
+    for (size_t k = 0; k < n; ++k) index_.Prefetch(hash_at(k));
+  }
+  template <typename HashAt>
+  void PrefetchRows(size_t n, HashAt hash_at) const {
+    for (size_t k = 0; k < n; ++k) {
+      const int64_t slot = index_.GuessSlot(hash_at(k));
+      if (slot >= 0) store_.Prefetch(static_cast<uint32_t>(slot));
+    }
+  }
 
   // An upper bound of bytes() after Push(ids, ...): ids unique.
   size_t BytesAfterPush(absl::Span<const uint64_t> ids,
@@ -166,17 +185,6 @@ class Stripe {
   // Snapshot with `capture` (null: the records copied).
   void Snapshot(StripeImage* image,
                 std::shared_ptr<const RowCapture> capture) const;
-  // Prefetch for the k-th of n hashes: buckets kFar ahead, rows kNear ahead.
-  template <typename HashAt>
-  void PrefetchAhead(size_t k, size_t n, HashAt hash_at) const {
-    if (k + kFar < n) index_.Prefetch(hash_at(k + kFar));
-    if (k + kNear < n) {
-      const int64_t slot = index_.GuessSlot(hash_at(k + kNear));
-      if (slot >= 0) store_.Prefetch(static_cast<uint32_t>(slot));
-    }
-  }
-  static constexpr size_t kFar = 16;
-  static constexpr size_t kNear = 8;
   void RemoveRow(uint32_t slot);
   // Tracking: the admission counter of `id` changed.
   void CounterChanged(uint64_t id) {

@@ -547,11 +547,11 @@ class Shard {
   absl::Status ReserveBytes(const internal::Job& job, uint64_t bytes,
                             absl::string_view what);
   void ReleaseBytes(uint64_t bytes);
-  // shard_reshard_restore.cc: a COMMIT against the prepared job; what a
-  // PREPARE wrote before a restart, loaded and put back paused at `step`.
+  // shard_reshard_restore.cc: a COMMIT against the prepared job (with
+  // job.replacement.mu held); what a PREPARE wrote before a restart, loaded
+  // and put back paused at `step`.
   absl::Status CheckPrepared(const internal::Job& job,
-                             const ReshardRequest& req)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(job.replacement.mu);
+                             const ReshardRequest& req);
   void RestorePrepared(const std::string& job_id, RestoreReport* report);
   absl::StatusOr<JobPtr> LoadPrepared(const JobPtr& old, uint64_t* step,
                                       std::string* path) const;

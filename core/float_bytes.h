@@ -53,6 +53,18 @@ inline absl::Span<const float> AsFloats(const std::string& bytes) {
                              bytes.size() / 4);
 }
 
+// The bytes of `v` as they lie in memory (ids and floats travel as
+// little-endian bytes, copied as is): a view, valid while `v` is.
+template <typename T>
+absl::string_view BytesOf(absl::Span<const T> v) {
+  return absl::string_view(reinterpret_cast<const char*>(v.data()),
+                           v.size() * sizeof(T));
+}
+template <typename T>
+absl::string_view BytesOf(const std::vector<T>& v) {
+  return BytesOf(absl::MakeConstSpan(v));
+}
+
 // Replaces `*out` with the little-endian float32 encoding of `values`.
 void EncodeFloats(absl::Span<const float> values, std::string* out);
 

@@ -12,6 +12,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/grpc_status.h"
 #include "common/status_macros.h"
+#include "core/float_bytes.h"
 #include "core/sparse_rows_codec.h"
 #include "core/wire_codec.h"
 #include "core/wire_slices.h"
@@ -209,12 +210,6 @@ struct SparseCall {
     if (c->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete c;
   }
 };
-
-template <typename T>
-absl::string_view BytesOf(const std::vector<T>& v) {
-  return absl::string_view(reinterpret_cast<const char*>(v.data()),
-                           v.size() * sizeof(T));
-}
 
 // Writes the SparseExchangeResponse of `c` into `out`, byte for byte as
 // protobuf would, with the ids and rows of large entries as slices

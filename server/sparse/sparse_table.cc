@@ -81,11 +81,6 @@ absl::Status ValidateOptions(const SparseTable::Options& o) {
 
 bool Finite(float x) { return std::isfinite(x); }
 
-absl::string_view BytesOf(absl::Span<const float> v) {
-  return absl::string_view(reinterpret_cast<const char*>(v.data()),
-                           v.size() * sizeof(float));
-}
-
 }  // namespace
 
 std::vector<SparseTable::Segment> SparseTable::Segments(

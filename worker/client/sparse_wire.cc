@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/float_bytes.h"
 #include "core/sparse_rows_codec.h"
 #include "core/wire_codec.h"
 #include "core/wire_slices.h"
@@ -14,16 +15,6 @@ namespace {
 // Fields shorter than this are copied into the head: a borrowed slice
 // costs more than copying a few KiB.
 constexpr size_t kCopyBelowBytes = 4096;
-
-template <typename T>
-absl::string_view BytesOf(absl::Span<const T> v) {
-  return absl::string_view(reinterpret_cast<const char*>(v.data()),
-                           v.size() * sizeof(T));
-}
-template <typename T>
-absl::string_view BytesOf(const std::vector<T>& v) {
-  return BytesOf(absl::MakeConstSpan(v));
-}
 
 std::vector<SparseRowsRef> RefsOf(absl::Span<const SparseRowsOut> rows) {
   std::vector<SparseRowsRef> refs;

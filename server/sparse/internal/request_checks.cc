@@ -15,15 +15,6 @@ namespace sparse_internal {
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
               "ids and values travel as little-endian bytes, copied as is");
 
-namespace {
-
-absl::string_view BytesOf(const std::vector<float>& v) {
-  return absl::string_view(reinterpret_cast<const char*>(v.data()),
-                           v.size() * sizeof(float));
-}
-
-}  // namespace
-
 absl::Status RequestChecks::CheckRows(const SparseRowsIn& rows, bool push,
                                       const std::string& at) const {
   const Table* t = tables_.Find(rows.table);

@@ -6,19 +6,10 @@
 #include "absl/hash/hash.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
+#include "core/float_bytes.h"
 
 namespace ps {
 namespace sparse_internal {
-namespace {
-
-template <typename T>
-absl::string_view BytesOf(const std::vector<T>& v) {
-  return absl::string_view(reinterpret_cast<const char*>(v.data()),
-                           v.size() * sizeof(T));
-}
-
-}  // namespace
-
 uint64_t Fingerprint(const TablePushes& p) {
   const absl::Hash<absl::string_view> hash;
   uint64_t h = p.ids.size();

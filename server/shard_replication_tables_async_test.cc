@@ -107,11 +107,7 @@ class ShardTablesAsyncReplicationTest
   void SetUp() override {
     JobSpec spec = SparseSpec(GetParam(), 2);
     if (GetParam() == SSP) spec.mutable_consistency()->set_staleness(2);
-    spec.set_replication(2);
-    RegisterJobRequest reg = Registration("j", spec, 2);
-    for (ChunkPlacement& c : *reg.mutable_placement()->mutable_chunks()) {
-      c.add_backups((c.shard() + 1) % 2);
-    }
+    const RegisterJobRequest reg = ReplicatedOnTwo("j", spec);
     for (uint32_t s = 0; s < 2; ++s) {
       ShardOptions o = Options(s);
       o.replicate_retry = absl::Milliseconds(5);

@@ -80,13 +80,7 @@ std::string Step(Shard& shard, uint64_t step, int table_shard) {
 }
 
 RegisterJobRequest ReplicatedTablesRegistration() {
-  JobSpec spec = SparseSpec(BSP, 2);
-  spec.set_replication(2);
-  RegisterJobRequest reg = Registration("j", spec, 2);
-  for (ChunkPlacement& c : *reg.mutable_placement()->mutable_chunks()) {
-    c.add_backups((c.shard() + 1) % 2);
-  }
-  return reg;
+  return ReplicatedOnTwo("j", SparseSpec(BSP, 2));
 }
 
 class ShardTablesReplicationTest : public ::testing::Test {

@@ -48,14 +48,10 @@ class ShardReplicationWarmStartTest : public ShardReplicationTest {
       ASSERT_TRUE(call->status.ok()) << call->status;
     }
     JobSpec spec = Spec(BSP, 2);
-    spec.set_replication(2);
     spec.mutable_consistency()->set_step_deadline_ms(kDeadlineMs);
     spec.mutable_init()->set_from_job("first");
     spec.mutable_init()->set_optimizer_state(true);
-    warm_ = Registration("warm", spec, 2);
-    for (ChunkPlacement& c : *warm_.mutable_placement()->mutable_chunks()) {
-      c.add_backups((c.shard() + 1) % 2);
-    }
+    warm_ = ReplicatedOnTwo("warm", spec);
   }
 
   void RegisterWarm() {

@@ -369,12 +369,7 @@ TEST(ShardReshardTest, JobsThatCannotBeReplacedAreRefused) {
   // Sparse rows move under BSP only (reshard_tables.h).
   JobSpec tables = SparseSpec(ASP, 2);
   // Replicated jobs move under BSP only (shard_reshard_replicated_test).
-  JobSpec replicated = Spec(ASP, 2);
-  replicated.set_replication(2);
-  RegisterJobRequest rep = Registration("rep", replicated, 2);
-  for (ChunkPlacement& c : *rep.mutable_placement()->mutable_chunks()) {
-    c.add_backups((c.shard() + 1) % 2);
-  }
+  const RegisterJobRequest rep = ReplicatedOnTwo("rep", Spec(ASP, 2));
   const std::vector<std::pair<RegisterJobRequest, std::string>> cases = {
       {Registration("tables", tables), "spec.consistency.mode"},
       {rep, "spec.consistency.mode"},

@@ -65,17 +65,6 @@ TEST(ShardWarmStartTest, ChunksComeFromTheFile) {
   }
 }
 
-// Replication 2 on shards 0 and 1: chunk i's primary on shard i % 2, its
-// backup on the other.
-RegisterJobRequest Replicated(JobSpec spec) {
-  spec.set_replication(2);
-  RegisterJobRequest reg = Registration("j", spec, 2);
-  for (ChunkPlacement& c : *reg.mutable_placement()->mutable_chunks()) {
-    c.add_backups((c.shard() + 1) % 2);
-  }
-  return reg;
-}
-
 // Every copy, primary or backup, reads the file: whichever shard is left
 // after a failover at version 0 serves what one shard without replicas
 // would.
@@ -86,7 +75,7 @@ TEST(ShardWarmStartTest, EveryCopyOfAReplicatedJobComesFromTheFile) {
   ASSERT_TRUE(
       single.RegisterJob(Registration("j", FromFile(path)), &resp).ok());
   const std::vector<std::vector<float>> want = Params(single, "j");
-  const RegisterJobRequest reg = Replicated(FromFile(path));
+  const RegisterJobRequest reg = ReplicatedOnTwo("j", FromFile(path));
   for (uint32_t survivor : {0u, 1u}) {
     Shard shard(Options(survivor));
     SetReplicaViewResponse view;
@@ -102,7 +91,8 @@ TEST(ShardWarmStartTest, EveryCopyOfAReplicatedJobComesFromTheFile) {
 // A copy that rejoins after a failover (RegisterJobRequest.joining) takes
 // the live copies' state: the file, gone by then, is not read.
 TEST(ShardWarmStartTest, ARejoiningCopyDoesNotReadTheFile) {
-  RegisterJobRequest reg = Replicated(FromFile("/nonexistent/gone.npz"));
+  RegisterJobRequest reg =
+      ReplicatedOnTwo("j", FromFile("/nonexistent/gone.npz"));
   RegisterJobResponse resp;
   {
     Shard shard(Options(1));
@@ -134,7 +124,7 @@ TEST(ShardWarmStartTest, AReplicatedJobsPrimariesMustBeTheSourcesChunks) {
       shard.RegisterJob(Registration("first", Spec(BSP, 1), 2), &resp).ok());
   JobSpec spec = Spec(BSP, 1);
   spec.mutable_init()->set_from_job("first");
-  RegisterJobRequest moved = Replicated(spec);
+  RegisterJobRequest moved = ReplicatedOnTwo("j", spec);
   for (ChunkPlacement& c : *moved.mutable_placement()->mutable_chunks()) {
     const uint32_t primary = c.shard();
     c.set_shard(c.backups(0));
@@ -147,7 +137,7 @@ TEST(ShardWarmStartTest, AReplicatedJobsPrimariesMustBeTheSourcesChunks) {
                         "tensor \"w\" chunk 1 is not the same chunk there"));
   auto call = StartPull(shard, "j", 0, 0);
   EXPECT_EQ(call->status.code(), absl::StatusCode::kFailedPrecondition);
-  ASSERT_TRUE(shard.RegisterJob(Replicated(spec), &resp).ok());
+  ASSERT_TRUE(shard.RegisterJob(ReplicatedOnTwo("j", spec), &resp).ok());
   EXPECT_EQ(resp.chunks_held(), 4u);
 }
 

@@ -32,11 +32,7 @@ inline JobSpec ReplicatedSpec(ConsistencyMode mode = BSP) {
 
 // Chunk i on shard i % 2, its backup on the other.
 inline RegisterJobRequest ReplicatedRegistration(ConsistencyMode mode = BSP) {
-  RegisterJobRequest reg = Registration("j", ReplicatedSpec(mode), 2);
-  for (ChunkPlacement& c : *reg.mutable_placement()->mutable_chunks()) {
-    c.add_backups((c.shard() + 1) % 2);
-  }
-  return reg;
+  return ReplicatedOnTwo("j", ReplicatedSpec(mode));
 }
 
 class ShardReplicationTest : public ::testing::Test {

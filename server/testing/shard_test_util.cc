@@ -68,6 +68,15 @@ RegisterJobRequest Registration(const std::string& id, const JobSpec& spec,
   return req;
 }
 
+RegisterJobRequest ReplicatedOnTwo(const std::string& id, JobSpec spec) {
+  spec.set_replication(2);
+  RegisterJobRequest reg = Registration(id, spec, 2);
+  for (ChunkPlacement& c : *reg.mutable_placement()->mutable_chunks()) {
+    c.add_backups((c.shard() + 1) % 2);
+  }
+  return reg;
+}
+
 ShardOptions Options(uint32_t shard_id, uint64_t budget) {
   ShardOptions o;
   o.shard_id = shard_id;

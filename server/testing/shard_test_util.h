@@ -40,6 +40,10 @@ JobSpec SparseSpec(ConsistencyMode mode, uint32_t workers);
 RegisterJobRequest Registration(const std::string& id, const JobSpec& spec,
                                 uint32_t num_shards = 1);
 
+// Registration(id, spec, 2) with replication 2: chunk i's primary on
+// shard i % 2, its backup on the other.
+RegisterJobRequest ReplicatedOnTwo(const std::string& id, JobSpec spec);
+
 ShardOptions Options(uint32_t shard_id, uint64_t budget = 8ull << 30);
 
 // The coordinator's view of two shards at addresses "s0" and "s1": `epoch`,

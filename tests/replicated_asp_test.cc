@@ -64,15 +64,9 @@ TEST_P(ReplicatedAsyncTest, KilledPrimaryLosesNoAcknowledgedPush) {
             << ", failed over after "
             << absl::FormatDuration(absl::Now() - killed_at) << std::endl;
 
-  absl::StatusOr<JobStatus> end = WaitForJob(
-      cluster, job->id, [](const JobStatus&) { return false; },
-      absl::Seconds(300));
-  ASSERT_TRUE(end.ok()) << end.status();
-  ASSERT_EQ(end->state(), SUCCEEDED)
-      << end->reason() << "\n--- psd0 ---\n"
-      << cluster.Log("psd0") << "\n--- psd2 ---\n"
-      << cluster.Log("psd2") << "\n--- worker0 ---\n"
-      << cluster.Log("worker0");
+  absl::StatusOr<JobStatus> end = AwaitSuccess(
+      cluster, job->id, absl::Seconds(300), {"psd0", "psd2", "worker0"});
+  ASSERT_TRUE(end.ok() && end->state() == SUCCEEDED);
 
   // Acknowledged: every step of every worker (they all finished).
   const uint64_t acknowledged = kWorkers * kStepsPerWorker;

@@ -104,15 +104,9 @@ TEST_P(ReplicatedCtrAsyncTest, KilledPrimaryLosesNoAcknowledgedTablePush) {
   std::cout << "shard 1 killed at step " << step << ", failed over after "
             << absl::FormatDuration(absl::Now() - killed_at) << std::endl;
 
-  absl::StatusOr<JobStatus> end = WaitForJob(
-      cluster, job->id, [](const JobStatus&) { return false; },
-      absl::Seconds(240));
-  ASSERT_TRUE(end.ok()) << end.status();
-  ASSERT_EQ(end->state(), SUCCEEDED)
-      << end->reason() << "\n--- psd0 ---\n"
-      << cluster.Log("psd0") << "\n--- psd2 ---\n"
-      << cluster.Log("psd2") << "\n--- worker0 ---\n"
-      << cluster.Log("worker0");
+  absl::StatusOr<JobStatus> end = AwaitSuccess(
+      cluster, job->id, absl::Seconds(240), {"psd0", "psd2", "worker0"});
+  ASSERT_TRUE(end.ok() && end->state() == SUCCEEDED);
 
   // Shard 1's rows are served by shard 2, its ring's successor.
   const std::vector<std::string> serving = {

@@ -237,15 +237,18 @@ ReshardStatus MoveAndAwait(const LocalCluster& cluster, const std::string& job,
 
 absl::StatusOr<JobStatus> AwaitSuccess(const LocalCluster& cluster,
                                        const std::string& job,
-                                       absl::Duration timeout) {
+                                       absl::Duration timeout,
+                                       const std::vector<std::string>& logs) {
   absl::StatusOr<JobStatus> end = WaitForJob(
       cluster, job, [](const JobStatus&) { return false; }, timeout);
   EXPECT_TRUE(end.ok()) << end.status();
-  if (end.ok()) {
-    EXPECT_EQ(end->state(), SUCCEEDED)
-        << end->reason() << "\n--- psd0 ---\n"
-        << cluster.Log("psd0") << "\n--- worker0 ---\n"
-        << cluster.Log("worker0");
+  if (end.ok() && end->state() != SUCCEEDED) {
+    std::string text;
+    for (const std::string& name : logs) {
+      absl::StrAppend(&text, "\n--- ", name, " ---\n", cluster.Log(name));
+    }
+    ADD_FAILURE() << "job " << job << " ended " << JobState_Name(end->state())
+                  << ": " << end->reason() << text;
   }
   return end;
 }

@@ -158,10 +158,10 @@ ReshardStatus MoveAndAwait(const LocalCluster& cluster, const std::string& job,
                            const std::string& arg);
 
 // Waits up to `timeout` for `job` to end and returns its status; a test
-// failure carrying psd0's and worker0's logs unless it SUCCEEDED.
-absl::StatusOr<JobStatus> AwaitSuccess(const LocalCluster& cluster,
-                                       const std::string& job,
-                                       absl::Duration timeout);
+// failure carrying the logs named in `logs` unless it SUCCEEDED.
+absl::StatusOr<JobStatus> AwaitSuccess(
+    const LocalCluster& cluster, const std::string& job, absl::Duration timeout,
+    const std::vector<std::string>& logs = {"psd0", "worker0"});
 
 // A cluster of 3 shards (and 2 workers), the re-placement and replicated
 // tests' (a job on 2 grows to 3; a job with 2 copies survives a failover).

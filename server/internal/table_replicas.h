@@ -1,12 +1,11 @@
 // The copies of a replicated job's sparse tables on one shard
 // (JobSpec.replication > 1, any consistency mode; docs/OPERATIONS.md
-// "Replication"). Rows
-// are placed by ShardForId over the job's shards; the rows of shard s have
-// k - 1 backups on the same ring as s's dense chunks (the backups of s's
-// first chunk, else the next k - 1 shards), so one failover moves a
-// shard's chunks and rows to the same successor. Each shard holds its own
-// rows (the Job's `tables`, borrowed) and a copy of the rows of each shard
-// whose ring names it (owned here).
+// "Replication"). Rows are placed by ShardForId over the job's shards; the
+// rows of shard s have k - 1 backups on the same ring as s's dense chunks
+// (the backups of s's first chunk, else the next k - 1 shards), so one
+// failover moves a shard's chunks and rows to the same successor. Each shard
+// holds its own rows (the Job's `tables`, borrowed) and a copy of the rows of
+// each shard whose ring names it (owned here).
 //
 //   auto replicas = TableReplicas::Create(options, placement, k, view,
 //                                         job.tables.get(), make_tables);
